@@ -1,0 +1,5 @@
+import sys
+
+from leaseguard.cli import main
+
+sys.exit(main())

@@ -1,0 +1,242 @@
+"""`leaseguard` command line: a thin front over the core.
+
+It translates flags into contract layers and the core's results into exit statuses:
+0 proceed, 75 defer (EX_TEMPFAIL), 1 check failed (fail closed), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from leaseguard import __version__
+from leaseguard.contract import Contract, load_config_file, load_contract
+from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
+from leaseguard.guard import check
+from leaseguard.runtime import LocalRunner, RuntimeFacts, resolve_runtime_facts
+from leaseguard.timeouts import parse_timeout_s
+from leaseguard.verdict import Verdict, failure_timeline
+
+DESCRIPTION = """\
+Judge whether work is in flight by the protected system's own claim lease
+(claimed, claimed after the runtime started, lease not expired), never by a
+guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(f"leaseguard: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaseguard", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    check_parser = commands.add_parser(
+        "check",
+        help="judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+        description="Judge every claimed or queued row once. " + DESCRIPTION,
+    )
+    add_contract_options(check_parser)
+    check_parser.set_defaults(handler=run_check)
+    return parser
+
+
+def add_contract_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by every subcommand that evaluates the predicate."""
+    conn = parser.add_argument_group("connection")
+    conn.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML file with the contract keys "
+        "(top level or under 'leaseguard:'); flags override it",
+    )
+    conn.add_argument(
+        "--dsn",
+        help="libpq connection string; default $LEASEGUARD_DSN, "
+        "else the PG* variables and ~/.pgpass",
+    )
+    table = parser.add_argument_group("contract (where the work is and what a lease is)")
+    table.add_argument("--table", help="table holding the work rows (default execution_runs)")
+    table.add_argument("--id-column", help="column identifying a row in reports (default id)")
+    table.add_argument("--status-column", help="column holding the row's status (default status)")
+    table.add_argument(
+        "--claimed-status",
+        nargs="+",
+        action="extend",
+        metavar="S",
+        help="status(es) meaning a worker holds the row (default running)",
+    )
+    table.add_argument(
+        "--queued-status",
+        nargs="*",
+        action="extend",
+        metavar="S",
+        help="status(es) meaning nobody holds it yet, never protected "
+        "(default open; give the flag alone for none)",
+    )
+    table.add_argument(
+        "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
+    )
+    table.add_argument(
+        "--lease-multiplier",
+        type=float,
+        metavar="X",
+        help="lease = X times the task timeout (default 2.0)",
+    )
+    table.add_argument(
+        "--lease-expires-column",
+        metavar="C",
+        help="per-row lease expiry column; replaces the multiplier rule",
+    )
+    table.add_argument(
+        "--clock-skew-s",
+        type=float,
+        metavar="N",
+        help="tolerance when comparing the runtime start with claimed_at",
+    )
+    table.add_argument(
+        "--statement-timeout-ms",
+        type=int,
+        metavar="N",
+        help="the guard query's own time budget (default 5000)",
+    )
+    facts = parser.add_argument_group("facts about the host (instead of looking them up)")
+    facts.add_argument(
+        "--task-timeout-s",
+        metavar="N",
+        help="the protected system's task timeout in seconds, instead of "
+        "looking it up per task_timeout.source",
+    )
+    facts.add_argument(
+        "--runtime-started-at",
+        metavar="ISO8601",
+        help="when the worker runtime started, with a timezone; older claims are orphans",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the timeline line"
+    )
+
+
+def contract_from_args(args: argparse.Namespace) -> Contract:
+    """Layers: defaults < --config file < flags."""
+    file_layer = load_config_file(args.config) if args.config else {}
+    return load_contract(file_layer, flag_layer(args))
+
+
+def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for flag, key in (
+        ("table", "table"),
+        ("id_column", "id_column"),
+        ("status_column", "status_column"),
+        ("claimed_status", "claimed_statuses"),
+        ("queued_status", "queued_statuses"),
+        ("claimed_at_column", "claimed_at_column"),
+        ("clock_skew_s", "clock_skew_s"),
+        ("statement_timeout_ms", "statement_timeout_ms"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            layer[key] = value
+    lease: dict[str, Any] = {}
+    if args.lease_multiplier is not None:
+        lease["multiplier"] = args.lease_multiplier
+    if args.lease_expires_column is not None:
+        lease["expires_at_column"] = args.lease_expires_column
+    if lease:
+        layer["lease"] = lease
+    return layer
+
+
+def runtime_facts_from_args(args: argparse.Namespace, contract: Contract) -> RuntimeFacts:
+    """Flags win over lookups; what no flag gives is looked up on this machine."""
+    task_timeout_s = None
+    if args.task_timeout_s is not None:
+        try:
+            task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
+        except LeaseguardError as exc:
+            raise ConfigError(str(exc)) from None
+    started_at = parse_started_at(args.runtime_started_at) if args.runtime_started_at else None
+    return resolve_runtime_facts(
+        contract,
+        LocalRunner(),
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=started_at,
+    )
+
+
+def parse_started_at(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError("--runtime-started-at is not an ISO 8601 timestamp") from None
+    if moment.tzinfo is None:
+        raise ConfigError("--runtime-started-at needs a timezone (e.g. +00:00 or Z)")
+    return moment
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
+
+
+def run_check(args: argparse.Namespace) -> int:
+    contract = contract_from_args(args)
+    host = socket.gethostname()
+    try:
+        facts = runtime_facts_from_args(args, contract)
+        verdict = check(
+            resolve_dsn(args),
+            contract,
+            task_timeout=facts.task_timeout,
+            runtime_started_at=facts.runtime_started_at,
+            host=host,
+        )
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_failure(exc, host, as_json=args.json)
+        return EXIT_FAILED
+    report_verdict(verdict, as_json=args.json)
+    return verdict.exit_status
+
+
+def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
+    print(json.dumps(verdict.as_dict()) if as_json else verdict.timeline())
+    for warning in verdict.warnings:
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+
+
+def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> None:
+    """Fail closed, loudly: the decision is 'failed', never 'proceed'."""
+    now = datetime.now(UTC)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "decision": "failed",
+                    "host": host,
+                    "checked_at": now.isoformat(),
+                    "error": {"type": exc.kind, "message": str(exc)},
+                }
+            )
+        )
+    else:
+        print(failure_timeline(now, host, exc))
+    print(f"leaseguard: check failed: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""The guard's own database session: read-only, time-boxed, named, and leak-proof.
+
+psycopg's messages can carry a DSN fragment or a password hint, so no driver text ever
+leaves this module: errors are translated into leaseguard's own messages naming the
+target (host, port, database), the table or column, the exception class and SQLSTATE.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+
+from leaseguard.contract import Contract
+from leaseguard.errors import ConfigError, DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+
+APPLICATION_NAME = "leaseguard"
+
+# libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase,
+# so that the operator learns the cause without the raw text (which may quote the DSN).
+_CONNECT_CAUSES = (
+    ("password authentication failed", "authentication failed"),
+    ("no password supplied", "a password is required but none was given"),
+    ("does not exist", "the database or role does not exist"),
+    ("connection refused", "connection refused"),
+    ("timeout expired", "connection timed out"),
+    ("could not translate host name", "host name not resolved"),
+    ("no pg_hba.conf entry", "rejected by pg_hba.conf"),
+    ("too many connections", "too many connections"),
+    ("the database system is starting up", "the server is starting up"),
+    ("the database system is shutting down", "the server is shutting down"),
+)
+
+
+def describe_target(conninfo: str) -> str:
+    """host:port/dbname of a conninfo (or the PG* environment), without any secret."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "an unparsable DSN"
+    host = params.get("host") or os.environ.get("PGHOST") or "default host"
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
+    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or "default database"
+    return f"{host}:{port}/{dbname}"
+
+
+def connect(conninfo: str, contract: Contract) -> psycopg.Connection[tuple[object, ...]]:
+    """Open the guard's connection: read-only, repeatable-read, named leaseguard."""
+    try:
+        conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise ConfigError("the DSN is not a valid libpq connection string") from None
+    try:
+        conn = psycopg.connect(
+            conninfo,
+            application_name=APPLICATION_NAME,
+            connect_timeout=contract.connect_timeout_s,
+        )
+    except psycopg.Error as exc:
+        raise DatabaseUnavailable(
+            f"cannot connect to PostgreSQL at {describe_target(conninfo)}: "
+            f"{_connect_cause(exc)} ({type(exc).__name__})"
+        ) from None
+    # Both queries of a check must see one snapshot and one now().
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    conn.read_only = True
+    return conn
+
+
+def _connect_cause(exc: psycopg.Error) -> str:
+    text = str(exc).lower()
+    for needle, phrase in _CONNECT_CAUSES:
+        if needle in text:
+            return phrase
+    return "connection failed"
+
+
+@contextmanager
+def guard_transaction(
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract
+) -> Iterator[psycopg.Cursor[tuple[object, ...]]]:
+    """A read-only transaction with the guard's own statement and lock budgets.
+
+    A migration holding an ACCESS EXCLUSIVE lock on the table must make the check fail
+    within its budget, not hang the deploy behind the very migration it guards.
+    """
+    with translate_errors(contract), conn.transaction(), conn.cursor() as cur:
+        for name, value in (
+            ("statement_timeout", contract.statement_timeout_ms),
+            ("lock_timeout", contract.effective_lock_timeout_ms),
+            ("idle_in_transaction_session_timeout", contract.statement_timeout_ms * 2),
+        ):
+            cur.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+        yield cur
+
+
+@contextmanager
+def translate_errors(contract: Contract) -> Iterator[None]:
+    """Turn driver errors into leaseguard errors that name what failed, and nothing more."""
+    table = contract.table_label
+    try:
+        yield
+    except pg_errors.QueryCanceled:
+        raise GuardQueryFailed(
+            f"guard query on table {table} exceeded statement_timeout="
+            f"{contract.statement_timeout_ms}ms (QueryCanceled, SQLSTATE 57014)"
+        ) from None
+    except pg_errors.LockNotAvailable:
+        raise GuardQueryFailed(
+            f"table {table} is locked (lock_timeout={contract.effective_lock_timeout_ms}ms), "
+            "probably by a migration (LockNotAvailable, SQLSTATE 55P03)"
+        ) from None
+    except pg_errors.InsufficientPrivilege:
+        raise GuardQueryFailed(
+            f"permission denied reading table {table}: grant the guard's role SELECT on it "
+            "(InsufficientPrivilege, SQLSTATE 42501)"
+        ) from None
+    except pg_errors.UndefinedTable:
+        raise SchemaMismatch(f"table {table} does not exist (UndefinedTable)") from None
+    except pg_errors.UndefinedColumn:
+        raise SchemaMismatch(
+            f"a column named by the contract is missing from table {table} (UndefinedColumn)"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"connection lost during the guard query on table {table} ({type(exc).__name__})"
+        ) from None
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None) or "none"
+        raise GuardQueryFailed(
+            f"guard query on table {table} failed ({type(exc).__name__}, SQLSTATE {state})"
+        ) from None

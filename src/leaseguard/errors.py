@@ -1,0 +1,58 @@
+"""The errors leaseguard raises on purpose, and the exit statuses they map to.
+
+Every message here is written by leaseguard itself: it names what failed (host, table,
+column, variable, exception class) and never carries a DSN, a password or raw driver text,
+because these messages end up in CI logs, Ansible results and chat notifications.
+"""
+
+from __future__ import annotations
+
+EXIT_PROCEED = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_DRIFT = 3
+EXIT_DEFER = 75  # EX_TEMPFAIL: try again later
+
+
+class LeaseguardError(Exception):
+    """A check could not be completed; never a reason to proceed."""
+
+    exit_status = EXIT_FAILED
+
+    @property
+    def kind(self) -> str:
+        return type(self).__name__
+
+
+class ConfigError(LeaseguardError):
+    """The contract or the options given are invalid (a usage error)."""
+
+    exit_status = EXIT_USAGE
+
+
+class TimeoutValueError(LeaseguardError, ValueError):
+    """A task timeout value is not a positive finite number of seconds."""
+
+
+class LookupFailed(LeaseguardError):
+    """A host lookup (container, unit, process, file, variable) found nothing usable."""
+
+
+class TunnelError(LeaseguardError):
+    """The SSH connection or the tunnel to the database could not be used."""
+
+
+class DatabaseError(LeaseguardError):
+    """The guard's query against the protected system's database failed."""
+
+
+class DatabaseUnavailable(DatabaseError):
+    """No connection to the database could be made."""
+
+
+class SchemaMismatch(DatabaseError):
+    """The contract names a table or column the database does not have."""
+
+
+class GuardQueryFailed(DatabaseError):
+    """The guard query ran but did not finish: timeout, lock, privileges, ..."""

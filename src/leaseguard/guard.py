@@ -1,0 +1,158 @@
+"""Evaluate the lease predicate against the protected system's database."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from leaseguard.contract import Contract
+from leaseguard.db import connect, guard_transaction
+from leaseguard.errors import ConfigError, SchemaMismatch
+from leaseguard.predicate import (
+    columns_query,
+    counts_query,
+    live_claims_query,
+    predicate_params,
+    table_identifier,
+)
+from leaseguard.verdict import Counts, LiveClaim, TaskTimeout, Verdict
+
+_TIME_TYPES = ("timestamp with time zone", "timestamp without time zone")
+
+Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float | None:
+    """multiplier x task timeout; None when the rows carry their own expiry column."""
+    if contract.lease.expires_at_column:
+        return None
+    if task_timeout is None:
+        raise ConfigError(
+            "a task timeout is required to derive the lease (or set lease.expires_at_column)"
+        )
+    return contract.lease.multiplier * task_timeout.seconds
+
+
+def check(
+    conninfo: str,
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+) -> Verdict:
+    """Connect, judge every claimed or queued row, and close. Raises on any failure."""
+    lease_s = lease_seconds(contract, task_timeout)
+    with connect(conninfo, contract) as conn:
+        return evaluate(
+            conn,
+            contract,
+            task_timeout=task_timeout,
+            lease_s=lease_s,
+            runtime_started_at=runtime_started_at,
+            host=host,
+        )
+
+
+def evaluate(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    lease_s: float | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+    as_of: datetime | None = None,
+) -> Verdict:
+    """Judge on an open guard connection (a drain loop reuses one across polls).
+
+    `as_of` replaces the database's now() for tests that pin a boundary to the microsecond;
+    production callers leave it None.
+    """
+    params = predicate_params(
+        contract, lease_s=lease_s, runtime_started_at=runtime_started_at, as_of=as_of
+    )
+    with guard_transaction(conn, contract) as cur:
+        verify_schema(cur, contract)
+        checked_at, counts = _counts(cur, contract, params)
+        live = _live_claims(cur, contract, params) if counts.live else ()
+    return Verdict(
+        counts=counts,
+        live=live,
+        checked_at=checked_at,
+        lease_s=lease_s,
+        task_timeout=task_timeout,
+        runtime_started_at=runtime_started_at,
+        wait_upper_bound_s=_wait_upper_bound(live, lease_s),
+        table=contract.table_label,
+        host=host,
+    )
+
+
+def verify_schema(cur: Cursor, contract: Contract) -> None:
+    """Fail with a message naming the table or column before the predicate runs."""
+    qualified = table_identifier(contract).as_string(cur.connection)
+    cur.execute("SELECT to_regclass(%s)::oid", (qualified,))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    cur.execute(columns_query(), {"relation": row[0]})
+    types = {str(name): str(kind) for name, kind in cur.fetchall()}
+    for key, column in contract.columns().items():
+        if column not in types:
+            raise SchemaMismatch(
+                f"column {column} ({key}) does not exist in table {contract.table_label}"
+            )
+    for key in ("claimed_at_column", "lease.expires_at_column"):
+        time_column = contract.columns().get(key)
+        if time_column and types[time_column] not in _TIME_TYPES:
+            raise SchemaMismatch(
+                f"column {time_column} ({key}) of table {contract.table_label} has type "
+                f"{types[time_column]}, expected a timestamp"
+            )
+
+
+def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
+    cur.execute(counts_query(contract), params)
+    rows = cur.fetchall()
+    by_class = {str(cls): int(n) for _, cls, n in rows}  # type: ignore[call-overload]
+    checked_at = rows[0][0] if rows else _database_now(cur, params)
+    assert isinstance(checked_at, datetime)
+    return checked_at, Counts(**by_class)
+
+
+def _database_now(cur: Cursor, params: dict[str, object]) -> datetime:
+    cur.execute(sql.SQL("SELECT coalesce(%(as_of)s::timestamptz, now())"), params)
+    row = cur.fetchone()
+    assert row is not None and isinstance(row[0], datetime)
+    return row[0]
+
+
+def _live_claims(
+    cur: Cursor, contract: Contract, params: dict[str, object]
+) -> tuple[LiveClaim, ...]:
+    cur.execute(live_claims_query(contract), params)
+    return tuple(
+        LiveClaim(
+            id=str(row_id),
+            claimed_at=claimed_at,  # type: ignore[arg-type]
+            lease_expires_at=expires,  # type: ignore[arg-type]
+            remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
+        )
+        for row_id, claimed_at, expires, remaining in cur.fetchall()
+    )
+
+
+def _wait_upper_bound(live: tuple[LiveClaim, ...], lease_s: float | None) -> float:
+    """The longest remaining lease; past it every row is the reaper's, not the guard's.
+
+    A live row with no computable expiry is bounded by one full lease when one is known.
+    """
+    known = [c.remaining_s for c in live if c.remaining_s is not None]
+    unbounded = any(c.remaining_s is None for c in live)
+    bound = max(known, default=0.0)
+    if unbounded and lease_s is not None:
+        bound = max(bound, lease_s)
+    return max(bound, 0.0)

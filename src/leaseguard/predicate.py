@@ -1,0 +1,126 @@
+"""The lease predicate, written once, built with psycopg.sql.
+
+Identifiers always go through `sql.Identifier`; every value (statuses, the lease, the
+orphan cut-off, the clock) is a bound parameter. Time arithmetic happens in the database
+clock: claimed_at was written by the database, so comparing it with the guard's own clock
+would add the controller's skew to every judgment.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from psycopg import sql
+
+from leaseguard.contract import Contract
+
+
+def table_identifier(contract: Contract) -> sql.Identifier:
+    if contract.schema:
+        return sql.Identifier(contract.schema, contract.table)
+    return sql.Identifier(contract.table)
+
+
+def _judged_rows(contract: Contract) -> sql.Composed:
+    """A CTE classifying every claimed or queued row as queued / orphaned / stale / live.
+
+    A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
+    through to live: the guard errs on the side of the work.
+    """
+    claimed_at = sql.Identifier(contract.claimed_at_column)
+    if contract.lease.expires_at_column:
+        expiry_column = sql.Identifier(contract.lease.expires_at_column)
+        expires = sql.SQL("{}::timestamptz").format(expiry_column)
+    else:
+        expires = sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
+    return sql.SQL(
+        """
+        WITH clock AS (
+            SELECT coalesce(%(as_of)s::timestamptz, now()) AS now
+        ),
+        candidates AS (
+            SELECT {id}::text AS id,
+                   {status}::text AS status,
+                   {claimed_at}::timestamptz AS claimed_at,
+                   {expires} AS lease_expires_at
+            FROM {table}
+            WHERE {status}::text = ANY(%(claimed)s::text[])
+               OR {status}::text = ANY(%(queued)s::text[])
+        ),
+        judged AS (
+            SELECT c.id, c.claimed_at, c.lease_expires_at, clock.now,
+                   CASE
+                       WHEN c.status = ANY(%(queued)s::text[]) THEN 'queued'
+                       WHEN c.claimed_at < %(orphan_cutoff)s::timestamptz THEN 'orphaned'
+                       WHEN c.lease_expires_at <= clock.now THEN 'stale'
+                       ELSE 'live'
+                   END AS class
+            FROM candidates c CROSS JOIN clock
+        )
+        """
+    ).format(
+        id=sql.Identifier(contract.id_column),
+        status=sql.Identifier(contract.status_column),
+        claimed_at=claimed_at,
+        expires=expires,
+        table=table_identifier(contract),
+    )
+
+
+def counts_query(contract: Contract) -> sql.Composed:
+    """Rows per class, the clock used, and the longest live lease."""
+    return _judged_rows(contract) + sql.SQL(
+        """
+        SELECT (SELECT now FROM clock) AS checked_at, j.class, count(*) AS n
+        FROM judged j
+        GROUP BY j.class
+        """
+    )
+
+
+def live_claims_query(contract: Contract) -> sql.Composed:
+    """The live rows, longest remaining lease first (NULL expiry first: unbounded)."""
+    return _judged_rows(contract) + sql.SQL(
+        """
+        SELECT j.id, j.claimed_at, j.lease_expires_at,
+               extract(epoch FROM j.lease_expires_at - j.now)::float8 AS remaining_s
+        FROM judged j
+        WHERE j.class = 'live'
+        ORDER BY j.lease_expires_at DESC NULLS FIRST, j.id
+        LIMIT %(live_limit)s
+        """
+    )
+
+
+def predicate_params(
+    contract: Contract,
+    *,
+    lease_s: float | None,
+    runtime_started_at: datetime | None,
+    as_of: datetime | None = None,
+    live_limit: int = 100,
+) -> dict[str, Any]:
+    """Bind values for both queries; the orphan cut-off is computed here, once."""
+    cutoff = None
+    if runtime_started_at is not None:
+        cutoff = runtime_started_at - timedelta(seconds=contract.clock_skew_s)
+    return {
+        "as_of": as_of,
+        "claimed": list(contract.claimed_statuses),
+        "queued": list(contract.queued_statuses),
+        "lease": timedelta(seconds=lease_s) if lease_s is not None else None,
+        "orphan_cutoff": cutoff,
+        "live_limit": live_limit,
+    }
+
+
+def columns_query() -> sql.SQL:
+    """The columns of a relation and their types, for the pre-flight schema check."""
+    return sql.SQL(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        WHERE a.attrelid = %(relation)s AND a.attnum > 0 AND NOT a.attisdropped
+        """
+    )

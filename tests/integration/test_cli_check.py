@@ -1,0 +1,254 @@
+"""`leaseguard check` as a user runs it: flags, config file, env, exit statuses, JSON."""
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.support.runs_table import create_runs_table
+
+pytestmark = pytest.mark.integration
+
+STARTED = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
+FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", STARTED]
+
+
+def leaseguard(*args, env=None):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "leaseguard", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def runs(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    return db
+
+
+def add(db, *rows):
+    """rows: (id, status, claimed_at age, updated_at age); ages are SQL intervals or None."""
+    with db.connect() as conn, conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO execution_runs (id, status, claimed_at, updated_at) "
+            "VALUES (%s, %s, now() - %s::interval, now() - %s::interval)",
+            rows,
+        )
+
+
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [
+        (
+            (1, "running", "30 min", "30 min"),
+            75,
+            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
+        ),
+        (
+            (1, "running", "2 hours 1 minute", "0"),
+            0,
+            {"live": 0, "stale": 1, "orphaned": 0, "queued": 0},
+        ),
+        (
+            (1, "running", "181 minutes", "0"),
+            0,
+            {"live": 0, "stale": 0, "orphaned": 1, "queued": 0},
+        ),
+        ((1, "open", None, "0"), 0, {"live": 0, "stale": 0, "orphaned": 0, "queued": 1}),
+        (
+            (1, "running", "1 min", "5 hours"),
+            75,
+            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
+        ),
+        (
+            (1, "running", "119 minutes", "119 minutes"),
+            75,
+            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
+        ),
+    ],
+    ids=[
+        "silent-30-min-defers",
+        "past-lease-proceeds",
+        "orphan-proceeds",
+        "open-proceeds",
+        "fresh-claim-old-activity-defers",
+        "just-inside-lease-defers",
+    ],
+)
+def test_every_rule_of_the_table_through_the_cli(runs, row, exit_status, counts):
+    add(runs, row)
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    assert done.returncode == exit_status, done.stderr
+    verdict = json.loads(done.stdout)
+    assert verdict["counts"] == counts
+    assert verdict["decision"] == ("defer" if exit_status == 75 else "proceed")
+
+
+def test_json_shape_of_a_deferral(runs):
+    add(runs, (42, "running", "30 min", None), (7, "open", None, None))
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    verdict = json.loads(done.stdout)
+    assert set(verdict) >= {
+        "decision",
+        "lease_s",
+        "task_timeout_s",
+        "task_timeout_source",
+        "runtime_started_at",
+        "checked_at",
+        "counts",
+        "live",
+        "wait_upper_bound_s",
+    }
+    assert verdict["lease_s"] == 7200.0
+    assert verdict["task_timeout_s"] == 3600.0
+    assert verdict["live"][0]["id"] == "42"
+    assert set(verdict["live"][0]) == {"id", "claimed_at", "lease_expires_at", "remaining_s"}
+    assert 5390 < verdict["wait_upper_bound_s"] <= 5400
+    assert datetime.fromisoformat(verdict["runtime_started_at"]) == datetime.fromisoformat(STARTED)
+
+
+def test_the_timeline_line_without_json(runs):
+    add(runs, (1, "running", "30 min", None), (2, "open", None, None))
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS)
+    assert done.returncode == 75
+    line = done.stdout.strip()
+    assert "\n" not in line
+    assert " leaseguard host=" in line
+    assert "decision=defer live=1 stale=0 orphaned=0 queued=1 lease_s=7200" in line
+
+
+def test_dsn_from_leaseguard_dsn_and_contract_from_a_config_file(runs, tmp_path):
+    add(runs, (1, "busy", "30 min", None))
+    config = tmp_path / "leaseguard.yaml"
+    config.write_text("claimed_statuses: [busy]\nqueued_statuses: []\nruntime:\n  source: none\n")
+    done = leaseguard(
+        "check",
+        "--config",
+        str(config),
+        "--task-timeout-s",
+        "3600",
+        env={"LEASEGUARD_DSN": runs.dsn},
+    )
+    assert done.returncode == 75, done.stderr
+
+
+def test_libpq_environment_variables_are_honoured(runs):
+    add(runs, (1, "running", "30 min", None))
+    cluster = runs.cluster
+    env = {
+        "PGHOST": cluster.host,
+        "PGPORT": str(cluster.port),
+        "PGDATABASE": runs.name,
+        "PGUSER": "postgres",
+    }
+    done = leaseguard("check", *FACTS, env=env)
+    assert done.returncode == 75, done.stderr
+
+
+def test_flags_override_the_config_file(runs, tmp_path):
+    add(runs, (1, "running", "30 min", None))
+    config = tmp_path / "c.yaml"
+    config.write_text("leaseguard:\n  claimed_statuses: [busy]\n")
+    done = leaseguard(
+        "check", "--config", str(config), "--dsn", runs.dsn, *FACTS, "--claimed-status", "running"
+    )
+    assert done.returncode == 75
+
+
+def test_a_shorter_multiplier_flag_changes_the_lease(runs):
+    add(runs, (1, "running", "90 min", None))
+    assert leaseguard("check", "--dsn", runs.dsn, *FACTS).returncode == 75
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--lease-multiplier", "1")
+    assert done.returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--task-timeout-s", "abc"], "--task-timeout-s is not a number of seconds"),
+        (["--task-timeout-s", "0"], "--task-timeout-s must be greater than 0 seconds"),
+        (["--task-timeout-s", "nan"], "--task-timeout-s is not a number of seconds"),
+        (
+            ["--task-timeout-s", "60", "--runtime-started-at", "2026-01-01T00:00:00"],
+            "--runtime-started-at needs a timezone",
+        ),
+        (["--task-timeout-s", "60", "--lease-multiplier", "0.5"], "lease.multiplier must be"),
+        (["--config", "/nonexistent/leaseguard.yaml"], "cannot read config file"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_message(runs, args, message):
+    done = leaseguard("check", "--dsn", runs.dsn, *args)
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_a_missing_table_fails_closed_with_exit_1_naming_it(db):
+    done = leaseguard("check", "--dsn", db.dsn, *FACTS, "--table", "jobs", "--json")
+    assert done.returncode == 1
+    verdict = json.loads(done.stdout)
+    assert verdict["decision"] == "failed"
+    assert verdict["error"] == {
+        "type": "SchemaMismatch",
+        "message": "table jobs does not exist (or is not visible)",
+    }
+
+
+def test_an_unreachable_database_fails_closed_without_leaking_the_dsn(db):
+    secret = "s3cret-pw-DO-NOT-LEAK"
+    dsn = f"postgresql://guard_pw:{secret}@127.0.0.1:1/{db.name}?connect_timeout=3"
+    done = leaseguard("check", "--dsn", dsn, *FACTS)
+    assert done.returncode == 1
+    assert "decision=failed error=DatabaseUnavailable" in done.stdout
+    assert "cannot connect to PostgreSQL at 127.0.0.1:1/" in done.stderr
+    assert "connection refused" in done.stderr
+    for leak in (secret, "postgresql://", "guard_pw:"):
+        assert leak not in done.stdout + done.stderr
+
+
+def test_a_wrong_password_fails_closed_without_leaking_it(db):
+    dsn = db.dsn_as("guard_pw", password="hunter2-wrong")
+    done = leaseguard("check", "--dsn", dsn, *FACTS, "--json")
+    assert done.returncode == 1
+    assert json.loads(done.stdout)["error"]["type"] == "DatabaseUnavailable"
+    assert "authentication failed" in done.stderr
+    assert "hunter2-wrong" not in done.stdout + done.stderr
+
+
+def test_an_unparsable_dsn_is_a_usage_error_that_does_not_echo_it():
+    done = leaseguard("check", "--dsn", "host=x password='unterminated", *FACTS)
+    assert done.returncode == 2
+    assert "unterminated" not in done.stderr
+
+
+def test_help_explains_every_option():
+    done = leaseguard("check", "--help")
+    assert done.returncode == 0
+    for option in (
+        "--config",
+        "--dsn",
+        "--table",
+        "--status-column",
+        "--claimed-status",
+        "--queued-status",
+        "--id-column",
+        "--claimed-at-column",
+        "--lease-multiplier",
+        "--lease-expires-column",
+        "--task-timeout-s",
+        "--runtime-started-at",
+        "--clock-skew-s",
+        "--json",
+    ):
+        assert option in done.stdout
+    top = leaseguard("--help")
+    assert "check" in top.stdout and "75" in top.stdout

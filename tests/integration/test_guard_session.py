@@ -1,0 +1,182 @@
+"""The guard's own session: read-only, time-boxed, named, safe with hostile identifiers."""
+
+import threading
+import time
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from leaseguard.contract import contract_from_mapping
+from leaseguard.db import connect, guard_transaction
+from leaseguard.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+from leaseguard.guard import check
+from leaseguard.verdict import TaskTimeout
+from tests.support.runs_table import create_runs_table
+
+pytestmark = pytest.mark.integration
+
+TIMEOUT = TaskTimeout(3600.0, "given:task_timeout_s")
+
+
+def run_check(dsn, **keys):
+    return check(dsn, contract_from_mapping(keys), task_timeout=TIMEOUT, runtime_started_at=None)
+
+
+def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):
+    contract = contract_from_mapping({})
+    with connect(db.dsn, contract) as conn, guard_transaction(conn, contract) as cur:
+        cur.execute("SHOW transaction_read_only")
+        assert cur.fetchone()[0] == "on"
+        cur.execute("SHOW statement_timeout")
+        assert cur.fetchone()[0] == "5s"
+        cur.execute("SHOW lock_timeout")
+        assert cur.fetchone()[0] == "2s"
+        cur.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        assert cur.fetchone()[0] == "leaseguard"
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            cur.execute("CREATE TABLE should_not_exist (x int)")
+
+
+def test_a_table_name_with_a_space_works(db):
+    with db.connect() as conn:
+        create_runs_table(conn, "Execution Runs")
+        conn.execute(
+            """INSERT INTO "Execution Runs" (id, status, claimed_at) VALUES (1, 'running', now())"""
+        )
+    assert run_check(db.dsn, table="Execution Runs").counts.live == 1
+
+
+def test_a_hostile_table_name_is_only_ever_a_name(db):
+    with db.connect() as conn:
+        create_runs_table(conn, "victim")
+    with pytest.raises(SchemaMismatch) as caught:
+        run_check(db.dsn, table="runs; drop table victim; --")
+    assert "runs; drop table victim; --" in str(caught.value)
+    with db.connect() as conn:
+        create_runs_table(conn, "runs; drop table victim; --")
+    assert run_check(db.dsn, table="runs; drop table victim; --").counts.live == 0
+    assert db.psql("select count(*) from pg_tables where tablename = 'victim'").strip() == "1"
+
+
+def test_hostile_column_names_and_statuses_are_bound_not_executed(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        create_runs_table(conn, "victim")
+    with pytest.raises(SchemaMismatch, match="column"):
+        run_check(db.dsn, status_column='status" = status; drop table victim; --')
+    verdict = run_check(db.dsn, claimed_statuses=["running'); drop table victim; --"])
+    assert verdict.counts.live == 0
+    assert db.psql("select count(*) from pg_tables where tablename = 'victim'").strip() == "1"
+
+
+def test_a_missing_table_is_named(db):
+    with pytest.raises(SchemaMismatch, match="table execution_runs does not exist"):
+        run_check(db.dsn)
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ({"claimed_at_column": "taken_at"}, "column taken_at (claimed_at_column)"),
+        ({"status_column": "state"}, "column state (status_column)"),
+        ({"id_column": "run_id"}, "column run_id (id_column)"),
+        ({"lease": {"expires_at_column": "expires"}}, "column expires (lease.expires_at_column)"),
+    ],
+)
+def test_a_missing_column_is_named_with_its_contract_key(db, keys, named):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with pytest.raises(SchemaMismatch) as caught:
+        run_check(db.dsn, **keys)
+    assert str(caught.value) == f"{named} does not exist in table execution_runs"
+
+
+def test_a_claimed_at_column_that_is_not_a_timestamp_is_refused(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with pytest.raises(SchemaMismatch, match="has type text, expected a timestamp"):
+        run_check(db.dsn, claimed_at_column="status")
+
+
+def test_timestamp_without_time_zone_columns_are_judged_too(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TABLE execution_runs (id int, status text, claimed_at timestamp)")
+        conn.execute(
+            "INSERT INTO execution_runs VALUES (1, 'running', localtimestamp - interval '30 min'),"
+            " (2, 'running', localtimestamp - interval '3 hours')"
+        )
+    verdict = run_check(db.dsn)
+    assert (verdict.counts.live, verdict.counts.stale) == (1, 1)
+
+
+def test_a_table_locked_by_a_migration_fails_closed_within_the_lock_budget(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    locked = threading.Event()
+    release = threading.Event()
+
+    def migration():
+        with psycopg.connect(db.dsn) as conn:
+            conn.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
+            locked.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=migration)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        began = time.monotonic()
+        with pytest.raises(GuardQueryFailed) as caught:
+            run_check(db.dsn, lock_timeout_ms=300, statement_timeout_ms=1000)
+        assert time.monotonic() - began < 30  # a hang guard, not a speed claim
+        assert "table execution_runs is locked" in str(caught.value)
+    finally:
+        release.set()
+        holder.join()
+
+
+def test_a_slow_guard_query_is_cancelled_by_its_own_statement_timeout(db):
+    with db.connect() as conn:
+        create_runs_table(conn, "runs_base")
+        conn.execute("CREATE VIEW execution_runs AS SELECT r.* FROM runs_base r, pg_sleep(3) AS s")
+    with pytest.raises(GuardQueryFailed, match="exceeded statement_timeout=200ms"):
+        run_check(db.dsn, statement_timeout_ms=200)
+
+
+@pytest.fixture
+def bare_role(db):
+    """A login role with no privileges at all, dropped afterwards."""
+    name = f"bare_{db.name}"
+    with db.connect() as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+    yield name
+    with db.connect() as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+
+
+def test_missing_select_privilege_says_what_to_grant(db, bare_role):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with pytest.raises(GuardQueryFailed, match="permission denied reading table execution_runs"):
+        run_check(db.dsn_as(bare_role))
+
+
+def test_granting_select_is_all_the_guard_needs(db, bare_role):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            sql.SQL("GRANT SELECT ON execution_runs TO {}").format(sql.Identifier(bare_role))
+        )
+    assert run_check(db.dsn_as(bare_role)).counts.live == 0
+
+
+def test_a_wrong_password_fails_without_repeating_it(db):
+    dsn = db.dsn_as("guard_pw", password="wrong-secret-pw")
+    with pytest.raises(DatabaseUnavailable) as caught:
+        run_check(dsn)
+    message = str(caught.value)
+    assert "authentication failed" in message
+    assert "wrong-secret-pw" not in message
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__

@@ -1,0 +1,289 @@
+"""DESIGN.md's judgment table against a real PostgreSQL, in both directions.
+
+Every rule is checked as "alive but left unprotected" AND "dead or queued but protected".
+Boundary cases pin the database clock with `as_of` so they hold to the microsecond.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from leaseguard.contract import contract_from_mapping
+from leaseguard.db import connect
+from leaseguard.guard import evaluate
+from leaseguard.verdict import Decision, TaskTimeout
+from tests.support.oracle import Row, classify
+from tests.support.runs_table import create_runs_table, insert_runs
+
+pytestmark = pytest.mark.integration
+
+HOUR = 3600.0
+LEASE = 2 * HOUR
+T0 = datetime(2026, 9, 9, 14, 48, 57, tzinfo=UTC)
+STARTED = T0 - timedelta(hours=10)
+TIMEOUT = TaskTimeout(HOUR, "given:task_timeout_s")
+
+
+def ago(**kw):
+    return T0 - timedelta(**kw)
+
+
+@pytest.fixture
+def runs(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    return db
+
+
+def judge(db, rows, *, contract=None, started=STARTED, as_of=T0, lease_s=LEASE):
+    contract = contract or contract_from_mapping({})
+    with db.connect() as conn:
+        conn.execute("TRUNCATE execution_runs")
+        insert_runs(conn, rows)
+    with connect(db.dsn, contract) as conn:
+        return evaluate(
+            conn,
+            contract,
+            task_timeout=TIMEOUT,
+            lease_s=lease_s,
+            runtime_started_at=started,
+            as_of=as_of,
+        )
+
+
+# --- the brief's cases --------------------------------------------------------------------
+
+
+def test_a_run_claimed_30_minutes_ago_and_silent_since_is_protected(runs):
+    verdict = judge(runs, [(1, "running", ago(minutes=30), ago(minutes=30))])
+    assert verdict.decision is Decision.DEFER
+    assert verdict.counts.live == 1
+    assert verdict.live[0].id == "1"
+    assert verdict.live[0].remaining_s == pytest.approx(LEASE - 30 * 60)
+
+
+def test_the_naive_3_minute_window_would_have_called_that_run_dead(runs):
+    judge(runs, [(1, "running", ago(minutes=30), ago(minutes=30))])
+    naive = runs.psql(
+        "select count(*) from execution_runs where status in ('running','open') "
+        "and updated_at > now() - interval '3 minutes'"
+    )
+    assert naive.strip() == "0"
+
+
+def test_updated_at_old_but_claimed_at_fresh_is_protected(runs):
+    verdict = judge(runs, [(1, "running", ago(minutes=1), ago(hours=5))])
+    assert verdict.counts.live == 1
+
+
+def test_updated_at_fresh_but_lease_expired_does_not_block(runs):
+    verdict = judge(runs, [(1, "running", ago(hours=3), ago(seconds=5))])
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.stale == 1
+
+
+def test_a_claim_past_its_lease_is_stale_and_does_not_block(runs):
+    verdict = judge(runs, [(1, "running", ago(hours=2, seconds=1), ago(hours=2))])
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.stale == 1
+
+
+def test_a_claim_older_than_the_runtime_start_is_an_orphan_and_does_not_block(runs):
+    started = ago(minutes=10)
+    verdict = judge(runs, [(1, "running", ago(minutes=20), ago(minutes=20))], started=started)
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.orphaned == 1
+
+
+def test_a_claim_made_after_the_runtime_start_is_not_an_orphan(runs):
+    started = ago(minutes=10)
+    verdict = judge(runs, [(1, "running", ago(minutes=9), ago(minutes=9))], started=started)
+    assert verdict.counts.live == 1
+
+
+def test_without_a_runtime_start_nothing_is_classed_orphaned(runs):
+    verdict = judge(runs, [(1, "running", ago(days=3650), None)], started=None, lease_s=1e9)
+    assert verdict.counts.orphaned == 0
+    assert verdict.counts.live == 1
+
+
+def test_an_open_row_never_blocks_even_when_freshly_touched(runs):
+    verdict = judge(runs, [(1, "open", ago(seconds=1), ago(seconds=1)), (2, "open", None, None)])
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.queued == 2
+
+
+def test_finished_rows_are_not_looked_at(runs):
+    verdict = judge(runs, [(1, "done", ago(seconds=1), ago(seconds=1))])
+    assert verdict.counts.as_dict() == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+
+
+def test_an_empty_table_proceeds(runs):
+    verdict = judge(runs, [])
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.wait_upper_bound_s == 0
+    assert verdict.checked_at == T0
+
+
+def test_a_mixed_table_gives_exact_counts_and_the_longest_remaining_lease(runs):
+    rows = [
+        (1, "running", ago(minutes=30), ago(minutes=30)),  # live, 90 min left
+        (2, "running", ago(minutes=5), ago(minutes=5)),  # live, 115 min left
+        (3, "running", ago(hours=3), ago(hours=3)),  # stale
+        (4, "running", ago(hours=11), ago(hours=11)),  # orphaned (before runtime start)
+        (5, "open", None, None),  # queued
+        (6, "open", None, None),  # queued
+        (7, "open", None, None),  # queued
+        (8, "done", ago(minutes=1), ago(minutes=1)),  # ignored
+    ]
+    verdict = judge(runs, rows)
+    assert verdict.counts.as_dict() == {"live": 2, "stale": 1, "orphaned": 1, "queued": 3}
+    assert [c.id for c in verdict.live] == ["2", "1"]
+    assert verdict.wait_upper_bound_s == pytest.approx(115 * 60)
+
+
+def test_a_claimed_row_without_claimed_at_is_protected_because_it_cannot_be_proven_dead(runs):
+    verdict = judge(runs, [(1, "running", None, None)])
+    assert verdict.counts.live == 1
+    assert verdict.live[0].remaining_s is None
+    assert verdict.wait_upper_bound_s == LEASE
+
+
+# --- boundaries ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("age", "expected"),
+    [
+        (timedelta(seconds=LEASE) - timedelta(microseconds=1), "live"),
+        (timedelta(seconds=LEASE) - timedelta(seconds=1), "live"),
+        (timedelta(seconds=LEASE), "stale"),
+        (timedelta(seconds=LEASE) + timedelta(microseconds=1), "stale"),
+    ],
+    ids=["1us-inside", "1s-inside", "exactly-at-expiry", "1us-outside"],
+)
+def test_lease_boundary(runs, age, expected):
+    verdict = judge(runs, [(1, "running", T0 - age, None)])
+    assert verdict.counts.as_dict()[expected] == 1
+
+
+@pytest.mark.parametrize(
+    ("offset", "skew_s", "expected"),
+    [
+        (timedelta(0), 0, "live"),
+        (-timedelta(microseconds=1), 0, "orphaned"),
+        (-timedelta(seconds=4), 5, "live"),
+        (-timedelta(seconds=5), 5, "live"),
+        (-timedelta(seconds=5, microseconds=1), 5, "orphaned"),
+    ],
+    ids=["at-start", "1us-before-start", "inside-skew", "at-skew-edge", "1us-past-skew"],
+)
+def test_orphan_boundary_with_clock_skew_tolerance(runs, offset, skew_s, expected):
+    contract = contract_from_mapping({"clock_skew_s": skew_s})
+    started = ago(minutes=30)
+    verdict = judge(
+        runs, [(1, "running", started + offset, None)], contract=contract, started=started
+    )
+    assert verdict.counts.as_dict()[expected] == 1
+
+
+def test_the_real_database_clock_is_used_when_not_pinned(runs):
+    with runs.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES "
+            "(1, 'running', now() - interval '119 minutes'),"
+            "(2, 'running', now() - interval '121 minutes')"
+        )
+    contract = contract_from_mapping({})
+    with connect(runs.dsn, contract) as conn:
+        verdict = evaluate(
+            conn, contract, task_timeout=TIMEOUT, lease_s=LEASE, runtime_started_at=None
+        )
+    assert verdict.counts.live == 1
+    assert verdict.counts.stale == 1
+    assert abs((datetime.now(UTC) - verdict.checked_at).total_seconds()) < 60
+
+
+# --- per-row expiry column ----------------------------------------------------------------
+
+
+def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
+    with runs.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at, lease_expires_at) VALUES "
+            "(1, 'running', %(t)s - interval '5 hours', %(t)s + interval '1 minute'),"
+            "(2, 'running', %(t)s - interval '1 minute', %(t)s - interval '1 second')",
+            {"t": T0},
+        )
+    contract = contract_from_mapping({"lease": {"expires_at_column": "lease_expires_at"}})
+    with connect(runs.dsn, contract) as conn:
+        verdict = evaluate(
+            conn, contract, task_timeout=None, lease_s=None, runtime_started_at=None, as_of=T0
+        )
+    assert [c.id for c in verdict.live] == ["1"]  # old claim, but its lease was renewed
+    assert verdict.counts.stale == 1  # fresh claim whose expiry has passed
+    assert verdict.wait_upper_bound_s == 60.0
+
+
+# --- property: the SQL agrees with a plain-Python oracle ----------------------------------
+
+STATUSES = ["running", "busy", "open", "queued", "done", "failed"]
+row_strategy = st.tuples(
+    st.sampled_from(STATUSES),
+    st.one_of(
+        st.none(),
+        st.integers(min_value=-4 * int(LEASE), max_value=60).map(
+            lambda s: T0 + timedelta(seconds=s)
+        ),
+        st.sampled_from([T0 - timedelta(seconds=LEASE), STARTED, STARTED - timedelta(seconds=3)]),
+    ),
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    rows=st.lists(row_strategy, max_size=25),
+    started_offset_s=st.one_of(st.none(), st.integers(min_value=-3 * int(LEASE), max_value=0)),
+    skew_s=st.sampled_from([0, 3, 30]),
+    multiplier=st.sampled_from([1.0, 2.0, 2.5]),
+)
+def test_sql_classification_matches_the_python_oracle(
+    runs, rows, started_offset_s, skew_s, multiplier
+):
+    contract = contract_from_mapping(
+        {
+            "claimed_statuses": ["running", "busy"],
+            "queued_statuses": ["open", "queued"],
+            "clock_skew_s": skew_s,
+            "lease": {"multiplier": multiplier},
+        }
+    )
+    lease_s = multiplier * HOUR
+    started = None if started_offset_s is None else T0 + timedelta(seconds=started_offset_s)
+    table = [(i, status, claimed_at, None) for i, (status, claimed_at) in enumerate(rows)]
+    verdict = judge(runs, table, contract=contract, started=started, lease_s=lease_s)
+
+    expected = {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+    expected_live = set()
+    for i, status, claimed_at, _ in table:
+        cls = classify(
+            Row(i, status, claimed_at),
+            now=T0,
+            lease_s=lease_s,
+            claimed={"running", "busy"},
+            queued={"open", "queued"},
+            runtime_started_at=started,
+            clock_skew_s=skew_s,
+        )
+        if cls:
+            expected[cls] += 1
+        if cls == "live":
+            expected_live.add(str(i))
+    assert verdict.counts.as_dict() == expected
+    assert {c.id for c in verdict.live} == expected_live

@@ -1,0 +1,39 @@
+"""A plain-Python statement of DESIGN.md's judgment table, to cross-check the SQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+
+@dataclass(frozen=True)
+class Row:
+    id: int
+    status: str
+    claimed_at: datetime | None
+
+
+def classify(
+    row: Row,
+    *,
+    now: datetime,
+    lease_s: float,
+    claimed: set[str],
+    queued: set[str],
+    runtime_started_at: datetime | None,
+    clock_skew_s: float = 0.0,
+) -> str | None:
+    """queued / orphaned / stale / live, or None for rows the guard does not look at."""
+    if row.status in queued:
+        return "queued"
+    if row.status not in claimed:
+        return None
+    if row.claimed_at is None:
+        return "live"  # cannot be proven dead
+    if runtime_started_at is not None and row.claimed_at < runtime_started_at - timedelta(
+        seconds=clock_skew_s
+    ):
+        return "orphaned"
+    if row.claimed_at + timedelta(seconds=lease_s) <= now:
+        return "stale"
+    return "live"

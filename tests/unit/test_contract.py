@@ -1,0 +1,126 @@
+import pytest
+
+from leaseguard.contract import (
+    CONFIG_KEYS,
+    Contract,
+    contract_from_mapping,
+    load_config_file,
+    load_contract,
+    merge_layers,
+)
+from leaseguard.errors import ConfigError
+
+INVALID_CASES = [
+    ({"tabel": "x"}, "unknown config key(s): tabel"),
+    ({"lease": {"multipler": 2}}, "unknown config key(s): lease.multipler"),
+    ({"table": ""}, "table must be a non-empty string"),
+    ({"table": 5}, "table must be a non-empty string"),
+    ({"table": "x" * 64}, "table is longer than 63 bytes"),
+    ({"claimed_statuses": []}, "claimed_statuses must name at least one status"),
+    ({"claimed_statuses": [1]}, "claimed_statuses must be a list of non-empty strings"),
+    ({"queued_statuses": ["running"]}, "claimed_statuses and queued_statuses overlap"),
+    ({"lease": {"multiplier": 0.5}}, "lease.multiplier must be a finite number >= 1"),
+    ({"lease": {"multiplier": "inf"}}, "lease.multiplier must be a finite number >= 1"),
+    ({"lease": {"multiplier": True}}, "lease.multiplier must be a number"),
+    ({"lease": 3}, "lease must be a mapping"),
+    ({"task_timeout": {"source": "k8s"}}, "task_timeout.source must be one of"),
+    ({"task_timeout": {"default_s": 0}}, "task_timeout.default_s must be greater than 0"),
+    ({"task_timeout": {"default_s": -3}}, "task_timeout.default_s must be a finite number >= 0"),
+    ({"task_timeout": {"source": "fixed"}}, "task_timeout.value_s is required"),
+    ({"task_timeout": {"source": "systemd"}}, "task_timeout.unit is required"),
+    ({"task_timeout": {"source": "process"}}, "task_timeout.pid_file is required"),
+    ({"task_timeout": {"source": "env_file"}}, "task_timeout.path is required"),
+    ({"task_timeout": {"source": "command"}}, "task_timeout.command is required"),
+    ({"runtime": {"source": "fixed"}}, "runtime.started_at is required"),
+    ({"clock_skew_s": -1}, "clock_skew_s must be a finite number >= 0"),
+    ({"statement_timeout_ms": 0}, "statement_timeout_ms must be greater than 0"),
+    ({"statement_timeout_ms": "soon"}, "statement_timeout_ms must be a whole number"),
+]
+
+
+@pytest.mark.parametrize(("data", "message"), INVALID_CASES)
+def test_invalid_configs_are_rejected_naming_the_key(data, message):
+    with pytest.raises(ConfigError) as caught:
+        contract_from_mapping(data)
+    assert str(caught.value).startswith(message)
+
+
+def test_defaults_are_design_md_s_contract():
+    contract = contract_from_mapping({})
+    assert contract == Contract()
+    assert contract.table == "execution_runs"
+    assert contract.claimed_statuses == ("running",)
+    assert contract.queued_statuses == ("open",)
+    assert contract.lease.multiplier == 2.0
+    assert contract.task_timeout.variable == "APP_TASK_TIMEOUT_S"
+    assert contract.statement_timeout_ms == 5000
+
+
+def test_identifiers_are_kept_verbatim_for_quoting_later():
+    contract = contract_from_mapping({"table": "Execution Runs", "id_column": "runs; drop"})
+    assert contract.table == "Execution Runs"
+    assert contract.id_column == "runs; drop"
+
+
+def test_a_single_status_string_is_a_list_of_one():
+    assert contract_from_mapping({"claimed_statuses": "busy"}).claimed_statuses == ("busy",)
+
+
+def test_lock_timeout_never_exceeds_the_statement_budget():
+    contract = contract_from_mapping({"statement_timeout_ms": 500, "lock_timeout_ms": 2000})
+    assert contract.effective_lock_timeout_ms == 500
+
+
+class TestMergeLayers:
+    def test_later_layers_win_key_by_key(self):
+        merged = merge_layers({"table": "a", "lease": {"multiplier": 3}}, {"table": "b"})
+        assert merged == {"table": "b", "lease": {"multiplier": 3}}
+
+    def test_nested_sections_merge_instead_of_replacing(self):
+        merged = merge_layers(
+            {"task_timeout": {"source": "docker", "container": "api"}},
+            {"task_timeout": {"variable": "T"}},
+        )
+        assert merged["task_timeout"] == {"source": "docker", "container": "api", "variable": "T"}
+
+    def test_missing_layers_are_skipped(self):
+        assert merge_layers(None, {"table": "t"}, None) == {"table": "t"}
+
+
+def test_config_file_may_nest_keys_under_leaseguard(tmp_path):
+    path = tmp_path / "fabric.yaml"
+    path.write_text("leaseguard:\n  table: jobs\n  lease:\n    multiplier: 3\n")
+    contract = load_contract(load_config_file(path))
+    assert contract.table == "jobs"
+    assert contract.lease.multiplier == 3.0
+
+
+def test_config_file_errors_name_the_file_but_not_its_content(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("table: [unclosed password=hunter2\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path)
+    assert str(path) in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_every_documented_key_is_known():
+    for key in (
+        "table",
+        "id_column",
+        "status_column",
+        "claimed_statuses",
+        "queued_statuses",
+        "claimed_at_column",
+        "lease.multiplier",
+        "lease.expires_at_column",
+        "task_timeout.source",
+        "task_timeout.container",
+        "task_timeout.variable",
+        "task_timeout.default_s",
+        "runtime.source",
+        "runtime.container",
+        "clock_skew_s",
+        "statement_timeout_ms",
+    ):
+        assert key in CONFIG_KEYS

@@ -1,0 +1,192 @@
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from leaseguard.contract import contract_from_mapping
+from leaseguard.errors import LookupFailed
+from leaseguard.runtime import (
+    CommandResult,
+    env_value,
+    parse_container_inspect,
+    parse_env_file_line,
+    parse_process_start,
+    parse_systemctl_show,
+    parse_timestamp,
+    resolve_runtime_facts,
+)
+
+INSPECT = json.dumps(
+    [
+        {
+            "Config": {
+                "Env": [
+                    "PATH=/bin",
+                    "DATABASE_URL=postgres://u:hunter2@db/app",
+                    "APP_TASK_TIMEOUT_S=3600",
+                ]
+            },
+            "State": {"StartedAt": "2026-09-09T04:00:00.123456789Z", "Running": True},
+        }
+    ]
+)
+
+
+def test_inspect_gives_the_variable_and_the_start_time_with_timezone():
+    facts = parse_container_inspect(INSPECT, "docker container backend")
+    assert env_value(facts["env"], "APP_TASK_TIMEOUT_S") == "3600"
+    assert facts["started_at"] == datetime(2026, 9, 9, 4, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text", ["", "[]", "{}", "not json", '[{"Config": {}}]'])
+def test_inspect_output_that_is_not_a_container_fails_closed(text):
+    with pytest.raises(LookupFailed, match="inspect output is not a container description"):
+        parse_container_inspect(text, "docker container backend")
+
+
+def test_env_value_takes_the_last_assignment_and_only_exact_names():
+    env = ["A=1", "APP_TASK_TIMEOUT_S_OLD=5", "APP_TASK_TIMEOUT_S=10", "APP_TASK_TIMEOUT_S=20"]
+    assert env_value(env, "APP_TASK_TIMEOUT_S") == "20"
+    assert env_value(env, "MISSING") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-09-09T04:00:00Z", datetime(2026, 9, 9, 4, tzinfo=UTC)),
+        ("2026-09-09T04:00:00.5+00:00", datetime(2026, 9, 9, 4, 0, 0, 500000, tzinfo=UTC)),
+        ("2026-09-09T06:00:00+02:00", datetime(2026, 9, 9, 4, tzinfo=UTC)),
+    ],
+)
+def test_timestamps_keep_their_timezone(text, expected):
+    assert parse_timestamp(text, what="x") == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0001-01-01T00:00:00Z", "is not set"),
+        ("", "is not set"),
+        ("yesterday", "is not an ISO 8601 timestamp"),
+        ("2026-09-09T04:00:00", "has no timezone"),
+    ],
+)
+def test_bad_timestamps_fail_closed(text, message):
+    with pytest.raises(LookupFailed, match=message):
+        parse_timestamp(text, what="x")
+
+
+SYSTEMCTL = """\
+Environment=A=1 "APP_TASK_TIMEOUT_S=1800" "B=two words"
+ActiveEnterTimestamp=Sun 2026-11-29 08:38:08.250000 UTC
+ActiveState=active
+LoadState=loaded
+"""
+
+
+def test_systemctl_show_gives_environment_and_active_since():
+    unit = parse_systemctl_show(SYSTEMCTL, "app.service")
+    assert env_value(unit.environment, "APP_TASK_TIMEOUT_S") == "1800"
+    assert env_value(unit.environment, "B") == "two words"
+    assert unit.active_since == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
+
+
+def test_an_inactive_or_missing_unit_fails_closed():
+    with pytest.raises(LookupFailed, match="not found"):
+        parse_systemctl_show("LoadState=not-found\nActiveState=inactive\n", "x.service")
+    with pytest.raises(LookupFailed, match="not active"):
+        parse_systemctl_show("LoadState=loaded\nActiveState=failed\n", "x.service")
+
+
+def test_process_start_is_boot_time_plus_start_ticks():
+    # fields 3..21 (state S and 18 more), then field 22, starttime = 250 ticks
+    stat = "1234 (my (odd) worker) S " + " ".join(["0"] * 18) + " 250 0 0"
+    text = f"100\nbtime 1788926400\n{stat}\n"
+    started = parse_process_start(text, "pid 1234")
+    assert started == datetime.fromtimestamp(1788926400 + 2.5, UTC)
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("APP_TASK_TIMEOUT_S=3600\n", "3600"),
+        ('export APP_TASK_TIMEOUT_S="3600"\n', "3600"),
+        ("  APP_TASK_TIMEOUT_S='90.5'\n", "90.5"),
+        ("APP_TASK_TIMEOUT_S=3600 # one hour\n", "3600"),
+    ],
+)
+def test_env_file_lines_in_the_usual_spellings(line, value):
+    assert parse_env_file_line(line, "APP_TASK_TIMEOUT_S") == value
+
+
+class ScriptedRunner:
+    """Answers argv prefixes with canned output, as a host would."""
+
+    label = "app1"
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def run(self, argv):
+        self.calls.append(list(argv))
+        for prefix, result in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return result
+        return CommandResult(127, "")
+
+
+def test_one_inspect_call_serves_both_the_timeout_and_the_start():
+    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, INSPECT)})
+    facts = resolve_runtime_facts(contract_from_mapping({}), runner)
+    assert facts.task_timeout.seconds == 3600.0
+    assert facts.task_timeout.source == "docker:backend/APP_TASK_TIMEOUT_S"
+    assert facts.runtime_started_at.tzinfo is not None
+    assert len(runner.calls) == 1
+
+
+def test_a_missing_container_fails_closed_naming_host_and_container():
+    runner = ScriptedRunner({("docker", "inspect"): CommandResult(1, "")})
+    with pytest.raises(LookupFailed) as caught:
+        resolve_runtime_facts(contract_from_mapping({}), runner)
+    assert "host app1" in str(caught.value)
+    assert "docker container backend" in str(caught.value)
+
+
+def test_a_missing_variable_fails_closed_naming_it():
+    inspect = json.dumps(
+        [{"Config": {"Env": ["PATH=/bin"]}, "State": {"StartedAt": "2026-01-01T00:00:00Z"}}]
+    )
+    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, inspect)})
+    with pytest.raises(LookupFailed, match="variable APP_TASK_TIMEOUT_S is not set"):
+        resolve_runtime_facts(contract_from_mapping({}), runner)
+
+
+def test_a_garbage_value_fails_closed_without_echoing_it():
+    inspect = INSPECT.replace("APP_TASK_TIMEOUT_S=3600", "APP_TASK_TIMEOUT_S=hunter2")
+    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, inspect)})
+    with pytest.raises(LookupFailed) as caught:
+        resolve_runtime_facts(contract_from_mapping({}), runner)
+    assert "not a number of seconds" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_default_s_is_used_when_the_lookup_finds_nothing_and_the_verdict_says_assumed():
+    runner = ScriptedRunner({("docker", "inspect"): CommandResult(1, "")})
+    contract = contract_from_mapping({"task_timeout": {"default_s": 3600}})
+    facts = resolve_runtime_facts(contract, runner)
+    assert facts.task_timeout.seconds == 3600.0
+    assert facts.task_timeout.assumed is True
+    assert facts.runtime_started_at is None
+    assert any("assumed" in w for w in facts.warnings)
+
+
+def test_given_facts_skip_the_lookups():
+    runner = ScriptedRunner({})
+    started = datetime(2026, 1, 1, tzinfo=UTC)
+    facts = resolve_runtime_facts(
+        contract_from_mapping({}), runner, task_timeout_s=60.0, runtime_started_at=started
+    )
+    assert facts.task_timeout.seconds == 60.0
+    assert facts.runtime_started_at == started
+    assert runner.calls == []
