@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard import __version__
 from leaseguard.contract import Contract, load_config_file, load_contract
+from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
-from leaseguard.guard import check
-from leaseguard.runtime import LocalRunner, RuntimeFacts, resolve_runtime_facts
+from leaseguard.fronts import drain_host, terminate_as_interrupt
+from leaseguard.options import drain_options
+from leaseguard.progress import progress_for
+from leaseguard.session import local_session
 from leaseguard.timeouts import parse_timeout_s
 from leaseguard.verdict import Verdict, failure_timeline
 
@@ -51,7 +56,55 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_contract_options(check_parser)
     check_parser.set_defaults(handler=run_check)
+    drain_parser = commands.add_parser(
+        "drain",
+        help="pause intake, wait until no live lease remains (bounded by the lease), resume",
+        description="Pause intake, then poll until no live lease remains or the deadline "
+        "passes; intake is resumed on every exit path. Exit status: 0 drained, 75 deadline "
+        "reached with live leases, 1 failed, 2 usage.",
+    )
+    add_contract_options(drain_parser)
+    add_drain_options(drain_parser)
+    drain_parser.set_defaults(handler=run_drain)
     return parser
+
+
+def add_drain_options(parser: argparse.ArgumentParser) -> None:
+    drain = parser.add_argument_group("drain")
+    drain.add_argument(
+        "--deadline-s",
+        type=float,
+        metavar="N",
+        help="give up after N seconds (default and maximum: the longest "
+        "remaining lease seen at the start)",
+    )
+    drain.add_argument(
+        "--poll-s",
+        type=float,
+        metavar="N",
+        help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
+    )
+    drain.add_argument(
+        "--pause-cron-job",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="pg_cron job(s) to deactivate during the drain and reactivate after",
+    )
+    drain.add_argument(
+        "--cron-database",
+        metavar="DB",
+        help="database holding pg_cron's cron.job (default: the DSN's)",
+    )
+    drain.add_argument(
+        "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
+    )
+    drain.add_argument(
+        "--resume-command",
+        metavar="CMD",
+        help="shell command that restarts intake afterwards (always run)",
+    )
+    drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
 
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
@@ -161,8 +214,8 @@ def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     return layer
 
 
-def runtime_facts_from_args(args: argparse.Namespace, contract: Contract) -> RuntimeFacts:
-    """Flags win over lookups; what no flag gives is looked up on this machine."""
+def given_facts(args: argparse.Namespace) -> dict[str, Any]:
+    """Facts given as flags win over lookups; what no flag gives is looked up here."""
     task_timeout_s = None
     if args.task_timeout_s is not None:
         try:
@@ -170,12 +223,7 @@ def runtime_facts_from_args(args: argparse.Namespace, contract: Contract) -> Run
         except LeaseguardError as exc:
             raise ConfigError(str(exc)) from None
     started_at = parse_started_at(args.runtime_started_at) if args.runtime_started_at else None
-    return resolve_runtime_facts(
-        contract,
-        LocalRunner(),
-        task_timeout_s=task_timeout_s,
-        runtime_started_at=started_at,
-    )
+    return {"task_timeout_s": task_timeout_s, "runtime_started_at": started_at}
 
 
 def parse_started_at(text: str) -> datetime:
@@ -194,16 +242,11 @@ def resolve_dsn(args: argparse.Namespace) -> str:
 
 def run_check(args: argparse.Namespace) -> int:
     contract = contract_from_args(args)
+    facts = given_facts(args)
     host = socket.gethostname()
     try:
-        facts = runtime_facts_from_args(args, contract)
-        verdict = check(
-            resolve_dsn(args),
-            contract,
-            task_timeout=facts.task_timeout,
-            runtime_started_at=facts.runtime_started_at,
-            host=host,
-        )
+        with local_session(contract, resolve_dsn(args), **facts) as session:
+            verdict = session.judge()
     except ConfigError:
         raise
     except LeaseguardError as exc:
@@ -211,6 +254,57 @@ def run_check(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     report_verdict(verdict, as_json=args.json)
     return verdict.exit_status
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    contract = contract_from_args(args)
+    facts = given_facts(args)
+    options = drain_options(
+        {
+            "deadline_s": args.deadline_s,
+            "poll_s": args.poll_s,
+            "pause_cron_jobs": args.pause_cron_job,
+            "cron_database": args.cron_database,
+            "pause_command": args.pause_command,
+            "resume_command": args.resume_command,
+        }
+    )
+    configure_logging(verbose=args.verbose)
+    host = socket.gethostname()
+    try:
+        with (
+            local_session(contract, resolve_dsn(args), **facts) as session,
+            terminate_as_interrupt(),
+        ):
+            result = drain_host(session, options, progress_for(sys.stderr))
+    except KeyboardInterrupt:
+        print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
+        return EXIT_FAILED
+    except LeaseguardError as exc:
+        report_failure(exc, host, as_json=args.json)
+        return EXIT_FAILED
+    report_drain(result, as_json=args.json)
+    return result.exit_status
+
+
+def report_drain(result: DrainResult, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(result.as_dict()))
+        return
+    if result.verdict is not None:
+        print(result.verdict.timeline())
+    if result.error is not None:
+        print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
+
+
+def configure_logging(*, verbose: bool) -> None:
+    logging.Formatter.converter = time.gmtime
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)sZ leaseguard %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+    )
 
 
 def report_verdict(verdict: Verdict, *, as_json: bool) -> None:

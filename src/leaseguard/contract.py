@@ -238,7 +238,7 @@ def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
         unit=_optional_text(data, "unit", prefix=prefix),
         pid_file=_optional_text(data, "pid_file", prefix=prefix),
         path=_optional_text(data, "path", prefix=prefix),
-        command=_command(data, "command", prefix=prefix),
+        command=parse_command(data, "command", prefix=prefix),
         engine=_choice(data, "engine", default.engine, ("docker", "podman"), prefix=prefix),
     )
     _require_for_source(lookup.source, _TASK_TIMEOUT_NEEDS, lookup, prefix)
@@ -391,7 +391,7 @@ def _choice(
     return value
 
 
-def _command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
+def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
     value = data.get(key)
     if value is None:
         return ()

@@ -7,6 +7,7 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
+from leaseguard.clock import ClockOffset
 from leaseguard.contract import Contract
 from leaseguard.db import connect, guard_transaction
 from leaseguard.errors import ConfigError, SchemaMismatch
@@ -65,14 +66,26 @@ def evaluate(
     runtime_started_at: datetime | None,
     host: str | None = None,
     as_of: datetime | None = None,
+    clock_offset: ClockOffset | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> Verdict:
-    """Judge on an open guard connection (a drain loop reuses one across polls).
+    """Judge on an open guard connection.
 
-    `as_of` replaces the database's now() for tests that pin a boundary to the microsecond;
-    production callers leave it None.
+    `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
+    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
+    microsecond; production callers leave it None.
     """
+    tolerance_s = contract.clock_skew_s
+    if clock_offset is not None:
+        tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
+        if clock_offset.exceeds(contract.clock_skew_s):
+            warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
     params = predicate_params(
-        contract, lease_s=lease_s, runtime_started_at=runtime_started_at, as_of=as_of
+        contract,
+        lease_s=lease_s,
+        runtime_started_at=runtime_started_at,
+        as_of=as_of,
+        tolerance_s=tolerance_s,
     )
     with guard_transaction(conn, contract) as cur:
         verify_schema(cur, contract)
@@ -88,6 +101,8 @@ def evaluate(
         wait_upper_bound_s=_wait_upper_bound(live, lease_s),
         table=contract.table_label,
         host=host,
+        clock_offset_s=clock_offset.offset_s if clock_offset else None,
+        warnings=warnings,
     )
 
 

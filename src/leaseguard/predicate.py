@@ -99,12 +99,18 @@ def predicate_params(
     lease_s: float | None,
     runtime_started_at: datetime | None,
     as_of: datetime | None = None,
+    tolerance_s: float | None = None,
     live_limit: int = 100,
 ) -> dict[str, Any]:
-    """Bind values for both queries; the orphan cut-off is computed here, once."""
+    """Bind values for both queries; the orphan cut-off is computed here, once.
+
+    `tolerance_s` defaults to the contract's clock_skew_s; callers that measured the
+    host-vs-database offset pass a wider one.
+    """
     cutoff = None
     if runtime_started_at is not None:
-        cutoff = runtime_started_at - timedelta(seconds=contract.clock_skew_s)
+        tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
+        cutoff = runtime_started_at - timedelta(seconds=tolerance)
     return {
         "as_of": as_of,
         "claimed": list(contract.claimed_statuses),

@@ -15,6 +15,7 @@ import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ class Runner(Protocol):
 class LocalRunner:
     """Runs lookups on this machine (the `leaseguard` CLI on the app host itself)."""
 
-    label = "localhost"
+    label = socket.gethostname()
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         if shutil.which(argv[0]) is None:

@@ -1,0 +1,320 @@
+"""Drain: pause intake, wait until no live lease remains, resume intake on every exit path.
+
+The wait is bounded by the protected system's own contract: the deadline defaults to the
+longest remaining lease seen at the start and is never longer, because past it every row
+belongs to the reaper, not to the guard.
+
+Quiet when idle, observable always: a poll that changes nothing logs at DEBUG only and
+bumps a counter; a state change (a lease ends, a new claim appears) logs at INFO; the
+counters are reported at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+
+from leaseguard.errors import EXIT_DEFER, EXIT_FAILED, EXIT_PROCEED, LeaseguardError, LookupFailed
+from leaseguard.runtime import Runner
+from leaseguard.verdict import Verdict
+
+log = logging.getLogger("leaseguard.drain")
+
+DEFAULT_POLL_S = 5.0
+MAX_CONSECUTIVE_ERRORS = 3
+
+
+@dataclass
+class DrainCounters:
+    """Process-lifetime counters of one drain, reported at the end."""
+
+    polls: int = 0
+    idle_polls: int = 0
+    live_count_changes: int = 0
+    leases_ended: int = 0
+    claims_appeared: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "polls": self.polls,
+            "idle_polls": self.idle_polls,
+            "live_count_changes": self.live_count_changes,
+            "leases_ended": self.leases_ended,
+            "claims_appeared": self.claims_appeared,
+            "errors": dict(self.errors),
+        }
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    drained: bool
+    verdict: Verdict | None
+    elapsed_s: float
+    deadline_s: float
+    counters: DrainCounters
+    error: LeaseguardError | None = None
+
+    @property
+    def exit_status(self) -> int:
+        if self.error is not None:
+            return EXIT_FAILED
+        return EXIT_PROCEED if self.drained else EXIT_DEFER
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decision": "proceed" if self.drained else ("failed" if self.error else "defer"),
+            "drained": self.drained,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "deadline_s": round(self.deadline_s, 3),
+            "counters": self.counters.snapshot(),
+            "verdict": self.verdict.as_dict() if self.verdict else None,
+            "error": {"type": self.error.kind, "message": str(self.error)} if self.error else None,
+        }
+
+
+class Progress(Protocol):
+    """Where a person watches the drain: a terminal bar, or nothing between state changes."""
+
+    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoProgress:
+    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Intake(Protocol):
+    """Stops new claims during the drain; resume() must undo exactly what pause() did."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass
+class Drainer:
+    """The drain loop over any `judge` (a GuardSession.judge, or a fake in unit tests)."""
+
+    judge: Callable[[], Verdict]
+    poll_s: float = DEFAULT_POLL_S
+    deadline_s: float | None = None
+    progress: Progress = field(default_factory=NoProgress)
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    counters: DrainCounters = field(default_factory=DrainCounters)
+
+    def run(self, intake: Intake | None = None) -> DrainResult:
+        started = self.clock()
+        try:
+            if intake is not None:
+                intake.pause()
+            return self._wait(started)
+        except LeaseguardError as exc:  # the pause itself failed: nothing was waited for
+            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+        finally:
+            if intake is not None:
+                intake.resume()
+            self.progress.close()
+            log.info("drain counters %s", _fields(self.counters.snapshot()))
+
+    def _wait(self, started: float) -> DrainResult:
+        try:
+            verdict = self._poll()
+        except LeaseguardError as exc:
+            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+        deadline = verdict.wait_upper_bound_s
+        if self.deadline_s is not None:
+            deadline = min(deadline, self.deadline_s)
+        log.info(
+            "drain host=%s start live=%d deadline_s=%.0f",
+            verdict.host or "-",
+            verdict.counts.live,
+            deadline,
+        )
+        errors_in_a_row = 0
+        while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
+            self.progress.update(verdict, elapsed, deadline)
+            self.sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
+            try:
+                verdict = self._next(verdict)
+                errors_in_a_row = 0
+            except LeaseguardError as exc:
+                errors_in_a_row += 1
+                if errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:
+                    return DrainResult(
+                        False, verdict, self.clock() - started, deadline, self.counters, exc
+                    )
+        elapsed = self.clock() - started
+        drained = not verdict.counts.live
+        log.info(
+            "drain host=%s %s live=%d elapsed_s=%.1f",
+            verdict.host or "-",
+            "drained" if drained else "deadline reached",
+            verdict.counts.live,
+            elapsed,
+        )
+        return DrainResult(drained, verdict, elapsed, deadline, self.counters)
+
+    def _poll(self) -> Verdict:
+        self.counters.polls += 1
+        try:
+            return self.judge()
+        except LeaseguardError as exc:
+            self.counters.errors[exc.kind] += 1
+            log.warning("drain poll failed error=%s reason=%s", exc.kind, exc)
+            raise
+
+    def _next(self, before: Verdict) -> Verdict:
+        after = self._poll()
+        ended = _ids(before) - _ids(after)
+        appeared = _ids(after) - _ids(before)
+        if before.counts.live == after.counts.live and not ended and not appeared:
+            self.counters.idle_polls += 1
+            log.debug("drain poll idle live=%d", after.counts.live)
+            return after
+        self.counters.live_count_changes += before.counts.live != after.counts.live
+        self.counters.leases_ended += len(ended)
+        self.counters.claims_appeared += len(appeared)
+        log.info(
+            "drain host=%s live %d -> %d ended=%s appeared=%s",
+            after.host or "-",
+            before.counts.live,
+            after.counts.live,
+            _id_list(ended),
+            _id_list(appeared),
+        )
+        return after
+
+
+def _ids(verdict: Verdict) -> set[str]:
+    return {claim.id for claim in verdict.live}
+
+
+def _id_list(ids: set[str]) -> str:
+    return ",".join(sorted(ids)[:10]) or "-"
+
+
+def _fields(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+# --- intake pauses ------------------------------------------------------------------------
+
+
+class CronJobsPause:
+    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused."""
+
+    def __init__(
+        self,
+        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+        job_names: Sequence[str],
+    ) -> None:
+        self.connect = connect
+        self.job_names = list(job_names)
+        self.paused: list[tuple[int, str]] = []
+
+    def pause(self) -> None:
+        try:
+            self._pause()
+        except psycopg.Error as exc:
+            raise LookupFailed(
+                f"cannot pause pg_cron job(s) {', '.join(self.job_names)} ({type(exc).__name__})"
+            ) from None
+
+    def resume(self) -> None:
+        try:
+            self._resume()
+        except psycopg.Error as exc:
+            names = ", ".join(name for _, name in self.paused)
+            raise LookupFailed(
+                f"cannot resume pg_cron job(s) {names}; they are still paused "
+                f"({type(exc).__name__})"
+            ) from None
+
+    def _pause(self) -> None:
+        with self.connect() as conn:
+            rows = conn.execute(
+                "SELECT jobid, jobname, active FROM cron.job WHERE jobname = ANY(%s)",
+                (self.job_names,),
+            ).fetchall()
+            missing = sorted(set(self.job_names) - {name for _, name, _ in rows})
+            if missing:
+                raise LookupFailed(f"pg_cron job(s) not found: {', '.join(missing)}")
+            for jobid, name, active in rows:
+                if active:
+                    conn.execute("SELECT cron.alter_job(%s, active := false)", (jobid,))
+                    self.paused.append((jobid, name))
+                    log.info("intake paused pg_cron job=%s", name)
+
+    def _resume(self) -> None:
+        with self.connect() as conn:
+            while self.paused:
+                jobid, name = self.paused[0]
+                conn.execute("SELECT cron.alter_job(%s, active := true)", (jobid,))
+                self.paused.pop(0)
+                log.info("intake resumed pg_cron job=%s", name)
+
+
+class CommandPause:
+    """Run a configured pause command on the host before waiting, and its resume after."""
+
+    def __init__(self, runner: Runner, pause: Sequence[str], resume: Sequence[str]) -> None:
+        self.runner = runner
+        self.pause_argv = list(pause)
+        self.resume_argv = list(resume)
+        self.paused = False
+
+    def pause(self) -> None:
+        self._run(self.pause_argv, "pause")
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self._run(self.resume_argv, "resume")
+            self.paused = False
+
+    def _run(self, argv: list[str], what: str) -> None:
+        result = self.runner.run(argv)
+        if result.exit_code != 0:
+            raise LookupFailed(
+                f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
+            )
+        log.info("intake %s command ran host=%s", what, self.runner.label)
+
+
+class Intakes:
+    """Several intake pauses as one: resumed in reverse order, each attempted."""
+
+    def __init__(self, parts: Sequence[Intake]) -> None:
+        self.parts = list(parts)
+        self.active: list[Intake] = []
+
+    def pause(self) -> None:
+        for part in self.parts:
+            part.pause()
+            self.active.append(part)
+
+    def resume(self) -> None:
+        failures: list[LeaseguardError] = []
+        while self.active:
+            part = self.active.pop()
+            try:
+                part.resume()
+            except LeaseguardError as exc:
+                failures.append(exc)
+                log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
+        if failures:
+            raise failures[0]

@@ -1,0 +1,302 @@
+"""Fabric tasks `guard` and `drain`: a thin front over the core.
+
+`fab -H app1,app2 guard` checks all hosts in parallel and exits once, with the worst
+status (1 if any check failed, else 75 if any host defers, else 0). Fabric itself would
+run a task once per host, serially; the small executor below hands our tasks the whole
+host list instead, and is installed through this collection's own config.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from fabric import Config, Connection, Executor, task
+from invoke.collection import Collection
+from invoke.context import Context
+from invoke.exceptions import Exit
+
+from leaseguard.contract import Contract, load_contract
+from leaseguard.errors import (
+    EXIT_DEFER,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    ConfigError,
+    LeaseguardError,
+)
+from leaseguard.fronts import drain_host, terminate_as_interrupt
+from leaseguard.options import DrainOptions, drain_options
+from leaseguard.progress import progress_for
+from leaseguard.session import ssh_session
+from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.verdict import Verdict, failure_timeline, timeline_line
+
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+MAX_PARALLEL_HOSTS = 32
+T = TypeVar("T")
+
+
+class FleetExecutor(Executor):  # type: ignore[misc]
+    """Runs tasks marked `fleet` once with every -H host, other tasks as Fabric does."""
+
+    def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
+        expanded: list[Any] = []
+        host_str = self.core[0].args.hosts.value if apply_hosts else None
+        for call in calls:
+            body = getattr(getattr(call, "task", call), "body", None)
+            if getattr(body, "leaseguard_fleet", False):
+                hosts = host_str.split(",") if host_str else []
+                self.config.load_overrides({FLEET_HOSTS_KEY: hosts})
+                expanded.append(call)
+            else:
+                expanded.extend(super().expand_calls([call], apply_hosts=apply_hosts))
+        return expanded
+
+
+def fleet(body: Callable[..., Any]) -> Callable[..., Any]:
+    body.leaseguard_fleet = True  # type: ignore[attr-defined]
+    return body
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """The `leaseguard:` section of Fabric config, validated."""
+
+    contract: Contract
+    conninfo: str
+    address: DatabaseAddress
+    ssh: SshOptions
+    drain: DrainOptions
+
+
+def settings_from_config(config: Any) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+    section = _plain(config.get("leaseguard", {}) or {})
+    connection = dict(section.pop("connection", {}) or {})
+    drain = section.pop("drain", {}) or {}
+    dsn = connection.pop("dsn", None) or os.environ.get("LEASEGUARD_DSN", "")
+    address = DatabaseAddress(
+        host=str(connection.pop("db_host", "127.0.0.1")),
+        port=int(connection.pop("db_port", 5432)),
+    )
+    ssh = SshOptions(
+        known_hosts=connection.pop("known_hosts", None),
+        accept_unknown_host_keys=bool(connection.pop("accept_unknown_host_keys", False)),
+        gateway=connection.pop("gateway", None),
+    )
+    if connection:
+        names = ", ".join(f"connection.{k}" for k in sorted(connection))
+        raise ConfigError(f"unknown config key(s): {names}")
+    return FabricSettings(load_contract(section), dsn, address, ssh, drain_options(drain))
+
+
+def _plain(value: Any) -> Any:
+    """invoke's DataProxy -> plain dicts/lists, so validation sees ordinary types."""
+    if hasattr(value, "keys"):
+        return {str(k): _plain(value[k]) for k in value.keys()}  # noqa: SIM118
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _hosts(c: Context) -> list[str]:
+    if isinstance(c, Connection):  # run by a plain Fabric executor: one host per call
+        return [c.original_host]
+    hosts = list(c.config.get(FLEET_HOSTS_KEY) or [])
+    if not hosts:
+        raise Exit("leaseguard: give the hosts to check with -H host1,host2", code=EXIT_USAGE)
+    return hosts
+
+
+def _for_each_host(hosts: list[str], work: Callable[[str], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=min(len(hosts), MAX_PARALLEL_HOSTS)) as pool:
+        return list(pool.map(work, hosts))
+
+
+def _connection(host: str, c: Context, settings: FabricSettings) -> Connection:
+    config = c.config if isinstance(c.config, Config) else None
+    return make_connection(host, settings.ssh, config)
+
+
+def _settings_or_exit(c: Context) -> FabricSettings:
+    try:
+        return settings_from_config(c.config)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+
+
+# --- guard --------------------------------------------------------------------------------
+
+
+@task(
+    help={"json_": "print a JSON list (one object per host) instead of timeline lines"},
+)
+@fleet
+def guard(c: Context, json_: bool = False) -> None:
+    """Judge every host's live leases in parallel: exit 0 proceed, 75 defer, 1 failed."""
+    settings = _settings_or_exit(c)
+    outcomes = _for_each_host(_hosts(c), lambda host: _guard_one(host, c, settings))
+    if json_:
+        print(json.dumps([_outcome_dict(o) for o in outcomes]))
+    else:
+        for outcome in outcomes:
+            print(_outcome_line(outcome))
+    _exit_with(_worst([_outcome_status(o) for o in outcomes]))
+
+
+Outcome = tuple[str, Verdict | LeaseguardError]
+
+
+def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
+    connection = _connection(host, c, settings)
+    try:
+        with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
+            return host, s.judge()
+    except LeaseguardError as exc:
+        return host, exc
+    finally:
+        connection.close()
+
+
+def _outcome_status(outcome: Outcome) -> int:
+    result = outcome[1]
+    return result.exit_status if isinstance(result, Verdict) else EXIT_FAILED
+
+
+def _outcome_line(outcome: Outcome) -> str:
+    host, result = outcome
+    if isinstance(result, Verdict):
+        return result.timeline()
+    from datetime import UTC, datetime
+
+    return f"{failure_timeline(datetime.now(UTC), host, result)} reason={json.dumps(str(result))}"
+
+
+def _outcome_dict(outcome: Outcome) -> dict[str, Any]:
+    host, result = outcome
+    if isinstance(result, Verdict):
+        return result.as_dict()
+    return {
+        "decision": "failed",
+        "host": host,
+        "error": {"type": result.kind, "message": str(result)},
+    }
+
+
+def _worst(statuses: list[int]) -> int:
+    if EXIT_FAILED in statuses:
+        return EXIT_FAILED
+    if EXIT_DEFER in statuses:
+        return EXIT_DEFER
+    return EXIT_PROCEED
+
+
+def _exit_with(status: int) -> None:
+    if status != EXIT_PROCEED:
+        raise Exit(code=status)
+
+
+# --- drain --------------------------------------------------------------------------------
+
+
+@task(
+    help={
+        "deadline_s": "give up after N seconds (default and maximum: the longest remaining "
+        "lease seen at the start)",
+        "poll_s": "seconds between polls (default 5)",
+        "pause_cron_job": "pg_cron job to deactivate during the drain and reactivate after "
+        "(repeatable)",
+        "json_": "print the drain result as JSON",
+    },
+    iterable=["pause_cron_job"],
+)
+@fleet
+def drain(
+    c: Context,
+    deadline_s: float | None = None,
+    poll_s: float | None = None,
+    pause_cron_job: list[str] | None = None,
+    json_: bool = False,
+) -> None:
+    """Pause intake, wait until no live lease remains (lease-bounded), resume intake."""
+    settings = _settings_or_exit(c)
+    options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job)
+    hosts = _hosts(c)
+    _configure_logging()
+    progress = progress_for(sys.stderr) if len(hosts) == 1 else None
+    with terminate_as_interrupt():
+        statuses = _for_each_host(
+            hosts, lambda host: _drain_one(host, c, settings, options, progress, json_)
+        )
+    _exit_with(_worst(statuses))
+
+
+def _drain_overrides(
+    base: DrainOptions, deadline_s: Any, poll_s: Any, jobs: list[str] | None
+) -> DrainOptions:
+    merged = {k: getattr(base, k) for k in DrainOptions.__dataclass_fields__}
+    if deadline_s is not None:
+        merged["deadline_s"] = deadline_s
+    if poll_s is not None:
+        merged["poll_s"] = poll_s
+    if jobs:
+        merged["pause_cron_jobs"] = list(jobs)
+    try:
+        return drain_options(merged)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+
+
+def _drain_one(
+    host: str,
+    c: Context,
+    settings: FabricSettings,
+    options: DrainOptions,
+    progress: Any,
+    json_output: bool,
+) -> int:
+    connection = _connection(host, c, settings)
+    try:
+        with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
+            result = drain_host(s, options, progress)
+    except LeaseguardError as exc:
+        print(_outcome_line((host, exc)))
+        return EXIT_FAILED
+    finally:
+        connection.close()
+    if json_output:
+        print(json.dumps(result.as_dict()))
+    elif result.verdict is not None:
+        print(result.verdict.timeline())
+    if result.error is not None:
+        print(_outcome_line((host, result.error)))
+    return result.exit_status
+
+
+def _configure_logging() -> None:
+    import time
+
+    logging.Formatter.converter = time.gmtime
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)sZ leaseguard %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def collection() -> Collection:
+    """The task collection a fabfile exposes: `ns = collection()`."""
+    ns = Collection(guard, drain)
+    ns.configure({"tasks": {"executor_class": "leaseguard.fabric_tasks.FleetExecutor"}})
+    return ns
+
+
+__all__ = ["FleetExecutor", "collection", "drain", "guard", "timeline_line"]

@@ -1,0 +1,44 @@
+"""What every front (CLI, Fabric, Ansible) does the same way around a session."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+from leaseguard.drain import Drainer, DrainResult, NoProgress, Progress
+from leaseguard.options import DrainOptions, build_intake
+from leaseguard.session import GuardSession
+
+
+def drain_host(
+    session: GuardSession, options: DrainOptions, progress: Progress | None = None
+) -> DrainResult:
+    """Pause intake, wait for the live leases to end (lease-bounded), resume intake."""
+    intake = build_intake(options, session.connect_writable, session.runner)
+    drainer = Drainer(
+        session.judge,
+        poll_s=options.poll_s,
+        deadline_s=options.deadline_s,
+        progress=progress or NoProgress(),
+    )
+    return drainer.run(intake)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so `finally` blocks resume intake before the exit."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,85 @@
+"""Options beside the contract, shared by the fronts: where the database is, how to drain.
+
+Fabric config and Ansible vars hold them in sections next to the contract keys
+(`connection:` and `drain:`), so the contract itself stays exactly DESIGN.md's table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from leaseguard.contract import parse_command
+from leaseguard.drain import DEFAULT_POLL_S, CommandPause, CronJobsPause, Intake, Intakes
+from leaseguard.errors import ConfigError
+from leaseguard.runtime import Runner
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    poll_s: float = DEFAULT_POLL_S
+    deadline_s: float | None = None
+    pause_cron_jobs: tuple[str, ...] = ()
+    cron_database: str | None = None
+    pause_command: tuple[str, ...] = ()
+    resume_command: tuple[str, ...] = ()
+
+
+_DRAIN_KEYS = {f for f in DrainOptions.__dataclass_fields__}
+
+
+def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
+    """Validate the `drain:` section; messages name the key."""
+    data = dict(data or {})
+    unknown = sorted(set(data) - _DRAIN_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join('drain.' + k for k in unknown)}")
+    jobs = data.get("pause_cron_jobs") or ()
+    if isinstance(jobs, str):
+        jobs = (jobs,)
+    if not all(isinstance(j, str) and j for j in jobs):
+        raise ConfigError("drain.pause_cron_jobs must be a list of job names")
+    pause = parse_command(data, "pause_command", prefix="drain.")
+    resume = parse_command(data, "resume_command", prefix="drain.")
+    if bool(pause) != bool(resume):
+        raise ConfigError("drain.pause_command and drain.resume_command go together")
+    return DrainOptions(
+        poll_s=_positive(data, "poll_s", DEFAULT_POLL_S),
+        deadline_s=_positive(data, "deadline_s", None),
+        pause_cron_jobs=tuple(jobs),
+        cron_database=data.get("cron_database"),
+        pause_command=pause,
+        resume_command=resume,
+    )
+
+
+def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
+    value = data.get(key)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"drain.{key} must be a number of seconds") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(f"drain.{key} must be greater than 0")
+    return number
+
+
+def build_intake(
+    options: DrainOptions,
+    connect: Callable[[str | None], AbstractContextManager[psycopg.Connection[Any]]],
+    runner: Runner,
+) -> Intake | None:
+    """The intake pauses the options ask for, as one; None when none is asked for."""
+    parts: list[Intake] = []
+    if options.pause_cron_jobs:
+        parts.append(CronJobsPause(lambda: connect(options.cron_database), options.pause_cron_jobs))
+    if options.pause_command:
+        parts.append(CommandPause(runner, options.pause_command, options.resume_command))
+    return Intakes(parts) if parts else None

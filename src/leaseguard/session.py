@@ -1,0 +1,137 @@
+"""A guard session on one host: look up once, then judge as often as needed.
+
+The same session serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over
+SSH with a tunnel) and the Ansible action plugin. Each judgment opens its own short
+database connection, so a drain loop survives a server-side idle timeout and reports a
+dropped tunnel as a failed poll instead of hanging on a dead socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import psycopg
+from fabric import Connection
+from psycopg.conninfo import make_conninfo
+
+from leaseguard.clock import host_clock, measure_offset
+from leaseguard.contract import Contract
+from leaseguard.db import connect
+from leaseguard.errors import ConfigError
+from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
+from leaseguard.ssh import DatabaseAddress, FabricRunner, database_tunnel
+from leaseguard.verdict import Verdict
+
+
+class GuardSession:
+    """Judges one host's table with the facts looked up on that host."""
+
+    def __init__(
+        self, contract: Contract, conninfo: str, facts: RuntimeFacts, runner: Runner
+    ) -> None:
+        self.contract = contract
+        self.conninfo = conninfo
+        self.facts = facts
+        self.runner = runner
+        self.lease_s = lease_seconds(contract, facts.task_timeout)
+
+    @property
+    def host(self) -> str:
+        return self.runner.label
+
+    def judge(self) -> Verdict:
+        """One check: connect, measure the clocks, evaluate, disconnect."""
+        with connect(self.conninfo, self.contract) as conn:
+            offset = None
+            if self.facts.runtime_started_at is not None:
+                offset = measure_offset(host_clock(self.runner), _db_clock(conn))
+            return evaluate(
+                conn,
+                self.contract,
+                task_timeout=self.facts.task_timeout,
+                lease_s=self.lease_s,
+                runtime_started_at=self.facts.runtime_started_at,
+                host=self.host,
+                clock_offset=offset,
+                warnings=self.facts.warnings,
+            )
+
+    def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
+        """A normal (not read-only) connection through the same path, for intake pauses."""
+        conninfo = make_conninfo(self.conninfo, dbname=dbname) if dbname else self.conninfo
+        conn = connect(conninfo, self.contract)
+        conn.read_only = False
+        conn.isolation_level = None
+        conn.autocommit = True
+        return conn
+
+
+def _db_clock(conn: psycopg.Connection[tuple[object, ...]]) -> _DbClock:
+    return _DbClock(conn)
+
+
+class _DbClock:
+    def __init__(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        self.conn = conn
+
+    def __call__(self) -> float:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            row = cur.fetchone()
+        assert row is not None
+        return float(row[0])  # type: ignore[arg-type]
+
+
+@contextmanager
+def local_session(
+    contract: Contract,
+    conninfo: str,
+    *,
+    task_timeout_s: float | None = None,
+    runtime_started_at: datetime | None = None,
+) -> Iterator[GuardSession]:
+    """A session on this machine: lookups run locally, the DSN is used as given."""
+    runner = LocalRunner()
+    facts = resolve_runtime_facts(
+        contract, runner, task_timeout_s=task_timeout_s, runtime_started_at=runtime_started_at
+    )
+    yield GuardSession(contract, conninfo, facts, runner)
+
+
+@contextmanager
+def ssh_session(
+    connection: Connection,
+    contract: Contract,
+    conninfo: str,
+    address: DatabaseAddress,
+    *,
+    task_timeout_s: float | None = None,
+    runtime_started_at: datetime | None = None,
+) -> Iterator[GuardSession]:
+    """A session over SSH: lookups on the host, the database through a tunnel.
+
+    `conninfo` carries dbname/user/password; its host and port are replaced by the
+    tunnel's local end, so the database never needs an exposed port.
+    """
+    _reject_host_in_conninfo(conninfo)
+    runner = FabricRunner(connection)
+    facts = resolve_runtime_facts(
+        contract, runner, task_timeout_s=task_timeout_s, runtime_started_at=runtime_started_at
+    )
+    with database_tunnel(connection, address) as local_port:
+        tunnelled = make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))
+        yield GuardSession(contract, tunnelled, facts, runner)
+
+
+def _reject_host_in_conninfo(conninfo: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise ConfigError("the DSN is not a valid libpq connection string") from None
+    if "hostaddr" in params:
+        raise ConfigError("over SSH the database address is db_host/db_port, not hostaddr")

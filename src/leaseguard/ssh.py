@@ -1,0 +1,184 @@
+"""SSH: host-key policy, running lookups on a host, and the tunnel to its database.
+
+Fabric's Connection accepts any host key by default (paramiko's AutoAddPolicy) and never
+reads known_hosts. A guard that decides whether to kill work must know which host it
+asked, so leaseguard verifies host keys against known_hosts unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from fabric import Config, Connection
+
+from leaseguard.errors import TunnelError
+from leaseguard.runtime import LOOKUP_TIMEOUT_S, CommandResult
+
+TUNNEL_READY_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach a host: what Fabric users set, plus the host-key policy."""
+
+    user: str | None = None
+    port: int | None = None
+    key_filename: str | None = None
+    known_hosts: str | None = None
+    accept_unknown_host_keys: bool = False
+    gateway: str | None = None  # a ProxyJump-style "user@host:port"
+    connect_timeout_s: int = 10
+
+
+def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
+    """A Fabric Connection whose host keys are verified (unless explicitly accepted)."""
+    connect_kwargs: dict[str, Any] = {}
+    if options.key_filename:
+        connect_kwargs["key_filename"] = options.key_filename
+    gateway = None
+    if options.gateway:
+        gateway = make_connection(options.gateway, _gateway_options(options), config)
+    connection = Connection(
+        host,
+        user=options.user,
+        port=options.port,
+        config=config,
+        gateway=gateway,
+        connect_timeout=options.connect_timeout_s,
+        connect_kwargs=connect_kwargs,
+    )
+    apply_host_key_policy(connection, options)
+    return connection
+
+
+def _gateway_options(options: SshOptions) -> SshOptions:
+    return SshOptions(
+        key_filename=options.key_filename,
+        known_hosts=options.known_hosts,
+        accept_unknown_host_keys=options.accept_unknown_host_keys,
+        connect_timeout_s=options.connect_timeout_s,
+    )
+
+
+def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
+    """Load known_hosts (system, ssh_config's UserKnownHostsFile, explicit) and reject others."""
+    client = connection.client
+    client.load_system_host_keys()
+    for path in _known_hosts_files(connection, options):
+        if path.is_file():
+            client.load_host_keys(str(path))
+    if options.accept_unknown_host_keys:
+        client.set_missing_host_key_policy(paramiko.WarningPolicy())
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    gateway = connection.gateway
+    if isinstance(gateway, Connection):
+        apply_host_key_policy(gateway, options)
+
+
+def _known_hosts_files(connection: Connection, options: SshOptions) -> list[Path]:
+    configured = str(connection.ssh_config.get("userknownhostsfile", ""))
+    files = [Path(p).expanduser() for p in configured.split()]
+    if options.known_hosts:
+        files.append(Path(options.known_hosts).expanduser())
+    return files
+
+
+def open_connection(connection: Connection) -> None:
+    """Connect now, translating SSH failures into a TunnelError that names the host."""
+    try:
+        connection.open()
+    except paramiko.BadHostKeyException:
+        raise TunnelError(
+            f"host {connection.host}: host key does not match known_hosts (BadHostKeyException)"
+        ) from None
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise TunnelError(
+                f"host {connection.host}: host key is not in known_hosts; add it (ssh-keyscan) "
+                "or set accept_unknown_host_keys explicitly"
+            ) from None
+        raise TunnelError(f"host {connection.host}: SSH failed ({type(exc).__name__})") from None
+    except (OSError, EOFError) as exc:
+        raise TunnelError(
+            f"host {connection.host}:{connection.port}: cannot connect over SSH "
+            f"({type(exc).__name__})"
+        ) from None
+
+
+class FabricRunner:
+    """Runs lookup commands on a host over an open Fabric Connection."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.label = str(connection.host)
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        open_connection(self.connection)
+        try:
+            result = self.connection.run(
+                shlex.join(argv), hide=True, warn=True, in_stream=False, timeout=LOOKUP_TIMEOUT_S
+            )
+        except Exception as exc:  # invoke raises CommandTimedOut, paramiko its own errors
+            if type(exc).__name__ == "CommandTimedOut":
+                return CommandResult(124, "")
+            raise TunnelError(
+                f"host {self.label}: running a lookup over SSH failed ({type(exc).__name__})"
+            ) from None
+        return CommandResult(int(result.exited), str(result.stdout))
+
+
+@dataclass(frozen=True)
+class DatabaseAddress:
+    """The database as seen from the app host: by default its own loopback."""
+
+    host: str = "127.0.0.1"
+    port: int = 5432
+
+
+@contextmanager
+def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterator[int]:
+    """Forward a free local port to `address` through the host; yields the local port.
+
+    forward_local returns before its listener is bound, so the port is polled until it
+    accepts. The tunnel is closed on every exit path by forward_local's own context.
+    """
+    open_connection(connection)
+    local_port = _free_local_port()
+    try:
+        with connection.forward_local(
+            local_port, remote_port=address.port, remote_host=address.host, local_host="127.0.0.1"
+        ):
+            _wait_until_listening(local_port, connection.host)
+            yield local_port
+    except TunnelError:
+        raise
+    except (OSError, paramiko.SSHException) as exc:
+        raise TunnelError(
+            f"host {connection.host}: tunnel to {address.host}:{address.port} failed "
+            f"({type(exc).__name__})"
+        ) from None
+
+
+def _free_local_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_until_listening(port: int, host: str) -> None:
+    deadline = time.monotonic() + TUNNEL_READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.01)
+    raise TunnelError(f"host {host}: the tunnel's local listener never came up")

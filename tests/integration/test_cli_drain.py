@@ -1,0 +1,167 @@
+"""`leaseguard drain` against a real PostgreSQL with real pg_cron jobs."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.support.runs_table import create_runs_table
+
+pytestmark = pytest.mark.integration
+
+FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:00Z"]
+
+
+def drain_argv(db, *extra):
+    return [sys.executable, "-m", "leaseguard", "drain", "--dsn", db.dsn, *FACTS, *extra]
+
+
+def clean_env():
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
+
+
+def run_drain(db, *extra):
+    return subprocess.run(
+        drain_argv(db, *extra),
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def busy(db):
+    """A table with one live claim (id 1), claimed 30 minutes ago and silent since."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES "
+            "(1, 'running', now() - interval '30 min'), (2, 'open', NULL)"
+        )
+    return db
+
+
+@pytest.fixture
+def claim_job(db):
+    """A real pg_cron job standing in for the system's claim loop."""
+    with db.cluster.connect() as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
+            (f"claim_{db.name}", db.name),
+        )
+    return f"claim_{db.name}"
+
+
+def job_active(db, name):
+    with db.cluster.connect() as conn:
+        row = conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (name,)).fetchone()
+    return {True: "t", False: "f"}[row[0]]
+
+
+def finish_claim_later(db, delay_s):
+    def finish():
+        time.sleep(delay_s)
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+    thread = threading.Thread(target=finish)
+    thread.start()
+    return thread
+
+
+def wait_for(predicate, timeout_s=30):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_claim_released_mid_drain_exits_0_soon_after(busy):
+    finisher = finish_claim_later(busy, 1.0)
+    done = run_drain(busy, "--poll-s", "0.2")
+    finisher.join()
+    assert done.returncode == 0, done.stderr
+    assert "live 1 -> 0 ended=1" in done.stderr
+    assert "decision=proceed" in done.stdout
+
+
+def test_a_claim_never_released_exits_75_at_the_deadline(busy):
+    done = run_drain(busy, "--poll-s", "0.2", "--deadline-s", "1", "--json")
+    assert done.returncode == 75
+    assert '"drained": false' in done.stdout
+    assert '"deadline_s": 1.0' in done.stdout
+
+
+def test_idle_polls_produce_no_info_lines(busy):
+    done = run_drain(busy, "--poll-s", "0.05", "--deadline-s", "1.5")
+    assert done.returncode == 75
+    lines = done.stderr.strip().splitlines()
+    # start, end and counters only, although ~30 polls ran
+    assert len(lines) == 3, lines
+    assert "idle_polls=" in lines[-1]
+    idle = int(lines[-1].split("idle_polls=")[1].split()[0])
+    assert idle >= 5
+
+
+def test_an_empty_table_drains_immediately(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    assert run_drain(db).returncode == 0
+
+
+def test_pg_cron_jobs_are_paused_during_the_drain_and_active_afterwards(busy, claim_job):
+    seen = []
+    watcher = threading.Thread(
+        target=lambda: seen.append(wait_for(lambda: job_active(busy, claim_job) == "f"))
+    )
+    watcher.start()
+    finisher = finish_claim_later(busy, 1.5)
+    done = run_drain(
+        busy, "--poll-s", "0.2", "--pause-cron-job", claim_job, "--cron-database", "postgres"
+    )
+    finisher.join()
+    watcher.join()
+    assert done.returncode == 0, done.stderr
+    assert seen == [True]
+    assert job_active(busy, claim_job) == "t"
+    assert f"intake paused pg_cron job={claim_job}" in done.stderr
+    assert f"intake resumed pg_cron job={claim_job}" in done.stderr
+
+
+def test_an_unknown_cron_job_fails_closed_and_pauses_nothing(busy, claim_job):
+    done = run_drain(
+        busy, "--pause-cron-job", claim_job, "no_such_job", "--cron-database", "postgres"
+    )
+    assert done.returncode == 1
+    assert "pg_cron job(s) not found: no_such_job" in done.stderr
+    assert job_active(busy, claim_job) == "t"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_drain_still_resumes_the_jobs(busy, claim_job, signum):
+    proc = subprocess.Popen(
+        drain_argv(
+            busy, "--poll-s", "0.2", "--pause-cron-job", claim_job, "--cron-database", "postgres"
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert wait_for(lambda: job_active(busy, claim_job) == "f")
+        proc.send_signal(signum)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    assert "drain interrupted; intake was resumed" in stderr
+    assert job_active(busy, claim_job) == "t"

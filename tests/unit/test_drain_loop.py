@@ -1,0 +1,170 @@
+"""The drain loop with a scripted judge and a fake clock: no sleeps, exact counts."""
+
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from leaseguard.drain import Drainer, Intakes
+from leaseguard.errors import DatabaseUnavailable, LookupFailed, TunnelError
+from leaseguard.verdict import Counts, LiveClaim, Verdict
+
+NOW = datetime(2026, 9, 9, tzinfo=UTC)
+
+
+def verdict(*live_ids, remaining=600.0):
+    claims = tuple(LiveClaim(i, NOW, NOW, remaining) for i in live_ids)
+    return Verdict(
+        counts=Counts(live=len(claims)),
+        live=claims,
+        checked_at=NOW,
+        lease_s=7200.0,
+        task_timeout=None,
+        runtime_started_at=None,
+        wait_upper_bound_s=remaining if claims else 0.0,
+        table="execution_runs",
+        host="app1",
+    )
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 0.0
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def drainer(script, **kw):
+    """A Drainer whose judge answers from `script` (Verdicts or exceptions) in order."""
+    answers = iter(script)
+    fake = FakeTime()
+
+    def judge():
+        answer = next(answers)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    return Drainer(judge, clock=fake.clock, sleep=fake.sleep, **kw), fake
+
+
+class RecordingIntake:
+    def __init__(self, fail_pause=False):
+        self.events = []
+        self.fail_pause = fail_pause
+
+    def pause(self):
+        self.events.append("pause")
+        if self.fail_pause:
+            raise LookupFailed("pg_cron job(s) not found: claim")
+
+    def resume(self):
+        self.events.append("resume")
+
+
+def test_nothing_live_proceeds_after_one_poll():
+    loop, _ = drainer([verdict()])
+    result = loop.run()
+    assert result.drained and result.exit_status == 0
+    assert loop.counters.polls == 1
+
+
+def test_waits_until_the_last_lease_ends_then_exits_0():
+    loop, fake = drainer([verdict("1", "2"), verdict("1", "2"), verdict("2"), verdict()], poll_s=5)
+    result = loop.run()
+    assert result.drained and result.exit_status == 0
+    assert fake.now == 15
+    assert loop.counters.snapshot() == {
+        "polls": 4,
+        "idle_polls": 1,
+        "live_count_changes": 2,
+        "leases_ended": 2,
+        "claims_appeared": 0,
+        "errors": {},
+    }
+
+
+def test_the_deadline_defaults_to_the_longest_remaining_lease_and_exits_75():
+    loop, fake = drainer([verdict("1", remaining=12)] + [verdict("1", remaining=12)] * 10, poll_s=5)
+    result = loop.run()
+    assert not result.drained and result.exit_status == 75
+    assert result.deadline_s == 12
+    assert fake.now == 12  # the last sleep is cut to the deadline, not a whole poll
+
+
+def test_a_requested_deadline_never_extends_past_the_lease():
+    loop, _ = drainer(
+        [verdict("1", remaining=10)] + [verdict("1", remaining=10)] * 10, deadline_s=3600, poll_s=5
+    )
+    assert loop.run().deadline_s == 10
+
+
+def test_a_shorter_requested_deadline_wins():
+    loop, _ = drainer([verdict("1", remaining=600)] + [verdict("1")] * 10, deadline_s=7, poll_s=5)
+    result = loop.run()
+    assert result.deadline_s == 7 and result.exit_status == 75
+
+
+def test_idle_polls_log_nothing_at_info_but_state_changes_do(caplog):
+    caplog.set_level(logging.INFO, logger="leaseguard.drain")
+    script = [verdict("1")] + [verdict("1")] * 50 + [verdict("1", "9"), verdict()]
+    loop, _ = drainer(script, poll_s=1)
+    loop.run()
+    info = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(info) == 5  # start, two changes, end, counters: nothing for 50 idle polls
+    changes = [r.getMessage() for r in caplog.records if " -> " in r.getMessage()]
+    assert changes == [
+        "drain host=app1 live 1 -> 2 ended=- appeared=9",
+        "drain host=app1 live 2 -> 0 ended=1,9 appeared=-",
+    ]
+    assert loop.counters.idle_polls == 50
+
+
+def test_one_failed_poll_is_counted_and_retried():
+    loop, _ = drainer([verdict("1"), DatabaseUnavailable("x"), verdict()], poll_s=1)
+    result = loop.run()
+    assert result.drained
+    assert loop.counters.errors == {"DatabaseUnavailable": 1}
+
+
+def test_three_failed_polls_in_a_row_fail_closed_with_exit_1():
+    loop, _ = drainer([verdict("1")] + [TunnelError("host app1: tunnel failed")] * 3, poll_s=1)
+    result = loop.run()
+    assert result.exit_status == 1 and not result.drained
+    assert isinstance(result.error, TunnelError)
+    assert loop.counters.errors == {"TunnelError": 3}
+
+
+def test_a_first_poll_that_fails_never_proceeds():
+    loop, _ = drainer([DatabaseUnavailable("x")])
+    result = loop.run()
+    assert result.exit_status == 1
+
+
+def test_intake_is_paused_before_and_resumed_after():
+    intake = RecordingIntake()
+    loop, _ = drainer([verdict("1"), verdict()])
+    loop.run(intake)
+    assert intake.events == ["pause", "resume"]
+
+
+def test_intake_is_resumed_on_ctrl_c():
+    intake = RecordingIntake()
+    loop, _ = drainer([verdict("1"), KeyboardInterrupt()])
+    with pytest.raises(KeyboardInterrupt):
+        loop.run(intake)
+    assert intake.events == ["pause", "resume"]
+
+
+def test_a_failed_pause_fails_the_drain_and_resumes_what_was_paused():
+    first, second = RecordingIntake(), RecordingIntake(fail_pause=True)
+    loop, _ = drainer([verdict()])
+    result = loop.run(Intakes([first, second]))
+    assert result.exit_status == 1
+    assert "pg_cron job(s) not found" in str(result.error)
+    assert first.events == ["pause", "resume"]
+    assert loop.counters.polls == 0
