@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# Run `ansible-test sanity` on the collection leaseguard.deploy without docker.
+#
+# ansible-test resolves the physical working directory and insists on
+# .../ansible_collections/<namespace>/<name>, so a link to the repository does not do: copy the
+# files git knows about (tracked, plus untracked-but-not-ignored) into a temporary
+# ansible_collections/leaseguard/deploy and run it there.
+#
+# By default only the collection's own content is copied (what the artifact and the wheel ship,
+# plus tests/sanity): ansible-test would otherwise also run compile, pep8, pylint (with its
+# collection rules, e.g. no `_` variable, `check=` on subprocess.run), yamllint, shellcheck and
+# the text checks over src/, tests/, benchmarks/ and scripts/, which ruff, mypy and pytest
+# already cover with the project's own rules. SANITY_SCOPE=repo copies everything instead.
+#
+# ansible-test bootstraps pip in each sanity venv with a get-pip script downloaded from a host
+# that these machines cannot reach; it first looks in ~/.ansible/test/cache/get_pip_<ver>.py,
+# so a stand-in there installs the same pip version from a wheel fetched from PyPI.
+#
+# Environment:
+#   ANSIBLE_TEST   ansible-test to run (default: next to $PYTHON, else from PATH)
+#   PYTHON         Python whose ansible-core provides ansible-test (default: python3)
+#   SANITY_PYTHON  --python version for the sanity tests (default: 3.11)
+#   SANITY_SCOPE   collection (default) or repo: which of git's files to copy (see above)
+#   KEEP_TMP=1     keep the temporary copy and print where it is
+# Extra arguments go to `ansible-test sanity` (e.g. --test pylint, -v).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+python="${PYTHON:-python3}"
+sanity_python="${SANITY_PYTHON:-3.11}"
+scope="${SANITY_SCOPE:-collection}"
+case "$scope" in
+    collection | repo) ;;
+    *)
+        echo "ansible-test-sanity: SANITY_SCOPE must be collection or repo, not $scope" >&2
+        exit 2
+        ;;
+esac
+
+# Paths (relative to the root) that belong to the collection leaseguard.deploy.
+in_scope() {
+    [[ "$scope" == repo ]] && return 0
+    case "$1" in
+        galaxy.yml | README.md | LICENSE* | COPYING | CHANGELOG* | changelogs/*) return 0 ;;
+        meta/* | plugins/* | roles/* | playbooks/* | tests/sanity/* | tests/config.yml) return 0 ;;
+    esac
+    return 1
+}
+
+python_bin="$(command -v "$python")" || {
+    echo "ansible-test-sanity: no Python at PYTHON=$python" >&2
+    exit 1
+}
+if [[ -n "${ANSIBLE_TEST:-}" ]]; then
+    ansible_test="$ANSIBLE_TEST"
+elif [[ -x "$(dirname "$python_bin")/ansible-test" ]]; then
+    ansible_test="$(dirname "$python_bin")/ansible-test"
+else
+    ansible_test="$(command -v ansible-test)" || {
+        echo "ansible-test-sanity: no ansible-test beside $python_bin nor on PATH" >&2
+        exit 1
+    }
+fi
+# The interpreter in ansible-test's shebang is the one whose ansible_test package is read below.
+read -r -a shebang < <(head -n1 "$ansible_test" | sed -e 's/^#!//')
+if [[ "$(basename "${shebang[0]}")" == env ]]; then
+    ansible_test_python="${shebang[1]}"
+else
+    ansible_test_python="${shebang[0]}"
+fi
+
+# --- get-pip stand-in -----------------------------------------------------------------------
+# Ask ansible-test itself which pip it bootstraps for that Python (24.2 for ansible-core 2.19).
+pip_version="$("$ansible_test_python" -c '
+import sys, types
+from ansible_test._internal.python_requirements import get_venv_packages
+print(get_venv_packages(types.SimpleNamespace(version=sys.argv[1]))["pip"])
+' "$sanity_python")"
+cache_dir="$HOME/.ansible/test/cache"
+get_pip="$cache_dir/get_pip_${pip_version//./_}.py"
+wheel_dir="$cache_dir/pip-$pip_version"
+
+if ! compgen -G "$wheel_dir/pip-$pip_version-*.whl" >/dev/null; then
+    mkdir -p "$wheel_dir"
+    "$ansible_test_python" -m pip download --quiet --no-deps --only-binary=:all: \
+        --dest "$wheel_dir" "pip==$pip_version"
+fi
+if [[ ! -f "$get_pip" ]]; then
+    mkdir -p "$cache_dir"
+    cat >"$get_pip.tmp" <<'EOF'
+"""Stand-in for get-pip.py: install pip from the wheel stored beside this script.
+
+Written by leaseguard's scripts/ansible-test-sanity.sh because ansible-test's own download
+host is unreachable here. ansible-test calls it as `get-pip.py pip==<ver> [--no-setuptools]
+[--no-wheel] [pip options]`.
+"""
+
+import glob
+import os
+import sys
+
+VERSION = "@VERSION@"
+HERE = os.path.dirname(os.path.abspath(__file__))
+WHEEL = glob.glob(os.path.join(HERE, "pip-" + VERSION, "pip-" + VERSION + "-*.whl"))[0]
+DROP = ("--no-setuptools", "--no-wheel")
+
+sys.path.insert(0, WHEEL)
+from pip._internal.cli.main import main  # noqa: E402
+
+args = [a for a in sys.argv[1:] if a not in DROP and not a.startswith("pip==")]
+sys.exit(main(["install", "--upgrade", "--force-reinstall", WHEEL, *args]))
+EOF
+    sed -i "s/@VERSION@/$pip_version/" "$get_pip.tmp"
+    mv "$get_pip.tmp" "$get_pip"
+fi
+
+# --- copy of the collection ------------------------------------------------------------------
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/leaseguard-sanity.XXXXXX")"
+if [[ "${KEEP_TMP:-0}" == 1 ]]; then
+    echo "ansible-test-sanity: keeping $tmp" >&2
+else
+    trap 'rm -rf "$tmp"' EXIT
+fi
+dest="$tmp/ansible_collections/leaseguard/deploy"
+mkdir -p "$dest"
+
+# Files deleted in the working tree are still in the index: copy only what exists.
+git -C "$root" ls-files -z --cached --others --exclude-standard |
+    while IFS= read -r -d '' path; do
+        if in_scope "$path" && [[ -e "$root/$path" || -L "$root/$path" ]]; then
+            printf '%s\0' "$path"
+        fi
+    done |
+    (cd "$root" && xargs -0 --no-run-if-empty cp -P --parents -t "$dest")
+
+# No `git init` in the copy: without a .git directory ansible-test walks the tree, which holds
+# exactly the files git listed above.
+
+cd "$dest"
+echo "ansible-test-sanity: $(find . -type f | wc -l) files ($scope scope), $ansible_test" >&2
+"$ansible_test" sanity --python "$sanity_python" --color no "$@"
