@@ -393,7 +393,7 @@ def _choice(
 
 def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
     value = data.get(key)
-    if value is None:
+    if value is None or (isinstance(value, list | tuple) and not value):
         return ()
     if isinstance(value, str):
         value = ["sh", "-c", value]

@@ -53,7 +53,7 @@ class FleetExecutor(Executor):  # type: ignore[misc]
             body = getattr(getattr(call, "task", call), "body", None)
             if getattr(body, "leaseguard_fleet", False):
                 hosts = host_str.split(",") if host_str else []
-                self.config.load_overrides({FLEET_HOSTS_KEY: hosts})
+                self.config[FLEET_HOSTS_KEY] = hosts
                 expanded.append(call)
             else:
                 expanded.extend(super().expand_calls([call], apply_hosts=apply_hosts))
@@ -293,10 +293,22 @@ def _configure_logging() -> None:
 
 
 def collection() -> Collection:
-    """The task collection a fabfile exposes: `ns = collection()`."""
-    ns = Collection(guard, drain)
-    ns.configure({"tasks": {"executor_class": "leaseguard.fabric_tasks.FleetExecutor"}})
-    return ns
+    """The task collection a fabfile exposes: `ns = collection()`.
+
+    Also hands the running `fab` program the fleet executor. A collection's own config is
+    merged only after the executor is chosen, so `tasks.executor_class` there would come
+    too late; a user's fabric.yaml may still set it explicitly.
+    """
+    _use_fleet_executor()
+    return Collection(guard, drain)
+
+
+def _use_fleet_executor() -> None:
+    import fabric.main
+
+    program = getattr(fabric.main, "program", None)
+    if program is not None and program.executor_class is Executor:
+        program.executor_class = FleetExecutor
 
 
 __all__ = ["FleetExecutor", "collection", "drain", "guard", "timeline_line"]

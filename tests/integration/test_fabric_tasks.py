@@ -1,0 +1,223 @@
+"""`fab guard` / `fab drain` against real hosts: sshd in a network namespace, a podman
+container driven through the docker CLI, and a PostgreSQL reachable only through the tunnel.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.support.runs_table import create_runs_table
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def runs(app_db):
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+    return app_db
+
+
+@pytest.fixture
+def fab(app_host_pg, runs, tmp_path):
+    """Runs `fab` as a user would, with a fabric.yaml holding the leaseguard section."""
+
+    def run(*args, host=None, **leaseguard):
+        section = {
+            "connection": {
+                "dsn": f"dbname={runs.name} user=postgres",
+                "known_hosts": str(app_host_pg.known_hosts_path),
+            },
+            **leaseguard,
+        }
+        config = tmp_path / "fabric.yaml"
+        config.write_text(yaml.safe_dump({"leaseguard": section}))
+        host = host or f"root@{app_host_pg.addr}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "fabric",
+                "-f",
+                str(config),
+                "-i",
+                str(app_host_pg.client_key_path),
+                "-H",
+                host,
+                *args,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+
+    return run
+
+
+def claim(db, row_id, status, age):
+    with db.connect(socket=True) as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) "
+            "VALUES (%s, %s, now() - %s::interval)",
+            (row_id, status, age),
+        )
+
+
+def test_fab_list_shows_guard_and_drain_with_one_line_help():
+    done = subprocess.run(
+        [sys.executable, "-m", "fabric", "--list"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "guard" in done.stdout and "drain" in done.stdout
+
+
+def test_a_claim_made_since_the_container_started_defers(fab, runs, backend):
+    claim(runs, 1, "running", "0 seconds")
+    done = fab("guard")
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert "decision=defer live=1" in done.stdout
+    assert "lease_s=7200 source=docker:backend/APP_TASK_TIMEOUT_S" in done.stdout
+
+
+def test_restarting_the_container_turns_that_claim_into_an_orphan(
+    fab, runs, backend, podman_engine
+):
+    claim(runs, 1, "running", "0 seconds")
+    time.sleep(1.1)  # StartedAt has second-level meaning here: the restart must be later
+    podman_engine.restart("backend")
+    done = fab("guard", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    [verdict] = json.loads(done.stdout)
+    assert verdict["counts"]["orphaned"] == 1
+    assert verdict["runtime_started_at"] is not None
+    assert abs(verdict["clock_offset_s"]) < 5
+
+
+def test_queued_rows_and_orphans_proceed(fab, runs, backend):
+    claim(runs, 1, "running", "1 day")
+    claim(runs, 2, "open", "0 seconds")
+    done = fab("guard")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "decision=proceed live=0 stale=0 orphaned=1 queued=1" in done.stdout
+
+
+def test_several_hosts_report_one_line_each_and_the_worst_status(fab, runs, backend, app_host_pg):
+    claim(runs, 1, "running", "0 seconds")
+    hosts = f"root@{app_host_pg.addr},root@{app_host_pg.addr}:22,root@{app_host_pg.addr}:2"
+    done = fab("guard", host=hosts)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 3
+    assert sum("decision=defer" in line for line in lines) == 2
+    assert sum("decision=failed error=TunnelError" in line for line in lines) == 1
+    assert done.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("task_timeout", "message"),
+    [
+        ({"container": "nosuch"}, "docker container nosuch"),
+        ({"variable": "NOT_CONFIGURED_S"}, "variable NOT_CONFIGURED_S is not set"),
+    ],
+    ids=["container-missing", "variable-missing"],
+)
+def test_lookup_faults_fail_closed_naming_what_failed(fab, runs, backend, task_timeout, message):
+    done = fab("guard", task_timeout=task_timeout, runtime={"source": "none"})
+    assert done.returncode == 1
+    assert "decision=failed error=LookupFailed" in done.stdout
+    assert message in done.stdout
+
+
+def test_a_garbage_value_fails_closed_without_echoing_it(fab, runs, podman_engine):
+    podman_engine.run_backend("garbage", env={"APP_TASK_TIMEOUT_S": "hunter2-secret"})
+    try:
+        done = fab("guard", task_timeout={"container": "garbage"}, runtime={"container": "garbage"})
+    finally:
+        podman_engine.remove("garbage")
+    assert done.returncode == 1
+    assert "is not a number of seconds" in done.stdout
+    assert "hunter2-secret" not in done.stdout + done.stderr
+
+
+def test_a_missing_variable_with_default_s_is_assumed_and_said_so(fab, runs, backend):
+    claim(runs, 1, "running", "0 seconds")
+    done = fab(
+        "guard",
+        task_timeout={"variable": "NOT_CONFIGURED_S", "default_s": 3600},
+        runtime={"source": "none"},
+    )
+    assert done.returncode == 75
+    assert "timeout_assumed=yes" in done.stdout
+
+
+def test_a_wrong_host_key_fails_closed(fab, runs, backend, app_host_pg, tmp_path):
+    other = tmp_path / "known_hosts"
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIHvJ0Qy0bQ8o8e1Qw6Hb9r7a1q0fZq8R8m0o9x8mZ0aA"
+    other.write_text(f"{app_host_pg.addr} ssh-ed25519 {key}\n")
+    done = fab(
+        "guard", connection={"dsn": f"dbname={runs.name} user=postgres", "known_hosts": str(other)}
+    )
+    assert done.returncode == 1
+    assert "host key does not match known_hosts" in done.stdout
+
+
+def test_an_unknown_host_key_is_refused_unless_accepted_explicitly(fab, runs, backend):
+    base = {"dsn": f"dbname={runs.name} user=postgres", "known_hosts": "/dev/null"}
+    refused = fab("guard", connection=base)
+    assert refused.returncode == 1
+    assert "host key is not in known_hosts" in refused.stdout
+    accepted = fab("guard", connection={**base, "accept_unknown_host_keys": True})
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+def test_a_wrong_database_password_never_reaches_the_output(fab, runs, backend):
+    done = fab(
+        "guard",
+        connection={
+            "dsn": f"dbname={runs.name} user=guard_pw password=s3cret-wrong-pw",
+            "known_hosts": "/dev/null",
+            "accept_unknown_host_keys": True,
+        },
+    )
+    assert done.returncode == 1
+    assert "DatabaseUnavailable" in done.stdout
+    assert "s3cret-wrong-pw" not in done.stdout + done.stderr
+
+
+def test_drain_over_ssh_exits_0_after_the_last_lease_ends(fab, runs, backend):
+    claim(runs, 1, "running", "0 seconds")
+
+    def finish():
+        time.sleep(1.5)
+        with runs.connect(socket=True) as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done'")
+
+    finisher = threading.Thread(target=finish)
+    finisher.start()
+    done = fab("drain", "--poll-s", "0.2")
+    finisher.join()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "live 1 -> 0 ended=1" in done.stderr
+    assert "decision=proceed" in done.stdout
+
+
+def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend):
+    claim(runs, 1, "running", "0 seconds")
+    done = fab("drain", "--poll-s", "0.2", "--deadline-s", "1", "--json")
+    assert done.returncode == 75, done.stdout + done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["drained"] is False
