@@ -221,3 +221,66 @@ def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend):
     done = fab("drain", "--poll-s", "0.2", "--deadline-s", "1", "--json")
     assert done.returncode == 75, done.stdout + done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["drained"] is False
+
+
+def test_a_tunnel_dropped_mid_drain_fails_closed_with_exit_1(app_host_factory, tmp_path):
+    host = app_host_factory("drop1", pg=True)
+    with host.pg.connect(socket=True) as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    config = tmp_path / "fabric.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "leaseguard": {
+                    "connection": {
+                        "dsn": "dbname=postgres user=postgres",
+                        "known_hosts": str(host.known_hosts_path),
+                    },
+                    "task_timeout": {"source": "fixed", "value_s": 3600},
+                    "runtime": {"source": "none"},
+                }
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fabric",
+            "-f",
+            str(config),
+            "-i",
+            str(host.client_key_path),
+            "-H",
+            f"root@{host.addr}",
+            "drain",
+            "--poll-s",
+            "0.2",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _has_leaseguard_session(host):
+            time.sleep(0.05)
+        host.sshd.stop()
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, stdout + stderr
+    assert "drain poll failed" in stderr
+    assert "decision=failed" in stdout
+
+
+def _has_leaseguard_session(host):
+    with host.pg.connect(socket=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaseguard'"
+        ).fetchone()
+    return row[0] > 0
