@@ -284,3 +284,19 @@ def _has_leaseguard_session(host):
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaseguard'"
         ).fetchone()
     return row[0] > 0
+
+
+def test_a_jump_host_gateway_is_used_and_its_host_key_verified(fab, runs, backend, app_host_pg):
+    claim(runs, 1, "running", "0 seconds")
+    connection = {
+        "dsn": f"dbname={runs.name} user=postgres",
+        "known_hosts": str(app_host_pg.known_hosts_path),
+        "gateway": f"root@{app_host_pg.addr}",
+    }
+    done = fab("guard", connection=connection)
+    assert done.returncode == 75, done.stdout + done.stderr
+    refused = fab("guard", connection={**connection, "known_hosts": "/dev/null"})
+    assert refused.returncode == 1
+    assert "known_hosts" in refused.stdout
+    unreachable_gateway = {**connection, "gateway": f"root@{app_host_pg.addr}:2"}
+    assert fab("guard", connection=unreachable_gateway).returncode == 1

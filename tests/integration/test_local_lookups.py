@@ -1,0 +1,140 @@
+"""Runtime lookups on this machine with real processes, files and containers (no systemd)."""
+
+import subprocess
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from leaseguard.contract import contract_from_mapping
+from leaseguard.errors import LookupFailed
+from leaseguard.runtime import CommandResult, LocalRunner, resolve_runtime_facts
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def worker(tmp_path):
+    """A real process with APP_TASK_TIMEOUT_S in its environment and a pid file."""
+    proc = subprocess.Popen(
+        ["sleep", "300"],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "SECRET_TOKEN": "tok-DO-NOT-LEAK",
+            "APP_TASK_TIMEOUT_S": "900",
+        },
+    )
+    pid_file = tmp_path / "worker.pid"
+    pid_file.write_text(f"{proc.pid}\n")
+    yield pid_file
+    proc.kill()
+    proc.wait()
+
+
+def test_process_lookup_reads_one_variable_and_the_start_time(worker):
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "process", "pid_file": str(worker)},
+            "runtime": {"source": "process", "pid_file": str(worker)},
+        }
+    )
+    facts = resolve_runtime_facts(contract, LocalRunner())
+    assert facts.task_timeout.seconds == 900.0
+    assert facts.task_timeout.source == f"process:{worker}/APP_TASK_TIMEOUT_S"
+    assert abs(datetime.now(UTC) - facts.runtime_started_at) < timedelta(seconds=30)
+
+
+def test_process_lookup_never_carries_the_rest_of_the_environment(worker):
+    outputs = []
+
+    class Recording(LocalRunner):
+        def run(self, argv):
+            result = super().run(argv)
+            outputs.append(result.stdout)
+            return result
+
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "process", "pid_file": str(worker)},
+            "runtime": {"source": "none"},
+        }
+    )
+    resolve_runtime_facts(contract, Recording())
+    assert outputs
+    assert not any("tok-DO-NOT-LEAK" in out for out in outputs)
+
+
+def test_a_dead_pid_fails_closed(tmp_path):
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    pid_file = tmp_path / "gone.pid"
+    pid_file.write_text(str(proc.pid))
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "process", "pid_file": str(pid_file)},
+            "runtime": {"source": "none"},
+        }
+    )
+    with pytest.raises(LookupFailed, match="environment of pid"):
+        resolve_runtime_facts(contract, LocalRunner())
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("DATABASE_URL=postgres://u:pw@x/y\nAPP_TASK_TIMEOUT_S=1800\n", 1800.0),
+        ('# comment\nexport APP_TASK_TIMEOUT_S="7200"\n', 7200.0),
+    ],
+)
+def test_env_file_lookup(tmp_path, content, expected):
+    path = tmp_path / "app.env"
+    path.write_text(content)
+    contract = contract_from_mapping(
+        {"task_timeout": {"source": "env_file", "path": str(path)}, "runtime": {"source": "none"}}
+    )
+    assert resolve_runtime_facts(contract, LocalRunner()).task_timeout.seconds == expected
+
+
+def test_env_file_without_the_variable_fails_closed_naming_it(tmp_path):
+    path = tmp_path / "app.env"
+    path.write_text("OTHER=1\n")
+    contract = contract_from_mapping(
+        {"task_timeout": {"source": "env_file", "path": str(path)}, "runtime": {"source": "none"}}
+    )
+    with pytest.raises(LookupFailed, match="variable APP_TASK_TIMEOUT_S is not set"):
+        resolve_runtime_facts(contract, LocalRunner())
+
+
+def test_a_missing_env_file_fails_closed_naming_it(tmp_path):
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "env_file", "path": str(tmp_path / "nope.env")},
+            "runtime": {"source": "none"},
+        }
+    )
+    with pytest.raises(LookupFailed, match=r"env file .*nope\.env"):
+        resolve_runtime_facts(contract, LocalRunner())
+
+
+def test_command_source_runs_inside_the_real_container(podman_engine, backend, monkeypatch):
+    for key, value in podman_engine.session_env.items():
+        monkeypatch.setenv(key, value)
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "command", "command": "echo $APP_TASK_TIMEOUT_S"},
+        }
+    )
+    facts = resolve_runtime_facts(contract, LocalRunner())
+    assert facts.task_timeout.seconds == 3600.0
+    assert facts.task_timeout.source == "command:backend"
+    started = podman_engine.inspect("backend")["State"]["StartedAt"]
+    assert facts.runtime_started_at.isoformat()[:19] == started[:19]
+
+
+def test_a_lookup_that_hangs_is_reported_as_timed_out(monkeypatch):
+    import leaseguard.runtime as runtime
+
+    monkeypatch.setattr(runtime, "LOOKUP_TIMEOUT_S", 0.2)
+    began = time.monotonic()
+    assert LocalRunner().run(["sleep", "5"]) == CommandResult(124, "")
+    assert time.monotonic() - began < 4

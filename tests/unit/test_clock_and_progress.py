@@ -1,0 +1,50 @@
+import io
+from datetime import UTC, datetime
+
+from leaseguard.clock import ClockOffset, measure_offset
+from leaseguard.progress import TerminalProgress
+from leaseguard.verdict import Counts, LiveClaim, Verdict
+
+
+def test_offset_is_host_minus_database():
+    offset = measure_offset(lambda: 1000.0 + 12.0, lambda: 1000.0)
+    assert abs(offset.offset_s - 12.0) < 0.5
+
+
+def test_a_known_offset_widens_the_orphan_tolerance_never_narrows_it():
+    assert ClockOffset(12.0, 0.01).tolerance_s(0) == 12.01
+    assert ClockOffset(-12.0, 0.01).tolerance_s(0) == 12.01
+    assert ClockOffset(1.0, 0.01).tolerance_s(30) == 30
+
+
+def test_a_skew_beyond_tolerance_is_reported():
+    offset = ClockOffset(12.0, 0.01)
+    assert offset.exceeds(0) and not offset.exceeds(30)
+    assert "host app1 clock is 12.000s ahead of the database clock" in offset.warning("app1", 0)
+
+
+def test_round_trip_noise_within_tolerance_is_not_reported():
+    assert not ClockOffset(0.004, 0.005).exceeds(0)
+
+
+def test_the_terminal_bar_shows_live_count_longest_lease_and_elapsed():
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    verdict = Verdict(
+        Counts(live=2),
+        (LiveClaim("1", now, now, 5400.0),),
+        now,
+        7200.0,
+        None,
+        None,
+        5400.0,
+        "execution_runs",
+        host="app1",
+    )
+    stream = io.StringIO()
+    bar = TerminalProgress(stream)
+    bar.update(verdict, 2700.0, 5400.0)
+    bar.close()
+    assert stream.getvalue() == (
+        "\r[############............] host=app1 live=2 longest_lease=1:30:00 "
+        "elapsed=0:45:00/1:30:00\n"
+    )
