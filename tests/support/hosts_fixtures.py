@@ -21,7 +21,6 @@ Fixtures (all root-only, Linux-only):
 from __future__ import annotations
 
 import contextlib
-import secrets
 import shlex
 import time
 from collections.abc import Callable, Iterator
@@ -31,10 +30,9 @@ from typing import Any
 
 import fabric
 import pytest
-from psycopg import sql
 
 from tests.support.netns import NetnsError, NetnsHost, free_port, wait_until_listening
-from tests.support.pg_fixtures import PgDatabase
+from tests.support.pg_fixtures import PgDatabase, fresh_database
 from tests.support.pgcluster import PgCluster
 from tests.support.podman import PodmanEngine
 from tests.support.sshd import SshServer
@@ -267,17 +265,9 @@ def app_db(app_host_pg: AppHost) -> Iterator[PgDatabase]:
     Set it up through ``app_db.connect(socket=True)`` (the unix socket is on the shared
     filesystem); the code under test reaches it as ``127.0.0.1:5432`` through an SSH tunnel.
     """
-    cluster = app_host_pg.pg
-    assert cluster is not None
-    name = f"t_{secrets.token_hex(6)}"
-    ident = sql.Identifier(name)
-    with cluster.connect(socket=True) as admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(ident))
-    try:
-        yield PgDatabase(cluster, name)
-    finally:
-        with cluster.connect(socket=True) as admin:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+    assert app_host_pg.pg is not None
+    with fresh_database(app_host_pg.pg) as database:
+        yield database
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
