@@ -165,3 +165,42 @@ def test_an_interrupted_drain_still_resumes_the_jobs(busy, claim_job, signum):
     assert proc.returncode == 1
     assert "drain interrupted; intake was resumed" in stderr
     assert job_active(busy, claim_job) == "t"
+
+
+def test_a_pause_command_runs_before_waiting_and_its_resume_after(busy, tmp_path):
+    marker = tmp_path / "intake-paused"
+    seen = []
+    watcher = threading.Thread(target=lambda: seen.append(wait_for(marker.exists)))
+    watcher.start()
+    finisher = finish_claim_later(busy, 1.0)
+    done = run_drain(
+        busy,
+        "--poll-s",
+        "0.2",
+        "--pause-command",
+        f"touch {marker}",
+        "--resume-command",
+        f"rm {marker}",
+    )
+    finisher.join()
+    watcher.join()
+    assert done.returncode == 0, done.stderr
+    assert seen == [True]
+    assert not marker.exists()
+
+
+def test_the_resume_command_also_runs_when_the_deadline_passes(busy, tmp_path):
+    marker = tmp_path / "intake-paused"
+    done = run_drain(
+        busy,
+        "--poll-s",
+        "0.2",
+        "--deadline-s",
+        "0.5",
+        "--pause-command",
+        f"touch {marker}",
+        "--resume-command",
+        f"rm {marker}",
+    )
+    assert done.returncode == 75
+    assert not marker.exists()
