@@ -300,3 +300,40 @@ def test_a_jump_host_gateway_is_used_and_its_host_key_verified(fab, runs, backen
     assert "known_hosts" in refused.stdout
     unreachable_gateway = {**connection, "gateway": f"root@{app_host_pg.addr}:2"}
     assert fab("guard", connection=unreachable_gateway).returncode == 1
+
+
+def test_fab_drain_pauses_named_cron_jobs_through_the_tunnel_and_resumes_them(
+    fab, runs, backend, app_host_pg
+):
+    name = f"claim_{runs.name}"
+    with app_host_pg.pg.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (name, runs.name)
+        )
+
+    def active():
+        with app_host_pg.pg.connect(socket=True) as conn:
+            return conn.execute(
+                "SELECT active FROM cron.job WHERE jobname = %s", (name,)
+            ).fetchone()[0]
+
+    claim(runs, 1, "running", "0 seconds")
+    paused_seen = []
+
+    def finish_once_paused():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and active():
+            time.sleep(0.05)
+        paused_seen.append(not active())
+        with runs.connect(socket=True) as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done'")
+
+    finisher = threading.Thread(target=finish_once_paused)
+    finisher.start()
+    done = fab(
+        "drain", "--poll-s", "0.2", "--pause-cron-job", name, drain={"cron_database": "postgres"}
+    )
+    finisher.join()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert paused_seen == [True]
+    assert active() is True
