@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import socket
 import sys
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +19,7 @@ from leaseguard import __version__
 from leaseguard.contract import Contract, load_config_file, load_contract
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
-from leaseguard.fronts import drain_host, terminate_as_interrupt
+from leaseguard.fronts import configure_logging, drain_host, terminate_as_interrupt
 from leaseguard.options import drain_options
 from leaseguard.progress import progress_for
 from leaseguard.session import local_session
@@ -295,16 +293,6 @@ def report_drain(result: DrainResult, *, as_json: bool) -> None:
         print(result.verdict.timeline())
     if result.error is not None:
         print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
-
-
-def configure_logging(*, verbose: bool) -> None:
-    logging.Formatter.converter = time.gmtime
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)sZ leaseguard %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S",
-        stream=sys.stderr,
-    )
 
 
 def report_verdict(verdict: Verdict, *, as_json: bool) -> None:

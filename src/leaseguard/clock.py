@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import psycopg
+
 from leaseguard.errors import LookupFailed
 from leaseguard.runtime import Runner
 
@@ -67,5 +69,17 @@ def host_clock(runner: Runner) -> Callable[[], float]:
             return float(result.stdout.strip())
         except ValueError:
             raise LookupFailed(f"host {runner.label}: cannot read its clock (date)") from None
+
+    return read
+
+
+def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[], float]:
+    """Read the database's clock (clock_timestamp, not the transaction's now())."""
+
+    def read() -> float:
+        with conn.transaction(), conn.cursor() as cur:
+            row = cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])  # type: ignore[arg-type]
 
     return read

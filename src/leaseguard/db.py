@@ -94,6 +94,7 @@ def guard_transaction(
             ("lock_timeout", contract.effective_lock_timeout_ms),
             ("idle_in_transaction_session_timeout", contract.statement_timeout_ms * 2),
         ):
+            # SET takes no bind parameters; set_config() does, so name and value stay values.
             cur.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
         yield cur
 

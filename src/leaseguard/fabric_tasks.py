@@ -9,12 +9,12 @@ host list instead, and is installed through this collection's own config.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from fabric import Config, Connection, Executor, task
@@ -31,12 +31,12 @@ from leaseguard.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.fronts import drain_host, terminate_as_interrupt
+from leaseguard.fronts import configure_logging, drain_host, terminate_as_interrupt
 from leaseguard.options import DrainOptions, drain_options
 from leaseguard.progress import progress_for
 from leaseguard.session import ssh_session
 from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
-from leaseguard.verdict import Verdict, failure_timeline, timeline_line
+from leaseguard.verdict import Verdict, failure_timeline
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
 MAX_PARALLEL_HOSTS = 32
@@ -174,8 +174,6 @@ def _outcome_line(outcome: Outcome) -> str:
     host, result = outcome
     if isinstance(result, Verdict):
         return result.timeline()
-    from datetime import UTC, datetime
-
     return f"{failure_timeline(datetime.now(UTC), host, result)} reason={json.dumps(str(result))}"
 
 
@@ -229,7 +227,7 @@ def drain(
     settings = _settings_or_exit(c)
     options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job)
     hosts = _hosts(c)
-    _configure_logging()
+    configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 else None
     with terminate_as_interrupt():
         statuses = _for_each_host(
@@ -280,18 +278,6 @@ def _drain_one(
     return result.exit_status
 
 
-def _configure_logging() -> None:
-    import time
-
-    logging.Formatter.converter = time.gmtime
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)sZ leaseguard %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S",
-        stream=sys.stderr,
-    )
-
-
 def collection() -> Collection:
     """The task collection a fabfile exposes: `ns = collection()`.
 
@@ -311,4 +297,4 @@ def _use_fleet_executor() -> None:
         program.executor_class = FleetExecutor
 
 
-__all__ = ["FleetExecutor", "collection", "drain", "guard", "timeline_line"]
+__all__ = ["FleetExecutor", "collection", "drain", "guard"]

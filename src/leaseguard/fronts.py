@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import signal
+import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
@@ -42,3 +45,14 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def configure_logging(*, verbose: bool = False) -> None:
+    """Timeline-style UTC log lines on stderr; DEBUG (idle polls) only when asked."""
+    logging.Formatter.converter = time.gmtime
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)sZ leaseguard %(message)s",
+        datefmt="%Y-%m-%dT%H:%M:%S",
+        stream=sys.stderr,
+    )

@@ -17,7 +17,7 @@ import shlex
 import shutil
 import socket
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -380,6 +380,3 @@ def parse_env_file_line(line: str, name: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
     return value.split(" #", 1)[0].strip()
-
-
-LookupFn = Callable[[Runner], RuntimeFacts]

@@ -14,9 +14,9 @@ from datetime import datetime
 
 import psycopg
 from fabric import Connection
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.clock import host_clock, measure_offset
+from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
 from leaseguard.db import connect
 from leaseguard.errors import ConfigError
@@ -37,6 +37,9 @@ class GuardSession:
         self.facts = facts
         self.runner = runner
         self.lease_s = lease_seconds(contract, facts.task_timeout)
+        # Measured once per session: clocks do not drift measurably during a drain, and a
+        # per-poll measurement would add an SSH round trip to every poll.
+        self.clock_offset: ClockOffset | None = None
 
     @property
     def host(self) -> str:
@@ -45,9 +48,8 @@ class GuardSession:
     def judge(self) -> Verdict:
         """One check: connect, measure the clocks, evaluate, disconnect."""
         with connect(self.conninfo, self.contract) as conn:
-            offset = None
-            if self.facts.runtime_started_at is not None:
-                offset = measure_offset(host_clock(self.runner), _db_clock(conn))
+            if self.facts.runtime_started_at is not None and self.clock_offset is None:
+                self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
             return evaluate(
                 conn,
                 self.contract,
@@ -55,7 +57,7 @@ class GuardSession:
                 lease_s=self.lease_s,
                 runtime_started_at=self.facts.runtime_started_at,
                 host=self.host,
-                clock_offset=offset,
+                clock_offset=self.clock_offset,
                 warnings=self.facts.warnings,
             )
 
@@ -67,22 +69,6 @@ class GuardSession:
         conn.isolation_level = None
         conn.autocommit = True
         return conn
-
-
-def _db_clock(conn: psycopg.Connection[tuple[object, ...]]) -> _DbClock:
-    return _DbClock(conn)
-
-
-class _DbClock:
-    def __init__(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
-        self.conn = conn
-
-    def __call__(self) -> float:
-        with self.conn.transaction(), self.conn.cursor() as cur:
-            cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
-            row = cur.fetchone()
-        assert row is not None
-        return float(row[0])  # type: ignore[arg-type]
 
 
 @contextmanager
@@ -127,8 +113,6 @@ def ssh_session(
 
 
 def _reject_host_in_conninfo(conninfo: str) -> None:
-    from psycopg.conninfo import conninfo_to_dict
-
     try:
         params = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
