@@ -1,7 +1,6 @@
 """`leaseguard check` as a user runs it: flags, config file, env, exit statuses, JSON."""
 
 import json
-import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -9,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.support.runs_table import create_runs_table
+from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -17,13 +17,11 @@ FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", STARTED]
 
 
 def leaseguard(*args, env=None):
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
-    full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "leaseguard", *args],
         capture_output=True,
         text=True,
-        env=full_env,
+        env=clean_env(**(env or {})),
         timeout=60,
         check=False,
     )

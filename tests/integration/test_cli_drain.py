@@ -1,6 +1,5 @@
 """`leaseguard drain` against a real PostgreSQL with real pg_cron jobs."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 import pytest
 
 from tests.support.runs_table import create_runs_table
+from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -18,10 +18,6 @@ FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:0
 
 def drain_argv(db, *extra):
     return [sys.executable, "-m", "leaseguard", "drain", "--dsn", db.dsn, *FACTS, *extra]
-
-
-def clean_env():
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
 
 
 def run_drain(db, *extra):

@@ -3,7 +3,6 @@ container driven through the docker CLI, and a PostgreSQL reachable only through
 """
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from tests.support.runs_table import create_runs_table
+from tests.support.subprocess_env import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +42,6 @@ def fab(app_host_pg, runs, tmp_path):
         config = tmp_path / "fabric.yaml"
         config.write_text(yaml.safe_dump({"leaseguard": section}))
         host = host or f"root@{app_host_pg.addr}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LEASEGUARD"))}
         return subprocess.run(
             [
                 sys.executable,
@@ -59,7 +58,7 @@ def fab(app_host_pg, runs, tmp_path):
             cwd=REPO,
             capture_output=True,
             text=True,
-            env=env,
+            env=clean_env(),
             timeout=120,
             check=False,
         )

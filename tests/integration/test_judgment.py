@@ -287,3 +287,42 @@ def test_sql_classification_matches_the_python_oracle(
             expected_live.add(str(i))
     assert verdict.counts.as_dict() == expected
     assert {c.id for c in verdict.live} == expected_live
+
+
+# --- a measured host/database clock offset ------------------------------------------------
+
+
+def judge_with_offset(db, claimed_at, started, offset_s):
+    from leaseguard.clock import ClockOffset
+
+    contract = contract_from_mapping({})
+    with db.connect() as conn:
+        conn.execute("TRUNCATE execution_runs")
+        insert_runs(conn, [(1, "running", claimed_at, None)])
+    with connect(db.dsn, contract) as conn:
+        return evaluate(
+            conn,
+            contract,
+            task_timeout=TIMEOUT,
+            lease_s=LEASE,
+            runtime_started_at=started,
+            as_of=T0,
+            host="app1",
+            clock_offset=ClockOffset(offset_s, 0.0),
+        )
+
+
+def test_a_host_clock_ahead_of_the_database_does_not_orphan_a_claim_made_after_the_restart(runs):
+    # The host says the runtime started at `started`, but its clock runs 30 s ahead: a claim
+    # the database stamped 10 s "before" that start was in truth made 20 s after it.
+    started = ago(minutes=30)
+    verdict = judge_with_offset(runs, started - timedelta(seconds=10), started, 30.0)
+    assert verdict.counts.live == 1
+    assert "host app1 clock is 30.000s ahead of the database clock" in verdict.warnings[0]
+
+
+def test_a_widened_tolerance_still_orphans_claims_older_than_the_offset(runs):
+    started = ago(minutes=30)
+    verdict = judge_with_offset(runs, started - timedelta(seconds=31), started, 30.0)
+    assert verdict.counts.orphaned == 1
+    assert verdict.clock_offset_s == 30.0
