@@ -81,12 +81,20 @@ def resolve_runtime_facts(
     *,
     task_timeout_s: float | None = None,
     runtime_started_at: datetime | None = None,
+    task_timeout_source: str | None = None,
 ) -> RuntimeFacts:
-    """Look up what was not given. A failed lookup raises, unless default_s is configured."""
+    """Look up what was not given. A failed lookup raises, unless default_s is configured.
+
+    `task_timeout_source` keeps the provenance of a value looked up earlier (Ansible's
+    task_timeout module), so the verdict still names where the timeout came from.
+    """
     lookups = _Lookups(runner)
     warnings: list[str] = []
     if task_timeout_s is not None:
-        timeout: TaskTimeout | None = TaskTimeout(task_timeout_s, "given:task_timeout_s")
+        source = task_timeout_source or "given:task_timeout_s"
+        timeout: TaskTimeout | None = TaskTimeout(
+            task_timeout_s, source, assumed=source.startswith("default:")
+        )
     elif contract.lease.expires_at_column:
         timeout = None  # rows carry their own expiry; no timeout is needed
     else:

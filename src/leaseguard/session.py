@@ -21,6 +21,7 @@ from leaseguard.contract import Contract
 from leaseguard.db import connect
 from leaseguard.errors import ConfigError
 from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.indexing import with_plan_warning
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, FabricRunner, database_tunnel
 from leaseguard.verdict import Verdict
@@ -40,6 +41,8 @@ class GuardSession:
         # Measured once per session: clocks do not drift measurably during a drain, and a
         # per-poll measurement would add an SSH round trip to every poll.
         self.clock_offset: ClockOffset | None = None
+        # The seq-scan advice is given once per session, not on every poll of a drain.
+        self.plan_checked = False
 
     @property
     def host(self) -> str:
@@ -50,7 +53,7 @@ class GuardSession:
         with connect(self.conninfo, self.contract) as conn:
             if self.facts.runtime_started_at is not None and self.clock_offset is None:
                 self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
-            return evaluate(
+            verdict = evaluate(
                 conn,
                 self.contract,
                 task_timeout=self.facts.task_timeout,
@@ -60,6 +63,10 @@ class GuardSession:
                 clock_offset=self.clock_offset,
                 warnings=self.facts.warnings,
             )
+            if not self.plan_checked:
+                self.plan_checked = True
+                verdict = with_plan_warning(conn, self.contract, verdict)
+            return verdict
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -78,11 +85,21 @@ def local_session(
     *,
     task_timeout_s: float | None = None,
     runtime_started_at: datetime | None = None,
+    task_timeout_source: str | None = None,
+    runner: Runner | None = None,
 ) -> Iterator[GuardSession]:
-    """A session on this machine: lookups run locally, the DSN is used as given."""
-    runner = LocalRunner()
+    """A session whose DSN is used as given; lookups run here unless another runner is given.
+
+    The Ansible front passes a runner over its own connection when the database is reached
+    directly from the controller (`tunnel: false`, or a `local` connection).
+    """
+    runner = runner or LocalRunner()
     facts = resolve_runtime_facts(
-        contract, runner, task_timeout_s=task_timeout_s, runtime_started_at=runtime_started_at
+        contract,
+        runner,
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=runtime_started_at,
+        task_timeout_source=task_timeout_source,
     )
     yield GuardSession(contract, conninfo, facts, runner)
 
@@ -96,16 +113,24 @@ def ssh_session(
     *,
     task_timeout_s: float | None = None,
     runtime_started_at: datetime | None = None,
+    task_timeout_source: str | None = None,
+    runner: Runner | None = None,
 ) -> Iterator[GuardSession]:
     """A session over SSH: lookups on the host, the database through a tunnel.
 
     `conninfo` carries dbname/user/password; its host and port are replaced by the
-    tunnel's local end, so the database never needs an exposed port.
+    tunnel's local end, so the database never needs an exposed port. Lookups run over the
+    same Fabric connection unless another runner is given (Ansible uses its own connection,
+    so become and its connection plugins apply to them).
     """
     _reject_host_in_conninfo(conninfo)
-    runner = FabricRunner(connection)
+    runner = runner or FabricRunner(connection)
     facts = resolve_runtime_facts(
-        contract, runner, task_timeout_s=task_timeout_s, runtime_started_at=runtime_started_at
+        contract,
+        runner,
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=runtime_started_at,
+        task_timeout_source=task_timeout_source,
     )
     with database_tunnel(connection, address) as local_port:
         tunnelled = make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))

@@ -18,8 +18,9 @@ from typing import Any
 
 import paramiko
 from fabric import Config, Connection
+from invoke.exceptions import ThreadException
 
-from leaseguard.errors import TunnelError
+from leaseguard.errors import ConfigError, TunnelError
 from leaseguard.runtime import LOOKUP_TIMEOUT_S, CommandResult
 
 TUNNEL_READY_TIMEOUT_S = 10.0
@@ -87,8 +88,8 @@ def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
 def _known_hosts_files(connection: Connection, options: SshOptions) -> list[Path]:
     configured = str(connection.ssh_config.get("userknownhostsfile", ""))
     files = [Path(p).expanduser() for p in configured.split()]
-    if options.known_hosts:
-        files.append(Path(options.known_hosts).expanduser())
+    if options.known_hosts:  # like ssh's UserKnownHostsFile: one or more paths
+        files += [Path(p).expanduser() for p in options.known_hosts.split()]
     return files
 
 
@@ -112,6 +113,40 @@ def open_connection(connection: Connection) -> None:
             f"host {connection.host}:{connection.port}: cannot connect over SSH "
             f"({type(exc).__name__})"
         ) from None
+
+
+# OpenSSH client flags that take a value, and the -o option each one stands for.
+_FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
+_FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+
+
+def parse_openssh_args(text: str) -> dict[str, str]:
+    """The `-o` options (and -J/-i/-p/-l) in an ssh command line, by lower-cased name.
+
+    Ansible keeps a host's jump host, known_hosts file and host-key policy in
+    ansible_ssh_common_args / ansible_ssh_extra_args; the tunnel must honour the same ones.
+    Like ssh itself, the first value given for an option wins.
+    """
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
+            continue
+        flag, value = word[:2], word[2:]
+        if not value and index < len(words):
+            value, index = words[index], index + 1
+        if flag == "-o":
+            name, _, option_value = value.replace("=", " ", 1).partition(" ")
+            options.setdefault(name.strip().lower(), option_value.strip())
+        elif flag in _FLAG_OPTIONS:
+            options.setdefault(_FLAG_OPTIONS[flag], value)
+    return options
 
 
 class FabricRunner:
@@ -165,6 +200,14 @@ def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterato
         raise TunnelError(
             f"host {connection.host}: tunnel to {address.host}:{address.port} failed "
             f"({type(exc).__name__})"
+        ) from None
+    except ThreadException as exc:
+        # The forwarding thread's error surfaces when forward_local exits, replacing whatever
+        # the database connection raised meanwhile; it is the more precise of the two.
+        names = ", ".join(sorted({type(w.value).__name__ for w in exc.exceptions}))
+        raise TunnelError(
+            f"host {connection.host}: the host could not connect to "
+            f"{address.host}:{address.port} through the tunnel ({names})"
         ) from None
 
 

@@ -1,0 +1,102 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action plugin for leaseguard.deploy.lease_guard (documented in plugins/modules/).
+
+Runs on the controller: lookups go through the task's connection, the database through an
+SSH tunnel opened with the host's own inventory settings, and the judgment is the core's.
+The guard reports; the playbook decides (fail_on_defer is the one shortcut for callers that
+only ever want to stop).
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    lease_guard_argument_spec,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    LeaseguardError,
+    contract_from,
+    drain_events,
+    drain_host,
+    drain_options,
+    failure,
+    given_facts,
+    guard_session,
+    require_leaseguard,
+)
+
+DRAIN_KEYS = (
+    "deadline_s",
+    "poll_s",
+    "pause_cron_jobs",
+    "cron_database",
+    "pause_command",
+    "resume_command",
+)
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True  # the check is read-only; check mode never pauses intake
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        require_leaseguard()
+        _, args = self.validate_argument_spec(
+            lease_guard_argument_spec(),
+            required_together=[("pause_command", "resume_command")],
+        )
+        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        try:
+            result.update(self._guard(args, host))
+        except LeaseguardError as exc:
+            result.update(failure(exc, host))
+        return result
+
+    def _guard(self, args, host):
+        contract = contract_from(args)
+        facts = given_facts(args)
+        options = drain_options({key: args[key] for key in DRAIN_KEYS})
+        waiting = args["wait"] and not self._task.check_mode
+        with guard_session(self, args, contract, facts, host) as session:
+            if not waiting:
+                return _report(session.judge().as_dict(), args)
+            with drain_events(host) as events:
+                drained = drain_host(session, options)
+        if drained.error is not None:
+            raise drained.error
+        drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
+        return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+
+
+def _report(verdict, args):
+    """The verdict as the task result, plus what a caller decided to do with a defer."""
+    result = {**verdict, "changed": False, "msg": _summary(verdict)}
+    if verdict["decision"] != "defer":
+        return result
+    if args["force"]:
+        result["forced"] = True
+        result["warnings"] = [*verdict["warnings"], _forced_warning(verdict)]
+    elif args["fail_on_defer"]:
+        result["failed"] = True
+    return result
+
+
+def _summary(verdict):
+    counts = " ".join(f"{name}={n}" for name, n in verdict["counts"].items())
+    tail = ""
+    if verdict["decision"] == "defer":
+        tail = f"; live leases end within {verdict['wait_upper_bound_s']:.0f}s"
+    return f"{verdict['decision']}: {counts} lease_s={verdict['lease_s']}{tail}"
+
+
+def _forced_warning(verdict):
+    claims = ", ".join(
+        f"{claim['id']} (claimed {claim['claimed_at']}, lease ends in {claim['remaining_s']}s)"
+        for claim in verdict["live"]
+    )
+    return (
+        f"FORCED on {verdict['host']}: {verdict['counts']['live']} live claim(s) will be "
+        f"killed: {claims}"
+    )

@@ -1,0 +1,55 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # How the controller reaches a host's database. The SSH side is the host's own inventory
+    # connection settings; only the database side is configured here.
+    DOCUMENTATION = r"""
+options:
+  dsn:
+    description:
+      - A libpq connection string for any further keywords (C(sslmode), C(options), ...).
+      - Over the tunnel its host and port are replaced by the tunnel's local end.
+      - Never logged or returned.
+      - If not set, the E(LEASEGUARD_DSN) environment variable on the controller is used.
+    type: str
+  db_host:
+    description:
+      - The database address as seen from the host (with O(tunnel=true)) or from the
+        controller (with O(tunnel=false)).
+    type: str
+    default: 127.0.0.1
+  db_port:
+    description: The database port at O(db_host).
+    type: int
+    default: 5432
+  db_name:
+    description:
+      - The database holding the work table.
+      - If not set, the E(PGDATABASE) environment variable on the controller is used.
+    type: str
+  db_user:
+    description:
+      - The role the guard logs in as; a read-only role is enough (see the README).
+      - If not set, the E(PGUSER) environment variable on the controller is used.
+    type: str
+  db_password:
+    description:
+      - The password of O(db_user). Never logged or returned.
+      - If not set, E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), on the controller is used;
+        libpq's C(.pgpass) also works.
+    type: str
+  tunnel:
+    description:
+      - Reach the database through an SSH tunnel to the host, opened with the host's own
+        inventory connection settings (C(ansible_host), C(ansible_port), C(ansible_user),
+        C(ansible_ssh_private_key_file), C(ProxyJump) and C(UserKnownHostsFile) in the ssh
+        arguments, C(host_key_checking)). Host keys are verified against known_hosts.
+      - V(false) connects from the controller to O(db_host) directly; so does a C(local)
+        connection.
+    type: bool
+    default: true
+"""

@@ -1,0 +1,87 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # Where a host's configured task timeout and its runtime start time are read.
+    DOCUMENTATION = r"""
+options:
+  task_timeout:
+    description:
+      - Where the protected system's configured task timeout is read on the host.
+      - The lease is O(lease.multiplier) times this value.
+      - Only the one variable is ever extracted; the rest of a container's or process's
+        environment (it holds secrets) is never returned.
+    type: dict
+    suboptions:
+      source:
+        description:
+          - V(docker) or V(podman) read the container's environment with C(inspect).
+          - V(systemd) reads the unit's C(Environment=); V(process) reads
+            C(/proc/<pid>/environ) of the pid in O(task_timeout.pid_file); V(env_file) reads
+            O(task_timeout.path); V(command) runs O(task_timeout.command) inside the container
+            and parses its output; V(fixed) uses O(task_timeout.value_s).
+          - Default V(docker).
+        type: str
+        choices: [docker, podman, systemd, process, env_file, command, fixed]
+      container:
+        description: Container name or id (default V(backend)).
+        type: str
+      variable:
+        description: Environment variable holding the timeout in seconds (default V(APP_TASK_TIMEOUT_S)).
+        type: str
+      default_s:
+        description:
+          - Assume this many seconds when the lookup finds nothing, instead of failing.
+          - The result then says the value was assumed.
+        type: float
+      value_s:
+        description: The timeout in seconds for O(task_timeout.source=fixed).
+        type: float
+      unit:
+        description: The systemd unit for O(task_timeout.source=systemd).
+        type: str
+      pid_file:
+        description: The pid file for O(task_timeout.source=process).
+        type: str
+      path:
+        description: The env file for O(task_timeout.source=env_file).
+        type: str
+      command:
+        description: The argv run inside the container for O(task_timeout.source=command).
+        type: list
+        elements: str
+      engine:
+        description: The container CLI that runs O(task_timeout.command) (default V(docker)).
+        type: str
+        choices: [docker, podman]
+  runtime:
+    description:
+      - Where the start time of the worker runtime is read. Claims made before it (less
+        O(clock_skew_s)) belong to a process that no longer exists, so they are orphaned.
+      - Without a start time nothing is classed orphaned (the safe direction).
+    type: dict
+    suboptions:
+      source:
+        description:
+          - V(docker)/V(podman) read C(State.StartedAt); V(systemd) the unit's
+            C(ActiveEnterTimestamp); V(process) the start of the pid in O(runtime.pid_file);
+            V(fixed) uses O(runtime.started_at); V(none) knows no start time.
+          - Default V(docker).
+        type: str
+        choices: [docker, podman, systemd, process, fixed, none]
+      container:
+        description: Container name or id (default V(backend)).
+        type: str
+      unit:
+        description: The systemd unit for O(runtime.source=systemd).
+        type: str
+      pid_file:
+        description: The pid file for O(runtime.source=process).
+        type: str
+      started_at:
+        description: An ISO 8601 timestamp with a timezone, for O(runtime.source=fixed).
+        type: str
+"""

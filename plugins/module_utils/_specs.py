@@ -1,0 +1,141 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Private to leaseguard.deploy: the argument specs its modules and action plugins share.
+
+Not a public API. The specs carry no defaults for contract keys on purpose: the core package
+(`leaseguard.contract`) owns every default, so a default can never differ between the CLI,
+Fabric and Ansible.
+"""
+
+from __future__ import annotations
+
+from ansible.module_utils.basic import env_fallback
+
+
+def contract_spec():
+    """The contract keys of DESIGN.md (plus `schema` and the timeouts), as module options."""
+    return dict(
+        table=dict(type="str"),
+        schema=dict(type="str"),
+        id_column=dict(type="str"),
+        status_column=dict(type="str"),
+        claimed_statuses=dict(type="list", elements="str"),
+        queued_statuses=dict(type="list", elements="str"),
+        claimed_at_column=dict(type="str"),
+        lease=dict(type="dict", options=lease_spec()),
+        clock_skew_s=dict(type="float"),
+        statement_timeout_ms=dict(type="int"),
+        lock_timeout_ms=dict(type="int"),
+        connect_timeout_s=dict(type="int"),
+        **lookup_spec(),
+    )
+
+
+def lease_spec():
+    return dict(
+        multiplier=dict(type="float"),
+        expires_at_column=dict(type="str"),
+    )
+
+
+def lookup_spec():
+    """Where the host's task timeout and runtime start time are read."""
+    return dict(
+        task_timeout=dict(
+            type="dict",
+            options=dict(
+                source=dict(
+                    type="str",
+                    choices=[
+                        "docker",
+                        "podman",
+                        "systemd",
+                        "process",
+                        "env_file",
+                        "command",
+                        "fixed",
+                    ],
+                ),
+                container=dict(type="str"),
+                variable=dict(type="str"),
+                default_s=dict(type="float"),
+                value_s=dict(type="float"),
+                unit=dict(type="str"),
+                pid_file=dict(type="str"),
+                path=dict(type="str"),
+                command=dict(type="list", elements="str"),
+                engine=dict(type="str", choices=["docker", "podman"]),
+            ),
+        ),
+        runtime=dict(
+            type="dict",
+            options=dict(
+                source=dict(
+                    type="str",
+                    choices=["docker", "podman", "systemd", "process", "fixed", "none"],
+                ),
+                container=dict(type="str"),
+                unit=dict(type="str"),
+                pid_file=dict(type="str"),
+                started_at=dict(type="str"),
+            ),
+        ),
+    )
+
+
+def connection_spec():
+    """How the controller reaches the host's database: through the host, or directly.
+
+    Secrets are marked no_log here, once; user, database and password fall back to the
+    controller's libpq variables so they need not be written into inventories.
+    """
+    return dict(
+        dsn=dict(type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_DSN"])),
+        db_host=dict(type="str", default="127.0.0.1"),
+        db_port=dict(type="int", default=5432),
+        db_name=dict(type="str", fallback=(env_fallback, ["PGDATABASE"])),
+        db_user=dict(type="str", fallback=(env_fallback, ["PGUSER"])),
+        db_password=dict(
+            type="str",
+            no_log=True,
+            fallback=(env_fallback, ["LEASEGUARD_DB_PASSWORD", "PGPASSWORD"]),
+        ),
+        tunnel=dict(type="bool", default=True),
+    )
+
+
+def drain_spec():
+    """Waiting for live leases to end, with intake paused, as `fab drain` does."""
+    return dict(
+        wait=dict(type="bool", default=False),
+        deadline_s=dict(type="float"),
+        poll_s=dict(type="float"),
+        pause_cron_jobs=dict(type="list", elements="str", default=[]),
+        cron_database=dict(type="str"),
+        pause_command=dict(type="list", elements="str", default=[]),
+        resume_command=dict(type="list", elements="str", default=[]),
+    )
+
+
+def facts_spec():
+    """Facts already known, so the guard need not ask the host again."""
+    return dict(
+        lookup=dict(type="dict"),
+        task_timeout_s=dict(type="float"),
+        runtime_started_at=dict(type="str"),
+    )
+
+
+def task_timeout_argument_spec():
+    return lookup_spec()
+
+
+def lease_guard_argument_spec():
+    return dict(
+        **contract_spec(),
+        **connection_spec(),
+        **drain_spec(),
+        **facts_spec(),
+        fail_on_defer=dict(type="bool", default=False),
+        force=dict(type="bool", default=False),
+    )

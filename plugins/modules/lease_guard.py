@@ -1,0 +1,239 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: lease_guard
+short_description: Judge whether work is in flight on a host by the system's own claim lease
+version_added: 0.1.0
+description:
+  - Evaluates the lease predicate against the host's PostgreSQL, through an SSH tunnel
+    opened from the controller with the host's own inventory connection settings.
+  - Every claimed or queued row of O(table) is classed C(queued), C(orphaned) (claimed
+    before the runtime started), C(stale) (lease expired) or C(live). The decision is
+    C(defer) when any row is live, else C(proceed).
+  - The lease is O(lease.multiplier) times the task timeout configured on the host (looked
+    up as M(leaseguard.deploy.task_timeout) does, or passed in with O(lookup)), never a
+    guessed activity window.
+  - The query runs read-only with its own C(statement_timeout) and C(lock_timeout). Any error
+    (host unreachable, tunnel, database, missing table or column, lookup) fails the task with
+    a message that names what failed; a failed check never returns C(proceed). No DSN,
+    password or driver error text appears in the result.
+  - The guard reports and the playbook decides; O(fail_on_defer) and O(force) only shape the
+    report. With O(wait=true) it drains first, as C(fab drain) does.
+author:
+  - leaseguard maintainers (@leaseguard)
+requirements:
+  - The leaseguard Python package (with psycopg and fabric) on the controller.
+extends_documentation_fragment:
+  - leaseguard.deploy.contract
+  - leaseguard.deploy.lookup
+  - leaseguard.deploy.connection
+options:
+  lookup:
+    description:
+      - The registered result of M(leaseguard.deploy.task_timeout) for this host, so the host
+        is not asked again; its C(task_timeout_s), C(source) and C(runtime_started_at) are used.
+    type: dict
+  task_timeout_s:
+    description: The task timeout in seconds, instead of looking it up (wins over O(lookup)).
+    type: float
+  runtime_started_at:
+    description: When the worker runtime started, ISO 8601 with a timezone (wins over O(lookup)).
+    type: str
+  wait:
+    description:
+      - Pause intake (O(pause_cron_jobs), O(pause_command)), then poll until no live lease
+        remains or the deadline passes, and resume intake on every exit path.
+      - The deadline is the longest remaining lease seen at the start, never longer; past it
+        the rows belong to the system's own reaper.
+      - Ignored in check mode, which judges once and pauses nothing.
+    type: bool
+    default: false
+  deadline_s:
+    description: Give up waiting sooner than the lease-bounded deadline.
+    type: float
+  poll_s:
+    description: Seconds between polls while waiting (default V(5)). Idle polls log nothing.
+    type: float
+  pause_cron_jobs:
+    description: pg_cron jobs (by name) to deactivate while waiting and reactivate after.
+    type: list
+    elements: str
+    default: []
+  cron_database:
+    description: The database holding pg_cron's C(cron.job) (default O(db_name)).
+    type: str
+  pause_command:
+    description: An argv run on the host to stop intake before waiting.
+    type: list
+    elements: str
+    default: []
+  resume_command:
+    description: An argv run on the host to restart intake afterwards (always run).
+    type: list
+    elements: str
+    default: []
+  fail_on_defer:
+    description: Fail the task when the decision is C(defer), for callers that only ever stop.
+    type: bool
+    default: false
+  force:
+    description:
+      - The caller will go ahead even if work is live. The result is unchanged except that
+        a C(defer) adds RV(forced) and a warning naming every live claim that will be killed.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: The check is read-only; in check mode O(wait) is ignored.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - leaseguard.deploy.leaseguard
+notes:
+  - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
+    for the index that keeps the query cheap on large tables.
+seealso:
+  - module: leaseguard.deploy.task_timeout
+  - module: leaseguard.deploy.cron_budget
+"""
+
+EXAMPLES = r"""
+- name: Look up the task timeout
+  leaseguard.deploy.task_timeout:
+  register: lookup
+
+- name: Judge the host's claims through an SSH tunnel to its database
+  leaseguard.deploy.lease_guard:
+    lookup: "{{ lookup }}"
+    db_name: app
+    db_user: leaseguard_ro
+  register: guard
+
+- name: Restart only when nothing is in flight
+  ansible.builtin.command: docker restart backend
+  when: guard.decision == 'proceed'
+
+- name: Drain before a restart, pausing the claim job meanwhile
+  leaseguard.deploy.lease_guard:
+    lookup: "{{ lookup }}"
+    db_name: app
+    wait: true
+    pause_cron_jobs: [claim]
+    fail_on_defer: true
+"""
+
+RETURN = r"""
+decision:
+  description: C(proceed), C(defer) (a live lease remains) or C(failed).
+  returned: always
+  type: str
+  sample: defer
+host:
+  description: The inventory host judged.
+  returned: always
+  type: str
+  sample: app1
+table:
+  description: The table judged.
+  returned: success
+  type: str
+  sample: execution_runs
+lease_s:
+  description: The lease in seconds (null with a per-row expiry column).
+  returned: success
+  type: float
+  sample: 7200.0
+task_timeout_s:
+  description: The task timeout the lease was computed from.
+  returned: success
+  type: float
+  sample: 3600.0
+task_timeout_source:
+  description: Where the task timeout came from.
+  returned: success
+  type: str
+  sample: docker:backend/APP_TASK_TIMEOUT_S
+task_timeout_assumed:
+  description: Whether the timeout was assumed from O(task_timeout.default_s).
+  returned: success
+  type: bool
+  sample: false
+runtime_started_at:
+  description: The runtime start time used for the orphan cut-off.
+  returned: success
+  type: str
+  sample: "2026-09-09T04:00:00+00:00"
+checked_at:
+  description: The database's C(now()) at the check.
+  returned: success
+  type: str
+  sample: "2026-09-09T14:48:57+00:00"
+clock_offset_s:
+  description: The host clock minus the database clock, as measured; null when not measured.
+  returned: success
+  type: float
+  sample: 0.004
+counts:
+  description: Rows per class.
+  returned: success
+  type: dict
+  sample: {"live": 1, "stale": 0, "orphaned": 0, "queued": 3}
+live:
+  description: The live claims (at most 100, longest remaining lease first).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{"id": "42", "claimed_at": "2026-09-09T13:18:57+00:00", "lease_expires_at": "2026-09-09T15:18:57+00:00", "remaining_s": 1800.0}]
+live_listed:
+  description: How many live claims are listed in RV(live).
+  returned: success
+  type: int
+  sample: 1
+wait_upper_bound_s:
+  description: The longest remaining lease; no drain needs to wait longer. 0 when nothing is live.
+  returned: success
+  type: float
+  sample: 1800.0
+forced:
+  description: Present and true when O(force) was set and work was live.
+  returned: when forced
+  type: bool
+  sample: true
+drain:
+  description: With O(wait), how the wait went.
+  returned: when O(wait) and not in check mode
+  type: dict
+  sample: {"decision": "proceed", "drained": true, "elapsed_s": 12.4, "deadline_s": 1800.0, "counters": {"polls": 4, "idle_polls": 2, "leases_ended": 1}, "events": ["drain host=app1 start live=1 deadline_s=1800"]}
+error:
+  description: What failed; names the host, table, column or variable, never a secret.
+  returned: failure
+  type: dict
+  sample: {"type": "DatabaseUnavailable", "message": "host app1: cannot connect to the database (OperationalError)"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    lease_guard_argument_spec,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=lease_guard_argument_spec(),
+        required_together=[("pause_command", "resume_command")],
+        supports_check_mode=True,
+    )
+    module.fail_json(msg="leaseguard.deploy.lease_guard runs as an action plugin on the controller")
+
+
+if __name__ == "__main__":
+    main()

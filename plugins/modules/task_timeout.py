@@ -1,0 +1,110 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: task_timeout
+short_description: Look up a host's configured task timeout and its runtime start time
+version_added: 0.1.0
+description:
+  - Reads the task timeout the protected system is configured with on this host (by default
+    the variable E(APP_TASK_TIMEOUT_S) of container C(backend)) and the time its worker
+    runtime started.
+  - The lookups are commands run on the host through the task's own connection (so
+    C(become) applies); their output is parsed on the controller by the leaseguard core.
+    The host needs no Python.
+  - Only the one variable is returned, never the environment it was read from.
+  - A lookup that finds nothing fails the task (fail closed) unless
+    O(task_timeout.default_s) is set.
+author:
+  - leaseguard maintainers (@leaseguard)
+requirements:
+  - The leaseguard Python package on the controller.
+extends_documentation_fragment:
+  - leaseguard.deploy.lookup
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same lookups in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+  action_group:
+    support: full
+    membership:
+      - leaseguard.deploy.leaseguard
+seealso:
+  - module: leaseguard.deploy.lease_guard
+"""
+
+EXAMPLES = r"""
+- name: Look up the backend's task timeout and start time
+  leaseguard.deploy.task_timeout:
+    task_timeout:
+      source: docker
+      container: backend
+      variable: APP_TASK_TIMEOUT_S
+  register: lookup
+
+- name: Tell the operator what lease the guard will use
+  ansible.builtin.debug:
+    msg: "lease = 2 x {{ lookup.task_timeout_s }} s (from {{ lookup.source }})"
+
+- name: A systemd service, assuming one hour when the unit does not say
+  leaseguard.deploy.task_timeout:
+    task_timeout:
+      source: systemd
+      unit: worker.service
+      variable: TASK_TIMEOUT_S
+      default_s: 3600
+    runtime:
+      source: systemd
+      unit: worker.service
+"""
+
+RETURN = r"""
+task_timeout_s:
+  description: The configured task timeout, in seconds.
+  returned: success
+  type: float
+  sample: 3600.0
+source:
+  description: Where the value came from; C(default:...) when O(task_timeout.default_s) was assumed.
+  returned: success
+  type: str
+  sample: docker:backend/APP_TASK_TIMEOUT_S
+assumed:
+  description: Whether the lookup found nothing and O(task_timeout.default_s) was used.
+  returned: success
+  type: bool
+  sample: false
+runtime_started_at:
+  description: When the worker runtime started (ISO 8601, UTC offset); null when unknown.
+  returned: success
+  type: str
+  sample: "2026-09-09T04:00:00.123456+00:00"
+error:
+  description: What failed; the message names the host, source and variable, never a value.
+  returned: failure
+  type: dict
+  sample: {"type": "LookupFailed", "message": "host app1: docker:backend/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    task_timeout_argument_spec,
+)
+
+
+def main():
+    module = AnsibleModule(argument_spec=task_timeout_argument_spec(), supports_check_mode=True)
+    module.fail_json(
+        msg="leaseguard.deploy.task_timeout runs as an action plugin on the controller"
+    )
+
+
+if __name__ == "__main__":
+    main()

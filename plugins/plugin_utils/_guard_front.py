@@ -1,0 +1,267 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Private to leaseguard.deploy: the Ansible front over the leaseguard core.
+
+Action plugins run on the controller. They translate task arguments and the host's own
+inventory connection settings into the core's inputs, and the core's verdicts and errors
+into task results. No judgment happens here: that is `leaseguard.guard`, shared with the
+CLI and the Fabric tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from contextlib import contextmanager
+
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.utils.display import Display
+
+try:
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import make_conninfo
+
+    from leaseguard.contract import load_contract
+    from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
+    from leaseguard.fronts import drain_host
+    from leaseguard.options import drain_options
+    from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
+    from leaseguard.session import local_session, ssh_session
+    from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection, parse_openssh_args
+    from leaseguard.timeouts import parse_timeout_s
+except ImportError as exc:  # the controller's Python lacks the leaseguard package
+    LEASEGUARD_IMPORT_ERROR = exc
+else:
+    LEASEGUARD_IMPORT_ERROR = None
+
+display = Display()
+
+CONTRACT_KEYS = (
+    "table",
+    "schema",
+    "id_column",
+    "status_column",
+    "claimed_statuses",
+    "queued_statuses",
+    "claimed_at_column",
+    "lease",
+    "task_timeout",
+    "runtime",
+    "clock_skew_s",
+    "statement_timeout_ms",
+    "lock_timeout_ms",
+    "connect_timeout_s",
+)
+
+
+def require_leaseguard():
+    """Fail the task with install guidance when the core is missing on the controller."""
+    if LEASEGUARD_IMPORT_ERROR is not None:
+        raise AnsibleActionFail(
+            "the leaseguard Python package is required on the controller "
+            "(pip install leaseguard into the Python that runs ansible)",
+            orig_exc=LEASEGUARD_IMPORT_ERROR,
+        )
+
+
+def contract_layer(args):
+    """The contract keys the task set, without the None that argument specs fill in."""
+    return {key: _without_none(args[key]) for key in CONTRACT_KEYS if args.get(key) is not None}
+
+
+def _without_none(value):
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def contract_from(args):
+    return load_contract(contract_layer(args))
+
+
+def failure(exc, host, what="check"):
+    """A failed lookup or check fails the task; a check's decision is 'failed', never 'proceed'."""
+    result = {
+        "failed": True,
+        "changed": False,
+        "host": host,
+        "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
+        "error": {"type": exc.kind, "message": str(exc)},
+    }
+    if what == "check":
+        result["decision"] = "failed"
+    return result
+
+
+def lookup_result(facts):
+    """task_timeout's result: the one value and its provenance, never the environment."""
+    timeout = facts.task_timeout
+    started = facts.runtime_started_at
+    return {
+        "changed": False,
+        "task_timeout_s": timeout.seconds if timeout else None,
+        "source": timeout.source if timeout else None,
+        "assumed": timeout.assumed if timeout else False,
+        "runtime_started_at": started.isoformat() if started else None,
+        "warnings": list(facts.warnings),
+    }
+
+
+def given_facts(args):
+    """Facts the task passes in (explicit options win over a registered `lookup`)."""
+    lookup = args.get("lookup") or {}
+    seconds = args.get("task_timeout_s")
+    source = None
+    if seconds is None and lookup.get("task_timeout_s") is not None:
+        seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
+    started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
+    if seconds is not None:
+        seconds = parse_timeout_s(seconds, what="task_timeout_s")
+    return {
+        "task_timeout_s": seconds,
+        "task_timeout_source": source,
+        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
+        if started
+        else None,
+    }
+
+
+class AnsibleRunner:
+    """Runs lookup commands on the host through the task's own Ansible connection.
+
+    So become, connection plugins and jump hosts apply to lookups exactly as to any other
+    task, and hosts need no Python for them.
+    """
+
+    def __init__(self, action, label):
+        self._action = action
+        self.label = label
+
+    def run(self, argv):
+        try:
+            result = self._action._low_level_execute_command(shlex.join(argv), sudoable=True)
+        except (AnsibleConnectionFailure, AnsibleError) as exc:
+            raise TunnelError(
+                f"host {self.label}: running a lookup failed ({type(exc).__name__})"
+            ) from None
+        return CommandResult(int(result.get("rc", 1)), result.get("stdout", ""))
+
+
+def conninfo_from(args):
+    """dbname/user/password (and any other libpq keywords of `dsn`) as one conninfo."""
+    given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
+    try:
+        return make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+    except ProgrammingError:
+        raise ConfigError("dsn is not a valid libpq connection string") from None
+
+
+def _transport(connection):
+    return str(getattr(connection, "transport", "") or "").rsplit(".", 1)[-1]
+
+
+def _connection_option(connection, name):
+    try:
+        return connection.get_option(name)
+    except KeyError:
+        return None
+
+
+def ssh_target(connection, play_context):
+    """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
+    ssh_args = " ".join(
+        str(_connection_option(connection, name) or "")
+        for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
+    )
+    parsed = parse_openssh_args(ssh_args)
+    if "proxycommand" in parsed:
+        raise ConfigError(
+            "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
+            "use ProxyJump (-J) instead"
+        )
+    strict = parsed.get("stricthostkeychecking", "").lower()
+    checking = _connection_option(connection, "host_key_checking")
+    host = _connection_option(connection, "host") or play_context.remote_addr
+    port = _connection_option(connection, "port") or parsed.get("port")
+    options = SshOptions(
+        user=_connection_option(connection, "remote_user") or parsed.get("user"),
+        port=int(port) if port else None,
+        key_filename=_connection_option(connection, "private_key_file")
+        or parsed.get("identityfile"),
+        known_hosts=parsed.get("userknownhostsfile"),
+        accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
+        gateway=parsed.get("proxyjump"),
+        connect_timeout_s=int(_connection_option(connection, "timeout") or 10),
+    )
+    return str(host), options
+
+
+@contextmanager
+def guard_session(action, args, contract, facts, label):
+    """A session for this host: a tunnel through it, or the database reached directly.
+
+    A `local` connection or `tunnel: false` means the controller reaches the database
+    address itself; lookups still run through the task's connection either way.
+    """
+    runner = AnsibleRunner(action, label)
+    conninfo = conninfo_from(args)
+    if not args["tunnel"] or _transport(action._connection) == "local":
+        direct = make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
+        with local_session(contract, direct, runner=runner, **facts) as session:
+            yield session
+        return
+    host, options = ssh_target(action._connection, action._play_context)
+    connection = make_connection(host, options)
+    address = DatabaseAddress(args["db_host"], args["db_port"])
+    try:
+        with ssh_session(connection, contract, conninfo, address, runner=runner, **facts) as s:
+            yield s
+    finally:
+        connection.close()
+
+
+class DisplayedEvents(logging.Handler):
+    """The drain's state changes, shown as they happen and kept for the task result.
+
+    Idle polls log at DEBUG and never reach here: a long quiet wait prints nothing.
+    """
+
+    def __init__(self, label):
+        super().__init__(logging.INFO)
+        self.label = label
+        self.lines = []
+
+    def emit(self, record):
+        line = record.getMessage()
+        self.lines.append(line)
+        display.display(f"leaseguard [{self.label}]: {line}")
+
+
+@contextmanager
+def drain_events(label):
+    logger = logging.getLogger("leaseguard.drain")
+    handler = DisplayedEvents(label)
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)
+
+
+__all__ = [
+    "ConfigError",
+    "LeaseguardError",
+    "contract_from",
+    "drain_events",
+    "drain_host",
+    "drain_options",
+    "failure",
+    "given_facts",
+    "guard_session",
+    "lookup_result",
+    "require_leaseguard",
+    "resolve_runtime_facts",
+]

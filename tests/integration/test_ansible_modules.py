@@ -1,0 +1,145 @@
+"""`task_timeout` and `lease_guard` run by real ansible-playbook against a real host: sshd in
+a network namespace, the backend as a podman container, PostgreSQL reachable only through
+the SSH tunnel the action plugin opens with the host's own inventory settings.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from tests.support.runs_table import create_runs_table, insert_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+HOUR_AGO = datetime.now(UTC) - timedelta(hours=1)
+
+
+@pytest.fixture
+def runs(app_db):
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+    return app_db
+
+
+@pytest.fixture
+def playbook(tmp_path, app_host_pg, runs, backend):
+    """Write a one-play playbook for host app1 and run it; returns the PlaybookRun."""
+    host_vars = app_host_pg.ansible_host_vars()
+
+    def run(tasks, *args, inventory_vars=None, **run_kwargs):
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            {"app1": {**host_vars, **(inventory_vars or {})}},
+            leaseguard_db_name=runs.name,
+            leaseguard_db_user=GUARD_PW_ROLE,
+        )
+        path = tmp_path / "play.yml"
+        play = {"hosts": "app", "gather_facts": False, "tasks": tasks}
+        path.write_text(yaml.safe_dump([play], sort_keys=False))
+        env = {"LEASEGUARD_DB_PASSWORD": GUARD_PW_PASSWORD}
+        return run_playbook(path, inventory, tmp_path, *args, env=env, **run_kwargs)
+
+    return run
+
+
+def guard_task(name="guard", **options):
+    return {
+        "name": name,
+        "leaseguard.deploy.lease_guard": {
+            "lookup": "{{ lookup }}",
+            "db_name": "{{ leaseguard_db_name }}",
+            "db_user": "{{ leaseguard_db_user }}",
+            **options,
+        },
+        "register": name,
+    }
+
+
+LOOKUP = {"name": "lookup", "leaseguard.deploy.task_timeout": {}, "register": "lookup"}
+
+
+def claim(runs, *rows):
+    with runs.connect(socket=True) as conn:
+        insert_runs(conn, rows)
+
+
+def test_task_timeout_returns_the_one_variable_and_the_start_time(playbook, backend):
+    run = playbook([LOOKUP])
+    assert run.returncode == 0, run.stderr
+    result = run.result("lookup", "app1")
+    assert result["task_timeout_s"] == 3600.0
+    assert result["source"] == "docker:backend/APP_TASK_TIMEOUT_S"
+    started = datetime.fromisoformat(result["runtime_started_at"])
+    assert started == datetime.fromisoformat(backend["State"]["StartedAt"][:26] + "+00:00")
+    assert "PATH=" not in run.stdout  # the container's environment never leaves the plugin
+
+
+def test_a_missing_variable_fails_the_lookup_with_a_message_naming_it(playbook):
+    run = playbook(
+        [{**LOOKUP, "leaseguard.deploy.task_timeout": {"task_timeout": {"variable": "NOPE_S"}}}]
+    )
+    assert run.returncode == 2
+    result = run.result("lookup", "app1")
+    assert result["failed"] is True
+    assert "NOPE_S is not set" in result["msg"]
+
+
+def test_a_live_claim_silent_for_ten_minutes_defers(playbook, runs):
+    ten_min_ago = datetime.now(UTC) - timedelta(minutes=10)
+    claim(runs, (1, "running", ten_min_ago, ten_min_ago), (2, "open", None, None))
+    run = playbook([LOOKUP, guard_task(runtime_started_at=HOUR_AGO.isoformat())])
+    assert run.returncode == 0, run.stderr
+    verdict = run.result("guard", "app1")
+    assert verdict["decision"] == "defer"
+    assert verdict["counts"] == {"live": 1, "stale": 0, "orphaned": 0, "queued": 1}
+    assert verdict["live"][0]["id"] == "1"
+    assert 6500 < verdict["wait_upper_bound_s"] <= 6600
+    assert verdict["task_timeout_source"] == "docker:backend/APP_TASK_TIMEOUT_S"
+    assert verdict["changed"] is False
+
+
+def test_only_orphaned_and_queued_rows_proceed(playbook, runs):
+    ten_min_ago = datetime.now(UTC) - timedelta(minutes=10)
+    claim(runs, (1, "running", ten_min_ago, ten_min_ago), (2, "open", None, None))
+    run = playbook([LOOKUP, guard_task()])  # the container started seconds ago
+    assert run.returncode == 0, run.stderr
+    verdict = run.result("guard", "app1")
+    assert verdict["decision"] == "proceed"
+    assert verdict["counts"] == {"live": 0, "stale": 0, "orphaned": 1, "queued": 1}
+
+
+def test_fail_on_defer_fails_and_force_warns_with_the_claims(playbook, runs):
+    claim(runs, (7, "running", datetime.now(UTC), None))
+    run = playbook(
+        [
+            LOOKUP,
+            {**guard_task("forced", force=True)},
+            {**guard_task("strict", fail_on_defer=True)},
+        ]
+    )
+    assert run.returncode == 2
+    forced = run.result("forced", "app1")
+    assert forced["forced"] is True
+    assert any("FORCED on app1: 1 live claim(s) will be killed: 7" in w for w in forced["warnings"])
+    assert run.result("strict", "app1")["failed"] is True
+
+
+def test_an_unreachable_database_fails_closed_without_leaking_the_password(playbook):
+    run = playbook([LOOKUP, guard_task(db_port=5999)])
+    assert run.returncode == 2
+    result = run.result("guard", "app1")
+    assert result["decision"] == "failed"
+    assert result["error"]["type"] in ("DatabaseUnavailable", "TunnelError")
+    assert GUARD_PW_PASSWORD not in run.stdout + run.stderr
+
+
+def test_check_mode_judges_without_waiting(playbook, runs):
+    claim(runs, (3, "running", datetime.now(UTC), None))
+    run = playbook([LOOKUP, guard_task(wait=True, deadline_s=60)], "--check")
+    assert run.returncode == 0, run.stderr
+    verdict = run.result("guard", "app1")
+    assert verdict["decision"] == "defer"
+    assert "drain" not in verdict

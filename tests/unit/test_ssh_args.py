@@ -1,0 +1,36 @@
+"""parse_openssh_args: the tunnel honours the jump host and known_hosts Ansible's ssh uses."""
+
+import pytest
+
+from leaseguard.errors import ConfigError
+from leaseguard.ssh import parse_openssh_args
+
+VALID_CASES = [
+    ("", {}),
+    (
+        "-C -o ControlMaster=auto -o ControlPersist=60s",
+        {"controlmaster": "auto", "controlpersist": "60s"},
+    ),
+    ("-o UserKnownHostsFile=/k/known_hosts", {"userknownhostsfile": "/k/known_hosts"}),
+    ("-oStrictHostKeyChecking=no", {"stricthostkeychecking": "no"}),
+    ("-o 'ProxyJump jump@bastion:2222'", {"proxyjump": "jump@bastion:2222"}),
+    ("-J ops@bastion", {"proxyjump": "ops@bastion"}),
+    (
+        "-i /keys/id -p 2200 -l deploy",
+        {"identityfile": "/keys/id", "port": "2200", "user": "deploy"},
+    ),
+    ("-o ProxyJump=a -o ProxyJump=b", {"proxyjump": "a"}),  # like ssh: the first one wins
+    ("-v -4 -o IdentitiesOnly=yes", {"identitiesonly": "yes"}),  # flags without values skipped
+    ("-o proxycommand='nc %h %p'", {"proxycommand": "nc %h %p"}),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), VALID_CASES)
+def test_options_are_read_like_ssh_reads_them(text, expected):
+    assert parse_openssh_args(text) == expected
+
+
+def test_unbalanced_quotes_are_a_config_error_without_echoing_the_arguments():
+    with pytest.raises(ConfigError) as caught:
+        parse_openssh_args("-o 'ProxyJump=secret")
+    assert "secret" not in str(caught.value)
