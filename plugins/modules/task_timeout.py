@@ -86,6 +86,11 @@ runtime_started_at:
   returned: success
   type: str
   sample: "2026-09-09T04:00:00.123456+00:00"
+runtime_started_epoch_s:
+  description: The same moment in seconds since the epoch, for comparisons in playbooks.
+  returned: success
+  type: float
+  sample: 1788926400.123456
 error:
   description: What failed; the message names the host, source and variable, never a value.
   returned: failure

@@ -103,6 +103,7 @@ def lookup_result(facts):
         "source": timeout.source if timeout else None,
         "assumed": timeout.assumed if timeout else False,
         "runtime_started_at": started.isoformat() if started else None,
+        "runtime_started_epoch_s": started.timestamp() if started else None,
         "warnings": list(facts.warnings),
     }
 
