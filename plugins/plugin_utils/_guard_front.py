@@ -19,15 +19,21 @@ from ansible.utils.display import Display
 
 try:
     from psycopg import ProgrammingError
-    from psycopg.conninfo import make_conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     from leaseguard.contract import load_contract
     from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
     from leaseguard.fronts import drain_host
     from leaseguard.options import drain_options
     from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
-    from leaseguard.session import local_session, ssh_session
-    from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection, parse_openssh_args
+    from leaseguard.session import local_session
+    from leaseguard.ssh import (
+        DatabaseAddress,
+        SshOptions,
+        database_tunnel,
+        make_connection,
+        parse_openssh_args,
+    )
     from leaseguard.timeouts import parse_timeout_s
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
@@ -152,9 +158,13 @@ def conninfo_from(args):
     """dbname/user/password (and any other libpq keywords of `dsn`) as one conninfo."""
     given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
     try:
-        return make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+        conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+        params = conninfo_to_dict(conninfo)
     except ProgrammingError:
         raise ConfigError("dsn is not a valid libpq connection string") from None
+    if "hostaddr" in params:  # libpq would prefer it to the tunnel's address
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in dsn")
+    return conninfo
 
 
 def _transport(connection):
@@ -198,27 +208,32 @@ def ssh_target(connection, play_context):
 
 
 @contextmanager
-def guard_session(action, args, contract, facts, label):
-    """A session for this host: a tunnel through it, or the database reached directly.
+def database_conninfo(action, args):
+    """The database's conninfo as the controller reaches it: through the host, or directly.
 
-    A `local` connection or `tunnel: false` means the controller reaches the database
-    address itself; lookups still run through the task's connection either way.
+    A `local` connection or `tunnel: false` means the controller reaches the database address
+    itself. Otherwise a tunnel is opened with the host's own SSH settings and closed on exit.
     """
-    runner = AnsibleRunner(action, label)
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":
-        direct = make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
-        with local_session(contract, direct, runner=runner, **facts) as session:
-            yield session
+        yield make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
         return
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
-    address = DatabaseAddress(args["db_host"], args["db_port"])
     try:
-        with ssh_session(connection, contract, conninfo, address, runner=runner, **facts) as s:
-            yield s
+        with database_tunnel(connection, DatabaseAddress(args["db_host"], args["db_port"])) as port:
+            yield make_conninfo(conninfo, host="127.0.0.1", port=str(port))
     finally:
         connection.close()
+
+
+@contextmanager
+def guard_session(action, args, contract, facts, label):
+    """A session for this host; lookups run through the task's connection either way."""
+    with database_conninfo(action, args) as conninfo:
+        runner = AnsibleRunner(action, label)
+        with local_session(contract, conninfo, runner=runner, **facts) as session:
+            yield session
 
 
 class DisplayedEvents(logging.Handler):
@@ -256,6 +271,7 @@ __all__ = [
     "ConfigError",
     "LeaseguardError",
     "contract_from",
+    "database_conninfo",
     "drain_events",
     "drain_host",
     "drain_options",
