@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 LINT_PATHS := $(wildcard src tests plugins benchmarks)
 PYTEST_ARGS ?=
 
-.PHONY: venv bootstrap collection-link lint typecheck test demo sanity clean
+.PHONY: venv bootstrap collection-link lint typecheck test demo sanity bench clean
 
 venv bootstrap:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -20,14 +20,16 @@ venv bootstrap:
 collection-link:
 	@bash scripts/collection-link.sh
 
-lint: bootstrap
+lint: bootstrap collection-link
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/ansible-lint --nocolor -q
+	rm -rf .ansible
 
 typecheck: bootstrap
 	$(BIN)/mypy
 
-test: bootstrap lint typecheck collection-link
+test: bootstrap lint typecheck collection-link sanity
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 demo: bootstrap
@@ -35,6 +37,10 @@ demo: bootstrap
 
 sanity: bootstrap
 	PYTHON=$(PY) bash scripts/ansible-test-sanity.sh
+
+# Benchmarks (root, ~5-10 min on 2 cores): writes benchmarks/RESULTS.md, prints the same.
+bench: bootstrap
+	$(PY) -m benchmarks.run
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis tests/output

@@ -43,10 +43,10 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         require_leaseguard()
-        _, args = self.validate_argument_spec(
+        args = self.validate_argument_spec(
             lease_guard_argument_spec(),
             required_together=[("pause_command", "resume_command")],
-        )
+        )[1]
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:
             result.update(self._guard(args, host))

@@ -30,7 +30,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         require_leaseguard()
-        _, args = self.validate_argument_spec(task_timeout_argument_spec())
+        args = self.validate_argument_spec(task_timeout_argument_spec())[1]
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:
             contract = contract_from(args)

@@ -11,7 +11,7 @@ options:
   task_timeout:
     description:
       - Where the protected system's configured task timeout is read on the host.
-      - The lease is O(lease.multiplier) times this value.
+      - The lease is C(lease.multiplier) times this value.
       - Only the one variable is ever extracted; the rest of a container's or process's
         environment (it holds secrets) is never returned.
     type: dict
@@ -60,7 +60,7 @@ options:
   runtime:
     description:
       - Where the start time of the worker runtime is read. Claims made before it (less
-        O(clock_skew_s)) belong to a process that no longer exists, so they are orphaned.
+        C(clock_skew_s)) belong to a process that no longer exists, so they are orphaned.
       - Without a start time nothing is classed orphaned (the safe direction).
     type: dict
     suboptions:

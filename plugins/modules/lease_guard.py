@@ -92,12 +92,16 @@ attributes:
     description: The check is read-only; in check mode O(wait) is ignored.
   diff_mode:
     support: none
+    description: The check is read-only, so there is nothing to diff.
   platform:
+    support: full
     platforms: posix
+    description: Runs on the controller; lookups run on the host through the task's connection.
   action_group:
     support: full
     membership:
       - leaseguard.deploy.leaseguard
+    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
     for the index that keeps the query cheap on large tables.
@@ -212,7 +216,13 @@ drain:
   description: With O(wait), how the wait went.
   returned: when O(wait) and not in check mode
   type: dict
-  sample: {"decision": "proceed", "drained": true, "elapsed_s": 12.4, "deadline_s": 1800.0, "counters": {"polls": 4, "idle_polls": 2, "leases_ended": 1}, "events": ["drain host=app1 start live=1 deadline_s=1800"]}
+  sample:
+    decision: proceed
+    drained: true
+    elapsed_s: 12.4
+    deadline_s: 1800.0
+    counters: {"polls": 4, "idle_polls": 2, "leases_ended": 1}
+    events: ["drain host=app1 start live=1 deadline_s=1800"]
 error:
   description: What failed; names the host, table, column or variable, never a secret.
   returned: failure

@@ -30,12 +30,16 @@ attributes:
     description: Read-only; runs the same lookups in check mode.
   diff_mode:
     support: none
+    description: Nothing is changed, so there is nothing to diff.
   platform:
+    support: full
     platforms: posix
+    description: The lookup commands run on the host through the task's connection.
   action_group:
     support: full
     membership:
       - leaseguard.deploy.leaseguard
+    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """

@@ -37,6 +37,12 @@ try:
     from leaseguard.timeouts import parse_timeout_s
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
+
+    class LeaseguardError(Exception):  # type: ignore[no-redef]
+        """Stand-in so the plugins import; require_leaseguard() fails every task first."""
+
+    ConfigError = TunnelError = LeaseguardError
+    drain_host = drain_options = resolve_runtime_facts = None
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
