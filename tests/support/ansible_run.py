@@ -37,11 +37,15 @@ class PlaybookRun:
         return dict(json.loads(self.results_path.read_text()))
 
     def results(self, task_name: str) -> dict[str, dict[str, Any]]:
-        """The result of the named task, by host (the last play that ran it)."""
+        """The result of the named task, by host (the last play that ran it).
+
+        A role's tasks are named "<role> : <name>"; either form matches.
+        """
         found: dict[str, dict[str, Any]] = {}
         for play in self.report["plays"]:
             for task in play["tasks"]:
-                if task["task"]["name"] == task_name:
+                name = task["task"]["name"]
+                if task_name in (name, name.rpartition(" : ")[2]):
                     found = {**found, **task["hosts"]}
         return found
 

@@ -1,0 +1,73 @@
+"""playbooks/drain.yml run by its collection name, against a real host and database."""
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from tests.support.runs_table import create_runs_table, insert_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture
+def drain(tmp_path, app_host_pg, app_db, backend):
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+        insert_runs(conn, [(1, "running", datetime.now(UTC), None), (2, "open", None, None)])
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {"app1": app_host_pg.ansible_host_vars()},
+        leaseguard_db_name=app_db.name,
+        leaseguard_db_user=GUARD_PW_ROLE,
+        leaseguard_drain_poll_s=0.5,
+    )
+
+    def run(**extra_vars):
+        return run_playbook(
+            "leaseguard.deploy.drain",
+            inventory,
+            tmp_path,
+            extra_vars=extra_vars,
+            env={"PGPASSWORD": GUARD_PW_PASSWORD},
+        )
+
+    return run
+
+
+def finish_claim_later(app_db, delay_s):
+    def finish():
+        time.sleep(delay_s)
+        with app_db.connect(socket=True) as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    return worker
+
+
+def test_drain_waits_for_the_claim_to_end_and_pauses_intake_meanwhile(drain, app_db, tmp_path):
+    log = tmp_path / "intake.log"
+    worker = finish_claim_later(app_db, 2.0)
+    run = drain(
+        leaseguard_pause_command=["sh", "-c", f"echo paused >> {log}"],
+        leaseguard_resume_command=["sh", "-c", f"echo resumed >> {log}"],
+    )
+    worker.join()
+    assert run.returncode == 0, run.stdout[-3000:]
+    verdict = run.result("Judge the claims by the system's own lease", "app1")
+    assert verdict["drain"]["drained"] is True
+    assert verdict["drain"]["counters"]["leases_ended"] == 1
+    assert any("drained" in line for line in verdict["drain"]["events"])
+    assert log.read_text().split() == ["paused", "resumed"]  # the host shares this filesystem
+
+
+def test_drain_fails_the_host_when_the_deadline_passes_with_live_claims(drain):
+    run = drain(leaseguard_drain_deadline_s=1.5)
+    assert run.returncode == 2
+    failed = run.result("Fail the hosts where live leases remain", "app1")
+    assert "still has 1 live claim(s)" in failed["msg"]
+    assert GUARD_PW_PASSWORD not in run.stdout + run.stderr
