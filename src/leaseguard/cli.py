@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard import __version__
+from leaseguard.cli_index import add_index_sql_command
 from leaseguard.contract import Contract, load_config_file, load_contract
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_contract_options(drain_parser)
     add_drain_options(drain_parser)
     drain_parser.set_defaults(handler=run_drain)
+    add_index_sql_command(commands)
     return parser
 
 

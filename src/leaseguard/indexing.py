@@ -1,0 +1,215 @@
+"""The partial index that keeps the guard query flat as the table grows, and the warning
+that points at it when a large table is read with a sequential scan.
+
+The guard reads only claimed and queued rows, a set bounded by the number of workers,
+while the table grows with history (done, failed, cancelled rows). Without an index every
+check reads the whole history; with a partial index over just the claimed and queued
+statuses it reads the same few rows at 10^4 rows as at 10^7.
+
+The index must match the predicate's own expressions for the planner to use it: the
+predicate compares `status::text` (so enum status columns work), so the index key and its
+WHERE clause use `status::text` too. The planner proves the guard query's
+`status::text = ANY(...)` implies the index's `status::text IN (...)` only when both name
+the same statuses, which is why the index is derived from the contract. An enum status
+column cannot take this index: PostgreSQL indexes only IMMUTABLE expressions and an enum's
+::text is STABLE (labels can be renamed), so for enums the warning says that instead.
+
+An index predicate takes no bind parameters: the statuses are `sql.Literal`s (quoted and
+escaped by psycopg), identifiers are `sql.Identifier`s, and `sql.SQL` wraps constants only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from leaseguard.contract import Contract
+from leaseguard.errors import ConfigError
+from leaseguard.predicate import counts_query, predicate_params, table_identifier
+from leaseguard.verdict import Verdict
+
+log = logging.getLogger("leaseguard.indexing")
+
+INDEX_SUFFIX = "_leaseguard_claims"
+# Below this many rows a sequential scan costs about what an index scan does.
+LARGE_TABLE_ROWS = 100_000
+# A never-analysed table (reltuples = -1) counts as large from this size on disk.
+LARGE_TABLE_BYTES = 64 * 1024 * 1024
+# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes.
+_MAX_NAME_BYTES = 63
+# The plan check is advisory: it gets a small budget of its own, never the check's.
+_PLAN_CHECK_TIMEOUT_MS = 1000
+
+Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def index_statuses(contract: Contract) -> tuple[str, ...]:
+    """The statuses the guard reads: claimed first, then queued, each once."""
+    return tuple(dict.fromkeys((*contract.claimed_statuses, *contract.queued_statuses)))
+
+
+def index_name(contract: Contract) -> str:
+    """`<table>_leaseguard_claims`, shortened (with a hash of the table name) to 63 bytes."""
+    name = contract.table + INDEX_SUFFIX
+    if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
+        return name
+    digest = hashlib.sha256(contract.table.encode("utf-8")).hexdigest()[:8]
+    tail = f"_{digest}{INDEX_SUFFIX}"
+    budget = _MAX_NAME_BYTES - len(tail.encode("utf-8"))
+    head = contract.table.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
+    return head + tail
+
+
+def index_columns(contract: Contract) -> list[sql.Composable]:
+    """(status::text), claimed_at, and the expiry column when the contract has one."""
+    status = sql.Identifier(contract.status_column)
+    columns: list[sql.Composable] = [
+        sql.SQL("({}::text)").format(status),
+        sql.Identifier(contract.claimed_at_column),
+    ]
+    expires = contract.lease.expires_at_column
+    if expires and expires != contract.claimed_at_column:
+        columns.append(sql.Identifier(expires))
+    return columns
+
+
+def recommended_index(contract: Contract) -> sql.Composed:
+    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... WHERE status::text IN (<statuses>).
+
+    CONCURRENTLY: building it must not block the claim loop it is meant to serve. It
+    cannot run inside a transaction block, so the statement is meant to be run alone.
+    """
+    for status in index_statuses(contract):
+        if "\x00" in status:
+            raise ConfigError("a claimed or queued status contains a NUL character")
+    statuses = sql.SQL(", ").join(sql.Literal(status) for status in index_statuses(contract))
+    return sql.SQL(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({columns}) "
+        "WHERE {status}::text IN ({statuses})"
+    ).format(
+        name=sql.Identifier(index_name(contract)),
+        table=table_identifier(contract),
+        columns=sql.SQL(", ").join(index_columns(contract)),
+        status=sql.Identifier(contract.status_column),
+        statuses=statuses,
+    )
+
+
+def recommended_index_sql(contract: Contract) -> str:
+    """The statement as text, terminated, for `leaseguard index-sql` and runbooks."""
+    return recommended_index(contract).as_string(None) + ";"
+
+
+# --- the seq-scan warning -------------------------------------------------------------------
+
+
+def with_plan_warning(
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+) -> Verdict:
+    """The verdict, plus a warning when the guard query scans a large table sequentially.
+
+    Advisory and fail-safe: any error (permissions, lock, timeout, a plan shape this code
+    does not know) skips the warning and never fails or changes the check. Runs in its own
+    transaction after the judgment, so an error here cannot abort the judgment's.
+    """
+    try:
+        warning = plan_warning(conn, contract, verdict)
+    except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
+        log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
+        return verdict
+    if warning is None:
+        return verdict
+    return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
+
+
+def plan_warning(
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+) -> str | None:
+    """A warning naming the table when it is large and the guard query's plan seq-scans it.
+
+    Two cheap steps: the planner's row estimate (pg_class.reltuples) first; EXPLAIN, without
+    ANALYZE, only when the table is large.
+    """
+    params = predicate_params(
+        contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
+    )
+    with conn.transaction(), conn.cursor() as cur:
+        for name, value in (
+            ("statement_timeout", _PLAN_CHECK_TIMEOUT_MS),
+            ("lock_timeout", min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)),
+        ):
+            cur.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+        table = large_table(cur, contract)
+        if table is None:
+            return None
+        cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
+        row = cur.fetchone()
+    if row is None or not seq_scans(row[0], contract.table):
+        return None
+    rows, status_is_enum = table
+    where = (
+        f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
+        "with a sequential scan"
+    )
+    if status_is_enum:
+        return (
+            f"{where}; its status column {contract.status_column} is an enum, and PostgreSQL "
+            "cannot index an enum's ::text (not IMMUTABLE), which the guard compares, so "
+            "no partial index can serve this check"
+        )
+    return (
+        f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
+        f"partial index {index_name(contract)} that keeps each check flat"
+    )
+
+
+def large_table(cur: Cursor, contract: Contract) -> tuple[float, bool] | None:
+    """(estimated rows, status column is an enum) when the table counts as large, else None.
+
+    reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
+    analysed (-1) counts as large by its size on disk.
+    """
+    qualified = table_identifier(contract).as_string(cur.connection)
+    cur.execute(
+        """
+        SELECT c.reltuples, pg_relation_size(c.oid), coalesce(t.typtype = 'e', false)
+        FROM pg_class c
+        LEFT JOIN pg_attribute a
+               ON a.attrelid = c.oid AND a.attname = %s AND NOT a.attisdropped
+        LEFT JOIN pg_type t ON t.oid = a.atttypid
+        WHERE c.oid = to_regclass(%s)
+        """,
+        (contract.status_column, qualified),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    reltuples, size, is_enum = row
+    if not isinstance(reltuples, float | int) or not isinstance(size, int):
+        return None
+    if reltuples >= LARGE_TABLE_ROWS:
+        return float(reltuples), is_enum is True
+    if reltuples < 0 and size >= LARGE_TABLE_BYTES:
+        # ~100 bytes a row: an order of magnitude, for the message only.
+        return float(size // 100), is_enum is True
+    return None
+
+
+def seq_scans(plan: Any, table: str) -> list[dict[str, Any]]:
+    """The Seq Scan nodes (parallel or not) over `table` in an EXPLAIN (FORMAT JSON) result."""
+    found: list[dict[str, Any]] = []
+    stack: list[Any] = [plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == table:
+                found.append(node)
+            stack.extend(v for v in node.values() if isinstance(v, list | dict))
+    return found

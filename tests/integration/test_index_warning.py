@@ -1,0 +1,195 @@
+"""The seq-scan warning and `leaseguard index-sql`, against a real PostgreSQL.
+
+A "large" table is made by inserting 120,000 rows in one generate_series statement and
+running ANALYZE, so pg_class.reltuples crosses the 100,000-row threshold in well under a
+second.
+"""
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from psycopg import sql
+
+from leaseguard.contract import contract_from_mapping
+from leaseguard.indexing import LARGE_TABLE_ROWS, index_name
+from leaseguard.predicate import counts_query, predicate_params
+from leaseguard.session import local_session
+from tests.support.pgcluster import PgClusterError
+from tests.support.runs_table import create_runs_table
+from tests.support.subprocess_env import clean_env
+
+pytestmark = pytest.mark.integration
+
+STARTED = datetime.now(UTC) - timedelta(hours=3)
+LARGE = 120_000
+SMALL = 5_000
+
+
+def fill(db, rows, table="execution_runs", status_type=None):
+    """`rows` rows, nearly all done; every 1000th running (live), every 1000th+1 open."""
+    ident = sql.Identifier(table)
+    with db.connect() as conn:
+        create_runs_table(conn, table)
+        if status_type:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ALTER COLUMN status TYPE {} USING status::{}").format(
+                    ident, sql.Identifier(status_type), sql.Identifier(status_type)
+                )
+            )
+        conn.execute(
+            sql.SQL(
+                """
+                INSERT INTO {} (id, status, claimed_at)
+                SELECT g,
+                       (CASE g %% 1000 WHEN 0 THEN 'running' WHEN 1 THEN 'open'
+                                      ELSE 'done' END)::text::{},
+                       now() - make_interval(secs => g %% 600)
+                FROM generate_series(1, %s) AS g
+                """
+            ).format(ident, sql.Identifier(status_type or "text")),
+            (rows,),
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(ident))
+
+
+def index_sql(*flags):
+    done = subprocess.run(
+        [sys.executable, "-m", "leaseguard", "index-sql", *flags],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
+
+
+def judge_twice(db, **keys):
+    contract = contract_from_mapping(keys)
+    with local_session(contract, db.dsn, task_timeout_s=3600.0, runtime_started_at=STARTED) as s:
+        return s.judge(), s.judge()
+
+
+def plan_of_guard_query(db, **keys):
+    """The guard query's plan as (node type, relation, index) for each scan node."""
+    contract = contract_from_mapping(keys)
+    params = predicate_params(contract, lease_s=7200.0, runtime_started_at=STARTED)
+    query = sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract)
+    with db.connect() as conn:
+        [plan] = conn.execute(query, params).fetchone()
+    found, stack = [], [plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if "Relation Name" in node or "Index Name" in node:
+                found.append((node["Node Type"], node.get("Relation Name"), node.get("Index Name")))
+            stack.extend(v for v in node.values() if isinstance(v, list | dict))
+    return found
+
+
+def uses_only_the_index(scans, name):
+    """No sequential scan, and every index the plan reads is `name`."""
+    indexes = {index for _, _, index in scans if index}
+    return indexes == {name} and not any(kind == "Seq Scan" for kind, _, _ in scans)
+
+
+def test_the_threshold_is_what_this_file_assumes():
+    assert SMALL < LARGE_TABLE_ROWS < LARGE
+
+
+def test_a_large_table_without_the_index_warns_once_per_session(db):
+    fill(db, LARGE)
+    first, second = judge_twice(db)
+    assert first.counts.live == LARGE // 1000
+    [warning] = first.warnings
+    assert "table execution_runs" in warning
+    assert "sequential scan" in warning
+    assert "leaseguard index-sql" in warning
+    assert second.warnings == ()
+    assert second.counts == first.counts
+
+
+def test_a_large_table_with_the_index_from_index_sql_does_not_warn(db):
+    fill(db, LARGE)
+    db.psql(index_sql())
+    first, _ = judge_twice(db)
+    assert first.warnings == ()
+    assert uses_only_the_index(plan_of_guard_query(db), index_name(contract_from_mapping({})))
+
+
+def test_a_small_table_does_not_warn_even_with_a_seq_scan(db):
+    fill(db, SMALL)
+    assert plan_of_guard_query(db) == [("Seq Scan", "execution_runs", None)]
+    first, _ = judge_twice(db)
+    assert first.warnings == ()
+
+
+def test_check_prints_the_warning_once_on_stderr_and_in_json(db):
+    fill(db, LARGE)
+    argv = [sys.executable, "-m", "leaseguard", "check", "--dsn", db.dsn, "--json"]
+    argv += ["--task-timeout-s", "3600", "--runtime-started-at", STARTED.isoformat()]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, env=clean_env(), timeout=60, check=False
+    )
+    assert done.returncode == 75, done.stderr
+    verdict = json.loads(done.stdout)
+    assert len(verdict["warnings"]) == 1
+    assert "sequential scan" in verdict["warnings"][0]
+    assert done.stderr.count("leaseguard: warning: the guard query reads table") == 1
+
+
+def test_the_guard_role_sees_the_warning_too(db):
+    """The read-only guard role (pg_read_all_data only) can read reltuples and EXPLAIN."""
+    fill(db, LARGE)
+    contract = contract_from_mapping({})
+    with local_session(
+        contract, db.dsn_as("guard_ro"), task_timeout_s=3600.0, runtime_started_at=STARTED
+    ) as session:
+        assert len(session.judge().warnings) == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "claimed", "queued"),
+    [
+        ("execution_runs", ["running"], ["open"]),
+        ('Execution "Runs"; --\'', ["running"], ["open"]),
+        ("runs_no_queue", ["running"], []),
+        ("runs_two_claimed", ["running", "claimed"], ["open", "retry"]),
+    ],
+    ids=["default", "hostile-table-name", "no-queued-statuses", "several-statuses"],
+)
+def test_index_sql_creates_an_index_the_planner_uses_for_the_guard_query(
+    db, table, claimed, queued
+):
+    fill(db, LARGE, table=table)
+    keys = {"table": table, "claimed_statuses": claimed, "queued_statuses": queued}
+    assert plan_of_guard_query(db, **keys) == [("Seq Scan", table, None)]
+    flags = ["--table", table, "--claimed-status", *claimed, "--queued-status", *queued]
+    db.psql(index_sql(*flags))  # applied by psql, as a user would
+    name = index_name(contract_from_mapping(keys))
+    with db.connect() as conn:
+        found = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", (name,))
+        assert found.fetchone()[0] == 1
+    assert uses_only_the_index(plan_of_guard_query(db, **keys), name)
+    # IF NOT EXISTS: applying it twice is harmless.
+    db.psql(index_sql(*flags))
+
+
+def test_an_enum_status_column_gets_a_warning_that_does_not_promise_an_index(db):
+    with db.connect() as conn:
+        conn.execute("CREATE TYPE run_status AS ENUM ('open', 'running', 'done')")
+    fill(db, LARGE, table="runs_enum", status_type="run_status")
+    # PostgreSQL refuses to index an enum's ::text: the cast is STABLE, not IMMUTABLE.
+    with pytest.raises(PgClusterError, match="IMMUTABLE"):
+        db.psql(index_sql("--table", "runs_enum"))
+    first, second = judge_twice(db, table="runs_enum")
+    [warning] = first.warnings
+    assert "table runs_enum" in warning
+    assert "is an enum" in warning
+    assert "index-sql" not in warning
+    assert second.warnings == ()

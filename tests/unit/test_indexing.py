@@ -1,0 +1,231 @@
+"""The recommended partial index, rendered from the contract, and the plan check's pure parts."""
+
+import logging
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from leaseguard.cli import main
+from leaseguard.contract import contract_from_mapping
+from leaseguard.errors import ConfigError
+from leaseguard.indexing import (
+    index_name,
+    index_statuses,
+    recommended_index_sql,
+    seq_scans,
+    with_plan_warning,
+)
+from leaseguard.verdict import Counts, Verdict
+
+PREFIX = "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
+
+# (contract keys, the exact statement)
+VALID_CASES = [
+    (
+        {},
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at") WHERE "status"::text IN (\'running\', \'open\');',
+    ),
+    (
+        {"queued_statuses": []},
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at") WHERE "status"::text IN (\'running\');',
+    ),
+    (
+        {"claimed_statuses": ["running", "claimed"], "queued_statuses": ["open", "retry"]},
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at") '
+        "WHERE \"status\"::text IN ('running', 'claimed', 'open', 'retry');",
+    ),
+    (
+        {"schema": "app", "table": "jobs", "status_column": "state", "claimed_at_column": "t0"},
+        PREFIX + '"jobs_leaseguard_claims" ON "app"."jobs" (("state"::text), "t0") '
+        "WHERE \"state\"::text IN ('running', 'open');",
+    ),
+    (
+        {"lease": {"expires_at_column": "lease_expires_at"}},
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at", "lease_expires_at") '
+        "WHERE \"status\"::text IN ('running', 'open');",
+    ),
+    (
+        {"lease": {"expires_at_column": "claimed_at"}},
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at") WHERE "status"::text IN (\'running\', \'open\');',
+    ),
+]
+
+# Hostile names stay names and hostile statuses stay string literals.
+HOSTILE_CASES = [
+    (
+        {"table": 'runs"; DROP TABLE victim; --'},
+        'ON "runs""; DROP TABLE victim; --" ',
+    ),
+    (
+        {"status_column": 'status" = status; --'},
+        '(("status"" = status; --"::text), "claimed_at") WHERE "status"" = status; --"::text IN',
+    ),
+    (
+        {"claimed_statuses": ["running'); DROP TABLE victim; --"]},
+        "IN ('running''); DROP TABLE victim; --', 'open');",
+    ),
+    ({"claimed_statuses": ["it's"], "queued_statuses": ["o''pen"]}, "IN ('it''s', 'o''''pen');"),
+    # A backslash makes psycopg use an E'' literal, so the backslash stays one character.
+    ({"claimed_statuses": ["a\\b"]}, "IN ( E'a\\\\b', 'open');"),
+    ({"claimed_statuses": ["läuft"]}, "IN ('läuft', 'open');"),
+    ({"table": "Execution Runs"}, '"Execution Runs_leaseguard_claims" ON "Execution Runs" '),
+]
+
+
+@pytest.mark.parametrize(("keys", "expected"), VALID_CASES)
+def test_the_statement_is_derived_from_the_contract(keys, expected):
+    assert recommended_index_sql(contract_from_mapping(keys)) == expected
+
+
+@pytest.mark.parametrize(("keys", "fragment"), HOSTILE_CASES)
+def test_hostile_identifiers_are_quoted_and_statuses_are_literals(keys, fragment):
+    assert fragment in recommended_index_sql(contract_from_mapping(keys))
+
+
+def test_a_status_with_a_nul_character_is_a_config_error():
+    contract = contract_from_mapping({"claimed_statuses": ["run\x00ning"]})
+    with pytest.raises(ConfigError, match="NUL"):
+        recommended_index_sql(contract)
+
+
+def test_statuses_are_claimed_then_queued_each_once():
+    contract = contract_from_mapping(
+        {"claimed_statuses": ["b", "a", "b"], "queued_statuses": ["c", "a2"]}
+    )
+    assert index_statuses(contract) == ("b", "a", "c", "a2")
+
+
+NAME_CASES = [
+    ("execution_runs", "execution_runs_leaseguard_claims"),
+    ("x" * 45, "x" * 45 + "_leaseguard_claims"),  # exactly 63 bytes: kept
+]
+
+
+@pytest.mark.parametrize(("table", "expected"), NAME_CASES)
+def test_index_name_is_table_plus_suffix(table, expected):
+    assert index_name(contract_from_mapping({"table": table})) == expected
+
+
+@pytest.mark.parametrize("table", ["x" * 46, "y" * 63, "ä" * 31, "runs_" + "é" * 29])
+def test_a_long_table_name_gives_a_hashed_name_of_at_most_63_bytes(table):
+    name = index_name(contract_from_mapping({"table": table}))
+    assert len(name.encode("utf-8")) <= 63
+    assert name.endswith("_leaseguard_claims")
+    assert name.startswith(table[:10])
+    # Two tables sharing a long prefix must not share an index name.
+    other = index_name(contract_from_mapping({"table": table[:-1] + "z"}))
+    assert other != name
+
+
+# --- the CLI --------------------------------------------------------------------------------
+
+
+def test_index_sql_prints_a_comment_and_the_statement(capsys):
+    assert main(["index-sql", "--queued-status", "--claimed-status", "busy"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("-- leaseguard:")
+    assert out[1] == (
+        PREFIX + '"execution_runs_leaseguard_claims" ON "execution_runs" '
+        '(("status"::text), "claimed_at") WHERE "status"::text IN (\'busy\');'
+    )
+
+
+def test_index_sql_reads_the_config_file_and_flags_win(tmp_path, capsys):
+    config = tmp_path / "leaseguard.yaml"
+    config.write_text("leaseguard:\n  table: jobs\n  claimed_statuses: [working]\n")
+    assert main(["index-sql", "--config", str(config), "--status-column", "state"]) == 0
+    statement = capsys.readouterr().out.splitlines()[1]
+    assert 'ON "jobs" (("state"::text)' in statement
+    assert "IN ('working', 'open')" in statement
+
+
+def test_index_sql_keeps_a_table_name_with_a_newline_out_of_the_comment(capsys):
+    assert main(["index-sql", "--table", "runs\nDROP TABLE victim; --"]) == 0
+    comment = capsys.readouterr().out.splitlines()[0]
+    assert "DROP" not in comment
+
+
+def test_index_sql_with_an_invalid_contract_is_a_usage_error(capsys):
+    assert main(["index-sql", "--claimed-status", "open"]) == 2
+    assert "overlap" in capsys.readouterr().err
+
+
+def test_index_sql_needs_no_dsn():
+    with pytest.raises(SystemExit) as caught:
+        main(["index-sql", "--dsn", "host=db"])
+    assert caught.value.code == 2
+
+
+# --- the plan check's pure parts -------------------------------------------------------------
+
+
+def node(kind, relation=None, children=()):
+    found = {"Node Type": kind}
+    if relation:
+        found["Relation Name"] = relation
+    if children:
+        found["Plans"] = list(children)
+    return found
+
+
+PLAN_CASES = [
+    ("a seq scan of the table", node("Seq Scan", "runs"), 1),
+    ("nested under a join", node("Nested Loop", children=[node("Seq Scan", "runs")]), 1),
+    ("another table's seq scan", node("Seq Scan", "other"), 0),
+    ("an index scan", node("Index Scan", "runs"), 0),
+    ("a bitmap heap scan", node("Bitmap Heap Scan", "runs"), 0),
+    (
+        "a parallel seq scan under gather",
+        node("Gather", children=[{**node("Seq Scan", "runs"), "Parallel Aware": True}]),
+        1,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"), [(p, n) for _, p, n in PLAN_CASES], ids=[c[0] for c in PLAN_CASES]
+)
+def test_seq_scans_finds_sequential_scans_of_the_table_only(plan, expected):
+    explain = [{"Plan": node("Aggregate", children=[plan])}]
+    assert len(seq_scans(explain, "runs")) == expected
+
+
+def test_seq_scans_tolerates_unknown_shapes():
+    assert seq_scans(None, "runs") == []
+    assert seq_scans([{"Plan": "not a node"}, 3, "x"], "runs") == []
+
+
+def verdict():
+    return Verdict(
+        counts=Counts(),
+        live=(),
+        checked_at=datetime(2026, 9, 9, tzinfo=UTC),
+        lease_s=7200.0,
+        task_timeout=None,
+        runtime_started_at=None,
+        wait_upper_bound_s=0.0,
+        table="execution_runs",
+        warnings=("an earlier warning",),
+    )
+
+
+class FailingConnection:
+    """Stands in for a connection whose every transaction fails with driver text."""
+
+    def transaction(self):
+        raise psycopg.OperationalError("server closed; password=hunter2 host=db")
+
+
+def test_an_error_in_the_plan_check_keeps_the_verdict_and_leaks_nothing(caplog):
+    before = verdict()
+    with caplog.at_level(logging.DEBUG, logger="leaseguard.indexing"):
+        after = with_plan_warning(FailingConnection(), contract_from_mapping({}), before)
+    assert after is before
+    assert "skipped (OperationalError)" in caplog.text
+    assert "hunter2" not in caplog.text
