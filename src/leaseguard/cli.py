@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard import __version__
+from leaseguard.budgets import CONFIG_SECTION
+from leaseguard.cli_budgets import add_budgets_command
 from leaseguard.cli_index import add_index_sql_command
 from leaseguard.contract import Contract, load_config_file, load_contract
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_contract_options(drain_parser)
     add_drain_options(drain_parser)
     drain_parser.set_defaults(handler=run_drain)
+    add_budgets_command(commands)
     add_index_sql_command(commands)
     return parser
 
@@ -186,6 +189,8 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 def contract_from_args(args: argparse.Namespace) -> Contract:
     """Layers: defaults < --config file < flags."""
     file_layer = load_config_file(args.config) if args.config else {}
+    # The same file may declare the pg_cron budgets; `leaseguard budgets` reads that section.
+    file_layer.pop(CONFIG_SECTION, None)
     return load_contract(file_layer, flag_layer(args))
 
 

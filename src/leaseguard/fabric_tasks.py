@@ -22,6 +22,7 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 
+from leaseguard.budgets import CONFIG_SECTION
 from leaseguard.contract import Contract, load_contract
 from leaseguard.errors import (
     EXIT_DEFER,
@@ -39,6 +40,10 @@ from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.verdict import Verdict, failure_timeline
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+# The keys of the `connection:` section (docs/configuration.md lists each one).
+CONNECTION_KEYS = frozenset(
+    {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
+)
 MAX_PARALLEL_HOSTS = 32
 T = TypeVar("T")
 
@@ -80,7 +85,12 @@ def settings_from_config(config: Any) -> FabricSettings:
     """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
     section = _plain(config.get("leaseguard", {}) or {})
     connection = dict(section.pop("connection", {}) or {})
+    unknown = sorted(set(connection) - CONNECTION_KEYS)
+    if unknown:
+        names = ", ".join(f"connection.{k}" for k in unknown)
+        raise ConfigError(f"unknown config key(s): {names}")
     drain = section.pop("drain", {}) or {}
+    section.pop(CONFIG_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
     dsn = connection.pop("dsn", None) or os.environ.get("LEASEGUARD_DSN", "")
     address = DatabaseAddress(
         host=str(connection.pop("db_host", "127.0.0.1")),
@@ -91,9 +101,6 @@ def settings_from_config(config: Any) -> FabricSettings:
         accept_unknown_host_keys=bool(connection.pop("accept_unknown_host_keys", False)),
         gateway=connection.pop("gateway", None),
     )
-    if connection:
-        names = ", ".join(f"connection.{k}" for k in sorted(connection))
-        raise ConfigError(f"unknown config key(s): {names}")
     return FabricSettings(load_contract(section), dsn, address, ssh, drain_options(drain))
 
 
@@ -297,4 +304,4 @@ def _use_fleet_executor() -> None:
         program.executor_class = FleetExecutor
 
 
-__all__ = ["FleetExecutor", "collection", "drain", "guard"]
+__all__ = ["CONNECTION_KEYS", "FleetExecutor", "collection", "drain", "guard"]

@@ -1,0 +1,62 @@
+"""One config file for the whole product: the contract keys and a `cron_budgets` section.
+
+`leaseguard budgets` reads the section; `leaseguard check` and the Fabric tasks skip it, and
+still reject any other unknown key.
+"""
+
+import pytest
+import yaml
+
+from leaseguard.budgets import load_budget_config
+from leaseguard.cli import build_parser, contract_from_args
+from leaseguard.errors import ConfigError
+from leaseguard.fabric_tasks import settings_from_config
+
+CRON_BUDGETS = {
+    "jobs": {
+        "publish": {
+            "schedule": "* * * * *",
+            "function": "public.publish_stats_projection_job_v1",
+            "budget": "3s",
+        }
+    },
+    "overrides": {"production": {"publish": "6s"}},
+}
+
+
+def write(tmp_path, data):
+    path = tmp_path / "leaseguard.yml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def check_contract(path):
+    return contract_from_args(build_parser().parse_args(["check", "--config", str(path)]))
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["top_level", "under_leaseguard"])
+def test_check_reads_the_contract_from_a_file_that_also_declares_cron_budgets(tmp_path, nested):
+    section = {"table": "runs", "claimed_statuses": ["claimed"], "cron_budgets": CRON_BUDGETS}
+    path = write(tmp_path, {"leaseguard": section} if nested else section)
+    contract = check_contract(path)
+    assert contract.table == "runs"
+    assert list(contract.claimed_statuses) == ["claimed"]
+    assert load_budget_config(path).declare("production").jobs[0].budget_ms == 6000
+
+
+def test_check_still_rejects_other_unknown_keys_in_the_file(tmp_path):
+    path = write(tmp_path, {"table": "runs", "cron_budget": CRON_BUDGETS})
+    with pytest.raises(ConfigError, match="cron_budget"):
+        check_contract(path)
+
+
+def test_fabric_settings_skip_the_cron_budgets_section():
+    settings = settings_from_config(
+        {"leaseguard": {"table": "runs", "cron_budgets": CRON_BUDGETS, "connection": {}}}
+    )
+    assert settings.contract.table == "runs"
+
+
+def test_fabric_settings_still_reject_other_unknown_keys():
+    with pytest.raises(ConfigError, match="cron_budget"):
+        settings_from_config({"leaseguard": {"table": "runs", "cron_budget": CRON_BUDGETS}})
