@@ -139,3 +139,21 @@ def lease_guard_argument_spec():
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
     )
+
+
+def cron_budget_argument_spec():
+    """pg_cron jobs' statement budgets (and active flags), declared for one environment.
+
+    `jobs` and `overrides` are validated by the core (`leaseguard.budgets`), which names the
+    job and key in every message; the spec only says they are mappings.
+    """
+    return dict(
+        jobs=dict(type="dict"),
+        overrides=dict(type="dict"),
+        environment=dict(type="str"),
+        on_drift=dict(type="str", choices=["report", "apply"], default="report"),
+        cron_database=dict(type="str"),
+        active=dict(type="dict"),
+        connect_timeout_s=dict(type="int", default=10),
+        **connection_spec(),
+    )

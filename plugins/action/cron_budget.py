@@ -1,0 +1,190 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/).
+
+Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
+decisions (create / update / drift / refuse, lowering warnings) are the core's
+(`leaseguard.budgets`); this front plans first and writes only a plan without refusals, so a
+run that finds drift changes nothing at all.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    cron_budget_argument_spec,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    ConfigError,
+    LeaseguardError,
+    database_conninfo,
+    failure,
+    require_leaseguard,
+)
+
+try:
+    from leaseguard.budgets import (
+        Action,
+        budget_config_from_mapping,
+        connect_cron,
+        converge_budgets,
+        format_budget,
+    )
+    from leaseguard.cron_active import set_jobs_active, validate_active
+except ImportError:  # require_leaseguard() reports it
+    pass
+
+_REFUSED = ("unparseable", "ambiguous")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True  # the plan is computed the same way; only writes are skipped
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        require_leaseguard()
+        args = self.validate_argument_spec(
+            cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
+        )[1]
+        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        try:
+            result.update(self._converge(args, host))
+        except LeaseguardError as exc:
+            result.update(failure(exc, host, what="cron_budget"))
+        return result
+
+    def _converge(self, args, host):
+        declared = _declared(args)
+        active = validate_active(args["active"]) if args["active"] else {}
+        check_mode = bool(self._task.check_mode)
+        cron_database = args["cron_database"] or None
+        timeout = args["connect_timeout_s"]
+        plan = switched = None
+        with database_conninfo(self, args) as conninfo:
+            if declared is not None:
+
+                def converge(check):
+                    return converge_budgets(
+                        conninfo,
+                        declared,
+                        cron_database=cron_database,
+                        on_drift=args["on_drift"],
+                        check_mode=check,
+                        connect_timeout_s=timeout,
+                    )
+
+                plan = converge(True)
+                refusals = _refusals(plan)
+                if refusals:
+                    return _refused(plan, refusals, host)
+                if plan.changed and not check_mode:
+                    plan = converge(False)  # re-planned under the advisory lock, then written
+            if active:
+                with connect_cron(conninfo, dbname=cron_database, connect_timeout_s=timeout) as c:
+                    switched = set_jobs_active(c, active, check_mode=check_mode)
+        return _result(plan, switched, check_mode, host)
+
+
+def _declared(args):
+    """The declared budgets of `environment`, or None when the task declares no jobs."""
+    if args["jobs"] is None:
+        if args["overrides"]:
+            raise ConfigError("overrides without jobs: declare the jobs they override")
+        return None
+    environment = args["environment"] or None
+    if args["overrides"] and environment is None:
+        raise ConfigError(
+            "overrides need environment: the environment they belong to (e.g. production) "
+            "is named in every report and warning"
+        )
+    section = {"jobs": args["jobs"]}
+    if environment is not None:
+        section["overrides"] = {environment: args["overrides"] or {}}
+    return budget_config_from_mapping(section).declare(environment)
+
+
+def _refusals(plan):
+    """What keeps this run from writing anything: unapplied drift and refused live jobs."""
+    lines = [
+        f"job {d.job}: live={format_budget(d.live_budget_ms) if d.live_budget_ms else 'none'} "
+        f"declared={format_budget(d.declared_budget_ms)} ({d.source})"
+        for d in plan.drift
+        if not d.applied
+    ]
+    lines += [f"job {job.job.name}: {job.reason}" for job in plan.jobs if job.action in _REFUSED]
+    return lines
+
+
+def _refused(plan, refusals, host):
+    drift = [d for d in plan.drift if not d.applied]
+    guidance = (
+        "declare the live budget as an override for this environment (overrides, "
+        "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
+        "with on_drift=apply"
+        if drift
+        else "fix or remove the job by hand; leaseguard never rewrites a command it does not "
+        "fully understand"
+    )
+    return {
+        "failed": True,
+        "changed": False,
+        "host": host,
+        "msg": (
+            f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
+            f"everything untouched: {'; '.join(refusals)}. To go on: {guidance}."
+        ),
+        **_plan_fields(plan),
+        "applied": False,
+    }
+
+
+def _plan_fields(plan):
+    fields = plan.as_dict()
+    return {key: fields[key] for key in ("environment", "on_drift", "jobs", "drift")}
+
+
+def _result(plan, switched, check_mode, host):
+    result = {
+        "changed": bool((plan and plan.changed) or (switched and switched.changed)),
+        "host": host,
+        "applied": not check_mode,
+        "warnings": [*(plan.warnings if plan else ()), *(switched.warnings if switched else ())],
+        "diff": _diff(plan, switched),
+    }
+    if plan is not None:
+        result.update(_plan_fields(plan))
+    if switched is not None:
+        result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)
+    result["msg"] = _summary(plan, switched, check_mode)
+    return result
+
+
+def _diff(plan, switched):
+    diff = plan.diff() if plan is not None else {"before": {}, "after": {}}
+    if switched is not None:
+        for side, values in switched.diff().items():
+            for job, flags in values.items():
+                diff[side][job] = {**diff[side].get(job, {}), **flags}
+    return diff
+
+
+def _summary(plan, switched, check_mode):
+    parts = []
+    if plan is not None:
+        counts = {}
+        for job in plan.jobs:
+            counts[str(job.action)] = counts.get(str(job.action), 0) + 1
+        done = {str(Action.CREATE): "created", str(Action.UPDATE): "updated"}
+        if check_mode:
+            done = {str(Action.CREATE): "to create", str(Action.UPDATE): "to update"}
+        parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
+    if switched is not None:
+        verb = "would " if check_mode else ""
+        if switched.paused:
+            parts.append(f"{verb}paused {', '.join(switched.paused)}")
+        if switched.resumed:
+            parts.append(f"{verb}resumed {', '.join(switched.resumed)}")
+        if not switched.changed:
+            parts.append("active flags unchanged")
+    return "; ".join(parts)

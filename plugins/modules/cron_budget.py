@@ -1,0 +1,248 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cron_budget
+short_description: Declare pg_cron jobs' statement budgets per environment, without silent reverts
+version_added: 0.1.0
+description:
+  - Creates or updates pg_cron jobs whose command is rendered from one template, which sets
+    C(statement_timeout) to the job's budget, then selects the job's function without
+    arguments; so every job of a claim / compute / publish pipeline runs with its budget.
+  - An environment's O(overrides) win over the budgets of O(jobs) and are written, so
+    production keeps C(publish=6s) while staging and the code keep C(3s).
+  - A live budget that differs from a default (no override declares it) is B(drift). By
+    default the task B(fails) with a message listing each drifted job with its live and
+    declared budget, and changes nothing at all, also for the other jobs; O(on_drift=apply)
+    overwrites it deliberately.
+  - Lowering a live budget is always reported as a warning, also when it is applied.
+  - A live command outside the template's narrow grammar, or several jobs sharing a name,
+    is refused the same way; the task fails and nothing is written.
+  - O(active) pauses or resumes jobs by name; RV(paused) lists the jobs this run
+    deactivated, so that exactly those are resumed later (see the migrate role).
+  - Runs on the controller and reaches the database as M(leaseguard.deploy.lease_guard)
+    does, through an SSH tunnel opened with the host's own inventory settings. Writing
+    cron jobs needs a role allowed to call C(cron.schedule)/C(cron.alter_job) (and
+    C(cron.schedule_in_database) when O(cron_database) differs from O(db_name)), not the
+    guard's read-only role.
+  - Invalid input (a function name with a semicolon or quotes, a budget of V(0), V(-1s) or
+    V(abc)) fails with a message naming the job and key before anything is read or
+    written. Messages never contain a DSN or password.
+author:
+  - leaseguard maintainers (@leaseguard)
+requirements:
+  - The leaseguard Python package (with psycopg) on the controller.
+  - pg_cron 1.4 or later in the database named by O(cron_database).
+extends_documentation_fragment:
+  - leaseguard.deploy.connection
+options:
+  jobs:
+    description:
+      - The jobs as the code declares them, by name; each is C(schedule) (a cron schedule),
+        C(function) (C(schema.name), lower-case identifiers) and C(budget) (the default
+        statement budget, such as V(3s), V(1500ms), V(1min), or a bare number of milliseconds).
+      - Jobs not named here are left alone.
+    type: dict
+  overrides:
+    description:
+      - This environment's budgets, by job name (e.g. C(publish=6s) in production's
+        group_vars, as C(leaseguard_cron_budget_overrides)). They win over O(jobs).
+      - Needs O(environment), the label every report and warning names them by.
+    type: dict
+  environment:
+    description: The environment whose O(overrides) these are, e.g. V(production).
+    type: str
+  on_drift:
+    description:
+      - What to do when a live budget differs from a default that no override declares.
+      - V(report) fails the task with the list of drifted jobs and changes nothing.
+      - V(apply) overwrites the live budgets (a lowered one still warns).
+    type: str
+    choices: [report, apply]
+    default: report
+  cron_database:
+    description:
+      - The database holding pg_cron's C(cron.job) (its C(cron.database_name)). The jobs
+        run in O(db_name).
+      - Defaults to O(db_name).
+    type: str
+  active:
+    description:
+      - Set jobs' active flag by name (V(false) pauses, V(true) resumes), after O(jobs).
+      - A job that does not exist is skipped with a warning; several jobs sharing a name fail
+        the task.
+    type: dict
+  connect_timeout_s:
+    description: Seconds to wait for the database connection.
+    type: int
+    default: 10
+attributes:
+  check_mode:
+    support: full
+    description:
+      - The plan is computed exactly as it would be, in a read-only transaction, and
+        C(changed) is the same; nothing is written. Drift fails in check mode too.
+  diff_mode:
+    support: full
+    description: Before and after of each declared job (jobid, schedule, command, budget, database, active).
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the controller; the database is reached through the host.
+  action_group:
+    support: full
+    membership:
+      - leaseguard.deploy.leaseguard
+    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
+notes:
+  - Concurrent runs are serialised by an advisory lock while they write.
+  - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]), with the same
+    jobs and overrides in a C(cron_budgets) section.
+seealso:
+  - module: leaseguard.deploy.lease_guard
+  - name: PostgreSQL statement_timeout
+    description: The budget each job sets before calling its function.
+    link: https://www.postgresql.org/docs/15/runtime-config-client.html#GUC-STATEMENT-TIMEOUT
+"""
+
+EXAMPLES = r"""
+- name: Declare the projection pipeline's budgets (production keeps publish at 6s)
+  leaseguard.deploy.cron_budget:
+    jobs:
+      claim: {schedule: "* * * * *", function: public.claim_stats_projection_job_v1, budget: 3s}
+      compute: {schedule: "* * * * *", function: public.compute_stats_projection_job_v1, budget: 60s}
+      publish: {schedule: "* * * * *", function: public.publish_stats_projection_job_v1, budget: 3s}
+    overrides: "{{ leaseguard_cron_budget_overrides | default({}) }}"  # {publish: 6s} in production
+    environment: "{{ leaseguard_environment }}"
+    cron_database: postgres
+    db_name: app
+    db_user: app_migrator
+  register: budgets
+  ignore_errors: true
+
+- name: Stop the deploy with the drift report
+  ansible.builtin.fail:
+    msg: "{{ budgets.msg }}"
+  when: budgets is failed and budgets.drift | default([]) | length > 0
+
+- name: Show which jobs changed
+  ansible.builtin.debug:
+    msg: "{{ budgets.jobs | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
+  when: budgets is changed
+
+- name: Pause the claim job during a migration
+  leaseguard.deploy.cron_budget:
+    active: {claim: false}
+    cron_database: postgres
+    db_name: app
+  register: paused
+
+- name: Resume exactly the jobs that were paused
+  leaseguard.deploy.cron_budget:
+    active: "{{ dict(paused.paused | product([true])) }}"
+    cron_database: postgres
+    db_name: app
+  when: paused.paused | length > 0
+"""
+
+RETURN = r"""
+environment:
+  description: The environment whose overrides were applied.
+  returned: when O(jobs) is given
+  type: str
+  sample: production
+on_drift:
+  description: The drift policy used.
+  returned: when O(jobs) is given
+  type: str
+  sample: report
+applied:
+  description: Whether the plan was written (false in check mode and when the task refused).
+  returned: always
+  type: bool
+  sample: true
+jobs:
+  description:
+    - One entry per declared job. C(state) is V(create), V(update), V(unchanged), V(drift),
+      V(unparseable) or V(ambiguous); C(source) is V(default) or C(override:<environment>).
+  returned: when O(jobs) is given
+  type: list
+  elements: dict
+  sample:
+    - job: publish
+      state: unchanged
+      live_budget: 6s
+      declared_budget: 6s
+      default_budget: 3s
+      source: override:production
+      function: public.publish_stats_projection_job_v1
+      schedule: "* * * * *"
+      changes: []
+      reason: ""
+      before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
+      after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+              command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
+drift:
+  description:
+    - Live budgets that differ from a default no override declares; C(applied) is true when
+      O(on_drift=apply) overwrote them. With V(report) the task fails and lists them.
+  returned: when O(jobs) is given
+  type: list
+  elements: dict
+  sample: [{"job": "publish", "live": "6s", "declared": "3s", "source": "default", "applied": false}]
+paused:
+  description: Jobs this run deactivated through O(active) (resume exactly these).
+  returned: when O(active) is given
+  type: list
+  elements: str
+  sample: [claim]
+resumed:
+  description: Jobs this run activated through O(active).
+  returned: when O(active) is given
+  type: list
+  elements: str
+  sample: []
+missing:
+  description: Jobs named in O(active) that do not exist (skipped, with a warning).
+  returned: when O(active) is given
+  type: list
+  elements: str
+  sample: []
+diff:
+  description: Before and after per job, shown with C(--diff).
+  returned: success
+  type: dict
+  sample: {"before": {"publish": {"budget": "6s"}}, "after": {"publish": {"budget": "3s"}}}
+msg:
+  description: A one-line summary, or on failure what failed and how to go on.
+  returned: always
+  type: str
+  sample: "3 created"
+error:
+  description: What failed (connection, privileges, pg_cron); never a secret.
+  returned: on a database or configuration failure
+  type: dict
+  sample: {"type": "ConfigError", "message": "cron_budgets.jobs.publish.budget must be greater than 0, got '-1s'"}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    cron_budget_argument_spec,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=cron_budget_argument_spec(),
+        required_one_of=[("jobs", "active")],
+        supports_check_mode=True,
+    )
+    module.fail_json(msg="leaseguard.deploy.cron_budget runs as an action plugin on the controller")
+
+
+if __name__ == "__main__":
+    main()

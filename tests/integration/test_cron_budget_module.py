@@ -1,0 +1,284 @@
+"""`cron_budget` run by real ansible-playbook against a real host: PostgreSQL 15 with pg_cron
+(cron.job in database `postgres`), reachable only through the SSH tunnel the action plugin
+opens with the host's own inventory settings. Every result is cross-checked with psql.
+
+The jobs run in each test's own database and are named after it (`t_<hex>_claim`, ...), so
+tests never see each other's jobs; they are unscheduled at the end of each test.
+"""
+
+import contextlib
+import re
+
+import pytest
+import yaml
+
+from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+CRON_DB = "postgres"
+STEPS = ("claim", "compute", "publish")
+DEFAULTS = {"claim": "3s", "compute": "60s", "publish": "3s"}
+
+
+def jobs_for(prefix, **budgets):
+    """The claim / compute / publish jobs of the brief, named `<prefix>_<step>`."""
+    return {
+        f"{prefix}_{step}": {
+            "schedule": "* * * * *",
+            "function": f"public.{step}_stats_projection_job_v1",
+            "budget": budgets.get(step, DEFAULTS[step]),
+        }
+        for step in STEPS
+    }
+
+
+def command(budget, step):
+    """The command the template renders for `step` with `budget`."""
+    function = f'"public"."{step}_stats_projection_job_v1"'
+    return f"set statement_timeout = '{budget}'; select {function}();"
+
+
+def cron_jobs(cluster, prefix):
+    """{jobname: (command, database, active)} read back through psql (not the plugin)."""
+    assert re.fullmatch(r"t_[0-9a-f]+", prefix)  # a fresh database's name: safe in a literal
+    query = (
+        "SELECT jobname, command, database, active FROM cron.job "  # noqa: S608
+        f"WHERE jobname LIKE '{prefix}\\_%' ORDER BY jobname"
+    )
+    rows = [line.split("|") for line in cluster.psql(query, dbname=CRON_DB).splitlines() if line]
+    return {name: (cmd, database, active) for name, cmd, database, active in rows}
+
+
+def set_live_command(cluster, name, cmd):
+    """A change made by hand in production, behind the deploy's back."""
+    with cluster.connect(CRON_DB, socket=True) as conn:
+        conn.execute(
+            "SELECT cron.alter_job(jobid, command := %s) FROM cron.job WHERE jobname = %s",
+            (cmd, name),
+        )
+
+
+@pytest.fixture
+def app(app_db):
+    """The test's database; its cron jobs (by name prefix) are unscheduled afterwards."""
+    try:
+        yield app_db
+    finally:
+        with app_db.cluster.connect(CRON_DB, socket=True) as conn:
+            conn.execute(
+                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
+                (f"{app_db.name}\\_%",),
+            )
+
+
+@pytest.fixture
+def playbook(tmp_path, app_host_pg, app):
+    """Run a one-play playbook of `tasks` on host app1 (the database only via the tunnel)."""
+
+    def run(tasks, *args):
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            {"app1": app_host_pg.ansible_host_vars()},
+            leaseguard_db_name=app.name,
+        )
+        path = tmp_path / "play.yml"
+        play = {"hosts": "app", "gather_facts": False, "tasks": tasks}
+        path.write_text(yaml.safe_dump([play], sort_keys=False))
+        return run_playbook(path, inventory, tmp_path, *args)
+
+    return run
+
+
+def budgets(name="budgets", *, ignore_errors=False, **options):
+    """A cron_budget task writing as the superuser (trusted on the host's loopback)."""
+    task = {
+        "name": name,
+        "leaseguard.deploy.cron_budget": {
+            "db_name": "{{ leaseguard_db_name }}",
+            "db_user": "postgres",
+            "cron_database": CRON_DB,
+            **options,
+        },
+        "register": name,
+    }
+    if ignore_errors:
+        task["ignore_errors"] = True
+    return task
+
+
+def test_a_fresh_database_gets_the_rendered_jobs_and_a_second_run_changes_nothing(playbook, app):
+    jobs = jobs_for(app.name)
+    run = playbook([budgets("first", jobs=jobs), budgets("second", jobs=jobs)])
+    assert run.returncode == 0, run.stdout[-3000:]
+    first, second = run.result("first", "app1"), run.result("second", "app1")
+    assert first["changed"] is True
+    assert {job["state"] for job in first["jobs"]} == {"create"}
+    assert first["msg"] == "3 created"
+    assert second["changed"] is False
+    assert {job["state"] for job in second["jobs"]} == {"unchanged"}
+    assert cron_jobs(app.cluster, app.name) == {
+        f"{app.name}_{step}": (command(DEFAULTS[step], step), app.name, "t") for step in STEPS
+    }
+    assert run.stats["app1"]["changed"] == 1
+
+
+def test_production_keeps_its_override_through_a_routine_run_and_staging_keeps_the_default(
+    playbook, app
+):
+    production = {"environment": "production", "overrides": {f"{app.name}_publish": "6s"}}
+    staging_jobs = jobs_for(f"{app.name}_stg")
+    run = playbook(
+        [
+            budgets("deploy1", jobs=jobs_for(app.name), **production),
+            budgets("routine", jobs=jobs_for(app.name), **production),
+            budgets("staging", jobs=staging_jobs, environment="staging"),
+        ]
+    )
+    assert run.returncode == 0, run.stdout[-3000:]
+    routine = run.result("routine", "app1")
+    assert routine["changed"] is False
+    publish = next(job for job in routine["jobs"] if job["job"] == f"{app.name}_publish")
+    assert publish["live_budget"] == publish["declared_budget"] == "6s"
+    assert publish["source"] == "override:production"
+    assert publish["default_budget"] == "3s"
+    live = cron_jobs(app.cluster, app.name)
+    assert live[f"{app.name}_publish"][0] == command("6s", "publish")
+    assert live[f"{app.name}_claim"][0] == command("3s", "claim")
+    assert live[f"{app.name}_stg_publish"][0] == command("3s", "publish")
+    assert run.result("staging", "app1")["environment"] == "staging"
+
+
+def test_an_undeclared_live_budget_fails_with_a_drift_report_and_changes_nothing(playbook, app):
+    name = f"{app.name}_publish"
+    assert playbook([budgets(jobs=jobs_for(app.name))]).returncode == 0
+    set_live_command(app.cluster, name, command("6s", "publish"))
+    before = cron_jobs(app.cluster, app.name)
+    # A fourth job declared in the same run is not created either: a drifted run writes nothing.
+    extra = {
+        f"{app.name}_report": {
+            "schedule": "*/5 * * * *",
+            "function": "public.report_job_v1",
+            "budget": "10s",
+        }
+    }
+    run = playbook([budgets("routine", jobs={**jobs_for(app.name), **extra})])
+    assert run.returncode == 2
+    result = run.result("routine", "app1")
+    assert result["failed"] is True and result["changed"] is False
+    assert f"job {name}: live=6s declared=3s (default)" in result["msg"]
+    assert "left everything untouched" in result["msg"]
+    assert "on_drift=apply" in result["msg"]
+    assert result["drift"] == [
+        {"job": name, "live": "6s", "declared": "3s", "source": "default", "applied": False}
+    ]
+    assert cron_jobs(app.cluster, app.name) == before  # psql: still 6s, no report job
+
+
+def test_on_drift_apply_overwrites_with_a_warning_and_a_diff(playbook, app):
+    name = f"{app.name}_publish"
+    assert playbook([budgets(jobs=jobs_for(app.name))]).returncode == 0
+    set_live_command(app.cluster, name, command("6s", "publish"))
+    run = playbook([budgets("converge", jobs=jobs_for(app.name), on_drift="apply")], "--diff")
+    assert run.returncode == 0, run.stdout[-3000:]
+    result = run.result("converge", "app1")
+    assert result["changed"] is True
+    assert result["drift"][0]["applied"] is True
+    assert any("lowering the live statement budget 6s -> 3s" in w for w in result["warnings"])
+    assert result["diff"]["before"][name]["budget"] == "6s"
+    assert result["diff"]["after"][name]["budget"] == "3s"
+    assert '-        "budget": "6s",' in run.stdout
+    assert '+        "budget": "3s",' in run.stdout
+    assert cron_jobs(app.cluster, app.name)[name][0] == command("3s", "publish")
+
+
+def test_check_mode_reports_the_changes_and_writes_nothing(playbook, app):
+    run = playbook([budgets("planned", jobs=jobs_for(app.name))], "--check", "--diff")
+    assert run.returncode == 0, run.stdout[-3000:]
+    result = run.result("planned", "app1")
+    assert result["changed"] is True and result["applied"] is False
+    assert result["msg"] == "3 to create"
+    assert cron_jobs(app.cluster, app.name) == {}
+    assert playbook([budgets(jobs=jobs_for(app.name))]).returncode == 0
+    production = {"environment": "production", "overrides": {f"{app.name}_publish": "6s"}}
+    run = playbook([budgets("planned", jobs=jobs_for(app.name), **production)], "--check")
+    assert run.result("planned", "app1")["changed"] is True
+    assert cron_jobs(app.cluster, app.name)[f"{app.name}_publish"][0] == command("3s", "publish")
+
+
+HOSTILE = [
+    ("semicolon", {"publish": {"function": "public.f;drop_table_x"}}, "contains ';'"),
+    ("quote", {"publish": {"function": 'public."F"'}}, "'\"'"),
+    ("negative", {"publish": {"budget": "-1s"}}, "must be greater than 0, got '-1s'"),
+    ("word", {"publish": {"budget": "abc"}}, "expected a statement budget"),
+    ("zero", {"publish": {"budget": "0"}}, "0 would disable statement_timeout"),
+    ("zero_int", {"publish": {"budget": 0}}, "0 would disable statement_timeout"),
+    ("bad_override", {"override": "-3s"}, "overrides.production."),
+]
+
+
+def test_hostile_input_is_rejected_with_a_message_and_nothing_is_written(playbook, app):
+    tasks = []
+    for label, change, _ in HOSTILE:
+        jobs = jobs_for(app.name)
+        options = {}
+        for step, fields in change.items():
+            if step == "override":
+                options = {
+                    "environment": "production",
+                    "overrides": {f"{app.name}_publish": fields},
+                }
+            else:
+                jobs[f"{app.name}_{step}"] = {**jobs[f"{app.name}_{step}"], **fields}
+        tasks.append(budgets(label, ignore_errors=True, jobs=jobs, **options))
+    run = playbook(tasks)
+    assert run.returncode == 0, run.stdout[-3000:]
+    for label, _, expected in HOSTILE:
+        result = run.result(label, "app1")
+        assert result["failed"] is True, label
+        assert result["error"]["type"] == "ConfigError", label
+        assert expected in result["msg"], (label, result["msg"])
+        assert f"{app.name}_publish" in result["msg"], label
+    assert cron_jobs(app.cluster, app.name) == {}
+
+
+def test_pause_and_resume_switch_only_the_jobs_they_name(playbook, app):
+    claim, publish = f"{app.name}_claim", f"{app.name}_publish"
+    tasks = [
+        budgets(jobs=jobs_for(app.name)),
+        budgets("pause", active={claim: False, f"{app.name}_missing": False}),
+        budgets("pause_again", active={claim: False}),
+    ]
+    run = playbook(tasks)
+    assert run.returncode == 0, run.stdout[-3000:]
+    pause = run.result("pause", "app1")
+    assert pause["changed"] is True and pause["paused"] == [claim]
+    assert pause["missing"] == [f"{app.name}_missing"]
+    assert any("does not exist" in w for w in pause["warnings"])
+    assert run.result("pause_again", "app1")["changed"] is False
+    assert run.result("pause_again", "app1")["paused"] == []
+    live = cron_jobs(app.cluster, app.name)
+    assert live[claim][2] == "f" and live[publish][2] == "t"
+    run = playbook([budgets("resume", active={claim: True})], "--check")
+    assert run.result("resume", "app1")["changed"] is True
+    assert cron_jobs(app.cluster, app.name)[claim][2] == "f"
+    run = playbook([budgets("resume", active={claim: True})])
+    assert run.result("resume", "app1")["resumed"] == [claim]
+    assert cron_jobs(app.cluster, app.name)[claim][2] == "t"
+
+
+def test_the_read_only_guard_role_cannot_write_and_the_message_says_why(playbook, app):
+    task = budgets("as_guard", jobs=jobs_for(app.name))
+    task["leaseguard.deploy.cron_budget"].update(
+        db_user=GUARD_PW_ROLE, db_password=GUARD_PW_PASSWORD
+    )
+    run = playbook([task])
+    assert run.returncode == 2
+    result = run.result("as_guard", "app1")
+    assert result["failed"] is True
+    assert "permission denied" in result["msg"]
+    assert GUARD_PW_PASSWORD not in run.stdout + run.stderr
+    with contextlib.suppress(KeyError):
+        assert "password" not in result["error"]["message"]
+    assert cron_jobs(app.cluster, app.name) == {}
