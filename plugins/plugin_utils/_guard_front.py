@@ -21,7 +21,7 @@ try:
     from psycopg import ProgrammingError
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-    from leaseguard.contract import load_contract
+    from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
     from leaseguard.fronts import drain_host
     from leaseguard.options import drain_options
@@ -43,27 +43,15 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
 
     ConfigError = TunnelError = LeaseguardError
     drain_host = drain_options = resolve_runtime_facts = None
+    CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
-display = Display()
+# The task options that are contract keys: the core's top-level keys ("lease.multiplier" ->
+# "lease"), so a key added to the contract needs no change here.
+CONTRACT_KEYS = tuple(sorted({key.split(".")[0] for key in CONFIG_KEYS}))
 
-CONTRACT_KEYS = (
-    "table",
-    "schema",
-    "id_column",
-    "status_column",
-    "claimed_statuses",
-    "queued_statuses",
-    "claimed_at_column",
-    "lease",
-    "task_timeout",
-    "runtime",
-    "clock_skew_s",
-    "statement_timeout_ms",
-    "lock_timeout_ms",
-    "connect_timeout_s",
-)
+display = Display()
 
 
 def require_leaseguard():

@@ -31,7 +31,8 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -951,6 +952,74 @@ def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[
     ]
 
 
+@dataclass
+class CronStep:
+    """What a cron.job transaction is doing, so a failure message can say so."""
+
+    now: str = "reading cron.job"
+
+
+@contextmanager
+def cron_transaction(
+    conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
+) -> Iterator[CronStep]:
+    """One time-boxed transaction on cron.job; failures become errors naming the step.
+
+    Read-only in check mode. Any failure rolls everything back, so every message ends with
+    "nothing was changed". Messages name the step, the database and the SQLSTATE, never
+    driver text.
+    """
+    dbname = conn.info.dbname
+    step = CronStep()
+    try:
+        with conn.transaction():
+            if read_only:
+                conn.execute("SET TRANSACTION READ ONLY")
+            for name, value in (
+                ("statement_timeout", STATEMENT_TIMEOUT_MS),
+                ("lock_timeout", LOCK_TIMEOUT_MS),
+            ):
+                conn.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+            yield step
+    except pg_errors.QueryCanceled:
+        raise DatabaseError(
+            f"{step.now} in database {dbname} exceeded statement_timeout="
+            f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
+        ) from None
+    except pg_errors.LockNotAvailable:
+        raise DatabaseError(
+            f"{step.now} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
+            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
+        ) from None
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
+        raise SchemaMismatch(
+            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
+            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
+        ) from None
+    except pg_errors.InsufficientPrivilege:
+        raise DatabaseError(
+            f"{step.now} in database {dbname}: permission denied (InsufficientPrivilege, "
+            f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
+        ) from None
+    except pg_errors.InvalidParameterValue:
+        raise DatabaseError(
+            f"pg_cron refused {step.now} in database {dbname} (InvalidParameterValue, SQLSTATE "
+            "22023), most likely a schedule this pg_cron version does not accept; "
+            "nothing was changed"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"connection lost while {step.now} in database {dbname} ({type(exc).__name__}); "
+            "the transaction was not committed"
+        ) from None
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None) or "none"
+        raise DatabaseError(
+            f"{step.now} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
+            "nothing was changed"
+        ) from None
+
+
 def apply_budgets(
     conn: psycopg.Connection[Any],
     declared: DeclaredBudgets,
@@ -967,69 +1036,23 @@ def apply_budgets(
     """
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
-    dbname = conn.info.dbname
-    step = "reading cron.job"
-    try:
-        with conn.transaction():
-            if check_mode:
-                conn.execute("SET TRANSACTION READ ONLY")
-            for name, value in (
-                ("statement_timeout", STATEMENT_TIMEOUT_MS),
-                ("lock_timeout", LOCK_TIMEOUT_MS),
-            ):
-                conn.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
-            if not check_mode:
-                step = "waiting for another leaseguard run on cron.job"
-                conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
-                step = "reading cron.job"
-            row = conn.execute("SELECT current_database()").fetchone()
-            here = str(row[0]) if row else dbname
-            target = replace(declared, database=declared.database or here)
-            live = read_live_jobs(conn, [job.name for job in declared.jobs])
-            plan = plan_budgets(target, live, on_drift=on_drift)
-            if not check_mode:
-                for job in plan.jobs:
-                    step = f"writing pg_cron job {job.job.name}"
-                    _write(conn, job, here)
-    except pg_errors.QueryCanceled:
-        raise DatabaseError(
-            f"{step} in database {dbname} exceeded statement_timeout={STATEMENT_TIMEOUT_MS}ms "
-            "(QueryCanceled, SQLSTATE 57014); nothing was changed"
-        ) from None
-    except pg_errors.LockNotAvailable:
-        raise DatabaseError(
-            f"{step} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
-            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
-        ) from None
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
-        raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
-            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-        ) from None
-    except pg_errors.InsufficientPrivilege:
-        raise DatabaseError(
-            f"{step} in database {dbname}: permission denied (InsufficientPrivilege, "
-            "SQLSTATE 42501); grant the role EXECUTE on cron.schedule/alter_job"
-            + ("/schedule_in_database" if declared.database else "")
-            + "; nothing was changed"
-        ) from None
-    except pg_errors.InvalidParameterValue:
-        raise DatabaseError(
-            f"pg_cron refused {step} in database {dbname} (InvalidParameterValue, SQLSTATE "
-            "22023), most likely a schedule this pg_cron version does not accept; "
-            "nothing was changed"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"connection lost while {step} in database {dbname} ({type(exc).__name__}); "
-            "the transaction was not committed"
-        ) from None
-    except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or "none"
-        raise DatabaseError(
-            f"{step} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
-            "nothing was changed"
-        ) from None
+    privilege = "grant the role EXECUTE on cron.schedule/alter_job" + (
+        "/schedule_in_database" if declared.database else ""
+    )
+    with cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step:
+        if not check_mode:
+            step.now = "waiting for another leaseguard run on cron.job"
+            conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
+            step.now = "reading cron.job"
+        row = conn.execute("SELECT current_database()").fetchone()
+        here = str(row[0]) if row else conn.info.dbname
+        target = replace(declared, database=declared.database or here)
+        live = read_live_jobs(conn, [job.name for job in declared.jobs])
+        plan = plan_budgets(target, live, on_drift=on_drift)
+        if not check_mode:
+            for job in plan.jobs:
+                step.now = f"writing pg_cron job {job.job.name}"
+                _write(conn, job, here)
     return replace(plan, applied=not check_mode)
 
 

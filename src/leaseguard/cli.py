@@ -16,10 +16,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard import __version__
-from leaseguard.budgets import CONFIG_SECTION
 from leaseguard.cli_budgets import add_budgets_command
+from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
 from leaseguard.cli_index import add_index_sql_command
-from leaseguard.contract import Contract, load_config_file, load_contract
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
 from leaseguard.fronts import configure_logging, drain_host, terminate_as_interrupt
@@ -113,62 +112,13 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by every subcommand that evaluates the predicate."""
     conn = parser.add_argument_group("connection")
-    conn.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML file with the contract keys "
-        "(top level or under 'leaseguard:'); flags override it",
-    )
+    add_config_option(conn)
     conn.add_argument(
         "--dsn",
         help="libpq connection string; default $LEASEGUARD_DSN, "
         "else the PG* variables and ~/.pgpass",
     )
-    table = parser.add_argument_group("contract (where the work is and what a lease is)")
-    table.add_argument("--table", help="table holding the work rows (default execution_runs)")
-    table.add_argument("--id-column", help="column identifying a row in reports (default id)")
-    table.add_argument("--status-column", help="column holding the row's status (default status)")
-    table.add_argument(
-        "--claimed-status",
-        nargs="+",
-        action="extend",
-        metavar="S",
-        help="status(es) meaning a worker holds the row (default running)",
-    )
-    table.add_argument(
-        "--queued-status",
-        nargs="*",
-        action="extend",
-        metavar="S",
-        help="status(es) meaning nobody holds it yet, never protected "
-        "(default open; give the flag alone for none)",
-    )
-    table.add_argument(
-        "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
-    )
-    table.add_argument(
-        "--lease-multiplier",
-        type=float,
-        metavar="X",
-        help="lease = X times the task timeout (default 2.0)",
-    )
-    table.add_argument(
-        "--lease-expires-column",
-        metavar="C",
-        help="per-row lease expiry column; replaces the multiplier rule",
-    )
-    table.add_argument(
-        "--clock-skew-s",
-        type=float,
-        metavar="N",
-        help="tolerance when comparing the runtime start with claimed_at",
-    )
-    table.add_argument(
-        "--statement-timeout-ms",
-        type=int,
-        metavar="N",
-        help="the guard query's own time budget (default 5000)",
-    )
+    add_table_options(parser)
     facts = parser.add_argument_group("facts about the host (instead of looking them up)")
     facts.add_argument(
         "--task-timeout-s",
@@ -184,39 +134,6 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the timeline line"
     )
-
-
-def contract_from_args(args: argparse.Namespace) -> Contract:
-    """Layers: defaults < --config file < flags."""
-    file_layer = load_config_file(args.config) if args.config else {}
-    # The same file may declare the pg_cron budgets; `leaseguard budgets` reads that section.
-    file_layer.pop(CONFIG_SECTION, None)
-    return load_contract(file_layer, flag_layer(args))
-
-
-def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
-    layer: dict[str, Any] = {}
-    for flag, key in (
-        ("table", "table"),
-        ("id_column", "id_column"),
-        ("status_column", "status_column"),
-        ("claimed_status", "claimed_statuses"),
-        ("queued_status", "queued_statuses"),
-        ("claimed_at_column", "claimed_at_column"),
-        ("clock_skew_s", "clock_skew_s"),
-        ("statement_timeout_ms", "statement_timeout_ms"),
-    ):
-        value = getattr(args, flag)
-        if value is not None:
-            layer[key] = value
-    lease: dict[str, Any] = {}
-    if args.lease_multiplier is not None:
-        lease["multiplier"] = args.lease_multiplier
-    if args.lease_expires_column is not None:
-        lease["expires_at_column"] = args.lease_expires_column
-    if lease:
-        layer["lease"] = lease
-    return layer
 
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:

@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg import errors as pg_errors
 
-from leaseguard.budgets import LOCK_TIMEOUT_MS, STATEMENT_TIMEOUT_MS, read_live_jobs
-from leaseguard.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from leaseguard.budgets import LiveJob, cron_transaction, read_live_jobs
+from leaseguard.errors import ConfigError, DatabaseError
 
 
 @dataclass(frozen=True)
@@ -120,78 +119,39 @@ def set_jobs_active(
     (`leaseguard.budgets.connect_cron`).
     """
     wanted = validate_active(wanted)
-    dbname = conn.info.dbname
-    step = "reading cron.job"
+    hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
-        with conn.transaction():
-            if check_mode:
-                conn.execute("SET TRANSACTION READ ONLY")
-            for name, value in (
-                ("statement_timeout", STATEMENT_TIMEOUT_MS),
-                ("lock_timeout", LOCK_TIMEOUT_MS),
-            ):
-                conn.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
-            live = read_live_jobs(conn, list(wanted))
-            changes = []
-            for name, active in wanted.items():
-                rows = [row for row in live if row.name == name]
-                if len(rows) > 1:
-                    ids = ", ".join(str(row.jobid) for row in rows)
-                    raise _Refused(
-                        f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
-                        "refusing to guess which to switch; nothing was changed"
-                    )
-                row = rows[0] if rows else None
-                changes.append(
-                    ActiveChange(
-                        name, active, row.jobid if row else None, row.active if row else None
-                    )
-                )
+        with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
+            changes = _changes(read_live_jobs(conn, list(wanted)), wanted)
             if not check_mode:
                 for change in changes:
                     if change.changed:
-                        step = (
-                            f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
-                        )
+                        verb = "resuming" if change.wanted else "pausing"
+                        step.now = f"{verb} pg_cron job {change.job}"
                         conn.execute(
                             "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
                             (change.jobid, change.wanted),
                         )
     except _Refused as exc:
         raise DatabaseError(str(exc)) from None
-    except pg_errors.QueryCanceled:
-        raise DatabaseError(
-            f"{step} in database {dbname} exceeded statement_timeout={STATEMENT_TIMEOUT_MS}ms "
-            "(QueryCanceled, SQLSTATE 57014); nothing was changed"
-        ) from None
-    except pg_errors.LockNotAvailable:
-        raise DatabaseError(
-            f"{step} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
-            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
-        ) from None
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
-        raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
-            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-        ) from None
-    except pg_errors.InsufficientPrivilege:
-        raise DatabaseError(
-            f"{step} in database {dbname}: permission denied (InsufficientPrivilege, "
-            "SQLSTATE 42501); the role must own the jobs or be allowed cron.alter_job; "
-            "nothing was changed"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"connection lost while {step} in database {dbname} ({type(exc).__name__}); "
-            "the transaction was not committed"
-        ) from None
-    except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or "none"
-        raise DatabaseError(
-            f"{step} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
-            "nothing was changed"
-        ) from None
     return ActivePlan(tuple(changes), applied=not check_mode)
+
+
+def _changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+    changes = []
+    for name, active in wanted.items():
+        rows = [row for row in live if row.name == name]
+        if len(rows) > 1:
+            ids = ", ".join(str(row.jobid) for row in rows)
+            raise _Refused(
+                f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
+                "refusing to guess which to switch; nothing was changed"
+            )
+        row = rows[0] if rows else None
+        changes.append(
+            ActiveChange(name, active, row.jobid if row else None, row.active if row else None)
+        )
+    return changes
 
 
 class _Refused(Exception):
