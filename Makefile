@@ -9,10 +9,10 @@ PY := $(BIN)/python
 # molecule, ansible-* and friends are looked up on PATH by the tests.
 export PATH := $(BIN):$(PATH)
 
-LINT_PATHS := $(wildcard src tests plugins benchmarks)
+LINT_PATHS := $(wildcard src tests plugins benchmarks scripts)
 PYTEST_ARGS ?=
 
-.PHONY: venv bootstrap collection-link lint typecheck test demo sanity bench clean
+.PHONY: venv bootstrap collection-link lint typecheck test demo demo-down sanity bench clean
 
 venv bootstrap:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -32,8 +32,13 @@ typecheck: bootstrap
 test: bootstrap lint typecheck collection-link sanity
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-demo: bootstrap
-	@echo "demo: arrives with the Ansible roles; nothing to show yet"
+# The story on a throw-away local sandbox (root, well under 2 min). KEEP=1 leaves the sandbox
+# running (its directory is recorded in build/demo-sandbox); `make demo-down` removes it.
+demo: bootstrap collection-link
+	$(PY) scripts/demo.py $(if $(filter 1 yes true,$(KEEP)),--keep)
+
+demo-down:
+	$(PY) scripts/demo.py --down
 
 sanity: bootstrap
 	PYTHON=$(PY) bash scripts/ansible-test-sanity.sh

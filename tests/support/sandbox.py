@@ -8,6 +8,7 @@ module runs the same building blocks (:func:`open_app_host`, :class:`PodmanEngin
 them::
 
     python -m tests.support.sandbox start --dir D [--hosts app1[,app2...]] [--database NAME]
+                                          [--pg-base-dir P]
     python -m tests.support.sandbox stop  --dir D
     python -m tests.support.sandbox serve --dir D [...]     # foreground; what start detaches
 
@@ -24,7 +25,8 @@ What ``serve`` builds, in one ExitStack, torn down in reverse on SIGTERM/SIGINT:
   ``D/hosts/<alias>``) whose SSH sessions talk to that engine as their Docker daemon;
 * on the FIRST host a PostgreSQL 15 with pg_cron on the namespace's ``127.0.0.1:5432``, with
   database NAME (default ``app``) holding an empty ``execution_runs`` table that the guard
-  roles (members of ``pg_read_all_data``) can read;
+  roles (members of ``pg_read_all_data``) can read; its files go in a fresh directory under
+  P (default ``/tmp``; every parent of P must be traversable by the ``postgres`` OS user);
 * per host a container ``backend`` (one host) or ``backend-<alias>`` (several) with
   ``APP_TASK_TIMEOUT_S=3600``.
 
@@ -86,7 +88,7 @@ from typing import Any
 import yaml
 from psycopg import sql
 
-from tests.support.hosts_fixtures import APP_PG_PORT, AppHost, open_app_host
+from tests.support.hosts_fixtures import APP_PG_PORT, PG_BASE_DIR, AppHost, open_app_host
 from tests.support.netns import (
     kill_pids,
     kill_process_tree,
@@ -389,11 +391,19 @@ def create_app_database(cluster: PgCluster, name: str) -> None:
         create_runs_table(conn)
 
 
-def build(stack: ExitStack, sandbox: Sandbox, aliases: Sequence[str]) -> None:
+def build(
+    stack: ExitStack, sandbox: Sandbox, aliases: Sequence[str], pg_base_dir: Path = PG_BASE_DIR
+) -> None:
     """Start engine, hosts, database, forwarders and containers, each undone by ``stack``."""
     root, timings = sandbox.dir.root, sandbox.timings
     for i, alias in enumerate(aliases):
-        cm = open_app_host(root / "hosts" / alias, alias, engine=sandbox.engine, pg=i == 0)
+        cm = open_app_host(
+            root / "hosts" / alias,
+            alias,
+            engine=sandbox.engine,
+            pg=i == 0,
+            pg_base_dir=pg_base_dir,
+        )
         label = f"host {alias}" + (" (sshd, postgres)" if i == 0 else " (sshd)")
         sandbox.hosts.append(_enter_logged(stack, label, cm, timings))
     t0 = time.monotonic()
@@ -419,7 +429,9 @@ def running_backend(engine: PodmanEngine, name: str) -> Iterator[str]:
         engine.remove(name)
 
 
-def serve(sandbox_dir: SandboxDir, aliases: Sequence[str], database: str) -> int:
+def serve(
+    sandbox_dir: SandboxDir, aliases: Sequence[str], database: str, pg_base_dir: Path = PG_BASE_DIR
+) -> int:
     """Start everything, publish the files, block until a signal, tear everything down."""
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
@@ -433,7 +445,7 @@ def serve(sandbox_dir: SandboxDir, aliases: Sequence[str], database: str) -> int
             engine_cm = PodmanEngine(sandbox_dir.root / "podman")
             engine = _enter_logged(stack, "podman engine", engine_cm, timings)
             sandbox = Sandbox(sandbox_dir, database, engine, timings=timings)
-            build(stack, sandbox, aliases)
+            build(stack, sandbox, aliases, pg_base_dir)
             timings["total"] = round(time.monotonic() - t_start, 3)
             write_outputs(sandbox)
             stack.callback(_begin_teardown, sandbox_dir)
@@ -558,7 +570,9 @@ def write_outputs(sandbox: Sandbox) -> None:
 # -- start / stop -----------------------------------------------------------------------------
 
 
-def start(sandbox_dir: SandboxDir, aliases: Sequence[str], database: str) -> int:
+def start(
+    sandbox_dir: SandboxDir, aliases: Sequence[str], database: str, pg_base_dir: Path = PG_BASE_DIR
+) -> int:
     """Detach ``serve`` and wait for ``ready``; on failure show the log and leave nothing."""
     pid = serve_pid(sandbox_dir)
     if pid is not None:
@@ -572,6 +586,7 @@ def start(sandbox_dir: SandboxDir, aliases: Sequence[str], database: str) -> int
     sandbox_dir.root.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", MODULE, "serve", "--dir", str(sandbox_dir.root)]
     argv += ["--hosts", ",".join(aliases), "--database", database]
+    argv += ["--pg-base-dir", str(pg_base_dir)]
     pythonpath = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)}
     with sandbox_dir.log.open("ab") as logfile:
@@ -675,6 +690,13 @@ def _database(value: str) -> str:
     return value
 
 
+def _pg_base_dir(value: str) -> Path:
+    path = Path(value).resolve()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not an existing directory: {value!r}")
+    return path
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -683,6 +705,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         cmd.add_argument("--dir", required=True, type=SandboxDir.of)
         cmd.add_argument("--hosts", type=_aliases, default=["app1"])
         cmd.add_argument("--database", type=_database, default="app")
+        cmd.add_argument("--pg-base-dir", type=_pg_base_dir, default=PG_BASE_DIR)
     sub.add_parser("stop").add_argument("--dir", required=True, type=SandboxDir.of)
     return parser.parse_args(argv)
 
@@ -696,9 +719,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             format="%(asctime)s.%(msecs)03d sandbox[%(process)d] %(message)s",
             datefmt="%Y-%m-%dT%H:%M:%S",
         )
-        return serve(args.dir, args.hosts, args.database)
+        return serve(args.dir, args.hosts, args.database, args.pg_base_dir)
     if args.command == "start":
-        return start(args.dir, args.hosts, args.database)
+        return start(args.dir, args.hosts, args.database, args.pg_base_dir)
     return stop(args.dir)
 
 
