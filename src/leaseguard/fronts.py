@@ -48,11 +48,19 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """Timeline-style UTC log lines on stderr; DEBUG (idle polls) only when asked."""
-    logging.Formatter.converter = time.gmtime
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)sZ leaseguard %(message)s",
-        datefmt="%Y-%m-%dT%H:%M:%S",
-        stream=sys.stderr,
-    )
+    """Timeline-style UTC log lines on stderr; DEBUG (idle polls) only when asked.
+
+    Only leaseguard's own loggers: the root logger is left alone, so paramiko's connection
+    chatter ("Connected", "Authentication successful") stays out of the timeline.
+    """
+    logger = logging.getLogger("leaseguard")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        formatter = logging.Formatter(
+            "%(asctime)sZ leaseguard %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+        )
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)

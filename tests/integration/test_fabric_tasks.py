@@ -213,6 +213,9 @@ def test_drain_over_ssh_exits_0_after_the_last_lease_ends(fab, runs, backend):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "live 1 -> 0 ended=1" in done.stderr
     assert "decision=proceed" in done.stdout
+    # The timeline is leaseguard's own: no paramiko connection chatter among its lines.
+    assert "Authentication" not in done.stderr
+    assert "Connected (version" not in done.stderr
 
 
 def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend):
