@@ -12,8 +12,21 @@ from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
-STARTED = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
-FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", STARTED]
+RUNTIME_AGE = timedelta(hours=3)
+
+
+def started_at():
+    """The runtime started 3 hours before this moment: computed per call, not at import, so
+    "181 minutes ago" stays just before the start however long the suite has run."""
+    return (datetime.now(UTC) - RUNTIME_AGE).replace(microsecond=0).isoformat()
+
+
+class Facts:
+    def __iter__(self):
+        return iter(["--task-timeout-s", "3600", "--runtime-started-at", started_at()])
+
+
+FACTS = Facts()
 
 
 def leaseguard(*args, env=None):
@@ -112,7 +125,8 @@ def test_json_shape_of_a_deferral(runs):
     assert verdict["live"][0]["id"] == "42"
     assert set(verdict["live"][0]) == {"id", "claimed_at", "lease_expires_at", "remaining_s"}
     assert 5390 < verdict["wait_upper_bound_s"] <= 5400
-    assert datetime.fromisoformat(verdict["runtime_started_at"]) == datetime.fromisoformat(STARTED)
+    started = datetime.fromisoformat(verdict["runtime_started_at"])
+    assert abs((datetime.now(UTC) - RUNTIME_AGE - started).total_seconds()) < 60
 
 
 def test_the_timeline_line_without_json(runs):

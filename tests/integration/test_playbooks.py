@@ -38,9 +38,16 @@ def drain(tmp_path, app_host_pg, app_db, backend):
     return run
 
 
-def finish_claim_later(app_db, delay_s):
+def finish_claim_once_paused(app_db, intake_log):
+    """End the claim a second after intake was paused: the drain is waiting by then."""
+
     def finish():
-        time.sleep(delay_s)
+        deadline = time.monotonic() + 120
+        while "paused" not in (intake_log.read_text() if intake_log.exists() else ""):
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+        time.sleep(1.0)
         with app_db.connect(socket=True) as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
 
@@ -51,7 +58,7 @@ def finish_claim_later(app_db, delay_s):
 
 def test_drain_waits_for_the_claim_to_end_and_pauses_intake_meanwhile(drain, app_db, tmp_path):
     log = tmp_path / "intake.log"
-    worker = finish_claim_later(app_db, 2.0)
+    worker = finish_claim_once_paused(app_db, log)
     run = drain(
         leaseguard_pause_command=["sh", "-c", f"echo paused >> {log}"],
         leaseguard_resume_command=["sh", "-c", f"echo resumed >> {log}"],
