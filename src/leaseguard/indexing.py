@@ -36,7 +36,8 @@ from leaseguard.verdict import Verdict
 log = logging.getLogger("leaseguard.indexing")
 
 INDEX_SUFFIX = "_leaseguard_claims"
-# Below this many rows a sequential scan costs about what an index scan does.
+# Below this many rows a sequential scan costs a millisecond or two (benchmarks/RESULTS.md:
+# ~1 ms at 10^4 rows, ~10 ms at 10^5): not worth a warning.
 LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
@@ -138,12 +139,14 @@ def plan_warning(
     params = predicate_params(
         contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
     )
+    lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
     with conn.transaction(), conn.cursor() as cur:
-        for name, value in (
-            ("statement_timeout", _PLAN_CHECK_TIMEOUT_MS),
-            ("lock_timeout", min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)),
-        ):
-            cur.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+        # One round trip for both budgets: through a tunnel every round trip counts.
+        cur.execute(
+            "SELECT set_config('statement_timeout', %s, true), "
+            "set_config('lock_timeout', %s, true)",
+            (f"{_PLAN_CHECK_TIMEOUT_MS}ms", f"{lock_ms}ms"),
+        )
         table = large_table(cur, contract)
         if table is None:
             return None

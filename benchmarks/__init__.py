@@ -1,0 +1,1 @@
+"""leaseguard's benchmarks: `make bench` runs `python -m benchmarks.run` (see README.md)."""

@@ -1,0 +1,169 @@
+"""`make bench`: run every benchmark, write benchmarks/RESULTS.md, print the same text.
+
+    python -m benchmarks.run [--only 1,2,3,4,6] [--quick] [--output FILE]
+
+Needs root (network namespaces, sshd, PostgreSQL run through runuser, podman), like the
+integration tests whose harness (tests/support) it reuses. --quick is a smoke run with
+small sizes and few repetitions; its figures are not the ones to publish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+
+from benchmarks import bench_drain, bench_fleet, bench_one_host, bench_predicate
+from benchmarks.common import REPO, Finding, Section, markdown_table, stopwatch
+from benchmarks.common import machine as describe_machine
+from benchmarks.infra import engine_with_backend, fleet, harness_host
+
+ITEMS = ("1", "2", "3", "4", "5", "6")
+DEFAULT_OUTPUT = REPO / "benchmarks" / "RESULTS.md"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
+    parser.add_argument("--only", default=",".join(ITEMS), help="comma-separated items to run")
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
+    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        print("benchmarks: run as root (namespaces, sshd, PostgreSQL, podman)", file=sys.stderr)
+        return 2
+    only = set(args.only.split(","))
+    machine = describe_machine()
+    date = datetime.now(UTC)
+    started = time.monotonic()
+    sections, findings = run_all(only, quick=args.quick)
+    elapsed = time.monotonic() - started
+    # Other work on the machine shows here: the figures are medians of side-by-side runs.
+    machine["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    text = render(date, machine, elapsed, sections, findings, quick=args.quick, only=only)
+    # A partial or --quick run never overwrites the published RESULTS.md by accident.
+    if (not args.quick and only == set(ITEMS)) or args.output != DEFAULT_OUTPUT:
+        args.output.write_text(text)
+        log(f"wrote {args.output}")
+    print(text)
+    return 0
+
+
+def log(message: str) -> None:
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    print(f"[bench {stamp}] {message}", file=sys.stderr, flush=True)
+
+
+def run_all(only: set[str], *, quick: bool) -> tuple[list[Section], list[Finding]]:
+    sections: list[Section] = []
+    findings: list[Finding] = []
+
+    def add(result: tuple[Section | list[Section], list[Finding]]) -> None:
+        got, found = result
+        sections.extend(got if isinstance(got, list) else [got])
+        findings.extend(found)
+
+    fleet_size = 5 if quick else 20
+    with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp, ExitStack() as stack:
+        work = Path(tmp)
+        with stopwatch("podman engine + backend container", log):
+            engine = stack.enter_context(engine_with_backend(work / "podman"))
+        if only & {"1", "3"}:
+            with ExitStack() as fleet_stack:
+                with stopwatch(f"fleet of {fleet_size} hosts + shared PostgreSQL", log):
+                    hosts = fleet_stack.enter_context(fleet(work / "fleet", engine, fleet_size))
+                if "1" in only:
+                    with stopwatch("1. predicate at scale", log):
+                        add(bench_predicate.run_bench(hosts, quick=quick, log=log))
+                if "3" in only:
+                    with stopwatch("3. fleet", log):
+                        add(bench_fleet.run_bench(hosts, work, quick=quick, log=log))
+        if "5" in only:
+            add(pending_ansible())
+        if only & {"2", "4", "6"}:
+            with ExitStack() as host_stack:
+                with stopwatch("harness host pg1", log):
+                    host = host_stack.enter_context(harness_host(work / "pg1", engine))
+                if "2" in only:
+                    with stopwatch("2. one host", log):
+                        rc_host = host_stack.enter_context(
+                            harness_host(work / "pg2", engine, "pg2", skip_bashrc=False)
+                        )
+                        setups = [("rc skipped", host), ("this machine's rc", rc_host)]
+                        add(bench_one_host.run_bench(setups, work, 3 if quick else 7, log))
+                if only & {"4", "6"}:
+                    with stopwatch("4 + 6. drain reaction, idle logs, memory", log):
+                        add(bench_drain.run_bench(host, work, only, quick=quick, log=log))
+    order = {item: i for i, item in enumerate(ITEMS)}
+    # Stable sorts by the item's digit: "1b." stays right after "1.".
+    sections.sort(key=lambda s: order.get(s.title[0], 99))
+    findings.sort(key=lambda f: order.get(f.item[0], 99))
+    return sections, findings
+
+
+# --- 5. Ansible overhead: a slot for the restart role ----------------------------------------
+# PENDING: restart role. Whoever adds the Ansible benchmark replaces this function with
+# one returning (Section, [Finding, ...]) measured like the others (side by side, medians),
+# e.g. `ansible-playbook playbooks/deploy.yml` with the restart role vs a plain restart.
+
+
+def pending_ansible() -> tuple[Section, list[Finding]]:
+    section = Section(
+        "5. Ansible overhead (pending: restart role)",
+        [],
+        notes=["pending: restart role - the Ansible restart role has not landed yet."],
+    )
+    finding = Finding(
+        "5. Ansible overhead", "restart role vs plain restart", "pending: restart role", "-", None
+    )
+    return section, [finding]
+
+
+# --- RESULTS.md -------------------------------------------------------------------------------
+
+
+def render(
+    date: datetime,
+    machine: dict[str, str],
+    elapsed: float,
+    sections: list[Section],
+    findings: list[Finding],
+    *,
+    quick: bool,
+    only: set[str],
+) -> str:
+    summary = markdown_table(
+        ["item", "measure", "value", "target", "verdict", "note"],
+        [[f.item, f.measure, f.value, f.target, f.verdict, f.note] for f in findings],
+    )
+    machine_rows = markdown_table(["", ""], [[k, v] for k, v in machine.items()])
+    scope = "" if only == set(ITEMS) else f" (items {','.join(sorted(only))} only)"
+    lines = [
+        "# leaseguard benchmark results",
+        "",
+        f"Measured {date.strftime('%Y-%m-%d %H:%M UTC')} by `make bench`"
+        f"{' --quick' if quick else ''}{scope}; the whole run took {elapsed / 60:.1f} min. "
+        "See README.md for what each item measures and how; medians over repeated runs, "
+        "ratios from runs made side by side in the same process.",
+        "",
+        "## Machine",
+        "",
+        machine_rows,
+        "",
+        "## Summary",
+        "",
+        summary,
+        "",
+        "## Details",
+        "",
+    ]
+    lines += [section.markdown() for section in sections]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
