@@ -1,9 +1,11 @@
 """A guard session on one host: look up once, then judge as often as needed.
 
 The same session serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over
-SSH with a tunnel) and the Ansible action plugin. Each judgment opens its own short
-database connection, so a drain loop survives a server-side idle timeout and reports a
-dropped tunnel as a failed poll instead of hanging on a dead socket.
+SSH with a tunnel) and the Ansible action plugin. A drain's polls share one database
+connection: a connection per poll costs a login each time, and through Fabric's tunnel each
+one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
+A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
+replaced once, at once; a poll fails only when a fresh connection fails too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
 from leaseguard.db import connect
-from leaseguard.errors import ConfigError
+from leaseguard.errors import ConfigError, LeaseguardError
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.indexing import with_plan_warning
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
@@ -43,30 +45,52 @@ class GuardSession:
         self.clock_offset: ClockOffset | None = None
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
 
     @property
     def host(self) -> str:
         return self.runner.label
 
     def judge(self) -> Verdict:
-        """One check: connect, measure the clocks, evaluate, disconnect."""
-        with connect(self.conninfo, self.contract) as conn:
-            if self.facts.runtime_started_at is not None and self.clock_offset is None:
-                self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
-            verdict = evaluate(
-                conn,
-                self.contract,
-                task_timeout=self.facts.task_timeout,
-                lease_s=self.lease_s,
-                runtime_started_at=self.facts.runtime_started_at,
-                host=self.host,
-                clock_offset=self.clock_offset,
-                warnings=self.facts.warnings,
-            )
-            if not self.plan_checked:
-                self.plan_checked = True
-                verdict = with_plan_warning(conn, self.contract, verdict)
-            return verdict
+        """One check on the session's connection (replaced once if it broke meanwhile)."""
+        reused = self._conn is not None
+        try:
+            return self._judge_on(self._connection())
+        except LeaseguardError:
+            self.close()
+            if not reused:
+                raise
+        return self._judge_on(self._connection())
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is not None and (self._conn.closed or self._conn.broken):
+            self.close()
+        if self._conn is None:
+            self._conn = connect(self.conninfo, self.contract)
+        return self._conn
+
+    def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
+        if self.facts.runtime_started_at is not None and self.clock_offset is None:
+            self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
+        verdict = evaluate(
+            conn,
+            self.contract,
+            task_timeout=self.facts.task_timeout,
+            lease_s=self.lease_s,
+            runtime_started_at=self.facts.runtime_started_at,
+            host=self.host,
+            clock_offset=self.clock_offset,
+            warnings=self.facts.warnings,
+        )
+        if not self.plan_checked:
+            self.plan_checked = True
+            verdict = with_plan_warning(conn, self.contract, verdict)
+        return verdict
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -101,7 +125,11 @@ def local_session(
         runtime_started_at=runtime_started_at,
         task_timeout_source=task_timeout_source,
     )
-    yield GuardSession(contract, conninfo, facts, runner)
+    session = GuardSession(contract, conninfo, facts, runner)
+    try:
+        yield session
+    finally:
+        session.close()
 
 
 @contextmanager
@@ -134,7 +162,11 @@ def ssh_session(
     )
     with database_tunnel(connection, address) as local_port:
         tunnelled = make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))
-        yield GuardSession(contract, tunnelled, facts, runner)
+        session = GuardSession(contract, tunnelled, facts, runner)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def _reject_host_in_conninfo(conninfo: str) -> None:

@@ -11,6 +11,7 @@ from leaseguard.contract import contract_from_mapping
 from leaseguard.db import connect, guard_transaction
 from leaseguard.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
 from leaseguard.guard import check
+from leaseguard.session import local_session
 from leaseguard.verdict import TaskTimeout
 from tests.support.runs_table import create_runs_table
 
@@ -180,3 +181,56 @@ def test_a_wrong_password_fails_without_repeating_it(db):
     assert "authentication failed" in message
     assert "wrong-secret-pw" not in message
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
+
+
+NO_RUNTIME = contract_from_mapping({"runtime": {"source": "none"}})
+
+
+def leaseguard_backends(db):
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'leaseguard' "
+            "AND datname = current_database()"
+        ).fetchall()
+    return [row[0] for row in rows]
+
+
+def test_a_drains_polls_share_one_connection_which_closes_with_the_session(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    contract = NO_RUNTIME
+    with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+        session.judge()
+        first = leaseguard_backends(db)
+        session.judge()
+        session.judge()
+        assert leaseguard_backends(db) == first
+        assert len(first) == 1
+    assert leaseguard_backends(db) == []
+
+
+def test_a_connection_the_server_dropped_between_polls_is_replaced_without_a_failed_poll(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    contract = NO_RUNTIME
+    with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+        assert session.judge().counts.live == 1
+        with db.connect() as conn:
+            for pid in leaseguard_backends(db):
+                conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert session.judge().counts.live == 1
+
+
+def test_a_poll_still_fails_when_a_fresh_connection_fails_too(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    contract = NO_RUNTIME
+    with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+        session.judge()
+        with db.connect() as conn:
+            conn.execute("DROP TABLE execution_runs")
+        with pytest.raises(SchemaMismatch):
+            session.judge()
