@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import bench_drain, bench_fleet, bench_one_host, bench_predicate
+from benchmarks import bench_ansible, bench_drain, bench_fleet, bench_one_host, bench_predicate
 from benchmarks.common import REPO, Finding, Section, markdown_table, stopwatch
 from benchmarks.common import machine as describe_machine
 from benchmarks.infra import engine_with_backend, fleet, harness_host
@@ -83,7 +83,8 @@ def run_all(only: set[str], *, quick: bool) -> tuple[list[Section], list[Finding
                     with stopwatch("3. fleet", log):
                         add(bench_fleet.run_bench(hosts, work, quick=quick, log=log))
         if "5" in only:
-            add(pending_ansible())
+            with stopwatch("5. ansible overhead", log):
+                add(bench_ansible.run_bench(work, 3 if quick else 5, log))
         if only & {"2", "4", "6"}:
             with ExitStack() as host_stack:
                 with stopwatch("harness host pg1", log):
@@ -103,24 +104,6 @@ def run_all(only: set[str], *, quick: bool) -> tuple[list[Section], list[Finding
     sections.sort(key=lambda s: order.get(s.title[0], 99))
     findings.sort(key=lambda f: order.get(f.item[0], 99))
     return sections, findings
-
-
-# --- 5. Ansible overhead: a slot for the restart role ----------------------------------------
-# PENDING: restart role. Whoever adds the Ansible benchmark replaces this function with
-# one returning (Section, [Finding, ...]) measured like the others (side by side, medians),
-# e.g. `ansible-playbook playbooks/deploy.yml` with the restart role vs a plain restart.
-
-
-def pending_ansible() -> tuple[Section, list[Finding]]:
-    section = Section(
-        "5. Ansible overhead (pending: restart role)",
-        [],
-        notes=["pending: restart role - the Ansible restart role has not landed yet."],
-    )
-    finding = Finding(
-        "5. Ansible overhead", "restart role vs plain restart", "pending: restart role", "-", None
-    )
-    return section, [finding]
 
 
 # --- RESULTS.md -------------------------------------------------------------------------------
