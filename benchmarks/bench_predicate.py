@@ -98,7 +98,7 @@ def run_bench(
 @contextmanager
 def _paths(fleet: Fleet) -> Iterator[dict[str, str]]:
     """conninfo per path: direct TCP; the guard's SSH tunnel via host app1 as leaseguard
-    opens it; and the same with TCP_NODELAY on the SSH socket (a control: leaseguard sets it too)."""
+    opens it; and the same with TCP_NODELAY set once more (a control: leaseguard sets it)."""
     db, host = fleet.db, fleet.hosts[0]
     direct = make_conninfo(db.dsn(dbname=DBNAME), application_name="leaseguard-bench")
     options = SshOptions(key_filename=str(fleet.key_path), known_hosts=str(fleet.known_hosts))
