@@ -9,7 +9,7 @@ Fabric and Ansible.
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import env_fallback
+from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 
 def contract_spec():
@@ -157,3 +157,13 @@ def cron_budget_argument_spec():
         connect_timeout_s=dict(type="int", default=10),
         **connection_spec(),
     )
+
+
+def run_as_action_plugin_only(name, argument_spec, **spec_options):
+    """The `main()` of a docs-only module file: the work happens in the action plugin.
+
+    The argument spec is still built here, so ansible-test's validate-modules checks it
+    against DOCUMENTATION.
+    """
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **spec_options)
+    module.fail_json(msg=f"leaseguard.deploy.{name} runs as an action plugin on the controller")

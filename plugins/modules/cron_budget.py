@@ -229,19 +229,16 @@ error:
   sample: {"type": "ConfigError", "message": "cron_budgets.jobs.publish.budget must be greater than 0, got '-1s'"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     cron_budget_argument_spec,
+    run_as_action_plugin_only,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=cron_budget_argument_spec(),
-        required_one_of=[("jobs", "active")],
-        supports_check_mode=True,
+    run_as_action_plugin_only(
+        "cron_budget", cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
     )
-    module.fail_json(msg="leaseguard.deploy.cron_budget runs as an action plugin on the controller")
 
 
 if __name__ == "__main__":

@@ -230,19 +230,18 @@ error:
   sample: {"type": "DatabaseUnavailable", "message": "host app1: cannot connect to the database (OperationalError)"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_argument_spec,
+    run_as_action_plugin_only,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=lease_guard_argument_spec(),
+    run_as_action_plugin_only(
+        "lease_guard",
+        lease_guard_argument_spec(),
         required_together=[("pause_command", "resume_command")],
-        supports_check_mode=True,
     )
-    module.fail_json(msg="leaseguard.deploy.lease_guard runs as an action plugin on the controller")
 
 
 if __name__ == "__main__":

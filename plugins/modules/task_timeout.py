@@ -102,17 +102,14 @@ error:
   sample: {"type": "LookupFailed", "message": "host app1: docker:backend/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set"}
 """
 
-from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    run_as_action_plugin_only,
     task_timeout_argument_spec,
 )
 
 
 def main():
-    module = AnsibleModule(argument_spec=task_timeout_argument_spec(), supports_check_mode=True)
-    module.fail_json(
-        msg="leaseguard.deploy.task_timeout runs as an action plugin on the controller"
-    )
+    run_as_action_plugin_only("task_timeout", task_timeout_argument_spec())
 
 
 if __name__ == "__main__":
