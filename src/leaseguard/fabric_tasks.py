@@ -119,6 +119,9 @@ def _hosts(c: Context) -> list[str]:
     hosts = list(c.config.get(FLEET_HOSTS_KEY) or [])
     if not hosts:
         raise Exit("leaseguard: give the hosts to check with -H host1,host2", code=EXIT_USAGE)
+    for host in hosts:
+        if not host.rpartition("@")[2].partition(":")[0]:  # "root@", ":22", ""
+            raise Exit(f"leaseguard: -H {host!r} names no host", code=EXIT_USAGE)
     return hosts
 
 

@@ -86,6 +86,21 @@ def test_fab_list_shows_guard_and_drain_with_one_line_help():
     assert "guard" in done.stdout and "drain" in done.stdout
 
 
+@pytest.mark.parametrize("host", ["root@", "root@:22", ":22"])
+def test_a_host_string_without_a_host_is_a_usage_error_not_a_traceback(host):
+    done = subprocess.run(
+        [sys.executable, "-m", "fabric", "-H", host, "guard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "names no host" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_claim_made_since_the_container_started_defers(fab, runs, backend):
     claim(runs, 1, "running", "0 seconds")
     done = fab("guard")
