@@ -45,11 +45,11 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 from psycopg.conninfo import make_conninfo
 
-from leaseguard.contract import Contract, load_config_file
+from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file
 from leaseguard.db import connect
 from leaseguard.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
-CONFIG_SECTION = "cron_budgets"
+CONFIG_SECTION = CRON_BUDGETS_SECTION
 
 # statement_timeout is an int of milliseconds in PostgreSQL (max ~24.8 days). A cron step's
 # budget beyond a day is a unit mistake (milliseconds written as seconds), not a budget.

@@ -8,8 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from leaseguard.budgets import CONFIG_SECTION
-from leaseguard.contract import Contract, load_config_file, load_contract
+from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
 
 
 def add_config_option(container: Any) -> None:
@@ -75,7 +74,7 @@ def contract_from_args(args: argparse.Namespace) -> Contract:
     """Layers: defaults < --config file < flags."""
     file_layer = load_config_file(args.config) if args.config else {}
     # The same file may declare the pg_cron budgets; `leaseguard budgets` reads that section.
-    file_layer.pop(CONFIG_SECTION, None)
+    file_layer.pop(CRON_BUDGETS_SECTION, None)
     return load_contract(file_layer, flag_layer(args))
 
 

@@ -22,6 +22,9 @@ from leaseguard.errors import ConfigError
 # address another column, so it is refused instead.
 _MAX_IDENTIFIER_BYTES = 63
 
+# The section of a config file that declares pg_cron budgets (leaseguard.budgets reads it);
+# the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
+CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
 

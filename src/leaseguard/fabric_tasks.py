@@ -22,8 +22,7 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.budgets import CONFIG_SECTION
-from leaseguard.contract import Contract, load_contract
+from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
@@ -90,7 +89,7 @@ def settings_from_config(config: Any) -> FabricSettings:
         names = ", ".join(f"connection.{k}" for k in unknown)
         raise ConfigError(f"unknown config key(s): {names}")
     drain = section.pop("drain", {}) or {}
-    section.pop(CONFIG_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
+    section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
     dsn = connection.pop("dsn", None) or os.environ.get("LEASEGUARD_DSN", "")
     address = DatabaseAddress(
         host=str(connection.pop("db_host", "127.0.0.1")),
