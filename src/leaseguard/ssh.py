@@ -206,6 +206,7 @@ def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterato
     accepts. The tunnel is closed on every exit path by forward_local's own context.
     """
     open_connection(connection)
+    _probe_target(connection, address)
     local_port = _free_local_port()
     try:
         with connection.forward_local(
@@ -228,6 +229,31 @@ def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterato
             f"host {connection.host}: the host could not connect to "
             f"{address.host}:{address.port} through the tunnel ({names})"
         ) from None
+
+
+def _probe_target(connection: Connection, address: DatabaseAddress) -> None:
+    """Have the host connect to the database address once before forwarding to it.
+
+    When the host cannot connect, Fabric's forwarder thread dies quietly (its error surfaces
+    only when the tunnel closes) and the database client waits out its whole connect
+    timeout; a refused or unreachable address is named here in one round trip instead.
+    PostgreSQL (13+) does not log a connection closed before its startup packet.
+    """
+    transport = connection.client.get_transport()
+    assert transport is not None  # open_connection() connected it
+    try:
+        channel = transport.open_channel(
+            "direct-tcpip",
+            (address.host, address.port),
+            ("127.0.0.1", 0),
+            timeout=TUNNEL_READY_TIMEOUT_S,
+        )
+    except (paramiko.SSHException, OSError) as exc:
+        raise TunnelError(
+            f"host {connection.host}: the host could not connect to "
+            f"{address.host}:{address.port} through the tunnel ({type(exc).__name__})"
+        ) from None
+    channel.close()
 
 
 def _free_local_port() -> int:
