@@ -30,7 +30,7 @@ try:
         converge_budgets,
         format_budget,
     )
-    from leaseguard.cron_active import set_jobs_active, validate_active
+    from leaseguard.cron import set_jobs_active, validate_active
 except ImportError:  # require_leaseguard() reports it
     pass
 

@@ -31,8 +31,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -40,14 +39,18 @@ from typing import Any, Literal, NoReturn
 
 import jinja2
 import psycopg
-from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.abc import AdaptContext
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file
+from leaseguard.cron import (
+    LiveJob,
+    cron_transaction,
+    read_live_jobs,
+)
 from leaseguard.db import connect
-from leaseguard.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from leaseguard.errors import ConfigError, DatabaseUnavailable
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION
 
@@ -71,9 +74,6 @@ _COMMAND = _JINJA.from_string(COMMAND_TEMPLATE)
 OnDrift = Literal["report", "apply"]
 ON_DRIFT_CHOICES: tuple[OnDrift, ...] = ("report", "apply")
 
-# Our own session's limits while reading and writing cron.job.
-STATEMENT_TIMEOUT_MS = 5000
-LOCK_TIMEOUT_MS = 2000
 # Serialises concurrent runs (two deploys) between reading cron.job and writing it;
 # the bytes of "lgcronbg" as a bigint.
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
@@ -598,19 +598,6 @@ def load_budget_config(path: str | Path) -> BudgetConfig:
 # --- planning (pure) --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class LiveJob:
-    """A row of pg_cron's cron.job."""
-
-    jobid: int
-    name: str
-    schedule: str
-    command: str
-    active: bool = True
-    database: str | None = None
-    username: str | None = None
-
-
 class Action(enum.StrEnum):
     CREATE = "create"  # no live job of that name
     UPDATE = "update"  # schedule, function, database, or a declared override differs
@@ -879,11 +866,6 @@ def _warnings(plan: JobPlan) -> list[str]:
 
 # --- applying (I/O) ---------------------------------------------------------------------------
 
-_LIVE_JOBS = (
-    "SELECT jobid, jobname, schedule, command, active, database, username "
-    "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid"
-)
-
 
 def connect_cron(
     conninfo: str, *, dbname: str | None = None, connect_timeout_s: int = 10
@@ -933,91 +915,6 @@ def converge_budgets(
                 declared = replace(declared, database=str(row[0]))
     with connect_cron(conninfo, dbname=cron_database, connect_timeout_s=connect_timeout_s) as conn:
         return apply_budgets(conn, declared, on_drift=on_drift, check_mode=check_mode)
-
-
-def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
-    """The cron.job rows named `names` (raw psycopg errors; `apply_budgets` translates)."""
-    rows = conn.execute(_LIVE_JOBS, (list(names),)).fetchall()
-    return [
-        LiveJob(
-            jobid=int(row[0]),
-            name=str(row[1]),
-            schedule=str(row[2]),
-            command=str(row[3]),
-            active=bool(row[4]),
-            database=None if row[5] is None else str(row[5]),
-            username=None if row[6] is None else str(row[6]),
-        )
-        for row in rows
-    ]
-
-
-@dataclass
-class CronStep:
-    """What a cron.job transaction is doing, so a failure message can say so."""
-
-    now: str = "reading cron.job"
-
-
-@contextmanager
-def cron_transaction(
-    conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
-) -> Iterator[CronStep]:
-    """One time-boxed transaction on cron.job; failures become errors naming the step.
-
-    Read-only in check mode. Any failure rolls everything back, so every message ends with
-    "nothing was changed". Messages name the step, the database and the SQLSTATE, never
-    driver text.
-    """
-    dbname = conn.info.dbname
-    step = CronStep()
-    try:
-        with conn.transaction():
-            if read_only:
-                conn.execute("SET TRANSACTION READ ONLY")
-            for name, value in (
-                ("statement_timeout", STATEMENT_TIMEOUT_MS),
-                ("lock_timeout", LOCK_TIMEOUT_MS),
-            ):
-                conn.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
-            yield step
-    except pg_errors.QueryCanceled:
-        raise DatabaseError(
-            f"{step.now} in database {dbname} exceeded statement_timeout="
-            f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
-        ) from None
-    except pg_errors.LockNotAvailable:
-        raise DatabaseError(
-            f"{step.now} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
-            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
-        ) from None
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
-        raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
-            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-        ) from None
-    except pg_errors.InsufficientPrivilege:
-        raise DatabaseError(
-            f"{step.now} in database {dbname}: permission denied (InsufficientPrivilege, "
-            f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
-        ) from None
-    except pg_errors.InvalidParameterValue:
-        raise DatabaseError(
-            f"pg_cron refused {step.now} in database {dbname} (InvalidParameterValue, SQLSTATE "
-            "22023), most likely a schedule this pg_cron version does not accept; "
-            "nothing was changed"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"connection lost while {step.now} in database {dbname} ({type(exc).__name__}); "
-            "the transaction was not committed"
-        ) from None
-    except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or "none"
-        raise DatabaseError(
-            f"{step.now} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
-            "nothing was changed"
-        ) from None
 
 
 def apply_budgets(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -89,14 +90,25 @@ def guard_transaction(
     within its budget, not hang the deploy behind the very migration it guards.
     """
     with translate_errors(contract), conn.transaction(), conn.cursor() as cur:
-        for name, value in (
-            ("statement_timeout", contract.statement_timeout_ms),
-            ("lock_timeout", contract.effective_lock_timeout_ms),
-            ("idle_in_transaction_session_timeout", contract.statement_timeout_ms * 2),
-        ):
-            # SET takes no bind parameters; set_config() does, so name and value stay values.
-            cur.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+        set_local_limits(
+            cur,
+            statement_timeout=contract.statement_timeout_ms,
+            lock_timeout=contract.effective_lock_timeout_ms,
+            idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
+        )
         yield cur
+
+
+def set_local_limits(
+    executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **limits_ms: int
+) -> None:
+    """Time limits for the current transaction only (set_config's is_local = true).
+
+    SET takes no bind parameters; set_config() does, so the setting's name and value are
+    both bound values. The names are this module's callers' constants, never user input.
+    """
+    for name, value in limits_ms.items():
+        executor.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
 
 
 @contextmanager

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from leaseguard.cron import set_jobs_active
 from leaseguard.errors import EXIT_DEFER, EXIT_FAILED, EXIT_PROCEED, LeaseguardError, LookupFailed
 from leaseguard.runtime import Runner
 from leaseguard.verdict import Verdict
@@ -215,7 +216,11 @@ def _fields(values: dict[str, Any]) -> str:
 
 
 class CronJobsPause:
-    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused."""
+    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
+
+    A name that matches no job fails the pause before anything is switched: a mistyped
+    name would leave intake running while the drain waits for it to stop.
+    """
 
     def __init__(
         self,
@@ -224,48 +229,29 @@ class CronJobsPause:
     ) -> None:
         self.connect = connect
         self.job_names = list(job_names)
-        self.paused: list[tuple[int, str]] = []
+        self.paused: list[str] = []
 
     def pause(self) -> None:
-        try:
-            self._pause()
-        except psycopg.Error as exc:
-            raise LookupFailed(
-                f"cannot pause pg_cron job(s) {', '.join(self.job_names)} ({type(exc).__name__})"
-            ) from None
+        with self.connect() as conn:
+            plan = set_jobs_active(conn, dict.fromkeys(self.job_names, False), require_all=True)
+        self.paused = plan.paused
+        for name in self.paused:
+            log.info("intake paused pg_cron job=%s", name)
 
     def resume(self) -> None:
+        if not self.paused:
+            return
         try:
-            self._resume()
-        except psycopg.Error as exc:
-            names = ", ".join(name for _, name in self.paused)
+            with self.connect() as conn:
+                set_jobs_active(conn, dict.fromkeys(self.paused, True))
+        except LeaseguardError as exc:
             raise LookupFailed(
-                f"cannot resume pg_cron job(s) {names}; they are still paused "
-                f"({type(exc).__name__})"
+                f"cannot resume pg_cron job(s) {', '.join(self.paused)}; they are still "
+                f"paused ({exc.kind}: {exc})"
             ) from None
-
-    def _pause(self) -> None:
-        with self.connect() as conn:
-            rows = conn.execute(
-                "SELECT jobid, jobname, active FROM cron.job WHERE jobname = ANY(%s)",
-                (self.job_names,),
-            ).fetchall()
-            missing = sorted(set(self.job_names) - {name for _, name, _ in rows})
-            if missing:
-                raise LookupFailed(f"pg_cron job(s) not found: {', '.join(missing)}")
-            for jobid, name, active in rows:
-                if active:
-                    conn.execute("SELECT cron.alter_job(%s, active := false)", (jobid,))
-                    self.paused.append((jobid, name))
-                    log.info("intake paused pg_cron job=%s", name)
-
-    def _resume(self) -> None:
-        with self.connect() as conn:
-            while self.paused:
-                jobid, name = self.paused[0]
-                conn.execute("SELECT cron.alter_job(%s, active := true)", (jobid,))
-                self.paused.pop(0)
-                log.info("intake resumed pg_cron job=%s", name)
+        for name in self.paused:
+            log.info("intake resumed pg_cron job=%s", name)
+        self.paused = []
 
 
 class CommandPause:
