@@ -46,7 +46,7 @@ from benchmarks.infra import (
 from leaseguard.contract import Contract
 from leaseguard.drain import DEFAULT_POLL_S
 from leaseguard.session import ssh_session
-from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
 from tests.support.hosts_fixtures import AppHost
 
 DBNAME = "bench_drain"
@@ -239,7 +239,7 @@ def _poll_cost(host: AppHost, polls: int, log: Callable[[str], None]) -> Section
         for name in times:
             connection = make_connection(f"root@{host.addr}", options)
             stack.callback(connection.close)
-            connection.open()
+            open_connection(connection)  # as leaseguard opens it (TCP_NODELAY on)
             if name == "with TCP_NODELAY":
                 set_nodelay(connection)
             sessions[name] = stack.enter_context(

@@ -19,18 +19,17 @@ from ansible.utils.display import Display
 
 try:
     from psycopg import ProgrammingError
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import make_conninfo
 
     from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
     from leaseguard.fronts import drain_host
     from leaseguard.options import drain_options
     from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
-    from leaseguard.session import local_session
+    from leaseguard.session import local_session, reject_hostaddr, tunnelled_conninfo
     from leaseguard.ssh import (
         DatabaseAddress,
         SshOptions,
-        database_tunnel,
         make_connection,
         parse_openssh_args,
     )
@@ -153,11 +152,9 @@ def conninfo_from(args):
     given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
     try:
         conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
-        params = conninfo_to_dict(conninfo)
     except ProgrammingError:
         raise ConfigError("dsn is not a valid libpq connection string") from None
-    if "hostaddr" in params:  # libpq would prefer it to the tunnel's address
-        raise ConfigError("the database address is db_host/db_port, not hostaddr in dsn")
+    reject_hostaddr(conninfo)
     return conninfo
 
 
@@ -214,9 +211,10 @@ def database_conninfo(action, args):
         return
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
+    address = DatabaseAddress(args["db_host"], args["db_port"])
     try:
-        with database_tunnel(connection, DatabaseAddress(args["db_host"], args["db_port"])) as port:
-            yield make_conninfo(conninfo, host="127.0.0.1", port=str(port))
+        with tunnelled_conninfo(connection, conninfo, address) as tunnelled:
+            yield tunnelled
     finally:
         connection.close()
 

@@ -141,38 +141,40 @@ def ssh_session(
     *,
     task_timeout_s: float | None = None,
     runtime_started_at: datetime | None = None,
-    task_timeout_source: str | None = None,
-    runner: Runner | None = None,
 ) -> Iterator[GuardSession]:
-    """A session over SSH: lookups on the host, the database through a tunnel.
+    """A session over SSH: lookups on the host, the database through a tunnel."""
+    with (
+        tunnelled_conninfo(connection, conninfo, address) as tunnelled,
+        local_session(
+            contract,
+            tunnelled,
+            task_timeout_s=task_timeout_s,
+            runtime_started_at=runtime_started_at,
+            runner=FabricRunner(connection),
+        ) as session,
+    ):
+        yield session
 
-    `conninfo` carries dbname/user/password; its host and port are replaced by the
-    tunnel's local end, so the database never needs an exposed port. Lookups run over the
-    same Fabric connection unless another runner is given (Ansible uses its own connection,
-    so become and its connection plugins apply to them).
+
+@contextmanager
+def tunnelled_conninfo(
+    connection: Connection, conninfo: str, address: DatabaseAddress
+) -> Iterator[str]:
+    """`conninfo` (dbname, user, password, ...) reaching `address` through a tunnel.
+
+    Its host and port are replaced by the tunnel's local end, so the database never needs
+    an exposed port. Shared by the Fabric tasks and the Ansible plugins.
     """
-    _reject_host_in_conninfo(conninfo)
-    runner = runner or FabricRunner(connection)
-    facts = resolve_runtime_facts(
-        contract,
-        runner,
-        task_timeout_s=task_timeout_s,
-        runtime_started_at=runtime_started_at,
-        task_timeout_source=task_timeout_source,
-    )
+    reject_hostaddr(conninfo)
     with database_tunnel(connection, address) as local_port:
-        tunnelled = make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))
-        session = GuardSession(contract, tunnelled, facts, runner)
-        try:
-            yield session
-        finally:
-            session.close()
+        yield make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))
 
 
-def _reject_host_in_conninfo(conninfo: str) -> None:
+def reject_hostaddr(conninfo: str) -> None:
+    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
     try:
         params = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         raise ConfigError("the DSN is not a valid libpq connection string") from None
     if "hostaddr" in params:
-        raise ConfigError("over SSH the database address is db_host/db_port, not hostaddr")
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

@@ -3,6 +3,7 @@
 import pytest
 
 from leaseguard.errors import ConfigError
+from leaseguard.session import reject_hostaddr
 from leaseguard.ssh import parse_openssh_args
 
 VALID_CASES = [
@@ -34,3 +35,9 @@ def test_unbalanced_quotes_are_a_config_error_without_echoing_the_arguments():
     with pytest.raises(ConfigError) as caught:
         parse_openssh_args("-o 'ProxyJump=secret")
     assert "secret" not in str(caught.value)
+
+
+def test_a_hostaddr_in_the_dsn_is_refused_since_libpq_would_prefer_it_to_the_tunnel():
+    reject_hostaddr("dbname=app user=guard host=db.internal")
+    with pytest.raises(ConfigError, match="not hostaddr"):
+        reject_hostaddr("dbname=app hostaddr=10.0.0.5 password=secret")
