@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -17,7 +16,12 @@ from typing import Any
 
 from leaseguard import __version__
 from leaseguard.cli_budgets import add_budgets_command
-from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
+from leaseguard.cli_contract import (
+    add_config_option,
+    add_table_options,
+    contract_from_args,
+    resolve_dsn,
+)
 from leaseguard.cli_index import add_index_sql_command
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
@@ -156,10 +160,6 @@ def parse_started_at(text: str) -> datetime:
     if moment.tzinfo is None:
         raise ConfigError("--runtime-started-at needs a timezone (e.g. +00:00 or Z)")
     return moment
-
-
-def resolve_dsn(args: argparse.Namespace) -> str:
-    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ from leaseguard.budgets import (
     format_budget,
     load_budget_config,
 )
+from leaseguard.cli_contract import resolve_dsn
 from leaseguard.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
 
 DESCRIPTION = """\
@@ -85,9 +86,6 @@ def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentPa
 def run_budgets(args: argparse.Namespace) -> int:
     if not args.config:
         raise ConfigError("budgets needs --config FILE with a cron_budgets section")
-    # cli imports this module to register the subcommand: its helpers are imported late.
-    from leaseguard.cli import resolve_dsn
-
     declared = load_budget_config(args.config).declare(args.environment)
     try:
         plan = converge_budgets(

@@ -6,6 +6,7 @@ Layers, lowest first: the built-in defaults, the --config file, the flags.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
@@ -101,3 +102,7 @@ def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     if lease:
         layer["lease"] = lease
     return layer
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))

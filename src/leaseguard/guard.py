@@ -68,8 +68,13 @@ def evaluate(
     as_of: datetime | None = None,
     clock_offset: ClockOffset | None = None,
     warnings: tuple[str, ...] = (),
+    check_schema: bool = True,
 ) -> Verdict:
     """Judge on an open guard connection.
+
+    `check_schema=False` skips the table/column pre-flight, for later polls on a connection
+    that already passed it; a table or column that vanished since still fails the check
+    (SchemaMismatch from the query itself).
 
     `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
     disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
@@ -88,7 +93,8 @@ def evaluate(
         tolerance_s=tolerance_s,
     )
     with guard_transaction(conn, contract) as cur:
-        verify_schema(cur, contract)
+        if check_schema:
+            verify_schema(cur, contract)
         checked_at, counts = _counts(cur, contract, params)
         live = _live_claims(cur, contract, params) if counts.live else ()
     return Verdict(

@@ -46,6 +46,8 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        # The schema pre-flight (two catalog queries) runs once per connection, not per poll.
+        self._schema_checked = False
 
     @property
     def host(self) -> str:
@@ -66,6 +68,7 @@ class GuardSession:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+            self._schema_checked = False
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
@@ -86,7 +89,9 @@ class GuardSession:
             host=self.host,
             clock_offset=self.clock_offset,
             warnings=self.facts.warnings,
+            check_schema=not self._schema_checked,
         )
+        self._schema_checked = True
         if not self.plan_checked:
             self.plan_checked = True
             verdict = with_plan_warning(conn, self.contract, verdict)

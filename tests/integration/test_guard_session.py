@@ -234,3 +234,16 @@ def test_a_poll_still_fails_when_a_fresh_connection_fails_too(db):
             conn.execute("DROP TABLE execution_runs")
         with pytest.raises(SchemaMismatch):
             session.judge()
+
+
+def test_a_column_dropped_mid_session_fails_the_poll_and_names_the_column(db):
+    """Later polls skip the schema pre-flight, but a vanished column still fails closed."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with local_session(NO_RUNTIME, db.dsn, task_timeout_s=3600.0) as session:
+        session.judge()
+        session.judge()
+        with db.connect() as conn:
+            conn.execute("ALTER TABLE execution_runs DROP COLUMN claimed_at")
+        with pytest.raises(SchemaMismatch, match=r"column claimed_at \(claimed_at_column\)"):
+            session.judge()
