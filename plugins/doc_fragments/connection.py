@@ -47,7 +47,10 @@ options:
       - Reach the database through an SSH tunnel to the host, opened with the host's own
         inventory connection settings (C(ansible_host), C(ansible_port), C(ansible_user),
         C(ansible_ssh_private_key_file), C(ProxyJump) and C(UserKnownHostsFile) in the ssh
-        arguments, C(host_key_checking)). Host keys are verified against known_hosts.
+        arguments, C(host_key_checking)). Host keys are verified against known_hosts and an
+        unknown key is refused, unless the host's own Ansible settings opt out
+        (C(host_key_checking=false), or C(StrictHostKeyChecking=no) or C(accept-new) in its ssh
+        arguments); a key that differs from known_hosts is always refused.
       - V(false) connects from the controller to O(db_host) directly; so does a C(local)
         connection.
     type: bool

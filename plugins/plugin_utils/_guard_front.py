@@ -191,6 +191,8 @@ def ssh_target(connection, play_context):
         key_filename=_connection_option(connection, "private_key_file")
         or parsed.get("identityfile"),
         known_hosts=parsed.get("userknownhostsfile"),
+        # Only the host's own Ansible settings can opt out of refusing unknown keys, as they
+        # do for ansible's ssh itself; a changed key is refused either way (paramiko).
         accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
         gateway=parsed.get("proxyjump"),
         connect_timeout_s=int(_connection_option(connection, "timeout") or 10),
