@@ -82,6 +82,9 @@ class Verdict:
     host: str | None = None
     clock_offset_s: float | None = None
     warnings: tuple[str, ...] = field(default=())
+    # Set when one judgment covers several hosts (the fleet rule): the hosts, and which host
+    # supplied the lease and the orphan cut-off (leaseguard.fleet.FleetFacts.as_dict()).
+    fleet: dict[str, Any] | None = None
 
     @property
     def decision(self) -> Decision:
@@ -110,6 +113,7 @@ class Verdict:
             "live_listed": len(self.live),
             "wait_upper_bound_s": _round(self.wait_upper_bound_s),
             "warnings": list(self.warnings),
+            **({"fleet": self.fleet} if self.fleet else {}),
         }
 
     def timeline(self) -> str:
@@ -124,6 +128,10 @@ class Verdict:
         ]
         if timeout and timeout.assumed:
             fields.append("timeout_assumed=yes")
+        if self.fleet:
+            fields.append(f"fleet={','.join(self.fleet['hosts'])}")
+            fields.append(f"lease_from={self.fleet['lease_from'] or '-'}")
+            fields.append(f"cutoff_from={self.fleet['orphan_cutoff_from'] or '-'}")
         if self.decision is Decision.DEFER:
             fields.append(f"wait_upper_bound_s={_compact(self.wait_upper_bound_s)}")
             fields.append(f"longest={self.live[0].id}" if self.live else "")
