@@ -33,6 +33,8 @@ DRAIN_KEYS = (
     "cron_database",
     "pause_command",
     "resume_command",
+    "status_file",
+    "metrics_file",
 )
 
 

@@ -114,6 +114,8 @@ def drain_spec():
         cron_database=dict(type="str"),
         pause_command=dict(type="list", elements="str", default=[]),
         resume_command=dict(type="list", elements="str", default=[]),
+        status_file=dict(type="path"),
+        metrics_file=dict(type="path"),
     )
 
 

@@ -76,6 +76,19 @@ options:
     type: list
     elements: str
     default: []
+  status_file:
+    description:
+      - With O(wait), a JSON snapshot of the running drain, rewritten atomically after every
+        poll on the controller; read it with C(leaseguard status PATH).
+      - Each host drains in its own process, so give each host its own path
+        (for example V(/var/tmp/drain-{{ inventory_hostname }}.json)).
+    type: path
+  metrics_file:
+    description:
+      - With O(wait), the drain's counters and gauges in the Prometheus text format
+        (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
+      - One file per host, named C(*.prom) for node_exporter's textfile collector.
+    type: path
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool

@@ -23,9 +23,15 @@ from leaseguard.cli_contract import (
     resolve_dsn,
 )
 from leaseguard.cli_index import add_index_sql_command
+from leaseguard.cli_status import add_status_command
 from leaseguard.drain import DEFAULT_POLL_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
-from leaseguard.fronts import configure_logging, drain_host, terminate_as_interrupt
+from leaseguard.fronts import (
+    configure_logging,
+    drain_host,
+    status_board,
+    terminate_as_interrupt,
+)
 from leaseguard.options import drain_options
 from leaseguard.progress import progress_for
 from leaseguard.session import local_session
@@ -72,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain_parser.set_defaults(handler=run_drain)
     add_budgets_command(commands)
     add_index_sql_command(commands)
+    add_status_command(commands)
     return parser
 
 
@@ -109,6 +116,18 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
         "--resume-command",
         metavar="CMD",
         help="shell command that restarts intake afterwards (always run)",
+    )
+    drain.add_argument(
+        "--status-file",
+        metavar="PATH",
+        help="rewrite a JSON snapshot of the drain here after every poll "
+        "(read it with `leaseguard status PATH`)",
+    )
+    drain.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="rewrite Prometheus text metrics here after every poll "
+        "(node_exporter textfile collector: name it *.prom)",
     )
     drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
 
@@ -189,16 +208,19 @@ def run_drain(args: argparse.Namespace) -> int:
             "cron_database": args.cron_database,
             "pause_command": args.pause_command,
             "resume_command": args.resume_command,
+            "status_file": args.status_file,
+            "metrics_file": args.metrics_file,
         }
     )
     configure_logging(verbose=args.verbose)
+    board = status_board(options)
     host = socket.gethostname()
     try:
         with (
             local_session(contract, resolve_dsn(args), **facts) as session,
             terminate_as_interrupt(),
         ):
-            result = drain_host(session, options, progress_for(sys.stderr))
+            result = drain_host(session, options, progress_for(sys.stderr), board)
     except KeyboardInterrupt:
         print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
         return EXIT_FAILED

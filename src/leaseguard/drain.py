@@ -22,7 +22,14 @@ from typing import Any, Protocol
 import psycopg
 
 from leaseguard.cron import set_jobs_active
-from leaseguard.errors import EXIT_DEFER, EXIT_FAILED, EXIT_PROCEED, LeaseguardError, LookupFailed
+from leaseguard.errors import (
+    EXIT_DEFER,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    LeaseguardError,
+    LookupFailed,
+    PollFailed,
+)
 from leaseguard.runtime import Runner
 from leaseguard.verdict import Verdict
 
@@ -97,6 +104,38 @@ class NoProgress:
         pass
 
 
+class DrainObserver(Protocol):
+    """Who watches the drain from outside (leaseguard.drain_status writes it to files).
+
+    after_poll follows every poll, failed ones too (verdict: the last good one, None before
+    any); finished follows the end, after intake was resumed (None: ended by an exception).
+    """
+
+    def after_poll(
+        self,
+        verdict: Verdict | None,
+        counters: DrainCounters,
+        elapsed_s: float,
+        deadline_s: float,
+    ) -> None: ...
+
+    def finished(self, result: DrainResult | None) -> None: ...
+
+
+class NoObserver:
+    def after_poll(
+        self,
+        verdict: Verdict | None,
+        counters: DrainCounters,
+        elapsed_s: float,
+        deadline_s: float,
+    ) -> None:
+        pass
+
+    def finished(self, result: DrainResult | None) -> None:
+        pass
+
+
 class Intake(Protocol):
     """Stops new claims during the drain; resume() must undo exactly what pause() did."""
 
@@ -116,8 +155,18 @@ class Drainer:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     counters: DrainCounters = field(default_factory=DrainCounters)
+    observer: DrainObserver = field(default_factory=NoObserver)
+    max_consecutive_errors: int = MAX_CONSECUTIVE_ERRORS
 
     def run(self, intake: Intake | None = None) -> DrainResult:
+        result: DrainResult | None = None
+        try:
+            result = self._drain(intake)
+            return result
+        finally:
+            self.observer.finished(result)
+
+    def _drain(self, intake: Intake | None) -> DrainResult:
         started = self.clock()
         try:
             if intake is not None:
@@ -135,10 +184,12 @@ class Drainer:
         try:
             verdict = self._poll()
         except LeaseguardError as exc:
+            self.observer.after_poll(None, self.counters, self.clock() - started, 0.0)
             return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
         deadline = verdict.wait_upper_bound_s
         if self.deadline_s is not None:
             deadline = min(deadline, self.deadline_s)
+        self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
         log.info(
             "drain host=%s start live=%d deadline_s=%.0f",
             verdict.host or "-",
@@ -154,10 +205,12 @@ class Drainer:
                 errors_in_a_row = 0
             except LeaseguardError as exc:
                 errors_in_a_row += 1
-                if errors_in_a_row >= MAX_CONSECUTIVE_ERRORS:
+                if errors_in_a_row >= self.max_consecutive_errors:
                     return DrainResult(
                         False, verdict, self.clock() - started, deadline, self.counters, exc
                     )
+            finally:
+                self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
         elapsed = self.clock() - started
         drained = not verdict.counts.live
         log.info(
@@ -177,6 +230,13 @@ class Drainer:
             self.counters.errors[exc.kind] += 1
             log.warning("drain poll failed error=%s reason=%s", exc.kind, exc)
             raise
+        except Exception as exc:
+            # Not one of ours: its text may carry anything (a DSN, a password), so only the
+            # class name is kept, counted and logged, and the loop's error budget applies.
+            kind = type(exc).__name__
+            self.counters.errors[kind] += 1
+            log.warning("drain poll failed reason=drain_poll_failed exc_type=%s", kind)
+            raise PollFailed(f"drain poll failed unexpectedly ({kind})") from None
 
     def _next(self, before: Verdict) -> Verdict:
         after = self._poll()
@@ -231,6 +291,9 @@ class CronJobsPause:
         self.job_names = list(job_names)
         self.paused: list[str] = []
 
+    def paused_intake(self) -> list[str]:
+        return [f"pg_cron:{name}" for name in self.paused]
+
     def pause(self) -> None:
         with self.connect() as conn:
             plan = set_jobs_active(conn, dict.fromkeys(self.job_names, False), require_all=True)
@@ -263,6 +326,9 @@ class CommandPause:
         self.resume_argv = list(resume)
         self.paused = False
 
+    def paused_intake(self) -> list[str]:
+        return [f"command:{self.runner.label}"] if self.paused else []
+
     def pause(self) -> None:
         self._run(self.pause_argv, "pause")
         self.paused = True
@@ -287,6 +353,9 @@ class Intakes:
     def __init__(self, parts: Sequence[Intake]) -> None:
         self.parts = list(parts)
         self.active: list[Intake] = []
+
+    def paused_intake(self) -> list[str]:
+        return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
 
     def pause(self) -> None:
         for part in self.parts:

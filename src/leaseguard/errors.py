@@ -38,6 +38,10 @@ class LookupFailed(LeaseguardError):
     """A host lookup (container, unit, process, file, variable) found nothing usable."""
 
 
+class PollFailed(LeaseguardError):
+    """A drain poll raised an exception leaseguard did not expect; only its class is kept."""
+
+
 class TunnelError(LeaseguardError):
     """The SSH connection or the tunnel to the database could not be used."""
 

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -23,6 +23,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.drain_status import StatusBoard
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
@@ -31,7 +32,12 @@ from leaseguard.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.fronts import configure_logging, drain_host, terminate_as_interrupt
+from leaseguard.fronts import (
+    configure_logging,
+    drain_host,
+    status_board,
+    terminate_as_interrupt,
+)
 from leaseguard.options import DrainOptions, drain_options
 from leaseguard.progress import progress_for
 from leaseguard.session import ssh_session
@@ -221,6 +227,9 @@ def _exit_with(status: int) -> None:
         "pause_cron_job": "pg_cron job to deactivate during the drain and reactivate after "
         "(repeatable)",
         "json_": "print the drain result as JSON",
+        "status_file": "rewrite a JSON snapshot of the drain (every host) here after every "
+        "poll; read it with `leaseguard status PATH`",
+        "metrics_file": "rewrite Prometheus text metrics here after every poll",
     },
     iterable=["pause_cron_job"],
 )
@@ -231,16 +240,20 @@ def drain(
     poll_s: float | None = None,
     pause_cron_job: list[str] | None = None,
     json_: bool = False,
+    status_file: str | None = None,
+    metrics_file: str | None = None,
 ) -> None:
     """Pause intake, wait until no live lease remains (lease-bounded), resume intake."""
     settings = _settings_or_exit(c)
     options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job)
+    options = _observed(options, status_file, metrics_file)
     hosts = _hosts(c)
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 else None
+    board = _board_or_exit(options)  # one snapshot over every host
     with terminate_as_interrupt():
         statuses = _for_each_host(
-            hosts, lambda host: _drain_one(host, c, settings, options, progress, json_)
+            hosts, lambda host: _drain_one(host, c, settings, options, progress, json_, board)
         )
     _exit_with(_worst(statuses))
 
@@ -261,6 +274,22 @@ def _drain_overrides(
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
 
 
+def _observed(options: DrainOptions, status_file: Any, metrics_file: Any) -> DrainOptions:
+    """--status-file / --metrics-file win over the `drain:` section's keys."""
+    return replace(
+        options,
+        status_file=status_file or options.status_file,
+        metrics_file=metrics_file or options.metrics_file,
+    )
+
+
+def _board_or_exit(options: DrainOptions) -> StatusBoard:
+    try:
+        return status_board(options)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+
+
 def _drain_one(
     host: str,
     c: Context,
@@ -268,11 +297,12 @@ def _drain_one(
     options: DrainOptions,
     progress: Any,
     json_output: bool,
+    board: StatusBoard | None = None,
 ) -> int:
     connection = _connection(host, c, settings)
     try:
         with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
-            result = drain_host(s, options, progress)
+            result = drain_host(s, options, progress, board)
     except LeaseguardError as exc:
         print(_outcome_line((host, exc)))
         return EXIT_FAILED

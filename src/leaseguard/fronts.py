@@ -11,22 +11,43 @@ from contextlib import contextmanager
 from types import FrameType
 
 from leaseguard.drain import Drainer, DrainResult, NoProgress, Progress
+from leaseguard.drain_status import StatusBoard
 from leaseguard.options import DrainOptions, build_intake
 from leaseguard.session import GuardSession
 
 
 def drain_host(
-    session: GuardSession, options: DrainOptions, progress: Progress | None = None
+    session: GuardSession,
+    options: DrainOptions,
+    progress: Progress | None = None,
+    board: StatusBoard | None = None,
 ) -> DrainResult:
-    """Pause intake, wait for the live leases to end (lease-bounded), resume intake."""
+    """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
+
+    `board`: the status/metrics files several hosts share; by default this host's own,
+    from options.status_file / options.metrics_file.
+    """
     intake = build_intake(options, session.connect_writable, session.runner)
+    board = board or status_board(options)
     drainer = Drainer(
         session.judge,
         poll_s=options.poll_s,
         deadline_s=options.deadline_s,
         progress=progress or NoProgress(),
+        observer=board.observer(session.host, intake),
     )
     return drainer.run(intake)
+
+
+def status_board(options: DrainOptions) -> StatusBoard:
+    """The drain's status/metrics files (none asked for: a board that writes nothing).
+
+    Checked before anything is paused: a directory that cannot take the file is a usage
+    error, not a drain that runs unobserved.
+    """
+    board = StatusBoard(options.status_file, options.metrics_file)
+    board.check_writable()
+    return board
 
 
 @contextmanager

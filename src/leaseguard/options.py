@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from os import PathLike
 from typing import Any
 
 import psycopg
@@ -28,6 +29,8 @@ class DrainOptions:
     cron_database: str | None = None
     pause_command: tuple[str, ...] = ()
     resume_command: tuple[str, ...] = ()
+    status_file: str | None = None
+    metrics_file: str | None = None
 
 
 _DRAIN_KEYS = {f for f in DrainOptions.__dataclass_fields__}
@@ -55,7 +58,18 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
         cron_database=data.get("cron_database"),
         pause_command=pause,
         resume_command=resume,
+        status_file=_path(data, "status_file"),
+        metrics_file=_path(data, "metrics_file"),
     )
+
+
+def _path(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str | PathLike):
+        raise ConfigError(f"drain.{key} must be a file path")
+    return str(value)
 
 
 def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
