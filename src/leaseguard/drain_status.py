@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -138,6 +138,45 @@ class HostObserver:
                 self.row.exit_status = result.exit_status
             self.row.paused_intake = paused_intake(self.intake)
         self.board.publish()
+        self.board.flush()  # the process may exit right after: the last state must be on disk
+
+
+class _BackgroundWriter:
+    """Writes the newest text of each file off the poll loop; an older one never wins."""
+
+    def __init__(self, write: Callable[[Path, str], None]) -> None:
+        self._write = write
+        self._cond = threading.Condition()
+        self._pending: dict[Path, str] = {}
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, texts: dict[Path, str]) -> None:
+        with self._cond:
+            self._pending.update(texts)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="leaseguard-drain-status", daemon=True
+                )
+                self._thread.start()
+            self._cond.notify_all()
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._pending and not self._busy, timeout_s)
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending))
+                batch, self._pending, self._busy = self._pending, {}, True
+            try:
+                for path, text in batch.items():
+                    self._write(path, text)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
 
 
 # --- the whole drain (one or several hosts), and its two files ----------------------------
@@ -166,6 +205,7 @@ class StatusBoard:
         self.pid = os.getpid()
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[str] = set()
+        self._writer = _BackgroundWriter(self._write)
 
     @property
     def enabled(self) -> bool:
@@ -208,15 +248,22 @@ class StatusBoard:
         )
 
     def publish(self) -> None:
-        """Rewrite both files; a failed write is logged once and never stops the drain."""
+        """Rewrite both files (soon, on the writer thread); a failed write never stops the
+        drain: it is logged once."""
         if not self.enabled:
             return
+        texts: dict[Path, str] = {}
         with self.lock:
             snapshot = self.snapshot()
             if self.status_path is not None:
-                self._write(self.status_path, json.dumps(snapshot, indent=1) + "\n")
+                texts[self.status_path] = json.dumps(snapshot, indent=1) + "\n"
             if self.metrics_path is not None:
-                self._write(self.metrics_path, render_metrics(snapshot))
+                texts[self.metrics_path] = render_metrics(snapshot)
+            self._writer.submit(texts)
+
+    def flush(self) -> None:
+        """Wait until what was published is on disk (or could not be written)."""
+        self._writer.flush()
 
     def _write(self, path: Path, text: str) -> None:
         try:
