@@ -128,10 +128,9 @@ EXAMPLES = r"""
     msg: "{{ budgets.msg }}"
   when: budgets is failed and budgets.drift | default([]) | length > 0
 
-- name: Show which jobs changed
+- name: Show which jobs were created or updated
   ansible.builtin.debug:
-    msg: "{{ budgets.jobs | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
-  when: budgets is changed
+    msg: "{{ budgets.jobs | default([]) | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
 
 - name: Pause the claim job during a migration
   leaseguard.deploy.cron_budget:

@@ -113,22 +113,23 @@ seealso:
 EXAMPLES = r"""
 - name: Look up the task timeout
   leaseguard.deploy.task_timeout:
-  register: lookup
+  register: timeout_lookup
 
 - name: Judge the host's claims through an SSH tunnel to its database
   leaseguard.deploy.lease_guard:
-    lookup: "{{ lookup }}"
+    lookup: "{{ timeout_lookup }}"
     db_name: app
     db_user: leaseguard_ro
   register: guard
 
 - name: Restart only when nothing is in flight
   ansible.builtin.command: docker restart backend
+  changed_when: true
   when: guard.decision == 'proceed'
 
 - name: Drain before a restart, pausing the claim job meanwhile
   leaseguard.deploy.lease_guard:
-    lookup: "{{ lookup }}"
+    lookup: "{{ timeout_lookup }}"
     db_name: app
     wait: true
     pause_cron_jobs: [claim]
