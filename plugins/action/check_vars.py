@@ -64,8 +64,9 @@ def known_variables(root=COLLECTION_ROOT):
     for path in sorted(root.glob("roles/*/meta/argument_specs.yml")):
         for entry in (_load(path).get("argument_specs") or {}).values():
             names.update((entry or {}).get("options") or {})
-    for path in sorted(root.glob("roles/*/defaults/*.yml")) + sorted(root.glob("roles/*/vars/*.yml")):
-        names.update(_load(path))
+    for folder in ("defaults", "vars"):
+        for path in sorted(root.glob(f"roles/*/{folder}/*.yml")):
+            names.update(_load(path))
     for path in sorted(root.glob("roles/*/tasks/*.yml")):
         names.update(_registered(yaml.safe_load(path.read_text(encoding="utf-8"))))
     for path in sorted(root.glob("playbooks/*.yml")):

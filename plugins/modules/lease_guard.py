@@ -49,7 +49,7 @@ options:
         remains or the deadline passes, and resume intake on every exit path.
       - The deadline is the longest remaining lease seen at the start, never longer; past it
         the rows belong to the system's own reaper.
-      - Ignored in check mode, which judges once and pauses nothing.
+      - In check mode it judges once and pauses nothing (see the C(check_mode) attribute).
     type: bool
     default: false
   deadline_s:
@@ -88,8 +88,11 @@ options:
     default: false
 attributes:
   check_mode:
-    support: full
-    description: The check is read-only; in check mode O(wait) is ignored.
+    support: partial
+    description:
+      - The check is read-only and runs for real in check mode.
+      - With O(wait=true) it judges once instead of draining, pauses no intake and waits for
+        nothing, so a C(defer) says what the real run would wait for, not how the wait ends.
   diff_mode:
     support: none
     description: The check is read-only, so there is nothing to diff.

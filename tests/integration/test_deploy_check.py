@@ -82,9 +82,7 @@ def test_check_mode_exits_nonzero_when_the_real_run_would_defer(deploy, podman_e
         ("force", "would FORCE a restart, killing live claim(s) 7"),
     ],
 )
-def test_check_mode_says_what_wait_and_force_would_do(
-    deploy, podman_engine, app_db, on_busy, said
-):
+def test_check_mode_says_what_wait_and_force_would_do(deploy, podman_engine, app_db, on_busy, said):
     add_live_claim(app_db)
     before = started_at(podman_engine)
     run = deploy("--check", leaseguard_on_busy=on_busy)

@@ -34,8 +34,7 @@ def as_playbook(module: str, examples: str) -> str:
     """The examples pasted, as they are, under a play's `tasks:`."""
     tasks = "".join(f"    {line}".rstrip() + "\n" for line in examples.strip().splitlines())
     return (
-        f"---\n- name: Examples of {module}\n  hosts: app\n  gather_facts: false\n"
-        f"  tasks:\n{tasks}"
+        f"---\n- name: Examples of {module}\n  hosts: app\n  gather_facts: false\n  tasks:\n{tasks}"
     )
 
 
