@@ -34,8 +34,8 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package (with psycopg) on the controller.
-  - pg_cron 1.4 or later in the database named by O(cron_database).
+  - the leaseguard Python package (with psycopg) on the controller
+  - pg_cron 1.4 or later in the database named by O(cron_database)
 extends_documentation_fragment:
   - leaseguard.deploy.connection
 options:

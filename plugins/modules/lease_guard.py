@@ -26,7 +26,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package (with psycopg and fabric) on the controller.
+  - the leaseguard Python package (with psycopg and fabric) on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup

@@ -21,7 +21,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package on the controller.
+  - the leaseguard Python package on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
 attributes:

@@ -20,8 +20,7 @@ from typing import Any, TypeVar
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
 from invoke.context import Context
-from invoke.exceptions import Exit
-from invoke.parser import ParseError
+from invoke.exceptions import Exit, ParseError
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.errors import (
