@@ -1,4 +1,43 @@
 """Test-suite wiring: fixtures live in tests/support/*_fixtures.py and are registered here."""
 
+import glob
+import time
+
+import pytest
+
 # Order matters: hosts_fixtures imports pg_fixtures.
 pytest_plugins = ["tests.support.pg_fixtures", "tests.support.hosts_fixtures"]
+
+# Sandboxes (molecule's /tmp/lgm-*, the demo's /tmp/lgdemo-*) hold throw-away SSH private keys:
+# the run that created one must remove it. Only directories that appear during this session
+# count, so other runs' sandboxes on the same machine are not blamed for existing before.
+LEFTOVER_GLOBS = ("/tmp/lgm-*", "/tmp/lgdemo-*")
+LEFTOVER_GRACE_S = 30.0
+_BEFORE = pytest.StashKey[set[str]]()
+
+
+def _sandbox_dirs() -> set[str]:
+    return {path for pattern in LEFTOVER_GLOBS for path in glob.glob(pattern)}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[_BEFORE] = _sandbox_dirs()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    before = session.config.stash.get(_BEFORE, None)
+    if before is None:
+        return
+    # A concurrent run's sandbox may appear during ours; give it time to be torn down.
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    left = _sandbox_dirs() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(1.0)
+        left = _sandbox_dirs() - before
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"leftover sandbox directories: {', '.join(sorted(left))}", red=True
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

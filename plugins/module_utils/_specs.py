@@ -161,6 +161,10 @@ def cron_budget_argument_spec():
     )
 
 
+def check_vars_argument_spec():
+    return dict(allow=dict(type="list", elements="str", default=[]))
+
+
 def run_as_action_plugin_only(name, argument_spec, **spec_options):
     """The `main()` of a docs-only module file: the work happens in the action plugin.
 

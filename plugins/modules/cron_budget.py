@@ -34,8 +34,8 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package (with psycopg) on the controller.
-  - pg_cron 1.4 or later in the database named by O(cron_database).
+  - the leaseguard Python package (with psycopg) on the controller
+  - pg_cron 1.4 or later in the database named by O(cron_database)
 extends_documentation_fragment:
   - leaseguard.deploy.connection
 options:
@@ -128,10 +128,9 @@ EXAMPLES = r"""
     msg: "{{ budgets.msg }}"
   when: budgets is failed and budgets.drift | default([]) | length > 0
 
-- name: Show which jobs changed
+- name: Show which jobs were created or updated
   ansible.builtin.debug:
-    msg: "{{ budgets.jobs | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
-  when: budgets is changed
+    msg: "{{ budgets.jobs | default([]) | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
 
 - name: Pause the claim job during a migration
   leaseguard.deploy.cron_budget:

@@ -26,7 +26,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package (with psycopg and fabric) on the controller.
+  - the leaseguard Python package (with psycopg and fabric) on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
@@ -49,7 +49,7 @@ options:
         remains or the deadline passes, and resume intake on every exit path.
       - The deadline is the longest remaining lease seen at the start, never longer; past it
         the rows belong to the system's own reaper.
-      - Ignored in check mode, which judges once and pauses nothing.
+      - In check mode it judges once and pauses nothing (see the C(check_mode) attribute).
     type: bool
     default: false
   deadline_s:
@@ -101,8 +101,11 @@ options:
     default: false
 attributes:
   check_mode:
-    support: full
-    description: The check is read-only; in check mode O(wait) is ignored.
+    support: partial
+    description:
+      - The check is read-only and runs for real in check mode.
+      - With O(wait=true) it judges once instead of draining, pauses no intake and waits for
+        nothing, so a C(defer) says what the real run would wait for, not how the wait ends.
   diff_mode:
     support: none
     description: The check is read-only, so there is nothing to diff.
@@ -126,22 +129,23 @@ seealso:
 EXAMPLES = r"""
 - name: Look up the task timeout
   leaseguard.deploy.task_timeout:
-  register: lookup
+  register: timeout_lookup
 
 - name: Judge the host's claims through an SSH tunnel to its database
   leaseguard.deploy.lease_guard:
-    lookup: "{{ lookup }}"
+    lookup: "{{ timeout_lookup }}"
     db_name: app
     db_user: leaseguard_ro
   register: guard
 
 - name: Restart only when nothing is in flight
   ansible.builtin.command: docker restart backend
+  changed_when: true
   when: guard.decision == 'proceed'
 
 - name: Drain before a restart, pausing the claim job meanwhile
   leaseguard.deploy.lease_guard:
-    lookup: "{{ lookup }}"
+    lookup: "{{ timeout_lookup }}"
     db_name: app
     wait: true
     pause_cron_jobs: [claim]

@@ -21,7 +21,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - The leaseguard Python package on the controller.
+  - the leaseguard Python package on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
 attributes:
@@ -51,11 +51,11 @@ EXAMPLES = r"""
       source: docker
       container: backend
       variable: APP_TASK_TIMEOUT_S
-  register: lookup
+  register: timeout_lookup
 
 - name: Tell the operator what lease the guard will use
   ansible.builtin.debug:
-    msg: "lease = 2 x {{ lookup.task_timeout_s }} s (from {{ lookup.source }})"
+    msg: "lease = 2 x {{ timeout_lookup.task_timeout_s }} s (from {{ timeout_lookup.source }})"
 
 - name: A systemd service, assuming one hour when the unit does not say
   leaseguard.deploy.task_timeout:

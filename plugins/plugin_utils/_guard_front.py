@@ -22,6 +22,7 @@ try:
     from psycopg.conninfo import make_conninfo
 
     from leaseguard.contract import CONFIG_KEYS, load_contract
+    from leaseguard.db import invalid_dsn
     from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
     from leaseguard.fronts import drain_host
     from leaseguard.options import drain_options
@@ -144,7 +145,9 @@ class AnsibleRunner:
             raise TunnelError(
                 f"host {self.label}: running a lookup failed ({type(exc).__name__})"
             ) from None
-        return CommandResult(int(result.get("rc", 1)), result.get("stdout", ""))
+        return CommandResult(
+            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
+        )
 
 
 def conninfo_from(args):
@@ -153,7 +156,7 @@ def conninfo_from(args):
     try:
         conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
     except ProgrammingError:
-        raise ConfigError("dsn is not a valid libpq connection string") from None
+        raise invalid_dsn(args["dsn"] or "") from None
     reject_hostaddr(conninfo)
     return conninfo
 

@@ -49,7 +49,7 @@ from leaseguard.cron import (
     cron_transaction,
     read_live_jobs,
 )
-from leaseguard.db import connect
+from leaseguard.db import connect, invalid_dsn
 from leaseguard.errors import ConfigError, DatabaseUnavailable
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION
@@ -879,7 +879,7 @@ def connect_cron(
         try:
             conninfo = make_conninfo(conninfo, dbname=dbname)
         except psycopg.ProgrammingError:
-            raise ConfigError("the DSN is not a valid libpq connection string") from None
+            raise invalid_dsn(conninfo) from None
     conn = connect(conninfo, Contract(connect_timeout_s=connect_timeout_s))
     conn.read_only = False
     conn.isolation_level = None

@@ -8,12 +8,14 @@ target (host, port, database), the table or column, the exception class and SQLS
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from leaseguard.contract import Contract
@@ -37,6 +39,37 @@ _CONNECT_CAUSES = (
 )
 
 
+# One `keyword = value` pair of a key/value DSN; a value is a single-quoted string (with
+# backslash escapes) or a run of non-blanks.
+_DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
+_KEYWORD = re.compile(r"[A-Za-z_]+")
+
+
+def invalid_dsn(conninfo: str) -> ConfigError:
+    """Why libpq refused a DSN, naming the keyword at fault and never any value.
+
+    libpq's own message may quote a value (a password with a space), so it is not used;
+    the key/value form is scanned here instead. Keywords are libpq's names, never secrets.
+    """
+    if re.match(r"\s*postgres(?:ql)?://", conninfo):
+        return ConfigError("the DSN is not a valid postgresql:// URI")
+    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    previous = None
+    for match in _DSN_PAIR.finditer(conninfo):
+        keyword, value = match.group(1), match.group(2)
+        if not value:
+            if previous is None:
+                break
+            return ConfigError(
+                f"the DSN is not valid after keyword {previous!r}: a value with spaces "
+                "needs single quotes (keyword='a value')"
+            )
+        if _KEYWORD.fullmatch(keyword) and keyword not in known:
+            return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
+        previous = keyword if _KEYWORD.fullmatch(keyword) else previous
+    return ConfigError("the DSN is not a valid libpq connection string")
+
+
 def describe_target(conninfo: str) -> str:
     """host:port/dbname of a conninfo (or the PG* environment), without any secret."""
     try:
@@ -54,7 +87,7 @@ def connect(conninfo: str, contract: Contract) -> psycopg.Connection[tuple[objec
     try:
         conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
-        raise ConfigError("the DSN is not a valid libpq connection string") from None
+        raise invalid_dsn(conninfo) from None
     try:
         conn = psycopg.connect(
             conninfo,

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
 from invoke.context import Context
-from invoke.exceptions import Exit
+from invoke.exceptions import Exit, ParseError
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.drain_status import StatusBoard
@@ -332,8 +332,33 @@ def _use_fleet_executor() -> None:
     import fabric.main
 
     program = getattr(fabric.main, "program", None)
-    if program is not None and program.executor_class is Executor:
+    if program is None:
+        return
+    if program.executor_class is Executor:
         program.executor_class = FleetExecutor
+    _usage_errors_exit_2(program)
+
+
+def _usage_errors_exit_2(program: Any) -> None:
+    """A task flag invoke cannot parse (`guard --bogus`, a task name, a missing value) exits 2.
+
+    invoke exits 1 on a ParseError, which reads as "the check failed". The task part of the
+    command line is parsed after the fabfile loads, so wrapping the running program's
+    parse_tasks here turns those errors into usage errors; core flags (`fab --bogus`) are
+    parsed before any fabfile exists and keep invoke's own status.
+    """
+    parse_tasks = program.parse_tasks
+    if getattr(parse_tasks, "leaseguard_usage", False):
+        return
+
+    def parse_tasks_or_usage() -> None:
+        try:
+            parse_tasks()
+        except ParseError as exc:
+            raise Exit(f"{exc} (see fab --list, or fab --help TASK)", code=EXIT_USAGE) from None
+
+    parse_tasks_or_usage.leaseguard_usage = True  # type: ignore[attr-defined]
+    program.parse_tasks = parse_tasks_or_usage
 
 
 __all__ = ["CONNECTION_KEYS", "FleetExecutor", "collection", "drain", "guard"]

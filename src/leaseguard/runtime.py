@@ -35,6 +35,7 @@ LOOKUP_TIMEOUT_S = 30.0
 class CommandResult:
     exit_code: int
     stdout: str
+    stderr: str = ""
 
 
 class Runner(Protocol):
@@ -63,7 +64,7 @@ class LocalRunner:
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
-        return CommandResult(done.returncode, done.stdout)
+        return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
 @dataclass(frozen=True)
@@ -281,14 +282,36 @@ class _Lookups:
             return result.stdout
         if result.exit_code in allowed:
             return None
+        said = "" if argv[1:2] == ["exec"] else first_stderr_line(result.stderr)
         raise LookupFailed(
             f"host {self.runner.label}: {what}: `{shlex.join(argv[:3])}` "
-            f"{_exit_meaning(result.exit_code)}"
+            f"{_exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )
 
 
 def _exit_meaning(code: int) -> str:
     return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
+
+
+# Credentials a tool's message might quote: user:password@ in a URL, key=value secrets.
+_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
+_SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:]\s*)\S+")
+_MAX_STDERR_CHARS = 200
+
+
+def first_stderr_line(stderr: str) -> str:
+    """The tool's own first line of complaint (`Cannot connect to the Docker daemon ...`).
+
+    Only the engine's or systemctl's stderr is shown (never that of a command run inside the
+    container): printable characters, credentials masked, cut at 200 characters.
+    """
+    line = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
+    line = "".join(ch if ch.isprintable() else " " for ch in line)
+    line = _URL_CREDENTIALS.sub(r"\1***@", line)
+    line = _SECRET_PAIR.sub(r"\1***", line)
+    if len(line) > _MAX_STDERR_CHARS:
+        line = line[: _MAX_STDERR_CHARS - 3] + "..."
+    return line
 
 
 def _checked_env_name(variable: str) -> str:

@@ -20,7 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
-from leaseguard.db import connect
+from leaseguard.db import connect, invalid_dsn
 from leaseguard.errors import ConfigError, LeaseguardError
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.indexing import with_plan_warning
@@ -180,6 +180,6 @@ def reject_hostaddr(conninfo: str) -> None:
     try:
         params = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
-        raise ConfigError("the DSN is not a valid libpq connection string") from None
+        raise invalid_dsn(conninfo) from None
     if "hostaddr" in params:
         raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

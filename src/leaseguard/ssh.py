@@ -187,7 +187,7 @@ class FabricRunner:
             raise TunnelError(
                 f"host {self.label}: running a lookup over SSH failed ({type(exc).__name__})"
             ) from None
-        return CommandResult(int(result.exited), str(result.stdout))
+        return CommandResult(int(result.exited), str(result.stdout), str(result.stderr))
 
 
 @dataclass(frozen=True)

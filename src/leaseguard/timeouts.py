@@ -9,7 +9,7 @@ from leaseguard.errors import TimeoutValueError
 
 # Plain decimal notation only: float() alone would also take "inf", "nan", "1_000" and
 # "0x10"-like oddities that no operator means as a timeout.
-_DECIMAL = re.compile(r"[+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:

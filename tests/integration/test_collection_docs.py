@@ -33,6 +33,8 @@ def test_ansible_doc_renders_documentation_examples_and_return(module: str, tmp_
     assert entry["doc"]["options"], "every module takes options"
     assert entry["examples"].strip()
     assert entry["return"], "RETURN documents the result"
+    # ansible-doc joins the requirements with ", ": a full stop would render as "controller., "
+    assert [r for r in entry["doc"].get("requirements", []) if r.rstrip().endswith(".")] == []
     text = subprocess.run(
         ["ansible-doc", name],
         cwd=REPO,

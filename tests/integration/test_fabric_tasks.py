@@ -101,6 +101,28 @@ def test_a_host_string_without_a_host_is_a_usage_error_not_a_traceback(host):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["guard", "--bogus"], "No idea what '--bogus' is!"),
+        (["drain", "--deadline-s"], "needed value and was not given one"),
+        (["nosuchtask"], "No idea what 'nosuchtask' is!"),
+    ],
+)
+def test_a_task_flag_fab_cannot_parse_is_a_usage_error_exit_2(args, said):
+    done = subprocess.run(
+        [sys.executable, "-m", "fabric", "-H", "app1", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr  # invoke's own status is 1: "the check failed"
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_claim_made_since_the_container_started_defers(fab, runs, backend):
     claim(runs, 1, "running", "0 seconds")
     done = fab("guard")

@@ -138,3 +138,13 @@ def test_a_lookup_that_hangs_is_reported_as_timed_out(monkeypatch):
     began = time.monotonic()
     assert LocalRunner().run(["sleep", "5"]) == CommandResult(124, "")
     assert time.monotonic() - began < 4
+
+
+def test_a_docker_daemon_that_is_down_is_named_in_dockers_own_words(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-daemon.sock")
+    contract = contract_from_mapping({"task_timeout": {"source": "docker"}})
+    with pytest.raises(LookupFailed) as caught:
+        resolve_runtime_facts(contract, LocalRunner())
+    message = str(caught.value)
+    assert "`docker inspect --type` exited 1: " in message
+    assert "Cannot connect to the Docker daemon" in message, message

@@ -1,0 +1,78 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: check_vars
+short_description: Fail on a leaseguard_* variable that the collection does not know
+version_added: 0.1.0
+description:
+  - Ansible ignores a variable that nothing reads, so a mistyped C(leaseguard_on_bussy=wait)
+    would otherwise be silently dropped and the restart would defer (or worse) as if it had
+    never been set. The roles run this first, before anything else happens.
+  - Every C(leaseguard_*) variable the task sees (inventory, group and host vars, extra vars,
+    role and play vars) must be one the collection knows. An unknown one fails the task,
+    naming it and the nearest known name.
+  - The known names come from the collection itself, from every role's C(meta/argument_specs.yml),
+    its C(defaults) and C(vars), the results its tasks register, and the variables the
+    playbooks read. A variable documented in an argument spec is known everywhere.
+author:
+  - leaseguard maintainers (@leaseguard)
+options:
+  allow:
+    description: Further C(leaseguard_*) names to accept (your own variables in the namespace).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Reads variables only.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the controller.
+seealso:
+  - module: leaseguard.deploy.lease_guard
+"""
+
+EXAMPLES = r"""
+- name: Fail on a mistyped leaseguard variable before anything runs
+  leaseguard.deploy.check_vars:
+
+- name: Also accept a variable of your own in the leaseguard_ namespace
+  leaseguard.deploy.check_vars:
+    allow: [leaseguard_release_tag]
+"""
+
+RETURN = r"""
+checked:
+  description: The C(leaseguard_*) variables that were checked, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [leaseguard_db_name, leaseguard_on_busy]
+unknown:
+  description: The unknown ones, each with the nearest known name (null when none is close).
+  returned: failure
+  type: dict
+  sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}
+"""
+
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    check_vars_argument_spec,
+    run_as_action_plugin_only,
+)
+
+
+def main():
+    run_as_action_plugin_only("check_vars", check_vars_argument_spec())
+
+
+if __name__ == "__main__":
+    main()

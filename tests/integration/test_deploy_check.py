@@ -1,0 +1,151 @@
+"""deploy.yml as users run it: `--check` dry runs, a restart that did nothing, a mistyped
+variable. Real ansible-playbook against a real host (sshd in a namespace, the backend in
+podman, PostgreSQL with pg_cron); what did or did not change is read back with docker inspect
+and psql, not from the playbook's own report.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.integration.test_cron_budget_module import CRON_DB, cron_jobs, jobs_for
+from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from tests.support.runs_table import create_runs_table, insert_runs
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DEPLOY = "leaseguard.deploy.deploy"
+WOULD = "Report what the restart would do"
+
+
+@pytest.fixture
+def deploy(tmp_path, app_host_pg, app_db, backend, podman_engine):
+    """Run deploy.yml on host app1 (its backend container, its database through the tunnel)."""
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {"app1": app_host_pg.ansible_host_vars()},
+        leaseguard_db_name=app_db.name,
+        leaseguard_db_user=GUARD_PW_ROLE,
+    )
+
+    def run(*args, **extra_vars):
+        return run_playbook(
+            DEPLOY,
+            inventory,
+            tmp_path,
+            *args,
+            extra_vars=extra_vars,
+            env={"PGPASSWORD": GUARD_PW_PASSWORD},
+        )
+
+    return run
+
+
+def started_at(podman_engine):
+    return podman_engine.inspect("backend")["State"]["StartedAt"]
+
+
+def add_live_claim(app_db):
+    with app_db.connect(socket=True) as conn:
+        insert_runs(conn, [(7, "running", datetime.now(UTC) + timedelta(seconds=5), None)])
+
+
+def test_check_mode_reports_the_restart_and_changes_nothing(deploy, podman_engine, app_db):
+    before = started_at(podman_engine)
+    run = deploy("--check")
+    assert run.returncode == 0, run.stdout[-4000:]
+    msg = run.result(WOULD, "app1")["msg"]
+    assert "app1 proceed" in msg and "would restart docker container backend" in msg, msg
+    assert started_at(podman_engine) == before
+    # The real run does what the dry run said, so the dry run was not vacuous.
+    assert deploy().returncode == 0
+    assert started_at(podman_engine) != before
+
+
+def test_check_mode_exits_nonzero_when_the_real_run_would_defer(deploy, podman_engine, app_db):
+    add_live_claim(app_db)
+    before = started_at(podman_engine)
+    run = deploy("--check")
+    assert run.returncode == 2, run.stdout[-4000:]
+    refusal = run.result("Defer the restart while work is in flight", "app1")
+    assert "not restarting app1: 1 live claim(s) in execution_runs (7)" in refusal["msg"]
+    assert started_at(podman_engine) == before
+
+
+@pytest.mark.parametrize(
+    ("on_busy", "said"),
+    [
+        ("wait", "would wait up to"),
+        ("force", "would FORCE a restart, killing live claim(s) 7"),
+    ],
+)
+def test_check_mode_says_what_wait_and_force_would_do(deploy, podman_engine, app_db, on_busy, said):
+    add_live_claim(app_db)
+    before = started_at(podman_engine)
+    run = deploy("--check", leaseguard_on_busy=on_busy)
+    assert run.returncode == 0, run.stdout[-4000:]
+    msg = run.result(WOULD, "app1")["msg"]
+    assert "app1 defer" in msg and said in msg, msg
+    assert started_at(podman_engine) == before
+    with app_db.connect(socket=True) as conn:  # a dry-run wait pauses nothing, ends nothing
+        assert conn.execute("SELECT status FROM execution_runs").fetchall() == [("running",)]
+
+
+def test_check_mode_shows_the_migration_and_budget_changes_and_applies_none(
+    deploy, podman_engine, app_db, tmp_path
+):
+    marker = tmp_path / "migrated"
+    before = started_at(podman_engine)
+    try:
+        run = deploy(
+            "--check",
+            "--diff",
+            leaseguard_migrate_command=["touch", str(marker)],
+            leaseguard_cron_budgets={"jobs": jobs_for(app_db.name)},
+            leaseguard_migrate_db_user="postgres",
+            leaseguard_cron_database=CRON_DB,
+        )
+        assert run.returncode == 0, run.stdout[-4000:]
+        budgets = run.result("Apply the pg_cron statement budgets", "app1")
+        assert budgets["changed"] is True and budgets["applied"] is False
+        assert f"{app_db.name}_publish" in run.stdout  # the --diff of the planned jobs
+        assert "would migrate" in run.result("Report the migration", "app1")["msg"]
+        assert cron_jobs(app_db.cluster, app_db.name) == {}  # psql: nothing scheduled
+        assert not marker.exists()
+        assert started_at(podman_engine) == before
+    finally:
+        with app_db.cluster.connect(CRON_DB, socket=True) as conn:
+            conn.execute(
+                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
+                (f"{app_db.name}\\_%",),
+            )
+
+
+def test_a_restart_that_does_nothing_fails_naming_the_start_times(deploy, podman_engine):
+    before = started_at(podman_engine)
+    run = deploy(
+        leaseguard_restart_method="command",
+        leaseguard_restart_command=["true"],
+        leaseguard_restart_verify_timeout_s=3,
+    )
+    assert run.returncode == 2, run.stdout[-4000:]
+    msg = run.result("Fail when the restart did not move the runtime's start time", "app1")["msg"]
+    assert "Unknown error" not in run.stdout
+    assert "with method command (command true)" in msg, msg
+    assert "did not move forward within 3 s" in msg
+    stamp = before[:19]  # docker prints nanoseconds and Z; the role ISO 8601 with an offset
+    assert msg.count(stamp) == 2, msg  # before and after: the same start time
+
+
+def test_a_mistyped_variable_fails_before_anything_runs(deploy, podman_engine):
+    before = started_at(podman_engine)
+    run = deploy(leaseguard_on_bussy="wait")
+    assert run.returncode == 2, run.stdout[-4000:]
+    result = run.result("Check the leaseguard variables", "app1")
+    assert result["unknown"] == {"leaseguard_on_bussy": "leaseguard_on_busy"}
+    assert "leaseguard_on_bussy (did you mean leaseguard_on_busy?)" in result["msg"]
+    assert run.stats["app1"]["ok"] == 0  # the first task of the deploy
+    assert started_at(podman_engine) == before

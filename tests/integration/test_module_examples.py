@@ -1,0 +1,57 @@
+"""Every module's EXAMPLES, as a user copies them from ansible-doc, passes ansible-lint's
+production profile (no reserved names such as `lookup`, FQCNs, named tasks, ...)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.test_collection_docs import MODULES
+from tests.support.ansible_run import REPO, ansible_env
+
+pytestmark = [pytest.mark.integration]
+
+
+def examples_of(module: str, env: dict[str, str]) -> str:
+    name = f"leaseguard.deploy.{module}"
+    done = subprocess.run(
+        ["ansible-doc", "--json", name],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    text = str(json.loads(done.stdout)[name]["examples"])
+    assert isinstance(yaml.safe_load(text), list), f"{name}: EXAMPLES is not a list of tasks"
+    return text
+
+
+def as_playbook(module: str, examples: str) -> str:
+    """The examples pasted, as they are, under a play's `tasks:`."""
+    tasks = "".join(f"    {line}".rstrip() + "\n" for line in examples.strip().splitlines())
+    return (
+        f"---\n- name: Examples of {module}\n  hosts: app\n  gather_facts: false\n  tasks:\n{tasks}"
+    )
+
+
+def test_the_examples_are_lint_clean_under_the_production_profile(tmp_path: Path):
+    env = ansible_env(tmp_path)
+    project = tmp_path / "project"  # a user's project: their own playbooks, no repo config
+    project.mkdir()
+    for module in MODULES:
+        (project / f"{module}.yml").write_text(as_playbook(module, examples_of(module, env)))
+    done = subprocess.run(
+        ["ansible-lint", "--nocolor", "--offline", "--profile", "production"]
+        + [f"{module}.yml" for module in MODULES],
+        cwd=project,
+        env={**env, "ANSIBLE_COLLECTIONS_PATH": str(REPO / "build" / "collections")},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
