@@ -104,6 +104,7 @@ attributes:
     support: partial
     description:
       - The check is read-only and runs for real in check mode.
+    details:
       - With O(wait=true) it judges once instead of draining, pauses no intake and waits for
         nothing, so a C(defer) says what the real run would wait for, not how the wait ends.
   diff_mode:
