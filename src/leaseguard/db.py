@@ -96,8 +96,8 @@ def connect(
         raise invalid_dsn(conninfo) from None
     liveness = {k: v for k, v in liveness_keywords(contract).items() if k not in given}
     connect_timeout = contract.connect_timeout_s
-    if timeout_s is not None:
-        connect_timeout = max(1, min(connect_timeout, math.ceil(timeout_s)))
+    if timeout_s is not None and timeout_s < connect_timeout:
+        connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.connect(
             make_conninfo(conninfo, **liveness),
