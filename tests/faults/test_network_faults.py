@@ -241,6 +241,7 @@ def test_a_partition_during_a_drain_ends_it_within_its_bound_naming_the_ssh_host
         bound = deadline_s + POLL_BUDGET_S + CONNECT_S + STARTUP_S
         status = fab.wait(timeout=bound + 30)
         took = time.monotonic() - cut
+    print(f"partitioned drain ended {took:.1f}s after the cut (bound {bound:.1f}s)")
     assert status == 1, fab.stdout + fab.stderr
     assert took < bound, f"the drain took {took:.1f}s, bound {bound:.1f}s"
     assert f"host {db_host.addr}" in fab.stdout
@@ -283,6 +284,7 @@ def test_a_partition_during_fab_guard_fails_closed_within_its_bound(db_host, sta
             locker.execute("ROLLBACK")
             status = fab.wait(timeout=POLL_BUDGET_S + 30)
             took = time.monotonic() - cut
+    print(f"partitioned guard ended {took:.1f}s after the cut (bound {POLL_BUDGET_S:.1f}s)")
     assert status == 1, fab.stdout + fab.stderr
     assert took < POLL_BUDGET_S, f"fab guard took {took:.1f}s after the partition"
     assert "decision=failed error=TunnelError" in fab.stdout
@@ -297,6 +299,7 @@ def test_fab_guard_over_a_link_dead_from_the_start_fails_within_the_connect_time
         fab = start_fab("guard")
         status = fab.wait(timeout=60)
         took = time.monotonic() - started
+    print(f"guard over a dead link took {took:.1f}s including fab's start")
     assert status == 1, fab.stdout + fab.stderr
     assert took < CONNECT_S + STARTUP_S, f"fab guard took {took:.1f}s"
     assert "decision=failed error=TunnelError" in fab.stdout
