@@ -204,7 +204,7 @@ def test_a_postgresql_restart_mid_drain_is_survived_and_intake_resumed(db_host, 
     status = fab.wait(timeout=30)
     assert status == 0, fab.stdout + fab.stderr
     assert "decision=proceed" in fab.stdout
-    assert "live 1 -> 0 ended=1" in fab.stderr
+    assert "leases_ended=1" in fab.stderr
     assert "intake resumed pg_cron job=" + JOB in fab.stderr
     assert job_active(db_host)
 
@@ -219,7 +219,7 @@ def test_the_guards_backend_terminated_mid_drain_is_replaced(db_host, start_fab)
     finish_claims(db_host)
     status = fab.wait(timeout=30)
     assert status == 0, fab.stdout + fab.stderr
-    assert "live 1 -> 0 ended=1" in fab.stderr
+    assert "leases_ended=1" in fab.stderr
     assert job_active(db_host)
 
 
