@@ -142,12 +142,41 @@ class AnsibleRunner:
         try:
             result = self._action._low_level_execute_command(shlex.join(argv), sudoable=True)
         except (AnsibleConnectionFailure, AnsibleError) as exc:
-            raise TunnelError(
-                f"host {self.label}: running a lookup failed ({type(exc).__name__})"
-            ) from None
+            cause = _ssh_failure_cause(exc, self.label)
+            raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
         return CommandResult(
             int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
         )
+
+
+# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, each with what
+# the operator should do; the raw text itself is never repeated (it may quote the command).
+_HOST_KEY_CAUSES = (
+    (
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "host key does not match known_hosts (it changed since it was recorded): if the "
+        "change is expected, verify the new key and replace the old one "
+        "(ssh-keygen -R {host}, then ssh-keyscan)",
+    ),
+    (
+        "host key mismatch",
+        "host key does not match known_hosts: if the change is expected, verify the new key "
+        "and replace the old one (ssh-keygen -R {host}, then ssh-keyscan)",
+    ),
+    (
+        "Host key verification failed",
+        "host key verification failed (not in known_hosts, or not matching it): add the "
+        "verified key to known_hosts (ssh-keyscan)",
+    ),
+)
+
+
+def _ssh_failure_cause(exc, host):
+    text = str(exc)
+    for needle, cause in _HOST_KEY_CAUSES:
+        if needle.lower() in text.lower():
+            return cause.format(host=host)
+    return "running a lookup failed"
 
 
 def conninfo_from(args):

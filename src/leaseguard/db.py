@@ -7,6 +7,7 @@ target (host, port, database), the table or column, the exception class and SQLS
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import pq
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.contract import Contract
 from leaseguard.errors import ConfigError, DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
@@ -82,17 +83,26 @@ def describe_target(conninfo: str) -> str:
     return f"{host}:{port}/{dbname}"
 
 
-def connect(conninfo: str, contract: Contract) -> psycopg.Connection[tuple[object, ...]]:
-    """Open the guard's connection: read-only, repeatable-read, named leaseguard."""
+def connect(
+    conninfo: str, contract: Contract, *, timeout_s: float | None = None
+) -> psycopg.Connection[tuple[object, ...]]:
+    """Open the guard's connection: read-only, repeatable-read, named leaseguard.
+
+    `timeout_s` shortens the contract's connect timeout (what is left of a poll's budget).
+    """
     try:
-        conninfo_to_dict(conninfo)
+        given = conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
+    liveness = {k: v for k, v in liveness_keywords(contract).items() if k not in given}
+    connect_timeout = contract.connect_timeout_s
+    if timeout_s is not None and timeout_s < connect_timeout:
+        connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.connect(
-            conninfo,
+            make_conninfo(conninfo, **liveness),
             application_name=APPLICATION_NAME,
-            connect_timeout=contract.connect_timeout_s,
+            connect_timeout=connect_timeout,
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
@@ -103,6 +113,25 @@ def connect(conninfo: str, contract: Contract) -> psycopg.Connection[tuple[objec
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
     return conn
+
+
+def liveness_keywords(contract: Contract) -> dict[str, int]:
+    """libpq keywords that end a wait on a database that stopped answering.
+
+    With every packet dropped, a read would otherwise wait for TCP to give up (~15
+    minutes). Keepalive probes start after a second of silence, and tcp_user_timeout
+    drops the connection once data (a query or a probe) stays unacknowledged for the
+    connect timeout. Through the SSH tunnel the socket is the local forwarder's and the
+    SSH connection carries the same bound (leaseguard.ssh). Values the DSN sets win.
+    """
+    silent_s = contract.connect_timeout_s
+    return {
+        "keepalives": 1,
+        "keepalives_idle": 1,
+        "keepalives_interval": 1,
+        "keepalives_count": max(1, silent_s),
+        "tcp_user_timeout": silent_s * 1000,
+    }
 
 
 def _connect_cause(exc: psycopg.Error) -> str:

@@ -101,12 +101,15 @@ def settings_from_config(config: Any) -> FabricSettings:
         host=str(connection.pop("db_host", "127.0.0.1")),
         port=int(connection.pop("db_port", 5432)),
     )
+    contract = load_contract(section)
     ssh = SshOptions(
         known_hosts=connection.pop("known_hosts", None),
         accept_unknown_host_keys=bool(connection.pop("accept_unknown_host_keys", False)),
         gateway=connection.pop("gateway", None),
+        # One connect budget for the whole path: the SSH hop and the database behind it.
+        connect_timeout_s=contract.connect_timeout_s,
     )
-    return FabricSettings(load_contract(section), dsn, address, ssh, drain_options(drain))
+    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
 
 
 def _plain(value: Any) -> Any:

@@ -6,13 +6,22 @@ connection: a connection per poll costs a login each time, and through Fabric's 
 one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
 A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
 replaced once, at once; a poll fails only when a fresh connection fails too.
+
+Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
++ a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
+and a poll through a tunnel whose SSH connection died says so, naming the SSH host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Protocol
 
 import psycopg
 from fabric import Connection
@@ -20,25 +29,99 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
-from leaseguard.db import connect, invalid_dsn
-from leaseguard.errors import ConfigError, LeaseguardError
+from leaseguard.db import connect, describe_target, invalid_dsn
+from leaseguard.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    LeaseguardError,
+    TunnelError,
+)
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.indexing import with_plan_warning
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
-from leaseguard.ssh import DatabaseAddress, FabricRunner, database_tunnel
+from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.verdict import Verdict
+
+# What a poll may take beyond connect timeout + statement budget: round trips, the
+# transaction's few small statements, and a thread waking up.
+POLL_MARGIN_S = 2.0
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class Link(Protocol):
+    """The path to the database when it is not direct (an SSH tunnel)."""
+
+    def ensure(self, *, within_s: float = ...) -> None: ...
+
+    def failure(self) -> TunnelError | None: ...
+
+    def cut(self) -> None: ...
+
+
+class PollWatch:
+    """Cuts a poll that outlasts its budget: `cut` ends every wait the poll may be in."""
+
+    def __init__(self, budget_s: float, cut: Callable[[], None]) -> None:
+        self.budget_s = budget_s
+        self.cut = cut
+        self.expired = False
+        self._ends_at: float | None = None
+
+    @contextmanager
+    def poll(self) -> Iterator[None]:
+        self.expired = False
+        self._ends_at = time.monotonic() + self.budget_s
+        timer = threading.Timer(self.budget_s, self._expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            self._ends_at = None
+
+    def remaining_s(self) -> float:
+        """Time left in the poll in flight; unbounded outside one (pauses, resumes)."""
+        if self._ends_at is None:
+            return float("inf")
+        return self._ends_at - time.monotonic()
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.cut()
+
+
+def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession], Verdict]:
+    """A poll within the session's budget, failing with the cause it met (a lost link first)."""
+
+    @functools.wraps(judge)
+    def bounded(self: GuardSession) -> Verdict:
+        with self.watch.poll():
+            try:
+                return judge(self)
+            except LeaseguardError as exc:
+                raise self.explain(exc) from None
+
+    return bounded
 
 
 class GuardSession:
     """Judges one host's table with the facts looked up on that host."""
 
     def __init__(
-        self, contract: Contract, conninfo: str, facts: RuntimeFacts, runner: Runner
+        self,
+        contract: Contract,
+        conninfo: str,
+        facts: RuntimeFacts,
+        runner: Runner,
+        link: Link | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
         self.facts = facts
         self.runner = runner
+        self.link = link
+        self.watch = PollWatch(self.poll_budget_s, self._cut)
         self.lease_s = lease_seconds(contract, facts.task_timeout)
         # Measured once per session: clocks do not drift measurably during a drain, and a
         # per-poll measurement would add an SSH round trip to every poll.
@@ -53,6 +136,13 @@ class GuardSession:
     def host(self) -> str:
         return self.runner.label
 
+    @property
+    def poll_budget_s(self) -> float:
+        """The longest one poll may take: connect timeout + statement budget + margin."""
+        contract = self.contract
+        return contract.connect_timeout_s + contract.statement_timeout_ms / 1000 + POLL_MARGIN_S
+
+    @_bounded
     def judge(self) -> Verdict:
         """One check on the session's connection (replaced once if it broke meanwhile)."""
         reused = self._conn is not None
@@ -74,8 +164,54 @@ class GuardSession:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
-            self._conn = connect(self.conninfo, self.contract)
+            self._conn = self._open(self.conninfo)
         return self._conn
+
+    def _open(self, conninfo: str) -> Conn:
+        """A new connection along the session's path, within what is left of the poll."""
+        remaining = self.watch.remaining_s()
+        if self.watch.expired or remaining <= 0:
+            raise self._expired()
+        if self.link is not None:
+            self.link.ensure(within_s=remaining)
+        try:
+            return connect(conninfo, self.contract, timeout_s=remaining)
+        except DatabaseUnavailable:
+            failure = self.link.failure() if self.link is not None else None
+            if failure is not None:
+                raise failure from None
+            raise
+
+    def explain(self, exc: LeaseguardError) -> LeaseguardError:
+        """The cause a failed poll met: its budget running out, or the tunnel's own failure."""
+        if self.watch.expired:
+            return self._expired()
+        if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+            return self.link.failure() or exc
+        return exc
+
+    def _expired(self) -> LeaseguardError:
+        budget = (
+            f"{self.poll_budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
+            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
+            f"{POLL_MARGIN_S:.0f}s)"
+        )
+        if self.link is not None:
+            return TunnelError(
+                f"host {self.host}: no answer through the SSH tunnel within {budget}; "
+                "the host or the network to it is down"
+            )
+        return DatabaseUnavailable(
+            f"no answer from PostgreSQL at {describe_target(self.conninfo)} within {budget}"
+        )
+
+    def _cut(self) -> None:
+        """Runs on the watchdog's thread: end the waits the poll in flight is in."""
+        if self.link is not None:
+            self.link.cut()
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            _shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
@@ -100,11 +236,20 @@ class GuardSession:
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
         conninfo = make_conninfo(self.conninfo, dbname=dbname) if dbname else self.conninfo
-        conn = connect(conninfo, self.contract)
+        conn = self._open(conninfo)
         conn.read_only = False
         conn.isolation_level = None
         conn.autocommit = True
         return conn
+
+
+def _shutdown_socket(conn: Conn) -> None:
+    """Wake a thread blocked on `conn`: it reads end-of-file and fails at once."""
+    try:
+        with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed: nothing waits on it
 
 
 @contextmanager
@@ -116,6 +261,7 @@ def local_session(
     runtime_started_at: datetime | None = None,
     task_timeout_source: str | None = None,
     runner: Runner | None = None,
+    link: Link | None = None,
 ) -> Iterator[GuardSession]:
     """A session whose DSN is used as given; lookups run here unless another runner is given.
 
@@ -130,7 +276,7 @@ def local_session(
         runtime_started_at=runtime_started_at,
         task_timeout_source=task_timeout_source,
     )
-    session = GuardSession(contract, conninfo, facts, runner)
+    session = GuardSession(contract, conninfo, facts, runner, link)
     try:
         yield session
     finally:
@@ -149,13 +295,14 @@ def ssh_session(
 ) -> Iterator[GuardSession]:
     """A session over SSH: lookups on the host, the database through a tunnel."""
     with (
-        tunnelled_conninfo(connection, conninfo, address) as tunnelled,
+        tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel),
         local_session(
             contract,
-            tunnelled,
+            tunnelled_dsn,
             task_timeout_s=task_timeout_s,
             runtime_started_at=runtime_started_at,
             runner=FabricRunner(connection),
+            link=tunnel,
         ) as session,
     ):
         yield session
@@ -170,9 +317,18 @@ def tunnelled_conninfo(
     Its host and port are replaced by the tunnel's local end, so the database never needs
     an exposed port. Shared by the Fabric tasks and the Ansible plugins.
     """
+    with tunnelled(connection, conninfo, address) as (tunnelled_dsn, _):
+        yield tunnelled_dsn
+
+
+@contextmanager
+def tunnelled(
+    connection: Connection, conninfo: str, address: DatabaseAddress
+) -> Iterator[tuple[str, DatabaseTunnel]]:
+    """tunnelled_conninfo's conninfo and the tunnel itself (a session's Link)."""
     reject_hostaddr(conninfo)
-    with database_tunnel(connection, address) as local_port:
-        yield make_conninfo(conninfo, host="127.0.0.1", port=str(local_port))
+    with forwarded(connection, address) as tunnel:
+        yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
 
 
 def reject_hostaddr(conninfo: str) -> None:

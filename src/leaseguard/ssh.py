@@ -7,23 +7,29 @@ asked, so leaseguard verifies host keys against known_hosts unless told otherwis
 
 from __future__ import annotations
 
+import logging
+import select
 import shlex
 import socket
-import time
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import ThreadException
 
 from leaseguard.errors import ConfigError, TunnelError
 from leaseguard.runtime import LOOKUP_TIMEOUT_S, CommandResult
 
-TUNNEL_READY_TIMEOUT_S = 10.0
+log = logging.getLogger("leaseguard.tunnel")
+
+# paramiko sends a keepalive after this many seconds without sending anything, so a dead
+# link always has unacknowledged data in flight, which TCP_USER_TIMEOUT then bounds.
+KEEPALIVE_INTERVAL_S = 1
+_CHUNK = 32768
 
 
 @dataclass(frozen=True)
@@ -41,7 +47,14 @@ class SshOptions:
 
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection whose host keys are verified (unless explicitly accepted)."""
-    connect_kwargs: dict[str, Any] = {}
+    # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
+    # over a dead link each of those would outlast the connect timeout the user configured.
+    bound = options.connect_timeout_s
+    connect_kwargs: dict[str, Any] = {
+        "banner_timeout": bound,
+        "auth_timeout": bound,
+        "channel_timeout": bound,
+    }
     if options.key_filename:
         connect_kwargs["key_filename"] = options.key_filename
     gateway = None
@@ -98,7 +111,7 @@ def open_connection(connection: Connection) -> None:
     try:
         if not connection.is_connected:
             connection.open()
-            _no_delay(connection)
+            _tune(connection)
     except paramiko.BadHostKeyException:
         raise TunnelError(
             f"host {connection.host}: host key does not match known_hosts (BadHostKeyException)"
@@ -151,21 +164,32 @@ def parse_openssh_args(text: str) -> dict[str, str]:
     return options
 
 
-def _no_delay(connection: Connection) -> None:
-    """Send small packets at once, as OpenSSH does; paramiko leaves Nagle on.
+def _tune(connection: Connection) -> None:
+    """Nagle off, and a bound on how long the link may stay silent before it counts as dead.
 
-    Each guard query is a few small request/response packets through the tunnel. With Nagle
-    on, they wait for the peer's delayed ACK (~40 ms a round trip): measured, a drain poll
-    took 59 ms instead of 15 ms (benchmarks/RESULTS.md). Behind a jump host the transport
-    runs over a channel, not a socket, and the gateway's own connection is the one to tune.
+    Nagle: each guard query is a few small request/response packets through the tunnel.
+    With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
+    delayed ACK (~40 ms a round trip): a drain poll took 59 ms instead of 15 ms
+    (benchmarks/RESULTS.md).
+
+    Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
+    giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT
+    drops the connection once data stays unacknowledged for the connect timeout, so a dead
+    link is detected in that time (plus one keepalive interval) and every wait on it ends.
+    Behind a jump host the transport runs over a channel, not a socket, and the gateway's
+    own connection is the one to tune.
     """
     transport = connection.client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(KEEPALIVE_INTERVAL_S)
     sock = getattr(transport, "sock", None)
     if isinstance(sock, socket.socket):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
     gateway = connection.gateway
     if isinstance(gateway, Connection) and gateway.is_connected:
-        _no_delay(gateway)
+        _tune(gateway)
 
 
 class FabricRunner:
@@ -184,6 +208,12 @@ class FabricRunner:
         except Exception as exc:  # invoke raises CommandTimedOut, paramiko its own errors
             if type(exc).__name__ == "CommandTimedOut":
                 return CommandResult(124, "")
+            transport = self.connection.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise TunnelError(
+                    f"host {self.label}: the SSH connection was lost during a lookup "
+                    f"({type(exc).__name__})"
+                ) from None
             raise TunnelError(
                 f"host {self.label}: running a lookup over SSH failed ({type(exc).__name__})"
             ) from None
@@ -200,73 +230,181 @@ class DatabaseAddress:
 
 @contextmanager
 def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterator[int]:
-    """Forward a free local port to `address` through the host; yields the local port.
+    """Forward a free local port to `address` through the host; yields the local port."""
+    with forwarded(connection, address) as tunnel:
+        yield tunnel.port
 
-    forward_local returns before its listener is bound, so the port is polled until it
-    accepts. The tunnel is closed on every exit path by forward_local's own context.
-    """
+
+@contextmanager
+def forwarded(connection: Connection, address: DatabaseAddress) -> Iterator[DatabaseTunnel]:
+    """A DatabaseTunnel to `address` through the host, closed on every exit path."""
     open_connection(connection)
-    _probe_target(connection, address)
-    local_port = _free_local_port()
+    tunnel = DatabaseTunnel(connection, address)
+    tunnel.probe()
+    tunnel.start()
     try:
-        with connection.forward_local(
-            local_port, remote_port=address.port, remote_host=address.host, local_host="127.0.0.1"
-        ):
-            _wait_until_listening(local_port, connection.host)
-            yield local_port
-    except TunnelError:
-        raise
-    except (OSError, paramiko.SSHException) as exc:
-        raise TunnelError(
-            f"host {connection.host}: tunnel to {address.host}:{address.port} failed "
-            f"({type(exc).__name__})"
-        ) from None
-    except ThreadException as exc:
-        # The forwarding thread's error surfaces when forward_local exits, replacing whatever
-        # the database connection raised meanwhile; it is the more precise of the two.
-        names = ", ".join(sorted({type(w.value).__name__ for w in exc.exceptions}))
-        raise TunnelError(
-            f"host {connection.host}: the host could not connect to "
-            f"{address.host}:{address.port} through the tunnel ({names})"
-        ) from None
+        yield tunnel
+    finally:
+        tunnel.close()
 
 
-def _probe_target(connection: Connection, address: DatabaseAddress) -> None:
-    """Have the host connect to the database address once before forwarding to it.
+class DatabaseTunnel:
+    """A local listener that forwards each accepted connection over its own SSH channel.
 
-    When the host cannot connect, Fabric's forwarder thread dies quietly (its error surfaces
-    only when the tunnel closes) and the database client waits out its whole connect
-    timeout; a refused or unreachable address is named here in one round trip instead.
-    PostgreSQL (13+) does not log a connection closed before its startup packet.
+    Fabric's forward_local runs all connections from one manager thread that dies on the
+    first channel the host refuses (a database restarting), while its socket keeps
+    listening: every later connection then waited out the whole connect timeout. Here a
+    refused channel closes only the connection it was opened for, at once, and the reason
+    is kept for the session to report (`failure()`). When the SSH connection itself died,
+    `ensure()` reconnects, so a drain reaches a database (or a host) that comes back.
     """
-    transport = connection.client.get_transport()
-    assert transport is not None  # open_connection() connected it
-    try:
-        channel = transport.open_channel(
-            "direct-tcpip",
-            (address.host, address.port),
-            ("127.0.0.1", 0),
-            timeout=TUNNEL_READY_TIMEOUT_S,
-        )
-    except (paramiko.SSHException, OSError) as exc:
-        raise TunnelError(
-            f"host {connection.host}: the host could not connect to "
-            f"{address.host}:{address.port} through the tunnel ({type(exc).__name__})"
-        ) from None
-    channel.close()
 
+    def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
+        self.connection = connection
+        self.address = address
+        self.host = str(connection.host)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._failure: TunnelError | None = None
 
-def _free_local_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    @property
+    def target(self) -> str:
+        return f"{self.address.host}:{self.address.port}"
 
+    def start(self) -> None:
+        name = f"leaseguard-tunnel-{self.host}"
+        threading.Thread(target=self._accept_loop, name=name, daemon=True).start()
 
-def _wait_until_listening(port: int, host: str) -> None:
-    deadline = time.monotonic() + TUNNEL_READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+    def close(self) -> None:
+        self._listener.close()
+        self.abort()
+
+    def cut(self) -> None:
+        """Give up on the link: end every forwarded connection and the SSH connection.
+
+        Every wait on the host (a query, a lookup command, a reconnect's handshake) then
+        ends at once; the next ensure() reconnects.
+        """
+        self.abort()
+        transport = self.connection.client.get_transport()
+        if transport is not None:
+            transport.close()
+
+    def probe(self) -> None:
+        """Have the host connect to the database address once before forwarding to it.
+
+        A refused or unreachable address is named here in one round trip, not after the
+        database client has waited out its connect timeout. PostgreSQL (13+) does not log
+        a connection closed before its startup packet.
+        """
+        self._open_channel().close()
+
+    def ensure(self, *, within_s: float = float("inf")) -> None:
+        """Make the SSH connection usable for the next database connection.
+
+        A dead connection is reopened when `within_s` (the time the caller has left) leaves
+        room for a whole SSH connect; otherwise it is reported as lost, naming the SSH host,
+        and reopened on a later call.
+        """
+        self._failure = None
+        transport = self.connection.client.get_transport()
+        if transport is not None and transport.is_active():
+            return
+        if within_s < float(self.connection.connect_timeout or 10):
+            raise self._lost(transport)
+        self.connection.close()
+        open_connection(self.connection)
+        log.info("tunnel host=%s SSH connection reopened", self.host)
+
+    def failure(self) -> TunnelError | None:
+        """Why the tunnel last failed a connection (the transport's death first)."""
+        transport = self.connection.client.get_transport()
+        if transport is not None and not transport.is_active():
+            return self._lost(transport)
+        return self._failure
+
+    def abort(self) -> None:
+        """End every forwarded connection now (their database clients see the close)."""
+        with self._lock:
+            for sock in self._open:
+                _shutdown(sock)
+
+    def _lost(self, transport: paramiko.Transport | None) -> TunnelError:
+        cause = transport.get_exception() if transport is not None else None
+        reason = type(cause).__name__ if cause is not None else "closed"
+        return TunnelError(f"host {self.host}: the SSH connection was lost ({reason})")
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # the listener was closed: the tunnel is done
                 return
-        time.sleep(0.01)
-    raise TunnelError(f"host {host}: the tunnel's local listener never came up")
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._open.add(client)
+        try:
+            channel = self._open_channel()
+        except TunnelError as exc:
+            self._failure = exc
+            log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
+        else:
+            with channel:
+                _pump(client, channel)
+        finally:
+            with self._lock:
+                self._open.discard(client)
+            client.close()
+
+    def _open_channel(self) -> paramiko.Channel:
+        transport = self.connection.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise self._lost(transport)
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (self.address.host, self.address.port),
+                ("127.0.0.1", 0),
+                timeout=float(self.connection.connect_timeout or 10),
+            )
+        except paramiko.ChannelException:
+            raise TunnelError(
+                f"host {self.host}: the host could not connect to {self.target} through the "
+                "tunnel (ChannelException)"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            if not transport.is_active():
+                raise self._lost(transport) from None
+            raise TunnelError(
+                f"host {self.host}: the SSH connection did not open a channel to "
+                f"{self.target} ({type(exc).__name__})"
+            ) from None
+
+
+def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
+    """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
+    ends: list[Any] = [client, channel]
+    while True:
+        readable, _, _ = select.select(ends, [], [])
+        for end in readable:
+            try:
+                data = end.recv(_CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            other = channel if end is client else client
+            try:
+                other.sendall(data)
+            except OSError:
+                return
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)

@@ -143,3 +143,20 @@ def test_check_mode_judges_without_waiting(playbook, runs):
     verdict = run.result("guard", "app1")
     assert verdict["decision"] == "defer"
     assert "drain" not in verdict
+
+
+def test_a_changed_host_key_is_named_with_the_fix(playbook, app_host_pg, tmp_path):
+    other = tmp_path / "known_hosts"
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIHvJ0Qy0bQ8o8e1Qw6Hb9r7a1q0fZq8R8m0o9x8mZ0aA"
+    other.write_text(
+        f"[{app_host_pg.addr}]:{app_host_pg.port} ssh-ed25519 {key}\n"
+        f"{app_host_pg.addr} ssh-ed25519 {key}\n"
+    )
+    args = app_host_pg.ansible_host_vars()["ansible_ssh_common_args"]
+    args = args.replace(str(app_host_pg.known_hosts_path), str(other))
+    run = playbook([LOOKUP], inventory_vars={"ansible_ssh_common_args": args})
+    assert run.returncode != 0
+    result = run.result("lookup", "app1")
+    assert "host key does not match known_hosts" in result["msg"], result["msg"]
+    assert "ssh-keygen -R" in result["msg"]
+    assert "running a lookup failed" not in result["msg"]

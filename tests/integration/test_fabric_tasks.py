@@ -238,8 +238,10 @@ def test_a_wrong_database_password_never_reaches_the_output(fab, runs, backend):
 def test_drain_over_ssh_exits_0_after_the_last_lease_ends(fab, runs, backend):
     claim(runs, 1, "running", "0 seconds")
 
-    def finish():
-        time.sleep(1.5)
+    def finish():  # once the drain has seen the claim (fab's start-up takes seconds)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not _saw_the_claim(runs):
+            time.sleep(0.05)
         with runs.connect(socket=True) as conn:
             conn.execute("UPDATE execution_runs SET status = 'done'")
 
@@ -253,6 +255,16 @@ def test_drain_over_ssh_exits_0_after_the_last_lease_ends(fab, runs, backend):
     # The timeline is leaseguard's own: no paramiko connection chatter among its lines.
     assert "Authentication" not in done.stderr
     assert "Connected (version" not in done.stderr
+
+
+def _saw_the_claim(db):
+    """The guard has finished a poll: its connection sits idle after reading the table."""
+    with db.connect(socket=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaseguard' "
+            "AND datname = current_database() AND state = 'idle' AND query = 'COMMIT'"
+        ).fetchone()
+    return row[0] > 0
 
 
 def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend):
