@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
+from leaseguard.presets import PRESETS
 
 
 def add_config_option(container: Any) -> None:
@@ -25,6 +26,12 @@ def add_config_option(container: Any) -> None:
 def add_table_options(parser: argparse.ArgumentParser) -> None:
     """Where the work is and what a lease is."""
     table = parser.add_argument_group("contract (where the work is and what a lease is)")
+    table.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a job queue's stock schema and liveness rule (docs/queues.md); "
+        "every other option overrides it",
+    )
     table.add_argument("--table", help="table holding the work rows (default execution_runs)")
     table.add_argument("--id-column", help="column identifying a row in reports (default id)")
     table.add_argument("--status-column", help="column holding the row's status (default status)")
@@ -64,6 +71,12 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
         help="tolerance when comparing the runtime start with claimed_at",
     )
     table.add_argument(
+        "--timestamp-zone",
+        metavar="ZONE",
+        help="zone in which naive (timestamp without time zone) columns were written "
+        "(default UTC; never the session's TimeZone)",
+    )
+    table.add_argument(
         "--statement-timeout-ms",
         type=int,
         metavar="N",
@@ -90,6 +103,8 @@ def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         ("claimed_at_column", "claimed_at_column"),
         ("clock_skew_s", "clock_skew_s"),
         ("statement_timeout_ms", "statement_timeout_ms"),
+        ("preset", "preset"),
+        ("timestamp_zone", "timestamp_zone"),
     ):
         value = getattr(args, flag)
         if value is not None:

@@ -9,17 +9,21 @@ and shipped as a migration like any other. It takes `leaseguard check`'s contrac
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
-from leaseguard.indexing import recommended_index_sql
+from leaseguard.db import connect, translate_errors
+from leaseguard.errors import EXIT_FAILED, ConfigError, LeaseguardError
+from leaseguard.indexing import index_advice, recommended_index_sql
 
 DESCRIPTION = """\
 Print the CREATE INDEX CONCURRENTLY statement of the partial index that keeps the guard
 query's cost flat as the table grows (it covers only the claimed and queued statuses).
 Run it on its own, outside a transaction block, e.g.
-`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. Not for an enum
-status column: PostgreSQL cannot index an enum's ::text, which the guard compares.
+`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. With --dsn it reads the
+table first: it names an existing index that already serves the guard (River's and Oban's
+do) instead of a new one, and gives a partitioned table (pg-boss) the per-partition recipe.
 """
 
 
@@ -31,6 +35,11 @@ def add_index_sql_command(commands: Any) -> None:
         description=DESCRIPTION,
     )
     add_config_option(parser)
+    parser.add_argument(
+        "--dsn",
+        help="read the table first (existing indexes, partitions); without it no database "
+        "is needed",
+    )
     add_table_options(parser)
     parser.set_defaults(handler=run_index_sql)
 
@@ -38,6 +47,17 @@ def add_index_sql_command(commands: Any) -> None:
 def run_index_sql(args: argparse.Namespace) -> int:
     """Print the statement; a bad contract is a ConfigError (exit 2, printed by main)."""
     contract = contract_from_args(args)
+    if args.dsn:
+        try:
+            with connect(args.dsn, contract) as conn, translate_errors(contract):
+                lines = index_advice(conn, contract)
+        except ConfigError:
+            raise
+        except LeaseguardError as exc:
+            print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print("\n".join(lines))
+        return 0
     # A constant comment: a table name may hold a newline, which would end a `--` comment.
     print("-- leaseguard: the guard query's partial index; run it alone, not in a transaction")
     print(recommended_index_sql(contract))

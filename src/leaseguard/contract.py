@@ -9,6 +9,7 @@ key in every message.
 from __future__ import annotations
 
 import math
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 
 from leaseguard.errors import ConfigError
+from leaseguard.presets import LOCKED_AT_RULE, claim_rule, preset_layer
 
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
@@ -82,6 +84,11 @@ class Contract:
     statement_timeout_ms: int = 5000
     lock_timeout_ms: int = 2000
     connect_timeout_s: int = 10
+    # The zone a `timestamp without time zone` column was written in (the frameworks write
+    # UTC); never the session's TimeZone, which nobody chose for this purpose.
+    timestamp_zone: str = "UTC"
+    # The job queue whose stock schema and liveness rule the keys above came from, if any.
+    preset: str | None = None
 
     @property
     def effective_lock_timeout_ms(self) -> int:
@@ -92,13 +99,20 @@ class Contract:
     def table_label(self) -> str:
         return f"{self.schema}.{self.table}" if self.schema else self.table
 
+    @property
+    def claim_rule(self) -> str:
+        """How a row is claimed: by status (the default) or a preset's own rule."""
+        return claim_rule(self.preset)
+
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
-        named = {
-            "id_column": self.id_column,
-            "status_column": self.status_column,
-            "claimed_at_column": self.claimed_at_column,
-        }
+        named = {"id_column": self.id_column}
+        if self.claim_rule == LOCKED_AT_RULE:
+            # graphile-worker: no status column; an unlocked row is queued or exhausted.
+            named |= {"preset attempts": "attempts", "preset max_attempts": "max_attempts"}
+        else:
+            named["status_column"] = self.status_column
+        named["claimed_at_column"] = self.claimed_at_column
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         return named
@@ -153,8 +167,15 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
 
 
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
-    """Validate a plain mapping of contract keys; every error names its key."""
+    """Validate a plain mapping of contract keys; every error names its key.
+
+    A `preset` is the lowest layer above the built-in defaults: every key set explicitly,
+    in any layer, overrides the preset's value for it.
+    """
     _reject_unknown(data, _TOP_KEYS, prefix="")
+    preset = _optional_text(data, "preset")
+    if preset is not None:
+        data = merge_layers(preset_layer(preset), data)
     lease = _section(data, "lease")
     task_timeout = _section(data, "task_timeout")
     runtime = _section(data, "runtime")
@@ -182,6 +203,8 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         statement_timeout_ms=_integer(data, "statement_timeout_ms", default.statement_timeout_ms),
         lock_timeout_ms=_integer(data, "lock_timeout_ms", default.lock_timeout_ms),
         connect_timeout_s=_integer(data, "connect_timeout_s", default.connect_timeout_s),
+        timestamp_zone=_zone(data, "timestamp_zone", default.timestamp_zone),
+        preset=preset,
     )
 
 
@@ -201,6 +224,8 @@ _TOP_KEYS = frozenset(
         "statement_timeout_ms",
         "lock_timeout_ms",
         "connect_timeout_s",
+        "timestamp_zone",
+        "preset",
     }
 )
 _LEASE_KEYS = frozenset({"multiplier", "expires_at_column"})
@@ -320,6 +345,16 @@ def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str 
             f"{prefix}{key} is longer than {_MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
             "truncate it and address another name"
         )
+    return name
+
+
+def _zone(data: Mapping[str, Any], key: str, default: str) -> str:
+    """An IANA zone name (UTC, Europe/Berlin); PostgreSQL knows the same database of zones."""
+    name = _text(data, key, default)
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
     return name
 
 

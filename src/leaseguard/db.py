@@ -158,6 +158,9 @@ def guard_transaction(
             lock_timeout=contract.effective_lock_timeout_ms,
             idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
         )
+        # Naive timestamps are read in the zone the contract declares, never in whatever
+        # TimeZone the database or role happens to have (Oban, good_job write UTC).
+        cur.execute("SELECT set_config('TimeZone', %s, true)", (contract.timestamp_zone,))
         yield cur
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 import psycopg
@@ -16,11 +17,14 @@ from leaseguard.predicate import (
     counts_query,
     live_claims_query,
     predicate_params,
+    rls_query,
     table_identifier,
 )
 from leaseguard.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
-_TIME_TYPES = ("timestamp with time zone", "timestamp without time zone")
+# format_type() spells a precision when the column has one: ActiveRecord 7 and Ecto write
+# timestamp(6). Any precision, with or without time zone, is a timestamp.
+_TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
@@ -119,6 +123,7 @@ def verify_schema(cur: Cursor, contract: Contract) -> None:
     row = cur.fetchone()
     if row is None or row[0] is None:
         raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    verify_rows_visible(cur, row[0], contract)
     cur.execute(columns_query(), {"relation": row[0]})
     types = {str(name): str(kind) for name, kind in cur.fetchall()}
     for key, column in contract.columns().items():
@@ -128,11 +133,34 @@ def verify_schema(cur: Cursor, contract: Contract) -> None:
             )
     for key in ("claimed_at_column", "lease.expires_at_column"):
         time_column = contract.columns().get(key)
-        if time_column and types[time_column] not in _TIME_TYPES:
+        if time_column and not _TIME_TYPE.fullmatch(types[time_column]):
             raise SchemaMismatch(
                 f"column {time_column} ({key}) of table {contract.table_label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
+
+
+def verify_rows_visible(cur: Cursor, relation: object, contract: Contract) -> None:
+    """Fail when row-level security would hide rows from the guard's role.
+
+    A hidden claimed row is a live job the guard never sees: "proceed" on live work.
+    graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
+    BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS.
+    """
+    cur.execute(rls_query(), {"relation": relation})
+    row = cur.fetchone()
+    if row is None or not row[0]:
+        return
+    _, forced, owner, bypass = row
+    if bypass or (owner and not forced):
+        return
+    why = "forces row-level security on its owner too" if owner else "has row-level security"
+    raise SchemaMismatch(
+        f"table {contract.table_label} {why}, so the guard's role could see only some of its "
+        "rows and miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) "
+        "or add a policy that shows it every row (CREATE POLICY leaseguard_read ON "
+        f"{contract.table_label} FOR SELECT TO <guard role> USING (true))"
+    )
 
 
 def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:

@@ -7,12 +7,15 @@ check reads the whole history; with a partial index over just the claimed and qu
 statuses it reads the same few rows at 10^4 rows as at 10^7.
 
 The index must match the predicate's own expressions for the planner to use it: the
-predicate compares `status::text` (so enum status columns work), so the index key and its
-WHERE clause use `status::text` too. The planner proves the guard query's
-`status::text = ANY(...)` implies the index's `status::text IN (...)` only when both name
-the same statuses, which is why the index is derived from the contract. An enum status
-column cannot take this index: PostgreSQL indexes only IMMUTABLE expressions and an enum's
-::text is STABLE (labels can be renamed), so for enums the warning says that instead.
+predicate compares the status column natively (no cast), so the index key and its WHERE
+clause name the plain column; that works for text and enum status columns alike (an enum
+label literal in an index predicate is a constant). The planner proves the guard query's
+`status = ANY(...)` implies the index's `status IN (...)` only when both name the same
+statuses, which is why the index is derived from the contract.
+
+A partitioned table (pg-boss) refuses CREATE INDEX CONCURRENTLY on its parent: the recipe
+there is an invalid index ON ONLY the parent, one concurrent index per partition, and an
+ATTACH of each, after which the parent index is valid and covers future partitions too.
 
 An index predicate takes no bind parameters: the statuses are `sql.Literal`s (quoted and
 escaped by psycopg), identifiers are `sql.Identifier`s, and `sql.SQL` wraps constants only.
@@ -29,8 +32,14 @@ import psycopg
 from psycopg import sql
 
 from leaseguard.contract import Contract
-from leaseguard.errors import ConfigError
-from leaseguard.predicate import counts_query, predicate_params, table_identifier
+from leaseguard.errors import ConfigError, SchemaMismatch
+from leaseguard.predicate import (
+    claim_conditions,
+    counts_query,
+    predicate_params,
+    table_identifier,
+)
+from leaseguard.presets import LOCKED_AT_RULE
 from leaseguard.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
@@ -56,54 +65,189 @@ def index_statuses(contract: Contract) -> tuple[str, ...]:
 
 def index_name(contract: Contract) -> str:
     """`<table>_leaseguard_claims`, shortened (with a hash of the table name) to 63 bytes."""
-    name = contract.table + INDEX_SUFFIX
+    return _short_name(contract.table + INDEX_SUFFIX)
+
+
+def _short_name(name: str) -> str:
+    """`name` when it fits in 63 bytes, else its head plus a hash and the suffix."""
     if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
         return name
-    digest = hashlib.sha256(contract.table.encode("utf-8")).hexdigest()[:8]
+    stem = name.removesuffix(INDEX_SUFFIX)
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:8]
     tail = f"_{digest}{INDEX_SUFFIX}"
     budget = _MAX_NAME_BYTES - len(tail.encode("utf-8"))
-    head = contract.table.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
+    head = stem.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
     return head + tail
 
 
 def index_columns(contract: Contract) -> list[sql.Composable]:
-    """(status::text), claimed_at, and the expiry column when the contract has one."""
-    status = sql.Identifier(contract.status_column)
+    """status, claimed_at, and the expiry column when the contract has one."""
     columns: list[sql.Composable] = [
-        sql.SQL("({}::text)").format(status),
+        sql.Identifier(lead_column(contract)),
         sql.Identifier(contract.claimed_at_column),
     ]
     expires = contract.lease.expires_at_column
     if expires and expires != contract.claimed_at_column:
         columns.append(sql.Identifier(expires))
+    if lead_column(contract) == contract.claimed_at_column:
+        columns.pop(1)
     return columns
 
 
+def lead_column(contract: Contract) -> str:
+    """The column the guard's WHERE clause filters on: status, or locked_at (graphile)."""
+    if contract.claim_rule == LOCKED_AT_RULE:
+        return contract.claimed_at_column
+    return contract.status_column
+
+
+def index_predicate(contract: Contract) -> sql.Composable:
+    """The partial index's WHERE clause: the rows the guard reads, in its own terms."""
+    if contract.claim_rule == LOCKED_AT_RULE:
+        claimed, queued = claim_conditions(contract)
+        return sql.SQL("{} OR {}").format(claimed, queued)
+    statuses = sql.SQL(", ").join(sql.Literal(status) for status in index_statuses(contract))
+    return sql.SQL("{} IN ({})").format(sql.Identifier(contract.status_column), statuses)
+
+
 def recommended_index(contract: Contract) -> sql.Composed:
-    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... WHERE status::text IN (<statuses>).
+    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... WHERE status IN (<statuses>).
 
     CONCURRENTLY: building it must not block the claim loop it is meant to serve. It
     cannot run inside a transaction block, so the statement is meant to be run alone.
     """
+    return _create_index(
+        sql.SQL("CONCURRENTLY IF NOT EXISTS"),
+        sql.Identifier(index_name(contract)),
+        table_identifier(contract),
+        contract,
+    )
+
+
+def _create_index(
+    how: sql.Composable, name: sql.Composable, table: sql.Composable, contract: Contract
+) -> sql.Composed:
     for status in index_statuses(contract):
         if "\x00" in status:
             raise ConfigError("a claimed or queued status contains a NUL character")
-    statuses = sql.SQL(", ").join(sql.Literal(status) for status in index_statuses(contract))
-    return sql.SQL(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({columns}) "
-        "WHERE {status}::text IN ({statuses})"
-    ).format(
-        name=sql.Identifier(index_name(contract)),
-        table=table_identifier(contract),
+    return sql.SQL("CREATE INDEX {how} {name} ON {table} ({columns}) WHERE {where}").format(
+        how=how,
+        name=name,
+        table=table,
         columns=sql.SQL(", ").join(index_columns(contract)),
-        status=sql.Identifier(contract.status_column),
-        statuses=statuses,
+        where=index_predicate(contract),
     )
 
 
 def recommended_index_sql(contract: Contract) -> str:
     """The statement as text, terminated, for `leaseguard index-sql` and runbooks."""
     return recommended_index(contract).as_string(None) + ";"
+
+
+def partitioned_index_sql(contract: Contract, partitions: list[tuple[str, str]]) -> list[str]:
+    """The recipe for a partitioned table: ON ONLY parent, concurrent per partition, ATTACH.
+
+    `partitions` are (schema, name) of the leaf partitions. The parent index starts invalid
+    and becomes valid once every partition's index is attached.
+    """
+    parent = index_name(contract)
+    parent_ident = _index_ident(contract.schema, parent)
+    steps = [
+        _create_index(
+            sql.SQL("IF NOT EXISTS"), sql.Identifier(parent), _only(contract), contract
+        ).as_string(None)
+        + ";"
+    ]
+    for schema, partition in partitions:
+        child = _short_name(f"{partition}{INDEX_SUFFIX}")
+        steps.append(
+            _create_index(
+                sql.SQL("CONCURRENTLY IF NOT EXISTS"),
+                sql.Identifier(child),
+                sql.Identifier(schema, partition),
+                contract,
+            ).as_string(None)
+            + ";"
+        )
+        steps.append(
+            sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
+            .format(parent_ident, _index_ident(schema, child))
+            .as_string(None)
+        )
+    return steps
+
+
+def _only(contract: Contract) -> sql.Composable:
+    return sql.SQL("ONLY {}").format(table_identifier(contract))
+
+
+def _index_ident(schema: str | None, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+
+
+def serving_indexes_query() -> sql.SQL:
+    """Valid indexes of a relation that serve the guard: leaseguard's own (by name), or a
+    non-partial one whose first key column is the given one.
+
+    Such an index serves the guard's `lead = ANY(...)` (or `locked_at IS NOT NULL`) as it
+    stands: River's and Oban's (state, queue, priority, ...) fetching indexes do.
+    """
+    return sql.SQL(
+        """
+        SELECT i.indexrelid::regclass::text
+        FROM pg_index i
+        JOIN pg_class c ON c.oid = i.indexrelid
+        LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        WHERE i.indrelid = %(relation)s AND i.indisvalid
+          AND ((i.indpred IS NULL AND a.attname = %(column)s) OR c.relname = %(own)s)
+        ORDER BY 1
+        """
+    )
+
+
+def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
+    """What `leaseguard index-sql --dsn` prints: comment lines and statements.
+
+    An existing index that already serves the guard is named instead of a new one; a
+    partitioned table gets the per-partition recipe instead of a refused CONCURRENTLY.
+    """
+    qualified = table_identifier(contract).as_string(conn)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(
+            "SELECT oid, relkind::text FROM pg_class WHERE oid = to_regclass(%s)", (qualified,)
+        )
+        row = cur.fetchone()
+        if row is None:
+            raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+        relation, relkind = row
+        cur.execute(
+            serving_indexes_query(),
+            {"relation": relation, "column": lead_column(contract), "own": index_name(contract)},
+        )
+        serving = [str(name) for (name,) in cur.fetchall()]
+        cur.execute(
+            "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree(%s) t "
+            "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE t.isleaf ORDER BY 1, 2",
+            (relation,),
+        )
+        partitions = [(str(schema), str(name)) for schema, name in cur.fetchall()]
+    if serving:
+        return [
+            f"-- leaseguard: existing index(es) already serve the guard query on "
+            f"{lead_column(contract)}: {', '.join(serving)}; nothing to create"
+        ]
+    if relkind == "p":
+        return [
+            "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
+            "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
+            "(run each statement alone, not in a transaction)",
+            *partitioned_index_sql(contract, partitions),
+        ]
+    return [
+        "-- leaseguard: the guard query's partial index; run it alone, not in a transaction",
+        recommended_index_sql(contract),
+    ]
 
 
 # --- the seq-scan warning -------------------------------------------------------------------
@@ -152,59 +296,56 @@ def plan_warning(
             return None
         cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
         row = cur.fetchone()
-    if row is None or not seq_scans(row[0], contract.table):
+    rows, relations = table
+    if row is None or not seq_scans(row[0], relations):
         return None
-    rows, status_is_enum = table
-    where = (
-        f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
-        "with a sequential scan"
-    )
-    if status_is_enum:
-        return (
-            f"{where}; its status column {contract.status_column} is an enum, and PostgreSQL "
-            "cannot index an enum's ::text (not IMMUTABLE), which the guard compares, so "
-            "no partial index can serve this check"
-        )
     return (
-        f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
-        f"partial index {index_name(contract)} that keeps each check flat"
+        f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) with a "
+        f"sequential scan; `leaseguard index-sql` (with the same contract options) prints "
+        f"the partial index {index_name(contract)} that keeps each check flat"
     )
 
 
-def large_table(cur: Cursor, contract: Contract) -> tuple[float, bool] | None:
-    """(estimated rows, status column is an enum) when the table counts as large, else None.
+def large_table(cur: Cursor, contract: Contract) -> tuple[float, frozenset[str]] | None:
+    """(estimated rows, names of the table and its partitions) when large, else None.
 
     reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
-    analysed (-1) counts as large by its size on disk.
+    analysed (-1) counts as large by its size on disk. A partitioned table's rows live in
+    its leaf partitions (pg_partition_tree lists none for a plain table), and
+    EXPLAIN names the partitions it scans, not the parent.
     """
     qualified = table_identifier(contract).as_string(cur.connection)
     cur.execute(
         """
-        SELECT c.reltuples, pg_relation_size(c.oid), coalesce(t.typtype = 'e', false)
+        SELECT coalesce(sum(greatest(c.reltuples, 0)), 0),
+               bool_or(c.reltuples < 0),
+               coalesce(sum(pg_relation_size(c.oid)), 0)::bigint,
+               array_agg(c.relname::text)
         FROM pg_class c
-        LEFT JOIN pg_attribute a
-               ON a.attrelid = c.oid AND a.attname = %s AND NOT a.attisdropped
-        LEFT JOIN pg_type t ON t.oid = a.atttypid
         WHERE c.oid = to_regclass(%s)
+           OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%s)) WHERE isleaf)
         """,
-        (contract.status_column, qualified),
+        (qualified, qualified),
     )
     row = cur.fetchone()
     if row is None:
         return None
-    reltuples, size, is_enum = row
-    if not isinstance(reltuples, float | int) or not isinstance(size, int):
+    reltuples, unanalysed, size, names = row
+    if not isinstance(reltuples, float | int) or not isinstance(size, int) or not names:
         return None
+    relations = frozenset(str(n) for n in names)  # type: ignore[attr-defined]
     if reltuples >= LARGE_TABLE_ROWS:
-        return float(reltuples), is_enum is True
-    if reltuples < 0 and size >= LARGE_TABLE_BYTES:
+        return float(reltuples), relations
+    if unanalysed and size >= LARGE_TABLE_BYTES:
         # ~100 bytes a row: an order of magnitude, for the message only.
-        return float(size // 100), is_enum is True
+        return float(size // 100), relations
     return None
 
 
-def seq_scans(plan: Any, table: str) -> list[dict[str, Any]]:
-    """The Seq Scan nodes (parallel or not) over `table` in an EXPLAIN (FORMAT JSON) result."""
+def seq_scans(plan: Any, table: str | frozenset[str]) -> list[dict[str, Any]]:
+    """The Seq Scan nodes (parallel or not) over `table` (or any of a set of names, a
+    partitioned table and its partitions) in an EXPLAIN (FORMAT JSON) result."""
+    names = frozenset({table}) if isinstance(table, str) else table
     found: list[dict[str, Any]] = []
     stack: list[Any] = [plan]
     while stack:
@@ -212,7 +353,7 @@ def seq_scans(plan: Any, table: str) -> list[dict[str, Any]]:
         if isinstance(node, list):
             stack.extend(node)
         elif isinstance(node, dict):
-            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") == table:
+            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
                 found.append(node)
             stack.extend(v for v in node.values() if isinstance(v, list | dict))
     return found

@@ -14,6 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.contract import Contract
+from leaseguard.presets import LOCKED_AT_RULE
 
 
 def table_identifier(contract: Contract) -> sql.Identifier:
@@ -32,37 +33,65 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
     through to live: the guard errs on the side of the work. One plain subquery, no CTEs:
     planning is most of this query's cost once the partial index makes the scan cheap.
+    Naive timestamps are read in the contract's timestamp_zone: the guard transaction sets
+    TimeZone to it (leaseguard.db.guard_transaction), so `::timestamptz` means that zone.
     """
     claimed_at = sql.Identifier(contract.claimed_at_column)
-    status = sql.Identifier(contract.status_column)
     if contract.lease.expires_at_column:
         expires = sql.SQL("{}::timestamptz").format(
             sql.Identifier(contract.lease.expires_at_column)
         )
     else:
         expires = sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
+    claimed, queued = claim_conditions(contract)
     return sql.SQL(
         """
         SELECT {id}::text AS id,
                {claimed_at}::timestamptz AS claimed_at,
                {expires} AS lease_expires_at,
                CASE
-                   WHEN {status}::text = ANY(%(queued)s::text[]) THEN 'queued'
+                   WHEN {queued} THEN 'queued'
                    WHEN {claimed_at} < %(orphan_cutoff)s::timestamptz THEN 'orphaned'
                    WHEN {expires} <= {now} THEN 'stale'
                    ELSE 'live'
                END AS class
         FROM {table}
-        WHERE {status}::text = ANY(%(claimed)s::text[])
-           OR {status}::text = ANY(%(queued)s::text[])
+        WHERE {claimed} OR {queued}
         """
     ).format(
         id=sql.Identifier(contract.id_column),
-        status=status,
+        claimed=claimed,
+        queued=queued,
         claimed_at=claimed_at,
         expires=expires,
         now=_NOW,
         table=table_identifier(contract),
+    )
+
+
+def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
+    """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule.
+
+    The status rule compares the column natively: the statuses are bound as an array of
+    unknown type, which PostgreSQL types as the column's own (text, varchar or an enum), so
+    the queue's own indexes on the status column serve the guard; a `::text` cast on the
+    column would hide them from the planner.
+    """
+    if contract.claim_rule == LOCKED_AT_RULE:
+        # graphile-worker (sql/000011.sql, is_available): unlocked with attempts left is
+        # queued; unlocked with none left is finished (exhausted), read by neither.
+        return (
+            sql.SQL("{} IS NOT NULL").format(sql.Identifier(contract.claimed_at_column)),
+            sql.SQL("({} IS NULL AND {} < {})").format(
+                sql.Identifier(contract.claimed_at_column),
+                sql.Identifier("attempts"),
+                sql.Identifier("max_attempts"),
+            ),
+        )
+    status = sql.Identifier(contract.status_column)
+    return (
+        sql.SQL("{} = ANY(%(claimed)s)").format(status),
+        sql.SQL("{} = ANY(%(queued)s)").format(status),
     )
 
 
@@ -126,5 +155,34 @@ def columns_query() -> sql.SQL:
         SELECT a.attname, format_type(a.atttypid, a.atttypmod)
         FROM pg_attribute a
         WHERE a.attrelid = %(relation)s AND a.attnum > 0 AND NOT a.attisdropped
+        """
+    )
+
+
+def rls_query() -> sql.SQL:
+    """Whether row-level security can hide rows of a relation from the current role.
+
+    (RLS enabled, forced on the owner, role is (a member of) the owner, role bypasses RLS).
+    A permissive policy `FOR SELECT ... USING (true)` that applies to the role (polroles {0}
+    is PUBLIC), with no restrictive policy beside it, counts as bypassing: it shows every row.
+    """
+    return sql.SQL(
+        """
+        SELECT c.relrowsecurity, c.relforcerowsecurity,
+               pg_has_role(current_user, c.relowner, 'USAGE'),
+               r.rolsuper OR r.rolbypassrls OR EXISTS (
+                   SELECT 1 FROM pg_policy p
+                   WHERE p.polrelid = c.oid AND p.polpermissive
+                     AND p.polcmd IN ('r', '*')
+                     AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+                     AND (p.polroles = '{0}'::oid[]
+                          OR EXISTS (SELECT 1 FROM unnest(p.polroles) AS pr(oid)
+                                     WHERE pg_has_role(current_user, pr.oid, 'USAGE')))
+               ) AND NOT EXISTS (
+                   SELECT 1 FROM pg_policy p
+                   WHERE p.polrelid = c.oid AND NOT p.polpermissive
+               )
+        FROM pg_class c, pg_roles r
+        WHERE c.oid = %(relation)s AND r.rolname = current_user
         """
     )
