@@ -1,0 +1,263 @@
+"""`preset: NAME` against each queue's stock schema, created from its own migration files.
+
+Both directions per preset: a long, silent, live job defers; a job the system itself would
+rescue proceeds; queued-only proceeds; an orphan of a restart proceeds; plus the system's
+special case. Rows are written the way the system writes them (Oban: naive UTC).
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from psycopg import sql
+
+from leaseguard.contract import contract_from_mapping, load_contract
+from leaseguard.errors import SchemaMismatch
+from leaseguard.session import local_session
+from leaseguard.verdict import Decision
+from tests.support.queues import create_graphile_worker, create_oban, create_river
+
+pytestmark = pytest.mark.integration
+
+RESTART = timedelta(hours=6)  # the worker runtime started this long ago
+
+
+def judge(dsn, preset, started_ago=RESTART, **keys):
+    contract = contract_from_mapping({"preset": preset, **keys})
+    started = datetime.now(UTC) - started_ago
+    with local_session(contract, dsn, runtime_started_at=started) as session:
+        return session.judge()
+
+
+# --- river ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def river(db):
+    with db.connect() as conn:
+        create_river(conn)
+    return db
+
+
+def river_job(db, state, attempted_ago=None):
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO river_job (state, attempted_at, kind, max_attempts, args, "
+            "finalized_at) VALUES (%s, now() - %s::interval, 'k', 25, '{}', "
+            "CASE WHEN %s IN ('completed','cancelled','discarded') THEN now() END)",
+            (state, attempted_ago, state),
+        )
+
+
+def test_river_a_job_running_silently_for_59_minutes_defers(river):
+    river_job(river, "running", timedelta(minutes=59))
+    verdict = judge(river.dsn, "river")
+    assert verdict.decision is Decision.DEFER
+    assert verdict.lease_s == 3600.0  # JobRescuerRescueAfterDefault
+    assert 50 < verdict.wait_upper_bound_s <= 60
+
+
+def test_river_a_job_its_rescuer_would_rescue_proceeds(river):
+    river_job(river, "running", timedelta(minutes=61))
+    verdict = judge(river.dsn, "river")
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.stale == 1
+
+
+def test_river_queued_and_finished_jobs_only_proceed(river):
+    for state in ("available", "scheduled", "retryable", "pending", "completed", "discarded"):
+        river_job(river, state, timedelta(minutes=1) if state != "available" else None)
+    verdict = judge(river.dsn, "river")
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.queued == 4
+
+
+def test_river_an_orphan_of_a_restart_proceeds(river):
+    river_job(river, "running", timedelta(minutes=20))
+    verdict = judge(river.dsn, "river", started_ago=timedelta(minutes=5))
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.orphaned == 1
+
+
+def test_river_a_rescue_after_set_explicitly_overrides_the_preset(river):
+    river_job(river, "running", timedelta(minutes=61))
+    verdict = judge(river.dsn, "river", task_timeout={"value_s": 7200})
+    assert verdict.decision is Decision.DEFER
+
+
+# --- oban ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def oban(db):
+    with db.connect() as conn:
+        create_oban(conn)
+    return db
+
+
+def oban_job(db, state, attempted_ago=None):
+    """As Oban writes it: attempted_at is naive UTC (utc_datetime_usec)."""
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO oban_jobs (state, worker, attempted_at) "
+            "VALUES (%s, 'W', timezone('UTC', now()) - %s)",
+            (state, attempted_ago),
+        )
+
+
+def set_database_zone(db, zone):
+    with db.connect() as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET TimeZone = {}").format(
+                sql.Identifier(db.name), sql.Literal(zone)
+            )
+        )
+
+
+ZONES = ["UTC", "Asia/Kolkata", "America/New_York"]
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_oban_a_job_executing_10_minutes_defers_whatever_the_database_time_zone(oban, zone):
+    set_database_zone(oban, zone)
+    oban_job(oban, "executing", timedelta(minutes=10))
+    verdict = judge(oban.dsn, "oban")
+    assert verdict.decision is Decision.DEFER
+    assert 49 * 60 < verdict.wait_upper_bound_s <= 50 * 60
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_oban_a_job_lifeline_would_rescue_proceeds_whatever_the_database_time_zone(oban, zone):
+    """3 h old: in New York's zone it would look 'claimed in the future' and defer."""
+    set_database_zone(oban, zone)
+    oban_job(oban, "executing", timedelta(hours=3))
+    verdict = judge(oban.dsn, "oban")
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.stale == 1
+
+
+def test_oban_a_job_just_past_rescue_after_proceeds_just_before_defers(oban):
+    oban_job(oban, "executing", timedelta(minutes=61))
+    assert judge(oban.dsn, "oban").decision is Decision.PROCEED
+    oban_job(oban, "executing", timedelta(minutes=58))
+    assert judge(oban.dsn, "oban").decision is Decision.DEFER
+
+
+def test_oban_a_declared_zone_other_than_utc_is_honoured(oban):
+    """A naive column written in New York time: 10 minutes ago there is live."""
+    with oban.connect() as conn:
+        conn.execute(
+            "INSERT INTO oban_jobs (state, worker, attempted_at) VALUES "
+            "('executing', 'W', timezone('America/New_York', now()) - interval '10 minutes')"
+        )
+    assert judge(oban.dsn, "oban").decision is Decision.PROCEED  # read as UTC: hours ago
+    verdict = judge(oban.dsn, "oban", timestamp_zone="America/New_York")
+    assert verdict.decision is Decision.DEFER
+
+
+def test_oban_queued_only_proceeds_and_an_orphan_proceeds(oban):
+    for state in ("available", "scheduled", "retryable", "completed", "cancelled"):
+        oban_job(oban, state, timedelta(minutes=1))
+    assert judge(oban.dsn, "oban").decision is Decision.PROCEED
+    oban_job(oban, "executing", timedelta(minutes=20))
+    verdict = judge(oban.dsn, "oban", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.orphaned) == (Decision.PROCEED, 1)
+
+
+# --- graphile-worker -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def graphile(db):
+    with db.connect() as conn:
+        create_graphile_worker(conn)
+    return db
+
+
+def graphile_job(db, *, locked_ago=None, attempts=0, max_attempts=25):
+    """Through graphile_worker.add_job, then locked the way getJobs does."""
+    with db.connect() as conn:
+        [job_id] = conn.execute(
+            "SELECT id FROM graphile_worker.add_job('task', max_attempts => %s)", (max_attempts,)
+        ).fetchone()
+        conn.execute(
+            "UPDATE graphile_worker._private_jobs SET attempts = %s, locked_at = now() - %s::interval, "
+            "locked_by = CASE WHEN %s::interval IS NULL THEN NULL ELSE 'worker-1' END "
+            "WHERE id = %s",
+            (attempts, locked_ago, locked_ago, job_id),
+        )
+
+
+def test_graphile_a_job_locked_3_hours_ago_defers(graphile):
+    graphile_job(graphile, locked_ago=timedelta(hours=3), attempts=1)
+    verdict = judge(graphile.dsn, "graphile_worker")
+    assert verdict.decision is Decision.DEFER
+    assert 59 * 60 < verdict.wait_upper_bound_s <= 60 * 60
+
+
+def test_graphile_a_lock_past_its_4_hour_expiry_proceeds(graphile):
+    graphile_job(graphile, locked_ago=timedelta(hours=4, minutes=1), attempts=1)
+    verdict = judge(graphile.dsn, "graphile_worker", started_ago=timedelta(hours=9))
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+
+
+def test_graphile_queued_only_proceeds_and_an_exhausted_job_is_finished(graphile):
+    graphile_job(graphile)
+    graphile_job(graphile, attempts=3, max_attempts=3)  # failed for good: not queued, not live
+    verdict = judge(graphile.dsn, "graphile_worker")
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.queued == 1
+    assert verdict.counts.live == verdict.counts.stale == 0
+
+
+def test_graphile_a_job_on_its_last_attempt_while_locked_is_live(graphile):
+    graphile_job(graphile, locked_ago=timedelta(minutes=5), attempts=3, max_attempts=3)
+    assert judge(graphile.dsn, "graphile_worker").decision is Decision.DEFER
+
+
+def test_graphile_an_orphan_of_a_restart_proceeds(graphile):
+    graphile_job(graphile, locked_ago=timedelta(minutes=30), attempts=1)
+    verdict = judge(graphile.dsn, "graphile_worker", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.orphaned) == (Decision.PROCEED, 1)
+
+
+def test_graphile_a_read_only_role_under_rls_fails_closed_with_the_fix(graphile):
+    """RLS on, no policy: the role would see zero rows and proceed on live work."""
+    graphile_job(graphile, locked_ago=timedelta(minutes=5), attempts=1)
+    with graphile.connect(user="guard_ro") as conn:  # what the role would see
+        assert conn.execute("SELECT count(*) FROM graphile_worker._private_jobs").fetchone() == (
+            0,
+        )
+    with pytest.raises(SchemaMismatch, match="row-level security") as caught:
+        judge(graphile.dsn_as("guard_ro"), "graphile_worker")
+    assert "BYPASSRLS" in str(caught.value)
+    with graphile.connect() as conn:
+        conn.execute(
+            "CREATE POLICY leaseguard_read ON graphile_worker._private_jobs "
+            "FOR SELECT TO guard_ro USING (true)"
+        )
+    assert judge(graphile.dsn_as("guard_ro"), "graphile_worker").decision is Decision.DEFER
+
+
+def test_rls_forced_on_the_owner_fails_closed_too(graphile):
+    with graphile.connect() as conn:
+        conn.execute("CREATE ROLE queue_owner LOGIN")
+        conn.execute("GRANT USAGE ON SCHEMA graphile_worker TO queue_owner")
+        conn.execute("ALTER TABLE graphile_worker._private_jobs OWNER TO queue_owner")
+    owner = graphile.dsn_as("queue_owner")
+    assert judge(owner, "graphile_worker").decision is Decision.PROCEED  # owner sees all
+    with graphile.connect() as conn:
+        conn.execute("ALTER TABLE graphile_worker._private_jobs FORCE ROW LEVEL SECURITY")
+    with pytest.raises(SchemaMismatch, match="forces row-level security"):
+        judge(owner, "graphile_worker")
+
+
+# --- the preset is a base layer --------------------------------------------------------------
+
+
+def test_every_explicit_key_overrides_the_preset():
+    contract = load_contract(
+        {"preset": "oban"}, {"schema": "jobs", "claimed_at_column": "started"}
+    )
+    assert (contract.schema, contract.table) == ("jobs", "oban_jobs")
+    assert contract.claimed_at_column == "started"
+    assert contract.task_timeout.value_s == 3600.0
