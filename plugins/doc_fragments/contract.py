@@ -54,4 +54,14 @@ options:
   connect_timeout_s:
     description: Seconds to wait for the database connection (default V(10)).
     type: int
+  timestamp_zone:
+    description:
+      - The IANA zone naive (C(timestamp without time zone)) columns were written in
+        (default V(UTC)); never the session's C(TimeZone).
+    type: str
+  preset:
+    description:
+      - A job queue's stock schema and liveness rule (V(river), V(oban),
+        V(graphile_worker)); every option set explicitly overrides the preset's value.
+    type: str
 """

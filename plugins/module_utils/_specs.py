@@ -27,6 +27,8 @@ def contract_spec():
         statement_timeout_ms=dict(type="int"),
         lock_timeout_ms=dict(type="int"),
         connect_timeout_s=dict(type="int"),
+        timestamp_zone=dict(type="str"),
+        preset=dict(type="str"),
         **lookup_spec(),
     )
 

@@ -5,6 +5,9 @@ rescue proceeds; queued-only proceeds; an orphan of a restart proceeds; plus the
 special case. Rows are written the way the system writes them (Oban: naive UTC).
 """
 
+import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,9 +15,11 @@ from psycopg import sql
 
 from leaseguard.contract import contract_from_mapping, load_contract
 from leaseguard.errors import SchemaMismatch
+from leaseguard.fabric_tasks import settings_from_config
 from leaseguard.session import local_session
 from leaseguard.verdict import Decision
 from tests.support.queues import create_graphile_worker, create_oban, create_river
+from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -180,7 +185,8 @@ def graphile_job(db, *, locked_ago=None, attempts=0, max_attempts=25):
             "SELECT id FROM graphile_worker.add_job('task', max_attempts => %s)", (max_attempts,)
         ).fetchone()
         conn.execute(
-            "UPDATE graphile_worker._private_jobs SET attempts = %s, locked_at = now() - %s::interval, "
+            "UPDATE graphile_worker._private_jobs "
+            "SET attempts = %s, locked_at = now() - %s::interval, "
             "locked_by = CASE WHEN %s::interval IS NULL THEN NULL ELSE 'worker-1' END "
             "WHERE id = %s",
             (attempts, locked_ago, locked_ago, job_id),
@@ -224,9 +230,7 @@ def test_graphile_a_read_only_role_under_rls_fails_closed_with_the_fix(graphile)
     """RLS on, no policy: the role would see zero rows and proceed on live work."""
     graphile_job(graphile, locked_ago=timedelta(minutes=5), attempts=1)
     with graphile.connect(user="guard_ro") as conn:  # what the role would see
-        assert conn.execute("SELECT count(*) FROM graphile_worker._private_jobs").fetchone() == (
-            0,
-        )
+        assert conn.execute("SELECT count(*) FROM graphile_worker._private_jobs").fetchone() == (0,)
     with pytest.raises(SchemaMismatch, match="row-level security") as caught:
         judge(graphile.dsn_as("guard_ro"), "graphile_worker")
     assert "BYPASSRLS" in str(caught.value)
@@ -255,9 +259,69 @@ def test_rls_forced_on_the_owner_fails_closed_too(graphile):
 
 
 def test_every_explicit_key_overrides_the_preset():
-    contract = load_contract(
-        {"preset": "oban"}, {"schema": "jobs", "claimed_at_column": "started"}
-    )
+    contract = load_contract({"preset": "oban"}, {"schema": "jobs", "claimed_at_column": "started"})
     assert (contract.schema, contract.table) == ("jobs", "oban_jobs")
     assert contract.claimed_at_column == "started"
     assert contract.task_timeout.value_s == 3600.0
+
+
+# --- every front takes the preset ------------------------------------------------------------
+
+
+def run_cli(*argv):
+    return subprocess.run(
+        [sys.executable, "-m", "leaseguard", *argv],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_check_takes_preset_and_a_yaml_preset_with_flags_over_it(river, tmp_path):
+    river_job(river, "running", timedelta(minutes=59))
+    started = (datetime.now(UTC) - RESTART).isoformat()
+    done = run_cli(
+        "check", "--preset", "river", "--dsn", river.dsn, "--json", "--runtime-started-at", started
+    )
+    assert done.returncode == 75, done.stderr
+    assert json.loads(done.stdout)["lease_s"] == 3600.0
+    config = tmp_path / "leaseguard.yaml"
+    config.write_text("leaseguard:\n  preset: river\n")
+    done = run_cli(
+        "check",
+        "--config",
+        str(config),
+        "--dsn",
+        river.dsn,
+        "--json",
+        "--runtime-started-at",
+        started,
+        "--task-timeout-s",
+        "600",
+    )
+    assert done.returncode == 0, done.stderr  # the flag's 10 min lease beats the preset's hour
+
+
+@pytest.mark.parametrize(
+    ("preset", "create", "index"),
+    [
+        ("river", create_river, "river_job_prioritized_fetching_index"),
+        ("oban", create_oban, "oban_jobs_state_queue_priority_scheduled_at_id_index"),
+    ],
+)
+def test_index_sql_preset_names_the_queue_s_own_index(db, preset, create, index):
+    with db.connect() as conn:
+        create(conn)
+    done = run_cli("index-sql", "--preset", preset, "--dsn", db.dsn)
+    assert done.returncode == 0, done.stderr
+    assert "already serve" in done.stdout and index in done.stdout
+    assert "CREATE INDEX" not in done.stdout
+
+
+def test_fabric_config_takes_preset():
+    settings = settings_from_config({"leaseguard": {"preset": "oban", "schema": "jobs"}})
+    assert settings.contract.table == "oban_jobs"
+    assert settings.contract.schema == "jobs"
+    assert settings.contract.timestamp_zone == "UTC"
