@@ -18,7 +18,13 @@ from typing import Any
 import yaml
 
 from leaseguard.errors import ConfigError
-from leaseguard.presets import LOCKED_AT_RULE, claim_rule, preset_layer
+from leaseguard.presets import (
+    LOCKED_AT_RULE,
+    PG_BOSS_EXPIRY_COLUMNS,
+    ROW_EXPIRY_RULE,
+    claim_rule,
+    preset_layer,
+)
 
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
@@ -104,6 +110,11 @@ class Contract:
         """How a row is claimed: by status (the default) or a preset's own rule."""
         return claim_rule(self.preset)
 
+    @property
+    def rows_carry_expiry(self) -> bool:
+        """Each row says when its claim expires: no task timeout, no multiplier needed."""
+        return bool(self.lease.expires_at_column) or self.claim_rule == ROW_EXPIRY_RULE
+
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
         named = {"id_column": self.id_column}
@@ -113,6 +124,8 @@ class Contract:
         else:
             named["status_column"] = self.status_column
         named["claimed_at_column"] = self.claimed_at_column
+        if self.claim_rule == ROW_EXPIRY_RULE:
+            named |= {f"preset {c}": c for c in PG_BOSS_EXPIRY_COLUMNS}
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         return named

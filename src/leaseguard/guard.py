@@ -31,7 +31,7 @@ Cursor = psycopg.Cursor[tuple[object, ...]]
 
 def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float | None:
     """multiplier x task timeout; None when the rows carry their own expiry column."""
-    if contract.lease.expires_at_column:
+    if contract.rows_carry_expiry:
         return None
     if task_timeout is None:
         raise ConfigError(

@@ -14,7 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.contract import Contract
-from leaseguard.presets import LOCKED_AT_RULE
+from leaseguard.presets import LOCKED_AT_RULE, ROW_EXPIRY_RULE
 
 
 def table_identifier(contract: Contract) -> sql.Identifier:
@@ -37,12 +37,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     TimeZone to it (leaseguard.db.guard_transaction), so `::timestamptz` means that zone.
     """
     claimed_at = sql.Identifier(contract.claimed_at_column)
-    if contract.lease.expires_at_column:
-        expires = sql.SQL("{}::timestamptz").format(
-            sql.Identifier(contract.lease.expires_at_column)
-        )
-    else:
-        expires = sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
+    expires = expiry(contract)
     claimed, queued = claim_conditions(contract)
     return sql.SQL(
         """
@@ -67,6 +62,27 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         now=_NOW,
         table=table_identifier(contract),
     )
+
+
+def expiry(contract: Contract) -> sql.Composable:
+    """When a claimed row's lease ends, as a timestamptz expression (NULL: unknown, live)."""
+    claimed_at = sql.Identifier(contract.claimed_at_column)
+    if contract.lease.expires_at_column:
+        return sql.SQL("{}::timestamptz").format(sql.Identifier(contract.lease.expires_at_column))
+    if contract.claim_rule == ROW_EXPIRY_RULE:
+        # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes
+        # first of the row's own expiry and, when it has a heartbeat, its heartbeat's.
+        # least() skips NULLs, so a job without a heartbeat is judged by its expiry alone.
+        return sql.SQL(
+            "least({started}::timestamptz + {expire} * interval '1 second', "
+            "{beat}::timestamptz + {beat_s} * interval '1 second')"
+        ).format(
+            started=claimed_at,
+            expire=sql.Identifier("expire_seconds"),
+            beat=sql.Identifier("heartbeat_on"),
+            beat_s=sql.Identifier("heartbeat_seconds"),
+        )
+    return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:

@@ -62,10 +62,26 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"multiplier": 1.0},
         "task_timeout": {"source": "fixed", "value_s": 4 * HOUR_S},
     },
+    # timgit/pg-boss (schema 37, package 12): src/plans.ts failJobsByTimeout fails `active`
+    # jobs once started_on + expire_seconds has passed, and failJobsByHeartbeat those whose
+    # heartbeat_on + heartbeat_seconds has (when the job has a heartbeat). Each row carries
+    # its own expiry: no task timeout is looked up. `pgboss.job` is PARTITION BY LIST (name).
+    "pg-boss": {
+        "schema": "pgboss",
+        "table": "job",
+        "id_column": "id",
+        "status_column": "state",
+        "claimed_statuses": ["active"],
+        "queued_statuses": ["created", "retry"],
+        "claimed_at_column": "started_on",
+    },
 }
 
+# The per-row expiry columns of pg-boss's job table (src/plans.ts createTableJob).
+PG_BOSS_EXPIRY_COLUMNS = ("expire_seconds", "heartbeat_on", "heartbeat_seconds")
+
 # Presets whose claim rule is not the plain status rule.
-CLAIM_RULES: dict[str, str] = {"graphile_worker": LOCKED_AT_RULE}
+CLAIM_RULES: dict[str, str] = {"graphile_worker": LOCKED_AT_RULE, "pg-boss": ROW_EXPIRY_RULE}
 
 
 def preset_layer(name: str) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def resolve_runtime_facts(
         timeout: TaskTimeout | None = TaskTimeout(
             task_timeout_s, source, assumed=source.startswith("default:")
         )
-    elif contract.lease.expires_at_column:
+    elif contract.rows_carry_expiry:
         timeout = None  # rows carry their own expiry; no timeout is needed
     else:
         timeout = _task_timeout_or_default(contract.task_timeout, lookups, warnings)

@@ -18,7 +18,12 @@ from leaseguard.errors import SchemaMismatch
 from leaseguard.fabric_tasks import settings_from_config
 from leaseguard.session import local_session
 from leaseguard.verdict import Decision
-from tests.support.queues import create_graphile_worker, create_oban, create_river
+from tests.support.queues import (
+    create_graphile_worker,
+    create_oban,
+    create_pg_boss,
+    create_river,
+)
 from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
@@ -253,6 +258,86 @@ def test_rls_forced_on_the_owner_fails_closed_too(graphile):
         conn.execute("ALTER TABLE graphile_worker._private_jobs FORCE ROW LEVEL SECURITY")
     with pytest.raises(SchemaMismatch, match="forces row-level security"):
         judge(owner, "graphile_worker")
+
+
+# --- pg-boss --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_boss(db):
+    with db.connect() as conn:
+        create_pg_boss(conn, ("q1", "q2"))
+    return db
+
+
+def pg_boss_job(db, state, *, started_ago=None, expire_s=900, beat_ago=None, beat_s=None):
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO pgboss.job (name, state, started_on, expire_seconds, heartbeat_on, "
+            "heartbeat_seconds) VALUES ('q1', %s, now() - %s::interval, %s, "
+            "now() - %s::interval, %s)",
+            (state, started_ago, expire_s, beat_ago, beat_s),
+        )
+
+
+def test_pg_boss_an_active_job_within_its_own_expiry_defers(pg_boss):
+    """Its own expire_seconds (2 h here), not any configured task timeout."""
+    pg_boss_job(pg_boss, "active", started_ago=timedelta(minutes=90), expire_s=7200)
+    verdict = judge(pg_boss.dsn, "pg-boss")
+    assert verdict.decision is Decision.DEFER
+    assert verdict.lease_s is None and verdict.task_timeout is None
+    assert 29 * 60 < verdict.wait_upper_bound_s <= 30 * 60
+
+
+def test_pg_boss_a_job_past_its_expiry_proceeds(pg_boss):
+    pg_boss_job(pg_boss, "active", started_ago=timedelta(minutes=16))  # default 900 s
+    verdict = judge(pg_boss.dsn, "pg-boss")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+
+
+def test_pg_boss_a_lost_heartbeat_proceeds_a_beating_one_defers(pg_boss):
+    pg_boss_job(
+        pg_boss,
+        "active",
+        started_ago=timedelta(minutes=5),
+        expire_s=7200,
+        beat_ago=timedelta(seconds=90),
+        beat_s=60,
+    )
+    assert judge(pg_boss.dsn, "pg-boss").decision is Decision.PROCEED
+    pg_boss_job(
+        pg_boss,
+        "active",
+        started_ago=timedelta(minutes=5),
+        expire_s=7200,
+        beat_ago=timedelta(seconds=10),
+        beat_s=60,
+    )
+    verdict = judge(pg_boss.dsn, "pg-boss")
+    assert verdict.decision is Decision.DEFER
+    assert 45 < verdict.wait_upper_bound_s <= 50  # the heartbeat bounds it, not the expiry
+
+
+def test_pg_boss_queued_and_finished_only_proceed_and_an_orphan_proceeds(pg_boss):
+    for state in ("created", "retry", "completed", "failed", "cancelled"):
+        pg_boss_job(pg_boss, state)
+    verdict = judge(pg_boss.dsn, "pg-boss")
+    assert (verdict.decision, verdict.counts.queued) == (Decision.PROCEED, 2)
+    pg_boss_job(pg_boss, "active", started_ago=timedelta(minutes=10))
+    verdict = judge(pg_boss.dsn, "pg-boss", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.orphaned) == (Decision.PROCEED, 1)
+
+
+def test_pg_boss_index_sql_gives_the_partition_recipe(pg_boss):
+    done = run_cli("index-sql", "--preset", "pg-boss", "--dsn", pg_boss.dsn)
+    assert done.returncode == 0, done.stderr
+    assert 'ON ONLY "pgboss"."job"' in done.stdout
+    assert "CONCURRENTLY" in done.stdout and done.stdout.count("ATTACH PARTITION") == 3
+    for statement in done.stdout.splitlines():
+        if not statement.startswith("--"):
+            pg_boss.psql(statement)
+    again = run_cli("index-sql", "--preset", "pg-boss", "--dsn", pg_boss.dsn)
+    assert "already serve" in again.stdout
 
 
 # --- the preset is a base layer --------------------------------------------------------------

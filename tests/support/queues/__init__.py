@@ -6,6 +6,9 @@
 - graphile_worker/: graphile/worker sql/0000NN.sql, verbatim (commit
   abfb4cff30747ad423046d117dfb88470f03ae00); `:GRAPHILE_WORKER_SCHEMA` is replaced as
   src/migrate.ts does, after its installSchema bootstrap (schema + migrations table).
+- pg_boss/create.sql: pg-boss's schema 37 exactly as its own src/plans.ts create() renders
+  it (bundled with esbuild, run with node; see the file's header): pg-boss keeps its DDL in
+  TypeScript, not in SQL files.
 - oban/oban_jobs.sql: translated by hand from Oban's Ecto migrations V01..V14 (see the file).
 """
 
@@ -49,3 +52,13 @@ def create_graphile_worker(conn: psycopg.Connection[Any]) -> None:
         with conn.transaction():
             conn.execute(text)  # type: ignore[arg-type]
             conn.execute("insert into graphile_worker.migrations (id) values (%s)", (number,))
+
+
+def create_pg_boss(conn: psycopg.Connection[Any], queues: tuple[str, ...] = ("q1",)) -> None:
+    """The schema, then queues through pgboss.create_queue: partitioned ones get a table."""
+    conn.execute((HERE / "pg_boss" / "create.sql").read_text())  # type: ignore[arg-type]
+    for name in queues:
+        conn.execute(
+            "SELECT pgboss.create_queue(%s, %s::jsonb)",
+            (name, '{"policy": "standard", "partition": true}'),
+        )
