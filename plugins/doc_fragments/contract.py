@@ -61,7 +61,7 @@ options:
     type: str
   preset:
     description:
-      - A job queue's stock schema and liveness rule (V(river), V(oban),
+      - A job queue's stock schema and liveness rule (V(river), V(oban), V(pg-boss),
         V(graphile_worker)); every option set explicitly overrides the preset's value.
     type: str
 """
