@@ -10,6 +10,7 @@ import yaml
 
 from tests.support.ansible_run import run_playbook, write_inventory
 from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from tests.support.queues import create_river
 from tests.support.runs_table import create_runs_table, insert_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -160,3 +161,31 @@ def test_a_changed_host_key_is_named_with_the_fix(playbook, app_host_pg, tmp_pat
     assert "host key does not match known_hosts" in result["msg"], result["msg"]
     assert "ssh-keygen -R" in result["msg"]
     assert "running a lookup failed" not in result["msg"]
+
+
+def test_lease_guard_takes_a_preset_and_options_override_it(playbook, runs):
+    """River's stock schema: silent for 59 min defers by River's own 1 h rescue rule; with
+    the task option's 30 min lease instead, the same job is stale and the play proceeds."""
+    with runs.connect(socket=True) as conn:
+        create_river(conn)
+        conn.execute(
+            "INSERT INTO river_job (state, attempted_at, kind, args, max_attempts) "
+            "VALUES ('running', now() - interval '59 minutes', 'k', '{}', 25)"
+        )
+    # No registered lookup: the preset's own fixed 1 h is the lease.
+    task = guard_task(preset="river", lookup={}, runtime_started_at=HOUR_AGO.isoformat())
+    run = playbook([task])
+    assert run.returncode == 0, run.result("guard", "app1")
+    verdict = run.result("guard", "app1")
+    assert (verdict["decision"], verdict["lease_s"], verdict["table"]) == (
+        "defer",
+        3600.0,
+        "river_job",
+    )
+    overridden = guard_task(
+        preset="river", lookup={}, runtime_started_at=HOUR_AGO.isoformat(), task_timeout_s=1800
+    )
+    run = playbook([overridden])
+    assert run.returncode == 0, run.stderr
+    verdict = run.result("guard", "app1")
+    assert (verdict["decision"], verdict["counts"]["stale"]) == ("proceed", 1)

@@ -410,3 +410,40 @@ def test_fabric_config_takes_preset():
     assert settings.contract.table == "oban_jobs"
     assert settings.contract.schema == "jobs"
     assert settings.contract.timestamp_zone == "UTC"
+
+
+# --- timestamps of any precision, every contract ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("column_type", "accepted"),
+    [
+        ("timestamp(6) without time zone", True),
+        ("timestamp(0) without time zone", True),
+        ("timestamp(3) with time zone", True),
+        ("timestamptz", True),
+        ("date", False),
+        ("text", False),
+    ],
+)
+def test_the_pre_flight_accepts_a_timestamp_of_any_precision_only(db, column_type, accepted):
+    with db.connect() as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE runs (id int, status text, claimed_at {})").format(
+                sql.SQL(column_type)
+            )
+        )
+        conn.execute("INSERT INTO runs VALUES (1, 'running', now()::timestamp::text::date)")
+    contract = contract_from_mapping(
+        {"table": "runs", "task_timeout": {"source": "fixed", "value_s": 3600 * 24 * 3}}
+    )
+    started = datetime.now(UTC) - timedelta(days=7)
+    if accepted:
+        with local_session(contract, db.dsn, runtime_started_at=started) as session:
+            assert session.judge().decision is Decision.DEFER
+    else:
+        with (
+            pytest.raises(SchemaMismatch, match=r"claimed_at .*expected a timestamp"),
+            local_session(contract, db.dsn, runtime_started_at=started) as session,
+        ):
+            session.judge()

@@ -124,3 +124,59 @@ def test_every_documented_key_is_known():
         "statement_timeout_ms",
     ):
         assert key in CONFIG_KEYS
+
+
+# --- preset and timestamp_zone --------------------------------------------------------------
+
+
+def test_a_preset_is_a_base_layer_that_every_explicit_key_overrides():
+    contract = load_contract({"preset": "river"}, {"claimed_statuses": ["running", "stuck"]})
+    assert (contract.table, contract.status_column) == ("river_job", "state")
+    assert contract.claimed_statuses == ("running", "stuck")
+    assert contract.lease.multiplier == 1.0
+    assert (contract.task_timeout.source, contract.task_timeout.value_s) == ("fixed", 3600.0)
+    assert contract.preset == "river"
+
+
+def test_a_preset_in_a_later_layer_still_sits_below_an_earlier_explicit_key():
+    contract = load_contract({"table": "jobs"}, {"preset": "oban"})
+    assert contract.table == "jobs"
+    assert contract.schema == "public"
+
+
+def test_an_unknown_preset_is_a_config_error_naming_the_choices():
+    with pytest.raises(ConfigError, match=r"preset must be one of .*graphile_worker.*river"):
+        contract_from_mapping({"preset": "sidekiq"})
+
+
+def test_without_a_preset_nothing_changes():
+    assert contract_from_mapping({}) == Contract()
+
+
+def test_graphile_worker_reads_attempts_not_a_status_column():
+    columns = contract_from_mapping({"preset": "graphile_worker"}).columns()
+    assert "status_column" not in columns
+    assert set(columns.values()) == {"id", "locked_at", "attempts", "max_attempts"}
+
+
+def test_pg_boss_rows_carry_their_own_expiry():
+    contract = contract_from_mapping({"preset": "pg-boss"})
+    assert contract.rows_carry_expiry
+    assert {"expire_seconds", "heartbeat_on", "heartbeat_seconds"} <= set(
+        contract.columns().values()
+    )
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/New_York"])
+def test_timestamp_zone_takes_iana_names(zone):
+    assert contract_from_mapping({"timestamp_zone": zone}).timestamp_zone == zone
+
+
+@pytest.mark.parametrize("zone", ["Mars/Olympus", "", "../etc/passwd", 5])
+def test_timestamp_zone_refuses_what_is_not_a_zone(zone):
+    with pytest.raises(ConfigError, match="timestamp_zone"):
+        contract_from_mapping({"timestamp_zone": zone})
+
+
+def test_timestamp_zone_defaults_to_utc_never_the_session():
+    assert Contract().timestamp_zone == "UTC"
