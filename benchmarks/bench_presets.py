@@ -149,6 +149,8 @@ def measure(cluster: PgCluster, preset: str, history: int, repeat: int) -> dict[
         params = predicate_params(contract, lease_s=verdict.lease_s, runtime_started_at=started)
         server, scans = [], set()
         with db.connect() as conn:
+            # What the guard's own transaction sets (leaseguard.db.guard_transaction).
+            conn.execute("SET max_parallel_workers_per_gather = 0")
             for _ in range(repeat):
                 [plan] = conn.execute(
                     sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + counts_query(contract), params
@@ -187,10 +189,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument("--only", default=",".join(PRESETS), help="comma-separated presets")
     args = parser.parse_args(argv)
     results = []
     with PgCluster(PG_BASE_DIR) as cluster:
-        for preset in PRESETS:
+        for preset in args.only.split(","):
             for history in (10_000, args.rows):
                 row = measure(cluster, preset, history, args.repeat)
                 print(json.dumps(row), file=sys.stderr, flush=True)

@@ -159,8 +159,14 @@ def guard_transaction(
             idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
         )
         # Naive timestamps are read in the zone the contract declares, never in whatever
-        # TimeZone the database or role happens to have (Oban, good_job write UTC).
-        cur.execute("SELECT set_config('TimeZone', %s, true)", (contract.timestamp_zone,))
+        # TimeZone the database or role happens to have (Oban, good_job write UTC). And no
+        # parallel workers: the guard reads a handful of rows, and a misestimate (graphile's
+        # attempts < max_attempts) would make it pay their start-up on every check.
+        cur.execute(
+            "SELECT set_config('TimeZone', %s, true), "
+            "set_config('max_parallel_workers_per_gather', '0', true)",
+            (contract.timestamp_zone,),
+        )
         yield cur
 
 
