@@ -21,6 +21,7 @@ def contract_spec():
         status_column=dict(type="str"),
         claimed_statuses=dict(type="list", elements="str"),
         queued_statuses=dict(type="list", elements="str"),
+        finished_statuses=dict(type="list", elements="str"),
         claimed_at_column=dict(type="str"),
         lease=dict(type="dict", options=lease_spec()),
         clock_skew_s=dict(type="float"),

@@ -60,3 +60,7 @@ class SchemaMismatch(DatabaseError):
 
 class GuardQueryFailed(DatabaseError):
     """The guard query ran but did not finish: timeout, lock, privileges, ..."""
+
+
+class UnclassifiedStatus(DatabaseError):
+    """The table holds a status the contract classes neither claimed, queued nor finished."""

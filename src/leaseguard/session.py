@@ -5,7 +5,9 @@ SSH with a tunnel) and the Ansible action plugin. A drain's polls share one data
 connection: a connection per poll costs a login each time, and through Fabric's tunnel each
 one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
 A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
-replaced once, at once; a poll fails only when a fresh connection fails too.
+replaced once, at once; a poll fails only when a fresh connection fails too. Any other
+failure (a lock or statement timeout, a schema error) is the answer: retrying it would
+spend its budget twice.
 
 Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
 + a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
@@ -36,10 +38,11 @@ from leaseguard.errors import (
     LeaseguardError,
     TunnelError,
 )
-from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.guard import judge_table, lease_seconds
 from leaseguard.indexing import with_plan_warning
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
@@ -129,8 +132,9 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        # The schema pre-flight (two catalog queries) runs once per connection, not per poll.
-        self._schema_checked = False
+        # The schema pre-flight (catalog queries) runs once per connection, not per poll;
+        # the status check it prepares runs on every poll.
+        self._status_column: StatusColumn | None = None
 
     @property
     def host(self) -> str:
@@ -149,16 +153,22 @@ class GuardSession:
         try:
             return self._judge_on(self._connection())
         except LeaseguardError:
-            self.close()
-            if not reused:
+            # The next poll re-reads the catalog: the error may come from a schema change.
+            self._status_column = None
+            if not (reused and self._connection_broke()):
                 raise
+        self.close()
         return self._judge_on(self._connection())
+
+    def _connection_broke(self) -> bool:
+        """True when the connection itself is gone (server restart, terminated, idle cut)."""
+        return self._conn is None or self._conn.closed or self._conn.broken
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-            self._schema_checked = False
+            self._status_column = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
@@ -216,7 +226,7 @@ class GuardSession:
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
             self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
-        verdict = evaluate(
+        verdict, self._status_column = judge_table(
             conn,
             self.contract,
             task_timeout=self.facts.task_timeout,
@@ -225,12 +235,11 @@ class GuardSession:
             host=self.host,
             clock_offset=self.clock_offset,
             warnings=self.facts.warnings,
-            check_schema=not self._schema_checked,
+            status_column=self._status_column,
         )
-        self._schema_checked = True
         if not self.plan_checked:
             self.plan_checked = True
-            verdict = with_plan_warning(conn, self.contract, verdict)
+            verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
         return verdict
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:

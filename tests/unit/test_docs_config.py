@@ -69,6 +69,8 @@ def plain(value):
 
 
 def contract_default(key):
+    if key == "finished_statuses":  # None in the dataclass: "the defaults", resolved here
+        return plain(Contract().finished)
     value = Contract()
     for part in key.split("."):
         value = getattr(value, part)
