@@ -92,8 +92,10 @@ def connection_spec():
     """
     return dict(
         dsn=dict(type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_DSN"])),
-        db_host=dict(type="str", default="127.0.0.1"),
-        db_port=dict(type="int", default=5432),
+        # No defaults: "not given" must be told apart from 127.0.0.1:5432, so that a DSN's
+        # own host and port are never replaced (leaseguard.dsn resolves the address).
+        db_host=dict(type="str"),
+        db_port=dict(type="int"),
         db_name=dict(type="str", fallback=(env_fallback, ["PGDATABASE"])),
         db_user=dict(type="str", fallback=(env_fallback, ["PGUSER"])),
         db_password=dict(

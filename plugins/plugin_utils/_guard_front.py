@@ -23,6 +23,7 @@ try:
 
     from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.db import invalid_dsn
+    from leaseguard.dsn import direct_conninfo, tunnel_far_end
     from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
     from leaseguard.fronts import drain_host
     from leaseguard.options import drain_options
@@ -237,15 +238,17 @@ def database_conninfo(action, args):
     """The database's conninfo as the controller reaches it: through the host, or directly.
 
     A `local` connection or `tunnel: false` means the controller reaches the database address
-    itself. Otherwise a tunnel is opened with the host's own SSH settings and closed on exit.
+    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
+    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
+    database (leaseguard.dsn).
     """
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":
-        yield make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"])
         return
+    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
-    address = DatabaseAddress(args["db_host"], args["db_port"])
     try:
         with tunnelled_conninfo(connection, conninfo, address) as tunnelled:
             yield tunnelled

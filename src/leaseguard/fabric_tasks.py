@@ -24,6 +24,7 @@ from invoke.exceptions import Exit, ParseError
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.drain_status import StatusBoard
+from leaseguard.dsn import tunnel_far_end
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
@@ -97,9 +98,13 @@ def settings_from_config(config: Any) -> FabricSettings:
     drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
     dsn = connection.pop("dsn", None) or os.environ.get("LEASEGUARD_DSN", "")
+    db_host, db_port = connection.pop("db_host", None), connection.pop("db_port", None)
     address = DatabaseAddress(
-        host=str(connection.pop("db_host", "127.0.0.1")),
-        port=int(connection.pop("db_port", 5432)),
+        *tunnel_far_end(
+            dsn,
+            None if db_host is None else str(db_host),
+            None if db_port is None else _port(db_port),
+        )
     )
     contract = load_contract(section)
     ssh = SshOptions(
@@ -110,6 +115,13 @@ def settings_from_config(config: Any) -> FabricSettings:
         connect_timeout_s=contract.connect_timeout_s,
     )
     return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+
+
+def _port(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError("connection.db_port must be a port number") from None
 
 
 def _plain(value: Any) -> Any:

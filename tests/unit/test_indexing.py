@@ -8,7 +8,6 @@ import pytest
 
 from leaseguard.cli import main
 from leaseguard.contract import contract_from_mapping
-from leaseguard.errors import ConfigError
 from leaseguard.indexing import (
     index_name,
     recommended_index_sql,
