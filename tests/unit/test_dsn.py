@@ -17,7 +17,7 @@ TUNNEL_CASES = [
 
 # (dsn, db_host, db_port, the conninfo used without a tunnel)
 DIRECT_CASES = [
-    ("host=10.9.9.9 port=6432 dbname=app", None, None, "host=10.9.9.9 port=6432 dbname=app"),
+    ("host=10.9.9.9 port=6432 dbname=app", None, None, "dbname=app host=10.9.9.9 port=6432"),
     ("dbname=app", None, None, "dbname=app"),  # libpq's own defaults, as the CLI
     ("dbname=app", "db.internal", 6543, "dbname=app host=db.internal port=6543"),
 ]
