@@ -122,12 +122,20 @@ def judge_table(
         as_of=as_of,
         tolerance_s=tolerance_s,
     )
-    with guard_transaction(conn, contract) as cur:
+    try:
+        with guard_transaction(conn, contract) as cur:
+            if status_column is None:
+                status_column = verify_schema(cur, contract)
+            check_statuses(cur, contract, status_column)
+            checked_at, counts = _counts(cur, contract, params)
+            live = _live_claims(cur, contract, params) if counts.live else ()
+    except SchemaMismatch:
         if status_column is None:
-            status_column = verify_schema(cur, contract)
-        check_statuses(cur, contract, status_column)
-        checked_at, counts = _counts(cur, contract, params)
-        live = _live_claims(cur, contract, params) if counts.live else ()
+            raise
+        # The pre-flight was skipped: let it name the table or column that vanished.
+        with guard_transaction(conn, contract) as cur:
+            verify_schema(cur, contract)
+        raise
     verdict = Verdict(
         counts=counts,
         live=live,
