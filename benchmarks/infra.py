@@ -243,7 +243,7 @@ def set_live(conn: psycopg.Connection[Any], live: bool) -> None:
 
 
 def vacuum_and_index(conn: psycopg.Connection[Any], contract: Contract | None = None) -> None:
-    """VACUUM ANALYZE, then the recommended partial index (as `leaseguard index-sql` prints)."""
+    """VACUUM ANALYZE, then the recommended index (as `leaseguard index-sql` prints)."""
     contract = contract or Contract()
     ident = sql.Identifier(contract.table)
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(ident))

@@ -569,7 +569,7 @@ def step_migrate(demo: Demo) -> None:
     say("an override declared for production. The code and staging keep 3 s, and a routine")
     say("deploy must never silently put production back to 3 s.")
     say()
-    say("This deploy's migration creates the partial index the guard query wants:")
+    say("This deploy's migration creates the index the guard's checks want:")
     ran = demo.run(["leaseguard", "index-sql"], demo.base_env())
     expect(ran.returncode == 0, "leaseguard index-sql printed the statement", ran.returncode)
     [index_sql] = [line for line in ran.output.splitlines() if line.startswith("CREATE INDEX")]

@@ -196,8 +196,8 @@ def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
 
 
 def _outcome_status(outcome: Outcome) -> int:
-    result = outcome[1]
-    return result.exit_status if isinstance(result, Verdict) else EXIT_FAILED
+    """The verdict's status, or the error's: 1 failed, 2 usage (e.g. a status an enum lacks)."""
+    return outcome[1].exit_status
 
 
 def _outcome_line(outcome: Outcome) -> str:
@@ -219,6 +219,8 @@ def _outcome_dict(outcome: Outcome) -> dict[str, Any]:
 
 
 def _worst(statuses: list[int]) -> int:
+    if EXIT_USAGE in statuses:
+        return EXIT_USAGE
     if EXIT_FAILED in statuses:
         return EXIT_FAILED
     if EXIT_DEFER in statuses:

@@ -51,7 +51,7 @@ Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
 def index_name(contract: Contract) -> str:
-    """`<table>_leaseguard_claims`, shortened (with a hash of the table name) to 63 bytes."""
+    """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
     name = contract.table + INDEX_SUFFIX
     if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
         return name

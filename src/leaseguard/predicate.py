@@ -146,7 +146,7 @@ def status_column_query() -> sql.SQL:
     ('column') or the expression `status::text` ('text'), with the default operator class
     and the comparison's collation: only such an index serves `ORDER BY key LIMIT 1` and
     `key > value`. An index leading with the plain column is preferred (it also orders
-    enums and numbers natively). `reltuples` sizes the no-index warning.
+    enums and numbers natively).
     """
     return sql.SQL(
         """
@@ -154,7 +154,6 @@ def status_column_query() -> sql.SQL:
                ARRAY(SELECT e.enumlabel::text FROM pg_enum e
                      WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels,
                a.attnotnull,
-               c.reltuples::float8,
                (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END
                 FROM pg_index i
                 JOIN pg_class ic ON ic.oid = i.indexrelid

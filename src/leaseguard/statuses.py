@@ -45,7 +45,6 @@ class StatusColumn:
     enum_labels: tuple[str, ...] | None  # None: not an enum
     not_null: bool
     index_key: str | None  # 'column' / 'text': an index can walk it; None: none can
-    rows_estimate: float
 
 
 def inspect_status_column(cur: Cursor, contract: Contract, relation: object) -> StatusColumn:
@@ -57,12 +56,11 @@ def inspect_status_column(cur: Cursor, contract: Contract, relation: object) -> 
             f"column {contract.status_column} (status_column) does not exist in table "
             f"{contract.table_label}"
         )
-    is_enum, labels, not_null, reltuples, index_key = row
+    is_enum, labels, not_null, index_key = row
     column = StatusColumn(
         enum_labels=tuple(str(label) for label in labels) if is_enum else None,  # type: ignore[attr-defined]
         not_null=bool(not_null),
         index_key=index_key if isinstance(index_key, str) else None,
-        rows_estimate=float(reltuples),  # type: ignore[arg-type]
     )
     if column.enum_labels is not None:
         _require_labels(contract, column.enum_labels)
