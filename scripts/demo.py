@@ -608,9 +608,9 @@ def step_migrate(demo: Demo) -> None:
     )
     indexes = demo.sql(
         "select indexname from pg_indexes where tablename = 'execution_runs' and indexname = %s",
-        ("execution_runs_leaseguard_claims",),
+        ("execution_runs_leaseguard_status",),
     )
-    expect(len(indexes) == 1, "the migration created execution_runs_leaseguard_claims")
+    expect(len(indexes) == 1, "the migration created execution_runs_leaseguard_status")
     [(active,)] = demo.sql(
         "select active from cron.job where jobname = 'claim'", dbname=CRON_DATABASE
     )
