@@ -100,7 +100,8 @@ attributes:
 notes:
   - Concurrent runs are serialised by an advisory lock while they write.
   - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]), with the same
-    jobs and overrides in a C(cron_budgets) section.
+    jobs and overrides in a C(cron_budgets) section and the same all-or-nothing policy
+    (it exits 3 where this task fails).
 seealso:
   - module: leaseguard.deploy.lease_guard
   - name: PostgreSQL statement_timeout
