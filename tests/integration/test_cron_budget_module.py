@@ -244,7 +244,7 @@ def test_the_read_only_guard_role_cannot_write_and_the_message_says_why(playbook
     assert "permission denied" in result["msg"]
     assert result["error"] == {
         "type": "DatabaseError",
-        "message": f"waiting for another leaseguard run on cron.job in database {CRON_DB}: "
+        "message": f"writing pg_cron job {app.name}_claim in database {CRON_DB}: "
         "permission denied (InsufficientPrivilege, SQLSTATE 42501); grant the role EXECUTE "
         "on cron.schedule/alter_job/schedule_in_database; nothing was changed",
     }
