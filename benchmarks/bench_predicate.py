@@ -247,7 +247,7 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
             for name in names[shift:] + names[:shift]:
                 samples[name].append(timed(steps[name]))
         checks = []
-        with guard_connect(conninfo, CONTRACT) as guard_conn:
+        with guard_connect(conninfo, CONTRACT.connect_timeout_s) as guard_conn:
             for _ in range(max(MIN_PAIRS * 2, min(60, rounds // 4))):
                 checks.append(
                     timed(

@@ -38,6 +38,7 @@ requirements:
   - pg_cron 1.4 or later in the database named by O(cron_database)
 extends_documentation_fragment:
   - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
 options:
   jobs:
     description:
@@ -92,15 +93,11 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the controller; the database is reached through the host.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Concurrent runs are serialised by an advisory lock while they write.
   - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]), with the same
-    jobs and overrides in a C(cron_budgets) section.
+    jobs and overrides in a C(cron_budgets) section and the same all-or-nothing policy
+    (it exits 3 where this task fails).
 seealso:
   - module: leaseguard.deploy.lease_guard
   - name: PostgreSQL statement_timeout

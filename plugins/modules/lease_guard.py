@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
   - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
 options:
   lookup:
     description:
@@ -114,11 +115,6 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the controller; lookups run on the host through the task's connection.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
     for the index that keeps the query cheap on large tables.

@@ -20,7 +20,7 @@ from leaseguard.errors import ConfigError
 
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
-_MAX_IDENTIFIER_BYTES = 63
+MAX_IDENTIFIER_BYTES = 63
 
 # The section of a config file that declares pg_cron budgets (leaseguard.budgets reads it);
 # the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
@@ -173,7 +173,7 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
 
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     """Validate a plain mapping of contract keys; every error names its key."""
-    _reject_unknown(data, _TOP_KEYS, prefix="")
+    reject_unknown(data, _TOP_KEYS, prefix="")
     lease = _section(data, "lease")
     task_timeout = _section(data, "task_timeout")
     runtime = _section(data, "runtime")
@@ -252,7 +252,7 @@ def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
 
 
 def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
-    _reject_unknown(data, _LEASE_KEYS, prefix="lease.")
+    reject_unknown(data, _LEASE_KEYS, prefix="lease.")
     multiplier = _number(data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0)
     return LeaseRule(
         multiplier=multiplier,
@@ -262,7 +262,7 @@ def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
 
 def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
     prefix = "task_timeout."
-    _reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
+    reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
     default = TaskTimeoutLookup()
     source = _choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
     lookup = TaskTimeoutLookup(
@@ -283,7 +283,7 @@ def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
 
 def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
     prefix = "runtime."
-    _reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
+    reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
     default = RuntimeLookup()
     lookup = RuntimeLookup(
         source=_choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
@@ -322,7 +322,8 @@ def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _reject_unknown(data: Mapping[str, Any], known: frozenset[str], *, prefix: str) -> None:
+def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
+    """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         names = ", ".join(prefix + k for k in unknown)
@@ -348,9 +349,9 @@ def _optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> st
 
 def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
     name = _text(data, key, default, prefix=prefix)
-    if len(name.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
+    if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise ConfigError(
-            f"{prefix}{key} is longer than {_MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
+            f"{prefix}{key} is longer than {MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
             "truncate it and address another name"
         )
     return name

@@ -47,7 +47,7 @@ def check(
 ) -> Verdict:
     """Connect, judge every claimed or queued row, and close. Raises on any failure."""
     lease_s = lease_seconds(contract, task_timeout)
-    with connect(conninfo, contract) as conn:
+    with connect(conninfo, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,

@@ -29,7 +29,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.contract import Contract
+from leaseguard.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.db import set_local_limits
 from leaseguard.predicate import counts_query, predicate_params, table_identifier
 from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
@@ -42,8 +43,6 @@ INDEX_SUFFIX = "_leaseguard_status"
 LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes.
-_MAX_NAME_BYTES = 63
 # The plan check is advisory: it gets a small budget of its own, never the check's.
 _PLAN_CHECK_TIMEOUT_MS = 1000
 
@@ -53,11 +52,11 @@ Cursor = psycopg.Cursor[tuple[object, ...]]
 def index_name(contract: Contract) -> str:
     """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
     name = contract.table + INDEX_SUFFIX
-    if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
+    if len(name.encode("utf-8")) <= MAX_IDENTIFIER_BYTES:
         return name
     digest = hashlib.sha256(contract.table.encode("utf-8")).hexdigest()[:8]
     tail = f"_{digest}{INDEX_SUFFIX}"
-    budget = _MAX_NAME_BYTES - len(tail.encode("utf-8"))
+    budget = MAX_IDENTIFIER_BYTES - len(tail.encode("utf-8"))
     head = contract.table.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
     return head + tail
 
@@ -138,12 +137,7 @@ def plan_warning(
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
     with conn.transaction(), conn.cursor() as cur:
-        # One round trip for both budgets: through a tunnel every round trip counts.
-        cur.execute(
-            "SELECT set_config('statement_timeout', %s, true), "
-            "set_config('lock_timeout', %s, true)",
-            (f"{_PLAN_CHECK_TIMEOUT_MS}ms", f"{lock_ms}ms"),
-        )
+        set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
         table = large_table(cur, contract)
         if table is None:
             return None

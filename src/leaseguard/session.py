@@ -174,10 +174,10 @@ class GuardSession:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
-            self._conn = self._open(self.conninfo)
+            self._conn = self._open()
         return self._conn
 
-    def _open(self, conninfo: str) -> Conn:
+    def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
         """A new connection along the session's path, within what is left of the poll."""
         remaining = self.watch.remaining_s()
         if self.watch.expired or remaining <= 0:
@@ -185,7 +185,13 @@ class GuardSession:
         if self.link is not None:
             self.link.ensure(within_s=remaining)
         try:
-            return connect(conninfo, self.contract, timeout_s=remaining)
+            return connect(
+                self.conninfo,
+                self.contract.connect_timeout_s,
+                writable=writable,
+                dbname=dbname,
+                timeout_s=remaining,
+            )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
             if failure is not None:
@@ -244,12 +250,7 @@ class GuardSession:
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
-        conninfo = make_conninfo(self.conninfo, dbname=dbname) if dbname else self.conninfo
-        conn = self._open(conninfo)
-        conn.read_only = False
-        conn.isolation_level = None
-        conn.autocommit = True
-        return conn
+        return self._open(writable=True, dbname=dbname)
 
 
 def _shutdown_socket(conn: Conn) -> None:

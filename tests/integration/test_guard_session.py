@@ -26,7 +26,10 @@ def run_check(dsn, **keys):
 
 def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):
     contract = contract_from_mapping({})
-    with connect(db.dsn, contract) as conn, guard_transaction(conn, contract) as cur:
+    with (
+        connect(db.dsn, contract.connect_timeout_s) as conn,
+        guard_transaction(conn, contract) as cur,
+    ):
         cur.execute("SHOW transaction_read_only")
         assert cur.fetchone()[0] == "on"
         cur.execute("SHOW statement_timeout")

@@ -43,7 +43,7 @@ def judge(db, rows, *, contract=None, started=STARTED, as_of=T0, lease_s=LEASE):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, rows)
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
@@ -203,7 +203,7 @@ def test_the_real_database_clock_is_used_when_not_pinned(runs):
             "(2, 'running', now() - interval '121 minutes')"
         )
     contract = contract_from_mapping({})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=TIMEOUT, lease_s=LEASE, runtime_started_at=None
         )
@@ -224,7 +224,7 @@ def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
             {"t": T0},
         )
     contract = contract_from_mapping({"lease": {"expires_at_column": "lease_expires_at"}})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=None, lease_s=None, runtime_started_at=None, as_of=T0
         )
@@ -328,7 +328,7 @@ def judge_with_offset(db, claimed_at, started, offset_s):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, [(1, "running", claimed_at, None)])
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
