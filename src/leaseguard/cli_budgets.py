@@ -19,12 +19,14 @@ from leaseguard.budgets import (
     Action,
     BudgetPlan,
     JobPlan,
+    connect_cron,
     converge_budgets,
     format_budget,
     load_budget_config,
 )
 from leaseguard.cli_contract import resolve_dsn
 from leaseguard.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
+from leaseguard.pauses import scan_leftovers
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
@@ -101,6 +103,9 @@ def run_budgets(args: argparse.Namespace) -> int:
         report_budgets_failure(exc, as_json=args.json)
         return EXIT_FAILED
     report_plan(plan, as_json=args.json)
+    conninfo = resolve_dsn(args)
+    for warning in scan_leftovers(lambda: connect_cron(conninfo, dbname=args.cron_database)):
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 

@@ -10,9 +10,11 @@ replaced once, at once; a poll fails only when a fresh connection fails too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from fabric import Connection
@@ -22,8 +24,10 @@ from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_of
 from leaseguard.contract import Contract
 from leaseguard.db import connect, invalid_dsn
 from leaseguard.errors import ConfigError, LeaseguardError
+from leaseguard.fleet import combine_facts, in_database_clock
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.indexing import with_plan_warning
+from leaseguard.pauses import scan_leftovers
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, FabricRunner, database_tunnel
 from leaseguard.verdict import Verdict
@@ -33,7 +37,14 @@ class GuardSession:
     """Judges one host's table with the facts looked up on that host."""
 
     def __init__(
-        self, contract: Contract, conninfo: str, facts: RuntimeFacts, runner: Runner
+        self,
+        contract: Contract,
+        conninfo: str,
+        facts: RuntimeFacts,
+        runner: Runner,
+        *,
+        label: str | None = None,
+        fleet: dict[str, Any] | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -48,10 +59,18 @@ class GuardSession:
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         # The schema pre-flight (two catalog queries) runs once per connection, not per poll.
         self._schema_checked = False
+        self.label = label
+        self.fleet = fleet
+        # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
+        # cron_database (None: the session's own database), except those of `pause_owner`
+        # (this process's own drain).
+        self.cron_database: str | None = None
+        self.pause_owner: str | None = None
+        self._leftovers: tuple[str, ...] | None = None
 
     @property
     def host(self) -> str:
-        return self.runner.label
+        return self.label or self.runner.label
 
     def judge(self) -> Verdict:
         """One check on the session's connection (replaced once if it broke meanwhile)."""
@@ -78,8 +97,8 @@ class GuardSession:
         return self._conn
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self.facts.runtime_started_at is not None and self.clock_offset is None:
-            self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
+        if self.facts.runtime_started_at is not None:
+            self.measure_clock()
         verdict = evaluate(
             conn,
             self.contract,
@@ -95,7 +114,30 @@ class GuardSession:
         if not self.plan_checked:
             self.plan_checked = True
             verdict = with_plan_warning(conn, self.contract, verdict)
+        extra = self.leftover_pauses()
+        if extra or self.fleet:
+            verdict = dataclasses.replace(
+                verdict, warnings=(*verdict.warnings, *extra), fleet=self.fleet
+            )
         return verdict
+
+    def leftover_pauses(self) -> tuple[str, ...]:
+        """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None:
+            self._leftovers = tuple(
+                scan_leftovers(
+                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
+                )
+            )
+        return self._leftovers
+
+    def measure_clock(self) -> ClockOffset:
+        """This host's clock offset from the database (measured once per session)."""
+        if self.clock_offset is None:
+            self.clock_offset = measure_offset(
+                host_clock(self.runner), database_clock(self._connection())
+            )
+        return self.clock_offset
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -105,6 +147,43 @@ class GuardSession:
         conn.isolation_level = None
         conn.autocommit = True
         return conn
+
+
+def fleet_session(sessions: Mapping[str, GuardSession]) -> GuardSession:
+    """One session judging with the fleet rule over every host's facts (leaseguard.fleet).
+
+    Each host's start time is first put in the database clock with that host's measured
+    offset, so hosts with different clocks compare fairly; the judgment then needs only the
+    measurement's uncertainty as extra tolerance. It runs through the first host's
+    connection path (the database is shared: that is why its intake is global).
+    """
+    per_host = {}
+    uncertainty = 0.0
+    for name, session in sessions.items():
+        facts = session.facts
+        if facts.runtime_started_at is not None:
+            offset = session.measure_clock()
+            uncertainty = max(uncertainty, offset.uncertainty_s)
+            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            warnings = facts.warnings
+            if offset.exceeds(session.contract.clock_skew_s):
+                warnings = (*warnings, offset.warning(name, session.contract.clock_skew_s))
+            facts = dataclasses.replace(facts, runtime_started_at=started, warnings=warnings)
+        per_host[name] = facts
+    combined = combine_facts(per_host)
+    first = sessions[combined.hosts[0]]
+    session = GuardSession(
+        first.contract,
+        first.conninfo,
+        combined.facts,
+        first.runner,
+        label="fleet",
+        fleet=combined.as_dict(),
+    )
+    session.clock_offset = ClockOffset(0.0, uncertainty)
+    session.cron_database = first.cron_database
+    session.pause_owner = first.pause_owner
+    return session
 
 
 @contextmanager
