@@ -78,7 +78,7 @@ options:
   resume_recorded:
     description:
       - Give back the intake pauses that drains recorded and never resumed (a drain killed
-        before its resume, or whose resume could not reach the database): reactivate exactly
+        before its resume, or whose resume could not reach the database), that is reactivate exactly
         the recorded jobs and delete their records, in one transaction. A job disabled
         without a drain has no record and is never touched. The C(leaseguard resume) of the CLI.
       - Ignored in check mode except for reporting RV(records).

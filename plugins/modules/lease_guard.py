@@ -100,8 +100,8 @@ options:
         by inventory host name. The judgment then follows the fleet rule (oldest runtime
         start, longest lease, over every host), as a global action needs; the result's
         C(fleet) says which host supplied each fact.
-      - Used by C(playbooks/drain.yml) with O(pause_cron_jobs): shared intake is paused once,
-        the fleet is judged as one, and intake is resumed once, from one C(run_once) task.
+      - Used by C(playbooks/drain.yml) with O(pause_cron_jobs), so that shared intake is paused
+        once, the fleet is judged as one, and intake is resumed once, from one C(run_once) task.
     type: dict
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.

@@ -44,7 +44,6 @@ from leaseguard.fronts import (
 )
 from leaseguard.options import DrainOptions, drain_options
 from leaseguard.progress import progress_for
-from leaseguard.resume import resume_lines, resume_pauses
 from leaseguard.session import GuardSession, fleet_session, ssh_session, tunnelled_conninfo
 from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.verdict import Verdict, failure_timeline
@@ -450,6 +449,8 @@ def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> Non
 
     Jobs an operator disabled without a drain have no record and are never touched.
     """
+    from leaseguard.resume import resume_lines, resume_pauses  # pulls in the budgets code
+
     settings = _settings_or_exit(c)
     host = _hosts(c)[0]
     connection = _connection(host, c, settings)
