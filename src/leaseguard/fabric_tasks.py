@@ -25,8 +25,8 @@ from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
-from leaseguard.drain_status import StatusBoard
 from leaseguard.drain import DrainResult
+from leaseguard.drain_status import StatusBoard
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
