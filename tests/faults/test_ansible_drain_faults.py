@@ -101,9 +101,10 @@ def test_shared_intake_stays_paused_until_the_claim_live_on_the_older_host_ends(
     claim(db, 2, "0 seconds")
     proc, out, _ = start_playbook(inventory, tmp_path)
     try:
-        assert wait_until(lambda: active(db, job) == "f")
+        assert out.wait_for("drain host=fleet start live=2"), "".join(out.lines)[-3000:]
+        assert active(db, job) == "f"
         finish(db, 2)
-        assert out.wait_for("live 2 -> 1 ended=2")
+        assert out.wait_for("live 2 -> 1 ended=2"), "".join(out.lines)[-3000:]
         # app1 alone would be drained now; intake is the fleet's, so it stays paused.
         assert active(db, job) == "f"
         finish(db, 1)
