@@ -28,6 +28,8 @@ try:
     from leaseguard.budgets.planning import Action
     from leaseguard.cron import set_jobs_active, validate_active
     from leaseguard.db import connect
+    from leaseguard.pauses import read_records
+    from leaseguard.resume import resume_pauses
 except ImportError:  # require_leaseguard() reports it
     pass
 
@@ -40,7 +42,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         require_leaseguard()
         args = self.validate_argument_spec(
-            cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
+            cron_budget_argument_spec(), required_one_of=[("jobs", "active", "resume_recorded")]
         )[1]
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:
@@ -50,6 +52,8 @@ class ActionModule(ActionBase):
         return result
 
     def _converge(self, args, host):
+        if args["resume_recorded"]:
+            return self._resume_recorded(args, host)
         declared = _declared(args)
         active = validate_active(args["active"]) if args["active"] else {}
         check_mode = bool(self._task.check_mode)
@@ -72,6 +76,30 @@ class ActionModule(ActionBase):
                 with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
                     switched = set_jobs_active(conn, active, check_mode=check_mode)
         return _result(plan, switched, check_mode, host)
+
+    def _resume_recorded(self, args, host):
+        with database_conninfo(self, args) as conninfo:
+            if self._task.check_mode:
+                with connect(
+                    conninfo,
+                    args["connect_timeout_s"],
+                    writable=True,
+                    dbname=args["cron_database"] or None,
+                ) as conn:
+                    records = [r.as_dict() for r in read_records(conn)]
+                return {"changed": bool(records), "host": host, "records": records, "resumed": []}
+            outcome = resume_pauses(
+                conninfo,
+                cron_database=args["cron_database"] or None,
+                connect_timeout_s=args["connect_timeout_s"],
+            )
+        resumed = outcome["resumed"]
+        return {
+            "changed": bool(outcome["records"]),
+            "host": host,
+            **outcome,
+            "msg": f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume",
+        }
 
 
 def _declared(args):

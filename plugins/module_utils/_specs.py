@@ -119,6 +119,8 @@ def drain_spec():
         resume_command=dict(type="list", elements="str", default=[]),
         status_file=dict(type="path"),
         metrics_file=dict(type="path"),
+        resume_retry_s=dict(type="float"),
+        fleet_lookups=dict(type="dict"),
     )
 
 
@@ -159,6 +161,7 @@ def cron_budget_argument_spec():
         on_drift=dict(type="str", choices=["report", "apply"], default="report"),
         cron_database=dict(type="str"),
         active=dict(type="dict"),
+        resume_recorded=dict(type="bool", default=False),
         connect_timeout_s=dict(type="int", default=10),
         **connection_spec(),
     )

@@ -76,6 +76,15 @@ options:
       - A job that does not exist is skipped with a warning; several jobs sharing a name fail
         the task.
     type: dict
+  resume_recorded:
+    description:
+      - Give back the intake pauses that drains recorded and never resumed (a drain killed
+        before its resume, or whose resume could not reach the database), that is reactivate exactly
+        the recorded jobs and delete their records, in one transaction. A job disabled
+        without a drain has no record and is never touched. The C(leaseguard resume) of the CLI.
+      - Ignored in check mode except for reporting RV(records).
+    type: bool
+    default: false
   connect_timeout_s:
     description: Seconds to wait for the database connection.
     type: int
@@ -196,9 +205,15 @@ paused:
   type: list
   elements: str
   sample: [claim]
+records:
+  description: The recorded pauses found (job, paused_at, by), with O(resume_recorded).
+  returned: when O(resume_recorded)
+  type: list
+  elements: dict
+  sample: [{"job": "claim", "paused_at": "2026-09-09T14:48:57+00:00", "by": "fab drain pid 4242 on ci1"}]
 resumed:
-  description: Jobs this run activated through O(active).
-  returned: when O(active) is given
+  description: Jobs this run activated through O(active) or O(resume_recorded).
+  returned: when O(active) or O(resume_recorded) is given
   type: list
   elements: str
   sample: []
@@ -233,7 +248,9 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
 
 def main():
     run_as_action_plugin_only(
-        "cron_budget", cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
+        "cron_budget",
+        cron_budget_argument_spec(),
+        required_one_of=[("jobs", "active", "resume_recorded")],
     )
 
 

@@ -19,7 +19,10 @@ from leaseguard.budgets.converge import converge_budgets
 from leaseguard.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
 from leaseguard.budgets.units import format_budget
 from leaseguard.cli_contract import resolve_dsn
+from leaseguard.contract import Contract
+from leaseguard.db import connect
 from leaseguard.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
+from leaseguard.pauses import scan_leftovers
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
@@ -97,6 +100,12 @@ def run_budgets(args: argparse.Namespace) -> int:
         report_budgets_failure(exc, as_json=args.json)
         return EXIT_FAILED
     report_plan(plan, as_json=args.json)
+    conninfo = resolve_dsn(args)
+    timeout_s = Contract.connect_timeout_s
+    for warning in scan_leftovers(
+        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
+    ):
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 

@@ -14,7 +14,7 @@ several jobs sharing a name are refused, because switching either could be the w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -210,12 +210,15 @@ def set_jobs_active(
     *,
     check_mode: bool = False,
     require_all: bool = False,
+    also: Callable[[psycopg.Connection[Any], list[ActiveChange]], None] | None = None,
 ) -> ActivePlan:
     """Set each named job's active flag in one transaction (read-only in check mode).
 
     `conn` is an autocommit connection to the database holding cron.job
     (`leaseguard.db.connect` with writable=True). With `require_all`, a name that matches no job
-    fails the whole call before anything is written.
+    fails the whole call before anything is written. `also` runs in the same transaction
+    after the switches, with the changes made (the drain records its pauses there, so a
+    pause and its record commit together or not at all).
     """
     wanted = validate_active(wanted)
     hint = "the role must own the jobs or be allowed cron.alter_job"
@@ -234,6 +237,9 @@ def set_jobs_active(
                             "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
                             (change.jobid, change.wanted),
                         )
+                if also is not None:
+                    step.doing = "recording the switch in cron.job"
+                    also(conn, [change for change in changes if change.changed])
     except _Refused as exc:
         raise DatabaseError(str(exc)) from None
     return ActivePlan(tuple(changes), applied=not check_mode)

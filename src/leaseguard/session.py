@@ -16,14 +16,15 @@ and a poll through a tunnel whose SSH connection died says so, naming the SSH ho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from fabric import Connection
@@ -38,8 +39,10 @@ from leaseguard.errors import (
     LeaseguardError,
     TunnelError,
 )
+from leaseguard.fleet import combine_facts, in_database_clock
 from leaseguard.guard import judge_table, lease_seconds
 from leaseguard.indexing import with_plan_warning
+from leaseguard.pauses import scan_leftovers
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.statuses import StatusColumn
@@ -118,6 +121,9 @@ class GuardSession:
         facts: RuntimeFacts,
         runner: Runner,
         link: Link | None = None,
+        *,
+        label: str | None = None,
+        fleet: dict[str, Any] | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -135,10 +141,18 @@ class GuardSession:
         # The schema pre-flight (catalog queries) runs once per connection, not per poll;
         # the status check it prepares runs on every poll.
         self._status_column: StatusColumn | None = None
+        self.label = label
+        self.fleet = fleet
+        # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
+        # cron_database (None: the session's own database), except those of `pause_owner`
+        # (this process's own drain).
+        self.cron_database: str | None = None
+        self.pause_owner: str | None = None
+        self._leftovers: tuple[str, ...] | None = None
 
     @property
     def host(self) -> str:
-        return self.runner.label
+        return self.label or self.runner.label
 
     @property
     def poll_budget_s(self) -> float:
@@ -230,8 +244,8 @@ class GuardSession:
             _shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self.facts.runtime_started_at is not None and self.clock_offset is None:
-            self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
+        if self.facts.runtime_started_at is not None:
+            self.measure_clock()
         verdict, self._status_column = judge_table(
             conn,
             self.contract,
@@ -246,7 +260,30 @@ class GuardSession:
         if not self.plan_checked:
             self.plan_checked = True
             verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
+        extra = self.leftover_pauses()
+        if extra or self.fleet:
+            verdict = dataclasses.replace(
+                verdict, warnings=(*verdict.warnings, *extra), fleet=self.fleet
+            )
         return verdict
+
+    def leftover_pauses(self) -> tuple[str, ...]:
+        """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None:
+            self._leftovers = tuple(
+                scan_leftovers(
+                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
+                )
+            )
+        return self._leftovers
+
+    def measure_clock(self) -> ClockOffset:
+        """This host's clock offset from the database (measured once per session)."""
+        if self.clock_offset is None:
+            self.clock_offset = measure_offset(
+                host_clock(self.runner), database_clock(self._connection())
+            )
+        return self.clock_offset
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -260,6 +297,44 @@ def _shutdown_socket(conn: Conn) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):
         pass  # already closed: nothing waits on it
+
+
+def fleet_session(sessions: Mapping[str, GuardSession]) -> GuardSession:
+    """One session judging with the fleet rule over every host's facts (leaseguard.fleet).
+
+    Each host's start time is first put in the database clock with that host's measured
+    offset, so hosts with different clocks compare fairly; the judgment then needs only the
+    measurement's uncertainty as extra tolerance. It runs through the first host's
+    connection path (the database is shared: that is why its intake is global).
+    """
+    per_host = {}
+    uncertainty = 0.0
+    for name, session in sessions.items():
+        facts = session.facts
+        if facts.runtime_started_at is not None:
+            offset = session.measure_clock()
+            uncertainty = max(uncertainty, offset.uncertainty_s)
+            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            warnings = facts.warnings
+            if offset.exceeds(session.contract.clock_skew_s):
+                warnings = (*warnings, offset.warning(name, session.contract.clock_skew_s))
+            facts = dataclasses.replace(facts, runtime_started_at=started, warnings=warnings)
+        per_host[name] = facts
+    combined = combine_facts(per_host)
+    first = sessions[combined.hosts[0]]
+    session = GuardSession(
+        first.contract,
+        first.conninfo,
+        combined.facts,
+        first.runner,
+        first.link,
+        label="fleet",
+        fleet=combined.as_dict(),
+    )
+    session.clock_offset = ClockOffset(0.0, uncertainty)
+    session.cron_database = first.cron_database
+    session.pause_owner = first.pause_owner
+    return session
 
 
 @contextmanager
