@@ -19,9 +19,9 @@ from leaseguard.budgets import (
     render_command,
 )
 from leaseguard.errors import ConfigError, DatabaseError
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from sandbox.subprocess_env import clean_env
 from tests.support.pg_fixtures import fresh_database
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
-from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 

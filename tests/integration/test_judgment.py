@@ -14,8 +14,8 @@ from leaseguard.contract import contract_from_mapping
 from leaseguard.db import connect
 from leaseguard.guard import evaluate
 from leaseguard.verdict import Decision, TaskTimeout
+from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.oracle import Row, classify
-from tests.support.runs_table import create_runs_table, insert_runs
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,8 @@ import paramiko
 import psycopg
 import pytest
 
-from tests.support.hosts_fixtures import AppHost
-from tests.support.netns import (
+from sandbox.hosts import AppHost
+from sandbox.netns import (
     NetnsError,
     NetnsHost,
     descendants,
@@ -30,8 +30,8 @@ from tests.support.netns import (
     reap_stale_namespaces,
     wait_for_port,
 )
-from tests.support.podman import IMAGE, PodmanEngine
-from tests.support.sshd import SshServer, write_ed25519_keypair
+from sandbox.podman import IMAGE, PodmanEngine
+from sandbox.sshd import SshServer, write_ed25519_keypair
 
 pytestmark = pytest.mark.integration
 
