@@ -437,6 +437,8 @@ def serve(
     signal.signal(signal.SIGINT, _on_signal)
     sandbox_dir.root.mkdir(parents=True, exist_ok=True)
     write_atomically(sandbox_dir.pid_file, f"{os.getpid()}\n")
+    # Several checkouts may run sandboxes on one machine: say whose this is.
+    log.info("serving %s from %s", sandbox_dir.root, REPO_ROOT)
     t_start = time.monotonic()
     try:
         with ExitStack() as stack:
