@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support.pgcluster import PgCluster
+from sandbox.pgcluster import PgCluster
 
 PG_BASE_DIR = "/tmp"
 

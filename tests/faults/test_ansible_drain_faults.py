@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sandbox.ansible_env import ansible_env
+from sandbox.runs_table import create_runs_table
 from tests.faults.conftest import (
     Lines,
     job_active,
@@ -20,8 +22,7 @@ from tests.faults.conftest import (
     unschedule_with_records,
     wait_until,
 )
-from tests.support.ansible_run import REPO, ansible_env, write_inventory
-from tests.support.runs_table import create_runs_table
+from tests.support.ansible_run import REPO, write_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 from tests.faults.conftest import (
     Lines,
     job_active,
@@ -20,8 +22,6 @@ from tests.faults.conftest import (
     stop_server,
     terminate,
 )
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 

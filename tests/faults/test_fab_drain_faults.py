@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 from tests.faults.conftest import Lines, job_active, terminate, unschedule_with_records
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

@@ -20,9 +20,9 @@ from leaseguard.budgets.config import BudgetConfig, budget_config_from_mapping
 from leaseguard.budgets.converge import converge_budgets
 from leaseguard.budgets.planning import Action
 from leaseguard.errors import DatabaseError
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from sandbox.subprocess_env import clean_env
 from tests.support.pg_fixtures import fresh_database
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
-from tests.support.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ import re
 import pytest
 import yaml
 
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 from tests.support.ansible_run import run_playbook, write_inventory
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from leaseguard.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMisma
 from leaseguard.guard import check
 from leaseguard.session import local_session
 from leaseguard.verdict import TaskTimeout
-from tests.support.runs_table import create_runs_table
+from sandbox.runs_table import create_runs_table
 
 pytestmark = pytest.mark.integration
 

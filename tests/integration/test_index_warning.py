@@ -17,9 +17,9 @@ from leaseguard.contract import contract_from_mapping
 from leaseguard.indexing import LARGE_TABLE_ROWS, index_name
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
-from tests.support.pgcluster import PgClusterError
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.pgcluster import PgClusterError
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 

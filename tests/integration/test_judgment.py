@@ -15,8 +15,8 @@ from leaseguard.db import connect
 from leaseguard.errors import UnclassifiedStatus
 from leaseguard.guard import evaluate
 from leaseguard.verdict import Decision, TaskTimeout
+from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.oracle import Row, classify, unclassified
-from tests.support.runs_table import create_runs_table, insert_runs
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from leaseguard.errors import ConfigError, UnclassifiedStatus
 from leaseguard.guard import evaluate, judge_table
 from leaseguard.statuses import COUNT_CAP, MAX_NAMED
 from leaseguard.verdict import Decision, TaskTimeout
-from tests.support.runs_table import create_runs_table, insert_runs
-from tests.support.subprocess_env import clean_env
+from sandbox.runs_table import create_runs_table, insert_runs
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
