@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_presets [--rows 1000000] [--repeat 15]
 
-Each queue's schema comes from its own migration files (tests/support/queues). The table
+Each queue's schema comes from its own migration files (sandbox/queues). The table
 grows with history the way each system keeps it (River, Oban, pg-boss: completed rows;
 graphile-worker deletes completed jobs, so its history is permanently failed, exhausted
 jobs), beside 10 live and 10 queued jobs. The guard reads through the queue's own index
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 import time
@@ -29,13 +30,13 @@ import psycopg
 from psycopg import sql
 
 from benchmarks.common import markdown_table
-from leaseguard.contract import contract_from_mapping
+from benchmarks.infra import create_database, drop_database
+from leaseguard.contract import Contract, contract_from_mapping
 from leaseguard.indexing import index_advice
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
-from tests.support.pg_fixtures import PG_BASE_DIR, fresh_database
-from tests.support.pgcluster import PgCluster
-from tests.support.queues import (
+from sandbox.pgcluster import PG_BASE_DIR, PgCluster
+from sandbox.queues import (
     create_graphile_worker,
     create_oban,
     create_pg_boss,
@@ -125,38 +126,48 @@ PRESETS: dict[str, Callable[[psycopg.Connection[Any], int], None]] = {
 
 def measure(cluster: PgCluster, preset: str, history: int, repeat: int) -> dict[str, Any]:
     contract = contract_from_mapping({"preset": preset})
+    name = f"bench_presets_{secrets.token_hex(4)}"
+    create_database(cluster, name)
+    try:
+        return _measure(cluster, name, contract, preset, history, repeat)
+    finally:
+        drop_database(cluster, name)
+
+
+def _measure(
+    cluster: PgCluster, name: str, contract: Contract, preset: str, history: int, repeat: int
+) -> dict[str, Any]:
     started = datetime.now(UTC) - timedelta(days=2)
-    with fresh_database(cluster) as db:
-        with db.connect() as conn:
-            PRESETS[preset](conn, history)
-            advice = index_advice(conn, contract)  # type: ignore[arg-type]
-            for statement in advice:
-                if not statement.startswith("--"):
-                    conn.execute(statement)  # type: ignore[arg-type]
-            conn.execute(
-                sql.SQL("ANALYZE {}").format(
-                    sql.Identifier(contract.schema or "public", contract.table)
-                )
+    with cluster.connect(name) as conn:
+        PRESETS[preset](conn, history)
+        advice = index_advice(conn, contract)  # type: ignore[arg-type]
+        for statement in advice:
+            if not statement.startswith("--"):
+                conn.execute(statement)  # type: ignore[arg-type]
+        conn.execute(
+            sql.SQL("ANALYZE {}").format(
+                sql.Identifier(contract.schema or "public", contract.table)
             )
-        own_index = any("already serve" in line for line in advice)
-        with local_session(contract, db.dsn, runtime_started_at=started) as session:
-            verdict = session.judge()
-            walls = []
-            for _ in range(repeat):
-                t0 = time.perf_counter()
-                session.judge()
-                walls.append(time.perf_counter() - t0)
-        params = predicate_params(contract, lease_s=verdict.lease_s, runtime_started_at=started)
-        server, scans = [], set()
-        with db.connect() as conn:
-            # What the guard's own transaction sets (leaseguard.db.guard_transaction).
-            conn.execute("SET max_parallel_workers_per_gather = 0")
-            for _ in range(repeat):
-                [plan] = conn.execute(
-                    sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + counts_query(contract), params
-                ).fetchone()
-                server.append((plan[0]["Planning Time"] + plan[0]["Execution Time"]) / 1000)
-                scans |= _scans(plan)
+        )
+    own_index = any("already serve" in line for line in advice)
+    with local_session(contract, cluster.dsn(name), runtime_started_at=started) as session:
+        verdict = session.judge()
+        walls = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            session.judge()
+            walls.append(time.perf_counter() - t0)
+    params = predicate_params(contract, lease_s=verdict.lease_s, runtime_started_at=started)
+    server, scans = [], set()
+    with cluster.connect(name) as conn:
+        # What the guard's own transaction sets (leaseguard.db.guard_transaction).
+        conn.execute("SET max_parallel_workers_per_gather = 0")
+        for _ in range(repeat):
+            [plan] = conn.execute(
+                sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + counts_query(contract), params
+            ).fetchone()
+            server.append((plan[0]["Planning Time"] + plan[0]["Execution Time"]) / 1000)
+            scans |= _scans(plan)
     return {
         "preset": preset,
         "rows": history + 2 * LIVE,

@@ -15,15 +15,18 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_argument_spec,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    RESUME_HINT,
     LeaseguardError,
     contract_from,
     drain_events,
     drain_host,
     drain_options,
     failure,
+    fleet_session,
     given_facts,
     guard_session,
     require_leaseguard,
+    stop_on_signals,
 )
 
 DRAIN_KEYS = (
@@ -35,6 +38,7 @@ DRAIN_KEYS = (
     "resume_command",
     "status_file",
     "metrics_file",
+    "resume_retry_s",
 )
 
 
@@ -62,14 +66,32 @@ class ActionModule(ActionBase):
         options = drain_options({key: args[key] for key in DRAIN_KEYS})
         waiting = args["wait"] and not self._task.check_mode
         with guard_session(self, args, contract, facts, host) as session:
+            if args["fleet_lookups"] is not None:
+                session = fleet_session(session, args["fleet_lookups"])
+            session.cron_database = options.cron_database
             if not waiting:
                 return _report(session.judge().as_dict(), args)
-            with drain_events(host) as events:
-                drained = drain_host(session, options)
+            with drain_events(host) as events, stop_on_signals(session.host) as (stop, say):
+                try:
+                    drained = drain_host(
+                        session,
+                        options,
+                        front=f"ansible-playbook lease_guard ({session.host})",
+                        resume_hint=RESUME_HINT,
+                        stop=stop,
+                    )
+                finally:
+                    if stop.is_set():
+                        say(_after_signal(options))
         if drained.error is not None:
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
         return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+
+
+def _after_signal(options):
+    jobs = ", ".join(options.pause_cron_jobs) or "none"
+    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"
 
 
 def _report(verdict, args):

@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
   - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
 options:
   lookup:
     description:
@@ -89,6 +90,20 @@ options:
         (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
       - One file per host, named C(*.prom) for node_exporter's textfile collector.
     type: path
+  resume_retry_s:
+    description:
+      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds
+        (default V(60)); then fail naming the paused jobs and the command that resumes them.
+    type: float
+  fleet_lookups:
+    description:
+      - The registered M(leaseguard.deploy.task_timeout) results of every host of the play,
+        by inventory host name. The judgment then follows the fleet rule (oldest runtime
+        start, longest lease, over every host), as a global action needs; the result's
+        C(fleet) says which host supplied each fact.
+      - Used by C(playbooks/drain.yml) with O(pause_cron_jobs), so that shared intake is paused
+        once, the fleet is judged as one, and intake is resumed once, from one C(run_once) task.
+    type: dict
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool
@@ -114,11 +129,6 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the controller; lookups run on the host through the task's connection.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
     for the index that keeps the query cheap on large tables.

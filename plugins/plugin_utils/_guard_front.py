@@ -11,8 +11,10 @@ CLI and the Fabric tasks.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
-from contextlib import contextmanager
+import threading
+from contextlib import contextmanager, suppress
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.utils.display import Display
@@ -23,11 +25,18 @@ try:
 
     from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.db import invalid_dsn
-    from leaseguard.errors import ConfigError, LeaseguardError, TunnelError
-    from leaseguard.fronts import drain_host
+    from leaseguard.dsn import direct_conninfo, tunnel_far_end
+    from leaseguard.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
+    from leaseguard.fleet import combine_facts
+    from leaseguard.fronts import drain_host, signals_set
     from leaseguard.options import drain_options
-    from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
-    from leaseguard.session import local_session, reject_hostaddr, tunnelled_conninfo
+    from leaseguard.runtime import (
+        CommandResult,
+        RuntimeFacts,
+        parse_timestamp,
+        resolve_runtime_facts,
+    )
+    from leaseguard.session import GuardSession, local_session, reject_hostaddr, tunnelled_conninfo
     from leaseguard.ssh import (
         DatabaseAddress,
         SshOptions,
@@ -35,14 +44,15 @@ try:
         parse_openssh_args,
     )
     from leaseguard.timeouts import parse_timeout_s
+    from leaseguard.verdict import TaskTimeout
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
-    ConfigError = TunnelError = LeaseguardError
-    drain_host = drain_options = resolve_runtime_facts = None
+    ConfigError = TunnelError = LookupFailed = LeaseguardError
+    drain_host = drain_options = resolve_runtime_facts = signals_set = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -237,15 +247,17 @@ def database_conninfo(action, args):
     """The database's conninfo as the controller reaches it: through the host, or directly.
 
     A `local` connection or `tunnel: false` means the controller reaches the database address
-    itself. Otherwise a tunnel is opened with the host's own SSH settings and closed on exit.
+    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
+    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
+    database (leaseguard.dsn).
     """
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":
-        yield make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"])
         return
+    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
-    address = DatabaseAddress(args["db_host"], args["db_port"])
     try:
         with tunnelled_conninfo(connection, conninfo, address) as tunnelled:
             yield tunnelled
@@ -260,6 +272,81 @@ def guard_session(action, args, contract, facts, label):
         runner = AnsibleRunner(action, label)
         with local_session(contract, conninfo, runner=runner, **facts) as session:
             yield session
+
+
+RESUME_HINT = (
+    "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
+    "the same database options)"
+)
+
+
+def fleet_session(session, lookups):
+    """A session judging with the fleet rule over every host's registered lookup.
+
+    Fails closed, naming the host, when a host's lookup is missing or failed: a fleet judged
+    without one of its hosts could call that host's live claims orphaned or stale.
+    """
+    per_host = {}
+    for host, lookup in sorted((lookups or {}).items()):
+        if not isinstance(lookup, dict) or lookup.get("failed") or not lookup.get("source"):
+            raise LookupFailed(
+                f"host {host}: no task timeout lookup (it failed or never ran); the fleet "
+                "cannot be judged without every host"
+            )
+        facts = given_facts({"lookup": lookup})
+        timeout = TaskTimeout(facts["task_timeout_s"], facts["task_timeout_source"] or "lookup")
+        per_host[host] = RuntimeFacts(
+            timeout, facts["runtime_started_at"], tuple(lookup.get("warnings") or ())
+        )
+    combined = combine_facts(per_host)
+    return GuardSession(
+        session.contract,
+        session.conninfo,
+        combined.facts,
+        session.runner,
+        label="fleet",
+        fleet=combined.as_dict(),
+    )
+
+
+@contextmanager
+def stop_on_signals(label):
+    """SIGINT/SIGTERM stop the drain and its `finally` resumes intake; the worker says so.
+
+    ansible-playbook forwards both signals to its workers, whose own handler kills the whole
+    worker at once (no `finally` runs), and on SIGTERM the controller process exits right
+    away. So while a drain runs here, the signals only set `stop`; the drain's loop notices
+    it within a poll and resumes intake. The message goes to the controller's stderr,
+    opened before any signal (a worker's own stdio is /dev/null, and the controller may be
+    gone by the time the resume is done).
+    """
+    stop = threading.Event()
+    out = _controller_stderr()
+
+    def say(message):
+        line = f"leaseguard [{label}]: {message}"
+        # The controller may be gone already (SIGTERM): the resume matters, not the message.
+        with suppress(Exception):
+            if out is not None:
+                out.write(line + "\n")
+                out.flush()
+            else:
+                display.display(line, stderr=True)
+
+    try:
+        with signals_set(stop, say):
+            yield stop, say
+    finally:
+        if out is not None:
+            out.close()
+
+
+def _controller_stderr():
+    """The ansible-playbook process's stderr, for messages that must outlive it."""
+    try:
+        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
+    except OSError:
+        return None
 
 
 class DisplayedEvents(logging.Handler):
@@ -302,9 +389,11 @@ __all__ = [
     "drain_host",
     "drain_options",
     "failure",
+    "fleet_session",
     "given_facts",
     "guard_session",
     "lookup_result",
     "require_leaseguard",
     "resolve_runtime_facts",
+    "stop_on_signals",
 ]

@@ -1,9 +1,10 @@
-"""`leaseguard index-sql`: print the partial index the guard query wants, for a contract.
+"""`leaseguard index-sql`: print the index the guard's checks want, for a contract.
 
 It needs no database: the statement is derived from the contract alone (table, status
-column, claimed and queued statuses, claimed_at and expiry columns), so it can be reviewed
-and shipped as a migration like any other. It takes `leaseguard check`'s contract flags and
---config file unchanged; the ones that do not shape the index are accepted and ignored.
+column, claimed_at and expiry columns), so it can be reviewed and shipped as a migration
+like any other; with --dsn it reads the table first (existing indexes, partitions). It
+takes `leaseguard check`'s contract flags and --config file unchanged; the ones that do
+not shape the index are accepted and ignored.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ from typing import Any
 from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
 from leaseguard.db import connect, translate_errors
 from leaseguard.errors import EXIT_FAILED, ConfigError, LeaseguardError
-from leaseguard.indexing import index_advice, recommended_index_sql
+from leaseguard.indexing import INDEX_COMMENT, index_advice, recommended_index_sql
 
 DESCRIPTION = """\
-Print the CREATE INDEX CONCURRENTLY statement of the partial index that keeps the guard
-query's cost flat as the table grows (it covers only the claimed and queued statuses).
+Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+flat as the table grows: the guard query reads only the claimed and queued entries, and the
+status check (every status in the table classified) visits each distinct status once.
 Run it on its own, outside a transaction block, e.g.
-`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. With --dsn it reads the
-table first: it names an existing index that already serves the guard (River's and Oban's
-do) instead of a new one, and gives a partitioned table (pg-boss) the per-partition recipe.
+`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+*_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+--dsn it reads the table first: it names an existing index that already serves the guard
+(one leading with the status column: River's and Oban's do) instead of a new one, and gives
+a partitioned table (pg-boss) the per-partition recipe.
 """
 
 
@@ -31,7 +35,7 @@ def add_index_sql_command(commands: Any) -> None:
     """Register `index-sql` on the subparsers of `leaseguard`'s parser."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "index-sql",
-        help="print the partial index that keeps the guard query flat (no database needed)",
+        help="print the index that keeps the guard's checks flat (no database needed)",
         description=DESCRIPTION,
     )
     add_config_option(parser)
@@ -49,7 +53,7 @@ def run_index_sql(args: argparse.Namespace) -> int:
     contract = contract_from_args(args)
     if args.dsn:
         try:
-            with connect(args.dsn, contract) as conn, translate_errors(contract):
+            with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
                 lines = index_advice(conn, contract)
         except ConfigError:
             raise
@@ -58,7 +62,7 @@ def run_index_sql(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         print("\n".join(lines))
         return 0
-    # A constant comment: a table name may hold a newline, which would end a `--` comment.
-    print("-- leaseguard: the guard query's partial index; run it alone, not in a transaction")
+    print(INDEX_COMMENT)
+    print("-- it supersedes an earlier version's partial *_leaseguard_claims index")
     print(recommended_index_sql(contract))
     return 0

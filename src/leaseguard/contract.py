@@ -28,13 +28,15 @@ from leaseguard.presets import (
 
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
-_MAX_IDENTIFIER_BYTES = 63
+MAX_IDENTIFIER_BYTES = 63
 
 # The section of a config file that declares pg_cron budgets (leaseguard.budgets reads it);
 # the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
 CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
+# Statuses that are neither claimed nor queued when the contract does not say otherwise.
+DEFAULT_FINISHED_STATUSES = ("done", "failed")
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,10 @@ class Contract:
     status_column: str = "status"
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
+    # None: DEFAULT_FINISHED_STATUSES minus any the contract classes as claimed or queued.
+    # Kept apart from an explicit list so that only statuses someone wrote are checked
+    # against an enum's labels (an enum without a 'failed' label needs no config for it).
+    finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = "claimed_at"
     lease: LeaseRule = field(default_factory=LeaseRule)
     task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
@@ -102,6 +108,19 @@ class Contract:
         return min(self.lock_timeout_ms, self.statement_timeout_ms)
 
     @property
+    def finished(self) -> tuple[str, ...]:
+        """The finished statuses in force: the explicit list, else the defaults."""
+        if self.finished_statuses is not None:
+            return self.finished_statuses
+        taken = {*self.claimed_statuses, *self.queued_statuses}
+        return tuple(s for s in DEFAULT_FINISHED_STATUSES if s not in taken)
+
+    @property
+    def classified_statuses(self) -> tuple[str, ...]:
+        """Every status the contract classes: claimed, queued, finished."""
+        return (*self.claimed_statuses, *self.queued_statuses, *self.finished)
+
+    @property
     def table_label(self) -> str:
         return f"{self.schema}.{self.table}" if self.schema else self.table
 
@@ -115,10 +134,15 @@ class Contract:
         """Each row says when its claim expires: no task timeout, no multiplier needed."""
         return bool(self.lease.expires_at_column) or self.claim_rule == ROW_EXPIRY_RULE
 
+    @property
+    def has_status_column(self) -> bool:
+        """Rows are classed by a status column (graphile-worker's are not: by locked_at)."""
+        return self.claim_rule != LOCKED_AT_RULE
+
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
         named = {"id_column": self.id_column}
-        if self.claim_rule == LOCKED_AT_RULE:
+        if not self.has_status_column:
             # graphile-worker: no status column; an unlocked row is queued or exhausted.
             named |= {"preset attempts": "attempts", "preset max_attempts": "max_attempts"}
         else:
@@ -185,7 +209,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     A `preset` is the lowest layer above the built-in defaults: every key set explicitly,
     in any layer, overrides the preset's value for it.
     """
-    _reject_unknown(data, _TOP_KEYS, prefix="")
+    reject_unknown(data, _TOP_KEYS, prefix="")
     preset = _optional_text(data, "preset")
     if preset is not None:
         data = merge_layers(preset_layer(preset), data)
@@ -195,12 +219,10 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     default = Contract()
     claimed = _statuses(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
     queued = _statuses(data, "queued_statuses", default.queued_statuses, allow_empty=True)
-    overlap = sorted(set(claimed) & set(queued))
-    if overlap:
-        raise ConfigError(
-            f"claimed_statuses and queued_statuses overlap on {overlap}: a status is either "
-            "claimed (someone holds it) or queued (nobody does)"
-        )
+    finished = None
+    if data.get("finished_statuses") is not None:
+        finished = _statuses(data, "finished_statuses", (), allow_empty=True)
+    _reject_overlap(claimed_statuses=claimed, queued_statuses=queued, finished_statuses=finished)
     return Contract(
         table=_identifier(data, "table", default.table),
         schema=_optional_identifier(data, "schema"),
@@ -208,6 +230,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         status_column=_identifier(data, "status_column", default.status_column),
         claimed_statuses=claimed,
         queued_statuses=queued,
+        finished_statuses=finished,
         claimed_at_column=_identifier(data, "claimed_at_column", default.claimed_at_column),
         lease=_lease_rule(lease),
         task_timeout=_task_timeout_lookup(task_timeout),
@@ -229,6 +252,7 @@ _TOP_KEYS = frozenset(
         "status_column",
         "claimed_statuses",
         "queued_statuses",
+        "finished_statuses",
         "claimed_at_column",
         "lease",
         "task_timeout",
@@ -256,8 +280,22 @@ CONFIG_KEYS = frozenset(
 ) - {"lease", "task_timeout", "runtime"}
 
 
+def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
+    """A status belongs to one class: claimed (someone holds it), queued, or finished."""
+    seen: dict[str, str] = {}
+    for key, statuses in lists.items():
+        for status in statuses or ():
+            if status in seen:
+                raise ConfigError(
+                    f"status {status!r} is in both {seen[status]} and {key}: a status is "
+                    "claimed (someone holds it), queued (nobody does yet) or finished, "
+                    "never two of these"
+                )
+            seen[status] = key
+
+
 def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
-    _reject_unknown(data, _LEASE_KEYS, prefix="lease.")
+    reject_unknown(data, _LEASE_KEYS, prefix="lease.")
     multiplier = _number(data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0)
     return LeaseRule(
         multiplier=multiplier,
@@ -267,7 +305,7 @@ def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
 
 def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
     prefix = "task_timeout."
-    _reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
+    reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
     default = TaskTimeoutLookup()
     source = _choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
     lookup = TaskTimeoutLookup(
@@ -288,7 +326,7 @@ def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
 
 def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
     prefix = "runtime."
-    _reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
+    reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
     default = RuntimeLookup()
     lookup = RuntimeLookup(
         source=_choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
@@ -327,7 +365,8 @@ def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _reject_unknown(data: Mapping[str, Any], known: frozenset[str], *, prefix: str) -> None:
+def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
+    """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         names = ", ".join(prefix + k for k in unknown)
@@ -353,9 +392,9 @@ def _optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> st
 
 def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
     name = _text(data, key, default, prefix=prefix)
-    if len(name.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
+    if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise ConfigError(
-            f"{prefix}{key} is longer than {_MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
+            f"{prefix}{key} is longer than {MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
             "truncate it and address another name"
         )
     return name

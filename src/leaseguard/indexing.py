@@ -1,24 +1,27 @@
-"""The partial index that keeps the guard query flat as the table grows, and the warning
-that points at it when a large table is read with a sequential scan.
+"""The index that keeps the guard's checks flat as the table grows, and the warning that
+points at it when a large table is read with a sequential scan.
 
 The guard reads only claimed and queued rows, a set bounded by the number of workers,
-while the table grows with history (done, failed, cancelled rows). Without an index every
-check reads the whole history; with a partial index over just the claimed and queued
-statuses it reads the same few rows at 10^4 rows as at 10^7.
+while the table grows with history (done, failed, cancelled rows). It also makes sure every
+status present is classified (statuses.py), which asks the index for each distinct status
+(a loose index scan). One btree index leading with the status column serves both: the
+guard query reads the same few entries at 10^4 rows as at 10^7, and the status check visits
+each distinct status once. A partial index over the claimed and queued statuses (what earlier
+versions recommended, `<table>_leaseguard_claims`) serves the guard query only: it cannot
+show a status it does not hold.
 
 The index must match the predicate's own expressions for the planner to use it: the
-predicate compares the status column natively (no cast), so the index key and its WHERE
-clause name the plain column; that works for text and enum status columns alike (an enum
-label literal in an index predicate is a constant). The planner proves the guard query's
-`status = ANY(...)` implies the index's `status IN (...)` only when both name the same
-statuses, which is why the index is derived from the contract.
+predicate compares the status column natively (no cast), so the index key names the plain
+column; that works for text and enum status columns alike, and it is why a queue's own
+index leading with its status column (River's, Oban's) already serves both checks. A
+contract without a status column (graphile-worker: claimed iff locked_at is set) has no
+status check; its index is partial, over the rows the guard reads, in the guard's terms.
 
 A partitioned table (pg-boss) refuses CREATE INDEX CONCURRENTLY on its parent: the recipe
 there is an invalid index ON ONLY the parent, one concurrent index per partition, and an
 ATTACH of each, after which the parent index is valid and covers future partitions too.
 
-An index predicate takes no bind parameters: the statuses are `sql.Literal`s (quoted and
-escaped by psycopg), identifiers are `sql.Identifier`s, and `sql.SQL` wraps constants only.
+Identifiers are `sql.Identifier`s and `sql.SQL` wraps constants only.
 """
 
 from __future__ import annotations
@@ -31,51 +34,45 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.contract import Contract
-from leaseguard.errors import ConfigError, SchemaMismatch
+from leaseguard.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.db import set_local_limits
+from leaseguard.errors import SchemaMismatch
 from leaseguard.predicate import (
     claim_conditions,
     counts_query,
     predicate_params,
     table_identifier,
 )
-from leaseguard.presets import LOCKED_AT_RULE
+from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
 
-INDEX_SUFFIX = "_leaseguard_claims"
+INDEX_SUFFIX = "_leaseguard_status"
 # Below this many rows a sequential scan costs a millisecond or two (benchmarks/RESULTS.md:
 # ~1 ms at 10^4 rows, ~10 ms at 10^5): not worth a warning.
 LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes.
-_MAX_NAME_BYTES = 63
 # The plan check is advisory: it gets a small budget of its own, never the check's.
 _PLAN_CHECK_TIMEOUT_MS = 1000
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
-def index_statuses(contract: Contract) -> tuple[str, ...]:
-    """The statuses the guard reads: claimed first, then queued, each once."""
-    return tuple(dict.fromkeys((*contract.claimed_statuses, *contract.queued_statuses)))
-
-
 def index_name(contract: Contract) -> str:
-    """`<table>_leaseguard_claims`, shortened (with a hash of the table name) to 63 bytes."""
+    """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
     return _short_name(contract.table + INDEX_SUFFIX)
 
 
 def _short_name(name: str) -> str:
     """`name` when it fits in 63 bytes, else its head plus a hash and the suffix."""
-    if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
+    if len(name.encode("utf-8")) <= MAX_IDENTIFIER_BYTES:
         return name
     stem = name.removesuffix(INDEX_SUFFIX)
     digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:8]
     tail = f"_{digest}{INDEX_SUFFIX}"
-    budget = _MAX_NAME_BYTES - len(tail.encode("utf-8"))
+    budget = MAX_IDENTIFIER_BYTES - len(tail.encode("utf-8"))
     head = stem.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
     return head + tail
 
@@ -96,25 +93,28 @@ def index_columns(contract: Contract) -> list[sql.Composable]:
 
 def lead_column(contract: Contract) -> str:
     """The column the guard's WHERE clause filters on: status, or locked_at (graphile)."""
-    if contract.claim_rule == LOCKED_AT_RULE:
+    if not contract.has_status_column:
         return contract.claimed_at_column
     return contract.status_column
 
 
-def index_predicate(contract: Contract) -> sql.Composable:
-    """The partial index's WHERE clause: the rows the guard reads, in its own terms."""
-    if contract.claim_rule == LOCKED_AT_RULE:
-        claimed, queued = claim_conditions(contract)
-        return sql.SQL("{} OR {}").format(claimed, queued)
-    statuses = sql.SQL(", ").join(sql.Literal(status) for status in index_statuses(contract))
-    return sql.SQL("{} IN ({})").format(sql.Identifier(contract.status_column), statuses)
+def index_predicate(contract: Contract) -> sql.Composable | None:
+    """The index's WHERE clause: none with a status column (the status check must see every
+    status); without one (graphile-worker), the rows the guard reads, in its own terms."""
+    if contract.has_status_column:
+        return None
+    claimed, queued = claim_conditions(contract)
+    return sql.SQL("{} OR {}").format(claimed, queued)
 
 
 def recommended_index(contract: Contract) -> sql.Composed:
-    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... WHERE status IN (<statuses>).
+    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... (status, claimed_at[, expiry]).
 
-    CONCURRENTLY: building it must not block the claim loop it is meant to serve. It
-    cannot run inside a transaction block, so the statement is meant to be run alone.
+    Over every row, not only the claimed and queued ones: the status check must see the
+    statuses nobody configured (only a contract without a status column gets a partial
+    one, `index_predicate`). CONCURRENTLY: building it must not block the claim loop it
+    is meant to serve. It cannot run inside a transaction block, so the statement is meant
+    to be run alone.
     """
     return _create_index(
         sql.SQL("CONCURRENTLY IF NOT EXISTS"),
@@ -127,16 +127,20 @@ def recommended_index(contract: Contract) -> sql.Composed:
 def _create_index(
     how: sql.Composable, name: sql.Composable, table: sql.Composable, contract: Contract
 ) -> sql.Composed:
-    for status in index_statuses(contract):
-        if "\x00" in status:
-            raise ConfigError("a claimed or queued status contains a NUL character")
-    return sql.SQL("CREATE INDEX {how} {name} ON {table} ({columns}) WHERE {where}").format(
+    statement = sql.SQL("CREATE INDEX {how} {name} ON {table} ({columns})").format(
         how=how,
         name=name,
         table=table,
         columns=sql.SQL(", ").join(index_columns(contract)),
-        where=index_predicate(contract),
     )
+    where = index_predicate(contract)
+    if where is None:
+        return statement
+    return statement + sql.SQL(" WHERE {}").format(where)
+
+
+# A constant comment: a table name may hold a newline, which would end a `--` comment.
+INDEX_COMMENT = "-- leaseguard: the guard's status index; run it alone, not in a transaction"
 
 
 def recommended_index_sql(contract: Contract) -> str:
@@ -187,19 +191,22 @@ def _index_ident(schema: str | None, name: str) -> sql.Identifier:
 
 def serving_indexes_query() -> sql.SQL:
     """Valid indexes of a relation that serve the guard: leaseguard's own (by name), or a
-    non-partial one whose first key column is the given one.
+    non-partial btree whose first key column is the given one.
 
     Such an index serves the guard's `lead = ANY(...)` (or `locked_at IS NOT NULL`) as it
-    stands: River's and Oban's (state, queue, priority, ...) fetching indexes do.
+    stands, and, being over every row, the status check's walk over the distinct statuses
+    too: River's and Oban's (state, queue, priority, ...) fetching indexes do.
     """
     return sql.SQL(
         """
         SELECT i.indexrelid::regclass::text
         FROM pg_index i
         JOIN pg_class c ON c.oid = i.indexrelid
+        JOIN pg_am am ON am.oid = c.relam
         LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
         WHERE i.indrelid = %(relation)s AND i.indisvalid
-          AND ((i.indpred IS NULL AND a.attname = %(column)s) OR c.relname = %(own)s)
+          AND ((i.indpred IS NULL AND am.amname = 'btree' AND a.attname = %(column)s)
+               OR c.relname = %(own)s)
         ORDER BY 1
         """
     )
@@ -234,7 +241,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
         partitions = [(str(schema), str(name)) for schema, name in cur.fetchall()]
     if serving:
         return [
-            f"-- leaseguard: existing index(es) already serve the guard query on "
+            f"-- leaseguard: existing index(es) already serve the guard's checks on "
             f"{lead_column(contract)}: {', '.join(serving)}; nothing to create"
         ]
     if relkind == "p":
@@ -245,7 +252,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
             *partitioned_index_sql(contract, partitions),
         ]
     return [
-        "-- leaseguard: the guard query's partial index; run it alone, not in a transaction",
+        INDEX_COMMENT,
         recommended_index_sql(contract),
     ]
 
@@ -254,16 +261,20 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
 
 
 def with_plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
 ) -> Verdict:
-    """The verdict, plus a warning when the guard query scans a large table sequentially.
+    """The verdict, plus a warning when the guard query or its status check scans a large
+    table sequentially.
 
     Advisory and fail-safe: any error (permissions, lock, timeout, a plan shape this code
     does not know) skips the warning and never fails or changes the check. Runs in its own
     transaction after the judgment, so an error here cannot abort the judgment's.
     """
     try:
-        warning = plan_warning(conn, contract, verdict)
+        warning = plan_warning(conn, contract, verdict, status_column)
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
         log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
         return verdict
@@ -273,9 +284,13 @@ def with_plan_warning(
 
 
 def plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
 ) -> str | None:
-    """A warning naming the table when it is large and the guard query's plan seq-scans it.
+    """A warning naming the table when it is large and the guard query's plan seq-scans it,
+    or no index can walk its status column (the status check then reads every row).
 
     Two cheap steps: the planner's row estimate (pg_class.reltuples) first; EXPLAIN, without
     ANALYZE, only when the table is large.
@@ -285,24 +300,35 @@ def plan_warning(
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
     with conn.transaction(), conn.cursor() as cur:
-        # One round trip for both budgets: through a tunnel every round trip counts.
-        cur.execute(
-            "SELECT set_config('statement_timeout', %s, true), "
-            "set_config('lock_timeout', %s, true)",
-            (f"{_PLAN_CHECK_TIMEOUT_MS}ms", f"{lock_ms}ms"),
-        )
+        set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
         table = large_table(cur, contract)
         if table is None:
             return None
         cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
         row = cur.fetchone()
     rows, relations = table
-    if row is None or not seq_scans(row[0], relations):
+    guard_scans = row is not None and bool(seq_scans(row[0], relations))
+    status_scans = (
+        status_column is not None
+        and status_column.reads_rows(contract)
+        and status_column.index_key is None
+    )
+    if not guard_scans and not status_scans:
         return None
+    if guard_scans:
+        where = (
+            f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
+            "with a sequential scan"
+        )
+    else:
+        where = (
+            f"the status check (every status classified) reads table {contract.table_label} "
+            f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
+            f"status column {contract.status_column}"
+        )
     return (
-        f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) with a "
-        f"sequential scan; `leaseguard index-sql` (with the same contract options) prints "
-        f"the partial index {index_name(contract)} that keeps each check flat"
+        f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
+        f"index {index_name(contract)} that keeps each check flat"
     )
 
 

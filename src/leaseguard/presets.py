@@ -32,6 +32,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "status_column": "state",
         "claimed_statuses": ["running"],
         "queued_statuses": ["available", "pending", "retryable", "scheduled"],
+        # rivertype/job.go: the finalized states (finalized_at set, the table's CHECK).
+        "finished_statuses": ["completed", "cancelled", "discarded"],
         "claimed_at_column": "attempted_at",
         "lease": {"multiplier": 1.0},
         "task_timeout": {"source": "fixed", "value_s": HOUR_S},
@@ -46,6 +48,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "status_column": "state",
         "claimed_statuses": ["executing"],
         "queued_statuses": ["available", "scheduled", "retryable", "suspended"],
+        # lib/oban/job.ex: the terminal states, which Oban's Pruner deletes.
+        "finished_statuses": ["completed", "discarded", "cancelled"],
         "claimed_at_column": "attempted_at",
         "timestamp_zone": "UTC",
         "lease": {"multiplier": 1.0},
@@ -73,6 +77,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "status_column": "state",
         "claimed_statuses": ["active"],
         "queued_statuses": ["created", "retry"],
+        # src/plans.ts: no worker fetches a job in these states again.
+        "finished_statuses": ["completed", "cancelled", "failed"],
         "claimed_at_column": "started_on",
     },
 }

@@ -5,7 +5,9 @@ SSH with a tunnel) and the Ansible action plugin. A drain's polls share one data
 connection: a connection per poll costs a login each time, and through Fabric's tunnel each
 one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
 A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
-replaced once, at once; a poll fails only when a fresh connection fails too.
+replaced once, at once; a poll fails only when a fresh connection fails too. Any other
+failure (a lock or statement timeout, a schema error) is the answer: retrying it would
+spend its budget twice.
 
 Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
 + a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
@@ -14,14 +16,15 @@ and a poll through a tunnel whose SSH connection died says so, naming the SSH ho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from fabric import Connection
@@ -36,10 +39,13 @@ from leaseguard.errors import (
     LeaseguardError,
     TunnelError,
 )
-from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.fleet import combine_facts, in_database_clock
+from leaseguard.guard import judge_table, lease_seconds
 from leaseguard.indexing import with_plan_warning
+from leaseguard.pauses import scan_leftovers
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
@@ -115,6 +121,9 @@ class GuardSession:
         facts: RuntimeFacts,
         runner: Runner,
         link: Link | None = None,
+        *,
+        label: str | None = None,
+        fleet: dict[str, Any] | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -129,12 +138,21 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        # The schema pre-flight (two catalog queries) runs once per connection, not per poll.
-        self._schema_checked = False
+        # The schema pre-flight (catalog queries) runs once per connection, not per poll;
+        # the status check it prepares runs on every poll.
+        self._status_column: StatusColumn | None = None
+        self.label = label
+        self.fleet = fleet
+        # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
+        # cron_database (None: the session's own database), except those of `pause_owner`
+        # (this process's own drain).
+        self.cron_database: str | None = None
+        self.pause_owner: str | None = None
+        self._leftovers: tuple[str, ...] | None = None
 
     @property
     def host(self) -> str:
-        return self.runner.label
+        return self.label or self.runner.label
 
     @property
     def poll_budget_s(self) -> float:
@@ -149,25 +167,31 @@ class GuardSession:
         try:
             return self._judge_on(self._connection())
         except LeaseguardError:
-            self.close()
-            if not reused:
+            # The next poll re-reads the catalog: the error may come from a schema change.
+            self._status_column = None
+            if not (reused and self._connection_broke()):
                 raise
+        self.close()
         return self._judge_on(self._connection())
+
+    def _connection_broke(self) -> bool:
+        """True when the connection itself is gone (server restart, terminated, idle cut)."""
+        return self._conn is None or self._conn.closed or self._conn.broken
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-            self._schema_checked = False
+            self._status_column = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
-            self._conn = self._open(self.conninfo)
+            self._conn = self._open()
         return self._conn
 
-    def _open(self, conninfo: str) -> Conn:
+    def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
         """A new connection along the session's path, within what is left of the poll."""
         remaining = self.watch.remaining_s()
         if self.watch.expired or remaining <= 0:
@@ -175,7 +199,13 @@ class GuardSession:
         if self.link is not None:
             self.link.ensure(within_s=remaining)
         try:
-            return connect(conninfo, self.contract, timeout_s=remaining)
+            return connect(
+                self.conninfo,
+                self.contract.connect_timeout_s,
+                writable=writable,
+                dbname=dbname,
+                timeout_s=remaining,
+            )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
             if failure is not None:
@@ -214,9 +244,9 @@ class GuardSession:
             _shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self.facts.runtime_started_at is not None and self.clock_offset is None:
-            self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
-        verdict = evaluate(
+        if self.facts.runtime_started_at is not None:
+            self.measure_clock()
+        verdict, self._status_column = judge_table(
             conn,
             self.contract,
             task_timeout=self.facts.task_timeout,
@@ -225,22 +255,39 @@ class GuardSession:
             host=self.host,
             clock_offset=self.clock_offset,
             warnings=self.facts.warnings,
-            check_schema=not self._schema_checked,
+            status_column=self._status_column,
         )
-        self._schema_checked = True
         if not self.plan_checked:
             self.plan_checked = True
-            verdict = with_plan_warning(conn, self.contract, verdict)
+            verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
+        extra = self.leftover_pauses()
+        if extra or self.fleet:
+            verdict = dataclasses.replace(
+                verdict, warnings=(*verdict.warnings, *extra), fleet=self.fleet
+            )
         return verdict
+
+    def leftover_pauses(self) -> tuple[str, ...]:
+        """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None:
+            self._leftovers = tuple(
+                scan_leftovers(
+                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
+                )
+            )
+        return self._leftovers
+
+    def measure_clock(self) -> ClockOffset:
+        """This host's clock offset from the database (measured once per session)."""
+        if self.clock_offset is None:
+            self.clock_offset = measure_offset(
+                host_clock(self.runner), database_clock(self._connection())
+            )
+        return self.clock_offset
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
-        conninfo = make_conninfo(self.conninfo, dbname=dbname) if dbname else self.conninfo
-        conn = self._open(conninfo)
-        conn.read_only = False
-        conn.isolation_level = None
-        conn.autocommit = True
-        return conn
+        return self._open(writable=True, dbname=dbname)
 
 
 def _shutdown_socket(conn: Conn) -> None:
@@ -250,6 +297,44 @@ def _shutdown_socket(conn: Conn) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):
         pass  # already closed: nothing waits on it
+
+
+def fleet_session(sessions: Mapping[str, GuardSession]) -> GuardSession:
+    """One session judging with the fleet rule over every host's facts (leaseguard.fleet).
+
+    Each host's start time is first put in the database clock with that host's measured
+    offset, so hosts with different clocks compare fairly; the judgment then needs only the
+    measurement's uncertainty as extra tolerance. It runs through the first host's
+    connection path (the database is shared: that is why its intake is global).
+    """
+    per_host = {}
+    uncertainty = 0.0
+    for name, session in sessions.items():
+        facts = session.facts
+        if facts.runtime_started_at is not None:
+            offset = session.measure_clock()
+            uncertainty = max(uncertainty, offset.uncertainty_s)
+            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            warnings = facts.warnings
+            if offset.exceeds(session.contract.clock_skew_s):
+                warnings = (*warnings, offset.warning(name, session.contract.clock_skew_s))
+            facts = dataclasses.replace(facts, runtime_started_at=started, warnings=warnings)
+        per_host[name] = facts
+    combined = combine_facts(per_host)
+    first = sessions[combined.hosts[0]]
+    session = GuardSession(
+        first.contract,
+        first.conninfo,
+        combined.facts,
+        first.runner,
+        first.link,
+        label="fleet",
+        fleet=combined.as_dict(),
+    )
+    session.clock_offset = ClockOffset(0.0, uncertainty)
+    session.cron_database = first.cron_database
+    session.pause_owner = first.pause_owner
+    return session
 
 
 @contextmanager

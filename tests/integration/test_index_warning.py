@@ -17,9 +17,9 @@ from leaseguard.contract import contract_from_mapping
 from leaseguard.indexing import LARGE_TABLE_ROWS, index_name
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
-from tests.support.pgcluster import PgClusterError
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.pgcluster import PgClusterError
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -220,7 +220,7 @@ def test_without_a_serving_index_index_sql_with_a_dsn_prints_the_statement(db):
     assert "CREATE INDEX CONCURRENTLY IF NOT EXISTS" in advice
     db.psql(advice)
     again = index_sql("--dsn", db.dsn)
-    assert "already serve" in again and "execution_runs_leaseguard_claims" in again
+    assert "already serve" in again and "execution_runs_leaseguard_status" in again
     assert "CREATE" not in again
 
 
@@ -257,7 +257,7 @@ def test_a_partitioned_table_gets_the_per_partition_recipe_not_concurrently(db):
         db.psql(statement)  # each alone, as the comment says
     with db.connect() as conn:
         valid = conn.execute(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'jobs_leaseguard_claims'::regclass"
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'jobs_leaseguard_status'::regclass"
         ).fetchone()
     assert valid == (True,)
     assert "already serve" in index_sql("--table", "jobs", "--dsn", db.dsn)
@@ -275,3 +275,20 @@ def test_the_seq_scan_warning_sees_the_partitions_of_a_partitioned_table(db):
         conn.execute("ANALYZE jobs")
     first, _ = judge_twice(db, table="jobs")
     assert first.warnings == ()
+
+
+def test_an_earlier_partial_index_serves_the_guard_query_but_not_the_status_check(db):
+    """The partial *_leaseguard_claims index cannot show statuses it does not hold."""
+    fill(db, LARGE)
+    db.psql(
+        "CREATE INDEX execution_runs_leaseguard_claims ON execution_runs ((status::text), "
+        "claimed_at) WHERE status::text IN ('running', 'open')"
+    )
+    first, second = judge_twice(db)
+    [warning] = first.warnings
+    assert "the status check (every status classified) reads table execution_runs" in warning
+    assert "no btree index leads with its status column status" in warning
+    assert "leaseguard index-sql" in warning
+    assert second.warnings == ()
+    db.psql(index_sql())
+    assert judge_twice(db)[0].warnings == ()

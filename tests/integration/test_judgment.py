@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from leaseguard.contract import contract_from_mapping
 from leaseguard.db import connect
+from leaseguard.errors import UnclassifiedStatus
 from leaseguard.guard import evaluate
 from leaseguard.verdict import Decision, TaskTimeout
-from tests.support.oracle import Row, classify
-from tests.support.runs_table import create_runs_table, insert_runs
+from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.oracle import Row, classify, unclassified
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +43,7 @@ def judge(db, rows, *, contract=None, started=STARTED, as_of=T0, lease_s=LEASE):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, rows)
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
@@ -118,6 +119,11 @@ def test_an_open_row_never_blocks_even_when_freshly_touched(runs):
 def test_finished_rows_are_not_looked_at(runs):
     verdict = judge(runs, [(1, "done", ago(seconds=1), ago(seconds=1))])
     assert verdict.counts.as_dict() == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+
+
+def test_a_status_in_no_list_is_not_skipped_but_fails_the_check(runs):
+    with pytest.raises(UnclassifiedStatus, match='"Running" \\(1 row\\)'):
+        judge(runs, [(1, "Running", ago(minutes=1), None), (2, "done", None, None)])
 
 
 def test_an_empty_table_proceeds(runs):
@@ -197,7 +203,7 @@ def test_the_real_database_clock_is_used_when_not_pinned(runs):
             "(2, 'running', now() - interval '121 minutes')"
         )
     contract = contract_from_mapping({})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=TIMEOUT, lease_s=LEASE, runtime_started_at=None
         )
@@ -218,7 +224,7 @@ def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
             {"t": T0},
         )
     contract = contract_from_mapping({"lease": {"expires_at_column": "lease_expires_at"}})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=None, lease_s=None, runtime_started_at=None, as_of=T0
         )
@@ -229,9 +235,11 @@ def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
 
 # --- property: the SQL agrees with a plain-Python oracle ----------------------------------
 
-STATUSES = ["running", "busy", "open", "queued", "done", "failed"]
+KNOWN = ["running", "busy", "open", "queued", "done", "failed"]
+# A typo, a case slip, and a state the contract may or may not name as finished.
+UNKNOWN = ["runing", "Running", "cancelled"]
 row_strategy = st.tuples(
-    st.sampled_from(STATUSES),
+    st.one_of(st.sampled_from(KNOWN), st.sampled_from(UNKNOWN)),
     st.one_of(
         st.none(),
         st.integers(min_value=-4 * int(LEASE), max_value=60).map(
@@ -243,7 +251,7 @@ row_strategy = st.tuples(
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -252,39 +260,60 @@ row_strategy = st.tuples(
     started_offset_s=st.one_of(st.none(), st.integers(min_value=-3 * int(LEASE), max_value=0)),
     skew_s=st.sampled_from([0, 3, 30]),
     multiplier=st.sampled_from([1.0, 2.0, 2.5]),
+    finished=st.sampled_from([None, ["done", "failed", "cancelled"], ["done"]]),
+    indexed=st.booleans(),
 )
 def test_sql_classification_matches_the_python_oracle(
-    runs, rows, started_offset_s, skew_s, multiplier
+    runs, rows, started_offset_s, skew_s, multiplier, finished, indexed
 ):
     contract = contract_from_mapping(
         {
             "claimed_statuses": ["running", "busy"],
             "queued_statuses": ["open", "queued"],
+            "finished_statuses": finished,
             "clock_skew_s": skew_s,
             "lease": {"multiplier": multiplier},
         }
     )
+    with runs.connect() as conn:  # both ways of finding the statuses: index walk and scan
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS runs_status ON execution_runs (status)"
+            if indexed
+            else "DROP INDEX IF EXISTS runs_status"
+        )
     lease_s = multiplier * HOUR
     started = None if started_offset_s is None else T0 + timedelta(seconds=started_offset_s)
     table = [(i, status, claimed_at, None) for i, (status, claimed_at) in enumerate(rows)]
+    oracle_rows = [Row(i, status, claimed_at) for i, status, claimed_at, _ in table]
+    lists = {"claimed": {"running", "busy"}, "queued": {"open", "queued"}}
+
+    unknown = unclassified(oracle_rows, **lists, finished=set(contract.finished))
+    if unknown:
+        with pytest.raises(UnclassifiedStatus) as caught:
+            judge(runs, table, contract=contract, started=started, lease_s=lease_s)
+        message = str(caught.value)
+        for status, n in unknown.items():
+            assert f'"{status}" ({n} row{"" if n == 1 else "s"})' in message
+        for status in {*KNOWN, *UNKNOWN} - set(unknown):
+            assert f'"{status}"' not in message
+        return
     verdict = judge(runs, table, contract=contract, started=started, lease_s=lease_s)
 
     expected = {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
     expected_live = set()
-    for i, status, claimed_at, _ in table:
+    for row in oracle_rows:
         cls = classify(
-            Row(i, status, claimed_at),
+            row,
             now=T0,
             lease_s=lease_s,
-            claimed={"running", "busy"},
-            queued={"open", "queued"},
+            **lists,
             runtime_started_at=started,
             clock_skew_s=skew_s,
         )
         if cls:
             expected[cls] += 1
         if cls == "live":
-            expected_live.add(str(i))
+            expected_live.add(str(row.id))
     assert verdict.counts.as_dict() == expected
     assert {c.id for c in verdict.live} == expected_live
 
@@ -299,7 +328,7 @@ def judge_with_offset(db, claimed_at, started, offset_s):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, [(1, "running", claimed_at, None)])
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,

@@ -14,17 +14,17 @@ import pytest
 from psycopg import sql
 
 from leaseguard.contract import contract_from_mapping, load_contract
-from leaseguard.errors import SchemaMismatch
+from leaseguard.errors import SchemaMismatch, UnclassifiedStatus
 from leaseguard.fabric_tasks import settings_from_config
 from leaseguard.session import local_session
 from leaseguard.verdict import Decision
-from tests.support.queues import (
+from sandbox.queues import (
     create_graphile_worker,
     create_oban,
     create_pg_boss,
     create_river,
 )
-from tests.support.subprocess_env import clean_env
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -338,6 +338,87 @@ def test_pg_boss_index_sql_gives_the_partition_recipe(pg_boss):
             pg_boss.psql(statement)
     again = run_cli("index-sql", "--preset", "pg-boss", "--dsn", pg_boss.dsn)
     assert "already serve" in again.stdout
+
+
+# --- every status classified ------------------------------------------------------------------
+
+# (preset, fixture, insert one row in a state, the enum type of its status column)
+STATUS_SYSTEMS = [
+    (
+        "river",
+        "river",
+        lambda db, state: river_job(db, state, timedelta(hours=2)),
+        "river_job_state",
+    ),
+    ("oban", "oban", lambda db, state: oban_job(db, state, timedelta(hours=2)), "oban_job_state"),
+    (
+        "pg-boss",
+        "pg_boss",
+        lambda db, state: pg_boss_job(db, state, started_ago=timedelta(hours=2)),
+        "pgboss.job_state",
+    ),
+]
+
+
+def enum_labels(db, type_name):
+    with db.connect() as conn:
+        rows = conn.execute(
+            "SELECT enumlabel::text FROM pg_enum WHERE enumtypid = %s::regtype", (type_name,)
+        ).fetchall()
+    return {label for (label,) in rows}
+
+
+@pytest.mark.parametrize(("preset", "fixture", "insert", "enum"), STATUS_SYSTEMS)
+def test_a_stock_schema_with_a_row_in_every_state_has_every_status_classified(
+    request, preset, fixture, insert, enum
+):
+    """The preset's three lists are exactly the enum's labels, and a table holding every
+    one of them is judged (no UnclassifiedStatus): the stale claim lets the deploy go."""
+    db = request.getfixturevalue(fixture)
+    contract = contract_from_mapping({"preset": preset})
+    labels = enum_labels(db, enum)
+    assert set(contract.classified_statuses) == labels
+    for state in sorted(labels):
+        insert(db, state)
+    verdict = judge(db.dsn, preset)
+    assert verdict.decision is Decision.PROCEED
+    assert verdict.counts.stale == 1
+    assert verdict.counts.queued == len(contract.queued_statuses)
+
+
+def test_a_state_left_out_of_the_preset_s_lists_fails_the_check_naming_it(river):
+    """Walked through River's own index (it leads with state): a discarded job is found
+    when finished_statuses leaves it out, and is no obstacle until one exists."""
+    narrowed = {"finished_statuses": ["completed", "cancelled"]}
+    river_job(river, "completed", timedelta(hours=2))
+    assert judge(river.dsn, "river", **narrowed).decision is Decision.PROCEED
+    river_job(river, "discarded", timedelta(hours=2))
+    with pytest.raises(UnclassifiedStatus, match='"discarded" \\(1 row\\)'):
+        judge(river.dsn, "river", **narrowed)
+    assert judge(river.dsn, "river").decision is Decision.PROCEED
+
+
+def test_a_state_the_queue_grows_after_the_pre_flight_is_found_on_the_next_check(river):
+    """The enum's labels are re-read on every check: a label added since the session's
+    pre-flight, once a row holds it, fails the check; the label alone does not."""
+    contract = contract_from_mapping({"preset": "river"})
+    started = datetime.now(UTC) - RESTART
+    with local_session(contract, river.dsn, runtime_started_at=started) as session:
+        assert session.judge().decision is Decision.PROCEED
+        with river.connect() as conn:
+            conn.execute("ALTER TYPE river_job_state ADD VALUE 'paused'")
+        assert session.judge().decision is Decision.PROCEED
+        river_job(river, "paused", timedelta(minutes=1))
+        with pytest.raises(UnclassifiedStatus, match='"paused"'):
+            session.judge()
+
+
+def test_graphile_worker_has_no_status_column_to_classify(graphile):
+    """Its rule is locked_at: the status check does not look for a `status` column."""
+    contract = contract_from_mapping({"preset": "graphile_worker"})
+    assert not contract.has_status_column
+    graphile_job(graphile, locked_ago=timedelta(hours=1))
+    assert judge(graphile.dsn, "graphile_worker").decision is Decision.DEFER
 
 
 # --- the preset is a base layer --------------------------------------------------------------

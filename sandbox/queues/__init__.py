@@ -25,11 +25,11 @@ HERE = Path(__file__).parent
 def create_river(conn: psycopg.Connection[Any]) -> None:
     for path in sorted((HERE / "river").glob("*.up.sql")):
         text = path.read_text().replace("/* TEMPLATE: schema */", "")
-        conn.execute(text)  # type: ignore[arg-type]
+        conn.execute(text)
 
 
 def create_oban(conn: psycopg.Connection[Any]) -> None:
-    conn.execute((HERE / "oban" / "oban_jobs.sql").read_text())  # type: ignore[arg-type]
+    conn.execute((HERE / "oban" / "oban_jobs.sql").read_text())
 
 
 GRAPHILE_SCHEMA = "graphile_worker"
@@ -46,17 +46,17 @@ alter table graphile_worker.migrations add column if not exists breaking boolean
 
 
 def create_graphile_worker(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(_GRAPHILE_BOOTSTRAP)  # type: ignore[arg-type]
+    conn.execute(_GRAPHILE_BOOTSTRAP)
     for number, path in enumerate(sorted((HERE / "graphile_worker").glob("*.sql")), start=1):
         text = path.read_text().replace(":GRAPHILE_WORKER_SCHEMA", GRAPHILE_SCHEMA)
         with conn.transaction():
-            conn.execute(text)  # type: ignore[arg-type]
+            conn.execute(text)
             conn.execute("insert into graphile_worker.migrations (id) values (%s)", (number,))
 
 
 def create_pg_boss(conn: psycopg.Connection[Any], queues: tuple[str, ...] = ("q1",)) -> None:
     """The schema, then queues through pgboss.create_queue: partitioned ones get a table."""
-    conn.execute((HERE / "pg_boss" / "create.sql").read_text())  # type: ignore[arg-type]
+    conn.execute((HERE / "pg_boss" / "create.sql").read_text())
     for name in queues:
         conn.execute(
             "SELECT pgboss.create_queue(%s, %s::jsonb)",
