@@ -5,7 +5,8 @@
 Each queue's schema comes from its own migration files (sandbox/queues). The table
 grows with history the way each system keeps it (River, Oban, pg-boss: completed rows;
 graphile-worker deletes completed jobs, so its history is permanently failed, exhausted
-jobs), beside 10 live and 10 queued jobs. The guard reads through the queue's own index
+jobs; Solid Queue: finished jobs, its claims table holding only the live claims), beside
+10 live and 10 queued jobs. The guard reads through the queue's own index
 where it has one (River, Oban: `(state, queue, priority, ...)`); pg-boss and
 graphile-worker have none for it, so the statements `leaseguard index-sql --dsn` prints are
 applied first (pg-boss: per partition). Figures: the median wall time of a whole check
@@ -32,7 +33,7 @@ from psycopg import sql
 from benchmarks.common import markdown_table
 from benchmarks.infra import create_database, drop_database
 from leaseguard.contract import Contract, contract_from_mapping
-from leaseguard.indexing import index_advice
+from leaseguard.indexing import index_advice, index_needed
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster
@@ -41,6 +42,7 @@ from sandbox.queues import (
     create_oban,
     create_pg_boss,
     create_river,
+    create_solid_queue,
 )
 
 LIVE = 10
@@ -116,11 +118,37 @@ def _graphile(conn: psycopg.Connection[Any], history: int) -> None:
     )
 
 
+def _solid_queue(conn: psycopg.Connection[Any], history: int) -> None:
+    """History is finished jobs; the claims table holds only the live claims (its design)."""
+    create_solid_queue(conn)
+    conn.execute(
+        "INSERT INTO solid_queue_jobs (queue_name, class_name, finished_at, created_at, "
+        "updated_at) SELECT 'default', 'Job', timezone('UTC', now()), "
+        "timezone('UTC', now()) - interval '1 day', timezone('UTC', now()) "
+        "FROM generate_series(1, %s)",
+        (history,),
+    )
+    [worker] = conn.execute(
+        "INSERT INTO solid_queue_processes (kind, last_heartbeat_at, pid, name, created_at) "
+        "VALUES ('Worker', timezone('UTC', now()), 1, 'worker', timezone('UTC', now())) "
+        "RETURNING id"
+    ).fetchone()  # type: ignore[misc]
+    conn.execute(
+        "WITH j AS (INSERT INTO solid_queue_jobs (queue_name, class_name, created_at, "
+        "updated_at) SELECT 'default', 'Job', timezone('UTC', now()), timezone('UTC', now()) "
+        "FROM generate_series(1, %s) RETURNING id) "
+        "INSERT INTO solid_queue_claimed_executions (job_id, process_id, created_at) "
+        "SELECT id, %s, timezone('UTC', now()) FROM j",
+        (LIVE, worker),
+    )
+
+
 PRESETS: dict[str, Callable[[psycopg.Connection[Any], int], None]] = {
     "river": _river,
     "oban": _oban,
     "pg-boss": _pg_boss,
     "graphile_worker": _graphile,
+    "solid_queue": _solid_queue,
 }
 
 
@@ -150,6 +178,7 @@ def _measure(
             )
         )
     own_index = any("already serve" in line for line in advice)
+    index = "queue's own" if own_index else "index-sql" if index_needed(contract) else "none"
     with local_session(contract, cluster.dsn(name), runtime_started_at=started) as session:
         verdict = session.judge()
         walls = []
@@ -174,6 +203,7 @@ def _measure(
         "live": verdict.counts.live,
         "queued": verdict.counts.queued,
         "own_index": own_index,
+        "index": index,
         "check_s": statistics.median(walls),
         "server_s": statistics.median(server),
         "scans": sorted(scans),
@@ -223,7 +253,7 @@ def render(results: list[dict[str, Any]]) -> str:
             f"{r['live']}/{r['queued']}",
             f"{r['check_s'] * 1000:.2f} ms",
             f"{r['server_s'] * 1000:.3f} ms",
-            "queue's own" if r["own_index"] else "index-sql",
+            r["index"],
             ", ".join(r["scans"]),
         ]
         for r in results

@@ -10,10 +10,16 @@
   it (bundled with esbuild, run with node; see the file's header): pg-boss keeps its DDL in
   TypeScript, not in SQL files.
 - oban/oban_jobs.sql: translated by hand from Oban's Ecto migrations V01..V14 (see the file).
+- solid_queue/queue_schema.rb: rails/solid_queue lib/generators/solid_queue/install/
+  templates/db/queue_schema.rb, verbatim (commit 29e818d9c1181195736ffc5d7c1d1c03757b7752).
+  It is an ActiveRecord schema, not SQL: `solid_queue_ddl` renders it as ActiveRecord 7.1's
+  PostgreSQL adapter does (bigserial id, `t.datetime` as `timestamp(6)` without time zone,
+  `t.string` as varchar), for the few statements this file uses.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +68,63 @@ def create_pg_boss(conn: psycopg.Connection[Any], queues: tuple[str, ...] = ("q1
             "SELECT pgboss.create_queue(%s, %s::jsonb)",
             (name, '{"policy": "standard", "partition": true}'),
         )
+
+
+# ActiveRecord 7.1's PostgreSQL column types for the `t.<type>` calls queue_schema.rb uses.
+_AR_TYPES = {
+    "bigint": "bigint",
+    "integer": "integer",
+    "string": "character varying",
+    "text": "text",
+    "boolean": "boolean",
+    "datetime": "timestamp(6) without time zone",
+}
+_TABLE = re.compile(r'^\s*create_table "(\w+)"')
+_COLUMN = re.compile(r'^\s*t\.(\w+) "(\w+)"(.*)$')
+_INDEX = re.compile(r'^\s*t\.index \[([^\]]*)\], name: "(\w+)"(, unique: true)?')
+_FOREIGN_KEY = re.compile(
+    r'^\s*add_foreign_key "(\w+)", "(\w+)", column: "(\w+)", on_delete: :cascade'
+)
+
+
+def solid_queue_ddl(schema_rb: str) -> str:
+    """queue_schema.rb as the DDL ActiveRecord runs for it on PostgreSQL."""
+    statements: list[str] = []
+    columns: list[str] = []
+    indexes: list[str] = []
+    table = ""
+    for line in schema_rb.splitlines():
+        if match := _TABLE.match(line):
+            table, columns, indexes = match[1], ["id bigserial PRIMARY KEY"], []
+        elif table and (match := _INDEX.match(line)):
+            keys = ", ".join(re.findall(r'"(\w+)"', match[1]))
+            unique = "UNIQUE " if match[3] else ""
+            indexes.append(f"CREATE {unique}INDEX {match[2]} ON {table} ({keys})")
+        elif table and (match := _COLUMN.match(line)):
+            columns.append(_column(match[1], match[2], match[3]))
+        elif table and line.strip() == "end":
+            statements += [f"CREATE TABLE {table} ({', '.join(columns)})", *indexes]
+            table = ""
+        elif match := _FOREIGN_KEY.match(line):
+            statements.append(
+                f"ALTER TABLE {match[1]} ADD FOREIGN KEY ({match[3]}) "
+                f"REFERENCES {match[2]} (id) ON DELETE CASCADE"
+            )
+    return "".join(f"{statement};\n" for statement in statements)
+
+
+def _column(kind: str, name: str, options: str) -> str:
+    """One `t.<kind> "name", null: false, default: X, limit: N` as a column definition."""
+    limit = re.search(r"limit: (\d+)", options)
+    column_type = f"character varying({limit[1]})" if limit else _AR_TYPES[kind]
+    column = f"{name} {column_type}"
+    if default := re.search(r"default: (\w+)", options):
+        column += f" DEFAULT {default[1]}"
+    if "null: false" in options:
+        column += " NOT NULL"
+    return column
+
+
+def create_solid_queue(conn: psycopg.Connection[Any]) -> None:
+    """Solid Queue's tables, in the public schema (its default: the app's own database)."""
+    conn.execute(solid_queue_ddl((HERE / "solid_queue" / "queue_schema.rb").read_text()))

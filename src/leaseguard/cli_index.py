@@ -16,7 +16,13 @@ from typing import Any
 from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
 from leaseguard.db import connect, translate_errors
 from leaseguard.errors import EXIT_FAILED, ConfigError, LeaseguardError
-from leaseguard.indexing import INDEX_COMMENT, index_advice, recommended_index_sql
+from leaseguard.indexing import (
+    INDEX_COMMENT,
+    NO_INDEX_NEEDED,
+    index_advice,
+    index_needed,
+    recommended_index_sql,
+)
 
 DESCRIPTION = """\
 Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
@@ -61,6 +67,9 @@ def run_index_sql(args: argparse.Namespace) -> int:
             print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
             return EXIT_FAILED
         print("\n".join(lines))
+        return 0
+    if not index_needed(contract):
+        print(NO_INDEX_NEEDED)
         return 0
     print(INDEX_COMMENT)
     print("-- it supersedes an earlier version's partial *_leaseguard_claims index")

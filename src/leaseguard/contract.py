@@ -20,6 +20,8 @@ import yaml
 from leaseguard.errors import ConfigError
 from leaseguard.presets import (
     LOCKED_AT_RULE,
+    OWNER_COLUMN,
+    OWNER_HEARTBEAT_RULE,
     PG_BOSS_EXPIRY_COLUMNS,
     ROW_EXPIRY_RULE,
     claim_rule,
@@ -136,15 +138,18 @@ class Contract:
 
     @property
     def has_status_column(self) -> bool:
-        """Rows are classed by a status column (graphile-worker's are not: by locked_at)."""
-        return self.claim_rule != LOCKED_AT_RULE
+        """Rows are classed by a status column (graphile-worker's are not, by locked_at, nor
+        Solid Queue's: every row of its claims table is a claim)."""
+        return self.claim_rule not in (LOCKED_AT_RULE, OWNER_HEARTBEAT_RULE)
 
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
         named = {"id_column": self.id_column}
-        if not self.has_status_column:
+        if self.claim_rule == LOCKED_AT_RULE:
             # graphile-worker: no status column; an unlocked row is queued or exhausted.
             named |= {"preset attempts": "attempts", "preset max_attempts": "max_attempts"}
+        elif self.claim_rule == OWNER_HEARTBEAT_RULE:
+            named[f"preset {OWNER_COLUMN}"] = OWNER_COLUMN
         else:
             named["status_column"] = self.status_column
         named["claimed_at_column"] = self.claimed_at_column

@@ -43,6 +43,7 @@ from leaseguard.predicate import (
     predicate_params,
     table_identifier,
 )
+from leaseguard.presets import OWNER_HEARTBEAT_RULE
 from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
@@ -143,6 +144,18 @@ def _create_index(
 INDEX_COMMENT = "-- leaseguard: the guard's status index; run it alone, not in a transaction"
 
 
+# Solid Queue deletes a claim when its job ends: the claims table never outgrows the workers.
+NO_INDEX_NEEDED = (
+    "-- leaseguard: this preset's claims table holds only the current claims "
+    "(rows are deleted when a job ends); no index needed"
+)
+
+
+def index_needed(contract: Contract) -> bool:
+    """False when the table the guard reads holds only current claims (Solid Queue)."""
+    return contract.claim_rule != OWNER_HEARTBEAT_RULE
+
+
 def recommended_index_sql(contract: Contract) -> str:
     """The statement as text, terminated, for `leaseguard index-sql` and runbooks."""
     return recommended_index(contract).as_string(None) + ";"
@@ -218,6 +231,8 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
     An existing index that already serves the guard is named instead of a new one; a
     partitioned table gets the per-partition recipe instead of a refused CONCURRENTLY.
     """
+    if not index_needed(contract):
+        return [NO_INDEX_NEEDED]
     qualified = table_identifier(contract).as_string(conn)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(

@@ -14,7 +14,14 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.contract import Contract
-from leaseguard.presets import LOCKED_AT_RULE, ROW_EXPIRY_RULE
+from leaseguard.presets import (
+    LOCKED_AT_RULE,
+    OWNER_COLUMN,
+    OWNER_HEARTBEAT_COLUMN,
+    OWNER_HEARTBEAT_RULE,
+    OWNERS_TABLE,
+    ROW_EXPIRY_RULE,
+)
 
 
 def table_identifier(contract: Contract) -> sql.Identifier:
@@ -82,7 +89,31 @@ def expiry(contract: Contract) -> sql.Composable:
             beat=sql.Identifier("heartbeat_on"),
             beat_s=sql.Identifier("heartbeat_seconds"),
         )
+    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
+        return _owner_heartbeat_expiry(contract)
     return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
+
+
+def _owner_heartbeat_expiry(contract: Contract) -> sql.Composable:
+    """Solid Queue: the owner's last heartbeat + the alive threshold (the lease).
+
+    A claim whose owner row is gone (or never named) is one Solid Queue itself fails
+    (ClaimedExecution.orphaned): its lease ended at -infinity, so it is stale. The owners'
+    table lives beside the claims table, in the same schema.
+    """
+    owners = (
+        sql.Identifier(contract.schema, OWNERS_TABLE)
+        if contract.schema
+        else sql.Identifier(OWNERS_TABLE)
+    )
+    return sql.SQL(
+        "coalesce((SELECT o.{beat}::timestamptz FROM {owners} AS o WHERE o.id = {owner}), "
+        "'-infinity'::timestamptz) + %(lease)s::interval"
+    ).format(
+        beat=sql.Identifier(OWNER_HEARTBEAT_COLUMN),
+        owners=owners,
+        owner=sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(OWNER_COLUMN)),
+    )
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
@@ -104,6 +135,10 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
                 sql.Identifier("max_attempts"),
             ),
         )
+    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
+        # Solid Queue: every row of the claims table is a claim (it is deleted when the job
+        # ends); queued jobs are rows of another table, not read.
+        return sql.SQL("true"), sql.SQL("false")
     status = sql.Identifier(contract.status_column)
     return (
         sql.SQL("{} = ANY(%(claimed)s)").format(status),

@@ -5,7 +5,8 @@ placed just above the built-in defaults: every key a user sets explicitly overri
 The values come from each system's source; docs/queues.md cites the file for every one.
 
 Where a system's rule is not "status + claimed_at + lease" (graphile-worker has no status
-column, pg-boss computes each row's expiry from its own columns), the preset also names a
+column, pg-boss computes each row's expiry from its own columns, Solid Queue's claim lives
+as long as the process that owns it keeps beating), the preset also names a
 claim rule; the SQL of that rule lives in `leaseguard.predicate`, written in code with
 psycopg.sql, never taken from configuration.
 """
@@ -20,6 +21,7 @@ from leaseguard.errors import ConfigError
 STATUS_RULE = "status"
 LOCKED_AT_RULE = "locked_at"  # graphile-worker: claimed iff locked_at is set
 ROW_EXPIRY_RULE = "row_expiry"  # pg-boss: started_on + expire_seconds, and its heartbeat
+OWNER_HEARTBEAT_RULE = "owner_heartbeat"  # solid_queue: the claiming process's heartbeat
 
 HOUR_S = 3600.0
 
@@ -81,13 +83,36 @@ PRESETS: dict[str, dict[str, Any]] = {
         "finished_statuses": ["completed", "cancelled", "failed"],
         "claimed_at_column": "started_on",
     },
+    # rails/solid_queue: a job is claimed by a row of solid_queue_claimed_executions (deleted
+    # when the job finishes), owned by a solid_queue_processes row whose last_heartbeat_at is
+    # touched every process_heartbeat_interval (60 s). app/models/solid_queue/process/
+    # prunable.rb prunes processes silent for process_alive_threshold (lib/solid_queue.rb:
+    # 5 minutes) and fails their claims; a claim whose process row is gone is `orphaned`
+    # (claimed_execution.rb) and failed by the supervisor. Timestamps are naive UTC.
+    "solid_queue": {
+        "schema": "public",
+        "table": "solid_queue_claimed_executions",
+        "id_column": "job_id",
+        "claimed_at_column": "created_at",
+        "timestamp_zone": "UTC",
+        "lease": {"multiplier": 1.0},
+        "task_timeout": {"source": "fixed", "value_s": 300.0},
+    },
 }
 
 # The per-row expiry columns of pg-boss's job table (src/plans.ts createTableJob).
 PG_BOSS_EXPIRY_COLUMNS = ("expire_seconds", "heartbeat_on", "heartbeat_seconds")
 
 # Presets whose claim rule is not the plain status rule.
-CLAIM_RULES: dict[str, str] = {"graphile_worker": LOCKED_AT_RULE, "pg-boss": ROW_EXPIRY_RULE}
+CLAIM_RULES: dict[str, str] = {
+    "graphile_worker": LOCKED_AT_RULE,
+    "pg-boss": ROW_EXPIRY_RULE,
+    "solid_queue": OWNER_HEARTBEAT_RULE,
+}
+# solid_queue: the claim's owner column and the owners' table with its heartbeat column.
+OWNER_COLUMN = "process_id"
+OWNERS_TABLE = "solid_queue_processes"
+OWNER_HEARTBEAT_COLUMN = "last_heartbeat_at"
 
 
 def preset_layer(name: str) -> dict[str, Any]:

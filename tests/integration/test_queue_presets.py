@@ -23,6 +23,7 @@ from sandbox.queues import (
     create_oban,
     create_pg_boss,
     create_river,
+    create_solid_queue,
 )
 from sandbox.subprocess_env import clean_env
 
@@ -338,6 +339,104 @@ def test_pg_boss_index_sql_gives_the_partition_recipe(pg_boss):
             pg_boss.psql(statement)
     again = run_cli("index-sql", "--preset", "pg-boss", "--dsn", pg_boss.dsn)
     assert "already serve" in again.stdout
+
+
+# --- solid_queue -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def solid_queue(db):
+    with db.connect() as conn:
+        create_solid_queue(conn)
+    return db
+
+
+def solid_queue_process(db, beat_ago):
+    """A worker process as SolidQueue::Process.register writes it: naive UTC timestamps."""
+    with db.connect() as conn:
+        [process_id] = conn.execute(
+            "INSERT INTO solid_queue_processes (kind, last_heartbeat_at, pid, name, created_at) "
+            "VALUES ('Worker', timezone('UTC', now()) - %s::interval, 4242, "
+            "'worker-' || gen_random_uuid(), timezone('UTC', now())) RETURNING id",
+            (beat_ago,),
+        ).fetchone()
+    return process_id
+
+
+def solid_queue_job(db, *, process_id=None, claimed_ago=None):
+    """A job, claimed (a claimed execution owned by `process_id`) or ready (queued)."""
+    with db.connect() as conn:
+        [job_id] = conn.execute(
+            "INSERT INTO solid_queue_jobs (queue_name, class_name, created_at, updated_at) "
+            "VALUES ('default', 'Job', timezone('UTC', now()), timezone('UTC', now())) "
+            "RETURNING id"
+        ).fetchone()
+        if claimed_ago is None:
+            conn.execute(
+                "INSERT INTO solid_queue_ready_executions (job_id, queue_name, created_at) "
+                "VALUES (%s, 'default', timezone('UTC', now()))",
+                (job_id,),
+            )
+        else:
+            conn.execute(
+                "INSERT INTO solid_queue_claimed_executions (job_id, process_id, created_at) "
+                "VALUES (%s, %s, timezone('UTC', now()) - %s::interval)",
+                (job_id, process_id, claimed_ago),
+            )
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_solid_queue_a_long_silent_job_of_a_beating_process_defers(solid_queue, zone):
+    """Claimed 3 h ago, its process beat 30 s ago: alive, whatever the database's zone."""
+    set_database_zone(solid_queue, zone)
+    worker = solid_queue_process(solid_queue, timedelta(seconds=30))
+    solid_queue_job(solid_queue, process_id=worker, claimed_ago=timedelta(hours=3))
+    verdict = judge(solid_queue.dsn, "solid_queue")
+    assert verdict.decision is Decision.DEFER
+    assert verdict.lease_s == 300.0  # process_alive_threshold
+    assert 265 < verdict.wait_upper_bound_s <= 270
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_solid_queue_a_lost_heartbeat_proceeds_just_before_the_threshold_defers(solid_queue, zone):
+    set_database_zone(solid_queue, zone)
+    silent = solid_queue_process(solid_queue, timedelta(minutes=5, seconds=5))
+    solid_queue_job(solid_queue, process_id=silent, claimed_ago=timedelta(minutes=30))
+    verdict = judge(solid_queue.dsn, "solid_queue")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+    nearly = solid_queue_process(solid_queue, timedelta(minutes=4, seconds=50))
+    solid_queue_job(solid_queue, process_id=nearly, claimed_ago=timedelta(minutes=30))
+    verdict = judge(solid_queue.dsn, "solid_queue")
+    assert (verdict.decision, verdict.counts.live, verdict.counts.stale) == (Decision.DEFER, 1, 1)
+
+
+def test_solid_queue_a_claim_whose_process_is_gone_proceeds(solid_queue):
+    """ClaimedExecution.orphaned: the owner row was deleted (or never named)."""
+    gone = solid_queue_process(solid_queue, timedelta(seconds=5))
+    solid_queue_job(solid_queue, process_id=gone, claimed_ago=timedelta(minutes=2))
+    solid_queue_job(solid_queue, process_id=None, claimed_ago=timedelta(minutes=2))
+    assert judge(solid_queue.dsn, "solid_queue").decision is Decision.DEFER
+    with solid_queue.connect() as conn:
+        conn.execute("DELETE FROM solid_queue_processes WHERE id = %s", (gone,))
+    verdict = judge(solid_queue.dsn, "solid_queue")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 2)
+
+
+def test_solid_queue_ready_jobs_only_proceed_and_an_orphan_of_a_restart_proceeds(solid_queue):
+    solid_queue_job(solid_queue)
+    verdict = judge(solid_queue.dsn, "solid_queue")
+    assert verdict.decision is Decision.PROCEED
+    worker = solid_queue_process(solid_queue, timedelta(seconds=10))
+    solid_queue_job(solid_queue, process_id=worker, claimed_ago=timedelta(minutes=20))
+    verdict = judge(solid_queue.dsn, "solid_queue", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.orphaned) == (Decision.PROCEED, 1)
+
+
+def test_solid_queue_index_sql_says_no_index_is_needed(solid_queue):
+    for flags in ((), ("--dsn", solid_queue.dsn)):
+        done = run_cli("index-sql", "--preset", "solid_queue", *flags)
+        assert done.returncode == 0, done.stderr
+        assert "no index needed" in done.stdout and "CREATE" not in done.stdout
 
 
 # --- every status classified ------------------------------------------------------------------
