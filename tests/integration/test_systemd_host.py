@@ -33,6 +33,8 @@ DROP_IN_DIR = f"/run/systemd/system/{UNIT}.d"
 DROP_IN = f"{DROP_IN_DIR}/50-leaseguard-stop.conf"
 BROKEN_FLAG = "/run/lgapp-broken"
 STOP_BUDGET_SEEN = "/run/lgapp-stop-budget"
+# One ssh round trip per module instead of several (a common production setting too).
+FAST_SSH = {"ANSIBLE_PIPELINING": "True"}
 # ExecStop records the TimeoutStopSec in force while the unit stops (the drop-in's, during
 # the role's restart); ExecStartPre fails while BROKEN_FLAG exists (a restart that fails).
 UNITS = {
@@ -95,19 +97,19 @@ def _inventory(tmp_path: Path, host: SystemdHost, db: PgDatabase, **extra: Any) 
     )
 
 
-def _lookup_play(tmp_path: Path, **task_timeout: str) -> Path:
+def _lookup(tmp_path: Path, host: SystemdHost, db: PgDatabase, unit: str) -> Any:
+    """The task_timeout module reading unit's variable and start time."""
     task = {
         "name": "lookup",
         "leaseguard.deploy.task_timeout": {
-            "task_timeout": {"source": "systemd", "variable": "APP_TASK_TIMEOUT_S", **task_timeout},
-            "runtime": {"source": "systemd", "unit": task_timeout.get("unit", UNIT)},
+            "task_timeout": {"source": "systemd", "unit": unit, "variable": "APP_TASK_TIMEOUT_S"},
+            "runtime": {"source": "systemd", "unit": unit},
         },
         "register": "lookup",
     }
-    play = [{"hosts": "app", "gather_facts": False, "tasks": [task]}]
-    path = tmp_path / "lookup.yml"
-    path.write_text(yaml.safe_dump(play, sort_keys=False))
-    return path
+    play = tmp_path / "lookup.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "tasks": [task]}]))
+    return run_playbook(play, _inventory(tmp_path, host, db), tmp_path)
 
 
 def _active_since(host: SystemdHost, unit: str = UNIT) -> datetime:
@@ -120,9 +122,7 @@ def _active_since(host: SystemdHost, unit: str = UNIT) -> datetime:
 def test_task_timeout_reads_the_units_environment_and_start_time(
     sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
 ) -> None:
-    run = run_playbook(
-        _lookup_play(tmp_path, unit=UNIT), _inventory(tmp_path, sd_host, runs_db), tmp_path
-    )
+    run = _lookup(tmp_path, sd_host, runs_db, UNIT)
     assert run.returncode == 0, run.stdout + run.stderr
     result = run.result("lookup", "sd1")
     assert result["task_timeout_s"] == TIMEOUT_S
@@ -134,9 +134,7 @@ def test_task_timeout_reads_the_units_environment_and_start_time(
 def test_task_timeout_fails_naming_the_variable_a_unit_lacks(
     sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
 ) -> None:
-    run = run_playbook(
-        _lookup_play(tmp_path, unit=BARE_UNIT), _inventory(tmp_path, sd_host, runs_db), tmp_path
-    )
+    run = _lookup(tmp_path, sd_host, runs_db, BARE_UNIT)
     assert run.returncode == 2
     msg = run.result("lookup", "sd1")["msg"]
     assert f"systemd:{BARE_UNIT}/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set" in msg
@@ -147,9 +145,7 @@ def test_task_timeout_fails_on_a_stopped_unit(
 ) -> None:
     sd_host.exec("systemctl", "stop", BARE_UNIT)
     try:
-        run = run_playbook(
-            _lookup_play(tmp_path, unit=BARE_UNIT), _inventory(tmp_path, sd_host, runs_db), tmp_path
-        )
+        run = _lookup(tmp_path, sd_host, runs_db, BARE_UNIT)
     finally:
         sd_host.exec("systemctl", "start", BARE_UNIT)
     assert run.returncode == 2
@@ -160,7 +156,7 @@ def test_task_timeout_fails_on_a_stopped_unit(
 
 def _deploy(tmp_path: Path, host: SystemdHost, db: PgDatabase) -> Any:
     inventory = _inventory(tmp_path, host, db, leaseguard_restart_stop_timeout_s=7)
-    return run_playbook("leaseguard.deploy.deploy", inventory, tmp_path)
+    return run_playbook("leaseguard.deploy.deploy", inventory, tmp_path, env=FAST_SSH)
 
 
 def test_deploy_restarts_the_unit_with_the_stop_budget_drop_in_then_removes_it(
