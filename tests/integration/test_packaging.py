@@ -20,12 +20,13 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
+from tests.support.pg_fixtures import PgDatabase
 from tests.support.pgcluster import SUPERUSER
+from tests.support.runs_table import create_runs_table, insert_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = "leaseguard.deploy"
@@ -280,11 +281,8 @@ def _galaxy_build(source: Path, outdir: Path, env: dict[str, str]) -> Path:
 def galaxy_tarball(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`ansible-galaxy collection build` of the fresh-clone copy."""
     outdir = tmp_path_factory.mktemp("galaxy")
-    home = tmp_path_factory.mktemp("galaxy-home")
-    (home / "ansible.cfg").write_text("")
-    return _galaxy_build(
-        source_tree, outdir, _ansible_env(home, ANSIBLE_CONFIG=str(home / "ansible.cfg"))
-    )
+    env = _isolated_env(tmp_path_factory.mktemp("galaxy-home"))
+    return _galaxy_build(source_tree, outdir, env)
 
 
 @pytest.fixture(scope="module")
@@ -298,6 +296,7 @@ def galaxy_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _galaxy(venv: Path, env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The venv's ansible-galaxy; fails the test on a non-zero exit."""
     return _run([venv / "bin" / "ansible-galaxy", *args], env=env, cwd=venv)
 
 
@@ -332,11 +331,27 @@ def _play(
     )
 
 
-@pytest.fixture
-def live_claim_db(db: Any) -> Any:
-    """A database whose execution_runs has one claim renewed ten minutes ago."""
-    from tests.support.runs_table import create_runs_table, insert_runs
+def _play_vars(db: PgDatabase) -> dict[str, str]:
+    """LIVE_CLAIM_PLAY's variables: the database, and a runtime started an hour ago."""
+    return {
+        "db_host": db.cluster.host,
+        "db_port": str(db.cluster.port),
+        "db_name": db.name,
+        "db_user": SUPERUSER,
+        "started": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
+    }
 
+
+def _isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """_ansible_env with an empty ansible.cfg of its own under home."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "ansible.cfg").write_text("")
+    return _ansible_env(home, ANSIBLE_CONFIG=str(home / "ansible.cfg"), **extra)
+
+
+@pytest.fixture
+def live_claim_db(db: PgDatabase) -> PgDatabase:
+    """A database whose execution_runs has one claim renewed ten minutes ago."""
     ten_min_ago = datetime.now(UTC) - timedelta(minutes=10)
     with db.connect(socket=True) as conn:
         create_runs_table(conn)
@@ -350,23 +365,15 @@ def test_galaxy_tarball_in_a_fresh_venv_needs_requirements_txt_then_guards(
     galaxy_tarball: Path,
     galaxy_venv: Path,
     wheel: Path,
-    live_claim_db: Any,
+    live_claim_db: PgDatabase,
     tmp_path: Path,
 ) -> None:
-    env = _ansible_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
-    (tmp_path / "home" / "ansible.cfg").write_text("")
-    env["ANSIBLE_CONFIG"] = str(tmp_path / "home" / "ansible.cfg")
+    env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
     collections = tmp_path / "collections"
     _galaxy(galaxy_venv, env, "collection", "install", galaxy_tarball, "-p", collections)
     installed = collections / COLLECTION_DIR
     _verify_offline(galaxy_venv, env, collections)
-    facts = {
-        "db_host": live_claim_db.cluster.host,
-        "db_port": str(live_claim_db.cluster.port),
-        "db_name": live_claim_db.name,
-        "db_user": SUPERUSER,
-        "started": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
-    }
+    facts = _play_vars(live_claim_db)
 
     # A plain ansible-core venv: the modules cannot run, and say what to install.
     bare = _play(galaxy_venv, env, tmp_path, **facts)
@@ -432,7 +439,7 @@ def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
     source_tree: Path,
     galaxy_venv: Path,
     wheel: Path,
-    live_claim_db: Any,
+    live_claim_db: PgDatabase,
     tmp_path: Path,
 ) -> None:
     changed = tmp_path / "source"
@@ -445,13 +452,7 @@ def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
         galaxy_yml.write_text(
             galaxy_yml.read_text().replace(f"version: {VERSION}", "version: 9.9.9")
         )
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "ansible.cfg").write_text("")
-    env = _ansible_env(
-        tmp_path / "home",
-        ANSIBLE_CONFIG=str(tmp_path / "home" / "ansible.cfg"),
-        ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"),
-    )
+    env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
     (tmp_path / "dist").mkdir()
     tarball = _galaxy_build(changed, tmp_path / "dist", env)
     pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
@@ -461,13 +462,7 @@ def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
     install = ["collection", "install", "--force", tarball, "-p", tmp_path / "collections"]
     _galaxy(galaxy_venv, env, *install)
 
-    facts = {
-        "db_host": live_claim_db.cluster.host,
-        "db_port": str(live_claim_db.cluster.port),
-        "db_name": live_claim_db.name,
-        "db_user": SUPERUSER,
-        "started": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
-    }
+    facts = _play_vars(live_claim_db)
     run = _play(galaxy_venv, env, tmp_path, **facts)
     output = " ".join((run.stdout + run.stderr).split())  # warnings are wrapped
     assert warning in output, output
@@ -512,9 +507,7 @@ def test_ansible_builder_context_installs_the_collection_and_its_requirements(
     build = context / "_build"
     assert (build / "collections" / galaxy_tarball.name).is_file()
 
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "ansible.cfg").write_text("")
-    env = _ansible_env(tmp_path / "home", ANSIBLE_CONFIG=str(tmp_path / "home" / "ansible.cfg"))
+    env = _isolated_env(tmp_path / "home")
     installed = tmp_path / "usr-share-ansible-collections"
     galaxy = [_tool("ansible-galaxy"), "collection", "install", "-r", "requirements.yml"]
     _run([*galaxy, "--collections-path", installed], env=env, cwd=build)
