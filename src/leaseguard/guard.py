@@ -16,10 +16,12 @@ from leaseguard.predicate import (
     columns_query,
     counts_query,
     live_claims_query,
+    owners_table,
     predicate_params,
     rls_query,
     table_identifier,
 )
+from leaseguard.presets import OWNER_HEARTBEAT_COLUMN, OWNER_HEARTBEAT_RULE, OWNERS_TABLE
 from leaseguard.statuses import StatusColumn, check_statuses, inspect_status_column
 from leaseguard.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
@@ -163,7 +165,9 @@ def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
     row = cur.fetchone()
     if row is None or row[0] is None:
         raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
-    verify_rows_visible(cur, row[0], contract)
+    verify_rows_visible(cur, row[0], contract.table_label)
+    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
+        _verify_owners(cur, contract)
     cur.execute(columns_query(), {"relation": row[0]})
     types = {str(name): str(kind) for name, kind in cur.fetchall()}
     for key, column in contract.columns().items():
@@ -181,7 +185,30 @@ def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
     return inspect_status_column(cur, contract, row[0])
 
 
-def verify_rows_visible(cur: Cursor, relation: object, contract: Contract) -> None:
+def _verify_owners(cur: Cursor, contract: Contract) -> None:
+    """Solid Queue: the owners' table is read too, so it must exist, have its heartbeat, and
+    show the guard every row: a hidden owner would make its live claim look owner-less,
+    which the rule judges dead ("proceed" on live work)."""
+    owners = owners_table(contract)
+    label = f"{contract.schema}.{OWNERS_TABLE}" if contract.schema else OWNERS_TABLE
+    cur.execute("SELECT to_regclass(%s)::oid", (owners.as_string(cur.connection),))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        raise SchemaMismatch(
+            f"table {label} (the owners of the claims in {contract.table_label}) does not "
+            "exist (or is not visible)"
+        )
+    verify_rows_visible(cur, row[0], label)
+    cur.execute(columns_query(), {"relation": row[0]})
+    types = {str(name): str(kind) for name, kind in cur.fetchall()}
+    if "id" not in types or not _TIME_TYPE.fullmatch(types.get(OWNER_HEARTBEAT_COLUMN, "")):
+        raise SchemaMismatch(
+            f"table {label} lacks id or a timestamp column {OWNER_HEARTBEAT_COLUMN}, which "
+            f"decide whether the owner of a claim in {contract.table_label} is alive"
+        )
+
+
+def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
     """Fail when row-level security would hide rows from the guard's role.
 
     A hidden claimed row is a live job the guard never sees: "proceed" on live work.
@@ -197,10 +224,10 @@ def verify_rows_visible(cur: Cursor, relation: object, contract: Contract) -> No
         return
     why = "forces row-level security on its owner too" if owner else "has row-level security"
     raise SchemaMismatch(
-        f"table {contract.table_label} {why}, so the guard's role could see only some of its "
+        f"table {label} {why}, so the guard's role could see only some of its "
         "rows and miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) "
         "or add a policy that shows it every row (CREATE POLICY leaseguard_read ON "
-        f"{contract.table_label} FOR SELECT TO <guard role> USING (true))"
+        f"{label} FOR SELECT TO <guard role> USING (true))"
     )
 
 

@@ -94,6 +94,13 @@ def expiry(contract: Contract) -> sql.Composable:
     return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
 
 
+def owners_table(contract: Contract) -> sql.Identifier:
+    """Solid Queue's processes table, in the claims table's schema."""
+    if contract.schema:
+        return sql.Identifier(contract.schema, OWNERS_TABLE)
+    return sql.Identifier(OWNERS_TABLE)
+
+
 def _owner_heartbeat_expiry(contract: Contract) -> sql.Composable:
     """Solid Queue: the owner's last heartbeat + the alive threshold (the lease).
 
@@ -101,17 +108,12 @@ def _owner_heartbeat_expiry(contract: Contract) -> sql.Composable:
     (ClaimedExecution.orphaned): its lease ended at -infinity, so it is stale. The owners'
     table lives beside the claims table, in the same schema.
     """
-    owners = (
-        sql.Identifier(contract.schema, OWNERS_TABLE)
-        if contract.schema
-        else sql.Identifier(OWNERS_TABLE)
-    )
     return sql.SQL(
         "coalesce((SELECT o.{beat}::timestamptz FROM {owners} AS o WHERE o.id = {owner}), "
         "'-infinity'::timestamptz) + %(lease)s::interval"
     ).format(
         beat=sql.Identifier(OWNER_HEARTBEAT_COLUMN),
-        owners=owners,
+        owners=owners_table(contract),
         owner=sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(OWNER_COLUMN)),
     )
 

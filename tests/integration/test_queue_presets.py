@@ -439,6 +439,30 @@ def test_solid_queue_index_sql_says_no_index_is_needed(solid_queue):
         assert "no index needed" in done.stdout and "CREATE" not in done.stdout
 
 
+def test_solid_queue_owners_hidden_by_rls_fail_closed_not_owner_less(solid_queue):
+    """A hidden owner row would make its live claim look owner-less (dead): proceed on
+    live work. The pre-flight checks the owners' table as it checks the claims table."""
+    worker = solid_queue_process(solid_queue, timedelta(seconds=10))
+    solid_queue_job(solid_queue, process_id=worker, claimed_ago=timedelta(hours=1))
+    with solid_queue.connect() as conn:
+        conn.execute("ALTER TABLE solid_queue_processes ENABLE ROW LEVEL SECURITY")
+    with pytest.raises(SchemaMismatch, match=r"table public\.solid_queue_processes has row-level"):
+        judge(solid_queue.dsn_as("guard_ro"), "solid_queue")
+    with solid_queue.connect() as conn:
+        conn.execute(
+            "CREATE POLICY leaseguard_read ON solid_queue_processes "
+            "FOR SELECT TO guard_ro USING (true)"
+        )
+    assert judge(solid_queue.dsn_as("guard_ro"), "solid_queue").decision is Decision.DEFER
+
+
+def test_solid_queue_without_its_owners_table_fails_closed_naming_it(solid_queue):
+    with solid_queue.connect() as conn:
+        conn.execute("ALTER TABLE solid_queue_processes RENAME TO solid_queue_workers")
+    with pytest.raises(SchemaMismatch, match=r"table public\.solid_queue_processes \(the owners"):
+        judge(solid_queue.dsn, "solid_queue")
+
+
 # --- every status classified ------------------------------------------------------------------
 
 # (preset, fixture, insert one row in a state, the enum type of its status column)
