@@ -67,6 +67,7 @@ def evaluate(
     host: str | None = None,
     as_of: datetime | None = None,
     clock_offset: ClockOffset | None = None,
+    clock_host: str | None = None,
     warnings: tuple[str, ...] = (),
     check_schema: bool = True,
 ) -> Verdict:
@@ -77,14 +78,20 @@ def evaluate(
     (SchemaMismatch from the query itself).
 
     `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
-    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
-    microsecond; production callers leave it None.
+    disagree; `clock_host` names the host it was measured on when that is not `host` (a
+    fleet judgment widens by its widest host's offset).
+
+    `as_of` replaces the database's now() for tests that pin a boundary to the microsecond;
+    production callers leave it None.
     """
     tolerance_s = contract.clock_skew_s
     if clock_offset is not None:
         tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
         if clock_offset.exceeds(contract.clock_skew_s):
-            warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
+            warnings = (
+                *warnings,
+                clock_offset.warning(clock_host or host or "-", contract.clock_skew_s),
+            )
     params = predicate_params(
         contract,
         lease_s=lease_s,

@@ -18,24 +18,34 @@ import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import psycopg
 from fabric import Connection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
+from leaseguard.clock import (
+    ClockOffset,
+    chained,
+    database_clock,
+    host_clock,
+    measure_offset,
+    widest,
+)
 from leaseguard.contract import Contract
 from leaseguard.db import connect, describe_target, invalid_dsn
 from leaseguard.errors import (
     ConfigError,
     DatabaseUnavailable,
     LeaseguardError,
+    LookupFailed,
     TunnelError,
 )
+from leaseguard.fleet import FleetFacts
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.indexing import with_plan_warning
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
@@ -106,7 +116,13 @@ def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession
 
 
 class GuardSession:
-    """Judges one host's table with the facts looked up on that host."""
+    """Judges one host's table with the facts looked up on that host.
+
+    With `fleet`, the facts are the fleet's combined facts (`leaseguard.fleet`) and the
+    verdict reports which host supplied each. `host_offsets` are the hosts' clocks minus this
+    machine's, measured while each host was looked up (`clock.offset_from_here`); without
+    them every start time is taken as read in the runner's clock, as for one host.
+    """
 
     def __init__(
         self,
@@ -115,17 +131,24 @@ class GuardSession:
         facts: RuntimeFacts,
         runner: Runner,
         link: Link | None = None,
+        *,
+        fleet: FleetFacts | None = None,
+        host_offsets: Mapping[str, ClockOffset] | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
         self.facts = facts
         self.runner = runner
         self.link = link
+        self.fleet = fleet
+        self.host_offsets = host_offsets
         self.watch = PollWatch(self.poll_budget_s, self._cut)
         self.lease_s = lease_seconds(contract, facts.task_timeout)
         # Measured once per session: clocks do not drift measurably during a drain, and a
         # per-poll measurement would add an SSH round trip to every poll.
         self.clock_offset: ClockOffset | None = None
+        self.clock_host: str | None = None  # whose offset widened the orphan tolerance
+        self.fleet_offsets: dict[str, ClockOffset] = {}
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -215,7 +238,7 @@ class GuardSession:
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
-            self.clock_offset = measure_offset(host_clock(self.runner), database_clock(conn))
+            self.clock_host, self.clock_offset = self._measure_clock(conn)
         verdict = evaluate(
             conn,
             self.contract,
@@ -224,6 +247,7 @@ class GuardSession:
             runtime_started_at=self.facts.runtime_started_at,
             host=self.host,
             clock_offset=self.clock_offset,
+            clock_host=self.clock_host,
             warnings=self.facts.warnings,
             check_schema=not self._schema_checked,
         )
@@ -231,7 +255,32 @@ class GuardSession:
         if not self.plan_checked:
             self.plan_checked = True
             verdict = with_plan_warning(conn, self.contract, verdict)
+        if self.fleet is not None:
+            verdict = replace(verdict, fleet=self._fleet_report())
         return verdict
+
+    def _measure_clock(self, conn: Conn) -> tuple[str, ClockOffset]:
+        """The offset that widens the orphan tolerance, and the host it belongs to."""
+        db = database_clock(conn)
+        if self.fleet is None or self.host_offsets is None:
+            return self.host, measure_offset(host_clock(self.runner), db)
+        missing = [h for h in self.fleet.hosts if h not in self.host_offsets]
+        if missing:
+            raise LookupFailed(f"no clock reading for host(s) {', '.join(missing)}")
+        here_minus_db = measure_offset(time.time, db)
+        self.fleet_offsets = {
+            h: chained(self.host_offsets[h], here_minus_db) for h in self.fleet.hosts
+        }
+        return widest(self.fleet_offsets)
+
+    def _fleet_report(self) -> dict[str, Any]:
+        assert self.fleet is not None
+        report = self.fleet.as_dict()
+        if self.fleet_offsets:
+            report["clock_offsets_s"] = {
+                h: round(offset.offset_s, 3) for h, offset in sorted(self.fleet_offsets.items())
+            }
+        return report
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -277,6 +326,36 @@ def local_session(
         task_timeout_source=task_timeout_source,
     )
     session = GuardSession(contract, conninfo, facts, runner, link)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@contextmanager
+def fleet_session(
+    contract: Contract,
+    conninfo: str,
+    fleet: FleetFacts,
+    *,
+    runner: Runner | None = None,
+    link: Link | None = None,
+    host_offsets: Mapping[str, ClockOffset] | None = None,
+) -> Iterator[GuardSession]:
+    """A session judging once for every host of `fleet`, with facts already looked up.
+
+    The runner is the host the judgment runs from (intake commands of a drain run there);
+    nothing is looked up again.
+    """
+    session = GuardSession(
+        contract,
+        conninfo,
+        fleet.facts,
+        runner or LocalRunner(),
+        link,
+        fleet=fleet,
+        host_offsets=host_offsets,
+    )
     try:
         yield session
     finally:
