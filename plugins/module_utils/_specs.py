@@ -148,7 +148,10 @@ def lease_guard_spec_options():
     """The option rules of lease_guard: one host's facts or every host's, never both."""
     return dict(
         required_together=[("pause_command", "resume_command")],
-        mutually_exclusive=[("fleet_lookups", "lookup", "task_timeout_s", "runtime_started_at")],
+        mutually_exclusive=[
+            ("fleet_lookups", one_host)
+            for one_host in ("lookup", "task_timeout_s", "runtime_started_at")
+        ],
     )
 
 
