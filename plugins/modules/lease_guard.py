@@ -164,15 +164,13 @@ EXAMPLES = r"""
   changed_when: true
   when: guard.decision == 'proceed'
 
-- name: Look up every host of the play (in parallel, no run_once)
-  leaseguard.deploy.task_timeout:
-  register: lookup
-
-- name: Judge a migration once for the whole fleet - oldest start, longest lease
+# The lookup above ran on every host of the play (no run_once): judge a migration once
+# for the whole fleet - oldest runtime start, longest lease.
+- name: Judge a migration once for every host of the play
   leaseguard.deploy.lease_guard:
     fleet_lookups: >-
       {{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars)
-         | map(attribute='lookup', default={}))) }}
+         | map(attribute='timeout_lookup', default={}))) }}
     db_name: app
     fail_on_defer: true
   run_once: true
