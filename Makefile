@@ -9,10 +9,10 @@ PY := $(BIN)/python
 # molecule, ansible-* and friends are looked up on PATH by the tests.
 export PATH := $(BIN):$(PATH)
 
-LINT_PATHS := $(wildcard src tests plugins benchmarks scripts)
+LINT_PATHS := $(wildcard src sandbox tests plugins benchmarks scripts)
 PYTEST_ARGS ?=
 
-.PHONY: venv bootstrap collection-link lint typecheck test demo demo-down sanity bench clean
+.PHONY: venv bootstrap collection-link lint typecheck test demo demo-down molecule sanity bench clean
 
 venv bootstrap:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -23,6 +23,7 @@ collection-link:
 lint: bootstrap collection-link
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/ruff format --check $(LINT_PATHS)
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/ansible-lint --nocolor -q
 	rm -rf .ansible
 
@@ -39,6 +40,14 @@ demo: bootstrap collection-link
 
 demo-down:
 	$(PY) scripts/demo.py --down
+
+# One molecule scenario as a contributor runs it (root), from a fresh clone too: S=restart_defer
+# (default: the `default` scenario; S=all runs every one). Each scenario starts its own sandbox
+# (`python -m sandbox`) under /tmp/lgm-* and removes it at destroy. molecule needs the venv's
+# ansible-* on PATH, which this Makefile exports.
+S ?= default
+molecule: bootstrap collection-link
+	$(BIN)/molecule test $(if $(filter all,$(S)),--all,-s $(S))
 
 sanity: bootstrap
 	PYTHON=$(PY) bash scripts/ansible-test-sanity.sh

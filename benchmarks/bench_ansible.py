@@ -1,6 +1,6 @@
 """5. Ansible overhead: the restart role with its gate vs the same restart without it.
 
-One sandbox host (tests/support/sandbox.py: sshd in a namespace, PostgreSQL, a podman
+One sandbox host (sandbox/detached.py: sshd in a namespace, PostgreSQL, a podman
 backend) holding only rows nobody runs, so the gated deploy proceeds and restarts. Side by
 side, interleaved, in one run:
 
@@ -120,7 +120,7 @@ def _report(runs: dict[str, list[float]]) -> tuple[Section, list[Finding]]:
 
 def _sandbox(action: str, directory: Path) -> None:
     subprocess.run(
-        [PYTHON, "-m", "tests.support.sandbox", action, "--dir", str(directory)],
+        [PYTHON, "-m", "sandbox", action, "--dir", str(directory)],
         cwd=REPO,
         check=True,
         capture_output=True,

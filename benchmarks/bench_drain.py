@@ -48,7 +48,7 @@ from leaseguard.drain import DEFAULT_POLL_S, DrainCounters
 from leaseguard.drain_status import StatusBoard
 from leaseguard.session import ssh_session
 from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
-from tests.support.hosts_fixtures import AppHost
+from sandbox.hosts import AppHost
 
 DBNAME = "bench_drain"
 HISTORY_ROWS = 100_000

@@ -31,9 +31,9 @@ from benchmarks.infra import (
 from leaseguard.contract import Contract
 from leaseguard.session import ssh_session
 from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
-from tests.support.hosts_fixtures import AppHost
-from tests.support.netns import free_port
-from tests.support.subprocess_env import clean_env
+from sandbox.hosts import AppHost
+from sandbox.netns import free_port
+from sandbox.subprocess_env import clean_env
 
 DBNAME = "bench_guard"
 SHELL_GUARD = REPO / "benchmarks" / "shell_guard.sh"

@@ -44,11 +44,12 @@ from benchmarks.infra import (
 )
 from leaseguard.contract import Contract
 from leaseguard.db import connect as guard_connect
-from leaseguard.guard import evaluate
+from leaseguard.guard import evaluate, verify_schema
 from leaseguard.indexing import index_name, recommended_index_sql
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
 from leaseguard.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
+from leaseguard.statuses import check_statuses
 from leaseguard.verdict import TaskTimeout
 
 DBNAME = "bench_scale"
@@ -216,12 +217,22 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
     """select 1, the guard query, and the guard query on the 10^4-row reference table,
     rotating on one connection; their medians and ratios."""
     ref_params = predicate_params(REF_CONTRACT, lease_s=LEASE_S, runtime_started_at=None)
-    samples: dict[str, list[float]] = {"select 1": [], "guard": [], "reference": []}
+    samples: dict[str, list[float]] = {
+        "select 1": [],
+        "guard": [],
+        "reference": [],
+        "status": [],
+        "status reference": [],
+    }
     with psycopg.connect(conninfo, autocommit=True) as conn:
+        status = _status_check(conn, CONTRACT)
+        status_ref = _status_check(conn, REF_CONTRACT)
         steps: dict[str, Callable[[], object]] = {
             "select 1": lambda: conn.execute("SELECT 1").fetchall(),
             "guard": lambda: conn.execute(counts_query(CONTRACT), params).fetchall(),
             "reference": lambda: conn.execute(counts_query(REF_CONTRACT), ref_params).fetchall(),
+            "status": status,
+            "status reference": status_ref,
         }
         # Warm-up (catalog caches, the first plans, the tunnel's threads), then one probe each.
         warm_until = time.perf_counter() + WARM_UP_S
@@ -236,7 +247,7 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
             for name in names[shift:] + names[:shift]:
                 samples[name].append(timed(steps[name]))
         checks = []
-        with guard_connect(conninfo, CONTRACT) as guard_conn:
+        with guard_connect(conninfo, CONTRACT.connect_timeout_s) as guard_conn:
             for _ in range(max(MIN_PAIRS * 2, min(60, rounds // 4))):
                 checks.append(
                     timed(
@@ -249,8 +260,10 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
                         )
                     )
                 )
-    select_1, guard, reference = (median(samples[n]) for n in names)
+    select_1, guard, reference, status_s, status_ref_s = (median(samples[n]) for n in names)
     return {
+        "status_s": status_s,
+        "status_vs_reference": status_s / status_ref_s,
         "select_1_s": select_1,
         "guard_s": guard,
         "ratio": guard / select_1,
@@ -259,6 +272,20 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
         "check_p90_s": sorted(checks)[int(len(checks) * 0.9)],
         "pairs": rounds,
     }
+
+
+def _status_check(conn: Conn, contract: Contract) -> Callable[[], object]:
+    """The status check as the guard runs it (statuses.check_statuses), on its own cursor:
+    a loose index scan when an index leads with the status, else one pass over the table."""
+    with conn.cursor() as cur:
+        column = verify_schema(cur, contract)
+
+    def run() -> object:
+        with conn.cursor() as cur:
+            check_statuses(cur, contract, column)
+        return column
+
+    return run
 
 
 def _warns(conninfo: str) -> str:
@@ -283,6 +310,8 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
             "guard query",
             "guard / select 1",
             "guard / 10^4-row table",
+            "status check",
+            "status / 10^4-row table",
             "whole check: median (p90)",
             "seq-scan warning",
             "load / index build",
@@ -305,6 +334,8 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
                     fmt_s(m["guard_s"]),
                     fmt_ratio(m["ratio"]),
                     fmt_ratio(m["vs_reference"]),
+                    fmt_s(m["status_s"]),
+                    fmt_ratio(m["status_vs_reference"]),
                     f"{fmt_s(m['check_s'])} ({fmt_s(m['check_p90_s'])})",
                     row["warned"] if first else "",
                     (f"{load} / {build}" if row["indexed"] else load) if first else "",
@@ -318,6 +349,11 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
         f"on a {REF_ROWS:,}-row copy of the table with the index (`guard / 10^4-row table`: "
         "the flatness ratio, side by side); medians. Server time: median "
         f"planning + execution time of {EXPLAINS} EXPLAIN ANALYZE runs.",
+        "Status check: every status in the table classified (leaseguard.statuses."
+        "check_statuses, as the guard runs it in its transaction): with the index, a loose "
+        "index scan (one probe per distinct status); without, one pass over the table. It "
+        f"rotates with the others and with the same check on the {REF_ROWS:,}-row copy "
+        "(`status / 10^4-row table`: its flatness ratio).",
         "Whole check: leaseguard.guard.evaluate on an open guard connection - read-only "
         "transaction, three budgets set, the schema check (2 queries), the counts query and, "
         "when something is live, the live-claims query: about 8 round trips.",
@@ -382,6 +418,21 @@ def _findings(rows: list[dict[str, Any]]) -> list[Finding]:
                 for r in rows
                 if not r["indexed"]
             ),
+        ),
+        Finding(
+            "1. predicate",
+            f"flat: status check at {size} rows / on a {REF_ROWS:,}-row table, with index",
+            f"{fmt_ratio(tcp['status_vs_reference'])} (TCP), "
+            f"{fmt_ratio(ssh['status_vs_reference'])} (tunnel)",
+            "flat (within 25%)",
+            max(tcp["status_vs_reference"], ssh["status_vs_reference"]) <= 1.25,
+            "every status classified by a loose index scan; "
+            + ", ".join(
+                f"{r['size']:,} rows {fmt_s(r['paths']['TCP']['status_s'])}"
+                for r in rows
+                if r["indexed"]
+            )
+            + " (TCP)",
         ),
         Finding(
             "1. predicate",

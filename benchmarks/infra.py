@@ -1,4 +1,4 @@
-"""The benchmark machinery, built from the test harness (tests/support): real PostgreSQL
+"""The benchmark machinery, built from the local sandbox (sandbox/): real PostgreSQL
 clusters, sshd in network namespaces ("hosts") and a podman engine behind the docker CLI.
 
 Two kinds of hosts:
@@ -28,13 +28,12 @@ from psycopg import sql
 from benchmarks.common import REPO
 from leaseguard.contract import Contract
 from leaseguard.indexing import recommended_index_sql
-from tests.support.hosts_fixtures import AppHost, open_app_host
-from tests.support.netns import IP
-from tests.support.pg_fixtures import PG_BASE_DIR
-from tests.support.pgcluster import PgCluster
-from tests.support.podman import PodmanEngine
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.hosts import AppHost, open_app_host
+from sandbox.netns import IP
+from sandbox.pgcluster import PG_BASE_DIR, PgCluster
+from sandbox.podman import PodmanEngine
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 BACKEND = "backend"
 
@@ -243,7 +242,7 @@ def set_live(conn: psycopg.Connection[Any], live: bool) -> None:
 
 
 def vacuum_and_index(conn: psycopg.Connection[Any], contract: Contract | None = None) -> None:
-    """VACUUM ANALYZE, then the recommended partial index (as `leaseguard index-sql` prints)."""
+    """VACUUM ANALYZE, then the recommended index (as `leaseguard index-sql` prints)."""
     contract = contract or Contract()
     ident = sql.Identifier(contract.table)
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(ident))

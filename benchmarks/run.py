@@ -3,7 +3,7 @@
     python -m benchmarks.run [--only 1,2,3,4,6] [--quick] [--output FILE]
 
 Needs root (network namespaces, sshd, PostgreSQL run through runuser, podman), like the
-integration tests whose harness (tests/support) it reuses. --quick is a smoke run with
+integration tests whose hosts (the sandbox package) it reuses. --quick is a smoke run with
 small sizes and few repetitions; its figures are not the ones to publish.
 """
 
@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
+from types import FrameType
 
 from benchmarks import bench_ansible, bench_drain, bench_fleet, bench_one_host, bench_predicate
 from benchmarks.common import REPO, Finding, Section, markdown_table, stopwatch
@@ -37,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks: run as root (namespaces, sshd, PostgreSQL, podman)", file=sys.stderr)
         return 2
     only = set(args.only.split(","))
+    # `timeout` and CI stop a run with SIGTERM, which would end Python without unwinding: the
+    # hosts, engines, clusters and /tmp/lg-bench-* would stay. Unwind as for Ctrl-C instead.
+    signal.signal(signal.SIGTERM, _interrupt)
     machine = describe_machine()
     date = datetime.now(UTC)
     started = time.monotonic()
@@ -51,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"wrote {args.output}")
     print(text)
     return 0
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one is enough; let the teardown finish
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def log(message: str) -> None:

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/demo.py [--keep] [--workdir DIR]     # make demo [KEEP=1]
     .venv/bin/python scripts/demo.py --down                       # make demo-down
 
-The sandbox (tests/support/sandbox.py) is two app hosts (sshd in network namespaces, a
+The sandbox (sandbox/detached.py) is two app hosts (sshd in network namespaces, a
 throw-away key), PostgreSQL 15 with pg_cron on the first host's loopback, a podman `backend`
 container per host with APP_TASK_TIMEOUT_S=3600 and an `execution_runs` table. This script adds
 the claim / compute / publish pg_cron jobs and then plays four steps with the real
@@ -51,9 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.support.ansible_run import ansible_env  # noqa: E402
-from tests.support.netns import kill_pids, pid_alive, pids_with_cmdline_containing  # noqa: E402
-from tests.support.subprocess_env import clean_env  # noqa: E402
+from sandbox.ansible_env import ansible_env  # noqa: E402
+from sandbox.netns import kill_pids, pid_alive, pids_with_cmdline_containing  # noqa: E402
+from sandbox.subprocess_env import clean_env  # noqa: E402
 
 DEFAULT_RECORD = REPO / "build" / "demo-sandbox"
 HOSTS = ("app1", "app2")
@@ -286,7 +286,7 @@ def start_sandbox(demo: Demo) -> None:
     say(f"Everything lives under DEMO={demo.dir}")
     pg_base = demo.dir / "pg"
     pg_base.mkdir(mode=0o755)
-    argv = [sys.executable, "-m", "tests.support.sandbox", "start", "--dir", str(demo.dir)]
+    argv = [sys.executable, "-m", "sandbox", "start", "--dir", str(demo.dir)]
     argv += ["--hosts", ",".join(HOSTS), "--pg-base-dir", str(pg_base)]
     ran = demo.run(argv, demo.base_env())
     if ran.returncode != 0:
@@ -333,7 +333,7 @@ def stop_sandbox(directory: Path) -> bool:
             check=False,
             timeout=10,
         )
-    argv = [sys.executable, "-m", "tests.support.sandbox", "stop", "--dir", str(directory)]
+    argv = [sys.executable, "-m", "sandbox", "stop", "--dir", str(directory)]
     subprocess.run(argv, cwd=REPO, check=False, timeout=120)
     needle = str(directory) + "/"
     deadline = time.monotonic() + 10
@@ -569,7 +569,7 @@ def step_migrate(demo: Demo) -> None:
     say("an override declared for production. The code and staging keep 3 s, and a routine")
     say("deploy must never silently put production back to 3 s.")
     say()
-    say("This deploy's migration creates the partial index the guard query wants:")
+    say("This deploy's migration creates the index the guard's checks want:")
     ran = demo.run(["leaseguard", "index-sql"], demo.base_env())
     expect(ran.returncode == 0, "leaseguard index-sql printed the statement", ran.returncode)
     [index_sql] = [line for line in ran.output.splitlines() if line.startswith("CREATE INDEX")]
@@ -608,9 +608,9 @@ def step_migrate(demo: Demo) -> None:
     )
     indexes = demo.sql(
         "select indexname from pg_indexes where tablename = 'execution_runs' and indexname = %s",
-        ("execution_runs_leaseguard_claims",),
+        ("execution_runs_leaseguard_status",),
     )
-    expect(len(indexes) == 1, "the migration created execution_runs_leaseguard_claims")
+    expect(len(indexes) == 1, "the migration created execution_runs_leaseguard_status")
     [(active,)] = demo.sql(
         "select active from cron.job where jobname = 'claim'", dbname=CRON_DATABASE
     )

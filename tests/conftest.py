@@ -5,12 +5,15 @@ import time
 
 import pytest
 
+from sandbox.netns import pids_with_cmdline_containing
+
 # Order matters: hosts_fixtures imports pg_fixtures.
 pytest_plugins = ["tests.support.pg_fixtures", "tests.support.hosts_fixtures"]
 
 # Sandboxes (molecule's /tmp/lgm-*, the demo's /tmp/lgdemo-*) hold throw-away SSH private keys:
 # the run that created one must remove it. Only directories that appear during this session
-# count, so other runs' sandboxes on the same machine are not blamed for existing before.
+# count, so other runs' sandboxes on the same machine are not blamed for existing before, and
+# only those no process uses any more: a concurrent run's live sandbox is not a leftover.
 LEFTOVER_GLOBS = ("/tmp/lgm-*", "/tmp/lgdemo-*")
 LEFTOVER_GRACE_S = 30.0
 _BEFORE = pytest.StashKey[set[str]]()
@@ -18,6 +21,10 @@ _BEFORE = pytest.StashKey[set[str]]()
 
 def _sandbox_dirs() -> set[str]:
     return {path for pattern in LEFTOVER_GLOBS for path in glob.glob(pattern)}
+
+
+def _abandoned(paths: set[str]) -> set[str]:
+    return {path for path in paths if not pids_with_cmdline_containing(path + "/")}
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -30,10 +37,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     # A concurrent run's sandbox may appear during ours; give it time to be torn down.
     deadline = time.monotonic() + LEFTOVER_GRACE_S
-    left = _sandbox_dirs() - before
+    left = _abandoned(_sandbox_dirs() - before)
     while left and time.monotonic() < deadline:
         time.sleep(1.0)
-        left = _sandbox_dirs() - before
+        left = _abandoned(_sandbox_dirs() - before)
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

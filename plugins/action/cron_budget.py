@@ -3,9 +3,9 @@
 """Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/).
 
 Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
-decisions (create / update / drift / refuse, lowering warnings) are the core's
-(`leaseguard.budgets`); this front plans first and writes only a plan without refusals, so a
-run that finds drift changes nothing at all.
+decisions (create / update / drift / refuse, lowering warnings) and the all-or-nothing policy
+(a run that finds drift or a refused job writes nothing at all) are the core's
+(`leaseguard.budgets`); this front maps the task's options and turns refusals into a failure.
 """
 
 from __future__ import annotations
@@ -23,18 +23,15 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
 )
 
 try:
-    from leaseguard.budgets import (
-        Action,
-        budget_config_from_mapping,
-        connect_cron,
-        converge_budgets,
-        format_budget,
-    )
+    from leaseguard.budgets.config import budget_config_from_mapping
+    from leaseguard.budgets.converge import converge_budgets
+    from leaseguard.budgets.planning import Action
     from leaseguard.cron import set_jobs_active, validate_active
+    from leaseguard.db import connect
+    from leaseguard.pauses import read_records
+    from leaseguard.resume import resume_pauses
 except ImportError:  # require_leaseguard() reports it
     pass
-
-_REFUSED = ("unparseable", "ambiguous")
 
 
 class ActionModule(ActionBase):
@@ -45,7 +42,7 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         require_leaseguard()
         args = self.validate_argument_spec(
-            cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
+            cron_budget_argument_spec(), required_one_of=[("jobs", "active", "resume_recorded")]
         )[1]
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
         try:
@@ -55,6 +52,8 @@ class ActionModule(ActionBase):
         return result
 
     def _converge(self, args, host):
+        if args["resume_recorded"]:
+            return self._resume_recorded(args, host)
         declared = _declared(args)
         active = validate_active(args["active"]) if args["active"] else {}
         check_mode = bool(self._task.check_mode)
@@ -63,27 +62,44 @@ class ActionModule(ActionBase):
         plan = switched = None
         with database_conninfo(self, args) as conninfo:
             if declared is not None:
-
-                def converge(check):
-                    return converge_budgets(
-                        conninfo,
-                        declared,
-                        cron_database=cron_database,
-                        on_drift=args["on_drift"],
-                        check_mode=check,
-                        connect_timeout_s=timeout,
-                    )
-
-                plan = converge(True)
-                refusals = _refusals(plan)
-                if refusals:
-                    return _refused(plan, refusals, host)
-                if plan.changed and not check_mode:
-                    plan = converge(False)  # re-planned under the advisory lock, then written
+                plan = converge_budgets(
+                    conninfo,
+                    declared,
+                    cron_database=cron_database,
+                    on_drift=args["on_drift"],
+                    check_mode=check_mode,
+                    connect_timeout_s=timeout,
+                )
+                if plan.refusals:
+                    return _refused(plan, host)
             if active:
-                with connect_cron(conninfo, dbname=cron_database, connect_timeout_s=timeout) as c:
-                    switched = set_jobs_active(c, active, check_mode=check_mode)
+                with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
+                    switched = set_jobs_active(conn, active, check_mode=check_mode)
         return _result(plan, switched, check_mode, host)
+
+    def _resume_recorded(self, args, host):
+        with database_conninfo(self, args) as conninfo:
+            if self._task.check_mode:
+                with connect(
+                    conninfo,
+                    args["connect_timeout_s"],
+                    writable=True,
+                    dbname=args["cron_database"] or None,
+                ) as conn:
+                    records = [r.as_dict() for r in read_records(conn)]
+                return {"changed": bool(records), "host": host, "records": records, "resumed": []}
+            outcome = resume_pauses(
+                conninfo,
+                cron_database=args["cron_database"] or None,
+                connect_timeout_s=args["connect_timeout_s"],
+            )
+        resumed = outcome["resumed"]
+        return {
+            "changed": bool(outcome["records"]),
+            "host": host,
+            **outcome,
+            "msg": f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume",
+        }
 
 
 def _declared(args):
@@ -104,19 +120,8 @@ def _declared(args):
     return budget_config_from_mapping(section).declare(environment)
 
 
-def _refusals(plan):
-    """What keeps this run from writing anything: unapplied drift and refused live jobs."""
-    lines = [
-        f"job {d.job}: live={format_budget(d.live_budget_ms) if d.live_budget_ms else 'none'} "
-        f"declared={format_budget(d.declared_budget_ms)} ({d.source})"
-        for d in plan.drift
-        if not d.applied
-    ]
-    lines += [f"job {job.job.name}: {job.reason}" for job in plan.jobs if job.action in _REFUSED]
-    return lines
-
-
-def _refused(plan, refusals, host):
+def _refused(plan, host):
+    """The core wrote nothing (plan.refusals); the task fails saying why and how to go on."""
     drift = [d for d in plan.drift if not d.applied]
     guidance = (
         "declare the live budget as an override for this environment (overrides, "
@@ -132,10 +137,10 @@ def _refused(plan, refusals, host):
         "host": host,
         "msg": (
             f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
-            f"everything untouched: {'; '.join(refusals)}. To go on: {guidance}."
+            f"everything untouched: {'; '.join(plan.refusals)}. To go on: {guidance}."
         ),
         **_plan_fields(plan),
-        "applied": False,
+        "applied": plan.applied,
     }
 
 

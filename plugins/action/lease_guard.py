@@ -16,6 +16,7 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_spec_options,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    RESUME_HINT,
     LeaseguardError,
     contract_from,
     drain_events,
@@ -26,6 +27,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     given_facts,
     guard_session,
     require_leaseguard,
+    stop_on_signals,
 )
 
 DRAIN_KEYS = (
@@ -37,6 +39,7 @@ DRAIN_KEYS = (
     "resume_command",
     "status_file",
     "metrics_file",
+    "resume_retry_s",
 )
 
 
@@ -63,10 +66,21 @@ class ActionModule(ActionBase):
         options = drain_options({key: args[key] for key in DRAIN_KEYS})
         waiting = args["wait"] and not self._task.check_mode
         with self._session(args, contract, host, play_hosts) as session:
+            session.cron_database = options.cron_database
             if not waiting:
                 return _report(session.judge().as_dict(), args)
-            with drain_events(host) as events:
-                drained = drain_host(session, options)
+            with drain_events(host) as events, stop_on_signals(session.host) as (stop, say):
+                try:
+                    drained = drain_host(
+                        session,
+                        options,
+                        front=f"ansible-playbook lease_guard ({session.host})",
+                        resume_hint=RESUME_HINT,
+                        stop=stop,
+                    )
+                finally:
+                    if stop.is_set():
+                        say(_after_signal(options))
         if drained.error is not None:
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
@@ -77,6 +91,11 @@ class ActionModule(ActionBase):
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _after_signal(options):
+    jobs = ", ".join(options.pause_cron_jobs) or "none"
+    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"
 
 
 def _report(verdict, args):

@@ -12,7 +12,10 @@ options:
   dsn:
     description:
       - A libpq connection string for any further keywords (C(sslmode), C(options), ...).
-      - Over the tunnel its host and port are replaced by the tunnel's local end.
+      - Its host and port, when given, name the database; they are never silently replaced.
+        Without a tunnel they are used as given. Through the tunnel they are the tunnel's
+        far end (as the host sees it) unless O(db_host)/O(db_port) give it; a different
+        O(db_host) or O(db_port) beside them is a usage error naming both options.
       - Never logged or returned.
       - If not set, the E(LEASEGUARD_DSN) environment variable on the controller is used.
     type: str
@@ -20,12 +23,15 @@ options:
     description:
       - The database address as seen from the host (with O(tunnel=true)) or from the
         controller (with O(tunnel=false)).
+      - If not set, the host in O(dsn); through the tunnel, else V(127.0.0.1); without it,
+        else libpq's default (E(PGHOST) or the local socket), as for the CLI.
     type: str
-    default: 127.0.0.1
   db_port:
-    description: The database port at O(db_host).
+    description:
+      - The database port at O(db_host).
+      - If not set, the port in O(dsn), else V(5432) (libpq's default, E(PGPORT), without a
+        tunnel).
     type: int
-    default: 5432
   db_name:
     description:
       - The database holding the work table.
@@ -51,8 +57,8 @@ options:
         unknown key is refused, unless the host's own Ansible settings opt out
         (C(host_key_checking=false), or C(StrictHostKeyChecking=no) or C(accept-new) in its ssh
         arguments); a key that differs from known_hosts is always refused.
-      - V(false) connects from the controller to O(db_host) directly; so does a C(local)
-        connection.
+      - V(false) connects from the controller to the database directly (the host and port of
+        O(dsn), or O(db_host)/O(db_port)); so does a C(local) connection.
     type: bool
     default: true
 """

@@ -29,6 +29,13 @@ options:
     description: Statuses meaning nobody holds the row yet; never protected (default V([open])).
     type: list
     elements: str
+  finished_statuses:
+    description:
+      - Statuses of rows nobody will run again (default V([done, failed]), minus any named as claimed or queued).
+      - A status present in the table that is in none of O(claimed_statuses), O(queued_statuses) and O(finished_statuses) fails the check, naming it.
+      - The three lists must not overlap.
+    type: list
+    elements: str
   claimed_at_column:
     description: Column the worker sets when it takes (or renews) the claim (default V(claimed_at)).
     type: str

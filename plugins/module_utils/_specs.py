@@ -21,6 +21,7 @@ def contract_spec():
         status_column=dict(type="str"),
         claimed_statuses=dict(type="list", elements="str"),
         queued_statuses=dict(type="list", elements="str"),
+        finished_statuses=dict(type="list", elements="str"),
         claimed_at_column=dict(type="str"),
         lease=dict(type="dict", options=lease_spec()),
         clock_skew_s=dict(type="float"),
@@ -91,8 +92,10 @@ def connection_spec():
     """
     return dict(
         dsn=dict(type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_DSN"])),
-        db_host=dict(type="str", default="127.0.0.1"),
-        db_port=dict(type="int", default=5432),
+        # No defaults: "not given" must be told apart from 127.0.0.1:5432, so that a DSN's
+        # own host and port are never replaced (leaseguard.dsn resolves the address).
+        db_host=dict(type="str"),
+        db_port=dict(type="int"),
         db_name=dict(type="str", fallback=(env_fallback, ["PGDATABASE"])),
         db_user=dict(type="str", fallback=(env_fallback, ["PGUSER"])),
         db_password=dict(
@@ -116,6 +119,7 @@ def drain_spec():
         resume_command=dict(type="list", elements="str", default=[]),
         status_file=dict(type="path"),
         metrics_file=dict(type="path"),
+        resume_retry_s=dict(type="float"),
     )
 
 
@@ -168,6 +172,7 @@ def cron_budget_argument_spec():
         on_drift=dict(type="str", choices=["report", "apply"], default="report"),
         cron_database=dict(type="str"),
         active=dict(type="dict"),
+        resume_recorded=dict(type="bool", default=False),
         connect_timeout_s=dict(type="int", default=10),
         **connection_spec(),
     )

@@ -38,6 +38,7 @@ requirements:
   - pg_cron 1.4 or later in the database named by O(cron_database)
 extends_documentation_fragment:
   - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
 options:
   jobs:
     description:
@@ -75,6 +76,15 @@ options:
       - A job that does not exist is skipped with a warning; several jobs sharing a name fail
         the task.
     type: dict
+  resume_recorded:
+    description:
+      - Give back the intake pauses that drains recorded and never resumed (a drain killed
+        before its resume, or whose resume could not reach the database), that is reactivate exactly
+        the recorded jobs and delete their records, in one transaction. A job disabled
+        without a drain has no record and is never touched. The C(leaseguard resume) of the CLI.
+      - Ignored in check mode except for reporting RV(records).
+    type: bool
+    default: false
   connect_timeout_s:
     description: Seconds to wait for the database connection.
     type: int
@@ -92,15 +102,11 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the controller; the database is reached through the host.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Concurrent runs are serialised by an advisory lock while they write.
   - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]), with the same
-    jobs and overrides in a C(cron_budgets) section.
+    jobs and overrides in a C(cron_budgets) section and the same all-or-nothing policy
+    (it exits 3 where this task fails).
 seealso:
   - module: leaseguard.deploy.lease_guard
   - name: PostgreSQL statement_timeout
@@ -199,9 +205,15 @@ paused:
   type: list
   elements: str
   sample: [claim]
+records:
+  description: The recorded pauses found (job, paused_at, by), with O(resume_recorded).
+  returned: when O(resume_recorded)
+  type: list
+  elements: dict
+  sample: [{"job": "claim", "paused_at": "2026-09-09T14:48:57+00:00", "by": "fab drain pid 4242 on ci1"}]
 resumed:
-  description: Jobs this run activated through O(active).
-  returned: when O(active) is given
+  description: Jobs this run activated through O(active) or O(resume_recorded).
+  returned: when O(active) or O(resume_recorded) is given
   type: list
   elements: str
   sample: []
@@ -236,7 +248,9 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
 
 def main():
     run_as_action_plugin_only(
-        "cron_budget", cron_budget_argument_spec(), required_one_of=[("jobs", "active")]
+        "cron_budget",
+        cron_budget_argument_spec(),
+        required_one_of=[("jobs", "active", "resume_recorded")],
     )
 
 

@@ -31,6 +31,7 @@ extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
   - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
 options:
   lookup:
     description:
@@ -58,7 +59,11 @@ options:
         the task, named (fail closed).
       - The database is reached through the host this task runs on. Each lookup measured its
         host's clock against the controller's (RV(leaseguard.deploy.task_timeout#module:clock));
-        the orphan tolerance is widened by the widest host offset from the database clock.
+        chained with the controller's offset from the database, every host's start time is
+        compared in the database clock.
+      - With O(wait) and O(pause_cron_jobs) (C(playbooks/drain.yml)), shared intake is paused
+        once, the fleet is drained as one and intake is resumed once, from one C(run_once)
+        task.
       - The contract (table, statuses, O(lease.multiplier)) is this task's, the same for every
         host.
       - Mutually exclusive with O(lookup), O(task_timeout_s) and O(runtime_started_at).
@@ -109,6 +114,11 @@ options:
         (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
       - One file per host, named C(*.prom) for node_exporter's textfile collector.
     type: path
+  resume_retry_s:
+    description:
+      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds
+        (default V(60)); then fail naming the paused jobs and the command that resumes them.
+    type: float
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool
@@ -134,11 +144,6 @@ attributes:
     support: full
     platforms: posix
     description: Runs on the controller; lookups run on the host through the task's connection.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 notes:
   - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
     for the index that keeps the query cheap on large tables.
@@ -262,7 +267,8 @@ fleet:
     - With O(fleet_lookups), the hosts judged and which host supplied each fact -
       C(lease_from) (the longest task timeout) and C(orphan_cutoff_from) (the oldest runtime
       start; null when a host's start is unknown, so nothing is classed orphaned).
-    - C(clock_offsets_s) is each host's clock minus the database's, when a start was known.
+    - C(clock_offsets_s) is each host's clock minus the database's, when a start was known;
+      the start times were moved into the database clock by them before the oldest was chosen.
   returned: success, with O(fleet_lookups)
   type: dict
   sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}

@@ -24,6 +24,7 @@ requirements:
   - the leaseguard Python package on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
+  - leaseguard.deploy.attributes.action_group
 attributes:
   check_mode:
     support: full
@@ -35,11 +36,6 @@ attributes:
     support: full
     platforms: posix
     description: The lookup commands run on the host through the task's connection.
-  action_group:
-    support: full
-    membership:
-      - leaseguard.deploy.leaseguard
-    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """

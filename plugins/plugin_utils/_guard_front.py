@@ -11,8 +11,10 @@ CLI and the Fabric tasks.
 from __future__ import annotations
 
 import logging
+import os
 import shlex
-from contextlib import contextmanager
+import threading
+from contextlib import contextmanager, suppress
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.utils.display import Display
@@ -24,9 +26,10 @@ try:
     from leaseguard.clock import ClockOffset, offset_from_here
     from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.db import invalid_dsn
+    from leaseguard.dsn import direct_conninfo, tunnel_far_end
     from leaseguard.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
-    from leaseguard.fleet import combine_facts, facts_from_reports
-    from leaseguard.fronts import drain_host
+    from leaseguard.fleet import facts_from_reports
+    from leaseguard.fronts import drain_host, signals_set
     from leaseguard.options import drain_options
     from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
     from leaseguard.session import (
@@ -48,8 +51,8 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
-    ConfigError = LookupFailed = TunnelError = LeaseguardError
-    drain_host = drain_options = resolve_runtime_facts = None
+    ConfigError = TunnelError = LookupFailed = LeaseguardError
+    drain_host = drain_options = resolve_runtime_facts = signals_set = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -128,7 +131,7 @@ def clock_from_here(runner, facts):
 
 
 def fleet_facts(lookups, play_hosts):
-    """Every host's registered lookup combined by the fleet rule, and each host's clock.
+    """Every host's facts from its registered lookup, and each host's clock minus ours.
 
     Every host of the play must have answered: one that is missing, failed, was skipped or
     unreachable fails the judgment, named.
@@ -139,7 +142,7 @@ def fleet_facts(lookups, play_hosts):
         for host, facts in per_host.items()
         if facts.runtime_started_at is not None
     }
-    return combine_facts(per_host), offsets
+    return per_host, offsets
 
 
 def _clock_of(host, lookup):
@@ -282,15 +285,17 @@ def database_conninfo(action, args):
     """The database's conninfo as the controller reaches it: through the host, or directly.
 
     A `local` connection or `tunnel: false` means the controller reaches the database address
-    itself. Otherwise a tunnel is opened with the host's own SSH settings and closed on exit.
+    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
+    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
+    database (leaseguard.dsn).
     """
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":
-        yield make_conninfo(conninfo, host=args["db_host"], port=str(args["db_port"]))
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"])
         return
+    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
-    address = DatabaseAddress(args["db_host"], args["db_port"])
     try:
         with tunnelled_conninfo(connection, conninfo, address) as tunnelled:
             yield tunnelled
@@ -310,13 +315,59 @@ def guard_session(action, args, contract, facts, label):
 @contextmanager
 def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
     """One session judging for every host of the play, from this host's database path."""
-    fleet, offsets = fleet_facts(lookups, play_hosts)
+    per_host, offsets = fleet_facts(lookups, play_hosts)
     with database_conninfo(action, args) as conninfo:
         runner = AnsibleRunner(action, label)
         with fleet_session(
-            contract, conninfo, fleet, runner=runner, host_offsets=offsets
+            contract, conninfo, per_host, runner=runner, host_offsets=offsets
         ) as session:
             yield session
+
+
+RESUME_HINT = (
+    "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
+    "the same database options)"
+)
+
+
+@contextmanager
+def stop_on_signals(label):
+    """SIGINT/SIGTERM stop the drain and its `finally` resumes intake; the worker says so.
+
+    ansible-playbook forwards both signals to its workers, whose own handler kills the whole
+    worker at once (no `finally` runs), and on SIGTERM the controller process exits right
+    away. So while a drain runs here, the signals only set `stop`; the drain's loop notices
+    it within a poll and resumes intake. The message goes to the controller's stderr,
+    opened before any signal (a worker's own stdio is /dev/null, and the controller may be
+    gone by the time the resume is done).
+    """
+    stop = threading.Event()
+    out = _controller_stderr()
+
+    def say(message):
+        line = f"leaseguard [{label}]: {message}"
+        # The controller may be gone already (SIGTERM): the resume matters, not the message.
+        with suppress(Exception):
+            if out is not None:
+                out.write(line + "\n")
+                out.flush()
+            else:
+                display.display(line, stderr=True)
+
+    try:
+        with signals_set(stop, say):
+            yield stop, say
+    finally:
+        if out is not None:
+            out.close()
+
+
+def _controller_stderr():
+    """The ansible-playbook process's stderr, for messages that must outlive it."""
+    try:
+        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
+    except OSError:
+        return None
 
 
 class DisplayedEvents(logging.Handler):
@@ -366,4 +417,5 @@ __all__ = [
     "lookup_result",
     "require_leaseguard",
     "resolve_runtime_facts",
+    "stop_on_signals",
 ]

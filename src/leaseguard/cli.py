@@ -27,8 +27,8 @@ from leaseguard.cli_fleet import add_fleet_options, fleet_from_args
 from leaseguard.cli_index import add_index_sql_command
 from leaseguard.cli_status import add_status_command
 from leaseguard.contract import Contract
-from leaseguard.drain import DEFAULT_POLL_S, DrainResult
-from leaseguard.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
+from leaseguard.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S, DrainResult
+from leaseguard.errors import EXIT_FAILED, EXIT_PROCEED, EXIT_USAGE, ConfigError, LeaseguardError
 from leaseguard.fronts import (
     configure_logging,
     drain_host,
@@ -37,6 +37,7 @@ from leaseguard.fronts import (
 )
 from leaseguard.options import drain_options
 from leaseguard.progress import progress_for
+from leaseguard.resume import resume_lines, resume_pauses
 from leaseguard.session import GuardSession, fleet_session, local_session
 from leaseguard.timeouts import parse_timeout_s
 from leaseguard.verdict import Verdict, failure_timeline
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Judge every claimed or queued row once. " + DESCRIPTION,
     )
     add_contract_options(check_parser)
+    add_cron_database_option(check_parser)
     check_parser.set_defaults(handler=run_check)
     drain_parser = commands.add_parser(
         "drain",
@@ -79,10 +81,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_contract_options(drain_parser)
     add_drain_options(drain_parser)
     drain_parser.set_defaults(handler=run_drain)
+    resume_parser = commands.add_parser(
+        "resume",
+        help="give back the intake pauses a drain recorded and never resumed",
+        description="Reactivate exactly the pg_cron jobs that a drain paused and recorded "
+        "(a drain killed before its resume, or whose resume could not reach the database), "
+        "and delete their records. Jobs disabled without a drain have no record and are never "
+        "touched. Exit status: 0 done (also when nothing was recorded), 1 failed, 2 usage.",
+    )
+    conn = resume_parser.add_argument_group("connection")
+    add_config_option(conn)
+    conn.add_argument(
+        "--dsn",
+        help="libpq connection string; default $LEASEGUARD_DSN, "
+        "else the PG* variables and ~/.pgpass",
+    )
+    add_cron_database_option(resume_parser)
+    resume_parser.add_argument(
+        "--job",
+        action="append",
+        metavar="NAME",
+        help="only this recorded job (repeatable; default: every recorded job)",
+    )
+    resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    resume_parser.set_defaults(handler=run_resume)
     add_budgets_command(commands)
     add_index_sql_command(commands)
     add_status_command(commands)
     return parser
+
+
+def add_cron_database_option(parser: Any) -> None:
+    parser.add_argument(
+        "--cron-database",
+        metavar="DB",
+        help="database holding pg_cron's cron.job (default: the DSN's)",
+    )
 
 
 def add_drain_options(parser: argparse.ArgumentParser) -> None:
@@ -107,10 +141,13 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="pg_cron job(s) to deactivate during the drain and reactivate after",
     )
+    add_cron_database_option(drain)
     drain.add_argument(
-        "--cron-database",
-        metavar="DB",
-        help="database holding pg_cron's cron.job (default: the DSN's)",
+        "--resume-retry-s",
+        type=float,
+        metavar="N",
+        help="retry a failed resume with backoff for up to N seconds (default "
+        f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
     )
     drain.add_argument(
         "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
@@ -191,8 +228,8 @@ def open_session(
 ) -> Iterator[GuardSession]:
     """This host's session, or with --host-facts/--facts-file one judgment for the fleet.
 
-    A fleet's start times are taken as read in this machine's clock: its offset from the
-    database widens the orphan tolerance, as for one host.
+    A fleet's start times are taken as read in this machine's clock, and moved into the
+    database clock with this machine's measured offset from it.
     """
     fleet = fleet_from_args(args)
     if fleet is None:
@@ -209,6 +246,7 @@ def run_check(args: argparse.Namespace) -> int:
     host = socket.gethostname()
     try:
         with open_session(args, contract, facts, resolve_dsn(args)) as session:
+            session.cron_database = args.cron_database
             verdict = session.judge()
     except ConfigError:
         raise
@@ -232,6 +270,7 @@ def run_drain(args: argparse.Namespace) -> int:
             "resume_command": args.resume_command,
             "status_file": args.status_file,
             "metrics_file": args.metrics_file,
+            "resume_retry_s": args.resume_retry_s,
         }
     )
     configure_logging(verbose=args.verbose)
@@ -254,13 +293,30 @@ def run_drain(args: argparse.Namespace) -> int:
 
 
 def report_drain(result: DrainResult, *, as_json: bool) -> None:
+    """A failed drain prints its failure line, never the last (stale) verdict before it."""
     if as_json:
         print(json.dumps(result.as_dict()))
-        return
-    if result.verdict is not None:
+    elif result.error is not None:
+        print(failure_timeline(datetime.now(UTC), socket.gethostname(), result.error))
+    elif result.verdict is not None:
         print(result.verdict.timeline())
     if result.error is not None:
         print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
+    if result.verdict is not None and not as_json:
+        for warning in result.verdict.warnings:
+            print(f"leaseguard: warning: {warning}", file=sys.stderr)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    try:
+        outcome = resume_pauses(resolve_dsn(args), cron_database=args.cron_database, jobs=args.job)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_failure(exc, socket.gethostname(), as_json=args.json)
+        return EXIT_FAILED
+    print(json.dumps(outcome) if args.json else resume_lines(outcome))
+    return EXIT_PROCEED
 
 
 def report_verdict(verdict: Verdict, *, as_json: bool) -> None:

@@ -14,23 +14,22 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from leaseguard.budgets import (
-    ON_DRIFT_CHOICES,
-    Action,
-    BudgetPlan,
-    JobPlan,
-    converge_budgets,
-    format_budget,
-    load_budget_config,
-)
+from leaseguard.budgets.config import load_budget_config
+from leaseguard.budgets.converge import converge_budgets
+from leaseguard.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
+from leaseguard.budgets.units import format_budget
 from leaseguard.cli_contract import resolve_dsn
+from leaseguard.contract import Contract
+from leaseguard.db import connect
 from leaseguard.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
+from leaseguard.pauses import scan_leftovers
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
 function) with the live cron.job, per environment: an override declared for the
 environment wins over the default; a live budget that differs from a default is drift,
-reported and never overwritten unless --on-drift apply. Read-only unless --apply.
+reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
+or nothing: while any job drifts or is refused, --apply writes no job at all.
 Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
 1 failed, 2 usage.
 """
@@ -101,6 +100,12 @@ def run_budgets(args: argparse.Namespace) -> int:
         report_budgets_failure(exc, as_json=args.json)
         return EXIT_FAILED
     report_plan(plan, as_json=args.json)
+    conninfo = resolve_dsn(args)
+    timeout_s = Contract.connect_timeout_s
+    for warning in scan_leftovers(
+        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
+    ):
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 
@@ -136,7 +141,13 @@ def report_plan(plan: BudgetPlan, *, as_json: bool) -> None:
     for warning in plan.warnings:
         print(f"leaseguard: warning: {warning}", file=sys.stderr)
     pending = [job.job.name for job in plan.jobs if job.writes and not plan.applied]
-    if pending:
+    if pending and plan.refusals:
+        print(
+            f"leaseguard: not applied: {', '.join(pending)}; nothing is written while a job "
+            f"drifts or is refused ({'; '.join(plan.refusals)})",
+            file=sys.stderr,
+        )
+    elif pending:
         print(
             f"leaseguard: not applied (read-only run): {', '.join(pending)}; rerun with --apply",
             file=sys.stderr,

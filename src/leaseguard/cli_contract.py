@@ -44,6 +44,14 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
         "(default open; give the flag alone for none)",
     )
     table.add_argument(
+        "--finished-status",
+        nargs="*",
+        action="extend",
+        metavar="S",
+        help="status(es) of rows nobody will run again (default done failed; give the flag "
+        "alone for none). A status in none of the three lists fails the check",
+    )
+    table.add_argument(
         "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
     )
     table.add_argument(
@@ -87,6 +95,7 @@ def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
         ("status_column", "status_column"),
         ("claimed_status", "claimed_statuses"),
         ("queued_status", "queued_statuses"),
+        ("finished_status", "finished_statuses"),
         ("claimed_at_column", "claimed_at_column"),
         ("clock_skew_s", "clock_skew_s"),
         ("statement_timeout_ms", "statement_timeout_ms"),

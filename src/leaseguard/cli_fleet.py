@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 
 from leaseguard.errors import ConfigError
-from leaseguard.fleet import FleetFacts, combine_facts, facts_from_reports
+from leaseguard.fleet import facts_from_reports
+from leaseguard.runtime import RuntimeFacts
 
 
 def add_fleet_options(group: Any) -> None:
@@ -36,8 +37,8 @@ def add_fleet_options(group: Any) -> None:
     )
 
 
-def fleet_from_args(args: argparse.Namespace) -> FleetFacts | None:
-    """The combined facts of --host-facts/--facts-file, or None when neither is given."""
+def fleet_from_args(args: argparse.Namespace) -> dict[str, RuntimeFacts] | None:
+    """Every host's facts from --host-facts/--facts-file, or None when neither is given."""
     reports = {}
     if args.facts_file:
         reports.update(_read_facts_file(args.facts_file))
@@ -53,7 +54,7 @@ def fleet_from_args(args: argparse.Namespace) -> FleetFacts | None:
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
             "--facts-file give every host's facts there instead"
         )
-    return combine_facts(facts_from_reports(reports))
+    return facts_from_reports(reports)
 
 
 def _parse_host_facts(text: str) -> tuple[str, dict[str, Any]]:

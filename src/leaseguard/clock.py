@@ -10,7 +10,7 @@ cover it (never narrowed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -61,9 +61,10 @@ def measure_offset(host_clock: Callable[[], float], db_clock: Callable[[], float
 def offset_from_here(runner: Runner) -> ClockOffset:
     """The host's clock minus this machine's.
 
-    For a fleet judgment, measured on every host while its facts are looked up, then chained
-    with this machine's offset from the database (`chained`): the judgment runs on one host,
-    but the cut-off may come from another host's clock.
+    For a fleet judgment, measured on every host while its facts are looked up (one `date`,
+    over whatever connection the front has), then chained with this machine's offset from
+    the database (`chained`): the judgment runs through one database path, but every host's
+    start time is compared in the database clock.
     """
     return measure_offset(host_clock(runner), time.time)
 
@@ -74,16 +75,6 @@ def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOf
         host_minus_here.offset_s + here_minus_db.offset_s,
         host_minus_here.uncertainty_s + here_minus_db.uncertainty_s,
     )
-
-
-def widest(offsets: Mapping[str, ClockOffset]) -> tuple[str, ClockOffset]:
-    """The host whose offset needs the widest tolerance (ties by host name).
-
-    Widening the fleet's orphan tolerance by it covers every host: the cut-off (the oldest
-    start as reported, minus that tolerance) is then never later than any host's start in
-    the database clock, whichever host's clock the oldest start was read from.
-    """
-    return min(offsets.items(), key=lambda item: (-item[1].tolerance_s(0.0), item[0]))
 
 
 def host_clock(runner: Runner) -> Callable[[], float]:

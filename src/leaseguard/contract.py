@@ -20,13 +20,15 @@ from leaseguard.errors import ConfigError
 
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
-_MAX_IDENTIFIER_BYTES = 63
+MAX_IDENTIFIER_BYTES = 63
 
 # The section of a config file that declares pg_cron budgets (leaseguard.budgets reads it);
 # the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
 CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
+# Statuses that are neither claimed nor queued when the contract does not say otherwise.
+DEFAULT_FINISHED_STATUSES = ("done", "failed")
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,10 @@ class Contract:
     status_column: str = "status"
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
+    # None: DEFAULT_FINISHED_STATUSES minus any the contract classes as claimed or queued.
+    # Kept apart from an explicit list so that only statuses someone wrote are checked
+    # against an enum's labels (an enum without a 'failed' label needs no config for it).
+    finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = "claimed_at"
     lease: LeaseRule = field(default_factory=LeaseRule)
     task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
@@ -87,6 +93,19 @@ class Contract:
     def effective_lock_timeout_ms(self) -> int:
         """The lock wait, never longer than the statement budget it lives inside."""
         return min(self.lock_timeout_ms, self.statement_timeout_ms)
+
+    @property
+    def finished(self) -> tuple[str, ...]:
+        """The finished statuses in force: the explicit list, else the defaults."""
+        if self.finished_statuses is not None:
+            return self.finished_statuses
+        taken = {*self.claimed_statuses, *self.queued_statuses}
+        return tuple(s for s in DEFAULT_FINISHED_STATUSES if s not in taken)
+
+    @property
+    def classified_statuses(self) -> tuple[str, ...]:
+        """Every status the contract classes: claimed, queued, finished."""
+        return (*self.claimed_statuses, *self.queued_statuses, *self.finished)
 
     @property
     def table_label(self) -> str:
@@ -154,19 +173,17 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
 
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     """Validate a plain mapping of contract keys; every error names its key."""
-    _reject_unknown(data, _TOP_KEYS, prefix="")
+    reject_unknown(data, _TOP_KEYS, prefix="")
     lease = _section(data, "lease")
     task_timeout = _section(data, "task_timeout")
     runtime = _section(data, "runtime")
     default = Contract()
     claimed = _statuses(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
     queued = _statuses(data, "queued_statuses", default.queued_statuses, allow_empty=True)
-    overlap = sorted(set(claimed) & set(queued))
-    if overlap:
-        raise ConfigError(
-            f"claimed_statuses and queued_statuses overlap on {overlap}: a status is either "
-            "claimed (someone holds it) or queued (nobody does)"
-        )
+    finished = None
+    if data.get("finished_statuses") is not None:
+        finished = _statuses(data, "finished_statuses", (), allow_empty=True)
+    _reject_overlap(claimed_statuses=claimed, queued_statuses=queued, finished_statuses=finished)
     return Contract(
         table=_identifier(data, "table", default.table),
         schema=_optional_identifier(data, "schema"),
@@ -174,6 +191,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         status_column=_identifier(data, "status_column", default.status_column),
         claimed_statuses=claimed,
         queued_statuses=queued,
+        finished_statuses=finished,
         claimed_at_column=_identifier(data, "claimed_at_column", default.claimed_at_column),
         lease=_lease_rule(lease),
         task_timeout=_task_timeout_lookup(task_timeout),
@@ -193,6 +211,7 @@ _TOP_KEYS = frozenset(
         "status_column",
         "claimed_statuses",
         "queued_statuses",
+        "finished_statuses",
         "claimed_at_column",
         "lease",
         "task_timeout",
@@ -218,8 +237,22 @@ CONFIG_KEYS = frozenset(
 ) - {"lease", "task_timeout", "runtime"}
 
 
+def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
+    """A status belongs to one class: claimed (someone holds it), queued, or finished."""
+    seen: dict[str, str] = {}
+    for key, statuses in lists.items():
+        for status in statuses or ():
+            if status in seen:
+                raise ConfigError(
+                    f"status {status!r} is in both {seen[status]} and {key}: a status is "
+                    "claimed (someone holds it), queued (nobody does yet) or finished, "
+                    "never two of these"
+                )
+            seen[status] = key
+
+
 def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
-    _reject_unknown(data, _LEASE_KEYS, prefix="lease.")
+    reject_unknown(data, _LEASE_KEYS, prefix="lease.")
     multiplier = _number(data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0)
     return LeaseRule(
         multiplier=multiplier,
@@ -229,7 +262,7 @@ def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
 
 def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
     prefix = "task_timeout."
-    _reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
+    reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
     default = TaskTimeoutLookup()
     source = _choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
     lookup = TaskTimeoutLookup(
@@ -250,7 +283,7 @@ def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
 
 def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
     prefix = "runtime."
-    _reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
+    reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
     default = RuntimeLookup()
     lookup = RuntimeLookup(
         source=_choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
@@ -289,7 +322,8 @@ def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _reject_unknown(data: Mapping[str, Any], known: frozenset[str], *, prefix: str) -> None:
+def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
+    """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
         names = ", ".join(prefix + k for k in unknown)
@@ -315,9 +349,9 @@ def _optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> st
 
 def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
     name = _text(data, key, default, prefix=prefix)
-    if len(name.encode("utf-8")) > _MAX_IDENTIFIER_BYTES:
+    if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise ConfigError(
-            f"{prefix}{key} is longer than {_MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
+            f"{prefix}{key} is longer than {MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
             "truncate it and address another name"
         )
     return name

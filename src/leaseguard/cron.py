@@ -14,7 +14,7 @@ several jobs sharing a name are refused, because switching either could be the w
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -22,25 +22,13 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
+from leaseguard.budgets.live import LiveJob
 from leaseguard.db import set_local_limits
 from leaseguard.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
-
-
-@dataclass(frozen=True)
-class LiveJob:
-    """A row of pg_cron's cron.job."""
-
-    jobid: int
-    name: str
-    schedule: str
-    command: str
-    active: bool = True
-    database: str | None = None
-    username: str | None = None
 
 
 _LIVE_JOBS = (
@@ -50,7 +38,7 @@ _LIVE_JOBS = (
 
 
 def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
-    """The cron.job rows named `names` (raw psycopg errors; `apply_budgets` translates)."""
+    """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
     rows = conn.execute(_LIVE_JOBS, (list(names),)).fetchall()
     return [
         LiveJob(
@@ -70,7 +58,7 @@ def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[
 class CronStep:
     """What a cron.job transaction is doing, so a failure message can say so."""
 
-    now: str = "reading cron.job"
+    doing: str = "reading cron.job"
 
 
 @contextmanager
@@ -95,12 +83,12 @@ def cron_transaction(
             yield step
     except pg_errors.QueryCanceled:
         raise DatabaseError(
-            f"{step.now} in database {dbname} exceeded statement_timeout="
+            f"{step.doing} in database {dbname} exceeded statement_timeout="
             f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
         ) from None
     except pg_errors.LockNotAvailable:
         raise DatabaseError(
-            f"{step.now} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
+            f"{step.doing} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
             "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
         ) from None
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
@@ -110,24 +98,24 @@ def cron_transaction(
         ) from None
     except pg_errors.InsufficientPrivilege:
         raise DatabaseError(
-            f"{step.now} in database {dbname}: permission denied (InsufficientPrivilege, "
+            f"{step.doing} in database {dbname}: permission denied (InsufficientPrivilege, "
             f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
         ) from None
     except pg_errors.InvalidParameterValue:
         raise DatabaseError(
-            f"pg_cron refused {step.now} in database {dbname} (InvalidParameterValue, SQLSTATE "
+            f"pg_cron refused {step.doing} in database {dbname} (InvalidParameterValue, SQLSTATE "
             "22023), most likely a schedule this pg_cron version does not accept; "
             "nothing was changed"
         ) from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(
-            f"connection lost while {step.now} in database {dbname} ({type(exc).__name__}); "
+            f"connection lost while {step.doing} in database {dbname} ({type(exc).__name__}); "
             "the transaction was not committed"
         ) from None
     except psycopg.Error as exc:
         state = getattr(exc, "sqlstate", None) or "none"
         raise DatabaseError(
-            f"{step.now} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
+            f"{step.doing} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
             "nothing was changed"
         ) from None
 
@@ -192,12 +180,9 @@ class ActivePlan:
         }
 
     def as_dict(self) -> dict[str, Any]:
+        summary = ("applied", "changed", "paused", "resumed", "missing")
         return {
-            "applied": self.applied,
-            "changed": self.changed,
-            "paused": self.paused,
-            "resumed": self.resumed,
-            "missing": self.missing,
+            **{key: getattr(self, key) for key in summary},
             "jobs": [
                 {"job": job.job, "jobid": job.jobid, "before": job.before, "after": job.after}
                 for job in self.jobs
@@ -225,12 +210,15 @@ def set_jobs_active(
     *,
     check_mode: bool = False,
     require_all: bool = False,
+    also: Callable[[psycopg.Connection[Any], list[ActiveChange]], None] | None = None,
 ) -> ActivePlan:
     """Set each named job's active flag in one transaction (read-only in check mode).
 
     `conn` is an autocommit connection to the database holding cron.job
-    (`leaseguard.budgets.connect_cron`). With `require_all`, a name that matches no job
-    fails the whole call before anything is written.
+    (`leaseguard.db.connect` with writable=True). With `require_all`, a name that matches no job
+    fails the whole call before anything is written. `also` runs in the same transaction
+    after the switches, with the changes made (the drain records its pauses there, so a
+    pause and its record commit together or not at all).
     """
     wanted = validate_active(wanted)
     hint = "the role must own the jobs or be allowed cron.alter_job"
@@ -244,11 +232,14 @@ def set_jobs_active(
                 for change in changes:
                     if change.changed:
                         verb = "resuming" if change.wanted else "pausing"
-                        step.now = f"{verb} pg_cron job {change.job}"
+                        step.doing = f"{verb} pg_cron job {change.job}"
                         conn.execute(
                             "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
                             (change.jobid, change.wanted),
                         )
+                if also is not None:
+                    step.doing = "recording the switch in cron.job"
+                    also(conn, [change for change in changes if change.changed])
     except _Refused as exc:
         raise DatabaseError(str(exc)) from None
     return ActivePlan(tuple(changes), applied=not check_mode)

@@ -84,18 +84,34 @@ def describe_target(conninfo: str) -> str:
 
 
 def connect(
-    conninfo: str, contract: Contract, *, timeout_s: float | None = None
+    conninfo: str,
+    connect_timeout_s: int,
+    *,
+    writable: bool = False,
+    dbname: str | None = None,
+    timeout_s: float | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """Open the guard's connection: read-only, repeatable-read, named leaseguard.
+    """Open a connection named leaseguard; the one way every part of leaseguard connects.
 
-    `timeout_s` shortens the contract's connect timeout (what is left of a poll's budget).
+    :param connect_timeout_s: libpq's connect_timeout, and the liveness bound of a
+        connection that stopped answering (`liveness_keywords`).
+    :param writable: False (the guard's connection): read-only and repeatable-read, so both
+        queries of a check see one snapshot and one now(). True (writers of cron.job: the
+        budgets and the intake pause): autocommit, so each caller opens the one transaction
+        it means (`leaseguard.cron.cron_transaction`) and nothing stays open between them.
+    :param dbname: another database than the DSN's (pg_cron's cron.database_name).
+    :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
+
+    Failures name the target (host:port/db) and a fixed phrase, never the DSN or driver text.
     """
     try:
         given = conninfo_to_dict(conninfo)
+        if dbname:
+            conninfo = make_conninfo(conninfo, dbname=dbname)
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
-    liveness = {k: v for k, v in liveness_keywords(contract).items() if k not in given}
-    connect_timeout = contract.connect_timeout_s
+    liveness = {k: v for k, v in liveness_keywords(connect_timeout_s).items() if k not in given}
+    connect_timeout = connect_timeout_s
     if timeout_s is not None and timeout_s < connect_timeout:
         connect_timeout = max(1, math.ceil(timeout_s))
     try:
@@ -103,19 +119,20 @@ def connect(
             make_conninfo(conninfo, **liveness),
             application_name=APPLICATION_NAME,
             connect_timeout=connect_timeout,
+            autocommit=writable,
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_target(conninfo)}: "
             f"{_connect_cause(exc)} ({type(exc).__name__})"
         ) from None
-    # Both queries of a check must see one snapshot and one now().
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-    conn.read_only = True
+    if not writable:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.read_only = True
     return conn
 
 
-def liveness_keywords(contract: Contract) -> dict[str, int]:
+def liveness_keywords(connect_timeout_s: int) -> dict[str, int]:
     """libpq keywords that end a wait on a database that stopped answering.
 
     With every packet dropped, a read would otherwise wait for TCP to give up (~15
@@ -124,7 +141,7 @@ def liveness_keywords(contract: Contract) -> dict[str, int]:
     connect timeout. Through the SSH tunnel the socket is the local forwarder's and the
     SSH connection carries the same bound (leaseguard.ssh). Values the DSN sets win.
     """
-    silent_s = contract.connect_timeout_s
+    silent_s = connect_timeout_s
     return {
         "keepalives": 1,
         "keepalives_idle": 1,
@@ -168,9 +185,11 @@ def set_local_limits(
 
     SET takes no bind parameters; set_config() does, so the setting's name and value are
     both bound values. The names are this module's callers' constants, never user input.
+    All limits go in one statement: through a tunnel every round trip counts.
     """
-    for name, value in limits_ms.items():
-        executor.execute("SELECT set_config(%s, %s, true)", (name, f"{value}ms"))
+    calls = ", ".join(["set_config(%s, %s, true)"] * len(limits_ms))
+    params = [part for name, ms in limits_ms.items() for part in (name, f"{ms}ms")]
+    executor.execute(f"SELECT {calls}", params)
 
 
 @contextmanager

@@ -12,6 +12,7 @@ counters are reported at the end.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -21,15 +22,17 @@ from typing import Any, Protocol
 
 import psycopg
 
-from leaseguard.cron import set_jobs_active
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
     EXIT_PROCEED,
+    DrainInterrupted,
+    IntakeNotResumed,
     LeaseguardError,
     LookupFailed,
     PollFailed,
 )
+from leaseguard.pauses import RESUME_HINT, pause_jobs, resume_recorded
 from leaseguard.runtime import Runner
 from leaseguard.verdict import Verdict
 
@@ -37,6 +40,9 @@ log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
 MAX_CONSECUTIVE_ERRORS = 3
+# A resume that fails is retried for this long (PostgreSQL restarting, a tunnel being
+# re-opened): long enough for a restart or a failover, short enough to be noticed.
+DEFAULT_RESUME_RETRY_S = 60.0
 
 
 @dataclass
@@ -153,10 +159,13 @@ class Drainer:
     deadline_s: float | None = None
     progress: Progress = field(default_factory=NoProgress)
     clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
+    # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
+    sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: DrainObserver = field(default_factory=NoObserver)
     max_consecutive_errors: int = MAX_CONSECUTIVE_ERRORS
+    stop: threading.Event = field(default_factory=threading.Event)
+    label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
 
     def run(self, intake: Intake | None = None) -> DrainResult:
         result: DrainResult | None = None
@@ -168,6 +177,9 @@ class Drainer:
 
     def _drain(self, intake: Intake | None) -> DrainResult:
         started = self.clock()
+        if self.stop.is_set():  # stopped before anything was paused
+            exc = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
+            return DrainResult(False, None, 0.0, 0.0, self.counters, exc)
         try:
             if intake is not None:
                 intake.pause()
@@ -199,7 +211,12 @@ class Drainer:
         errors_in_a_row = 0
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             self.progress.update(verdict, elapsed, deadline)
-            self.sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
+            self._sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
+            if self.stop.is_set():
+                stopped = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
+                return DrainResult(
+                    False, verdict, self.clock() - started, deadline, self.counters, stopped
+                )
             try:
                 verdict = self._next(verdict)
                 errors_in_a_row = 0
@@ -222,13 +239,19 @@ class Drainer:
         )
         return DrainResult(drained, verdict, elapsed, deadline, self.counters)
 
+    def _sleep(self, seconds: float) -> None:
+        if self.sleep is None:
+            self.stop.wait(seconds)
+        else:
+            self.sleep(seconds)
+
     def _poll(self) -> Verdict:
         self.counters.polls += 1
         try:
             return self.judge()
         except LeaseguardError as exc:
             self.counters.errors[exc.kind] += 1
-            log.warning("drain poll failed error=%s reason=%s", exc.kind, exc)
+            log.warning("drain poll failed host=%s error=%s reason=%s", self.label, exc.kind, exc)
             raise
         except Exception as exc:
             # Not one of ours: its text may carry anything (a DSN, a password), so only the
@@ -279,16 +302,31 @@ class CronJobsPause:
     """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
 
     A name that matches no job fails the pause before anything is switched: a mistyped
-    name would leave intake running while the drain waits for it to stop.
+    name would leave intake running while the drain waits for it to stop. Each pause is
+    recorded in cron.job in the same transaction (`leaseguard.pauses`), so a drain killed
+    before its resume is named by the next run. The resume is retried with backoff for
+    `retry_s`; if it still fails, the error names the paused jobs and the command that
+    gives them back.
     """
 
     def __init__(
         self,
         connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
         job_names: Sequence[str],
+        *,
+        by: str = "a leaseguard drain",
+        retry_s: float = DEFAULT_RESUME_RETRY_S,
+        resume_hint: str = RESUME_HINT,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connect = connect
         self.job_names = list(job_names)
+        self.by = by
+        self.retry_s = retry_s
+        self.resume_hint = resume_hint
+        self.sleep = sleep
+        self.clock = clock
         self.paused: list[str] = []
 
     def paused_intake(self) -> list[str]:
@@ -296,25 +334,55 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            plan = set_jobs_active(conn, dict.fromkeys(self.job_names, False), require_all=True)
+            plan = pause_jobs(conn, self.job_names, self.by)
         self.paused = plan.paused
         for name in self.paused:
-            log.info("intake paused pg_cron job=%s", name)
+            log.info("intake paused pg_cron job=%s by=%s", name, self.by)
+        for name in set(self.job_names) - set(self.paused):
+            log.warning(
+                "pg_cron job %s was already inactive: not paused by this drain, so it will "
+                "not be resumed by it",
+                name,
+            )
 
     def resume(self) -> None:
         if not self.paused:
             return
-        try:
-            with self.connect() as conn:
-                set_jobs_active(conn, dict.fromkeys(self.paused, True))
-        except LeaseguardError as exc:
-            raise LookupFailed(
-                f"cannot resume pg_cron job(s) {', '.join(self.paused)}; they are still "
-                f"paused ({exc.kind}: {exc})"
-            ) from None
+        give_up_at = self.clock() + self.retry_s
+        delay = 0.5
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.connect() as conn:
+                    resume_recorded(conn, self.paused)
+                break
+            except LeaseguardError as exc:
+                if self.clock() + delay > give_up_at:
+                    self._give_up(attempt, exc)
+                log.warning(
+                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
+                    "after the first attempt)",
+                    attempt,
+                    exc.kind,
+                    delay,
+                    self.retry_s,
+                )
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
         for name in self.paused:
             log.info("intake resumed pg_cron job=%s", name)
         self.paused = []
+
+    def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
+        jobs = ", ".join(self.paused)
+        message = (
+            f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
+            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the pause is recorded "
+            f"in cron.job; give it back with {self.resume_hint}"
+        )
+        log.error("%s", message)
+        raise IntakeNotResumed(message) from None
 
 
 class CommandPause:

@@ -60,3 +60,15 @@ class SchemaMismatch(DatabaseError):
 
 class GuardQueryFailed(DatabaseError):
     """The guard query ran but did not finish: timeout, lock, privileges, ..."""
+
+
+class UnclassifiedStatus(DatabaseError):
+    """The table holds a status the contract classes neither claimed, queued nor finished."""
+
+
+class DrainInterrupted(LeaseguardError):
+    """A signal (Ctrl-C, SIGTERM) stopped the drain; intake is resumed before the exit."""
+
+
+class IntakeNotResumed(LookupFailed):
+    """Intake paused by a drain could not be given back within the retry window."""

@@ -8,9 +8,11 @@ host list instead, and is installed through this collection's own config.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -22,8 +24,11 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
+from leaseguard.clock import ClockOffset, offset_from_here
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.drain import DrainResult
 from leaseguard.drain_status import StatusBoard
+from leaseguard.dsn import tunnel_far_end
 from leaseguard.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
@@ -35,12 +40,13 @@ from leaseguard.errors import (
 from leaseguard.fronts import (
     configure_logging,
     drain_host,
+    first_that_connects,
+    signals_set,
     status_board,
-    terminate_as_interrupt,
 )
 from leaseguard.options import DrainOptions, drain_options
 from leaseguard.progress import progress_for
-from leaseguard.session import ssh_session
+from leaseguard.session import GuardSession, fleet_session, ssh_session, tunnelled_conninfo
 from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.verdict import Verdict, failure_timeline
 
@@ -97,9 +103,13 @@ def settings_from_config(config: Any) -> FabricSettings:
     drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
     dsn = connection.pop("dsn", None) or os.environ.get("LEASEGUARD_DSN", "")
+    db_host, db_port = connection.pop("db_host", None), connection.pop("db_port", None)
     address = DatabaseAddress(
-        host=str(connection.pop("db_host", "127.0.0.1")),
-        port=int(connection.pop("db_port", 5432)),
+        *tunnel_far_end(
+            dsn,
+            None if db_host is None else str(db_host),
+            None if db_port is None else _port(db_port),
+        )
     )
     contract = load_contract(section)
     ssh = SshOptions(
@@ -110,6 +120,13 @@ def settings_from_config(config: Any) -> FabricSettings:
         connect_timeout_s=contract.connect_timeout_s,
     )
     return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+
+
+def _port(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigError("connection.db_port must be a port number") from None
 
 
 def _plain(value: Any) -> Any:
@@ -166,6 +183,9 @@ def guard(c: Context, json_: bool = False) -> None:
     else:
         for outcome in outcomes:
             print(_outcome_line(outcome))
+            if isinstance(outcome[1], Verdict):
+                for warning in outcome[1].warnings:
+                    print(f"leaseguard: warning: {warning}", file=sys.stderr)
     _exit_with(_worst([_outcome_status(o) for o in outcomes]))
 
 
@@ -176,6 +196,7 @@ def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
     connection = _connection(host, c, settings)
     try:
         with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
+            s.cron_database = settings.drain.cron_database
             return host, s.judge()
     except LeaseguardError as exc:
         return host, exc
@@ -184,8 +205,8 @@ def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
 
 
 def _outcome_status(outcome: Outcome) -> int:
-    result = outcome[1]
-    return result.exit_status if isinstance(result, Verdict) else EXIT_FAILED
+    """The verdict's status, or the error's: 1 failed, 2 usage (e.g. a status an enum lacks)."""
+    return outcome[1].exit_status
 
 
 def _outcome_line(outcome: Outcome) -> str:
@@ -207,6 +228,8 @@ def _outcome_dict(outcome: Outcome) -> dict[str, Any]:
 
 
 def _worst(statuses: list[int]) -> int:
+    if EXIT_USAGE in statuses:
+        return EXIT_USAGE
     if EXIT_FAILED in statuses:
         return EXIT_FAILED
     if EXIT_DEFER in statuses:
@@ -221,6 +244,8 @@ def _exit_with(status: int) -> None:
 
 # --- drain --------------------------------------------------------------------------------
 
+RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+
 
 @task(
     help={
@@ -228,7 +253,8 @@ def _exit_with(status: int) -> None:
         "lease seen at the start)",
         "poll_s": "seconds between polls (default 5)",
         "pause_cron_job": "pg_cron job to deactivate during the drain and reactivate after "
-        "(repeatable)",
+        "(repeatable); shared intake: paused once for all hosts, resumed after the last",
+        "resume_retry_s": "retry a failed resume for up to N seconds (default 60)",
         "json_": "print the drain result as JSON",
         "status_file": "rewrite a JSON snapshot of the drain (every host) here after every "
         "poll; read it with `leaseguard status PATH`",
@@ -242,27 +268,45 @@ def drain(
     deadline_s: float | None = None,
     poll_s: float | None = None,
     pause_cron_job: list[str] | None = None,
+    resume_retry_s: float | None = None,
     json_: bool = False,
     status_file: str | None = None,
     metrics_file: str | None = None,
 ) -> None:
-    """Pause intake, wait until no live lease remains (lease-bounded), resume intake."""
+    """Pause intake, wait until no live lease remains (lease-bounded), resume intake.
+
+    With pg_cron jobs to pause (shared intake), the fleet is drained as one: intake is
+    paused once, the wait judges every host's facts with the fleet rule, and intake is
+    resumed once, after the wait, on every exit path (Ctrl-C and SIGTERM included).
+    """
     settings = _settings_or_exit(c)
-    options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job)
+    options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job, resume_retry_s)
     options = _observed(options, status_file, metrics_file)
     hosts = _hosts(c)
     configure_logging()
-    progress = progress_for(sys.stderr) if len(hosts) == 1 else None
+    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     board = _board_or_exit(options)  # one snapshot over every host
-    with terminate_as_interrupt():
-        statuses = _for_each_host(
-            hosts, lambda host: _drain_one(host, c, settings, options, progress, json_, board)
-        )
+    stop = threading.Event()
+    with signals_set(stop, _say):
+        if options.pause_cron_jobs:
+            statuses = [_drain_fleet(hosts, c, settings, options, progress, json_, stop, board)]
+        else:
+            statuses = _for_each_host(
+                hosts,
+                lambda host: _drain_one(host, c, settings, options, progress, json_, stop, board),
+            )
+    if stop.is_set():
+        _say("drain interrupted; intake was resumed")
+        raise Exit(code=EXIT_FAILED)
     _exit_with(_worst(statuses))
 
 
+def _say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
+
+
 def _drain_overrides(
-    base: DrainOptions, deadline_s: Any, poll_s: Any, jobs: list[str] | None
+    base: DrainOptions, deadline_s: Any, poll_s: Any, jobs: list[str] | None, retry_s: Any
 ) -> DrainOptions:
     merged = {k: getattr(base, k) for k in DrainOptions.__dataclass_fields__}
     if deadline_s is not None:
@@ -271,6 +315,8 @@ def _drain_overrides(
         merged["poll_s"] = poll_s
     if jobs:
         merged["pause_cron_jobs"] = list(jobs)
+    if retry_s is not None:
+        merged["resume_retry_s"] = retry_s
     try:
         return drain_options(merged)
     except ConfigError as exc:
@@ -300,24 +346,163 @@ def _drain_one(
     options: DrainOptions,
     progress: Any,
     json_output: bool,
+    stop: threading.Event,
     board: StatusBoard | None = None,
 ) -> int:
     connection = _connection(host, c, settings)
     try:
         with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
-            result = drain_host(s, options, progress, board)
+            result = drain_host(
+                s,
+                options,
+                progress,
+                board,
+                front="fab drain",
+                resume_hint=RESUME_HINT,
+                stop=stop,
+            )
     except LeaseguardError as exc:
         print(_outcome_line((host, exc)))
         return EXIT_FAILED
     finally:
         connection.close()
+    return _report_drain(host, result, json_output)
+
+
+def _drain_fleet(
+    hosts: list[str],
+    c: Context,
+    settings: FabricSettings,
+    options: DrainOptions,
+    progress: Any,
+    json_output: bool,
+    stop: threading.Event,
+    board: StatusBoard | None = None,
+) -> int:
+    """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
+    with contextlib.ExitStack() as stack:
+        opened = _for_each_host(hosts, lambda host: _open_session(host, c, settings))
+        for _, result in opened:
+            if isinstance(result, _Opened):
+                stack.enter_context(result.stack)
+        failed = [(host, r) for host, r in opened if isinstance(r, LeaseguardError)]
+        if failed:
+            for outcome in failed:
+                print(_outcome_line(outcome))
+            _say("no intake was paused: every host's facts are needed to judge the fleet")
+            return EXIT_FAILED
+        sessions = {host: r.session for host, r in opened}
+        # The judgment runs through one host's tunnel (the database is shared); each host's
+        # start time is compared in the database clock through its measured offset.
+        first = sessions[min(sessions)]
+        try:
+            fleet = stack.enter_context(
+                fleet_session(
+                    settings.contract,
+                    first.conninfo,
+                    {host: s.facts for host, s in sessions.items()},
+                    runner=first.runner,
+                    link=first.link,
+                    host_offsets={host: r.clock for host, r in opened if r.clock is not None},
+                )
+            )
+            result = drain_host(
+                fleet,
+                options,
+                progress,
+                board,
+                front=f"fab drain ({','.join(hosts)})",
+                resume_hint=RESUME_HINT,
+                stop=stop,
+                runners=[s.runner for s in sessions.values()],
+                connect=first_that_connects([s.connect_writable for s in sessions.values()]),
+            )
+        except LeaseguardError as exc:
+            print(_outcome_line(("fleet", exc)))
+            return EXIT_FAILED
+    return _report_drain("fleet", result, json_output)
+
+
+@dataclass
+class _Opened:
+    """A host's session, its clock minus ours, and the stack that closes it (and its SSH
+    connection)."""
+
+    session: GuardSession
+    stack: contextlib.ExitStack
+    clock: ClockOffset | None
+
+
+def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str, Any]:
+    """(host, _Opened) or (host, the LeaseguardError that kept it from opening)."""
+    stack = contextlib.ExitStack()
+    try:
+        connection = _connection(host, c, settings)
+        stack.callback(connection.close)
+        session = stack.enter_context(
+            ssh_session(connection, settings.contract, settings.conninfo, settings.address)
+        )
+        # Measured here, in parallel with the other hosts, only when a start time matters.
+        started = session.facts.runtime_started_at is not None
+        clock = offset_from_here(session.runner) if started else None
+    except LeaseguardError as exc:
+        stack.close()
+        return host, exc
+    except BaseException:
+        stack.close()
+        raise
+    return host, _Opened(session, stack, clock)
+
+
+def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:
+    """The drain's result; a failed drain prints only its failure, never a stale verdict."""
     if json_output:
         print(json.dumps(result.as_dict()))
-    elif result.verdict is not None:
+    elif result.error is None and result.verdict is not None:
         print(result.verdict.timeline())
     if result.error is not None:
         print(_outcome_line((host, result.error)))
+    if result.verdict is not None and not json_output:
+        for warning in result.verdict.warnings:
+            _say(f"warning: {warning}")
     return result.exit_status
+
+
+# --- resume -------------------------------------------------------------------------------
+
+
+@task(
+    help={
+        "job": "only this recorded job (repeatable; default: every recorded job)",
+        "json_": "print what was resumed as JSON",
+    },
+    iterable=["job"],
+)
+@fleet
+def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> None:
+    """Give back the intake pauses a drain recorded and never resumed (through the first host).
+
+    Jobs an operator disabled without a drain have no record and are never touched.
+    """
+    from leaseguard.resume import resume_lines, resume_pauses  # pulls in the budgets code
+
+    settings = _settings_or_exit(c)
+    host = _hosts(c)[0]
+    connection = _connection(host, c, settings)
+    try:
+        with tunnelled_conninfo(connection, settings.conninfo, settings.address) as conninfo:
+            outcome = resume_pauses(
+                conninfo,
+                cron_database=settings.drain.cron_database,
+                jobs=list(job or []) or None,
+                connect_timeout_s=settings.contract.connect_timeout_s,
+            )
+    except LeaseguardError as exc:
+        print(_outcome_line((host, exc)))
+        raise Exit(code=EXIT_FAILED) from None
+    finally:
+        connection.close()
+    print(json.dumps(outcome) if json_ else resume_lines(outcome))
 
 
 def collection() -> Collection:
@@ -328,7 +513,7 @@ def collection() -> Collection:
     too late; a user's fabric.yaml may still set it explicitly.
     """
     _use_fleet_executor()
-    return Collection(guard, drain)
+    return Collection(guard, drain, resume)
 
 
 def _use_fleet_executor() -> None:
@@ -364,4 +549,4 @@ def _usage_errors_exit_2(program: Any) -> None:
     program.parse_tasks = parse_tasks_or_usage
 
 
-__all__ = ["CONNECTION_KEYS", "FleetExecutor", "collection", "drain", "guard"]
+__all__ = ["CONNECTION_KEYS", "FleetExecutor", "collection", "drain", "guard", "resume"]

@@ -14,17 +14,18 @@ with facts that protect every host's possible claims:
 
 Ties are broken by host name, so the result (and the host it names as the source of each
 fact) never depends on the order the hosts were listed or answered in. Start times are
-compared as the hosts reported them; callers that measured a host's clock offset convert
-its start time to the database clock first (`in_database_clock`).
+compared as the hosts reported them; a session that measured the hosts' clock offsets
+moves every start time into the database clock first (`in_database_clocks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from leaseguard.clock import ClockOffset
 from leaseguard.errors import ConfigError, LeaseguardError, LookupFailed
 from leaseguard.runtime import RuntimeFacts, parse_timestamp
 from leaseguard.timeouts import parse_timeout_s
@@ -60,6 +61,9 @@ class FleetFacts:
     hosts: tuple[str, ...]
     lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
     cutoff_from: str | None  # host whose runtime started first (None: cut-off unknown)
+    # Every host's own facts, as combined (a session moves their starts into the database
+    # clock once it has measured the clocks, then combines again).
+    per_host: Mapping[str, RuntimeFacts] = field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,7 +87,9 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
         for host in hosts
         for warning in per_host[host].warnings
     )
-    return FleetFacts(RuntimeFacts(timeout, started, warnings), hosts, lease_from, cutoff_from)
+    return FleetFacts(
+        RuntimeFacts(timeout, started, warnings), hosts, lease_from, cutoff_from, dict(per_host)
+    )
 
 
 def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> datetime | None:
@@ -91,6 +97,30 @@ def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> da
     if started_at is None:
         return None
     return started_at - timedelta(seconds=host_minus_db_s)
+
+
+def in_database_clocks(
+    per_host: Mapping[str, RuntimeFacts],
+    offsets: Mapping[str, ClockOffset],
+    clock_skew_s: float,
+) -> dict[str, RuntimeFacts]:
+    """Every host's start time in the database clock (`offsets`: host minus database).
+
+    Converted, not merely tolerated: the oldest start is then the oldest in truth, and the
+    host it names is the right one. A host whose clock is off by more than `clock_skew_s`
+    gets a warning naming it.
+    """
+    moved = {}
+    for host, facts in per_host.items():
+        offset = offsets.get(host)
+        if facts.runtime_started_at is not None and offset is not None:
+            warnings = facts.warnings
+            if offset.exceeds(clock_skew_s):
+                warnings = (*warnings, offset.warning(host, clock_skew_s))
+            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            facts = replace(facts, runtime_started_at=started, warnings=warnings)
+        moved[host] = facts
+    return moved
 
 
 def _longest_timeout_host(

@@ -5,14 +5,21 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
+
+import psycopg
 
 from leaseguard.drain import Drainer, DrainResult, NoProgress, Progress
 from leaseguard.drain_status import StatusBoard
+from leaseguard.errors import LeaseguardError
 from leaseguard.options import DrainOptions, build_intake
+from leaseguard.pauses import drain_identity
+from leaseguard.runtime import Runner
 from leaseguard.session import GuardSession
 
 
@@ -21,13 +28,30 @@ def drain_host(
     options: DrainOptions,
     progress: Progress | None = None,
     board: StatusBoard | None = None,
+    *,
+    front: str = "leaseguard drain",
+    resume_hint: str | None = None,
+    stop: threading.Event | None = None,
+    runners: Sequence[Runner] | None = None,
+    connect: Callable[[str | None], psycopg.Connection[Any]] | None = None,
 ) -> DrainResult:
     """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
 
     `board`: the status/metrics files several hosts share; by default this host's own,
-    from options.status_file / options.metrics_file.
+    from options.status_file / options.metrics_file. For a fleet, `session` is a
+    `fleet_session`, `runners` every host's (their pause commands) and `connect` reaches the
+    shared database through any host that still can.
     """
-    intake = build_intake(options, session.connect_writable, session.runner)
+    by = drain_identity(front)
+    session.pause_owner = by
+    session.cron_database = options.cron_database
+    intake = build_intake(
+        options,
+        connect or session.connect_writable,
+        runners or [session.runner],
+        by=by,
+        resume_hint=resume_hint,
+    )
     board = board or status_board(options)
     drainer = Drainer(
         session.judge,
@@ -35,6 +59,8 @@ def drain_host(
         deadline_s=options.deadline_s,
         progress=progress or NoProgress(),
         observer=board.observer(session.host, intake),
+        stop=stop or threading.Event(),
+        label=session.host,
     )
     return drainer.run(intake)
 
@@ -48,6 +74,52 @@ def status_board(options: DrainOptions) -> StatusBoard:
     board = StatusBoard(options.status_file, options.metrics_file)
     board.check_writable()
     return board
+
+
+def first_that_connects(
+    connects: Sequence[Callable[[str | None], psycopg.Connection[Any]]],
+) -> Callable[[str | None], psycopg.Connection[Any]]:
+    """A connect that tries each path in turn: one host's dead tunnel must not strand intake."""
+
+    def connect(dbname: str | None) -> psycopg.Connection[Any]:
+        failure: LeaseguardError | None = None
+        for attempt in connects:
+            try:
+                return attempt(dbname)
+            except LeaseguardError as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    return connect
+
+
+@contextmanager
+def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop` instead of raising: worker threads see it and wind down.
+
+    The main thread keeps waiting for them, so every drain's `finally` (the resume) runs
+    before the exit. A second signal only repeats that the resume is under way.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            say(f"{name} again: still resuming intake, then exiting")
+        else:
+            say(f"{name}: stopping the drain and resuming intake")
+        stop.set()
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from leaseguard.predicate import (
     predicate_params,
     table_identifier,
 )
+from leaseguard.statuses import StatusColumn, check_statuses, inspect_status_column
 from leaseguard.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 _TIME_TYPES = ("timestamp with time zone", "timestamp without time zone")
@@ -46,7 +47,7 @@ def check(
 ) -> Verdict:
     """Connect, judge every claimed or queued row, and close. Raises on any failure."""
     lease_s = lease_seconds(contract, task_timeout)
-    with connect(conninfo, contract) as conn:
+    with connect(conninfo, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
@@ -67,31 +68,53 @@ def evaluate(
     host: str | None = None,
     as_of: datetime | None = None,
     clock_offset: ClockOffset | None = None,
-    clock_host: str | None = None,
     warnings: tuple[str, ...] = (),
-    check_schema: bool = True,
 ) -> Verdict:
-    """Judge on an open guard connection.
+    """Judge on an open guard connection (with the schema pre-flight): see `judge_table`."""
+    verdict, _ = judge_table(
+        conn,
+        contract,
+        task_timeout=task_timeout,
+        lease_s=lease_s,
+        runtime_started_at=runtime_started_at,
+        host=host,
+        as_of=as_of,
+        clock_offset=clock_offset,
+        warnings=warnings,
+    )
+    return verdict
 
-    `check_schema=False` skips the table/column pre-flight, for later polls on a connection
-    that already passed it; a table or column that vanished since still fails the check
-    (SchemaMismatch from the query itself).
+
+def judge_table(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    lease_s: float | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+    as_of: datetime | None = None,
+    clock_offset: ClockOffset | None = None,
+    warnings: tuple[str, ...] = (),
+    status_column: StatusColumn | None = None,
+) -> tuple[Verdict, StatusColumn]:
+    """Judge on an open guard connection; also returns the status column's catalog facts.
+
+    Every status present in the table is checked against the contract's lists first
+    (UnclassifiedStatus), in the same transaction and snapshot as the predicate.
+    `status_column` (from an earlier check on this connection) skips the table/column
+    pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
+    from the query itself), and a status that appeared since is still found.
 
     `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
-    disagree; `clock_host` names the host it was measured on when that is not `host` (a
-    fleet judgment widens by its widest host's offset).
-
-    `as_of` replaces the database's now() for tests that pin a boundary to the microsecond;
-    production callers leave it None.
+    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
+    microsecond; production callers leave it None.
     """
     tolerance_s = contract.clock_skew_s
     if clock_offset is not None:
         tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
         if clock_offset.exceeds(contract.clock_skew_s):
-            warnings = (
-                *warnings,
-                clock_offset.warning(clock_host or host or "-", contract.clock_skew_s),
-            )
+            warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
     params = predicate_params(
         contract,
         lease_s=lease_s,
@@ -99,12 +122,21 @@ def evaluate(
         as_of=as_of,
         tolerance_s=tolerance_s,
     )
-    with guard_transaction(conn, contract) as cur:
-        if check_schema:
+    try:
+        with guard_transaction(conn, contract) as cur:
+            if status_column is None:
+                status_column = verify_schema(cur, contract)
+            check_statuses(cur, contract, status_column)
+            checked_at, counts = _counts(cur, contract, params)
+            live = _live_claims(cur, contract, params) if counts.live else ()
+    except SchemaMismatch:
+        if status_column is None:
+            raise
+        # The pre-flight was skipped: let it name the table or column that vanished.
+        with guard_transaction(conn, contract) as cur:
             verify_schema(cur, contract)
-        checked_at, counts = _counts(cur, contract, params)
-        live = _live_claims(cur, contract, params) if counts.live else ()
-    return Verdict(
+        raise
+    verdict = Verdict(
         counts=counts,
         live=live,
         checked_at=checked_at,
@@ -117,9 +149,10 @@ def evaluate(
         clock_offset_s=clock_offset.offset_s if clock_offset else None,
         warnings=warnings,
     )
+    return verdict, status_column
 
 
-def verify_schema(cur: Cursor, contract: Contract) -> None:
+def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
     """Fail with a message naming the table or column before the predicate runs."""
     qualified = table_identifier(contract).as_string(cur.connection)
     cur.execute("SELECT to_regclass(%s)::oid", (qualified,))
@@ -140,6 +173,7 @@ def verify_schema(cur: Cursor, contract: Contract) -> None:
                 f"column {time_column} ({key}) of table {contract.table_label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
+    return inspect_status_column(cur, contract, row[0])
 
 
 def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:

@@ -1,21 +1,22 @@
-"""The partial index that keeps the guard query flat as the table grows, and the warning
-that points at it when a large table is read with a sequential scan.
+"""The index that keeps the guard's checks flat as the table grows, and the warning that
+points at it when a large table is read with a sequential scan.
 
 The guard reads only claimed and queued rows, a set bounded by the number of workers,
-while the table grows with history (done, failed, cancelled rows). Without an index every
-check reads the whole history; with a partial index over just the claimed and queued
-statuses it reads the same few rows at 10^4 rows as at 10^7.
+while the table grows with history (done, failed, cancelled rows). It also makes sure every
+status present is classified (statuses.py), which asks the index for each distinct status
+(a loose index scan). One btree index leading with `status::text` serves both: the guard
+query reads the same few entries at 10^4 rows as at 10^7, and the status check visits each
+distinct status once. A partial index over the claimed and queued statuses (what earlier
+versions recommended, `<table>_leaseguard_claims`) serves the guard query only: it cannot
+show a status it does not hold.
 
 The index must match the predicate's own expressions for the planner to use it: the
-predicate compares `status::text` (so enum status columns work), so the index key and its
-WHERE clause use `status::text` too. The planner proves the guard query's
-`status::text = ANY(...)` implies the index's `status::text IN (...)` only when both name
-the same statuses, which is why the index is derived from the contract. An enum status
-column cannot take this index: PostgreSQL indexes only IMMUTABLE expressions and an enum's
-::text is STABLE (labels can be renamed), so for enums the warning says that instead.
+predicate compares `status::text` (so enum status columns work), so the index key is
+`status::text` too (for a text column, PostgreSQL stores that as the plain column). An enum
+status column cannot take this index: PostgreSQL indexes only IMMUTABLE expressions and an
+enum's ::text is STABLE (labels can be renamed), so for enums the warning says that instead.
 
-An index predicate takes no bind parameters: the statuses are `sql.Literal`s (quoted and
-escaped by psycopg), identifiers are `sql.Identifier`s, and `sql.SQL` wraps constants only.
+Identifiers are `sql.Identifier`s and `sql.SQL` wraps constants only.
 """
 
 from __future__ import annotations
@@ -28,40 +29,34 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.contract import Contract
-from leaseguard.errors import ConfigError
+from leaseguard.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.db import set_local_limits
 from leaseguard.predicate import counts_query, predicate_params, table_identifier
+from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
 
-INDEX_SUFFIX = "_leaseguard_claims"
+INDEX_SUFFIX = "_leaseguard_status"
 # Below this many rows a sequential scan costs a millisecond or two (benchmarks/RESULTS.md:
 # ~1 ms at 10^4 rows, ~10 ms at 10^5): not worth a warning.
 LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes.
-_MAX_NAME_BYTES = 63
 # The plan check is advisory: it gets a small budget of its own, never the check's.
 _PLAN_CHECK_TIMEOUT_MS = 1000
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
-def index_statuses(contract: Contract) -> tuple[str, ...]:
-    """The statuses the guard reads: claimed first, then queued, each once."""
-    return tuple(dict.fromkeys((*contract.claimed_statuses, *contract.queued_statuses)))
-
-
 def index_name(contract: Contract) -> str:
-    """`<table>_leaseguard_claims`, shortened (with a hash of the table name) to 63 bytes."""
+    """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
     name = contract.table + INDEX_SUFFIX
-    if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
+    if len(name.encode("utf-8")) <= MAX_IDENTIFIER_BYTES:
         return name
     digest = hashlib.sha256(contract.table.encode("utf-8")).hexdigest()[:8]
     tail = f"_{digest}{INDEX_SUFFIX}"
-    budget = _MAX_NAME_BYTES - len(tail.encode("utf-8"))
+    budget = MAX_IDENTIFIER_BYTES - len(tail.encode("utf-8"))
     head = contract.table.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
     return head + tail
 
@@ -80,24 +75,17 @@ def index_columns(contract: Contract) -> list[sql.Composable]:
 
 
 def recommended_index(contract: Contract) -> sql.Composed:
-    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... WHERE status::text IN (<statuses>).
+    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... ((status::text), claimed_at[, expiry]).
 
-    CONCURRENTLY: building it must not block the claim loop it is meant to serve. It
-    cannot run inside a transaction block, so the statement is meant to be run alone.
+    Over every row, not only the claimed and queued ones: the status check must see the
+    statuses nobody configured. CONCURRENTLY: building it must not block the claim loop it
+    is meant to serve. It cannot run inside a transaction block, so the statement is meant
+    to be run alone.
     """
-    for status in index_statuses(contract):
-        if "\x00" in status:
-            raise ConfigError("a claimed or queued status contains a NUL character")
-    statuses = sql.SQL(", ").join(sql.Literal(status) for status in index_statuses(contract))
-    return sql.SQL(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({columns}) "
-        "WHERE {status}::text IN ({statuses})"
-    ).format(
+    return sql.SQL("CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} ({columns})").format(
         name=sql.Identifier(index_name(contract)),
         table=table_identifier(contract),
         columns=sql.SQL(", ").join(index_columns(contract)),
-        status=sql.Identifier(contract.status_column),
-        statuses=statuses,
     )
 
 
@@ -110,16 +98,20 @@ def recommended_index_sql(contract: Contract) -> str:
 
 
 def with_plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
 ) -> Verdict:
-    """The verdict, plus a warning when the guard query scans a large table sequentially.
+    """The verdict, plus a warning when the guard query or its status check scans a large
+    table sequentially.
 
     Advisory and fail-safe: any error (permissions, lock, timeout, a plan shape this code
     does not know) skips the warning and never fails or changes the check. Runs in its own
     transaction after the judgment, so an error here cannot abort the judgment's.
     """
     try:
-        warning = plan_warning(conn, contract, verdict)
+        warning = plan_warning(conn, contract, verdict, status_column)
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
         log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
         return verdict
@@ -129,9 +121,13 @@ def with_plan_warning(
 
 
 def plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, verdict: Verdict
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
 ) -> str | None:
-    """A warning naming the table when it is large and the guard query's plan seq-scans it.
+    """A warning naming the table when it is large and the guard query's plan seq-scans it,
+    or no index can walk its status column (the status check then reads every row).
 
     Two cheap steps: the planner's row estimate (pg_class.reltuples) first; EXPLAIN, without
     ANALYZE, only when the table is large.
@@ -141,33 +137,38 @@ def plan_warning(
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
     with conn.transaction(), conn.cursor() as cur:
-        # One round trip for both budgets: through a tunnel every round trip counts.
-        cur.execute(
-            "SELECT set_config('statement_timeout', %s, true), "
-            "set_config('lock_timeout', %s, true)",
-            (f"{_PLAN_CHECK_TIMEOUT_MS}ms", f"{lock_ms}ms"),
-        )
+        set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
         table = large_table(cur, contract)
         if table is None:
             return None
         cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
         row = cur.fetchone()
-    if row is None or not seq_scans(row[0], contract.table):
+    guard_scans = row is not None and bool(seq_scans(row[0], contract.table))
+    status_scans = status_column is not None and status_column.index_key is None
+    if not guard_scans and not status_scans:
         return None
     rows, status_is_enum = table
-    where = (
-        f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
-        "with a sequential scan"
-    )
+    column = contract.status_column
+    if guard_scans:
+        where = (
+            f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
+            "with a sequential scan"
+        )
+    else:
+        where = (
+            f"the status check (every status classified) reads table {contract.table_label} "
+            f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
+            f"status column {column}"
+        )
     if status_is_enum:
         return (
-            f"{where}; its status column {contract.status_column} is an enum, and PostgreSQL "
-            "cannot index an enum's ::text (not IMMUTABLE), which the guard compares, so "
-            "no partial index can serve this check"
+            f"{where}; its status column {column} is an enum: an index on ({column}) makes "
+            "the status check an index probe, but PostgreSQL cannot index an enum's ::text "
+            "(not IMMUTABLE), which the guard query compares"
         )
     return (
         f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
-        f"partial index {index_name(contract)} that keeps each check flat"
+        f"index {index_name(contract)} that keeps each check flat"
     )
 
 

@@ -7,7 +7,7 @@ Fabric config and Ansible vars hold them in sections next to the contract keys
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from os import PathLike
@@ -16,8 +16,16 @@ from typing import Any
 import psycopg
 
 from leaseguard.contract import parse_command
-from leaseguard.drain import DEFAULT_POLL_S, CommandPause, CronJobsPause, Intake, Intakes
+from leaseguard.drain import (
+    DEFAULT_POLL_S,
+    DEFAULT_RESUME_RETRY_S,
+    CommandPause,
+    CronJobsPause,
+    Intake,
+    Intakes,
+)
 from leaseguard.errors import ConfigError
+from leaseguard.pauses import RESUME_HINT
 from leaseguard.runtime import Runner
 
 
@@ -31,6 +39,7 @@ class DrainOptions:
     resume_command: tuple[str, ...] = ()
     status_file: str | None = None
     metrics_file: str | None = None
+    resume_retry_s: float = DEFAULT_RESUME_RETRY_S
 
 
 _DRAIN_KEYS = {f for f in DrainOptions.__dataclass_fields__}
@@ -60,6 +69,7 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
         resume_command=resume,
         status_file=_path(data, "status_file"),
         metrics_file=_path(data, "metrics_file"),
+        resume_retry_s=_positive(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
     )
 
 
@@ -88,12 +98,28 @@ def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
 def build_intake(
     options: DrainOptions,
     connect: Callable[[str | None], AbstractContextManager[psycopg.Connection[Any]]],
-    runner: Runner,
+    runners: Runner | Sequence[Runner],
+    *,
+    by: str = "a leaseguard drain",
+    resume_hint: str | None = None,
 ) -> Intake | None:
-    """The intake pauses the options ask for, as one; None when none is asked for."""
+    """The intake pauses the options ask for, as one; None when none is asked for.
+
+    The pg_cron jobs are shared intake: paused once, through `connect`, whatever the number
+    of hosts. A pause command is a host's own intake: run on each of `runners`.
+    """
     parts: list[Intake] = []
     if options.pause_cron_jobs:
-        parts.append(CronJobsPause(lambda: connect(options.cron_database), options.pause_cron_jobs))
+        parts.append(
+            CronJobsPause(
+                lambda: connect(options.cron_database),
+                options.pause_cron_jobs,
+                by=by,
+                retry_s=options.resume_retry_s,
+                resume_hint=resume_hint or RESUME_HINT,
+            )
+        )
     if options.pause_command:
-        parts.append(CommandPause(runner, options.pause_command, options.resume_command))
+        for runner in [runners] if not isinstance(runners, Sequence) else runners:
+            parts.append(CommandPause(runner, options.pause_command, options.resume_command))
     return Intakes(parts) if parts else None

@@ -5,7 +5,9 @@ SSH with a tunnel) and the Ansible action plugin. A drain's polls share one data
 connection: a connection per poll costs a login each time, and through Fabric's tunnel each
 one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
 A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
-replaced once, at once; a poll fails only when a fresh connection fails too.
+replaced once, at once; a poll fails only when a fresh connection fails too. Any other
+failure (a lock or statement timeout, a schema error) is the answer: retrying it would
+spend its budget twice.
 
 Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
 + a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
@@ -14,13 +16,13 @@ and a poll through a tunnel whose SSH connection died says so, naming the SSH ho
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -28,14 +30,7 @@ import psycopg
 from fabric import Connection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.clock import (
-    ClockOffset,
-    chained,
-    database_clock,
-    host_clock,
-    measure_offset,
-    widest,
-)
+from leaseguard.clock import ClockOffset, chained, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
 from leaseguard.db import connect, describe_target, invalid_dsn
 from leaseguard.errors import (
@@ -45,11 +40,13 @@ from leaseguard.errors import (
     LookupFailed,
     TunnelError,
 )
-from leaseguard.fleet import FleetFacts
-from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.fleet import FleetFacts, combine_facts, in_database_clocks
+from leaseguard.guard import judge_table, lease_seconds
 from leaseguard.indexing import with_plan_warning
+from leaseguard.pauses import scan_leftovers
 from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
 from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.statuses import StatusColumn
 from leaseguard.verdict import Verdict
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
@@ -118,10 +115,11 @@ def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession
 class GuardSession:
     """Judges one host's table with the facts looked up on that host.
 
-    With `fleet`, the facts are the fleet's combined facts (`leaseguard.fleet`) and the
-    verdict reports which host supplied each. `host_offsets` are the hosts' clocks minus this
-    machine's, measured while each host was looked up (`clock.offset_from_here`); without
-    them every start time is taken as read in the runner's clock, as for one host.
+    With `fleet` (see `fleet_session`), the facts are the fleet's combined facts
+    (`leaseguard.fleet`) and the verdict reports which host supplied each. `host_offsets`
+    are the hosts' clocks minus this machine's, measured while each host was looked up
+    (`clock.offset_from_here`); without them every start time is taken as read in this
+    machine's clock.
     """
 
     def __init__(
@@ -132,6 +130,7 @@ class GuardSession:
         runner: Runner,
         link: Link | None = None,
         *,
+        label: str | None = None,
         fleet: FleetFacts | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
     ) -> None:
@@ -140,6 +139,7 @@ class GuardSession:
         self.facts = facts
         self.runner = runner
         self.link = link
+        self.label = label
         self.fleet = fleet
         self.host_offsets = host_offsets
         self.watch = PollWatch(self.poll_budget_s, self._cut)
@@ -147,17 +147,23 @@ class GuardSession:
         # Measured once per session: clocks do not drift measurably during a drain, and a
         # per-poll measurement would add an SSH round trip to every poll.
         self.clock_offset: ClockOffset | None = None
-        self.clock_host: str | None = None  # whose offset widened the orphan tolerance
         self.fleet_offsets: dict[str, ClockOffset] = {}
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        # The schema pre-flight (two catalog queries) runs once per connection, not per poll.
-        self._schema_checked = False
+        # The schema pre-flight (catalog queries) runs once per connection, not per poll;
+        # the status check it prepares runs on every poll.
+        self._status_column: StatusColumn | None = None
+        # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
+        # cron_database (None: the session's own database), except those of `pause_owner`
+        # (this process's own drain).
+        self.cron_database: str | None = None
+        self.pause_owner: str | None = None
+        self._leftovers: tuple[str, ...] | None = None
 
     @property
     def host(self) -> str:
-        return self.runner.label
+        return self.label or self.runner.label
 
     @property
     def poll_budget_s(self) -> float:
@@ -172,25 +178,31 @@ class GuardSession:
         try:
             return self._judge_on(self._connection())
         except LeaseguardError:
-            self.close()
-            if not reused:
+            # The next poll re-reads the catalog: the error may come from a schema change.
+            self._status_column = None
+            if not (reused and self._connection_broke()):
                 raise
+        self.close()
         return self._judge_on(self._connection())
+
+    def _connection_broke(self) -> bool:
+        """True when the connection itself is gone (server restart, terminated, idle cut)."""
+        return self._conn is None or self._conn.closed or self._conn.broken
 
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-            self._schema_checked = False
+            self._status_column = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
-            self._conn = self._open(self.conninfo)
+            self._conn = self._open()
         return self._conn
 
-    def _open(self, conninfo: str) -> Conn:
+    def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
         """A new connection along the session's path, within what is left of the poll."""
         remaining = self.watch.remaining_s()
         if self.watch.expired or remaining <= 0:
@@ -198,7 +210,13 @@ class GuardSession:
         if self.link is not None:
             self.link.ensure(within_s=remaining)
         try:
-            return connect(conninfo, self.contract, timeout_s=remaining)
+            return connect(
+                self.conninfo,
+                self.contract.connect_timeout_s,
+                writable=writable,
+                dbname=dbname,
+                timeout_s=remaining,
+            )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
             if failure is not None:
@@ -238,8 +256,8 @@ class GuardSession:
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
-            self.clock_host, self.clock_offset = self._measure_clock(conn)
-        verdict = evaluate(
+            self.clock_offset = self._measure_clock(conn)
+        verdict, self._status_column = judge_table(
             conn,
             self.contract,
             task_timeout=self.facts.task_timeout,
@@ -247,49 +265,74 @@ class GuardSession:
             runtime_started_at=self.facts.runtime_started_at,
             host=self.host,
             clock_offset=self.clock_offset,
-            clock_host=self.clock_host,
             warnings=self.facts.warnings,
-            check_schema=not self._schema_checked,
+            status_column=self._status_column,
         )
-        self._schema_checked = True
         if not self.plan_checked:
             self.plan_checked = True
-            verdict = with_plan_warning(conn, self.contract, verdict)
-        if self.fleet is not None:
-            verdict = replace(verdict, fleet=self._fleet_report())
+            verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
+        extra = self.leftover_pauses()
+        if extra or self.fleet is not None:
+            verdict = dataclasses.replace(
+                verdict,
+                warnings=(*verdict.warnings, *extra),
+                fleet=self._fleet_report() if self.fleet is not None else None,
+            )
         return verdict
 
-    def _measure_clock(self, conn: Conn) -> tuple[str, ClockOffset]:
-        """The offset that widens the orphan tolerance, and the host it belongs to."""
-        db = database_clock(conn)
-        if self.fleet is None or self.host_offsets is None:
-            return self.host, measure_offset(host_clock(self.runner), db)
-        missing = [h for h in self.fleet.hosts if h not in self.host_offsets]
-        if missing:
-            raise LookupFailed(f"no clock reading for host(s) {', '.join(missing)}")
-        here_minus_db = measure_offset(time.time, db)
+    def leftover_pauses(self) -> tuple[str, ...]:
+        """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None:
+            self._leftovers = tuple(
+                scan_leftovers(
+                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
+                )
+            )
+        return self._leftovers
+
+    def _measure_clock(self, conn: Conn) -> ClockOffset:
+        """The clock offset that widens the orphan tolerance (measured once per session).
+
+        One host: its clock minus the database's. A fleet: every host's start time is first
+        moved into the database clock (its offset from here, chained with this machine's
+        offset from the database), so hosts with different clocks compare fairly and the
+        oldest start is the oldest in truth; only the measurements' uncertainty is left.
+        """
+        if self.fleet is None:
+            return measure_offset(host_clock(self.runner), database_clock(conn))
+        here_minus_db = measure_offset(time.time, database_clock(conn))
         self.fleet_offsets = {
-            h: chained(self.host_offsets[h], here_minus_db) for h in self.fleet.hosts
+            host: chained(self._offset_from_here(host), here_minus_db)
+            for host, facts in sorted(self.fleet.per_host.items())
+            if facts.runtime_started_at is not None
         }
-        return widest(self.fleet_offsets)
+        self.fleet = combine_facts(
+            in_database_clocks(self.fleet.per_host, self.fleet_offsets, self.contract.clock_skew_s)
+        )
+        self.facts = self.fleet.facts
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.fleet_offsets.values()))
+
+    def _offset_from_here(self, host: str) -> ClockOffset:
+        """A fleet host's clock minus this machine's; none given: read in this machine's."""
+        if self.host_offsets is None:
+            return ClockOffset(0.0, 0.0)
+        if host not in self.host_offsets:
+            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
+        return self.host_offsets[host]
 
     def _fleet_report(self) -> dict[str, Any]:
         assert self.fleet is not None
         report = self.fleet.as_dict()
-        if self.fleet_offsets:
+        # Each host's own offset; start times taken as read here (the CLI) have none.
+        if self.fleet_offsets and self.host_offsets is not None:
             report["clock_offsets_s"] = {
-                h: round(offset.offset_s, 3) for h, offset in sorted(self.fleet_offsets.items())
+                host: round(offset.offset_s, 3) for host, offset in self.fleet_offsets.items()
             }
         return report
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
-        conninfo = make_conninfo(self.conninfo, dbname=dbname) if dbname else self.conninfo
-        conn = self._open(conninfo)
-        conn.read_only = False
-        conn.isolation_level = None
-        conn.autocommit = True
-        return conn
+        return self._open(writable=True, dbname=dbname)
 
 
 def _shutdown_socket(conn: Conn) -> None:
@@ -336,23 +379,30 @@ def local_session(
 def fleet_session(
     contract: Contract,
     conninfo: str,
-    fleet: FleetFacts,
+    per_host: Mapping[str, RuntimeFacts],
     *,
     runner: Runner | None = None,
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
 ) -> Iterator[GuardSession]:
-    """A session judging once for every host of `fleet`, with facts already looked up.
+    """One session judging once for every host, by the fleet rule (leaseguard.fleet).
 
-    The runner is the host the judgment runs from (intake commands of a drain run there);
-    nothing is looked up again.
+    `per_host` is every host's facts, already looked up; nothing is looked up again.
+    `host_offsets` are the hosts' clocks minus this machine's (`clock.offset_from_here`,
+    one `date` per host, as each front can take it: over SSH or an Ansible connection);
+    the session chains them with this machine's offset from the database, so every start
+    time is compared in the database clock. Without them the start times are taken as read
+    in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
+    judgment runs through (the database is shared: that is why its intake is global).
     """
+    fleet = combine_facts(per_host)
     session = GuardSession(
         contract,
         conninfo,
         fleet.facts,
         runner or LocalRunner(),
         link,
+        label="fleet",
         fleet=fleet,
         host_offsets=host_offsets,
     )

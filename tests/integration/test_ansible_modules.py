@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.ansible_run import run_playbook, write_inventory
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
-from tests.support.runs_table import create_runs_table, insert_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -160,3 +160,54 @@ def test_a_changed_host_key_is_named_with_the_fix(playbook, app_host_pg, tmp_pat
     assert "host key does not match known_hosts" in result["msg"], result["msg"]
     assert "ssh-keygen -R" in result["msg"]
     assert "running a lookup failed" not in result["msg"]
+
+
+# --- one DSN means one database (no tunnel: the controller connects itself) --------------
+
+
+def run_direct(db, tmp_path, **options):
+    """lease_guard with tunnel: false on a `local` host; no lookups (facts are given)."""
+    inventory = write_inventory(
+        tmp_path / "inventory.yml", {"ctl": {"ansible_connection": "local"}}
+    )
+    task = {
+        "name": "guard",
+        "leaseguard.deploy.lease_guard": {
+            "tunnel": False,
+            "task_timeout_s": 3600,
+            "runtime_started_at": HOUR_AGO.isoformat(),
+            **options,
+        },
+        "register": "guard",
+        "ignore_errors": True,
+    }
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "tasks": [task]}]))
+    run = run_playbook(path, inventory, tmp_path, env={"LEASEGUARD_DSN": ""})
+    return run.result("guard", "ctl")
+
+
+def test_tunnel_false_judges_the_database_the_dsn_names(db, tmp_path):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        insert_runs(conn, [(1, "running", datetime.now(UTC), None)])
+    assert db.cluster.port != 5432  # the old default would have judged another database
+    verdict = run_direct(db, tmp_path, dsn=db.dsn)
+    assert verdict.get("decision") == "defer", verdict.get("msg")
+    assert verdict["counts"]["live"] == 1
+    # The same address given as db_host/db_port beside a host-less DSN is the same database.
+    host_less = f"dbname={db.name} user=postgres"
+    verdict = run_direct(
+        db, tmp_path, dsn=host_less, db_host=db.cluster.host, db_port=db.cluster.port
+    )
+    assert verdict.get("decision") == "defer", verdict.get("msg")
+
+
+def test_a_dsn_host_and_a_different_db_host_is_a_usage_error_naming_both(db, tmp_path):
+    verdict = run_direct(db, tmp_path, dsn=db.dsn, db_host="db.example.internal")
+    assert verdict["failed"] is True
+    assert "dsn names host" in verdict["msg"]
+    assert "db_host names db.example.internal" in verdict["msg"]
+    assert verdict["error"]["type"] == "ConfigError"
+    verdict = run_direct(db, tmp_path, dsn=db.dsn, db_port=db.cluster.port + 1)
+    assert "dsn names port" in verdict["msg"] and "db_port" in verdict["msg"]

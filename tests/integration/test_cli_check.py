@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 

@@ -5,8 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sandbox.runs_table import create_runs_table
 from tests.integration.test_cli_check import add, leaseguard
-from tests.support.runs_table import create_runs_table
 
 pytestmark = pytest.mark.integration
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ansible_run import REPO, ansible_env
+from sandbox.ansible_env import ansible_env
+from tests.support.ansible_run import REPO
 
 MODULES = sorted(p.stem for p in (REPO / "plugins" / "modules").glob("*.py"))
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.netns import pids_with_cmdline_containing
-from tests.support.subprocess_env import clean_env
+from sandbox.netns import pids_with_cmdline_containing
+from sandbox.subprocess_env import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

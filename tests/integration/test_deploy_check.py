@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from sandbox.runs_table import create_runs_table, insert_runs
 from tests.integration.test_cron_budget_module import CRON_DB, cron_jobs, jobs_for
 from tests.support.ansible_run import run_playbook, write_inventory
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
-from tests.support.runs_table import create_runs_table, insert_runs
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

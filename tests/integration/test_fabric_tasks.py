@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from leaseguard.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMisma
 from leaseguard.guard import check
 from leaseguard.session import local_session
 from leaseguard.verdict import TaskTimeout
-from tests.support.runs_table import create_runs_table
+from sandbox.runs_table import create_runs_table
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,10 @@ def run_check(dsn, **keys):
 
 def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):
     contract = contract_from_mapping({})
-    with connect(db.dsn, contract) as conn, guard_transaction(conn, contract) as cur:
+    with (
+        connect(db.dsn, contract.connect_timeout_s) as conn,
+        guard_transaction(conn, contract) as cur,
+    ):
         cur.execute("SHOW transaction_read_only")
         assert cur.fetchone()[0] == "on"
         cur.execute("SHOW statement_timeout")
@@ -247,3 +250,78 @@ def test_a_column_dropped_mid_session_fails_the_poll_and_names_the_column(db):
             conn.execute("ALTER TABLE execution_runs DROP COLUMN claimed_at")
         with pytest.raises(SchemaMismatch, match=r"column claimed_at \(claimed_at_column\)"):
             session.judge()
+
+
+# --- a poll is retried on a fresh connection only when the connection itself broke -------
+
+
+def _session(db, **keys):
+    contract = contract_from_mapping({"runtime": {"source": "none"}, **keys})
+    return local_session(contract, db.dsn, task_timeout_s=3600.0)
+
+
+def _backend_pid(session):
+    return session._conn.info.backend_pid
+
+
+def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with _session(db, lock_timeout_ms=1500, statement_timeout_ms=3000) as session:
+        session.judge()
+        pid = _backend_pid(session)
+        with psycopg.connect(db.dsn) as holder:
+            holder.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
+            began = time.monotonic()
+            with pytest.raises(GuardQueryFailed, match="is locked"):
+                session.judge()
+            spent = time.monotonic() - began
+            holder.rollback()
+        assert spent < 2 * 1.5  # a retry would wait for the lock a second time
+        assert _backend_pid(session) == pid  # not replaced: the connection was fine
+        assert session.judge().decision == "proceed"
+
+
+def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with _session(db) as session:
+        session.judge()
+        pid = _backend_pid(session)
+        with db.connect() as conn:
+            conn.execute("DROP TABLE execution_runs")
+        with pytest.raises(SchemaMismatch):
+            session.judge()
+        assert _backend_pid(session) == pid
+
+
+def test_a_terminated_backend_is_replaced_once_and_the_poll_succeeds(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    with _session(db) as session:
+        assert session.judge().decision == "defer"
+        pid = _backend_pid(session)
+        with db.connect() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        assert session.judge().decision == "defer"  # retried on a fresh connection
+        assert _backend_pid(session) != pid
+
+
+def test_a_terminated_backend_that_cannot_reconnect_fails_closed(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    database = sql.Identifier(db.name)
+    with _session(db) as session:
+        session.judge()
+        pid = _backend_pid(session)
+        with db.cluster.connect("postgres") as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(database))
+            try:
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+                with pytest.raises(DatabaseUnavailable):
+                    session.judge()
+            finally:
+                admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(database))

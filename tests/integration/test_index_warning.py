@@ -17,9 +17,9 @@ from leaseguard.contract import contract_from_mapping
 from leaseguard.indexing import LARGE_TABLE_ROWS, index_name
 from leaseguard.predicate import counts_query, predicate_params
 from leaseguard.session import local_session
-from tests.support.pgcluster import PgClusterError
-from tests.support.runs_table import create_runs_table
-from tests.support.subprocess_env import clean_env
+from sandbox.pgcluster import PgClusterError
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 
@@ -193,3 +193,20 @@ def test_an_enum_status_column_gets_a_warning_that_does_not_promise_an_index(db)
     assert "is an enum" in warning
     assert "index-sql" not in warning
     assert second.warnings == ()
+
+
+def test_an_earlier_partial_index_serves_the_guard_query_but_not_the_status_check(db):
+    """The partial *_leaseguard_claims index cannot show statuses it does not hold."""
+    fill(db, LARGE)
+    db.psql(
+        "CREATE INDEX execution_runs_leaseguard_claims ON execution_runs ((status::text), "
+        "claimed_at) WHERE status::text IN ('running', 'open')"
+    )
+    first, second = judge_twice(db)
+    [warning] = first.warnings
+    assert "the status check (every status classified) reads table execution_runs" in warning
+    assert "no btree index leads with its status column status" in warning
+    assert "leaseguard index-sql" in warning
+    assert second.warnings == ()
+    db.psql(index_sql())
+    assert judge_twice(db)[0].warnings == ()

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from leaseguard.clock import ClockOffset
 from leaseguard.contract import contract_from_mapping
 from leaseguard.db import connect
+from leaseguard.errors import LookupFailed, UnclassifiedStatus
 from leaseguard.fleet import combine_facts
 from leaseguard.guard import evaluate, lease_seconds
 from leaseguard.runtime import RuntimeFacts
 from leaseguard.session import fleet_session
 from leaseguard.verdict import Decision, TaskTimeout
-from tests.support.oracle import Host, Row, classify, classify_for_fleet
-from tests.support.runs_table import create_runs_table, insert_runs
+from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.oracle import Host, Row, classify, classify_for_fleet, unclassified
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def judge(db, rows, *, contract=None, started=STARTED, as_of=T0, lease_s=LEASE):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, rows)
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
@@ -122,6 +123,11 @@ def test_an_open_row_never_blocks_even_when_freshly_touched(runs):
 def test_finished_rows_are_not_looked_at(runs):
     verdict = judge(runs, [(1, "done", ago(seconds=1), ago(seconds=1))])
     assert verdict.counts.as_dict() == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+
+
+def test_a_status_in_no_list_is_not_skipped_but_fails_the_check(runs):
+    with pytest.raises(UnclassifiedStatus, match='"Running" \\(1 row\\)'):
+        judge(runs, [(1, "Running", ago(minutes=1), None), (2, "done", None, None)])
 
 
 def test_an_empty_table_proceeds(runs):
@@ -201,7 +207,7 @@ def test_the_real_database_clock_is_used_when_not_pinned(runs):
             "(2, 'running', now() - interval '121 minutes')"
         )
     contract = contract_from_mapping({})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=TIMEOUT, lease_s=LEASE, runtime_started_at=None
         )
@@ -222,7 +228,7 @@ def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
             {"t": T0},
         )
     contract = contract_from_mapping({"lease": {"expires_at_column": "lease_expires_at"}})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         verdict = evaluate(
             conn, contract, task_timeout=None, lease_s=None, runtime_started_at=None, as_of=T0
         )
@@ -233,9 +239,11 @@ def test_an_expiry_column_replaces_the_multiplier_rule_both_ways(runs):
 
 # --- property: the SQL agrees with a plain-Python oracle ----------------------------------
 
-STATUSES = ["running", "busy", "open", "queued", "done", "failed"]
+KNOWN = ["running", "busy", "open", "queued", "done", "failed"]
+# A typo, a case slip, and a state the contract may or may not name as finished.
+UNKNOWN = ["runing", "Running", "cancelled"]
 row_strategy = st.tuples(
-    st.sampled_from(STATUSES),
+    st.one_of(st.sampled_from(KNOWN), st.sampled_from(UNKNOWN)),
     st.one_of(
         st.none(),
         st.integers(min_value=-4 * int(LEASE), max_value=60).map(
@@ -247,7 +255,7 @@ row_strategy = st.tuples(
 
 
 @settings(
-    max_examples=60,
+    max_examples=80,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
@@ -256,39 +264,60 @@ row_strategy = st.tuples(
     started_offset_s=st.one_of(st.none(), st.integers(min_value=-3 * int(LEASE), max_value=0)),
     skew_s=st.sampled_from([0, 3, 30]),
     multiplier=st.sampled_from([1.0, 2.0, 2.5]),
+    finished=st.sampled_from([None, ["done", "failed", "cancelled"], ["done"]]),
+    indexed=st.booleans(),
 )
 def test_sql_classification_matches_the_python_oracle(
-    runs, rows, started_offset_s, skew_s, multiplier
+    runs, rows, started_offset_s, skew_s, multiplier, finished, indexed
 ):
     contract = contract_from_mapping(
         {
             "claimed_statuses": ["running", "busy"],
             "queued_statuses": ["open", "queued"],
+            "finished_statuses": finished,
             "clock_skew_s": skew_s,
             "lease": {"multiplier": multiplier},
         }
     )
+    with runs.connect() as conn:  # both ways of finding the statuses: index walk and scan
+        conn.execute(
+            "CREATE INDEX IF NOT EXISTS runs_status ON execution_runs (status)"
+            if indexed
+            else "DROP INDEX IF EXISTS runs_status"
+        )
     lease_s = multiplier * HOUR
     started = None if started_offset_s is None else T0 + timedelta(seconds=started_offset_s)
     table = [(i, status, claimed_at, None) for i, (status, claimed_at) in enumerate(rows)]
+    oracle_rows = [Row(i, status, claimed_at) for i, status, claimed_at, _ in table]
+    lists = {"claimed": {"running", "busy"}, "queued": {"open", "queued"}}
+
+    unknown = unclassified(oracle_rows, **lists, finished=set(contract.finished))
+    if unknown:
+        with pytest.raises(UnclassifiedStatus) as caught:
+            judge(runs, table, contract=contract, started=started, lease_s=lease_s)
+        message = str(caught.value)
+        for status, n in unknown.items():
+            assert f'"{status}" ({n} row{"" if n == 1 else "s"})' in message
+        for status in {*KNOWN, *UNKNOWN} - set(unknown):
+            assert f'"{status}"' not in message
+        return
     verdict = judge(runs, table, contract=contract, started=started, lease_s=lease_s)
 
     expected = {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
     expected_live = set()
-    for i, status, claimed_at, _ in table:
+    for row in oracle_rows:
         cls = classify(
-            Row(i, status, claimed_at),
+            row,
             now=T0,
             lease_s=lease_s,
-            claimed={"running", "busy"},
-            queued={"open", "queued"},
+            **lists,
             runtime_started_at=started,
             clock_skew_s=skew_s,
         )
         if cls:
             expected[cls] += 1
         if cls == "live":
-            expected_live.add(str(i))
+            expected_live.add(str(row.id))
     assert verdict.counts.as_dict() == expected
     assert {c.id for c in verdict.live} == expected_live
 
@@ -303,7 +332,7 @@ def judge_with_offset(db, claimed_at, started, offset_s):
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, [(1, "running", claimed_at, None)])
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn,
             contract,
@@ -346,7 +375,8 @@ host_strategy = st.tuples(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
-    rows=st.lists(row_strategy, max_size=25),
+    # Every status classified (the unclassified ones are the single-host property's part).
+    rows=st.lists(row_strategy.filter(lambda row: row[0] in KNOWN), max_size=25),
     fleet=st.dictionaries(
         st.sampled_from(["app1", "app2", "app3", "app4"]), host_strategy, min_size=1
     ),
@@ -440,10 +470,8 @@ def judge_fleet_with_offsets(db, claimed_ago_s, starts_ago_s, offsets_s):
             (claimed_ago_s,),
         )
     offsets = {name: ClockOffset(offset, 0.0) for name, offset in offsets_s.items()}
-    with fleet_session(
-        contract_from_mapping({}), db.dsn, combine_facts(per_host), host_offsets=offsets
-    ) as session:
-        return session.judge()
+    with fleet_session(contract_from_mapping({}), db.dsn, per_host, host_offsets=offsets) as s:
+        return s.judge()
 
 
 def test_a_fleet_host_clock_ahead_of_the_database_does_not_orphan_a_claim_made_after_its_start(
@@ -459,14 +487,31 @@ def test_a_fleet_host_clock_ahead_of_the_database_does_not_orphan_a_claim_made_a
     assert any("host app2 clock is" in warning for warning in verdict.warnings)
 
 
-def test_the_widest_host_offset_widens_the_fleet_tolerance_but_older_claims_stay_orphans(runs):
-    # app1's clock is 30 s off: the tolerance widens for every host (conservative), so a claim
-    # 10 s before the oldest start is protected, and one 60 s before it is still an orphan.
-    offsets = {"app1": -30.0, "app2": 0.0}
-    starts = {"app1": 600, "app2": 1800}
-    inside = judge_fleet_with_offsets(runs, 1800 + 10, starts, offsets)
-    outside = judge_fleet_with_offsets(runs, 1800 + 60, starts, offsets)
+def test_a_fleet_host_clock_behind_the_database_does_not_make_its_start_look_later(runs):
+    # The mirror: app2's clock is 30 s slow, so its start 1800 s ago by its clock was 1770 s
+    # ago in truth. A claim 1790 s ago predates every runtime: an orphan, not protected.
+    verdict = judge_fleet_with_offsets(
+        runs, 1790, {"app1": 600, "app2": 1800}, {"app1": 0.0, "app2": -30.0}
+    )
+    assert verdict.counts.orphaned == 1
+    assert verdict.fleet["orphan_cutoff_from"] == "app2"
+
+
+def test_the_oldest_start_is_chosen_in_the_database_clock_not_as_the_hosts_read_it(runs):
+    # By their own clocks app2 started first (1800 s ago against 1750 s), but app1's clock is
+    # 100 s fast: it started 1850 s ago in truth, so the cut-off is app1's. A claim 1820 s
+    # ago may be running on app1; one 1900 s ago predates both runtimes.
+    offsets = {"app1": 100.0, "app2": 0.0}
+    starts = {"app1": 1750, "app2": 1800}
+    inside = judge_fleet_with_offsets(runs, 1820, starts, offsets)
+    outside = judge_fleet_with_offsets(runs, 1900, starts, offsets)
     assert inside.counts.live == 1
     assert outside.counts.orphaned == 1
+    assert inside.fleet["orphan_cutoff_from"] == outside.fleet["orphan_cutoff_from"] == "app1"
     assert set(outside.fleet["clock_offsets_s"]) == {"app1", "app2"}
-    assert abs(outside.fleet["clock_offsets_s"]["app1"] + 30.0) < 1.0
+    assert abs(outside.fleet["clock_offsets_s"]["app1"] - 100.0) < 1.0
+
+
+def test_a_fleet_host_without_a_clock_reading_fails_closed_naming_it(runs):
+    with pytest.raises(LookupFailed, match="host app2: no clock reading"):
+        judge_fleet_with_offsets(runs, 60, {"app1": 600, "app2": 1800}, {"app1": 0.0})

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sandbox.ansible_env import ansible_env
 from tests.integration.test_collection_docs import MODULES
-from tests.support.ansible_run import REPO, ansible_env
+from tests.support.ansible_run import REPO
 
 pytestmark = [pytest.mark.integration]
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.ansible_run import REPO, ansible_env
+from sandbox.ansible_env import ansible_env
+from tests.support.ansible_run import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.molecule]
 
@@ -23,7 +24,7 @@ SCENARIOS = sorted(
 
 
 def test_the_scenarios_are_found():
-    assert {"restart_proceed", "restart_defer", "restart_wait", "restart_force"} <= set(SCENARIOS)
+    assert {"default", "restart_defer", "restart_wait", "restart_force"} <= set(SCENARIOS)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -1,14 +1,12 @@
 """Run real `ansible-playbook` from tests and read its results as JSON.
 
-Each run gets its own ANSIBLE_HOME and ssh ControlPath directory (mux processes linger 60 s
-and would otherwise be shared across tests) and the repository's ansible.cfg, which points
-collections_path at the in-tree collection link.
+The environment (private ANSIBLE_HOME and ControlPath directory, the repository's ansible.cfg,
+the results file) is :func:`sandbox.ansible_env.ansible_env`, shared with ``make demo``.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,12 +14,9 @@ from typing import Any
 
 import yaml
 
-from tests.support.subprocess_env import clean_env
+from sandbox.ansible_env import ansible_env
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-CALLBACKS = Path(__file__).resolve().parent / "callback_plugins"
 
 
 @dataclass
@@ -55,26 +50,6 @@ class PlaybookRun:
     @property
     def stats(self) -> dict[str, dict[str, int]]:
         return dict(self.report["stats"])
-
-
-def ansible_env(work_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment for ansible-* commands: repo config, private state, results file."""
-    home = work_dir / "ansible-home"
-    control = work_dir / "cp"
-    home.mkdir(parents=True, exist_ok=True)
-    control.mkdir(parents=True, exist_ok=True)
-    bin_dir = str(REPO / ".venv" / "bin")
-    return clean_env(
-        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_HOME=str(home),
-        ANSIBLE_SSH_CONTROL_PATH_DIR=str(control),
-        ANSIBLE_CALLBACK_PLUGINS=str(CALLBACKS),
-        ANSIBLE_CALLBACKS_ENABLED="results_file",
-        LEASEGUARD_TEST_RESULTS=str(work_dir / "results.json"),
-        ANSIBLE_NOCOLOR="1",
-        **extra,
-    )
 
 
 def write_inventory(path: Path, hosts: dict[str, dict[str, Any]], **group_vars: Any) -> Path:

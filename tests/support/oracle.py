@@ -39,6 +39,17 @@ def classify(
     return "live"
 
 
+def unclassified(
+    rows: list[Row], *, claimed: set[str], queued: set[str], finished: set[str]
+) -> dict[str | None, int]:
+    """Rows per status in none of the three lists (None: a NULL status): any fails the check."""
+    found: dict[str | None, int] = {}
+    for row in rows:
+        if row.status not in claimed | queued | finished:
+            found[row.status] = found.get(row.status, 0) + 1
+    return found
+
+
 @dataclass(frozen=True)
 class Host:
     """One host of a fleet: its lease and when its runtime started (None: unknown)."""

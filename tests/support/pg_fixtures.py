@@ -9,18 +9,13 @@ import contextlib
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from tests.support.pgcluster import PgCluster
-
-# Not the caller's TMPDIR: every parent of the cluster directory must be traversable by the
-# postgres OS user, which /tmp is and pytest's per-user base temp directory (0700) is not.
-PG_BASE_DIR = Path("/tmp")
+from sandbox.pgcluster import PG_BASE_DIR, PgCluster
 
 
 @dataclass(frozen=True)

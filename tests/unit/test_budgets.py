@@ -6,24 +6,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseguard.budgets import (
+from leaseguard.budgets.command import (
     COMMAND_TEMPLATE,
-    MAX_BUDGET_MS,
-    Action,
-    BudgetConfig,
-    FunctionName,
-    LiveJob,
     ParsedCommand,
     UnparseableCommand,
-    budget_config_from_mapping,
-    format_budget,
-    load_budget_config,
-    parse_budget_ms,
-    parse_function_name,
     parse_live_command,
-    plan_budgets,
     render_command,
 )
+from leaseguard.budgets.config import BudgetConfig, budget_config_from_mapping, load_budget_config
+from leaseguard.budgets.live import LiveJob
+from leaseguard.budgets.names import FunctionName, parse_function_name
+from leaseguard.budgets.planning import Action, plan_budgets
+from leaseguard.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms
 from leaseguard.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"
@@ -68,6 +62,10 @@ INVALID_CASES = [
     (float("nan"), f"{WHERE}: expected a statement budget {EXAMPLES}, got nan"),
     ("1e3", f"{WHERE}: expected a statement budget {EXAMPLES}, got '1e3'"),
     ("3s; drop", f"{WHERE}: expected a statement budget {EXAMPLES}, got '3s; drop'"),
+    (
+        "3s'; select pg_sleep(100); --",
+        f'{WHERE}: expected a statement budget {EXAMPLES}, got "3s\'; select pg_sleep(100); --"',
+    ),
     ("25h", f"{WHERE}: '25h' exceeds the maximum budget of 24h"),
     (10**12, f"{WHERE}: 1000000000000 exceeds the maximum budget of 24h"),
     ("9" * 100, f"{WHERE}: '{'9' * 35}...' exceeds the maximum budget of 24h"),
@@ -626,8 +624,43 @@ class TestPlan:
         assert diff["after"]["publish"]["budget"] == "6s"
         assert diff["before"]["claim"] == diff["after"]["claim"]
 
-    def test_applying_the_plan_converges_it(self, config):
-        plan = plan_budgets(config.declare(None), [])
-        from dataclasses import replace
 
-        assert replace(plan, applied=True).converged
+class TestAllOrNothing:
+    """The one budget policy: a plan with drift or a refused job is written by nobody."""
+
+    def test_a_plan_without_refusals_may_be_written(self, config):
+        plan = plan_budgets(config.declare("production"), [live("claim")])
+        assert plan.changed and plan.refusals == ()
+
+    def test_drift_refuses_the_whole_plan_also_the_jobs_to_create(self, config):
+        plan = plan_budgets(config.declare(None), [live("publish", "6s")])
+        assert {states(plan)[n] for n in ("claim", "compute")} == {Action.CREATE}
+        assert plan.changed and not plan.converged
+        assert plan.refusals == ("job publish: live=6s declared=3s (default)",)
+
+    def test_a_live_command_without_a_budget_is_named_as_none(self, config):
+        bare = live("claim", command="select public.claim_stats_projection_job_v1()")
+        plan = plan_budgets(config.declare(None), [bare, *converged_live()[1:]])
+        assert plan.refusals == ("job claim: live=none declared=3s (default)",)
+
+    def test_applied_drift_refuses_nothing(self, config):
+        plan = plan_budgets(config.declare(None), [live("publish", "6s")], on_drift="apply")
+        assert plan.refusals == ()
+
+    def test_a_refused_live_job_refuses_the_plan_even_with_on_drift_apply(self, config):
+        twins = [live("claim"), live("claim", jobid=9)]
+        plan = plan_budgets(config.declare(None), twins, on_drift="apply")
+        assert plan.refusals == ("job claim: 2 live pg_cron jobs share this name (jobids 1, 9)",)
+        odd = live("claim", command="select public.x(); select 1")
+        plan = plan_budgets(config.declare(None), [odd], on_drift="apply")
+        assert plan.refusals[0].startswith("job claim: expected the end of the command")
+
+    def test_the_refusals_are_in_the_json_document(self, config):
+        plan = plan_budgets(config.declare(None), converged_live(publish="6s"))
+        document = plan.as_dict()
+        assert document["refusals"] == ["job publish: live=6s declared=3s (default)"]
+        assert (document["applied"], document["changed"], document["converged"]) == (
+            False,
+            False,
+            False,
+        )

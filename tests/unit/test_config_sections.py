@@ -7,7 +7,7 @@ still reject any other unknown key.
 import pytest
 import yaml
 
-from leaseguard.budgets import load_budget_config
+from leaseguard.budgets.config import load_budget_config
 from leaseguard.cli import build_parser, contract_from_args
 from leaseguard.errors import ConfigError
 from leaseguard.fabric_tasks import settings_from_config

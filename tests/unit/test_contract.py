@@ -18,7 +18,16 @@ INVALID_CASES = [
     ({"table": "x" * 64}, "table is longer than 63 bytes"),
     ({"claimed_statuses": []}, "claimed_statuses must name at least one status"),
     ({"claimed_statuses": [1]}, "claimed_statuses must be a list of non-empty strings"),
-    ({"queued_statuses": ["running"]}, "claimed_statuses and queued_statuses overlap"),
+    ({"queued_statuses": ["running"]}, "status 'running' is in both claimed_statuses and queued"),
+    (
+        {"finished_statuses": ["open"]},
+        "status 'open' is in both queued_statuses and finished_statuses",
+    ),
+    (
+        {"claimed_statuses": ["done"], "finished_statuses": ["done"]},
+        "status 'done' is in both claimed_statuses and finished_statuses",
+    ),
+    ({"finished_statuses": [""]}, "finished_statuses must be a list of non-empty strings"),
     ({"lease": {"multiplier": 0.5}}, "lease.multiplier must be a finite number >= 1"),
     ({"lease": {"multiplier": "inf"}}, "lease.multiplier must be a finite number >= 1"),
     ({"lease": {"multiplier": True}}, "lease.multiplier must be a number"),
@@ -51,6 +60,8 @@ def test_defaults_are_design_md_s_contract():
     assert contract.table == "execution_runs"
     assert contract.claimed_statuses == ("running",)
     assert contract.queued_statuses == ("open",)
+    assert contract.finished == ("done", "failed")
+    assert contract.classified_statuses == ("running", "open", "done", "failed")
     assert contract.lease.multiplier == 2.0
     assert contract.task_timeout.variable == "APP_TASK_TIMEOUT_S"
     assert contract.statement_timeout_ms == 5000
@@ -64,6 +75,13 @@ def test_identifiers_are_kept_verbatim_for_quoting_later():
 
 def test_a_single_status_string_is_a_list_of_one():
     assert contract_from_mapping({"claimed_statuses": "busy"}).claimed_statuses == ("busy",)
+
+
+def test_default_finished_statuses_give_way_to_explicit_claimed_or_queued_ones():
+    assert contract_from_mapping({"claimed_statuses": ["failed"]}).finished == ("done",)
+    assert contract_from_mapping({"finished_statuses": []}).finished == ()
+    explicit = contract_from_mapping({"finished_statuses": ["succeeded"]})
+    assert explicit.finished == explicit.finished_statuses == ("succeeded",)
 
 
 def test_lock_timeout_never_exceeds_the_statement_budget():
@@ -111,6 +129,7 @@ def test_every_documented_key_is_known():
         "status_column",
         "claimed_statuses",
         "queued_statuses",
+        "finished_statuses",
         "claimed_at_column",
         "lease.multiplier",
         "lease.expires_at_column",

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leaseguard import budgets
+from leaseguard.budgets import config as budgets
 from leaseguard.cli import build_parser
 from leaseguard.contract import CONFIG_KEYS, Contract
 from leaseguard.fabric_tasks import CONNECTION_KEYS, settings_from_config
@@ -69,6 +69,8 @@ def plain(value):
 
 
 def contract_default(key):
+    if key == "finished_statuses":  # None in the dataclass: "the defaults", resolved here
+        return plain(Contract().finished)
     value = Contract()
     for part in key.split("."):
         value = getattr(value, part)
@@ -89,9 +91,9 @@ def reference():
 
 def expected_cron_budget_keys():
     keys = set()
-    for key in budgets._SECTION_KEYS:
+    for key in budgets.SECTION_KEYS:
         if key == "jobs":
-            keys |= {f"jobs.<name>.{job_key}" for job_key in budgets._JOB_KEYS}
+            keys |= {f"jobs.<name>.{job_key}" for job_key in budgets.JOB_KEYS}
         elif key == "overrides":
             keys.add("overrides.<environment>.<job>")
         else:

@@ -8,9 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.clock import ClockOffset, chained, widest
+from leaseguard.clock import ClockOffset, chained
 from leaseguard.errors import ConfigError, LookupFailed
-from leaseguard.fleet import combine_facts, facts_from_reports, host_facts, in_database_clock
+from leaseguard.fleet import (
+    combine_facts,
+    facts_from_reports,
+    host_facts,
+    in_database_clock,
+    in_database_clocks,
+)
 from leaseguard.runtime import RuntimeFacts
 from leaseguard.verdict import TaskTimeout
 
@@ -185,11 +191,18 @@ def test_a_host_offset_is_chained_through_this_machines_clock():
     assert chained(ClockOffset(2.0, 0.01), ClockOffset(-0.5, 0.02)) == ClockOffset(1.5, 0.03)
 
 
-def test_the_widest_offset_covers_every_host_whatever_its_sign_and_order():
-    offsets = {
-        "app1": ClockOffset(0.2, 0.01),
-        "app2": ClockOffset(-3.0, 0.5),
-        "app3": ClockOffset(3.0, 0.5),
+def test_start_times_move_into_the_database_clock_before_the_oldest_is_chosen():
+    # By their own clocks app2 started first; app1's clock is 100 s fast, so in the database
+    # clock app1 started first. Only a host off by more than the skew is warned about.
+    per_host = {
+        "app1": RuntimeFacts(TaskTimeout(60.0, "fixed"), NOW - timedelta(seconds=1750)),
+        "app2": RuntimeFacts(TaskTimeout(60.0, "fixed"), NOW - timedelta(seconds=1800)),
     }
-    for order in itertools.permutations(offsets.items()):
-        assert widest(dict(order)) == ("app2", ClockOffset(-3.0, 0.5))  # ties: by host name
+    offsets = {"app1": ClockOffset(100.0, 0.01), "app2": ClockOffset(-0.5, 0.01)}
+    for order in itertools.permutations(per_host.items()):
+        moved = in_database_clocks(dict(order), offsets, clock_skew_s=1.0)
+        combined = combine_facts(moved)
+        assert combined.cutoff_from == "app1"
+        assert combined.facts.runtime_started_at == NOW - timedelta(seconds=1850)
+        assert moved["app2"].runtime_started_at == NOW - timedelta(seconds=1799.5)
+        assert [w.split(" clock is")[0] for w in combined.facts.warnings] == ["host app1"]

@@ -1,4 +1,4 @@
-"""The detachable sandbox (tests/support/sandbox.py), checked only from outside, as molecule's
+"""The detachable sandbox (sandbox/detached.py), checked only from outside, as molecule's
 create/destroy playbooks and ``make demo`` use it: through its CLI, its files, real SSH,
 the docker CLI and libpq.
 """
@@ -22,7 +22,8 @@ import psycopg
 import pytest
 import yaml
 
-from tests.support.netns import (
+from sandbox.detached import MODULE, REPO_ROOT
+from sandbox.netns import (
     NetnsHost,
     free_port,
     leftover_namespaces,
@@ -30,8 +31,7 @@ from tests.support.netns import (
     pids_with_cmdline_containing,
     wait_until_listening,
 )
-from tests.support.sandbox import MODULE, REPO_ROOT
-from tests.support.subprocess_env import clean_env
+from sandbox.subprocess_env import clean_env
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""A detachable sandbox of real test hosts that outlives one Python process.
+"""A detachable sandbox of real hosts that outlives one Python process.
 
 Molecule's delegated driver and ``make demo`` run several ``ansible-playbook`` processes against
 the same hosts: a create playbook starts them, later runs use them, a destroy playbook tears
@@ -7,10 +7,10 @@ module runs the same building blocks (:func:`open_app_host`, :class:`PodmanEngin
 :class:`PgCluster`) in a long-lived ``serve`` process and leaves files behind that describe
 them::
 
-    python -m tests.support.sandbox start --dir D [--hosts app1[,app2...]] [--database NAME]
+    python -m sandbox start --dir D [--hosts app1[,app2...]] [--database NAME]
                                           [--pg-base-dir P]
-    python -m tests.support.sandbox stop  --dir D
-    python -m tests.support.sandbox serve --dir D [...]     # foreground; what start detaches
+    python -m sandbox stop  --dir D
+    python -m sandbox serve --dir D [...]     # foreground; what start detaches
 
 Run with the venv's python from the repository root (or with the root on PYTHONPATH); ``start``
 runs ``serve`` in the repository root whatever the caller's directory. ``start`` prints the
@@ -88,20 +88,20 @@ from typing import Any
 import yaml
 from psycopg import sql
 
-from tests.support.hosts_fixtures import APP_PG_PORT, PG_BASE_DIR, AppHost, open_app_host
-from tests.support.netns import (
+from sandbox.hosts import APP_PG_PORT, AppHost, open_app_host
+from sandbox.netns import (
     kill_pids,
     kill_process_tree,
     pid_alive,
     pids_with_cmdline_containing,
     reap_stale_namespaces,
 )
-from tests.support.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE, PgCluster
-from tests.support.podman import PodmanEngine
-from tests.support.runs_table import create_runs_table
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE, PG_BASE_DIR, PgCluster
+from sandbox.podman import PodmanEngine
+from sandbox.runs_table import create_runs_table
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-MODULE = "tests.support.sandbox"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODULE = "sandbox"
 TASK_TIMEOUT_VAR = "APP_TASK_TIMEOUT_S"
 TASK_TIMEOUT_S = "3600"
 START_DEADLINE_S = 120.0
@@ -437,6 +437,8 @@ def serve(
     signal.signal(signal.SIGINT, _on_signal)
     sandbox_dir.root.mkdir(parents=True, exist_ok=True)
     write_atomically(sandbox_dir.pid_file, f"{os.getpid()}\n")
+    # Several checkouts may run sandboxes on one machine: say whose this is.
+    log.info("serving %s from %s", sandbox_dir.root, REPO_ROOT)
     t_start = time.monotonic()
     try:
         with ExitStack() as stack:

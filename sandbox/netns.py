@@ -1,4 +1,4 @@
-"""Throw-away "hosts" for integration tests: a network namespace joined to the root one by a veth.
+"""Throw-away "hosts" for the sandbox and the tests: a network namespace joined by a veth.
 
 Each :class:`NetnsHost` owns one namespace and one veth pair on a private /24 inside
 ``10.213.0.0/16``. Only addresses created here are ever used, so tests never touch the

@@ -19,8 +19,8 @@ import paramiko
 import psycopg
 import pytest
 
-from tests.support.hosts_fixtures import AppHost
-from tests.support.netns import (
+from sandbox.hosts import AppHost
+from sandbox.netns import (
     NetnsError,
     NetnsHost,
     descendants,
@@ -30,8 +30,8 @@ from tests.support.netns import (
     reap_stale_namespaces,
     wait_for_port,
 )
-from tests.support.podman import IMAGE, PodmanEngine
-from tests.support.sshd import SshServer, write_ed25519_keypair
+from sandbox.podman import IMAGE, PodmanEngine
+from sandbox.sshd import SshServer, write_ed25519_keypair
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +50,15 @@ def _ssh(
 
 def _ip_netns_list() -> str:
     return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def _wait_for_a_process_in(namespace: str, timeout: float = 10.0) -> None:
+    """Until `ip netns exec` has entered the namespace (a reap before that would miss it)."""
+    deadline = time.monotonic() + timeout
+    argv = ["ip", "netns", "pids", namespace]
+    while not subprocess.run(argv, capture_output=True, text=True).stdout.split():
+        assert time.monotonic() < deadline, f"no process entered {namespace} in {timeout}s"
+        time.sleep(0.02)
 
 
 def _ip_links() -> str:
@@ -100,6 +109,7 @@ class TestNetnsHost:
         stale = NetnsHost(f"lgt-{dead.pid}-stale0", "10.213.254.1", "10.213.254.2").start()
         orphan = stale.popen(["sleep", "300"])
         try:
+            _wait_for_a_process_in(stale.name)
             assert stale.name in reap_stale_namespaces()
             assert orphan.wait(timeout=10) != 0
             assert stale.name not in _ip_netns_list()

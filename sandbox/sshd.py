@@ -1,4 +1,4 @@
-"""A real OpenSSH server for integration tests, with throw-away keys and client files.
+"""A real OpenSSH server for the sandbox and the tests, with throw-away keys and client files.
 
 :class:`SshServer` writes a host key, a client key pair, ``authorized_keys``, an
 ``sshd_config``, a ``known_hosts`` line for the host key and a client ``ssh_config``, then
@@ -21,7 +21,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from tests.support.netns import kill_process_tree, wait_for_port
+from sandbox.netns import kill_process_tree, wait_for_port
 
 SSHD = "/usr/sbin/sshd"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"

@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL 15 cluster (with pg_cron) for tests that need the real server.
+"""A throwaway PostgreSQL 15 cluster (with pg_cron): the sandbox's and the tests' real server.
 
 The server binaries run as the ``postgres`` OS user through ``runuser`` because initdb refuses
 root and the test interpreter (pyenv under /root) is not readable by ``postgres``; only the
@@ -44,6 +44,11 @@ SUPERUSER = "postgres"
 GUARD_PW_ROLE = "guard_pw"
 GUARD_PW_PASSWORD = "s3cret-pw-DO-NOT-LEAK"
 GUARD_RO_ROLE = "guard_ro"
+
+# Where clusters go by default. Not the caller's TMPDIR: every parent of the cluster directory
+# must be traversable by the postgres OS user, which /tmp is and pytest's per-user base temp
+# directory (0700) is not.
+PG_BASE_DIR = Path("/tmp")
 
 # A unix socket path is limited to 107 bytes; ".s.PGSQL.65535" takes 14 of them.
 _MAX_SOCKET_DIR_LEN = 90

@@ -11,14 +11,15 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tests.support.pg_fixtures import PG_BASE_DIR, PgDatabase, fresh_database
-from tests.support.pgcluster import (
+from sandbox.pgcluster import (
     GUARD_PW_PASSWORD,
     GUARD_PW_ROLE,
     GUARD_RO_ROLE,
+    PG_BASE_DIR,
     PgCluster,
     PgClusterError,
 )
+from tests.support.pg_fixtures import PgDatabase, fresh_database
 
 pytestmark = pytest.mark.integration
 

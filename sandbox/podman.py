@@ -1,4 +1,4 @@
-"""A private, throw-away container engine for integration tests: podman behind a Docker API.
+"""A private, throw-away container engine (podman behind a Docker API) for sandbox and tests.
 
 :class:`PodmanEngine` runs ``podman system service`` on a unix socket with its own storage,
 locks, events and network config under ``base_dir``, so nothing touches the machine's default
@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.netns import kill_pids, kill_process_tree, pids_with_cmdline_containing
+from sandbox.netns import kill_pids, kill_process_tree, pids_with_cmdline_containing
 
 PODMAN = "/usr/bin/podman"
 RUNC = shutil.which("runc") or "/usr/sbin/runc"

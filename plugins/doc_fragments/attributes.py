@@ -1,0 +1,23 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    # Attributes the collection's modules share; each module keeps the ones only it can
+    # describe (check_mode, diff_mode, platform).
+    DOCUMENTATION = r"""
+options: {}
+"""
+
+    # The modules of the group/leaseguard.deploy.leaseguard action group (meta/runtime.yml).
+    ACTION_GROUP = r"""
+options: {}
+attributes:
+  action_group:
+    support: full
+    membership:
+      - leaseguard.deploy.leaseguard
+    description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
+"""

@@ -1,0 +1,112 @@
+"""Signals to `fab drain`, and a fleet drain pausing shared intake once, over real SSH."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
+from tests.faults.conftest import Lines, job_active, terminate, unschedule_with_records
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def intake(app_db, app_host_pg):
+    """A live claim in app_db and pg_cron job claim_<db> standing in for the claim loop."""
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    name = f"claim_{app_db.name}"
+    app_host_pg.pg.psql(
+        f"SELECT cron.schedule_in_database('{name}', '* * * * *', 'SELECT 1', '{app_db.name}')"
+    )
+    yield name
+    unschedule_with_records(app_host_pg.pg, name)
+
+
+def active(host, name):
+    return job_active(host.pg, name)
+
+
+def start_fab(host, db, tmp_path, hosts, *args):
+    config = tmp_path / "fabric.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "leaseguard": {
+                    "connection": {
+                        "dsn": f"dbname={db.name} user=postgres",
+                        "known_hosts": str(host.known_hosts_path),
+                    },
+                    "task_timeout": {"source": "fixed", "value_s": 3600},
+                    "runtime": {"source": "none"},
+                    "drain": {"cron_database": "postgres"},
+                }
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "fabric", "-f", str(config), "-i", str(host.client_key_path)]
+    proc = subprocess.Popen(
+        [*argv, "-H", hosts, "drain", "--poll-s", "0.2", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    return proc, Lines(proc.stdout), Lines(proc.stderr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
+    app_host_pg, app_db, intake, tmp_path, signum
+):
+    proc, out, err = start_fab(
+        app_host_pg, app_db, tmp_path, f"root@{app_host_pg.addr}", "--pause-cron-job", intake
+    )
+    try:
+        assert err.wait_for(f"intake paused pg_cron job={intake}")
+        assert active(app_host_pg, intake) == "f"
+        proc.send_signal(signum)
+        proc.wait(timeout=30)
+    finally:
+        terminate(proc)
+    stderr = err.text()
+    assert proc.returncode == 1, stderr
+    assert f"{signal.Signals(signum).name}: stopping the drain and resuming intake" in stderr
+    assert f"intake resumed pg_cron job={intake}" in stderr
+    assert "drain interrupted; intake was resumed" in stderr
+    assert "decision=failed error=DrainInterrupted" in out.text()
+    assert active(app_host_pg, intake) == "t"
+
+
+def test_a_fleet_drain_pauses_shared_intake_once_and_judges_the_fleet(
+    app_host_pg, app_db, intake, tmp_path
+):
+    hosts = f"root@{app_host_pg.addr},root@{app_host_pg.addr}:22"
+    proc, out, err = start_fab(
+        app_host_pg, app_db, tmp_path, hosts, "--pause-cron-job", intake, "--deadline-s", "1"
+    )
+    try:
+        proc.wait(timeout=60)
+    finally:
+        terminate(proc)
+    stderr = err.text()
+    assert proc.returncode == 75, stderr
+    assert stderr.count(f"intake paused pg_cron job={intake}") == 1
+    assert stderr.count(f"intake resumed pg_cron job={intake}") == 1
+    line = out.text().strip().splitlines()[-1]
+    assert "host=fleet decision=defer" in line
+    assert f"fleet=root@{app_host_pg.addr},root@{app_host_pg.addr}:22" in line
+    assert active(app_host_pg, intake) == "t"

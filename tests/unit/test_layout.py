@@ -1,0 +1,98 @@
+"""Which part may use which: nothing outside tests/ uses the test suite, and the sandbox
+(sandbox/, a part of its own that `make demo`, molecule and the benchmarks run) needs no test
+tools. `make lint`'s import-linter contracts (pyproject.toml) hold the Python packages to the
+same rules; these also cover what import-linter cannot see: scripts, playbooks and `python -m`
+command lines, and what an import really loads at run time.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+OUTSIDE_TESTS = (
+    "src",
+    "sandbox",
+    "benchmarks",
+    "scripts",
+    "plugins",
+    "roles",
+    "playbooks",
+    "extensions",
+    "meta",
+    "fabfile.py",
+    "Makefile",
+    "pyproject.toml",
+)
+# `from tests...`, `import tests...`, `python -m tests.x` / `-m, tests.x` (YAML argv lists).
+USES_TESTS = re.compile(r"\b(?:from|import)\s+tests(?:\.\w|\s+import\b|\s*$)|-m,?\s+[\"']?tests\.")
+TEST_TOOLS = ("pytest", "_pytest", "hypothesis")
+
+
+def _files_outside_tests() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", *OUTSIDE_TESTS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout.split()
+    return [REPO / name for name in listed if (REPO / name).is_file()]
+
+
+def test_the_pattern_finds_each_way_of_using_the_tests() -> None:
+    for line in (
+        "from tests.support.netns import IP",
+        "import tests.support.sandbox",
+        "argv: [python, -m, tests.support.sandbox, start]",
+        "python -m tests.support.sandbox stop --dir D",
+    ):
+        assert USES_TESTS.search(line), line
+    for line in (
+        "from sandbox.netns import IP",
+        "the tests. Then",
+        "tests/integration/x.py",
+        "python -m sandbox start",
+        "pytest tests/unit",
+    ):
+        assert not USES_TESTS.search(line), line
+
+
+def test_nothing_outside_tests_uses_the_test_suite() -> None:
+    files = _files_outside_tests()
+    assert any(path.name == "demo.py" for path in files)  # the listing found the tree
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in files
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if USES_TESTS.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_sandbox_and_its_users_load_no_test_tool() -> None:
+    """Import every sandbox module, the demo and the benchmarks' machinery in a fresh
+    interpreter, as molecule's create step does, and list the test tools that got loaded."""
+    probe = (
+        "import importlib, pkgutil, runpy, sys\n"
+        "import sandbox\n"
+        "for info in pkgutil.walk_packages(sandbox.__path__, 'sandbox.'):\n"
+        "    importlib.import_module(info.name)\n"
+        "import benchmarks.infra, benchmarks.run\n"
+        "runpy.run_path('scripts/demo.py', run_name='demo')\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(TEST_TOOLS)!r}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
