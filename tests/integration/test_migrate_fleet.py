@@ -96,6 +96,8 @@ def reversed_hosts(hosts):
 
 
 # Each case: per-host (timeout, started ago), claim age, decision, lease_from, cut-off from.
+# Starts differ by a minute at least: start times are compared in the database clock, so two
+# starts closer than the clock measurements' precision may name either host as the cut-off's.
 CASES = {
     # The issue's first reproduction: app1 restarted 10 min ago, app2 up a day, a claim 1 h
     # old. app1's start alone would call it an orphan; it may be running on app2.
@@ -117,7 +119,7 @@ CASES = {
     # The second: mid-rollout config change, app1 at 60 s, app2 at 3600 s, a claim 10 min old.
     # app1's 120 s lease alone would call it stale; app2's 7200 s lease still covers it.
     "short-timeout-on-first-host-defers": (
-        {"app1": (60, DAY), "app2": (3600, DAY)},
+        {"app1": (60, DAY + 60), "app2": (3600, DAY)},
         600,
         "defer",
         "app2",
@@ -125,7 +127,7 @@ CASES = {
     ),
     # Its mirror: past every host's lease, the claim is the reaper's.
     "claim-past-every-lease-proceeds": (
-        {"app1": (60, DAY), "app2": (3600, DAY)},
+        {"app1": (60, DAY + 60), "app2": (3600, DAY)},
         7200 + 60,
         "proceed",
         "app2",
