@@ -269,6 +269,7 @@ fleet:
       start; null when a host's start is unknown, so nothing is classed orphaned).
     - C(clock_offsets_s) is each host's clock minus the database's, when a start was known;
       the start times were moved into the database clock by them before the oldest was chosen.
+    - The result's C(host) is then V(fleet), not the host the task ran on.
   returned: success, with O(fleet_lookups)
   type: dict
   sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
