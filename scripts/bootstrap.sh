@@ -16,6 +16,7 @@ STAMP="$VENV/.bootstrap-stamp"
 APT_PACKAGES=(
     postgresql-15 postgresql-client-15 postgresql-15-cron
     openssh-server podman runc iproute2 busybox-static make
+    debootstrap  # the systemd test host's root file system (tests/support/systemd_host.py)
 )
 
 say() { printf 'bootstrap: %s\n' "$*"; }

@@ -13,11 +13,16 @@ from __future__ import annotations
 import logging
 import os
 import shlex
+import sys
 import threading
 from contextlib import contextmanager, suppress
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.utils.display import Display
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
+    install_hint,
+    install_warnings,
+)
 
 try:
     from psycopg import ProgrammingError
@@ -65,13 +70,20 @@ display = Display()
 
 
 def require_leaseguard():
-    """Fail the task with install guidance when the core is missing on the controller."""
+    """Fail the task with install guidance when the core is missing on the controller.
+
+    Also warns when the running collection and the installed core differ (_install_check).
+    """
     if LEASEGUARD_IMPORT_ERROR is not None:
+        exc = LEASEGUARD_IMPORT_ERROR
         raise AnsibleActionFail(
             "the leaseguard Python package is required on the controller "
-            "(pip install leaseguard into the Python that runs ansible)",
-            orig_exc=LEASEGUARD_IMPORT_ERROR,
+            f"({type(exc).__name__}: {exc}): install it into the Python that runs ansible "
+            f"({sys.executable}) with: {install_hint()}",
+            orig_exc=exc,
         )
+    for warning in install_warnings():
+        display.warning(f"leaseguard: {warning}")
 
 
 def contract_layer(args):

@@ -33,6 +33,7 @@ CONNECT_S = 2
 STATEMENT_MS = 1000
 POLL_BUDGET_S = CONNECT_S + STATEMENT_MS / 1000 + 2  # session.POLL_MARGIN_S
 STARTUP_S = 5.0  # starting `fab` (Python imports, SSH handshake) on a loaded machine
+RESUME_RETRY_S = 2  # --resume-retry-s: how long a drain keeps trying to give intake back
 
 
 def wait_for(
@@ -187,8 +188,11 @@ def partitioned(host) -> Iterator[None]:
             host.run(["iptables", "-w", "-D", *rule], check=False)
 
 
-def drain_is_polling(host) -> Callable[[], bool]:
-    return lambda: not job_active(host) and bool(guard_backends(host))
+def drain_is_polling(host, fab: Fab) -> Callable[[], bool]:
+    """Intake paused and the first poll done (its `start` line logged): faults come after."""
+    return lambda: (
+        "start live=1" in fab.stderr and not job_active(host) and bool(guard_backends(host))
+    )
 
 
 # --- PostgreSQL restart and backend termination -------------------------------------------
@@ -196,7 +200,7 @@ def drain_is_polling(host) -> Callable[[], bool]:
 
 def test_a_postgresql_restart_mid_drain_is_survived_and_intake_resumed(db_host, start_fab):
     fab = start_fab("drain", "--poll-s", "1", "--pause-cron-job", JOB)
-    wait_for(drain_is_polling(db_host), what="the drain to pause intake and poll", fab=fab)
+    wait_for(drain_is_polling(db_host, fab), what="the drain to pause intake and poll", fab=fab)
     # -l: the restarted server must not inherit pg_ctl's captured stdout.
     db_host.pg._pg_ctl("restart", "-m", "fast", "-l", str(db_host.pg.logfile), check=True)
     wait_for(lambda: guard_backends(db_host), what="the drain to reach the restarted server")
@@ -211,7 +215,7 @@ def test_a_postgresql_restart_mid_drain_is_survived_and_intake_resumed(db_host, 
 
 def test_the_guards_backend_terminated_mid_drain_is_replaced(db_host, start_fab):
     fab = start_fab("drain", "--poll-s", "0.5", "--pause-cron-job", JOB)
-    wait_for(drain_is_polling(db_host), what="the drain to pause intake and poll", fab=fab)
+    wait_for(drain_is_polling(db_host, fab), what="the drain to pause intake and poll", fab=fab)
     [first] = guard_backends(db_host)
     with db_host.pg.connect(socket=True) as conn:
         assert conn.execute("SELECT pg_terminate_backend(%s)", (first,)).fetchone()[0]
@@ -232,13 +236,22 @@ def test_a_partition_during_a_drain_ends_it_within_its_bound_naming_the_ssh_host
     """The link stays down: the drain cannot resume intake, and says so, within its bound."""
     deadline_s = 3
     fab = start_fab(
-        "drain", "--poll-s", "0.5", "--deadline-s", str(deadline_s), "--pause-cron-job", JOB
+        "drain",
+        "--poll-s",
+        "0.5",
+        "--deadline-s",
+        str(deadline_s),
+        "--resume-retry-s",
+        str(RESUME_RETRY_S),
+        "--pause-cron-job",
+        JOB,
     )
-    wait_for(drain_is_polling(db_host), what="the drain to pause intake and poll", fab=fab)
+    wait_for(drain_is_polling(db_host, fab), what="the drain to pause intake and poll", fab=fab)
     with partitioned(db_host):
         cut = time.monotonic()
-        # The deadline, one poll in flight, one resume attempt (an SSH connect) and the rest.
-        bound = deadline_s + POLL_BUDGET_S + CONNECT_S + STARTUP_S
+        # The deadline, one poll in flight, the resume's retry window plus its last attempt
+        # (an SSH connect), and the rest.
+        bound = deadline_s + POLL_BUDGET_S + RESUME_RETRY_S + CONNECT_S + STARTUP_S
         status = fab.wait(timeout=bound + 30)
         took = time.monotonic() - cut
     print(f"partitioned drain ended {took:.1f}s after the cut (bound {bound:.1f}s)")
@@ -246,7 +259,8 @@ def test_a_partition_during_a_drain_ends_it_within_its_bound_naming_the_ssh_host
     assert took < bound, f"the drain took {took:.1f}s, bound {bound:.1f}s"
     assert f"host {db_host.addr}" in fab.stdout
     assert "SSH" in fab.stdout
-    assert f"cannot resume pg_cron job(s) {JOB}; they are still paused" in fab.stdout
+    assert f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {JOB}" in fab.stdout
+    assert "resume" in fab.stdout.rsplit("give it back with", 1)[1]
     assert "could not connect to 127.0.0.1:5432" not in fab.stdout + fab.stderr
     assert not job_active(db_host)  # what this drain could not do over a dead link
     with db_host.pg.connect(socket=True) as conn:
@@ -255,7 +269,7 @@ def test_a_partition_during_a_drain_ends_it_within_its_bound_naming_the_ssh_host
 
 def test_a_partition_lifted_mid_drain_is_reconnected_and_intake_resumed(db_host, start_fab):
     fab = start_fab("drain", "--poll-s", "0.5", "--deadline-s", "20", "--pause-cron-job", JOB)
-    wait_for(drain_is_polling(db_host), what="the drain to pause intake and poll", fab=fab)
+    wait_for(drain_is_polling(db_host, fab), what="the drain to pause intake and poll", fab=fab)
     with partitioned(db_host):
         wait_for(
             lambda: "drain poll failed" in fab.stderr,

@@ -14,13 +14,19 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tomllib
 import zipfile
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
+
+from sandbox.pgcluster import SUPERUSER
+from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.pg_fixtures import PgDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTION = "leaseguard.deploy"
@@ -166,16 +172,34 @@ def test_galaxy_yml_version_matches_pyproject() -> None:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_wheel_ships_the_collection_metadata_and_nothing_from_the_dev_tree(wheel: Path) -> None:
+def test_wheel_ships_the_galaxy_build_of_the_collection_and_nothing_from_the_dev_tree(
+    wheel: Path, galaxy_tarball: Path
+) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
-    assert f"{COLLECTION_DIR}/galaxy.yml" in names
-    assert f"{COLLECTION_DIR}/meta/runtime.yml" in names
     allowed = ("leaseguard/", f"{COLLECTION_DIR}/", f"leaseguard-{VERSION}.dist-info/")
     assert [name for name in names if not name.startswith(allowed)] == []
     assert [name for name in names if "tests" in name.split("/")[:-1]] == []
-    shipped_galaxy = yaml.safe_load(zipfile.Path(wheel, f"{COLLECTION_DIR}/galaxy.yml").read_text())
-    assert shipped_galaxy["version"] == VERSION
+    manifest = json.loads(zipfile.Path(wheel, f"{COLLECTION_DIR}/MANIFEST.json").read_text())
+    assert manifest["collection_info"]["version"] == VERSION
+    # The very files, manifests included, that Galaxy users get from the tarball.
+    with tarfile.open(galaxy_tarball) as tarball:
+        in_tarball = {m.name: tarball.extractfile(m).read() for m in tarball if m.isfile()}  # type: ignore[union-attr]
+    in_wheel = {
+        name.removeprefix(f"{COLLECTION_DIR}/"): zipfile.Path(wheel, name).read_bytes()
+        for name in names
+        if name.startswith(f"{COLLECTION_DIR}/")
+    }
+    assert in_wheel == in_tarball
+    for shipped in ("LICENSE", "requirements.txt", "bindep.txt", "meta/execution-environment.yml"):
+        assert shipped in in_wheel
+
+
+def test_requirements_txt_names_this_release_of_the_python_package() -> None:
+    lines = [
+        line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
+    ]
+    assert [line for line in lines if line] == [f"leaseguard=={VERSION}"]
 
 
 @pytest.mark.integration
@@ -183,7 +207,7 @@ def test_wheel_ships_the_collection_metadata_and_nothing_from_the_dev_tree(wheel
 def test_pip_installed_wheel_is_listed_by_ansible_galaxy(
     venv: Path, venv_site_packages: Path, venv_env: dict[str, str]
 ) -> None:
-    assert (venv_site_packages / COLLECTION_DIR / "galaxy.yml").is_file()
+    assert (venv_site_packages / COLLECTION_DIR / "MANIFEST.json").is_file()
     argv: list[str | Path] = [
         venv / "bin" / "ansible-galaxy",
         "collection",
@@ -222,3 +246,276 @@ def test_in_tree_link_is_listed_with_the_repository_ansible_cfg(tmp_path: Path) 
     listed = _run(argv, env=env, cwd=tmp_path).stdout
     entry = _listed(listed, ROOT / "build" / "collections" / "ansible_collections")
     assert entry == {"version": VERSION}, listed
+
+
+# -- the Galaxy path: tarball + requirements.txt into a plain ansible-core venv ---------------
+
+LIVE_CLAIM_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: guard
+      leaseguard.deploy.lease_guard:
+        db_host: "{{ db_host }}"
+        db_port: "{{ db_port }}"
+        db_name: "{{ db_name }}"
+        db_user: "{{ db_user }}"
+        tunnel: false
+        task_timeout_s: 3600
+        runtime_started_at: "{{ started }}"
+      register: guard
+    - name: report
+      ansible.builtin.debug:
+        msg: "decision={{ guard.decision }}"
+"""
+
+
+def _galaxy_build(source: Path, outdir: Path, env: dict[str, str]) -> Path:
+    argv = [_tool("ansible-galaxy"), "collection", "build", source, "--output-path", outdir]
+    _run(argv, env=env, cwd=outdir)
+    (tarball,) = outdir.glob("leaseguard-deploy-*.tar.gz")
+    return tarball
+
+
+@pytest.fixture(scope="module")
+def galaxy_tarball(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`ansible-galaxy collection build` of the fresh-clone copy."""
+    outdir = tmp_path_factory.mktemp("galaxy")
+    env = _isolated_env(tmp_path_factory.mktemp("galaxy-home"))
+    return _galaxy_build(source_tree, outdir, env)
+
+
+@pytest.fixture(scope="module")
+def galaxy_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv (with its own pip) holding only the running ansible-core version."""
+    path = tmp_path_factory.mktemp("galaxy-venv")
+    _run([sys.executable, "-m", "venv", path])
+    ansible_core = f"ansible-core=={importlib.metadata.version('ansible-core')}"
+    _run([path / "bin" / "pip", "install", "-q", ansible_core])
+    return path
+
+
+def _galaxy(venv: Path, env: dict[str, str], *args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The venv's ansible-galaxy; fails the test on a non-zero exit."""
+    return _run([venv / "bin" / "ansible-galaxy", *args], env=env, cwd=venv)
+
+
+def _galaxy_result(
+    venv: Path, env: dict[str, str], *args: str | Path
+) -> subprocess.CompletedProcess[str]:
+    """ansible-galaxy without failing the test on a non-zero exit."""
+    argv = [str(a) for a in [venv / "bin" / "ansible-galaxy", *args]]
+    return subprocess.run(argv, env=env, cwd=venv, capture_output=True, text=True, check=False)
+
+
+def _verify_offline(venv: Path, env: dict[str, str], collections_dir: Path) -> str:
+    """`collection verify --offline` of the copy under collections_dir; fails on any change."""
+    out = _galaxy(venv, env, "collection", "verify", "--offline", COLLECTION, "-p", collections_dir)
+    assert f"Installed collection found at '{collections_dir}" in out.stdout, out.stdout
+    assert "Successfully verified" in out.stdout, out.stdout
+    return out.stdout
+
+
+def _play(
+    venv: Path, env: dict[str, str], workdir: Path, **extra_vars: str
+) -> subprocess.CompletedProcess[str]:
+    play = workdir / "play.yml"
+    play.write_text(LIVE_CLAIM_PLAY)
+    argv = [venv / "bin" / "ansible-playbook", "-i", "localhost,", "-c", "local", play]
+    argv += [
+        "-e",
+        json.dumps({"ansible_python_interpreter": str(venv / "bin" / "python"), **extra_vars}),
+    ]
+    return subprocess.run(
+        [str(a) for a in argv], env=env, cwd=workdir, capture_output=True, text=True, timeout=300
+    )
+
+
+def _play_vars(db: PgDatabase) -> dict[str, str]:
+    """LIVE_CLAIM_PLAY's variables: the database, and a runtime started an hour ago."""
+    return {
+        "db_host": db.cluster.host,
+        "db_port": str(db.cluster.port),
+        "db_name": db.name,
+        "db_user": SUPERUSER,
+        "started": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
+    }
+
+
+def _isolated_env(home: Path, **extra: str) -> dict[str, str]:
+    """_ansible_env with an empty ansible.cfg of its own under home."""
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "ansible.cfg").write_text("")
+    return _ansible_env(home, ANSIBLE_CONFIG=str(home / "ansible.cfg"), **extra)
+
+
+@pytest.fixture
+def live_claim_db(db: PgDatabase) -> PgDatabase:
+    """A database whose execution_runs has one claim renewed ten minutes ago."""
+    ten_min_ago = datetime.now(UTC) - timedelta(minutes=10)
+    with db.connect(socket=True) as conn:
+        create_runs_table(conn)
+        insert_runs(conn, [(1, "running", ten_min_ago, ten_min_ago)])
+    return db
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_galaxy_tarball_in_a_fresh_venv_needs_requirements_txt_then_guards(
+    galaxy_tarball: Path,
+    galaxy_venv: Path,
+    wheel: Path,
+    live_claim_db: PgDatabase,
+    tmp_path: Path,
+) -> None:
+    env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
+    collections = tmp_path / "collections"
+    _galaxy(galaxy_venv, env, "collection", "install", galaxy_tarball, "-p", collections)
+    installed = collections / COLLECTION_DIR
+    _verify_offline(galaxy_venv, env, collections)
+    facts = _play_vars(live_claim_db)
+
+    # A plain ansible-core venv: the modules cannot run, and say what to install.
+    bare = _play(galaxy_venv, env, tmp_path, **facts)
+    assert bare.returncode == 2, bare.stdout + bare.stderr
+    assert f"pip install -r {installed}/requirements.txt" in bare.stdout, bare.stdout
+    assert str(galaxy_venv / "bin" / "python") in bare.stdout
+
+    # What the message says, with the locally built wheel standing in for the index's.
+    pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
+    _run([*pip, "-r", installed / "requirements.txt"])
+    ready = _play(galaxy_venv, env, tmp_path, **facts)
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert "decision=defer" in ready.stdout, ready.stdout
+    # Same release from both installs: ansible runs the Galaxy copy, silently and rightly.
+    assert "two different copies" not in ready.stdout + ready.stderr
+    assert "different releases" not in ready.stdout + ready.stderr
+
+    # Both copies verify against their own manifests (the play ran plugins from the Galaxy one).
+    _verify_offline(galaxy_venv, env, collections)
+    script = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(_run([galaxy_venv / "bin" / "python", "-c", script]).stdout.strip())
+    _verify_wheel_copy(galaxy_venv, env, site)
+
+
+def _verify_wheel_copy(venv: Path, env: dict[str, str], site: Path) -> None:
+    """The wheel's copy verifies, once pip's bytecode folders are out of the way.
+
+    pip byte-compiles every .py it installs; ansible-core (2.19) skips *.pyc in verify but
+    reports their __pycache__ folders as new content (ansible/ansible#81628), as the README
+    says. Anything else reported is a real difference.
+    """
+    argv = ["collection", "verify", "--offline", COLLECTION, "-p", site]
+    proc = _galaxy_result(venv, env, *argv)
+    reported = [line.strip() for line in proc.stdout.splitlines() if line.startswith("    ")]
+    assert [name for name in reported if not name.endswith("__pycache__")] == [], proc.stdout
+    copy = site / COLLECTION_DIR
+    for cache in list(copy.rglob("__pycache__")):
+        shutil.rmtree(cache)
+    _verify_offline(venv, env, site)
+    # A changed file is caught (the check can fail).
+    tasks = copy / "roles" / "restart" / "tasks" / "main.yml"
+    original = tasks.read_text()
+    tasks.write_text(original + "# changed\n")
+    try:
+        changed = _galaxy_result(venv, env, *argv)
+        assert changed.returncode != 0 and "roles/restart/tasks/main.yml" in changed.stdout
+    finally:
+        tasks.write_text(original)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "warning"),
+    [
+        ("content", "two different copies of leaseguard.deploy"),
+        ("version", "the plugins and the core they call come from different releases"),
+    ],
+)
+def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
+    change: str,
+    warning: str,
+    source_tree: Path,
+    galaxy_venv: Path,
+    wheel: Path,
+    live_claim_db: PgDatabase,
+    tmp_path: Path,
+) -> None:
+    changed = tmp_path / "source"
+    shutil.copytree(source_tree, changed)
+    if change == "content":
+        with (changed / "README.md").open("a") as readme:
+            readme.write("\nA local edit.\n")
+    else:
+        galaxy_yml = changed / "galaxy.yml"
+        galaxy_yml.write_text(
+            galaxy_yml.read_text().replace(f"version: {VERSION}", "version: 9.9.9")
+        )
+    env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
+    (tmp_path / "dist").mkdir()
+    tarball = _galaxy_build(changed, tmp_path / "dist", env)
+    pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
+    _run([*pip, f"leaseguard=={VERSION}"])
+    # With the wheel's copy of the same version in site-packages, ansible-galaxy says
+    # "Nothing to do" unless forced: the user who installs over it means to.
+    install = ["collection", "install", "--force", tarball, "-p", tmp_path / "collections"]
+    _galaxy(galaxy_venv, env, *install)
+
+    facts = _play_vars(live_claim_db)
+    run = _play(galaxy_venv, env, tmp_path, **facts)
+    output = " ".join((run.stdout + run.stderr).split())  # warnings are wrapped
+    assert warning in output, output
+    assert str(tmp_path / "collections" / COLLECTION_DIR) in output
+    assert "decision=defer" in run.stdout  # a warning, not a failure
+
+
+EE_DEFINITION = """
+version: 3
+images:
+  base_image:
+    name: quay.io/ansible/awx-ee:latest
+additional_build_files:
+  - src: {tarball}
+    dest: collections
+dependencies:
+  galaxy:
+    collections:
+      - name: collections/{tarball_name}
+        type: file
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ansible_builder_context_installs_the_collection_and_its_requirements(
+    galaxy_tarball: Path, tmp_path: Path
+) -> None:
+    """`ansible-builder create`, then its galaxy and introspection stages run here.
+
+    No image can be built on these machines (no registry for the base image), so the two
+    stages that read the collection are replayed with the context's own files and scripts:
+    the galaxy stage installs requirements.yml from _build/, the builder stage runs the
+    generated introspect.py over the installed collections.
+    """
+    ee_file = tmp_path / "execution-environment.yml"
+    ee_file.write_text(
+        EE_DEFINITION.format(tarball=galaxy_tarball, tarball_name=galaxy_tarball.name)
+    )
+    context = tmp_path / "context"
+    _run([_tool("ansible-builder"), "create", "-f", ee_file, "-c", context], cwd=tmp_path)
+    build = context / "_build"
+    assert (build / "collections" / galaxy_tarball.name).is_file()
+
+    env = _isolated_env(tmp_path / "home")
+    installed = tmp_path / "usr-share-ansible-collections"
+    galaxy = [_tool("ansible-galaxy"), "collection", "install", "-r", "requirements.yml"]
+    _run([*galaxy, "--collections-path", installed], env=env, cwd=build)
+
+    pip_out, bindep_out = tmp_path / "requirements.txt", tmp_path / "bindep.txt"
+    introspect = [sys.executable, build / "scripts" / "introspect.py", "introspect"]
+    _run([*introspect, f"--write-pip={pip_out}", f"--write-bindep={bindep_out}", installed])
+    assert f"leaseguard=={VERSION}" in pip_out.read_text().split()
+    bindep = bindep_out.read_text()
+    assert "openssh-client [platform:dpkg]" in bindep
+    assert "openssh-clients [platform:rpm]" in bindep

@@ -41,7 +41,7 @@ def fill(db, rows):
 
 def judge(db, **keys):
     contract = contract_from_mapping(keys)
-    with connect(db.dsn, contract) as conn:
+    with connect(db.dsn, contract.connect_timeout_s) as conn:
         return evaluate(
             conn, contract, task_timeout=TIMEOUT, lease_s=7200.0, runtime_started_at=None
         )
@@ -110,7 +110,7 @@ def test_an_index_leading_with_the_status_is_walked(runs, expression):
     status_index(runs, expression)
     fill(runs, [LIVE, (2, "zzz", None, None), (3, "aaa", None, None), (4, "done", None, None)])
     contract = contract_from_mapping({})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         with pytest.raises(UnclassifiedStatus, match='"aaa" \\(1 row\\), "zzz" \\(1 row\\)'):
             judge_table(
                 conn, contract, task_timeout=TIMEOUT, lease_s=7200.0, runtime_started_at=None
@@ -129,7 +129,7 @@ def test_an_index_leading_with_the_status_is_walked(runs, expression):
 def test_a_partial_index_is_not_walked(runs):
     status_index(runs, "status) WHERE (status = 'running'")
     contract = contract_from_mapping({})
-    with connect(runs.dsn, contract) as conn:
+    with connect(runs.dsn, contract.connect_timeout_s) as conn:
         _, column = judge_table(
             conn, contract, task_timeout=TIMEOUT, lease_s=7200.0, runtime_started_at=None
         )
