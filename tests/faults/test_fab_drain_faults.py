@@ -12,7 +12,8 @@ import yaml
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
-from tests.faults.conftest import Lines, job_active, terminate, unschedule_with_records
+from tests.faults.conftest import job_active, terminate, unschedule_with_records
+from tests.support.process_lines import Lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

@@ -10,6 +10,7 @@ import pytest
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
+from tests.support.process_lines import Lines
 
 pytestmark = pytest.mark.integration
 
@@ -60,15 +61,28 @@ def job_active(db, name):
     return {True: "t", False: "f"}[row[0]]
 
 
-def finish_claim_later(db, delay_s):
-    def finish():
-        time.sleep(delay_s)
+def drain_ending_the_claim(db, *extra):
+    """Run a drain and end the live claim once the drain has logged its first poll.
+
+    Waiting for the drain's own `start live=1` line (not a fixed delay) keeps the test true
+    however long the interpreter takes to start on a loaded machine.
+    """
+    proc = subprocess.Popen(
+        drain_argv(db, *extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    stderr = Lines(proc.stderr)
+    try:
+        assert stderr.wait_for("start live=1", timeout_s=60), stderr.text()
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
-
-    thread = threading.Thread(target=finish)
-    thread.start()
-    return thread
+        stdout, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr.text())
 
 
 def wait_for(predicate, timeout_s=30):
@@ -81,9 +95,7 @@ def wait_for(predicate, timeout_s=30):
 
 
 def test_a_claim_released_mid_drain_exits_0_soon_after(busy):
-    finisher = finish_claim_later(busy, 1.0)
-    done = run_drain(busy, "--poll-s", "0.2")
-    finisher.join()
+    done = drain_ending_the_claim(busy, "--poll-s", "0.2")
     assert done.returncode == 0, done.stderr
     assert "live 1 -> 0 ended=1" in done.stderr
     assert "decision=proceed" in done.stdout
@@ -119,11 +131,9 @@ def test_pg_cron_jobs_are_paused_during_the_drain_and_active_afterwards(busy, cl
         target=lambda: seen.append(wait_for(lambda: job_active(busy, claim_job) == "f"))
     )
     watcher.start()
-    finisher = finish_claim_later(busy, 1.5)
-    done = run_drain(
+    done = drain_ending_the_claim(
         busy, "--poll-s", "0.2", "--pause-cron-job", claim_job, "--cron-database", "postgres"
     )
-    finisher.join()
     watcher.join()
     assert done.returncode == 0, done.stderr
     assert seen == [True]
@@ -168,8 +178,7 @@ def test_a_pause_command_runs_before_waiting_and_its_resume_after(busy, tmp_path
     seen = []
     watcher = threading.Thread(target=lambda: seen.append(wait_for(marker.exists)))
     watcher.start()
-    finisher = finish_claim_later(busy, 1.0)
-    done = run_drain(
+    done = drain_ending_the_claim(
         busy,
         "--poll-s",
         "0.2",
@@ -178,7 +187,6 @@ def test_a_pause_command_runs_before_waiting_and_its_resume_after(busy, tmp_path
         "--resume-command",
         f"rm {marker}",
     )
-    finisher.join()
     watcher.join()
     assert done.returncode == 0, done.stderr
     assert seen == [True]
