@@ -13,6 +13,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_argument_spec,
+    lease_guard_spec_options,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     RESUME_HINT,
@@ -22,7 +23,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     drain_host,
     drain_options,
     failure,
-    fleet_session,
+    fleet_guard_session,
     given_facts,
     guard_session,
     require_leaseguard,
@@ -50,24 +51,21 @@ class ActionModule(ActionBase):
         result = super().run(tmp, task_vars)
         require_leaseguard()
         args = self.validate_argument_spec(
-            lease_guard_argument_spec(),
-            required_together=[("pause_command", "resume_command")],
+            lease_guard_argument_spec(), **lease_guard_spec_options()
         )[1]
-        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         try:
-            result.update(self._guard(args, host))
+            result.update(self._guard(args, host, task_vars.get("ansible_play_hosts_all", ())))
         except LeaseguardError as exc:
             result.update(failure(exc, host))
         return result
 
-    def _guard(self, args, host):
+    def _guard(self, args, host, play_hosts):
         contract = contract_from(args)
-        facts = given_facts(args)
         options = drain_options({key: args[key] for key in DRAIN_KEYS})
         waiting = args["wait"] and not self._task.check_mode
-        with guard_session(self, args, contract, facts, host) as session:
-            if args["fleet_lookups"] is not None:
-                session = fleet_session(session, args["fleet_lookups"])
+        with self._session(args, contract, host, play_hosts) as session:
             session.cron_database = options.cron_database
             if not waiting:
                 return _report(session.judge().as_dict(), args)
@@ -87,6 +85,12 @@ class ActionModule(ActionBase):
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
         return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+
+    def _session(self, args, contract, host, play_hosts):
+        """This host's own session, or with fleet_lookups one judgment for every host."""
+        if args["fleet_lookups"] is None:
+            return guard_session(self, args, contract, given_facts(args), host)
+        return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
 
 
 def _after_signal(options):

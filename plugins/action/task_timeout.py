@@ -15,6 +15,7 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     AnsibleRunner,
     LeaseguardError,
+    clock_from_here,
     contract_from,
     failure,
     lookup_result,
@@ -32,11 +33,13 @@ class ActionModule(ActionBase):
         require_leaseguard()
         args = self.validate_argument_spec(task_timeout_argument_spec())[1]
         host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
+        runner = AnsibleRunner(self, host)
         try:
             contract = contract_from(args)
-            facts = resolve_runtime_facts(contract, AnsibleRunner(self, host))
+            facts = resolve_runtime_facts(contract, runner)
+            clock = clock_from_here(runner, facts)
         except LeaseguardError as exc:
             result.update(failure(exc, host, what="lookup"))
             return result
-        result.update(lookup_result(facts))
+        result.update(lookup_result(facts, clock))
         return result

@@ -122,16 +122,16 @@ def drain_spec():
         status_file=dict(type="path"),
         metrics_file=dict(type="path"),
         resume_retry_s=dict(type="float"),
-        fleet_lookups=dict(type="dict"),
     )
 
 
 def facts_spec():
-    """Facts already known, so the guard need not ask the host again."""
+    """Facts already known, so the guard need not ask the host again (or every host's)."""
     return dict(
         lookup=dict(type="dict"),
         task_timeout_s=dict(type="float"),
         runtime_started_at=dict(type="str"),
+        fleet_lookups=dict(type="dict"),
     )
 
 
@@ -147,6 +147,17 @@ def lease_guard_argument_spec():
         **facts_spec(),
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
+    )
+
+
+def lease_guard_spec_options():
+    """The option rules of lease_guard: one host's facts or every host's, never both."""
+    return dict(
+        required_together=[("pause_command", "resume_command")],
+        mutually_exclusive=[
+            ("fleet_lookups", one_host)
+            for one_host in ("lookup", "task_timeout_s", "runtime_started_at")
+        ],
     )
 
 

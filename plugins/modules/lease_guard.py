@@ -44,6 +44,30 @@ options:
   runtime_started_at:
     description: When the worker runtime started, ISO 8601 with a timezone (wins over O(lookup)).
     type: str
+  fleet_lookups:
+    description:
+      - For a global action (a migration, budgets, pausing shared intake), judge B(once for
+        every host of the play) - a mapping of each host to its registered
+        M(leaseguard.deploy.task_timeout) result, e.g. built from C(hostvars) of
+        C(ansible_play_hosts_all) (see the examples). Run the lookup on every host (no
+        C(run_once)), then this task with C(run_once).
+      - The fleet rule - the orphan cut-off is the B(oldest) runtime start among the hosts, the
+        lease the B(longest) task timeout times O(lease.multiplier); RV(fleet) names the host
+        that supplied each. The decision never depends on host order.
+      - Every host of the play (C(ansible_play_hosts_all)) must be in the mapping with a
+        successful lookup; a host that is missing, failed, was skipped or unreachable fails
+        the task, named (fail closed).
+      - The database is reached through the host this task runs on. Each lookup measured its
+        host's clock against the controller's (RV(leaseguard.deploy.task_timeout#module:clock));
+        chained with the controller's offset from the database, every host's start time is
+        compared in the database clock.
+      - With O(wait) and O(pause_cron_jobs) (C(playbooks/drain.yml)), shared intake is paused
+        once, the fleet is drained as one and intake is resumed once, from one C(run_once)
+        task.
+      - The contract (table, statuses, O(lease.multiplier)) is this task's, the same for every
+        host.
+      - Mutually exclusive with O(lookup), O(task_timeout_s) and O(runtime_started_at).
+    type: dict
   wait:
     description:
       - Pause intake (O(pause_cron_jobs), O(pause_command)), then poll until no live lease
@@ -95,15 +119,6 @@ options:
       - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds
         (default V(60)); then fail naming the paused jobs and the command that resumes them.
     type: float
-  fleet_lookups:
-    description:
-      - The registered M(leaseguard.deploy.task_timeout) results of every host of the play,
-        by inventory host name. The judgment then follows the fleet rule (oldest runtime
-        start, longest lease, over every host), as a global action needs; the result's
-        C(fleet) says which host supplied each fact.
-      - Used by C(playbooks/drain.yml) with O(pause_cron_jobs), so that shared intake is paused
-        once, the fleet is judged as one, and intake is resumed once, from one C(run_once) task.
-    type: dict
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool
@@ -153,6 +168,18 @@ EXAMPLES = r"""
   ansible.builtin.command: docker restart backend
   changed_when: true
   when: guard.decision == 'proceed'
+
+# The lookup above ran on every host of the play (no run_once): judge a migration once
+# for the whole fleet - oldest runtime start, longest lease.
+- name: Judge a migration once for every host of the play
+  leaseguard.deploy.lease_guard:
+    fleet_lookups: >-
+      {{ dict(ansible_play_hosts_all | zip(ansible_play_hosts_all | map('extract', hostvars)
+         | map(attribute='timeout_lookup', default={}))) }}
+    db_name: app
+    fail_on_defer: true
+  run_once: true
+  register: fleet_guard
 
 - name: Drain before a restart, pausing the claim job meanwhile
   leaseguard.deploy.lease_guard:
@@ -235,6 +262,17 @@ wait_upper_bound_s:
   returned: success
   type: float
   sample: 1800.0
+fleet:
+  description:
+    - With O(fleet_lookups), the hosts judged and which host supplied each fact -
+      C(lease_from) (the longest task timeout) and C(orphan_cutoff_from) (the oldest runtime
+      start; null when a host's start is unknown, so nothing is classed orphaned).
+    - C(clock_offsets_s) is each host's clock minus the database's, when a start was known;
+      the start times were moved into the database clock by them before the oldest was chosen.
+    - The result's C(host) is then V(fleet), not the host the task ran on.
+  returned: success, with O(fleet_lookups)
+  type: dict
+  sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
 forced:
   description: Present and true when O(force) was set and work was live.
   returned: when forced
@@ -260,15 +298,14 @@ error:
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_argument_spec,
+    lease_guard_spec_options,
     run_as_action_plugin_only,
 )
 
 
 def main():
     run_as_action_plugin_only(
-        "lease_guard",
-        lease_guard_argument_spec(),
-        required_together=[("pause_command", "resume_command")],
+        "lease_guard", lease_guard_argument_spec(), **lease_guard_spec_options()
     )
 
 

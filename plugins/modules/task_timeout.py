@@ -91,6 +91,16 @@ runtime_started_epoch_s:
   returned: success
   type: float
   sample: 1788926400.123456
+clock:
+  description:
+    - This host's clock compared with the controller's, measured when a start time was found
+      (one C(date) on the host). A fleet judgment (O(leaseguard.deploy.lease_guard#module:fleet_lookups))
+      runs from one host but widens the orphan tolerance by every host's offset.
+    - C(offset_s) is the host clock minus the controller clock; C(uncertainty_s) bounds the
+      measurement error (half the round trip).
+  returned: success, when RV(runtime_started_at) is known
+  type: dict
+  sample: {"offset_s": 0.004, "uncertainty_s": 0.012}
 error:
   description: What failed; the message names the host, source and variable, never a value.
   returned: failure

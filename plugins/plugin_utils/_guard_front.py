@@ -28,20 +28,21 @@ try:
     from psycopg import ProgrammingError
     from psycopg.conninfo import make_conninfo
 
+    from leaseguard.clock import ClockOffset, offset_from_here
     from leaseguard.contract import CONFIG_KEYS, load_contract
     from leaseguard.db import invalid_dsn
     from leaseguard.dsn import direct_conninfo, tunnel_far_end
     from leaseguard.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
-    from leaseguard.fleet import combine_facts
+    from leaseguard.fleet import facts_from_reports
     from leaseguard.fronts import drain_host, signals_set
     from leaseguard.options import drain_options
-    from leaseguard.runtime import (
-        CommandResult,
-        RuntimeFacts,
-        parse_timestamp,
-        resolve_runtime_facts,
+    from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
+    from leaseguard.session import (
+        fleet_session,
+        local_session,
+        reject_hostaddr,
+        tunnelled_conninfo,
     )
-    from leaseguard.session import GuardSession, local_session, reject_hostaddr, tunnelled_conninfo
     from leaseguard.ssh import (
         DatabaseAddress,
         SshOptions,
@@ -49,7 +50,6 @@ try:
         parse_openssh_args,
     )
     from leaseguard.timeouts import parse_timeout_s
-    from leaseguard.verdict import TaskTimeout
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
@@ -115,11 +115,15 @@ def failure(exc, host, what="check"):
     return result
 
 
-def lookup_result(facts):
-    """task_timeout's result: the one value and its provenance, never the environment."""
+def lookup_result(facts, clock=None):
+    """task_timeout's result: the one value and its provenance, never the environment.
+
+    `clock` (the host's clock minus the controller's) lets a fleet judgment run from
+    another host still widen the orphan tolerance by this host's clock offset.
+    """
     timeout = facts.task_timeout
     started = facts.runtime_started_at
-    return {
+    result = {
         "changed": False,
         "task_timeout_s": timeout.seconds if timeout else None,
         "source": timeout.source if timeout else None,
@@ -128,6 +132,40 @@ def lookup_result(facts):
         "runtime_started_epoch_s": started.timestamp() if started else None,
         "warnings": list(facts.warnings),
     }
+    if clock is not None:
+        result["clock"] = {"offset_s": clock.offset_s, "uncertainty_s": clock.uncertainty_s}
+    return result
+
+
+def clock_from_here(runner, facts):
+    """The host's clock minus the controller's, when a start time makes it matter."""
+    return offset_from_here(runner) if facts.runtime_started_at is not None else None
+
+
+def fleet_facts(lookups, play_hosts):
+    """Every host's facts from its registered lookup, and each host's clock minus ours.
+
+    Every host of the play must have answered: one that is missing, failed, was skipped or
+    unreachable fails the judgment, named.
+    """
+    per_host = facts_from_reports(lookups, play_hosts, given_source="lookup")
+    offsets = {
+        host: _clock_of(host, lookups[host])
+        for host, facts in per_host.items()
+        if facts.runtime_started_at is not None
+    }
+    return per_host, offsets
+
+
+def _clock_of(host, lookup):
+    clock = lookup.get("clock")
+    try:
+        return ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+    except (KeyError, TypeError, ValueError):
+        raise LookupFailed(
+            f"host {host}: its lookup result has no clock reading (pass the registered "
+            "result of leaseguard.deploy.task_timeout as it is)"
+        ) from None
 
 
 def given_facts(args):
@@ -286,39 +324,22 @@ def guard_session(action, args, contract, facts, label):
             yield session
 
 
+@contextmanager
+def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
+    """One session judging for every host of the play, from this host's database path."""
+    per_host, offsets = fleet_facts(lookups, play_hosts)
+    with database_conninfo(action, args) as conninfo:
+        runner = AnsibleRunner(action, label)
+        with fleet_session(
+            contract, conninfo, per_host, runner=runner, host_offsets=offsets
+        ) as session:
+            yield session
+
+
 RESUME_HINT = (
     "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
     "the same database options)"
 )
-
-
-def fleet_session(session, lookups):
-    """A session judging with the fleet rule over every host's registered lookup.
-
-    Fails closed, naming the host, when a host's lookup is missing or failed: a fleet judged
-    without one of its hosts could call that host's live claims orphaned or stale.
-    """
-    per_host = {}
-    for host, lookup in sorted((lookups or {}).items()):
-        if not isinstance(lookup, dict) or lookup.get("failed") or not lookup.get("source"):
-            raise LookupFailed(
-                f"host {host}: no task timeout lookup (it failed or never ran); the fleet "
-                "cannot be judged without every host"
-            )
-        facts = given_facts({"lookup": lookup})
-        timeout = TaskTimeout(facts["task_timeout_s"], facts["task_timeout_source"] or "lookup")
-        per_host[host] = RuntimeFacts(
-            timeout, facts["runtime_started_at"], tuple(lookup.get("warnings") or ())
-        )
-    combined = combine_facts(per_host)
-    return GuardSession(
-        session.contract,
-        session.conninfo,
-        combined.facts,
-        session.runner,
-        label="fleet",
-        fleet=combined.as_dict(),
-    )
 
 
 @contextmanager
@@ -395,13 +416,14 @@ def drain_events(label):
 __all__ = [
     "ConfigError",
     "LeaseguardError",
+    "clock_from_here",
     "contract_from",
     "database_conninfo",
     "drain_events",
     "drain_host",
     "drain_options",
     "failure",
-    "fleet_session",
+    "fleet_guard_session",
     "given_facts",
     "guard_session",
     "lookup_result",

@@ -10,7 +10,8 @@ import argparse
 import json
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +23,10 @@ from leaseguard.cli_contract import (
     contract_from_args,
     resolve_dsn,
 )
+from leaseguard.cli_fleet import add_fleet_options, fleet_from_args
 from leaseguard.cli_index import add_index_sql_command
 from leaseguard.cli_status import add_status_command
+from leaseguard.contract import Contract
 from leaseguard.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S, DrainResult
 from leaseguard.errors import EXIT_FAILED, EXIT_PROCEED, EXIT_USAGE, ConfigError, LeaseguardError
 from leaseguard.fronts import (
@@ -35,7 +38,7 @@ from leaseguard.fronts import (
 from leaseguard.options import drain_options
 from leaseguard.progress import progress_for
 from leaseguard.resume import resume_lines, resume_pauses
-from leaseguard.session import local_session
+from leaseguard.session import GuardSession, fleet_session, local_session
 from leaseguard.timeouts import parse_timeout_s
 from leaseguard.verdict import Verdict, failure_timeline
 
@@ -191,6 +194,7 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
         metavar="ISO8601",
         help="when the worker runtime started, with a timezone; older claims are orphans",
     )
+    add_fleet_options(facts)
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the timeline line"
     )
@@ -218,12 +222,30 @@ def parse_started_at(text: str) -> datetime:
     return moment
 
 
+@contextmanager
+def open_session(
+    args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
+) -> Iterator[GuardSession]:
+    """This host's session, or with --host-facts/--facts-file one judgment for the fleet.
+
+    A fleet's start times are taken as read in this machine's clock, and moved into the
+    database clock with this machine's measured offset from it.
+    """
+    fleet = fleet_from_args(args)
+    if fleet is None:
+        with local_session(contract, dsn, **facts) as session:
+            yield session
+        return
+    with fleet_session(contract, dsn, fleet) as session:
+        yield session
+
+
 def run_check(args: argparse.Namespace) -> int:
     contract = contract_from_args(args)
     facts = given_facts(args)
     host = socket.gethostname()
     try:
-        with local_session(contract, resolve_dsn(args), **facts) as session:
+        with open_session(args, contract, facts, resolve_dsn(args)) as session:
             session.cron_database = args.cron_database
             verdict = session.judge()
     except ConfigError:
@@ -256,7 +278,7 @@ def run_drain(args: argparse.Namespace) -> int:
     host = socket.gethostname()
     try:
         with (
-            local_session(contract, resolve_dsn(args), **facts) as session,
+            open_session(args, contract, facts, resolve_dsn(args)) as session,
             terminate_as_interrupt(),
         ):
             result = drain_host(session, options, progress_for(sys.stderr), board)

@@ -58,6 +58,25 @@ def measure_offset(host_clock: Callable[[], float], db_clock: Callable[[], float
     return ClockOffset(host_rel - db_rel, host_err + db_err)
 
 
+def offset_from_here(runner: Runner) -> ClockOffset:
+    """The host's clock minus this machine's.
+
+    For a fleet judgment, measured on every host while its facts are looked up (one `date`,
+    over whatever connection the front has), then chained with this machine's offset from
+    the database (`chained`): the judgment runs through one database path, but every host's
+    start time is compared in the database clock.
+    """
+    return measure_offset(host_clock(runner), time.time)
+
+
+def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOffset:
+    """host minus database, through this machine's clock; the uncertainties add up."""
+    return ClockOffset(
+        host_minus_here.offset_s + here_minus_db.offset_s,
+        host_minus_here.uncertainty_s + here_minus_db.uncertainty_s,
+    )
+
+
 def host_clock(runner: Runner) -> Callable[[], float]:
     """Read the host's clock with `date +%s.%N` (hosts need no Python)."""
 

@@ -24,6 +24,7 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
+from leaseguard.clock import ClockOffset, offset_from_here
 from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.drain import DrainResult
 from leaseguard.drain_status import StatusBoard
@@ -391,8 +392,20 @@ def _drain_fleet(
             _say("no intake was paused: every host's facts are needed to judge the fleet")
             return EXIT_FAILED
         sessions = {host: r.session for host, r in opened}
+        # The judgment runs through one host's tunnel (the database is shared); each host's
+        # start time is compared in the database clock through its measured offset.
+        first = sessions[min(sessions)]
         try:
-            fleet = fleet_session(sessions)
+            fleet = stack.enter_context(
+                fleet_session(
+                    settings.contract,
+                    first.conninfo,
+                    {host: s.facts for host, s in sessions.items()},
+                    runner=first.runner,
+                    link=first.link,
+                    host_offsets={host: r.clock for host, r in opened if r.clock is not None},
+                )
+            )
             result = drain_host(
                 fleet,
                 options,
@@ -412,10 +425,12 @@ def _drain_fleet(
 
 @dataclass
 class _Opened:
-    """A host's session, and the stack that closes it (and its SSH connection)."""
+    """A host's session, its clock minus ours, and the stack that closes it (and its SSH
+    connection)."""
 
     session: GuardSession
     stack: contextlib.ExitStack
+    clock: ClockOffset | None
 
 
 def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str, Any]:
@@ -427,13 +442,16 @@ def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str,
         session = stack.enter_context(
             ssh_session(connection, settings.contract, settings.conninfo, settings.address)
         )
+        # Measured here, in parallel with the other hosts, only when a start time matters.
+        started = session.facts.runtime_started_at is not None
+        clock = offset_from_here(session.runner) if started else None
     except LeaseguardError as exc:
         stack.close()
         return host, exc
     except BaseException:
         stack.close()
         raise
-    return host, _Opened(session, stack)
+    return host, _Opened(session, stack, clock)
 
 
 def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:

@@ -30,16 +30,17 @@ import psycopg
 from fabric import Connection
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
+from leaseguard.clock import ClockOffset, chained, database_clock, host_clock, measure_offset
 from leaseguard.contract import Contract
 from leaseguard.db import connect, describe_target, invalid_dsn
 from leaseguard.errors import (
     ConfigError,
     DatabaseUnavailable,
     LeaseguardError,
+    LookupFailed,
     TunnelError,
 )
-from leaseguard.fleet import combine_facts, in_database_clock
+from leaseguard.fleet import FleetFacts, combine_facts, in_database_clocks
 from leaseguard.guard import judge_table, lease_seconds
 from leaseguard.indexing import with_plan_warning
 from leaseguard.pauses import scan_leftovers
@@ -112,7 +113,14 @@ def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession
 
 
 class GuardSession:
-    """Judges one host's table with the facts looked up on that host."""
+    """Judges one host's table with the facts looked up on that host.
+
+    With `fleet` (see `fleet_session`), the facts are the fleet's combined facts
+    (`leaseguard.fleet`) and the verdict reports which host supplied each. `host_offsets`
+    are the hosts' clocks minus this machine's, measured while each host was looked up
+    (`clock.offset_from_here`); without them every start time is taken as read in this
+    machine's clock.
+    """
 
     def __init__(
         self,
@@ -123,26 +131,29 @@ class GuardSession:
         link: Link | None = None,
         *,
         label: str | None = None,
-        fleet: dict[str, Any] | None = None,
+        fleet: FleetFacts | None = None,
+        host_offsets: Mapping[str, ClockOffset] | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
         self.facts = facts
         self.runner = runner
         self.link = link
+        self.label = label
+        self.fleet = fleet
+        self.host_offsets = host_offsets
         self.watch = PollWatch(self.poll_budget_s, self._cut)
         self.lease_s = lease_seconds(contract, facts.task_timeout)
         # Measured once per session: clocks do not drift measurably during a drain, and a
         # per-poll measurement would add an SSH round trip to every poll.
         self.clock_offset: ClockOffset | None = None
+        self.fleet_offsets: dict[str, ClockOffset] = {}
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         # The schema pre-flight (catalog queries) runs once per connection, not per poll;
         # the status check it prepares runs on every poll.
         self._status_column: StatusColumn | None = None
-        self.label = label
-        self.fleet = fleet
         # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
         # cron_database (None: the session's own database), except those of `pause_owner`
         # (this process's own drain).
@@ -244,8 +255,8 @@ class GuardSession:
             _shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self.facts.runtime_started_at is not None:
-            self.measure_clock()
+        if self.facts.runtime_started_at is not None and self.clock_offset is None:
+            self.clock_offset = self._measure_clock(conn)
         verdict, self._status_column = judge_table(
             conn,
             self.contract,
@@ -261,9 +272,11 @@ class GuardSession:
             self.plan_checked = True
             verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
         extra = self.leftover_pauses()
-        if extra or self.fleet:
+        if extra or self.fleet is not None:
             verdict = dataclasses.replace(
-                verdict, warnings=(*verdict.warnings, *extra), fleet=self.fleet
+                verdict,
+                warnings=(*verdict.warnings, *extra),
+                fleet=self._fleet_report() if self.fleet is not None else None,
             )
         return verdict
 
@@ -277,13 +290,45 @@ class GuardSession:
             )
         return self._leftovers
 
-    def measure_clock(self) -> ClockOffset:
-        """This host's clock offset from the database (measured once per session)."""
-        if self.clock_offset is None:
-            self.clock_offset = measure_offset(
-                host_clock(self.runner), database_clock(self._connection())
-            )
-        return self.clock_offset
+    def _measure_clock(self, conn: Conn) -> ClockOffset:
+        """The clock offset that widens the orphan tolerance (measured once per session).
+
+        One host: its clock minus the database's. A fleet: every host's start time is first
+        moved into the database clock (its offset from here, chained with this machine's
+        offset from the database), so hosts with different clocks compare fairly and the
+        oldest start is the oldest in truth; only the measurements' uncertainty is left.
+        """
+        if self.fleet is None:
+            return measure_offset(host_clock(self.runner), database_clock(conn))
+        here_minus_db = measure_offset(time.time, database_clock(conn))
+        self.fleet_offsets = {
+            host: chained(self._offset_from_here(host), here_minus_db)
+            for host, facts in sorted(self.fleet.per_host.items())
+            if facts.runtime_started_at is not None
+        }
+        self.fleet = combine_facts(
+            in_database_clocks(self.fleet.per_host, self.fleet_offsets, self.contract.clock_skew_s)
+        )
+        self.facts = self.fleet.facts
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.fleet_offsets.values()))
+
+    def _offset_from_here(self, host: str) -> ClockOffset:
+        """A fleet host's clock minus this machine's; none given: read in this machine's."""
+        if self.host_offsets is None:
+            return ClockOffset(0.0, 0.0)
+        if host not in self.host_offsets:
+            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
+        return self.host_offsets[host]
+
+    def _fleet_report(self) -> dict[str, Any]:
+        assert self.fleet is not None
+        report = self.fleet.as_dict()
+        # Each host's own offset; start times taken as read here (the CLI) have none.
+        if self.fleet_offsets and self.host_offsets is not None:
+            report["clock_offsets_s"] = {
+                host: round(offset.offset_s, 3) for host, offset in self.fleet_offsets.items()
+            }
+        return report
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
@@ -297,44 +342,6 @@ def _shutdown_socket(conn: Conn) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, psycopg.Error):
         pass  # already closed: nothing waits on it
-
-
-def fleet_session(sessions: Mapping[str, GuardSession]) -> GuardSession:
-    """One session judging with the fleet rule over every host's facts (leaseguard.fleet).
-
-    Each host's start time is first put in the database clock with that host's measured
-    offset, so hosts with different clocks compare fairly; the judgment then needs only the
-    measurement's uncertainty as extra tolerance. It runs through the first host's
-    connection path (the database is shared: that is why its intake is global).
-    """
-    per_host = {}
-    uncertainty = 0.0
-    for name, session in sessions.items():
-        facts = session.facts
-        if facts.runtime_started_at is not None:
-            offset = session.measure_clock()
-            uncertainty = max(uncertainty, offset.uncertainty_s)
-            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            warnings = facts.warnings
-            if offset.exceeds(session.contract.clock_skew_s):
-                warnings = (*warnings, offset.warning(name, session.contract.clock_skew_s))
-            facts = dataclasses.replace(facts, runtime_started_at=started, warnings=warnings)
-        per_host[name] = facts
-    combined = combine_facts(per_host)
-    first = sessions[combined.hosts[0]]
-    session = GuardSession(
-        first.contract,
-        first.conninfo,
-        combined.facts,
-        first.runner,
-        first.link,
-        label="fleet",
-        fleet=combined.as_dict(),
-    )
-    session.clock_offset = ClockOffset(0.0, uncertainty)
-    session.cron_database = first.cron_database
-    session.pause_owner = first.pause_owner
-    return session
 
 
 @contextmanager
@@ -362,6 +369,43 @@ def local_session(
         task_timeout_source=task_timeout_source,
     )
     session = GuardSession(contract, conninfo, facts, runner, link)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@contextmanager
+def fleet_session(
+    contract: Contract,
+    conninfo: str,
+    per_host: Mapping[str, RuntimeFacts],
+    *,
+    runner: Runner | None = None,
+    link: Link | None = None,
+    host_offsets: Mapping[str, ClockOffset] | None = None,
+) -> Iterator[GuardSession]:
+    """One session judging once for every host, by the fleet rule (leaseguard.fleet).
+
+    `per_host` is every host's facts, already looked up; nothing is looked up again.
+    `host_offsets` are the hosts' clocks minus this machine's (`clock.offset_from_here`,
+    one `date` per host, as each front can take it: over SSH or an Ansible connection);
+    the session chains them with this machine's offset from the database, so every start
+    time is compared in the database clock. Without them the start times are taken as read
+    in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
+    judgment runs through (the database is shared: that is why its intake is global).
+    """
+    fleet = combine_facts(per_host)
+    session = GuardSession(
+        contract,
+        conninfo,
+        fleet.facts,
+        runner or LocalRunner(),
+        link,
+        label="fleet",
+        fleet=fleet,
+        host_offsets=host_offsets,
+    )
     try:
         yield session
     finally:

@@ -16,13 +16,13 @@ import pytest
 from sandbox.ansible_env import ansible_env
 from sandbox.runs_table import create_runs_table
 from tests.faults.conftest import (
-    Lines,
     job_active,
     terminate,
     unschedule_with_records,
     wait_until,
 )
 from tests.support.ansible_run import REPO, write_inventory
+from tests.support.process_lines import Lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

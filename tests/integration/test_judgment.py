@@ -10,13 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from leaseguard.clock import ClockOffset
 from leaseguard.contract import contract_from_mapping
 from leaseguard.db import connect
-from leaseguard.errors import UnclassifiedStatus
-from leaseguard.guard import evaluate
+from leaseguard.errors import LookupFailed, UnclassifiedStatus
+from leaseguard.fleet import combine_facts
+from leaseguard.guard import evaluate, lease_seconds
+from leaseguard.runtime import RuntimeFacts
+from leaseguard.session import fleet_session
 from leaseguard.verdict import Decision, TaskTimeout
 from sandbox.runs_table import create_runs_table, insert_runs
-from tests.support.oracle import Row, classify, unclassified
+from tests.support.oracle import Host, Row, classify, classify_for_fleet, unclassified
 
 pytestmark = pytest.mark.integration
 
@@ -355,3 +359,159 @@ def test_a_widened_tolerance_still_orphans_claims_older_than_the_offset(runs):
     verdict = judge_with_offset(runs, started - timedelta(seconds=31), started, 30.0)
     assert verdict.counts.orphaned == 1
     assert verdict.clock_offset_s == 30.0
+
+
+# --- property: a random fleet, judged once, agrees with the oracle ------------------------
+
+host_strategy = st.tuples(
+    st.sampled_from([60.0, 600.0, HOUR, 2 * HOUR]),  # task timeout
+    st.one_of(st.none(), st.integers(min_value=-3 * int(LEASE), max_value=0)),  # start offset
+)
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    # Every status classified (the unclassified ones are the single-host property's part).
+    rows=st.lists(row_strategy.filter(lambda row: row[0] in KNOWN), max_size=25),
+    fleet=st.dictionaries(
+        st.sampled_from(["app1", "app2", "app3", "app4"]), host_strategy, min_size=1
+    ),
+    skew_s=st.sampled_from([0, 3, 30]),
+    multiplier=st.sampled_from([1.0, 2.0]),
+    order=st.randoms(use_true_random=False),
+)
+def test_a_random_fleet_judged_once_agrees_with_the_oracle(
+    runs, rows, fleet, skew_s, multiplier, order
+):
+    contract = contract_from_mapping(
+        {
+            "claimed_statuses": ["running", "busy"],
+            "queued_statuses": ["open", "queued"],
+            "clock_skew_s": skew_s,
+            "lease": {"multiplier": multiplier},
+        }
+    )
+    hosts = [
+        Host(
+            name, multiplier * timeout_s, None if offset is None else T0 + timedelta(seconds=offset)
+        )
+        for name, (timeout_s, offset) in fleet.items()
+    ]
+    listed = list(hosts)
+    order.shuffle(listed)  # the decision must not depend on which host comes first
+    combined = combine_facts(
+        {
+            h.name: RuntimeFacts(TaskTimeout(h.lease_s / multiplier, "fixed"), h.runtime_started_at)
+            for h in listed
+        }
+    )
+    table = [(i, status, claimed_at, None) for i, (status, claimed_at) in enumerate(rows)]
+    verdict = judge(
+        runs,
+        table,
+        contract=contract,
+        started=combined.facts.runtime_started_at,
+        lease_s=lease_seconds(contract, combined.facts.task_timeout),
+    )
+
+    expected = {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+    expected_live = set()
+    for i, status, claimed_at, _ in table:
+        row = Row(i, status, claimed_at)
+        cls = classify_for_fleet(
+            row,
+            now=T0,
+            hosts=hosts,
+            claimed={"running", "busy"},
+            queued={"open", "queued"},
+            clock_skew_s=skew_s,
+        )
+        if cls:
+            expected[cls] += 1
+        if cls == "live":
+            expected_live.add(str(i))
+        # The fleet never leaves unprotected what any one host's own judgment protects.
+        per_host = {
+            classify(
+                row,
+                now=T0,
+                lease_s=h.lease_s,
+                claimed={"running", "busy"},
+                queued={"open", "queued"},
+                runtime_started_at=h.runtime_started_at,
+                clock_skew_s=skew_s,
+            )
+            for h in hosts
+        }
+        assert "live" not in per_host or cls == "live"
+    assert verdict.counts.as_dict() == expected
+    assert {c.id for c in verdict.live} == expected_live
+
+
+# --- a fleet's clocks: the orphan tolerance covers every host's offset --------------------
+
+
+def judge_fleet_with_offsets(db, claimed_ago_s, starts_ago_s, offsets_s):
+    """One fleet judgment at the real now(); each host's clock is `offsets_s` ahead of ours."""
+    now = datetime.now(UTC)
+    per_host = {
+        name: RuntimeFacts(TIMEOUT, now - timedelta(seconds=ago_s))
+        for name, ago_s in starts_ago_s.items()
+    }
+    with db.connect() as conn:
+        conn.execute("TRUNCATE execution_runs")
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) "
+            "VALUES (1, 'running', now() - make_interval(secs => %s))",
+            (claimed_ago_s,),
+        )
+    offsets = {name: ClockOffset(offset, 0.0) for name, offset in offsets_s.items()}
+    with fleet_session(contract_from_mapping({}), db.dsn, per_host, host_offsets=offsets) as s:
+        return s.judge()
+
+
+def test_a_fleet_host_clock_ahead_of_the_database_does_not_orphan_a_claim_made_after_its_start(
+    runs,
+):
+    # app2 started first, but by its own clock, 30 s fast: a claim 10 s "before" its start
+    # was in truth made 20 s after it, and may be running on app2.
+    verdict = judge_fleet_with_offsets(
+        runs, 1800 + 10, {"app1": 600, "app2": 1800}, {"app1": 0.0, "app2": 30.0}
+    )
+    assert verdict.counts.live == 1
+    assert verdict.fleet["orphan_cutoff_from"] == "app2"
+    assert any("host app2 clock is" in warning for warning in verdict.warnings)
+
+
+def test_a_fleet_host_clock_behind_the_database_does_not_make_its_start_look_later(runs):
+    # The mirror: app2's clock is 30 s slow, so its start 1800 s ago by its clock was 1770 s
+    # ago in truth. A claim 1790 s ago predates every runtime: an orphan, not protected.
+    verdict = judge_fleet_with_offsets(
+        runs, 1790, {"app1": 600, "app2": 1800}, {"app1": 0.0, "app2": -30.0}
+    )
+    assert verdict.counts.orphaned == 1
+    assert verdict.fleet["orphan_cutoff_from"] == "app2"
+
+
+def test_the_oldest_start_is_chosen_in_the_database_clock_not_as_the_hosts_read_it(runs):
+    # By their own clocks app2 started first (1800 s ago against 1750 s), but app1's clock is
+    # 100 s fast: it started 1850 s ago in truth, so the cut-off is app1's. A claim 1820 s
+    # ago may be running on app1; one 1900 s ago predates both runtimes.
+    offsets = {"app1": 100.0, "app2": 0.0}
+    starts = {"app1": 1750, "app2": 1800}
+    inside = judge_fleet_with_offsets(runs, 1820, starts, offsets)
+    outside = judge_fleet_with_offsets(runs, 1900, starts, offsets)
+    assert inside.counts.live == 1
+    assert outside.counts.orphaned == 1
+    assert inside.fleet["orphan_cutoff_from"] == outside.fleet["orphan_cutoff_from"] == "app1"
+    assert set(outside.fleet["clock_offsets_s"]) == {"app1", "app2"}
+    assert abs(outside.fleet["clock_offsets_s"]["app1"] - 100.0) < 1.0
+
+
+def test_a_fleet_host_without_a_clock_reading_fails_closed_naming_it(runs):
+    with pytest.raises(LookupFailed, match="host app2: no clock reading"):
+        judge_fleet_with_offsets(runs, 60, {"app1": 600, "app2": 1800}, {"app1": 0.0})

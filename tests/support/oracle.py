@@ -48,3 +48,43 @@ def unclassified(
         if row.status not in claimed | queued | finished:
             found[row.status] = found.get(row.status, 0) + 1
     return found
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of a fleet: its lease and when its runtime started (None: unknown)."""
+
+    name: str
+    lease_s: float
+    runtime_started_at: datetime | None
+
+
+def classify_for_fleet(
+    row: Row,
+    *,
+    now: datetime,
+    hosts: list[Host],
+    claimed: set[str],
+    queued: set[str],
+    clock_skew_s: float = 0.0,
+) -> str | None:
+    """The fleet rule stated as quantifiers over the hosts, not as min/max.
+
+    A claim may be running on any host. It is an orphan only if it predates EVERY host's
+    runtime (and every start is known), and stale only once NO host's lease still covers it.
+    """
+    if row.status in queued:
+        return "queued"
+    if row.status not in claimed:
+        return None
+    if row.claimed_at is None:
+        return "live"
+    claimed_at = row.claimed_at
+    skew = timedelta(seconds=clock_skew_s)
+    if all(
+        h.runtime_started_at is not None and claimed_at < h.runtime_started_at - skew for h in hosts
+    ):
+        return "orphaned"
+    if all(claimed_at + timedelta(seconds=h.lease_s) <= now for h in hosts):
+        return "stale"
+    return "live"

@@ -8,8 +8,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.errors import ConfigError
-from leaseguard.fleet import combine_facts, in_database_clock
+from leaseguard.clock import ClockOffset, chained
+from leaseguard.errors import ConfigError, LookupFailed
+from leaseguard.fleet import (
+    combine_facts,
+    facts_from_reports,
+    host_facts,
+    in_database_clock,
+    in_database_clocks,
+)
 from leaseguard.runtime import RuntimeFacts
 from leaseguard.verdict import TaskTimeout
 
@@ -94,3 +101,108 @@ def test_start_times_move_into_the_database_clock():
     # a host 5 s ahead of the database reported its start 5 s later than the database saw it
     assert in_database_clock(NOW, 5.0) == NOW - timedelta(seconds=5)
     assert in_database_clock(None, 5.0) is None
+
+
+# --- reports: the registered task_timeout results (or a facts file) of every host ----------
+
+GOOD = {"task_timeout_s": 3600.0, "runtime_started_at": "2026-09-09T04:00:00+00:00"}
+
+
+def test_reports_become_facts_with_their_provenance():
+    reports = {
+        "app1": {**GOOD, "source": "docker:backend/APP_TASK_TIMEOUT_S", "changed": False},
+        "app2": {"task_timeout_s": "60", "runtime_started_at": NOW, "warnings": ["w"]},
+    }
+    per_host = facts_from_reports(reports, ["app1", "app2"])
+    assert per_host["app1"].task_timeout == TaskTimeout(3600.0, "docker:backend/APP_TASK_TIMEOUT_S")
+    assert per_host["app1"].runtime_started_at == datetime(2026, 9, 9, 4, tzinfo=UTC)
+    assert per_host["app2"].task_timeout == TaskTimeout(60.0, "given:task_timeout_s")
+    assert per_host["app2"].runtime_started_at == NOW
+    assert per_host["app2"].warnings == ("w",)
+
+
+def test_a_host_without_a_start_time_has_none_and_so_no_cutoff():
+    per_host = facts_from_reports({"app1": {"task_timeout_s": 60, "runtime_started_at": None}})
+    assert per_host["app1"].runtime_started_at is None
+
+
+# (reports, hosts of the play, every host that must be named)
+BAD_FLEETS = [
+    ({"app1": GOOD}, ["app1", "app2"], ["host app2: no lookup result"]),
+    ({"app1": GOOD, "app2": {}}, [], ["host app2: no lookup result"]),
+    ({"app1": GOOD, "app2": None}, [], ["host app2: no lookup result"]),
+    (
+        {"app1": GOOD, "app2": {"unreachable": True, "msg": "ssh: connect to host"}},
+        [],
+        ["host app2: unreachable during its lookup"],
+    ),
+    ({"app1": GOOD, "app2": {"skipped": True}}, [], ["host app2: its lookup was skipped"]),
+    (
+        {
+            "app1": {"failed": True, "error": {"message": "host app1: variable X is not set"}},
+            "app2": {"failed": True, "msg": "raw text"},
+        },
+        ["app3"],
+        [
+            "host app1: its lookup failed (host app1: variable X is not set)",
+            "host app2: its lookup failed",
+            "host app3: no lookup result",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("reports", "hosts", "named"), BAD_FLEETS)
+def test_every_host_without_a_good_lookup_fails_closed_and_is_named(reports, hosts, named):
+    with pytest.raises(LookupFailed) as caught:
+        facts_from_reports(reports, hosts)
+    message = str(caught.value)
+    for part in named:
+        assert part in message
+    assert "raw text" not in message and "ssh: connect" not in message
+
+
+@pytest.mark.parametrize(
+    ("report", "message"),
+    [
+        ({"task_timeout_s": 0}, "host app1: task_timeout_s must be greater than 0 seconds"),
+        ({"task_timeout_s": "abc"}, "host app1: task_timeout_s is not a number of seconds"),
+        ({"task_timeout_s": True}, "host app1: task_timeout_s is a boolean"),
+        (
+            {"task_timeout_s": 60, "runtime_started_at": "yesterday"},
+            "host app1: runtime_started_at is not an ISO 8601 timestamp",
+        ),
+        (
+            {"task_timeout_s": 60, "runtime_started_at": datetime(2026, 1, 1)},
+            "host app1: runtime_started_at has no timezone",
+        ),
+        ({"task_timeout": 60}, "host app1: unknown key(s) task_timeout"),
+    ],
+)
+def test_bad_values_are_usage_errors_naming_host_and_key(report, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        host_facts("app1", report)
+
+
+# --- clocks: every host's offset, chained through this machine's ---------------------------
+
+
+def test_a_host_offset_is_chained_through_this_machines_clock():
+    assert chained(ClockOffset(2.0, 0.01), ClockOffset(-0.5, 0.02)) == ClockOffset(1.5, 0.03)
+
+
+def test_start_times_move_into_the_database_clock_before_the_oldest_is_chosen():
+    # By their own clocks app2 started first; app1's clock is 100 s fast, so in the database
+    # clock app1 started first. Only a host off by more than the skew is warned about.
+    per_host = {
+        "app1": RuntimeFacts(TaskTimeout(60.0, "fixed"), NOW - timedelta(seconds=1750)),
+        "app2": RuntimeFacts(TaskTimeout(60.0, "fixed"), NOW - timedelta(seconds=1800)),
+    }
+    offsets = {"app1": ClockOffset(100.0, 0.01), "app2": ClockOffset(-0.5, 0.01)}
+    for order in itertools.permutations(per_host.items()):
+        moved = in_database_clocks(dict(order), offsets, clock_skew_s=1.0)
+        combined = combine_facts(moved)
+        assert combined.cutoff_from == "app1"
+        assert combined.facts.runtime_started_at == NOW - timedelta(seconds=1850)
+        assert moved["app2"].runtime_started_at == NOW - timedelta(seconds=1799.5)
+        assert [w.split(" clock is")[0] for w in combined.facts.warnings] == ["host app1"]

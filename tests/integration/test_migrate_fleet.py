@@ -1,0 +1,211 @@
+"""The migrate role judges once for the whole fleet of the play, never from the first host.
+
+Real ansible-playbook over two (or three) hosts with a local connection and fixed lookups,
+against a real PostgreSQL: the issue's reproductions defer, their mirror images proceed,
+the decision does not depend on the inventory order, and a host that cannot answer fails
+the gate by name with nothing migrated.
+"""
+
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from sandbox.pgcluster import GUARD_RO_ROLE
+from sandbox.runs_table import create_runs_table
+from tests.support.ansible_run import run_playbook, write_inventory
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DAY = 86400
+JUDGE = "Judge the claims by the system's own lease"
+
+
+def host(timeout_s, started_ago_s, **extra):
+    """A local host whose lookups are fixed: its task timeout and when its runtime started."""
+    started = datetime.now(UTC) - timedelta(seconds=started_ago_s)
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "leaseguard_task_timeout": {"source": "fixed", "value_s": timeout_s},
+        "leaseguard_runtime": {"source": "fixed", "started_at": started.isoformat()},
+        **extra,
+    }
+
+
+@pytest.fixture
+def fleet(tmp_path, db):
+    """Run the migrate role over `hosts` (in the given order) with one claim in the table."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    log = tmp_path / "migrated.log"
+
+    def run(hosts, claimed_ago_s, *, pre_tasks=()):
+        with db.connect() as conn:
+            conn.execute("TRUNCATE execution_runs")
+            conn.execute(
+                "INSERT INTO execution_runs (id, status, claimed_at) "
+                "VALUES (1, 'running', now() - make_interval(secs => %s)), (2, 'open', null)",
+                (claimed_ago_s,),
+            )
+        log.unlink(missing_ok=True)
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            hosts,
+            leaseguard_db_host=db.cluster.host,
+            leaseguard_db_port=db.cluster.port,
+            leaseguard_db_name=db.name,
+            leaseguard_db_user=GUARD_RO_ROLE,
+            leaseguard_migrate_command=["sh", "-c", f"echo migrated >> {log}"],
+        )
+        play = {
+            "hosts": "app",
+            "gather_facts": False,
+            "tasks": [
+                *pre_tasks,
+                {
+                    "name": "Run the migrate role",
+                    "ansible.builtin.include_role": {"name": "leaseguard.deploy.migrate"},
+                },
+            ],
+        }
+        path = tmp_path / "play.yml"
+        path.write_text(yaml.safe_dump([play], sort_keys=False))
+        outcome = run_playbook(path, inventory, tmp_path)
+        outcome.migrations = log.read_text().count("migrated") if log.exists() else 0
+        return outcome
+
+    return run
+
+
+def verdict_of(run):
+    """The one fleet verdict (run_once: registered on the host it ran from)."""
+    results = [r for r in run.results(JUDGE).values() if not r.get("skipped")]
+    assert len(results) == 1, run.stdout[-3000:]
+    return results[0]
+
+
+def judged_from(run):
+    """The host the run_once judgment ran from (the verdict's own host is "fleet")."""
+    return next(host for host, r in run.results(JUDGE).items() if not r.get("skipped"))
+
+
+def reversed_hosts(hosts):
+    return dict(reversed(list(hosts.items())))
+
+
+# Each case: per-host (timeout, started ago), claim age, decision, lease_from, cut-off from.
+# Starts differ by a minute at least: start times are compared in the database clock, so two
+# starts closer than the clock measurements' precision may name either host as the cut-off's.
+CASES = {
+    # The issue's first reproduction: app1 restarted 10 min ago, app2 up a day, a claim 1 h
+    # old. app1's start alone would call it an orphan; it may be running on app2.
+    "recent-restart-on-first-host-defers": (
+        {"app1": (3600, 600), "app2": (3600, DAY)},
+        3600,
+        "defer",
+        "app1",
+        "app2",
+    ),
+    # Its mirror: a claim older than EVERY host's start is an orphan everywhere.
+    "claim-older-than-every-start-proceeds": (
+        {"app1": (3600, 600), "app2": (3600, 3600)},
+        5400,
+        "proceed",
+        "app1",
+        "app2",
+    ),
+    # The second: mid-rollout config change, app1 at 60 s, app2 at 3600 s, a claim 10 min old.
+    # app1's 120 s lease alone would call it stale; app2's 7200 s lease still covers it.
+    "short-timeout-on-first-host-defers": (
+        {"app1": (60, DAY + 60), "app2": (3600, DAY)},
+        600,
+        "defer",
+        "app2",
+        "app1",
+    ),
+    # Its mirror: past every host's lease, the claim is the reaper's.
+    "claim-past-every-lease-proceeds": (
+        {"app1": (60, DAY + 60), "app2": (3600, DAY)},
+        7200 + 60,
+        "proceed",
+        "app2",
+        "app1",
+    ),
+}
+
+
+@pytest.mark.parametrize("order", ["inventory-order", "reversed-order"])
+@pytest.mark.parametrize(
+    ("facts", "claimed_ago_s", "decision", "lease_from", "cutoff_from"),
+    CASES.values(),
+    ids=CASES.keys(),
+)
+def test_the_migration_is_judged_once_with_every_hosts_facts(
+    fleet, facts, claimed_ago_s, decision, lease_from, cutoff_from, order
+):
+    hosts = {name: host(*values) for name, values in facts.items()}
+    if order == "reversed-order":
+        hosts = reversed_hosts(hosts)
+    run = fleet(hosts, claimed_ago_s)
+    verdict = verdict_of(run)
+    assert verdict["decision"] == decision, run.stdout[-3000:]
+    assert verdict["fleet"]["hosts"] == ["app1", "app2"]
+    assert verdict["fleet"]["lease_from"] == lease_from
+    assert verdict["fleet"]["orphan_cutoff_from"] == cutoff_from
+    assert set(verdict["fleet"]["clock_offsets_s"]) == {"app1", "app2"}
+    assert verdict["lease_s"] == 2 * facts[lease_from][0]
+    assert verdict["task_timeout_source"] == f"{lease_from}:fixed"
+    if decision == "defer":
+        assert run.returncode != 0
+        assert run.migrations == 0
+        refusal = run.result("Defer the migration while work is in flight", judged_from(run))
+        assert "judged once for app1, app2" in refusal["msg"]
+        assert f"orphan cut-off from {cutoff_from}" in refusal["msg"]
+    else:
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert run.migrations == 1  # once for the fleet, not once per host
+
+
+def test_every_host_is_looked_up_not_only_the_first(fleet):
+    run = fleet({"app1": host(3600, DAY), "app2": host(3600, DAY), "app3": host(60, 60)}, 30)
+    lookups = run.results("Look up the configured task timeout and the runtime start time")
+    assert sorted(lookups) == ["app1", "app2", "app3"]
+    assert all(not result.get("failed") for result in lookups.values())
+    assert verdict_of(run)["fleet"]["hosts"] == ["app1", "app2", "app3"]
+
+
+def test_a_host_whose_lookup_fails_fails_the_gate_by_name_and_nothing_is_migrated(fleet, tmp_path):
+    broken = host(3600, DAY)
+    broken["leaseguard_task_timeout"] = {
+        "source": "env_file",
+        "path": str(tmp_path / "missing.env"),
+        "variable": "APP_TASK_TIMEOUT_S",
+    }
+    # The claim is past every lease the healthy host knows: only app2's failure stops it.
+    for hosts in (
+        {"app1": host(3600, DAY), "app2": broken},
+        {"app2": broken, "app1": host(60, DAY)},
+    ):
+        run = fleet(hosts, 3 * 3600)
+        assert run.returncode != 0
+        assert run.migrations == 0
+        verdict = verdict_of(run)
+        assert verdict["failed"] is True and verdict["decision"] == "failed"
+        assert "host app2: its lookup failed" in verdict["msg"], verdict["msg"]
+        assert "app1:" not in verdict["msg"]
+
+
+def test_a_host_that_failed_earlier_in_the_play_fails_the_gate_by_name(fleet):
+    fail_app2 = {
+        "name": "Something else fails on app2 first",
+        "ansible.builtin.fail": {"msg": "broken before the migration"},
+        "when": "inventory_hostname == 'app2'",
+    }
+    run = fleet({"app1": host(3600, DAY), "app2": host(3600, DAY)}, 3 * 3600, pre_tasks=[fail_app2])
+    assert run.returncode != 0
+    assert run.migrations == 0
+    verdict = verdict_of(run)
+    assert verdict["decision"] == "failed"
+    assert "host app2: no lookup result" in verdict["msg"], verdict["msg"]
