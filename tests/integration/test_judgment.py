@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.db import connect
-from leaseguard.errors import UnclassifiedStatus
-from leaseguard.guard import evaluate
-from leaseguard.verdict import Decision, TaskTimeout
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.guard import evaluate
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import UnclassifiedStatus
+from leaseguard.core.verdict import Decision, TaskTimeout
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.oracle import Row, classify, unclassified
 
@@ -322,7 +322,7 @@ def test_sql_classification_matches_the_python_oracle(
 
 
 def judge_with_offset(db, claimed_at, started, offset_s):
-    from leaseguard.clock import ClockOffset
+    from leaseguard.adapters.clock import ClockOffset
 
     contract = contract_from_mapping({})
     with db.connect() as conn:

@@ -8,10 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.errors import ConfigError
-from leaseguard.fleet import combine_facts, in_database_clock
-from leaseguard.runtime import RuntimeFacts
-from leaseguard.verdict import TaskTimeout
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.fleet import combine_facts, in_database_clock
+from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 NOW = datetime(2026, 9, 9, 12, 0, tzinfo=UTC)
 

@@ -1,6 +1,6 @@
 """Converging cron.job on a declaration: connect, read, plan, and write in one transaction.
 
-The I/O half of the budgets; the decisions are `leaseguard.budgets.planning`'s, including
+The I/O half of the budgets; the decisions are `leaseguard.core.budgets.planning`'s, including
 the all-or-nothing policy (`BudgetPlan.refusals`), which `apply_budgets` enforces for every
 front.
 """
@@ -12,11 +12,11 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.budgets.config import DeclaredBudgets
-from leaseguard.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
-from leaseguard.cron import cron_transaction, read_live_jobs
-from leaseguard.db import connect
-from leaseguard.errors import DatabaseUnavailable
+from leaseguard.adapters.cron import cron_transaction, read_live_jobs
+from leaseguard.adapters.db import connect
+from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
+from leaseguard.core.errors import DatabaseUnavailable
 
 # Serialises concurrent runs (two deploys) between reading cron.job and writing it;
 # the bytes of "lgcronbg" as a bigint.
@@ -63,7 +63,7 @@ def apply_budgets(
     """Read cron.job, plan, and write the plan in one transaction: all of it or nothing.
 
     `conn` is a writable connection to the database holding pg_cron's cron.job
-    (`leaseguard.db.connect(..., writable=True)`). Jobs are created in `declared.database`,
+    (`leaseguard.adapters.db.connect(..., writable=True)`). Jobs are created in `declared.database`,
     or in that same database when it is None. Nothing is written in check mode (the
     transaction is READ ONLY, the plan computed exactly as it would be) nor when the plan
     has `refusals` (drift left as it is, a refused live job): the result's `applied` says

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from leaseguard.errors import LookupFailed
-from leaseguard.runtime import Runner
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import LookupFailed
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """pg_cron's cron.job: reading jobs, one time-boxed transaction on them, pausing and resuming.
 
-Shared by the budgets (`leaseguard.budgets`, which plans commands), the drain's intake pause
-(`leaseguard.drain.CronJobsPause`) and the migrate role's pause (the cron_budget module's
-`active` option), so every writer of cron.job runs with the same time limits and reports
-failures the same way.
+Shared by the budgets (`leaseguard.core.budgets`, which plans commands), the drain's intake
+pause (`leaseguard.orchestration.drain.CronJobsPause`) and the migrate role's pause (the
+cron_budget module's `active` option), so every writer of cron.job runs with the same time
+limits and reports failures the same way.
 
 Pausing and resuming: the state is declared (``{job: active}``) and the result says which
 jobs this run actually switched, so resuming exactly those, and no job an operator had
@@ -22,9 +22,9 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from leaseguard.budgets.live import LiveJob
-from leaseguard.db import set_local_limits
-from leaseguard.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from leaseguard.adapters.db import set_local_limits
+from leaseguard.core.budgets.live import LiveJob
+from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
@@ -215,10 +215,10 @@ def set_jobs_active(
     """Set each named job's active flag in one transaction (read-only in check mode).
 
     `conn` is an autocommit connection to the database holding cron.job
-    (`leaseguard.db.connect` with writable=True). With `require_all`, a name that matches no job
-    fails the whole call before anything is written. `also` runs in the same transaction
-    after the switches, with the changes made (the drain records its pauses there, so a
-    pause and its record commit together or not at all).
+    (`leaseguard.adapters.db.connect` with writable=True). With `require_all`, a name that
+    matches no job fails the whole call before anything is written. `also` runs in the same
+    transaction after the switches, with the changes made (the drain records its pauses
+    there, so a pause and its record commit together or not at all).
     """
     wanted = validate_active(wanted)
     hint = "the role must own the jobs or be allowed cron.alter_job"

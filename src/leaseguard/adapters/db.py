@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.contract import Contract
-from leaseguard.errors import ConfigError, DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+from leaseguard.core.contract import Contract
+from leaseguard.core.dsn import invalid_dsn
+from leaseguard.core.errors import (
+    DatabaseUnavailable,
+    GuardQueryFailed,
+    SchemaMismatch,
+)
 
 APPLICATION_NAME = "leaseguard"
 
@@ -38,37 +41,6 @@ _CONNECT_CAUSES = (
     ("the database system is starting up", "the server is starting up"),
     ("the database system is shutting down", "the server is shutting down"),
 )
-
-
-# One `keyword = value` pair of a key/value DSN; a value is a single-quoted string (with
-# backslash escapes) or a run of non-blanks.
-_DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
-_KEYWORD = re.compile(r"[A-Za-z_]+")
-
-
-def invalid_dsn(conninfo: str) -> ConfigError:
-    """Why libpq refused a DSN, naming the keyword at fault and never any value.
-
-    libpq's own message may quote a value (a password with a space), so it is not used;
-    the key/value form is scanned here instead. Keywords are libpq's names, never secrets.
-    """
-    if re.match(r"\s*postgres(?:ql)?://", conninfo):
-        return ConfigError("the DSN is not a valid postgresql:// URI")
-    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
-    previous = None
-    for match in _DSN_PAIR.finditer(conninfo):
-        keyword, value = match.group(1), match.group(2)
-        if not value:
-            if previous is None:
-                break
-            return ConfigError(
-                f"the DSN is not valid after keyword {previous!r}: a value with spaces "
-                "needs single quotes (keyword='a value')"
-            )
-        if _KEYWORD.fullmatch(keyword) and keyword not in known:
-            return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
-        previous = keyword if _KEYWORD.fullmatch(keyword) else previous
-    return ConfigError("the DSN is not a valid libpq connection string")
 
 
 def describe_target(conninfo: str) -> str:
@@ -98,7 +70,7 @@ def connect(
     :param writable: False (the guard's connection): read-only and repeatable-read, so both
         queries of a check see one snapshot and one now(). True (writers of cron.job: the
         budgets and the intake pause): autocommit, so each caller opens the one transaction
-        it means (`leaseguard.cron.cron_transaction`) and nothing stays open between them.
+        it means (`leaseguard.adapters.cron.cron_transaction`) and nothing stays open between them.
     :param dbname: another database than the DSN's (pg_cron's cron.database_name).
     :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
 
@@ -139,7 +111,7 @@ def liveness_keywords(connect_timeout_s: int) -> dict[str, int]:
     minutes). Keepalive probes start after a second of silence, and tcp_user_timeout
     drops the connection once data (a query or a probe) stays unacknowledged for the
     connect timeout. Through the SSH tunnel the socket is the local forwarder's and the
-    SSH connection carries the same bound (leaseguard.ssh). Values the DSN sets win.
+    SSH connection carries the same bound (leaseguard.adapters.ssh). Values the DSN sets win.
     """
     silent_s = connect_timeout_s
     return {

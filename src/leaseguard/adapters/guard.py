@@ -8,11 +8,12 @@ from datetime import datetime
 import psycopg
 from psycopg import sql
 
-from leaseguard.clock import ClockOffset
-from leaseguard.contract import Contract
-from leaseguard.db import connect, guard_transaction
-from leaseguard.errors import ConfigError, SchemaMismatch
-from leaseguard.predicate import (
+from leaseguard.adapters.clock import ClockOffset
+from leaseguard.adapters.db import connect, guard_transaction
+from leaseguard.adapters.statuses import StatusColumn, check_statuses, inspect_status_column
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError, SchemaMismatch
+from leaseguard.core.predicate import (
     columns_query,
     counts_query,
     live_claims_query,
@@ -21,9 +22,8 @@ from leaseguard.predicate import (
     rls_query,
     table_identifier,
 )
-from leaseguard.presets import OWNER_HEARTBEAT_COLUMN, OWNER_HEARTBEAT_RULE, OWNERS_TABLE
-from leaseguard.statuses import StatusColumn, check_statuses, inspect_status_column
-from leaseguard.verdict import Counts, LiveClaim, TaskTimeout, Verdict
+from leaseguard.core.presets import OWNER_HEARTBEAT_COLUMN, OWNER_HEARTBEAT_RULE, OWNERS_TABLE
+from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 # format_type() spells a precision when the column has one: ActiveRecord 7 and Ecto write
 # timestamp(6). Any precision, with or without time zone, is a timestamp.

@@ -34,18 +34,18 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.contract import MAX_IDENTIFIER_BYTES, Contract
-from leaseguard.db import set_local_limits
-from leaseguard.errors import SchemaMismatch
-from leaseguard.predicate import (
+from leaseguard.adapters.db import set_local_limits
+from leaseguard.adapters.statuses import StatusColumn
+from leaseguard.core.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.core.errors import SchemaMismatch
+from leaseguard.core.predicate import (
     claim_conditions,
     counts_query,
     predicate_params,
     table_identifier,
 )
-from leaseguard.presets import OWNER_HEARTBEAT_RULE
-from leaseguard.statuses import StatusColumn
-from leaseguard.verdict import Verdict
+from leaseguard.core.presets import OWNER_HEARTBEAT_RULE
+from leaseguard.core.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.cron import ActiveChange, ActivePlan, set_jobs_active
+from leaseguard.adapters.cron import ActiveChange, ActivePlan, set_jobs_active
 
 log = logging.getLogger("leaseguard.pauses")
 

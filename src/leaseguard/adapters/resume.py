@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from leaseguard.db import connect
-from leaseguard.pauses import resume_recorded
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.pauses import resume_recorded
 
 
 def resume_pauses(

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from leaseguard.contract import Contract, RuntimeLookup, TaskTimeoutLookup
-from leaseguard.errors import LookupFailed, TimeoutValueError
-from leaseguard.timeouts import parse_timeout_s
-from leaseguard.verdict import TaskTimeout
+from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
+from leaseguard.core.errors import LookupFailed, TimeoutValueError
+from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 LOOKUP_TIMEOUT_S = 30.0
@@ -65,15 +65,6 @@ class LocalRunner:
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
         return CommandResult(done.returncode, done.stdout, done.stderr)
-
-
-@dataclass(frozen=True)
-class RuntimeFacts:
-    """What the host said: the task timeout, the runtime start, and any caveats."""
-
-    task_timeout: TaskTimeout | None
-    runtime_started_at: datetime | None
-    warnings: tuple[str, ...] = ()
 
 
 def resolve_runtime_facts(

@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paramiko
-from fabric import Config, Connection
+try:
+    import paramiko
+    from fabric import Config, Connection
+except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproject.toml)
+    raise ModuleNotFoundError(
+        f"leaseguard's SSH tunnel needs Fabric and paramiko ({exc.name} is not installed): "
+        "pip install 'leaseguard[fabric]' (or 'leaseguard[ansible]' for the collection)",
+        name=exc.name,
+    ) from exc
 
-from leaseguard.errors import ConfigError, TunnelError
-from leaseguard.runtime import LOOKUP_TIMEOUT_S, CommandResult
+from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S, CommandResult
+from leaseguard.core.errors import ConfigError, TunnelError
 
 log = logging.getLogger("leaseguard.tunnel")
 

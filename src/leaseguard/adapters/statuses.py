@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from leaseguard.contract import Contract
-from leaseguard.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
-from leaseguard.predicate import (
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.predicate import (
     status_column_query,
     status_rows_query,
     unclassified_scan_query,

@@ -14,15 +14,21 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from leaseguard.budgets.config import load_budget_config
-from leaseguard.budgets.converge import converge_budgets
-from leaseguard.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
-from leaseguard.budgets.units import format_budget
-from leaseguard.cli_contract import resolve_dsn
-from leaseguard.contract import Contract
-from leaseguard.db import connect
-from leaseguard.errors import EXIT_DRIFT, EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
-from leaseguard.pauses import scan_leftovers
+from leaseguard.adapters.budgets import converge_budgets
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.cli.contract import resolve_dsn
+from leaseguard.core.budgets.config import load_budget_config
+from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
+from leaseguard.core.budgets.units import format_budget
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import (
+    EXIT_DRIFT,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    ConfigError,
+    LeaseguardError,
+)
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its

@@ -9,8 +9,8 @@ import argparse
 import os
 from typing import Any
 
-from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
-from leaseguard.presets import PRESETS
+from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
+from leaseguard.core.presets import PRESETS
 
 
 def add_config_option(container: Any) -> None:

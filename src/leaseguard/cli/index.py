@@ -13,16 +13,16 @@ import argparse
 import sys
 from typing import Any
 
-from leaseguard.cli_contract import add_config_option, add_table_options, contract_from_args
-from leaseguard.db import connect, translate_errors
-from leaseguard.errors import EXIT_FAILED, ConfigError, LeaseguardError
-from leaseguard.indexing import (
+from leaseguard.adapters.db import connect, translate_errors
+from leaseguard.adapters.indexing import (
     INDEX_COMMENT,
     NO_INDEX_NEEDED,
     index_advice,
     index_needed,
     recommended_index_sql,
 )
+from leaseguard.cli.contract import add_config_option, add_table_options, contract_from_args
+from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
 
 DESCRIPTION = """\
 Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks

@@ -7,37 +7,41 @@ It translates flags into contract layers and the core's results into exit status
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard import __version__
-from leaseguard.cli_budgets import add_budgets_command
-from leaseguard.cli_contract import (
+from leaseguard.adapters.resume import resume_lines, resume_pauses
+from leaseguard.cli.contract import (
     add_config_option,
     add_table_options,
     contract_from_args,
     resolve_dsn,
 )
-from leaseguard.cli_index import add_index_sql_command
-from leaseguard.cli_status import add_status_command
-from leaseguard.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S, DrainResult
-from leaseguard.errors import EXIT_FAILED, EXIT_PROCEED, EXIT_USAGE, ConfigError, LeaseguardError
-from leaseguard.fronts import (
+from leaseguard.core.errors import (
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    ConfigError,
+    LeaseguardError,
+)
+from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.verdict import Verdict, failure_timeline
+from leaseguard.orchestration.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S, DrainResult
+from leaseguard.orchestration.drain_options import drain_options
+from leaseguard.orchestration.drain_run import (
     configure_logging,
     drain_host,
     status_board,
     terminate_as_interrupt,
 )
-from leaseguard.options import drain_options
-from leaseguard.progress import progress_for
-from leaseguard.resume import resume_lines, resume_pauses
-from leaseguard.session import local_session
-from leaseguard.timeouts import parse_timeout_s
-from leaseguard.verdict import Verdict, failure_timeline
+from leaseguard.orchestration.progress import progress_for
+from leaseguard.orchestration.session import local_session
 
 DESCRIPTION = """\
 Judge whether work is in flight by the protected system's own claim lease
@@ -46,8 +50,33 @@ guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usa
 """
 
 
+# Subcommands defined in modules of their own, imported only when named on the command line:
+# `leaseguard check` never loads the budgets machinery (jinja2), `leaseguard --help` none of
+# them. Their one-line help is repeated here so that `--help` can list them without the import
+# (tests/unit/test_cli_startup.py checks that it matches the module's own).
+LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+    "budgets": (
+        "leaseguard.cli.budgets",
+        "add_budgets_command",
+        "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
+        "exit 0 converged, 3 drift",
+    ),
+    "index-sql": (
+        "leaseguard.cli.index",
+        "add_index_sql_command",
+        "print the index that keeps the guard's checks flat (no database needed)",
+    ),
+    "status": (
+        "leaseguard.cli.status",
+        "add_status_command",
+        "print a drain's status file (written with drain --status-file)",
+    ),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(in_full={command_named(argv)})
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
@@ -56,7 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_named(argv: Sequence[str]) -> str:
+    """The subcommand on a command line: no global option takes a value, so the first word."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
+def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; of the LAZY_COMMANDS only those `in_full` (default: all) get their options."""
     parser = argparse.ArgumentParser(prog="leaseguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -102,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
     resume_parser.set_defaults(handler=run_resume)
-    add_budgets_command(commands)
-    add_index_sql_command(commands)
-    add_status_command(commands)
+    for name, (module, register, help_line) in LAZY_COMMANDS.items():
+        if in_full is None or name in in_full:
+            getattr(importlib.import_module(module), register)(commands)
+        else:
+            commands.add_parser(name, help=help_line)
     return parser
 
 

@@ -12,8 +12,8 @@ import argparse
 import json
 from typing import Any
 
-from leaseguard.drain_status import read_status, status_line
-from leaseguard.errors import EXIT_FAILED, EXIT_PROCEED
+from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED
+from leaseguard.orchestration.drain_status import read_status, status_line
 
 DESCRIPTION = """\
 Print the snapshot a drain started with --status-file PATH keeps up to date: state,

@@ -17,8 +17,8 @@ from typing import Any
 
 import yaml
 
-from leaseguard.errors import ConfigError
-from leaseguard.presets import (
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.presets import (
     LOCKED_AT_RULE,
     OWNER_COLUMN,
     OWNER_HEARTBEAT_RULE,
@@ -32,7 +32,7 @@ from leaseguard.presets import (
 # address another column, so it is refused instead.
 MAX_IDENTIFIER_BYTES = 63
 
-# The section of a config file that declares pg_cron budgets (leaseguard.budgets reads it);
+# The section of a config file that declares pg_cron budgets (leaseguard.core.budgets reads it);
 # the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
 CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")

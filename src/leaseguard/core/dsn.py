@@ -10,14 +10,47 @@ of the DSN never appears in a message.
 
 from __future__ import annotations
 
+import re
+
 import psycopg
+from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.db import invalid_dsn
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 
 DEFAULT_TUNNEL_HOST = "127.0.0.1"
 DEFAULT_PORT = 5432
+
+
+# One `keyword = value` pair of a key/value DSN; a value is a single-quoted string (with
+# backslash escapes) or a run of non-blanks.
+_DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
+_KEYWORD = re.compile(r"[A-Za-z_]+")
+
+
+def invalid_dsn(conninfo: str) -> ConfigError:
+    """Why libpq refused a DSN, naming the keyword at fault and never any value.
+
+    libpq's own message may quote a value (a password with a space), so it is not used;
+    the key/value form is scanned here instead. Keywords are libpq's names, never secrets.
+    """
+    if re.match(r"\s*postgres(?:ql)?://", conninfo):
+        return ConfigError("the DSN is not a valid postgresql:// URI")
+    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    previous = None
+    for match in _DSN_PAIR.finditer(conninfo):
+        keyword, value = match.group(1), match.group(2)
+        if not value:
+            if previous is None:
+                break
+            return ConfigError(
+                f"the DSN is not valid after keyword {previous!r}: a value with spaces "
+                "needs single quotes (keyword='a value')"
+            )
+        if _KEYWORD.fullmatch(keyword) and keyword not in known:
+            return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
+        previous = keyword if _KEYWORD.fullmatch(keyword) else previous
+    return ConfigError("the DSN is not a valid libpq connection string")
 
 
 def direct_conninfo(conninfo: str, db_host: str | None, db_port: int | None) -> str:
@@ -68,3 +101,13 @@ def _port(value: object) -> int | None:
         return int(str(value))
     except ValueError:
         raise ConfigError("the port in dsn is not a number") from None
+
+
+def reject_hostaddr(conninfo: str) -> None:
+    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise invalid_dsn(conninfo) from None
+    if "hostaddr" in params:
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

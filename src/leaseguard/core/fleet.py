@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseguard.errors import ConfigError
-from leaseguard.runtime import RuntimeFacts
-from leaseguard.verdict import TaskTimeout
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 
 from psycopg import sql
 
-from leaseguard.contract import Contract
-from leaseguard.presets import (
+from leaseguard.core.contract import Contract
+from leaseguard.core.presets import (
     LOCKED_AT_RULE,
     OWNER_COLUMN,
     OWNER_HEARTBEAT_COLUMN,
@@ -41,7 +41,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     through to live: the guard errs on the side of the work. One plain subquery, no CTEs:
     planning is most of this query's cost once the partial index makes the scan cheap.
     Naive timestamps are read in the contract's timestamp_zone: the guard transaction sets
-    TimeZone to it (leaseguard.db.guard_transaction), so `::timestamptz` means that zone.
+    TimeZone to it (leaseguard.adapters.db.guard_transaction), so `::timestamptz` means that zone.
     """
     claimed_at = sql.Identifier(contract.claimed_at_column)
     expires = expiry(contract)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from leaseguard.errors import TimeoutValueError
+from leaseguard.core.errors import TimeoutValueError
 
 # Plain decimal notation only: float() alone would also take "inf", "nan", "1_000" and
 # "0x10"-like oddities that no operator means as a timeout.

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from leaseguard.errors import EXIT_DEFER, EXIT_PROCEED
+from leaseguard.core.errors import EXIT_DEFER, EXIT_PROCEED
 
 
 class Decision(enum.StrEnum):
@@ -31,6 +31,15 @@ class TaskTimeout:
     seconds: float
     source: str
     assumed: bool = False  # True when the lookup found nothing and default_s was used
+
+
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """What the host said: the task timeout, the runtime start, and any caveats."""
+
+    task_timeout: TaskTimeout | None
+    runtime_started_at: datetime | None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,7 +92,7 @@ class Verdict:
     clock_offset_s: float | None = None
     warnings: tuple[str, ...] = field(default=())
     # Set when one judgment covers several hosts (the fleet rule): the hosts, and which host
-    # supplied the lease and the orphan cut-off (leaseguard.fleet.FleetFacts.as_dict()).
+    # supplied the lease and the orphan cut-off (leaseguard.core.fleet.FleetFacts.as_dict()).
     fleet: dict[str, Any] | None = None
 
     @property

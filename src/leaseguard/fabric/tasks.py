@@ -24,11 +24,10 @@ from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
-from leaseguard.contract import CRON_BUDGETS_SECTION, Contract, load_contract
-from leaseguard.drain import DrainResult
-from leaseguard.drain_status import StatusBoard
-from leaseguard.dsn import tunnel_far_end
-from leaseguard.errors import (
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.core.dsn import tunnel_far_end
+from leaseguard.core.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
     EXIT_PROCEED,
@@ -36,18 +35,20 @@ from leaseguard.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.fronts import (
+from leaseguard.core.verdict import Verdict, failure_timeline
+from leaseguard.orchestration.drain import DrainResult
+from leaseguard.orchestration.drain_options import DrainOptions, drain_options
+from leaseguard.orchestration.drain_run import (
     configure_logging,
     drain_host,
     first_that_connects,
     signals_set,
     status_board,
 )
-from leaseguard.options import DrainOptions, drain_options
-from leaseguard.progress import progress_for
-from leaseguard.session import GuardSession, fleet_session, ssh_session, tunnelled_conninfo
-from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
-from leaseguard.verdict import Verdict, failure_timeline
+from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.progress import progress_for
+from leaseguard.orchestration.session import GuardSession, fleet_session
+from leaseguard.orchestration.ssh_session import ssh_session, tunnelled_conninfo
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
 # The keys of the `connection:` section (docs/configuration.md lists each one).
@@ -466,7 +467,7 @@ def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> Non
 
     Jobs an operator disabled without a drain have no record and are never touched.
     """
-    from leaseguard.resume import resume_lines, resume_pauses  # pulls in the budgets code
+    from leaseguard.adapters.resume import resume_lines, resume_pauses  # pulls in the budgets code
 
     settings = _settings_or_exit(c)
     host = _hosts(c)[0]

@@ -22,7 +22,9 @@ from typing import Any, Protocol
 
 import psycopg
 
-from leaseguard.errors import (
+from leaseguard.adapters.pauses import RESUME_HINT, pause_jobs, resume_recorded
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
     EXIT_PROCEED,
@@ -32,9 +34,7 @@ from leaseguard.errors import (
     LookupFailed,
     PollFailed,
 )
-from leaseguard.pauses import RESUME_HINT, pause_jobs, resume_recorded
-from leaseguard.runtime import Runner
-from leaseguard.verdict import Verdict
+from leaseguard.core.verdict import Verdict
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -111,7 +111,7 @@ class NoProgress:
 
 
 class DrainObserver(Protocol):
-    """Who watches the drain from outside (leaseguard.drain_status writes it to files).
+    """Who watches the drain from outside (drain_status writes it to files).
 
     after_poll follows every poll, failed ones too (verdict: the last good one, None before
     any); finished follows the end, after intake was resumed (None: ended by an exception).
@@ -303,7 +303,7 @@ class CronJobsPause:
 
     A name that matches no job fails the pause before anything is switched: a mistyped
     name would leave intake running while the drain waits for it to stop. Each pause is
-    recorded in cron.job in the same transaction (`leaseguard.pauses`), so a drain killed
+    recorded in cron.job in the same transaction (`leaseguard.adapters.pauses`), so a drain killed
     before its resume is named by the next run. The resume is retried with backoff for
     `retry_s`; if it still fails, the error names the paused jobs and the command that
     gives them back.

@@ -15,8 +15,11 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.contract import parse_command
-from leaseguard.drain import (
+from leaseguard.adapters.pauses import RESUME_HINT
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.contract import parse_command
+from leaseguard.core.errors import ConfigError
+from leaseguard.orchestration.drain import (
     DEFAULT_POLL_S,
     DEFAULT_RESUME_RETRY_S,
     CommandPause,
@@ -24,9 +27,6 @@ from leaseguard.drain import (
     Intake,
     Intakes,
 )
-from leaseguard.errors import ConfigError
-from leaseguard.pauses import RESUME_HINT
-from leaseguard.runtime import Runner
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.drain import Drainer, DrainResult, NoProgress, Progress
-from leaseguard.drain_status import StatusBoard
-from leaseguard.errors import LeaseguardError
-from leaseguard.options import DrainOptions, build_intake
-from leaseguard.pauses import drain_identity
-from leaseguard.runtime import Runner
-from leaseguard.session import GuardSession
+from leaseguard.adapters.pauses import drain_identity
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import LeaseguardError
+from leaseguard.orchestration.drain import Drainer, DrainResult, NoProgress, Progress
+from leaseguard.orchestration.drain_options import DrainOptions, build_intake
+from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.session import GuardSession
 
 
 def drain_host(

@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from leaseguard.drain import DrainCounters, DrainResult
-from leaseguard.errors import ConfigError
-from leaseguard.verdict import Verdict
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.verdict import Verdict
+from leaseguard.orchestration.drain import DrainCounters, DrainResult
 
 log = logging.getLogger("leaseguard.drain")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from leaseguard.verdict import Verdict
+from leaseguard.core.verdict import Verdict
 
 _WIDTH = 24
 

@@ -27,26 +27,22 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import psycopg
-from fabric import Connection
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from leaseguard.clock import ClockOffset, database_clock, host_clock, measure_offset
-from leaseguard.contract import Contract
-from leaseguard.db import connect, describe_target, invalid_dsn
-from leaseguard.errors import (
-    ConfigError,
+from leaseguard.adapters.clock import ClockOffset, database_clock, host_clock, measure_offset
+from leaseguard.adapters.db import connect, describe_target
+from leaseguard.adapters.guard import judge_table, lease_seconds
+from leaseguard.adapters.indexing import with_plan_warning
+from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.adapters.runtime import LocalRunner, Runner, resolve_runtime_facts
+from leaseguard.adapters.statuses import StatusColumn
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import (
     DatabaseUnavailable,
     LeaseguardError,
     TunnelError,
 )
-from leaseguard.fleet import combine_facts, in_database_clock
-from leaseguard.guard import judge_table, lease_seconds
-from leaseguard.indexing import with_plan_warning
-from leaseguard.pauses import scan_leftovers
-from leaseguard.runtime import LocalRunner, Runner, RuntimeFacts, resolve_runtime_facts
-from leaseguard.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
-from leaseguard.statuses import StatusColumn
-from leaseguard.verdict import Verdict
+from leaseguard.core.fleet import combine_facts, in_database_clock
+from leaseguard.core.verdict import RuntimeFacts, Verdict
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
 # transaction's few small statements, and a thread waking up.
@@ -143,7 +139,7 @@ class GuardSession:
         self._status_column: StatusColumn | None = None
         self.label = label
         self.fleet = fleet
-        # Leftover intake pauses (leaseguard.pauses) are looked for once per session, in
+        # Leftover intake pauses (leaseguard.adapters.pauses) are looked for once per session, in
         # cron_database (None: the session's own database), except those of `pause_owner`
         # (this process's own drain).
         self.cron_database: str | None = None
@@ -300,7 +296,7 @@ def _shutdown_socket(conn: Conn) -> None:
 
 
 def fleet_session(sessions: Mapping[str, GuardSession]) -> GuardSession:
-    """One session judging with the fleet rule over every host's facts (leaseguard.fleet).
+    """One session judging with the fleet rule over every host's facts (leaseguard.core.fleet).
 
     Each host's start time is first put in the database clock with that host's measured
     offset, so hosts with different clocks compare fairly; the judgment then needs only the
@@ -366,61 +362,3 @@ def local_session(
         yield session
     finally:
         session.close()
-
-
-@contextmanager
-def ssh_session(
-    connection: Connection,
-    contract: Contract,
-    conninfo: str,
-    address: DatabaseAddress,
-    *,
-    task_timeout_s: float | None = None,
-    runtime_started_at: datetime | None = None,
-) -> Iterator[GuardSession]:
-    """A session over SSH: lookups on the host, the database through a tunnel."""
-    with (
-        tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel),
-        local_session(
-            contract,
-            tunnelled_dsn,
-            task_timeout_s=task_timeout_s,
-            runtime_started_at=runtime_started_at,
-            runner=FabricRunner(connection),
-            link=tunnel,
-        ) as session,
-    ):
-        yield session
-
-
-@contextmanager
-def tunnelled_conninfo(
-    connection: Connection, conninfo: str, address: DatabaseAddress
-) -> Iterator[str]:
-    """`conninfo` (dbname, user, password, ...) reaching `address` through a tunnel.
-
-    Its host and port are replaced by the tunnel's local end, so the database never needs
-    an exposed port. Shared by the Fabric tasks and the Ansible plugins.
-    """
-    with tunnelled(connection, conninfo, address) as (tunnelled_dsn, _):
-        yield tunnelled_dsn
-
-
-@contextmanager
-def tunnelled(
-    connection: Connection, conninfo: str, address: DatabaseAddress
-) -> Iterator[tuple[str, DatabaseTunnel]]:
-    """tunnelled_conninfo's conninfo and the tunnel itself (a session's Link)."""
-    reject_hostaddr(conninfo)
-    with forwarded(connection, address) as tunnel:
-        yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
-
-
-def reject_hostaddr(conninfo: str) -> None:
-    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        raise invalid_dsn(conninfo) from None
-    if "hostaddr" in params:
-        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

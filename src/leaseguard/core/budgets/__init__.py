@@ -15,7 +15,8 @@ modules, pure first (none opens a connection):
 * `config`: the ``cron_budgets`` section and one environment's declaration;
 * `live`: a row of cron.job as the planning reads it;
 * `planning`: the decision per job, and the all-or-nothing policy;
-* `converge` (I/O): read cron.job, plan and write, in one transaction.
+* `leaseguard.adapters.budgets` (I/O, not here): read cron.job, plan and write, in one
+  transaction.
 
 Nothing is imported here, so importing one pure module never loads the I/O ones.
 """

@@ -18,9 +18,9 @@ from typing import NoReturn
 import jinja2
 from psycopg.abc import AdaptContext
 
-from leaseguard.budgets.names import FunctionName
-from leaseguard.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms, shown
-from leaseguard.errors import ConfigError
+from leaseguard.core.budgets.names import FunctionName
+from leaseguard.core.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms, shown
+from leaseguard.core.errors import ConfigError
 
 # The one template every job's command is rendered from. It receives values that are already
 # safe: a canonical budget (digits + "s"/"ms") and an identifier quoted by psycopg.sql.

@@ -13,21 +13,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from leaseguard.budgets.command import render_command
-from leaseguard.budgets.names import (
+from leaseguard.core.budgets.command import render_command
+from leaseguard.core.budgets.names import (
     FunctionName,
     parse_function_name,
     parse_job_name,
     parse_schedule,
 )
-from leaseguard.budgets.units import parse_budget_ms
-from leaseguard.contract import (
+from leaseguard.core.budgets.units import parse_budget_ms
+from leaseguard.core.contract import (
     CRON_BUDGETS_SECTION,
     MAX_IDENTIFIER_BYTES,
     load_config_file,
     reject_unknown,
 )
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION
 

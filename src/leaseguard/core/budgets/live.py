@@ -1,4 +1,4 @@
-"""A row of pg_cron's cron.job as the planning reads it (`leaseguard.cron` reads the rows).
+"""A row of pg_cron's cron.job as the planning reads it (`leaseguard.adapters.cron` reads the rows).
 
 A plain value, apart from the code that reads it, so the planning stays pure.
 """

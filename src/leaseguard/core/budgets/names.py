@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from psycopg import sql
 from psycopg.abc import AdaptContext
 
-from leaseguard.budgets.units import shown
-from leaseguard.contract import MAX_IDENTIFIER_BYTES
-from leaseguard.errors import ConfigError
+from leaseguard.core.budgets.units import shown
+from leaseguard.core.contract import MAX_IDENTIFIER_BYTES
+from leaseguard.core.errors import ConfigError
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
 _IDENTIFIER_CHARS = re.compile(r"[a-z0-9_.]", re.ASCII)

@@ -8,7 +8,7 @@
 * a live command this package does not fully understand is refused, never rewritten;
 * all or nothing: a plan with unapplied drift or a refused job writes no job at all
   (`BudgetPlan.refusals`), so a declaration is never half applied. The CLI and the Ansible
-  module apply this one policy, through `leaseguard.budgets.converge.apply_budgets`.
+  module apply this one policy, through `leaseguard.adapters.budgets.apply_budgets`.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from leaseguard.budgets.command import ParsedCommand, UnparseableCommand, parse_live_command
-from leaseguard.budgets.config import DeclaredBudgets, DeclaredJob
-from leaseguard.budgets.live import LiveJob
-from leaseguard.budgets.names import normalise_schedule
-from leaseguard.budgets.units import format_budget, format_optional
-from leaseguard.errors import ConfigError
+from leaseguard.core.budgets.command import ParsedCommand, UnparseableCommand, parse_live_command
+from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
+from leaseguard.core.budgets.live import LiveJob
+from leaseguard.core.budgets.names import normalise_schedule
+from leaseguard.core.budgets.units import format_budget, format_optional
+from leaseguard.core.errors import ConfigError
 
 OnDrift = Literal["report", "apply"]
 ON_DRIFT_CHOICES: tuple[OnDrift, ...] = ("report", "apply")

@@ -12,7 +12,7 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 
 # statement_timeout is an int of milliseconds in PostgreSQL (max ~24.8 days). A cron step's
 # budget beyond a day is a unit mistake (milliseconds written as seconds), not a budget.

@@ -1,13 +1,13 @@
 """Presets: the stock schema and own liveness rule of off-the-shelf PostgreSQL job queues.
 
-A preset is a layer of ordinary contract keys (see `leaseguard.contract.merge_layers`),
+A preset is a layer of ordinary contract keys (see `leaseguard.core.contract.merge_layers`),
 placed just above the built-in defaults: every key a user sets explicitly overrides it.
 The values come from each system's source; docs/queues.md cites the file for every one.
 
 Where a system's rule is not "status + claimed_at + lease" (graphile-worker has no status
 column, pg-boss computes each row's expiry from its own columns, Solid Queue's claim lives
 as long as the process that owns it keeps beating), the preset also names a
-claim rule; the SQL of that rule lives in `leaseguard.predicate`, written in code with
+claim rule; the SQL of that rule lives in `leaseguard.core.predicate`, written in code with
 psycopg.sql, never taken from configuration.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 
 # The claim rules the predicate knows besides the plain status rule.
 STATUS_RULE = "status"
