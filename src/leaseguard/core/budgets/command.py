@@ -15,34 +15,28 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-import jinja2
+from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from leaseguard.core.budgets.names import FunctionName
 from leaseguard.core.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms, shown
 from leaseguard.core.errors import ConfigError
 
-# The one template every job's command is rendered from. It receives values that are already
-# safe: a canonical budget (digits + "s"/"ms") and an identifier quoted by psycopg.sql.
-COMMAND_TEMPLATE = "set statement_timeout = '{{ budget }}'; select {{ function }}();"
-
-# Autoescape is for HTML; this renders SQL from pre-validated, pre-quoted parts, and
-# StrictUndefined makes a missing part an error instead of an empty string.
-_JINJA = jinja2.Environment(
-    autoescape=False,  # noqa: S701
-    undefined=jinja2.StrictUndefined,
-    keep_trailing_newline=False,
-)
-_COMMAND = _JINJA.from_string(COMMAND_TEMPLATE)
+# The one template every job's command is rendered from, composed by psycopg.sql (the library
+# made for SQL from parts): the budget as a quoted literal, the function as a quoted identifier.
+COMMAND_TEMPLATE = sql.SQL("set statement_timeout = {budget}; select {function}();")
 
 
 def render_command(
     function: FunctionName, budget_ms: int, context: AdaptContext | None = None
 ) -> str:
-    """The job's command from COMMAND_TEMPLATE, with psycopg quoting the function name."""
+    """The job's command from COMMAND_TEMPLATE, with psycopg quoting both parts."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
-    return _COMMAND.render(budget=format_budget(budget_ms), function=function.quoted(context))
+    command = COMMAND_TEMPLATE.format(
+        budget=sql.Literal(format_budget(budget_ms)), function=function.identifier()
+    )
+    return command.as_string(context)
 
 
 @dataclass(frozen=True)
