@@ -13,10 +13,9 @@ import socket
 import sys
 from collections.abc import Container, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
-from leaseguard.adapters.resume import resume_lines, resume_pauses
 from leaseguard.cli.contract import (
     add_config_option,
     add_table_options,
@@ -32,16 +31,11 @@ from leaseguard.core.errors import (
 )
 from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.core.verdict import Verdict, failure_timeline
-from leaseguard.orchestration.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S, DrainResult
-from leaseguard.orchestration.drain_options import drain_options
-from leaseguard.orchestration.drain_run import (
-    configure_logging,
-    drain_host,
-    status_board,
-    terminate_as_interrupt,
-)
-from leaseguard.orchestration.progress import progress_for
-from leaseguard.orchestration.session import local_session
+
+# The handlers import the orchestration (psycopg and the rest) when they run: parsing,
+# `--help` and `--version` do not need it.
+if TYPE_CHECKING:
+    from leaseguard.orchestration.drain import DrainResult
 
 DESCRIPTION = """\
 Judge whether work is in flight by the protected system's own claim lease
@@ -50,25 +44,35 @@ guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usa
 """
 
 
-# Subcommands defined in modules of their own, imported only when named on the command line:
-# `leaseguard check` never loads the budgets machinery (jinja2), `leaseguard --help` none of
-# them. Their one-line help is repeated here so that `--help` can list them without the import
-# (tests/unit/test_cli_startup.py checks that it matches the module's own).
-LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
+# Every subcommand, in `leaseguard --help` order: the function that adds its parser (a name in
+# this module, or "module:function" imported only then) and its one-line help. Only the
+# subcommand named on the command line gets its parser and imports: `leaseguard check` never
+# loads the budgets machinery nor `--help` psycopg (tests/unit/test_cli_startup.py checks it,
+# and that each help line here is the one its parser gives).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": (
+        "add_check_command",
+        "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+    ),
+    "drain": (
+        "add_drain_command",
+        "pause intake, wait until no live lease remains (bounded by the lease), resume",
+    ),
+    "resume": (
+        "add_resume_command",
+        "give back the intake pauses a drain recorded and never resumed",
+    ),
     "budgets": (
-        "leaseguard.cli.budgets",
-        "add_budgets_command",
+        "leaseguard.cli.budgets:add_budgets_command",
         "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
         "exit 0 converged, 3 drift",
     ),
     "index-sql": (
-        "leaseguard.cli.index",
-        "add_index_sql_command",
+        "leaseguard.cli.index:add_index_sql_command",
         "print the index that keeps the guard's checks flat (no database needed)",
     ),
     "status": (
-        "leaseguard.cli.status",
-        "add_status_command",
+        "leaseguard.cli.status:add_status_command",
         "print a drain's status file (written with drain --status-file)",
     ),
 }
@@ -91,21 +95,35 @@ def command_named(argv: Sequence[str]) -> str:
 
 
 def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; of the LAZY_COMMANDS only those `in_full` (default: all) get their options."""
+    """The parser; the COMMANDS `in_full` (default: all) get their options, the rest a name."""
     parser = argparse.ArgumentParser(prog="leaseguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (register, help_line) in COMMANDS.items():
+        if in_full is None or name in in_full:
+            module_name, _, function = register.rpartition(":")
+            module = importlib.import_module(module_name) if module_name else sys.modules[__name__]
+            getattr(module, function)(commands)
+        else:
+            commands.add_parser(name, help=help_line)
+    return parser
+
+
+def add_check_command(commands: Any) -> None:
     check_parser = commands.add_parser(
         "check",
-        help="judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+        help=COMMANDS["check"][1],
         description="Judge every claimed or queued row once. " + DESCRIPTION,
     )
     add_contract_options(check_parser)
     add_cron_database_option(check_parser)
     check_parser.set_defaults(handler=run_check)
+
+
+def add_drain_command(commands: Any) -> None:
     drain_parser = commands.add_parser(
         "drain",
-        help="pause intake, wait until no live lease remains (bounded by the lease), resume",
+        help=COMMANDS["drain"][1],
         description="Pause intake, then poll until no live lease remains or the deadline "
         "passes; intake is resumed on every exit path. Exit status: 0 drained, 75 deadline "
         "reached with live leases, 1 failed, 2 usage.",
@@ -113,9 +131,12 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     add_contract_options(drain_parser)
     add_drain_options(drain_parser)
     drain_parser.set_defaults(handler=run_drain)
+
+
+def add_resume_command(commands: Any) -> None:
     resume_parser = commands.add_parser(
         "resume",
-        help="give back the intake pauses a drain recorded and never resumed",
+        help=COMMANDS["resume"][1],
         description="Reactivate exactly the pg_cron jobs that a drain paused and recorded "
         "(a drain killed before its resume, or whose resume could not reach the database), "
         "and delete their records. Jobs disabled without a drain have no record and are never "
@@ -137,12 +158,6 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     )
     resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
     resume_parser.set_defaults(handler=run_resume)
-    for name, (module, register, help_line) in LAZY_COMMANDS.items():
-        if in_full is None or name in in_full:
-            getattr(importlib.import_module(module), register)(commands)
-        else:
-            commands.add_parser(name, help=help_line)
-    return parser
 
 
 def add_cron_database_option(parser: Any) -> None:
@@ -154,6 +169,8 @@ def add_cron_database_option(parser: Any) -> None:
 
 
 def add_drain_options(parser: argparse.ArgumentParser) -> None:
+    from leaseguard.orchestration.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
+
     drain = parser.add_argument_group("drain")
     drain.add_argument(
         "--deadline-s",
@@ -256,6 +273,8 @@ def parse_started_at(text: str) -> datetime:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.session import local_session
+
     contract = contract_from_args(args)
     facts = given_facts(args)
     host = socket.gethostname()
@@ -273,6 +292,16 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_drain(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_run import (
+        configure_logging,
+        drain_host,
+        status_board,
+        terminate_as_interrupt,
+    )
+    from leaseguard.orchestration.progress import progress_for
+    from leaseguard.orchestration.session import local_session
+
     contract = contract_from_args(args)
     facts = given_facts(args)
     options = drain_options(
@@ -323,6 +352,8 @@ def report_drain(result: DrainResult, *, as_json: bool) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
+    from leaseguard.adapters.resume import resume_lines, resume_pauses
+
     try:
         outcome = resume_pauses(resolve_dsn(args), cron_database=args.cron_database, jobs=args.job)
     except ConfigError:
