@@ -9,14 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from fabric import Connection
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.orchestration.session import GuardSession, local_session
+
+if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
+    from fabric import Connection
 
 
 @contextmanager
