@@ -349,7 +349,7 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
         f"on a {REF_ROWS:,}-row copy of the table with the index (`guard / 10^4-row table`: "
         "the flatness ratio, side by side); medians. Server time: median "
         f"planning + execution time of {EXPLAINS} EXPLAIN ANALYZE runs.",
-        "Status check: every status in the table classified (leaseguard.statuses."
+        "Status check: every status in the table classified (leaseguard.adapters.statuses."
         "check_statuses, as the guard runs it in its transaction): with the index, a loose "
         "index scan (one probe per distinct status); without, one pass over the table. It "
         f"rotates with the others and with the same check on the {REF_ROWS:,}-row copy "

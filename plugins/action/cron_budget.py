@@ -5,7 +5,7 @@
 Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
 decisions (create / update / drift / refuse, lowering warnings) and the all-or-nothing policy
 (a run that finds drift or a refused job writes nothing at all) are the core's
-(`leaseguard.budgets`); this front maps the task's options and turns refusals into a failure.
+(`leaseguard.core.budgets`); this front maps the task's options and turns refusals into a failure.
 """
 
 from __future__ import annotations

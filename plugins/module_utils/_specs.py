@@ -153,7 +153,7 @@ def lease_guard_argument_spec():
 def cron_budget_argument_spec():
     """pg_cron jobs' statement budgets (and active flags), declared for one environment.
 
-    `jobs` and `overrides` are validated by the core (`leaseguard.budgets`), which names the
+    `jobs` and `overrides` are validated by the core (`leaseguard.core.budgets`), which names the
     job and key in every message; the spec only says they are mappings.
     """
     return dict(
