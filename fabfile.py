@@ -1,5 +1,5 @@
 """`fab guard` / `fab drain`: leaseguard's Fabric tasks (the code lives in the package)."""
 
-from leaseguard.fabric_tasks import collection
+from leaseguard.fabric.tasks import collection
 
 ns = collection()

@@ -43,11 +43,11 @@ from benchmarks.infra import (
     vacuum_and_index,
     write_fabric_config,
 )
-from leaseguard.contract import Contract
-from leaseguard.drain import DEFAULT_POLL_S, DrainCounters
-from leaseguard.drain_status import StatusBoard
-from leaseguard.session import ssh_session
-from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
+from leaseguard.core.contract import Contract
+from leaseguard.orchestration.drain import DEFAULT_POLL_S, DrainCounters
+from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.ssh_session import ssh_session
 from sandbox.hosts import AppHost
 
 DBNAME = "bench_drain"
@@ -273,8 +273,8 @@ def _poll_cost(host: AppHost, polls: int, log: Callable[[str], None]) -> Section
         ],
         notes=[
             "A poll after the first: a new database connection through the open tunnel, "
-            "the check, disconnect. `as shipped` is leaseguard.ssh's connection, which sets "
-            "TCP_NODELAY on the SSH socket as OpenSSH does (paramiko does not); `with "
+            "the check, disconnect. `as shipped` is leaseguard.adapters.ssh's connection, which "
+            "sets TCP_NODELAY on the SSH socket as OpenSSH does (paramiko does not); `with "
             "TCP_NODELAY` sets it again explicitly, alternating with it, so the two should "
             "agree. Before leaseguard set it, requests that left as two SSH packets waited "
             "for the server's delayed ACK (~40 ms; a poll took ~60 ms instead of ~15 ms).",

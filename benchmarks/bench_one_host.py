@@ -28,9 +28,9 @@ from benchmarks.infra import (
     vacuum_and_index,
     write_fabric_config,
 )
-from leaseguard.contract import Contract
-from leaseguard.session import ssh_session
-from leaseguard.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.core.contract import Contract
+from leaseguard.orchestration.ssh_session import ssh_session
 from sandbox.hosts import AppHost
 from sandbox.netns import free_port
 from sandbox.subprocess_env import clean_env
@@ -39,7 +39,7 @@ DBNAME = "bench_guard"
 SHELL_GUARD = REPO / "benchmarks" / "shell_guard.sh"
 HISTORY_ROWS = 100_000
 DECISIONS = {0: "proceed", 75: "defer"}
-IMPORTS = "import fabric.main, leaseguard.fabric_tasks"
+IMPORTS = "import fabric.main, leaseguard.fabric.tasks"
 
 Guard = Callable[[], str]  # runs one guard, returns its decision
 

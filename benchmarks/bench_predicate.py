@@ -13,9 +13,9 @@ At every size, first without the index (dropped), then with it (built with the s
 execution), its client time on an open connection, and a `select 1` round trip on the
 same connection, interleaved with it so that both see the same machine. Two connections:
 TCP to the database directly, and through the guard's own SSH tunnel
-(leaseguard.ssh.database_tunnel over a fleet host's sshd) - the way `fab guard` and the
+(leaseguard.adapters.ssh.database_tunnel over a fleet host's sshd) - the way `fab guard` and the
 Ansible modules reach a database. Also: the whole check on an open connection
-(leaseguard.guard.evaluate: budgets, schema check, counts, live claims) and whether
+(leaseguard.adapters.guard.evaluate: budgets, schema check, counts, live claims) and whether
 `leaseguard check` warns about a sequential scan.
 """
 
@@ -42,15 +42,15 @@ from benchmarks.infra import (
     grow_history,
     vacuum_and_index,
 )
-from leaseguard.contract import Contract
-from leaseguard.db import connect as guard_connect
-from leaseguard.guard import evaluate, verify_schema
-from leaseguard.indexing import index_name, recommended_index_sql
-from leaseguard.predicate import counts_query, predicate_params
-from leaseguard.session import local_session
-from leaseguard.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
-from leaseguard.statuses import check_statuses
-from leaseguard.verdict import TaskTimeout
+from leaseguard.adapters.db import connect as guard_connect
+from leaseguard.adapters.guard import evaluate, verify_schema
+from leaseguard.adapters.indexing import index_name, recommended_index_sql
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
+from leaseguard.adapters.statuses import check_statuses
+from leaseguard.core.contract import Contract
+from leaseguard.core.predicate import counts_query, predicate_params
+from leaseguard.core.verdict import TaskTimeout
+from leaseguard.orchestration.session import local_session
 
 DBNAME = "bench_scale"
 SIZES = (10**4, 10**5, 10**6, 10**7)
@@ -342,25 +342,25 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
                 ]
             )
     section.notes += [
-        "Guard query = the predicate's counts query (leaseguard.predicate.counts_query), "
+        "Guard query = the predicate's counts query (leaseguard.core.predicate.counts_query), "
         "composed and bound as the guard does it, on an autocommit connection; select 1 "
         f"and the guard query alternate on the same connection ({MIN_PAIRS}..{MAX_PAIRS} "
         f"rounds, ~{BUDGET_S:g} s per configuration and path), rotating with the same query "
         f"on a {REF_ROWS:,}-row copy of the table with the index (`guard / 10^4-row table`: "
         "the flatness ratio, side by side); medians. Server time: median "
         f"planning + execution time of {EXPLAINS} EXPLAIN ANALYZE runs.",
-        "Status check: every status in the table classified (leaseguard.statuses."
+        "Status check: every status in the table classified (leaseguard.adapters.statuses."
         "check_statuses, as the guard runs it in its transaction): with the index, a loose "
         "index scan (one probe per distinct status); without, one pass over the table. It "
         f"rotates with the others and with the same check on the {REF_ROWS:,}-row copy "
         "(`status / 10^4-row table`: its flatness ratio).",
-        "Whole check: leaseguard.guard.evaluate on an open guard connection - read-only "
+        "Whole check: leaseguard.adapters.guard.evaluate on an open guard connection - read-only "
         "transaction, three budgets set, the schema check (2 queries), the counts query and, "
         "when something is live, the live-claims query: about 8 round trips.",
         f"Paths: `TCP` connects to the database directly; `{TUNNEL}` goes through "
-        "leaseguard.ssh.database_tunnel (Fabric's forward_local over paramiko) via a fleet "
-        f"host's sshd, as `fab guard` does (leaseguard sets TCP_NODELAY on the SSH socket, as "
-        f"OpenSSH does); `{TUNNEL_NODELAY}` sets it once more explicitly, a control that "
+        "leaseguard.adapters.ssh.database_tunnel (Fabric's forward_local over paramiko) via a "
+        "fleet host's sshd, as `fab guard` does (leaseguard sets TCP_NODELAY on the SSH socket, "
+        f"as OpenSSH does); `{TUNNEL_NODELAY}` sets it once more explicitly, a control that "
         "should agree with it.",
         "The table: 8 live + 2 stale running rows and 20 open ones whatever its size (the "
         "active set follows the workers, not the history); done/failed history fills the "
@@ -447,7 +447,7 @@ def _findings(rows: list[dict[str, Any]]) -> list[Finding]:
 # --- what would make the guard query cheaper ------------------------------------------------
 
 # A candidate rewrite of the counts query, measured for comparison only: leaseguard does not
-# run it. One pass, one aggregate, no CTEs; the same classes as leaseguard.predicate (queued,
+# run it. One pass, one aggregate, no CTEs; the same classes as leaseguard.core.predicate (queued,
 # orphaned, stale, live - a claimed row without claimed_at is live), checked equal below.
 CANDIDATE_ONE_SCAN = """
 SELECT coalesce(%(as_of)s::timestamptz, now()) AS checked_at,

@@ -32,10 +32,10 @@ from psycopg import sql
 
 from benchmarks.common import markdown_table
 from benchmarks.infra import create_database, drop_database
-from leaseguard.contract import Contract, contract_from_mapping
-from leaseguard.indexing import index_advice, index_needed
-from leaseguard.predicate import counts_query, predicate_params
-from leaseguard.session import local_session
+from leaseguard.adapters.indexing import index_advice, index_needed
+from leaseguard.core.contract import Contract, contract_from_mapping
+from leaseguard.core.predicate import counts_query, predicate_params
+from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster
 from sandbox.queues import (
     create_graphile_worker,
@@ -189,7 +189,7 @@ def _measure(
     params = predicate_params(contract, lease_s=verdict.lease_s, runtime_started_at=started)
     server, scans = [], set()
     with cluster.connect(name) as conn:
-        # What the guard's own transaction sets (leaseguard.db.guard_transaction).
+        # What the guard's own transaction sets (leaseguard.adapters.db.guard_transaction).
         conn.execute("SET max_parallel_workers_per_gather = 0")
         for _ in range(repeat):
             [plan] = conn.execute(

@@ -26,8 +26,8 @@ import yaml
 from psycopg import sql
 
 from benchmarks.common import REPO
-from leaseguard.contract import Contract
-from leaseguard.indexing import recommended_index_sql
+from leaseguard.adapters.indexing import recommended_index_sql
+from leaseguard.core.contract import Contract
 from sandbox.hosts import AppHost, open_app_host
 from sandbox.netns import IP
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster

@@ -5,7 +5,7 @@
 Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
 decisions (create / update / drift / refuse, lowering warnings) and the all-or-nothing policy
 (a run that finds drift or a refused job writes nothing at all) are the core's
-(`leaseguard.budgets`); this front maps the task's options and turns refusals into a failure.
+(`leaseguard.core.budgets`); this front maps the task's options and turns refusals into a failure.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
 )
 
 try:
-    from leaseguard.budgets.config import budget_config_from_mapping
-    from leaseguard.budgets.converge import converge_budgets
-    from leaseguard.budgets.planning import Action
-    from leaseguard.cron import set_jobs_active, validate_active
-    from leaseguard.db import connect
-    from leaseguard.pauses import read_records
-    from leaseguard.resume import resume_pauses
+    from leaseguard.adapters.budgets import converge_budgets
+    from leaseguard.adapters.cron import set_jobs_active, validate_active
+    from leaseguard.adapters.db import connect
+    from leaseguard.adapters.pauses import read_records
+    from leaseguard.adapters.resume import resume_pauses
+    from leaseguard.core.budgets.config import budget_config_from_mapping
+    from leaseguard.core.budgets.planning import Action
 except ImportError:  # require_leaseguard() reports it
     pass
 

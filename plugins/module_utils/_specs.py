@@ -3,7 +3,7 @@
 """Private to leaseguard.deploy: the argument specs its modules and action plugins share.
 
 Not a public API. The specs carry no defaults for contract keys on purpose: the core package
-(`leaseguard.contract`) owns every default, so a default can never differ between the CLI,
+(`leaseguard.core.contract`) owns every default, so a default can never differ between the CLI,
 Fabric and Ansible.
 """
 
@@ -95,7 +95,7 @@ def connection_spec():
     return dict(
         dsn=dict(type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_DSN"])),
         # No defaults: "not given" must be told apart from 127.0.0.1:5432, so that a DSN's
-        # own host and port are never replaced (leaseguard.dsn resolves the address).
+        # own host and port are never replaced (leaseguard.core.dsn resolves the address).
         db_host=dict(type="str"),
         db_port=dict(type="int"),
         db_name=dict(type="str", fallback=(env_fallback, ["PGDATABASE"])),
@@ -164,7 +164,7 @@ def lease_guard_spec_options():
 def cron_budget_argument_spec():
     """pg_cron jobs' statement budgets (and active flags), declared for one environment.
 
-    `jobs` and `overrides` are validated by the core (`leaseguard.budgets`), which names the
+    `jobs` and `overrides` are validated by the core (`leaseguard.core.budgets`), which names the
     job and key in every message; the spec only says they are mappings.
     """
     return dict(

@@ -4,7 +4,7 @@
 
 Action plugins run on the controller. They translate task arguments and the host's own
 inventory connection settings into the core's inputs, and the core's verdicts and errors
-into task results. No judgment happens here: that is `leaseguard.guard`, shared with the
+into task results. No judgment happens here: that is `leaseguard.adapters.guard`, shared with the
 CLI and the Fabric tasks.
 """
 
@@ -28,28 +28,25 @@ try:
     from psycopg import ProgrammingError
     from psycopg.conninfo import make_conninfo
 
-    from leaseguard.clock import ClockOffset, offset_from_here
-    from leaseguard.contract import CONFIG_KEYS, load_contract
-    from leaseguard.db import invalid_dsn
-    from leaseguard.dsn import direct_conninfo, tunnel_far_end
-    from leaseguard.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
-    from leaseguard.fleet import facts_from_reports
-    from leaseguard.fronts import drain_host, signals_set
-    from leaseguard.options import drain_options
-    from leaseguard.runtime import CommandResult, parse_timestamp, resolve_runtime_facts
-    from leaseguard.session import (
-        fleet_session,
-        local_session,
-        reject_hostaddr,
-        tunnelled_conninfo,
-    )
-    from leaseguard.ssh import (
+    from leaseguard.adapters.clock import offset_from_here
+    from leaseguard.adapters.runtime import CommandResult, resolve_runtime_facts
+    from leaseguard.adapters.ssh import (
         DatabaseAddress,
         SshOptions,
         make_connection,
         parse_openssh_args,
     )
-    from leaseguard.timeouts import parse_timeout_s
+    from leaseguard.core.clock_offset import ClockOffset
+    from leaseguard.core.contract import CONFIG_KEYS, load_contract
+    from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
+    from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
+    from leaseguard.core.fleet import facts_from_reports
+    from leaseguard.core.timeouts import parse_timeout_s
+    from leaseguard.core.timestamps import parse_timestamp
+    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_run import drain_host, signals_set
+    from leaseguard.orchestration.session import fleet_session, local_session
+    from leaseguard.orchestration.ssh_session import tunnelled_conninfo
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
@@ -299,7 +296,7 @@ def database_conninfo(action, args):
     A `local` connection or `tunnel: false` means the controller reaches the database address
     itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
     opened with the host's own SSH settings and closed on exit. Either way one DSN means one
-    database (leaseguard.dsn).
+    database (leaseguard.core.dsn).
     """
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":

@@ -52,7 +52,8 @@ def install_hint():
     if os.path.isfile(requirements):
         return f"pip install -r {requirements}"
     version = running_version()
-    return f"pip install leaseguard=={version}" if version else "pip install leaseguard"
+    package = "'leaseguard[ansible]" + (f"=={version}'" if version else "'")
+    return f"pip install {package}"
 
 
 def install_warnings():

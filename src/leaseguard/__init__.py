@@ -1,8 +1,8 @@
 """leaseguard: judge in-flight work by the protected system's own claim lease."""
 
-from leaseguard.contract import Contract, load_contract
-from leaseguard.errors import LeaseguardError
-from leaseguard.verdict import Decision, Verdict
+from leaseguard.core.contract import Contract, load_contract
+from leaseguard.core.errors import LeaseguardError
+from leaseguard.core.verdict import Decision, Verdict
 
 __all__ = ["Contract", "Decision", "LeaseguardError", "Verdict", "load_contract"]
 __version__ = "0.1.0"

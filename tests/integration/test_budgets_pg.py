@@ -15,11 +15,11 @@ import time
 import pytest
 import yaml
 
-from leaseguard.budgets.command import render_command
-from leaseguard.budgets.config import BudgetConfig, budget_config_from_mapping
-from leaseguard.budgets.converge import converge_budgets
-from leaseguard.budgets.planning import Action
-from leaseguard.errors import DatabaseError
+from leaseguard.adapters.budgets import converge_budgets
+from leaseguard.core.budgets.command import render_command
+from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping
+from leaseguard.core.budgets.planning import Action
+from leaseguard.core.errors import DatabaseError
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 from sandbox.subprocess_env import clean_env
 from tests.support.pg_fixtures import fresh_database

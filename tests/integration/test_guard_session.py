@@ -7,12 +7,12 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.db import connect, guard_transaction
-from leaseguard.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
-from leaseguard.guard import check
-from leaseguard.session import local_session
-from leaseguard.verdict import TaskTimeout
+from leaseguard.adapters.db import connect, guard_transaction
+from leaseguard.adapters.guard import check
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+from leaseguard.core.verdict import TaskTimeout
+from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
 
 pytestmark = pytest.mark.integration

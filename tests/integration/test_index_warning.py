@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.indexing import LARGE_TABLE_ROWS, index_name
-from leaseguard.predicate import counts_query, predicate_params
-from leaseguard.session import local_session
+from leaseguard.adapters.indexing import LARGE_TABLE_ROWS, index_name
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.predicate import counts_query, predicate_params
+from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import PgClusterError
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env

@@ -10,15 +10,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from leaseguard.clock import ClockOffset
-from leaseguard.contract import contract_from_mapping
-from leaseguard.db import connect
-from leaseguard.errors import LookupFailed, UnclassifiedStatus
-from leaseguard.fleet import combine_facts
-from leaseguard.guard import evaluate, lease_seconds
-from leaseguard.runtime import RuntimeFacts
-from leaseguard.session import fleet_session
-from leaseguard.verdict import Decision, TaskTimeout
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.guard import evaluate, lease_seconds
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import LookupFailed, UnclassifiedStatus
+from leaseguard.core.fleet import combine_facts
+from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
+from leaseguard.orchestration.session import fleet_session
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.oracle import Host, Row, classify, classify_for_fleet, unclassified
 
@@ -326,7 +325,6 @@ def test_sql_classification_matches_the_python_oracle(
 
 
 def judge_with_offset(db, claimed_at, started, offset_s):
-    from leaseguard.clock import ClockOffset
 
     contract = contract_from_mapping({})
     with db.connect() as conn:

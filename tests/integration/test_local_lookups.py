@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.errors import LookupFailed
-from leaseguard.runtime import CommandResult, LocalRunner, resolve_runtime_facts
+from leaseguard.adapters.runtime import CommandResult, LocalRunner, resolve_runtime_facts
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import LookupFailed
 
 pytestmark = pytest.mark.integration
 
@@ -132,7 +132,7 @@ def test_command_source_runs_inside_the_real_container(podman_engine, backend, m
 
 
 def test_a_lookup_that_hangs_is_reported_as_timed_out(monkeypatch):
-    import leaseguard.runtime as runtime
+    import leaseguard.adapters.runtime as runtime
 
     monkeypatch.setattr(runtime, "LOOKUP_TIMEOUT_S", 0.2)
     began = time.monotonic()

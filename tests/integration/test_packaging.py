@@ -199,7 +199,8 @@ def test_requirements_txt_names_this_release_of_the_python_package() -> None:
     lines = [
         line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
     ]
-    assert [line for line in lines if line] == [f"leaseguard=={VERSION}"]
+    # The Ansible extra: ansible-core, and Fabric for the plugins' SSH tunnel.
+    assert [line for line in lines if line] == [f"leaseguard[ansible]=={VERSION}"]
 
 
 @pytest.mark.integration
@@ -456,7 +457,7 @@ def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
     (tmp_path / "dist").mkdir()
     tarball = _galaxy_build(changed, tmp_path / "dist", env)
     pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
-    _run([*pip, f"leaseguard=={VERSION}"])
+    _run([*pip, f"leaseguard[ansible]=={VERSION}"])
     # With the wheel's copy of the same version in site-packages, ansible-galaxy says
     # "Nothing to do" unless forced: the user who installs over it means to.
     install = ["collection", "install", "--force", tarball, "-p", tmp_path / "collections"]
@@ -515,7 +516,52 @@ def test_ansible_builder_context_installs_the_collection_and_its_requirements(
     pip_out, bindep_out = tmp_path / "requirements.txt", tmp_path / "bindep.txt"
     introspect = [sys.executable, build / "scripts" / "introspect.py", "introspect"]
     _run([*introspect, f"--write-pip={pip_out}", f"--write-bindep={bindep_out}", installed])
-    assert f"leaseguard=={VERSION}" in pip_out.read_text().split()
+    assert f"leaseguard[ansible]=={VERSION}" in pip_out.read_text().split()
     bindep = bindep_out.read_text()
     assert "openssh-client [platform:dpkg]" in bindep
     assert "openssh-clients [platform:rpm]" in bindep
+
+
+# --- extras: the base install is the core and the CLI ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel and only the base requirements: psycopg and PyYAML."""
+    path = tmp_path_factory.mktemp("cli-venv")
+    _run([sys.executable, "-m", "venv", "--without-pip", path])
+    # The versions of the test environment, so pip takes them from its cache / local index.
+    base = [f"{name}=={importlib.metadata.version(name)}" for name in ("psycopg", "PyYAML")]
+    binary = f"psycopg-binary=={importlib.metadata.version('psycopg-binary')}"
+    pip = [sys.executable, "-m", "pip", "--python", path / "bin" / "python", "install", "-q"]
+    _run([*pip, *base, binary])
+    _run([*pip, "--no-deps", wheel])
+    return path
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_base_install_runs_the_cli_without_any_extra(cli_venv: Path) -> None:
+    python = cli_venv / "bin" / "python"
+    for absent in ("fabric", "paramiko", "invoke", "ansible", "jinja2"):
+        assert importlib.util.find_spec(absent) is not None  # the test env has them all ...
+        script = f"import importlib.util as u; assert u.find_spec({absent!r}) is None"
+        _run([python, "-c", script])  # ... the base install none
+    done = _run([cli_venv / "bin" / "leaseguard", "check", "--help"])
+    assert "--runtime-started-at" in done.stdout
+    _run([python, "-c", "import leaseguard.cli, leaseguard.orchestration.session"])
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_a_front_whose_extra_is_missing_names_the_extra(cli_venv: Path) -> None:
+    python = cli_venv / "bin" / "python"
+    for module, extra in (
+        ("leaseguard.fabric.tasks", "leaseguard[fabric]"),
+        ("leaseguard.orchestration.ssh_session", "leaseguard[fabric]"),
+    ):
+        done = subprocess.run(
+            [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 1
+        assert f"pip install '{extra}'" in done.stderr, done.stderr

@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from leaseguard.contract import contract_from_mapping, load_contract
-from leaseguard.errors import SchemaMismatch, UnclassifiedStatus
-from leaseguard.fabric_tasks import settings_from_config
-from leaseguard.session import local_session
-from leaseguard.verdict import Decision
+from leaseguard.core.contract import contract_from_mapping, load_contract
+from leaseguard.core.errors import SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.verdict import Decision
+from leaseguard.fabric.tasks import settings_from_config
+from leaseguard.orchestration.session import local_session
 from sandbox.queues import (
     create_graphile_worker,
     create_oban,

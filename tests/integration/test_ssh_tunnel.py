@@ -4,8 +4,8 @@ import socket
 
 import pytest
 
-from leaseguard.errors import TunnelError
-from leaseguard.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
+from leaseguard.core.errors import TunnelError
 
 pytestmark = pytest.mark.integration
 

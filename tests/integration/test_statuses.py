@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.db import connect
-from leaseguard.errors import ConfigError, UnclassifiedStatus
-from leaseguard.guard import evaluate, judge_table
-from leaseguard.statuses import COUNT_CAP, MAX_NAMED
-from leaseguard.verdict import Decision, TaskTimeout
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.guard import evaluate, judge_table
+from leaseguard.adapters.statuses import COUNT_CAP, MAX_NAMED
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import ConfigError, UnclassifiedStatus
+from leaseguard.core.verdict import Decision, TaskTimeout
 from sandbox.runs_table import create_runs_table, insert_runs
 from sandbox.subprocess_env import clean_env
 
@@ -212,7 +212,7 @@ def test_an_enum_label_in_no_list_fails_only_when_rows_hold_it(enum_runs, indexe
 
 
 def test_a_status_appearing_mid_drain_fails_the_next_poll(runs):
-    from leaseguard.session import local_session
+    from leaseguard.orchestration.session import local_session
 
     fill(runs, [LIVE])
     contract = contract_from_mapping({"runtime": {"source": "none"}})
@@ -233,7 +233,7 @@ def test_the_three_lists_must_not_overlap():
 
 def test_the_status_walk_uses_the_index(runs):
     """EXPLAIN: no sequential scan of the table in the walk once the index exists."""
-    from leaseguard.predicate import status_rows_query, unclassified_walk_query
+    from leaseguard.core.predicate import status_rows_query, unclassified_walk_query
 
     status_index(runs)
     with runs.connect() as conn:

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 from tests.support.ansible_run import REPO
 
 sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes

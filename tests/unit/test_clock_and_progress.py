@@ -1,9 +1,10 @@
 import io
 from datetime import UTC, datetime
 
-from leaseguard.clock import ClockOffset, measure_offset
-from leaseguard.progress import TerminalProgress
-from leaseguard.verdict import Counts, LiveClaim, Verdict
+from leaseguard.adapters.clock import measure_offset
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.verdict import Counts, LiveClaim, Verdict
+from leaseguard.orchestration.progress import TerminalProgress
 
 
 def test_offset_is_host_minus_database():

@@ -7,10 +7,11 @@ still reject any other unknown key.
 import pytest
 import yaml
 
-from leaseguard.budgets.config import load_budget_config
-from leaseguard.cli import build_parser, contract_from_args
-from leaseguard.errors import ConfigError
-from leaseguard.fabric_tasks import settings_from_config
+from leaseguard.cli.contract import contract_from_args
+from leaseguard.cli.main import build_parser
+from leaseguard.core.budgets.config import load_budget_config
+from leaseguard.core.errors import ConfigError
+from leaseguard.fabric.tasks import settings_from_config
 
 CRON_BUDGETS = {
     "jobs": {

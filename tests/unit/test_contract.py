@@ -1,6 +1,6 @@
 import pytest
 
-from leaseguard.contract import (
+from leaseguard.core.contract import (
     CONFIG_KEYS,
     Contract,
     contract_from_mapping,
@@ -8,7 +8,7 @@ from leaseguard.contract import (
     load_contract,
     merge_layers,
 )
-from leaseguard.errors import ConfigError
+from leaseguard.core.errors import ConfigError
 
 INVALID_CASES = [
     ({"tabel": "x"}, "unknown config key(s): tabel"),

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from leaseguard.budgets import config as budgets
-from leaseguard.cli import build_parser
-from leaseguard.contract import CONFIG_KEYS, Contract
-from leaseguard.fabric_tasks import CONNECTION_KEYS, settings_from_config
-from leaseguard.options import DrainOptions
+from leaseguard.cli.main import build_parser
+from leaseguard.core.budgets import config as budgets
+from leaseguard.core.contract import CONFIG_KEYS, Contract
+from leaseguard.fabric.tasks import CONNECTION_KEYS, settings_from_config
+from leaseguard.orchestration.drain_options import DrainOptions
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "configuration.md"

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.drain import Drainer, Intakes
-from leaseguard.errors import DatabaseUnavailable, LookupFailed, TunnelError
-from leaseguard.verdict import Counts, LiveClaim, Verdict
+from leaseguard.core.errors import DatabaseUnavailable, LookupFailed, TunnelError
+from leaseguard.core.verdict import Counts, LiveClaim, Verdict
+from leaseguard.orchestration.drain import Drainer, Intakes
 
 NOW = datetime(2026, 9, 9, tzinfo=UTC)
 

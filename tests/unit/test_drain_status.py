@@ -14,8 +14,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from leaseguard.cli import main
-from leaseguard.drain import CronJobsPause, DrainCounters, Intakes
-from leaseguard.drain_status import (
+from leaseguard.core.errors import ConfigError, PollFailed
+from leaseguard.orchestration.drain import CronJobsPause, DrainCounters, Intakes
+from leaseguard.orchestration.drain_status import (
     COUNTER_NAMES,
     StatusBoard,
     atomic_write,
@@ -23,7 +24,6 @@ from leaseguard.drain_status import (
     render_metrics,
     writer_alive,
 )
-from leaseguard.errors import ConfigError, PollFailed
 from tests.unit.test_drain_loop import RecordingIntake, drainer, verdict
 
 SECRET = "hunter2-sentinel-5ecret"
@@ -204,7 +204,7 @@ def test_label_values_are_escaped():
 
 
 def db_down():
-    from leaseguard.errors import DatabaseUnavailable
+    from leaseguard.core.errors import DatabaseUnavailable
 
     return DatabaseUnavailable("host app1: database unavailable (OperationalError)")
 

@@ -1,9 +1,9 @@
-"""One DSN means one database: leaseguard.dsn, both directions and the conflicts."""
+"""One DSN means one database: leaseguard.core.dsn, both directions and the conflicts."""
 
 import pytest
 
-from leaseguard.dsn import direct_conninfo, tunnel_far_end
-from leaseguard.errors import ConfigError
+from leaseguard.core.dsn import direct_conninfo, tunnel_far_end
+from leaseguard.core.errors import ConfigError
 
 # (dsn, db_host, db_port, far end of a tunnel)
 TUNNEL_CASES = [

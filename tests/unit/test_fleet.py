@@ -8,17 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.clock import ClockOffset, chained
-from leaseguard.errors import ConfigError, LookupFailed
-from leaseguard.fleet import (
+from leaseguard.core.clock_offset import ClockOffset, chained
+from leaseguard.core.errors import ConfigError, LookupFailed
+from leaseguard.core.fleet import (
     combine_facts,
     facts_from_reports,
     host_facts,
     in_database_clock,
     in_database_clocks,
 )
-from leaseguard.runtime import RuntimeFacts
-from leaseguard.verdict import TaskTimeout
+from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 NOW = datetime(2026, 9, 9, 12, 0, tzinfo=UTC)
 

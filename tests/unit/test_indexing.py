@@ -6,15 +6,15 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from leaseguard.cli import main
-from leaseguard.contract import contract_from_mapping
-from leaseguard.indexing import (
+from leaseguard.adapters.indexing import (
     index_name,
     recommended_index_sql,
     seq_scans,
     with_plan_warning,
 )
-from leaseguard.verdict import Counts, Verdict
+from leaseguard.cli import main
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.verdict import Counts, Verdict
 
 PREFIX = "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
 

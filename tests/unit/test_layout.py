@@ -7,6 +7,7 @@ command lines, and what an import really loads at run time.
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -96,3 +97,56 @@ def test_the_sandbox_and_its_users_load_no_test_tool() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "[]"
+
+
+# The core opens no connection and starts no process (docs/architecture.md): import-linter sees
+# psycopg as one package, so the names a connection needs are looked for here. psycopg.sql
+# (composition), psycopg.conninfo, .pq and .abc are fine; so are psycopg's exception classes.
+CORE = REPO / "src" / "leaseguard" / "core"
+CONNECTING_NAMES = {"connect", "Connection", "AsyncConnection", "Cursor", "AsyncCursor"}
+PROCESS_MODULES = {"socket", "subprocess", "select", "threading"}
+
+
+def _reaches_out(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] in PROCESS_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] in PROCESS_MODULES:
+                found.append(node.module)
+            if node.module.split(".")[0] == "psycopg":
+                names = [a.name for a in node.names if a.name in CONNECTING_NAMES]
+                found += [f"{node.module}.{name}" for name in names]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in CONNECTING_NAMES
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "psycopg"
+        ):
+            found.append(f"psycopg.{node.attr}")
+    return found
+
+
+def test_the_check_finds_a_connection_or_a_process() -> None:
+    for source in (
+        "import psycopg\nconn = psycopg.connect('')",
+        "from psycopg import Connection",
+        "import subprocess",
+        "from socket import create_connection",
+        "def f(c: psycopg.Cursor) -> None: ...",
+    ):
+        assert _reaches_out(ast.parse(source)), source
+    for source in ("from psycopg import sql", "from psycopg.conninfo import make_conninfo"):
+        assert not _reaches_out(ast.parse(source)), source
+
+
+def test_the_core_opens_no_connection_and_starts_no_process() -> None:
+    modules = sorted(CORE.rglob("*.py"))
+    assert len(modules) > 10
+    offenders = {
+        str(path.relative_to(REPO)): found
+        for path in modules
+        if (found := _reaches_out(ast.parse(path.read_text())))
+    }
+    assert offenders == {}

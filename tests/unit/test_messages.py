@@ -2,8 +2,8 @@
 
 import pytest
 
-from leaseguard.db import invalid_dsn
-from leaseguard.runtime import first_stderr_line
+from leaseguard.adapters.runtime import first_stderr_line
+from leaseguard.core.dsn import invalid_dsn
 
 SECRET = "hunter2"
 

@@ -3,9 +3,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.contract import contract_from_mapping
-from leaseguard.errors import LookupFailed
-from leaseguard.runtime import (
+from leaseguard.adapters.runtime import (
     CommandResult,
     env_value,
     parse_container_inspect,
@@ -15,6 +13,8 @@ from leaseguard.runtime import (
     parse_timestamp,
     resolve_runtime_facts,
 )
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import LookupFailed
 
 INSPECT = json.dumps(
     [

@@ -2,9 +2,9 @@
 
 import pytest
 
-from leaseguard.errors import ConfigError
-from leaseguard.session import reject_hostaddr
-from leaseguard.ssh import parse_openssh_args
+from leaseguard.adapters.ssh import parse_openssh_args
+from leaseguard.core.dsn import reject_hostaddr
+from leaseguard.core.errors import ConfigError
 
 VALID_CASES = [
     ("", {}),

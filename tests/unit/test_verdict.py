@@ -1,8 +1,8 @@
 import json
 from datetime import UTC, datetime
 
-from leaseguard.errors import EXIT_DEFER, EXIT_PROCEED, DatabaseUnavailable
-from leaseguard.verdict import (
+from leaseguard.core.errors import EXIT_DEFER, EXIT_PROCEED, DatabaseUnavailable
+from leaseguard.core.verdict import (
     Counts,
     Decision,
     LiveClaim,

@@ -1,0 +1,112 @@
+"""Converging cron.job on a declaration: connect, read, plan, and write in one transaction.
+
+The I/O half of the budgets; the decisions are `leaseguard.core.budgets.planning`'s, including
+the all-or-nothing policy (`BudgetPlan.refusals`), which `apply_budgets` enforces for every
+front.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import psycopg
+
+from leaseguard.adapters.cron import cron_transaction, read_live_jobs
+from leaseguard.adapters.db import connect
+from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
+from leaseguard.core.errors import DatabaseUnavailable
+
+# Serialises concurrent runs (two deploys) between reading cron.job and writing it;
+# the bytes of "lgcronbg" as a bigint.
+_ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
+
+
+def converge_budgets(
+    conninfo: str,
+    declared: DeclaredBudgets,
+    *,
+    cron_database: str | None = None,
+    on_drift: str = "report",
+    check_mode: bool = False,
+    connect_timeout_s: int = 10,
+) -> BudgetPlan:
+    """Connect and `apply_budgets`: the whole run for a front that holds a DSN.
+
+    :param conninfo: libpq DSN of the application database (the one the jobs run in).
+    :param cron_database: the database holding cron.job (pg_cron's ``cron.database_name``)
+        when it is not the DSN's; the jobs then run in `declared.database`, else in the
+        DSN's own database.
+    """
+    if cron_database and declared.database is None:
+        with connect(conninfo, connect_timeout_s, writable=True) as conn:
+            try:
+                row = conn.execute("SELECT current_database()").fetchone()
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(
+                    f"cannot read the name of the application database ({type(exc).__name__})"
+                ) from None
+            if row is not None:
+                declared = replace(declared, database=str(row[0]))
+    with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+        return apply_budgets(conn, declared, on_drift=on_drift, check_mode=check_mode)
+
+
+def apply_budgets(
+    conn: psycopg.Connection[Any],
+    declared: DeclaredBudgets,
+    *,
+    on_drift: str = "report",
+    check_mode: bool = False,
+) -> BudgetPlan:
+    """Read cron.job, plan, and write the plan in one transaction: all of it or nothing.
+
+    `conn` is a writable connection to the database holding pg_cron's cron.job
+    (`leaseguard.adapters.db.connect(..., writable=True)`). Jobs are created in `declared.database`,
+    or in that same database when it is None. Nothing is written in check mode (the
+    transaction is READ ONLY, the plan computed exactly as it would be) nor when the plan
+    has `refusals` (drift left as it is, a refused live job): the result's `applied` says
+    which. Any failure rolls everything back and raises a DatabaseError naming the job.
+    """
+    privilege = "grant the role EXECUTE on cron.schedule/alter_job" + (
+        "/schedule_in_database" if declared.database else ""
+    )
+    with cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step:
+        if not check_mode:
+            step.doing = "waiting for another leaseguard run on cron.job"
+            conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
+            step.doing = "reading cron.job"
+        row = conn.execute("SELECT current_database()").fetchone()
+        here = str(row[0]) if row else conn.info.dbname
+        target = replace(declared, database=declared.database or here)
+        live = read_live_jobs(conn, [job.name for job in declared.jobs])
+        plan = plan_budgets(target, live, on_drift=on_drift)
+        writing = not check_mode and not plan.refusals
+        if writing:
+            for job in plan.jobs:
+                step.doing = f"writing pg_cron job {job.job.name}"
+                _write(conn, job, here)
+    return replace(plan, applied=writing)
+
+
+def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
+    """One job's write; every value a bind parameter."""
+    if job.action is Action.CREATE:
+        if job.database in (None, here):
+            conn.execute(
+                "SELECT cron.schedule(%s, %s, %s)",
+                (job.job.name, job.job.schedule, job.job.command),
+            )
+        else:
+            conn.execute(
+                "SELECT cron.schedule_in_database(%s, %s, %s, %s)",
+                (job.job.name, job.job.schedule, job.job.command, job.database),
+            )
+    elif job.action is Action.UPDATE and job.live is not None:
+        # NULL leaves a field as it is: an unchanged command keeps its live spelling.
+        conn.execute(
+            "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
+            "database := %s::text)",
+            (job.live.jobid, job.new_schedule, job.new_command, job.new_database),
+        )

@@ -1,0 +1,72 @@
+"""Host-vs-database clock offset, for the orphan cut-off.
+
+The runtime's start time comes from the host's clock, claimed_at from the database's.
+If they disagree by more than clock_skew_s, a claim made just after the restart could
+look older than the restart and be called an orphan: alive but unprotected. So the
+offset is measured on every check, reported, and the cut-off tolerance is widened to
+cover it (never narrowed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import psycopg
+
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.errors import LookupFailed
+
+
+def _sample(read: Callable[[], float]) -> tuple[float, float]:
+    """(reading minus the local midpoint, half the round trip)."""
+    before = time.time()
+    reading = read()
+    after = time.time()
+    return reading - (before + after) / 2, (after - before) / 2
+
+
+def measure_offset(host_clock: Callable[[], float], db_clock: Callable[[], float]) -> ClockOffset:
+    """Compare both clocks against the local one; the round trips bound the error."""
+    host_rel, host_err = _sample(host_clock)
+    db_rel, db_err = _sample(db_clock)
+    return ClockOffset(host_rel - db_rel, host_err + db_err)
+
+
+def offset_from_here(runner: Runner) -> ClockOffset:
+    """The host's clock minus this machine's.
+
+    For a fleet judgment, measured on every host while its facts are looked up (one `date`,
+    over whatever connection the front has), then chained with this machine's offset from
+    the database (`chained`): the judgment runs through one database path, but every host's
+    start time is compared in the database clock.
+    """
+    return measure_offset(host_clock(runner), time.time)
+
+
+def host_clock(runner: Runner) -> Callable[[], float]:
+    """Read the host's clock with `date +%s.%N` (hosts need no Python)."""
+
+    def read() -> float:
+        result = runner.run(["date", "+%s.%N"])
+        try:
+            if result.exit_code != 0:
+                raise ValueError
+            return float(result.stdout.strip())
+        except ValueError:
+            raise LookupFailed(f"host {runner.label}: cannot read its clock (date)") from None
+
+    return read
+
+
+def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[], float]:
+    """Read the database's clock (clock_timestamp, not the transaction's now())."""
+
+    def read() -> float:
+        with conn.transaction(), conn.cursor() as cur:
+            row = cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert row is not None
+        return float(row[0])  # type: ignore[arg-type]
+
+    return read

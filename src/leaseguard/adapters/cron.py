@@ -1,0 +1,269 @@
+"""pg_cron's cron.job: reading jobs, one time-boxed transaction on them, pausing and resuming.
+
+Shared by the budgets (`leaseguard.core.budgets`, which plans commands), the drain's intake
+pause (`leaseguard.orchestration.drain.CronJobsPause`) and the migrate role's pause (the
+cron_budget module's `active` option), so every writer of cron.job runs with the same time
+limits and reports failures the same way.
+
+Pausing and resuming: the state is declared (``{job: active}``) and the result says which
+jobs this run actually switched, so resuming exactly those, and no job an operator had
+disabled on purpose, is the caller's one line. A job that does not exist is reported and
+skipped (nothing runs it, so there is nothing to pause: a first deploy declares it later);
+several jobs sharing a name are refused, because switching either could be the wrong one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import errors as pg_errors
+
+from leaseguard.adapters.db import set_local_limits
+from leaseguard.core.budgets.live import LiveJob
+from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+
+# Our own session's limits while reading and writing cron.job.
+STATEMENT_TIMEOUT_MS = 5000
+LOCK_TIMEOUT_MS = 2000
+
+
+_LIVE_JOBS = (
+    "SELECT jobid, jobname, schedule, command, active, database, username "
+    "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid"
+)
+
+
+def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
+    """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
+    rows = conn.execute(_LIVE_JOBS, (list(names),)).fetchall()
+    return [
+        LiveJob(
+            jobid=int(row[0]),
+            name=str(row[1]),
+            schedule=str(row[2]),
+            command=str(row[3]),
+            active=bool(row[4]),
+            database=None if row[5] is None else str(row[5]),
+            username=None if row[6] is None else str(row[6]),
+        )
+        for row in rows
+    ]
+
+
+@dataclass
+class CronStep:
+    """What a cron.job transaction is doing, so a failure message can say so."""
+
+    doing: str = "reading cron.job"
+
+
+@contextmanager
+def cron_transaction(
+    conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
+) -> Iterator[CronStep]:
+    """One time-boxed transaction on cron.job; failures become errors naming the step.
+
+    Read-only in check mode. Any failure rolls everything back, so every message ends with
+    "nothing was changed". Messages name the step, the database and the SQLSTATE, never
+    driver text.
+    """
+    dbname = conn.info.dbname
+    step = CronStep()
+    try:
+        with conn.transaction():
+            if read_only:
+                conn.execute("SET TRANSACTION READ ONLY")
+            set_local_limits(
+                conn, statement_timeout=STATEMENT_TIMEOUT_MS, lock_timeout=LOCK_TIMEOUT_MS
+            )
+            yield step
+    except pg_errors.QueryCanceled:
+        raise DatabaseError(
+            f"{step.doing} in database {dbname} exceeded statement_timeout="
+            f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
+        ) from None
+    except pg_errors.LockNotAvailable:
+        raise DatabaseError(
+            f"{step.doing} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
+            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
+        ) from None
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
+        raise SchemaMismatch(
+            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
+            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
+        ) from None
+    except pg_errors.InsufficientPrivilege:
+        raise DatabaseError(
+            f"{step.doing} in database {dbname}: permission denied (InsufficientPrivilege, "
+            f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
+        ) from None
+    except pg_errors.InvalidParameterValue:
+        raise DatabaseError(
+            f"pg_cron refused {step.doing} in database {dbname} (InvalidParameterValue, SQLSTATE "
+            "22023), most likely a schedule this pg_cron version does not accept; "
+            "nothing was changed"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(
+            f"connection lost while {step.doing} in database {dbname} ({type(exc).__name__}); "
+            "the transaction was not committed"
+        ) from None
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None) or "none"
+        raise DatabaseError(
+            f"{step.doing} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
+            "nothing was changed"
+        ) from None
+
+
+@dataclass(frozen=True)
+class ActiveChange:
+    """One job's active flag before and after; `before` None: no job of that name."""
+
+    job: str
+    wanted: bool
+    jobid: int | None = None
+    before: bool | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.before is not None
+
+    @property
+    def changed(self) -> bool:
+        return self.exists and self.before != self.wanted
+
+    @property
+    def after(self) -> bool | None:
+        return self.wanted if self.exists else None
+
+
+@dataclass(frozen=True)
+class ActivePlan:
+    """What `set_jobs_active` found and did; `applied` False: nothing written (check mode)."""
+
+    jobs: tuple[ActiveChange, ...]
+    applied: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return any(job.changed for job in self.jobs)
+
+    @property
+    def paused(self) -> list[str]:
+        """Jobs this run deactivated (resume exactly these)."""
+        return [job.job for job in self.jobs if job.changed and not job.wanted]
+
+    @property
+    def resumed(self) -> list[str]:
+        return [job.job for job in self.jobs if job.changed and job.wanted]
+
+    @property
+    def missing(self) -> list[str]:
+        return [job.job for job in self.jobs if not job.exists]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [
+            f"pg_cron job {name} does not exist; nothing to {'resume' if wanted else 'pause'}"
+            for name, wanted in ((job.job, job.wanted) for job in self.jobs if not job.exists)
+        ]
+
+    def diff(self) -> dict[str, dict[str, Any]]:
+        return {
+            "before": {job.job: {"active": job.before} for job in self.jobs if job.exists},
+            "after": {job.job: {"active": job.after} for job in self.jobs if job.exists},
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        summary = ("applied", "changed", "paused", "resumed", "missing")
+        return {
+            **{key: getattr(self, key) for key in summary},
+            "jobs": [
+                {"job": job.job, "jobid": job.jobid, "before": job.before, "after": job.after}
+                for job in self.jobs
+            ],
+        }
+
+
+def validate_active(wanted: object) -> dict[str, bool]:
+    """``{job name: bool}``; ConfigError naming the job otherwise."""
+    if not isinstance(wanted, Mapping):
+        raise ConfigError("active must map a pg_cron job name to true or false")
+    checked: dict[str, bool] = {}
+    for name, value in wanted.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError("active: job names must be non-empty strings")
+        if not isinstance(value, bool):
+            raise ConfigError(f"active.{name} must be true or false")
+        checked[name] = value
+    return checked
+
+
+def set_jobs_active(
+    conn: psycopg.Connection[Any],
+    wanted: Mapping[str, bool],
+    *,
+    check_mode: bool = False,
+    require_all: bool = False,
+    also: Callable[[psycopg.Connection[Any], list[ActiveChange]], None] | None = None,
+) -> ActivePlan:
+    """Set each named job's active flag in one transaction (read-only in check mode).
+
+    `conn` is an autocommit connection to the database holding cron.job
+    (`leaseguard.adapters.db.connect` with writable=True). With `require_all`, a name that
+    matches no job fails the whole call before anything is written. `also` runs in the same
+    transaction after the switches, with the changes made (the drain records its pauses
+    there, so a pause and its record commit together or not at all).
+    """
+    wanted = validate_active(wanted)
+    hint = "the role must own the jobs or be allowed cron.alter_job"
+    try:
+        with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
+            changes = _changes(read_live_jobs(conn, list(wanted)), wanted)
+            missing = [change.job for change in changes if not change.exists]
+            if require_all and missing:
+                raise _Refused(f"pg_cron job(s) not found: {', '.join(missing)}")
+            if not check_mode:
+                for change in changes:
+                    if change.changed:
+                        verb = "resuming" if change.wanted else "pausing"
+                        step.doing = f"{verb} pg_cron job {change.job}"
+                        conn.execute(
+                            "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
+                            (change.jobid, change.wanted),
+                        )
+                if also is not None:
+                    step.doing = "recording the switch in cron.job"
+                    also(conn, [change for change in changes if change.changed])
+    except _Refused as exc:
+        raise DatabaseError(str(exc)) from None
+    return ActivePlan(tuple(changes), applied=not check_mode)
+
+
+def _changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+    changes = []
+    for name, active in wanted.items():
+        rows = [row for row in live if row.name == name]
+        if len(rows) > 1:
+            ids = ", ".join(str(row.jobid) for row in rows)
+            raise _Refused(
+                f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
+                "refusing to guess which to switch; nothing was changed"
+            )
+        row = rows[0] if rows else None
+        changes.append(
+            ActiveChange(name, active, row.jobid if row else None, row.active if row else None)
+        )
+    return changes
+
+
+class _Refused(Exception):
+    """Leaves the transaction (rolling it back) before becoming a DatabaseError."""
+
+
+__all__ = ["ActiveChange", "ActivePlan", "set_jobs_active", "validate_active"]

@@ -1,0 +1,275 @@
+"""Evaluate the lease predicate against the protected system's database."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+import psycopg
+from psycopg import sql
+
+from leaseguard.adapters.db import connect, guard_transaction
+from leaseguard.adapters.statuses import StatusColumn, check_statuses, inspect_status_column
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError, SchemaMismatch
+from leaseguard.core.predicate import (
+    columns_query,
+    counts_query,
+    live_claims_query,
+    owners_table,
+    predicate_params,
+    rls_query,
+    table_identifier,
+)
+from leaseguard.core.presets import OWNER_HEARTBEAT_COLUMN, OWNER_HEARTBEAT_RULE, OWNERS_TABLE
+from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
+
+# format_type() spells a precision when the column has one: ActiveRecord 7 and Ecto write
+# timestamp(6). Any precision, with or without time zone, is a timestamp.
+_TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
+
+Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float | None:
+    """multiplier x task timeout; None when the rows carry their own expiry column."""
+    if contract.rows_carry_expiry:
+        return None
+    if task_timeout is None:
+        raise ConfigError(
+            "a task timeout is required to derive the lease (or set lease.expires_at_column)"
+        )
+    return contract.lease.multiplier * task_timeout.seconds
+
+
+def check(
+    conninfo: str,
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+) -> Verdict:
+    """Connect, judge every claimed or queued row, and close. Raises on any failure."""
+    lease_s = lease_seconds(contract, task_timeout)
+    with connect(conninfo, contract.connect_timeout_s) as conn:
+        return evaluate(
+            conn,
+            contract,
+            task_timeout=task_timeout,
+            lease_s=lease_s,
+            runtime_started_at=runtime_started_at,
+            host=host,
+        )
+
+
+def evaluate(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    lease_s: float | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+    as_of: datetime | None = None,
+    clock_offset: ClockOffset | None = None,
+    warnings: tuple[str, ...] = (),
+) -> Verdict:
+    """Judge on an open guard connection (with the schema pre-flight): see `judge_table`."""
+    verdict, _ = judge_table(
+        conn,
+        contract,
+        task_timeout=task_timeout,
+        lease_s=lease_s,
+        runtime_started_at=runtime_started_at,
+        host=host,
+        as_of=as_of,
+        clock_offset=clock_offset,
+        warnings=warnings,
+    )
+    return verdict
+
+
+def judge_table(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    *,
+    task_timeout: TaskTimeout | None,
+    lease_s: float | None,
+    runtime_started_at: datetime | None,
+    host: str | None = None,
+    as_of: datetime | None = None,
+    clock_offset: ClockOffset | None = None,
+    warnings: tuple[str, ...] = (),
+    status_column: StatusColumn | None = None,
+) -> tuple[Verdict, StatusColumn]:
+    """Judge on an open guard connection; also returns the status column's catalog facts.
+
+    Every status present in the table is checked against the contract's lists first
+    (UnclassifiedStatus), in the same transaction and snapshot as the predicate.
+    `status_column` (from an earlier check on this connection) skips the table/column
+    pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
+    from the query itself), and a status that appeared since is still found.
+
+    `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
+    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
+    microsecond; production callers leave it None.
+    """
+    tolerance_s = contract.clock_skew_s
+    if clock_offset is not None:
+        tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
+        if clock_offset.exceeds(contract.clock_skew_s):
+            warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
+    params = predicate_params(
+        contract,
+        lease_s=lease_s,
+        runtime_started_at=runtime_started_at,
+        as_of=as_of,
+        tolerance_s=tolerance_s,
+    )
+    try:
+        with guard_transaction(conn, contract) as cur:
+            if status_column is None:
+                status_column = verify_schema(cur, contract)
+            check_statuses(cur, contract, status_column)
+            checked_at, counts = _counts(cur, contract, params)
+            live = _live_claims(cur, contract, params) if counts.live else ()
+    except SchemaMismatch:
+        if status_column is None:
+            raise
+        # The pre-flight was skipped: let it name the table or column that vanished.
+        with guard_transaction(conn, contract) as cur:
+            verify_schema(cur, contract)
+        raise
+    verdict = Verdict(
+        counts=counts,
+        live=live,
+        checked_at=checked_at,
+        lease_s=lease_s,
+        task_timeout=task_timeout,
+        runtime_started_at=runtime_started_at,
+        wait_upper_bound_s=_wait_upper_bound(live, lease_s),
+        table=contract.table_label,
+        host=host,
+        clock_offset_s=clock_offset.offset_s if clock_offset else None,
+        warnings=warnings,
+    )
+    return verdict, status_column
+
+
+def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
+    """Fail with a message naming the table or column before the predicate runs."""
+    qualified = table_identifier(contract).as_string(cur.connection)
+    cur.execute("SELECT to_regclass(%s)::oid", (qualified,))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    verify_rows_visible(cur, row[0], contract.table_label)
+    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
+        _verify_owners(cur, contract)
+    cur.execute(columns_query(), {"relation": row[0]})
+    types = {str(name): str(kind) for name, kind in cur.fetchall()}
+    for key, column in contract.columns().items():
+        if column not in types:
+            raise SchemaMismatch(
+                f"column {column} ({key}) does not exist in table {contract.table_label}"
+            )
+    for key in ("claimed_at_column", "lease.expires_at_column"):
+        time_column = contract.columns().get(key)
+        if time_column and not _TIME_TYPE.fullmatch(types[time_column]):
+            raise SchemaMismatch(
+                f"column {time_column} ({key}) of table {contract.table_label} has type "
+                f"{types[time_column]}, expected a timestamp"
+            )
+    return inspect_status_column(cur, contract, row[0])
+
+
+def _verify_owners(cur: Cursor, contract: Contract) -> None:
+    """Solid Queue: the owners' table is read too, so it must exist, have its heartbeat, and
+    show the guard every row: a hidden owner would make its live claim look owner-less,
+    which the rule judges dead ("proceed" on live work)."""
+    owners = owners_table(contract)
+    label = f"{contract.schema}.{OWNERS_TABLE}" if contract.schema else OWNERS_TABLE
+    cur.execute("SELECT to_regclass(%s)::oid", (owners.as_string(cur.connection),))
+    row = cur.fetchone()
+    if row is None or row[0] is None:
+        raise SchemaMismatch(
+            f"table {label} (the owners of the claims in {contract.table_label}) does not "
+            "exist (or is not visible)"
+        )
+    verify_rows_visible(cur, row[0], label)
+    cur.execute(columns_query(), {"relation": row[0]})
+    types = {str(name): str(kind) for name, kind in cur.fetchall()}
+    if "id" not in types or not _TIME_TYPE.fullmatch(types.get(OWNER_HEARTBEAT_COLUMN, "")):
+        raise SchemaMismatch(
+            f"table {label} lacks id or a timestamp column {OWNER_HEARTBEAT_COLUMN}, which "
+            f"decide whether the owner of a claim in {contract.table_label} is alive"
+        )
+
+
+def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
+    """Fail when row-level security would hide rows from the guard's role.
+
+    A hidden claimed row is a live job the guard never sees: "proceed" on live work.
+    graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
+    BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS.
+    """
+    cur.execute(rls_query(), {"relation": relation})
+    row = cur.fetchone()
+    if row is None or not row[0]:
+        return
+    _, forced, owner, bypass = row
+    if bypass or (owner and not forced):
+        return
+    why = "forces row-level security on its owner too" if owner else "has row-level security"
+    raise SchemaMismatch(
+        f"table {label} {why}, so the guard's role could see only some of its "
+        "rows and miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) "
+        "or add a policy that shows it every row (CREATE POLICY leaseguard_read ON "
+        f"{label} FOR SELECT TO <guard role> USING (true))"
+    )
+
+
+def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
+    cur.execute(counts_query(contract), params)
+    rows = cur.fetchall()
+    by_class = {str(cls): int(n) for _, cls, n in rows}  # type: ignore[call-overload]
+    checked_at = rows[0][0] if rows else _database_now(cur, params)
+    assert isinstance(checked_at, datetime)
+    return checked_at, Counts(**by_class)
+
+
+def _database_now(cur: Cursor, params: dict[str, object]) -> datetime:
+    cur.execute(sql.SQL("SELECT coalesce(%(as_of)s::timestamptz, now())"), params)
+    row = cur.fetchone()
+    assert row is not None and isinstance(row[0], datetime)
+    return row[0]
+
+
+def _live_claims(
+    cur: Cursor, contract: Contract, params: dict[str, object]
+) -> tuple[LiveClaim, ...]:
+    cur.execute(live_claims_query(contract), params)
+    return tuple(
+        LiveClaim(
+            id=str(row_id),
+            claimed_at=claimed_at,  # type: ignore[arg-type]
+            lease_expires_at=expires,  # type: ignore[arg-type]
+            remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
+        )
+        for row_id, claimed_at, expires, remaining in cur.fetchall()
+    )
+
+
+def _wait_upper_bound(live: tuple[LiveClaim, ...], lease_s: float | None) -> float:
+    """The longest remaining lease; past it every row is the reaper's, not the guard's.
+
+    A live row with no computable expiry is bounded by one full lease when one is known.
+    """
+    known = [c.remaining_s for c in live if c.remaining_s is not None]
+    unbounded = any(c.remaining_s is None for c in live)
+    bound = max(known, default=0.0)
+    if unbounded and lease_s is not None:
+        bound = max(bound, lease_s)
+    return max(bound, 0.0)

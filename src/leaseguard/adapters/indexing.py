@@ -1,0 +1,400 @@
+"""The index that keeps the guard's checks flat as the table grows, and the warning that
+points at it when a large table is read with a sequential scan.
+
+The guard reads only claimed and queued rows, a set bounded by the number of workers,
+while the table grows with history (done, failed, cancelled rows). It also makes sure every
+status present is classified (statuses.py), which asks the index for each distinct status
+(a loose index scan). One btree index leading with the status column serves both: the
+guard query reads the same few entries at 10^4 rows as at 10^7, and the status check visits
+each distinct status once. A partial index over the claimed and queued statuses (what earlier
+versions recommended, `<table>_leaseguard_claims`) serves the guard query only: it cannot
+show a status it does not hold.
+
+The index must match the predicate's own expressions for the planner to use it: the
+predicate compares the status column natively (no cast), so the index key names the plain
+column; that works for text and enum status columns alike, and it is why a queue's own
+index leading with its status column (River's, Oban's) already serves both checks. A
+contract without a status column (graphile-worker: claimed iff locked_at is set) has no
+status check; its index is partial, over the rows the guard reads, in the guard's terms.
+
+A partitioned table (pg-boss) refuses CREATE INDEX CONCURRENTLY on its parent: the recipe
+there is an invalid index ON ONLY the parent, one concurrent index per partition, and an
+ATTACH of each, after which the parent index is valid and covers future partitions too.
+
+Identifiers are `sql.Identifier`s and `sql.SQL` wraps constants only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from leaseguard.adapters.db import set_local_limits
+from leaseguard.adapters.statuses import StatusColumn
+from leaseguard.core.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.core.errors import SchemaMismatch
+from leaseguard.core.predicate import (
+    claim_conditions,
+    counts_query,
+    predicate_params,
+    table_identifier,
+)
+from leaseguard.core.presets import OWNER_HEARTBEAT_RULE
+from leaseguard.core.verdict import Verdict
+
+log = logging.getLogger("leaseguard.indexing")
+
+INDEX_SUFFIX = "_leaseguard_status"
+# Below this many rows a sequential scan costs a millisecond or two (benchmarks/RESULTS.md:
+# ~1 ms at 10^4 rows, ~10 ms at 10^5): not worth a warning.
+LARGE_TABLE_ROWS = 100_000
+# A never-analysed table (reltuples = -1) counts as large from this size on disk.
+LARGE_TABLE_BYTES = 64 * 1024 * 1024
+# The plan check is advisory: it gets a small budget of its own, never the check's.
+_PLAN_CHECK_TIMEOUT_MS = 1000
+
+Cursor = psycopg.Cursor[tuple[object, ...]]
+
+
+def index_name(contract: Contract) -> str:
+    """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
+    return _short_name(contract.table + INDEX_SUFFIX)
+
+
+def _short_name(name: str) -> str:
+    """`name` when it fits in 63 bytes, else its head plus a hash and the suffix."""
+    if len(name.encode("utf-8")) <= MAX_IDENTIFIER_BYTES:
+        return name
+    stem = name.removesuffix(INDEX_SUFFIX)
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:8]
+    tail = f"_{digest}{INDEX_SUFFIX}"
+    budget = MAX_IDENTIFIER_BYTES - len(tail.encode("utf-8"))
+    head = stem.encode("utf-8")[:budget].decode("utf-8", errors="ignore")
+    return head + tail
+
+
+def index_columns(contract: Contract) -> list[sql.Composable]:
+    """status, claimed_at, and the expiry column when the contract has one."""
+    columns: list[sql.Composable] = [
+        sql.Identifier(lead_column(contract)),
+        sql.Identifier(contract.claimed_at_column),
+    ]
+    expires = contract.lease.expires_at_column
+    if expires and expires != contract.claimed_at_column:
+        columns.append(sql.Identifier(expires))
+    if lead_column(contract) == contract.claimed_at_column:
+        columns.pop(1)
+    return columns
+
+
+def lead_column(contract: Contract) -> str:
+    """The column the guard's WHERE clause filters on: status, or locked_at (graphile)."""
+    if not contract.has_status_column:
+        return contract.claimed_at_column
+    return contract.status_column
+
+
+def index_predicate(contract: Contract) -> sql.Composable | None:
+    """The index's WHERE clause: none with a status column (the status check must see every
+    status); without one (graphile-worker), the rows the guard reads, in its own terms."""
+    if contract.has_status_column:
+        return None
+    claimed, queued = claim_conditions(contract)
+    return sql.SQL("{} OR {}").format(claimed, queued)
+
+
+def recommended_index(contract: Contract) -> sql.Composed:
+    """CREATE INDEX CONCURRENTLY IF NOT EXISTS ... (status, claimed_at[, expiry]).
+
+    Over every row, not only the claimed and queued ones: the status check must see the
+    statuses nobody configured (only a contract without a status column gets a partial
+    one, `index_predicate`). CONCURRENTLY: building it must not block the claim loop it
+    is meant to serve. It cannot run inside a transaction block, so the statement is meant
+    to be run alone.
+    """
+    return _create_index(
+        sql.SQL("CONCURRENTLY IF NOT EXISTS"),
+        sql.Identifier(index_name(contract)),
+        table_identifier(contract),
+        contract,
+    )
+
+
+def _create_index(
+    how: sql.Composable, name: sql.Composable, table: sql.Composable, contract: Contract
+) -> sql.Composed:
+    statement = sql.SQL("CREATE INDEX {how} {name} ON {table} ({columns})").format(
+        how=how,
+        name=name,
+        table=table,
+        columns=sql.SQL(", ").join(index_columns(contract)),
+    )
+    where = index_predicate(contract)
+    if where is None:
+        return statement
+    return statement + sql.SQL(" WHERE {}").format(where)
+
+
+# A constant comment: a table name may hold a newline, which would end a `--` comment.
+INDEX_COMMENT = "-- leaseguard: the guard's status index; run it alone, not in a transaction"
+
+
+# Solid Queue deletes a claim when its job ends: the claims table never outgrows the workers.
+NO_INDEX_NEEDED = (
+    "-- leaseguard: this preset's claims table holds only the current claims "
+    "(rows are deleted when a job ends); no index needed"
+)
+
+
+def index_needed(contract: Contract) -> bool:
+    """False when the table the guard reads holds only current claims (Solid Queue)."""
+    return contract.claim_rule != OWNER_HEARTBEAT_RULE
+
+
+def recommended_index_sql(contract: Contract) -> str:
+    """The statement as text, terminated, for `leaseguard index-sql` and runbooks."""
+    return recommended_index(contract).as_string(None) + ";"
+
+
+def partitioned_index_sql(contract: Contract, partitions: list[tuple[str, str]]) -> list[str]:
+    """The recipe for a partitioned table: ON ONLY parent, concurrent per partition, ATTACH.
+
+    `partitions` are (schema, name) of the leaf partitions. The parent index starts invalid
+    and becomes valid once every partition's index is attached.
+    """
+    parent = index_name(contract)
+    parent_ident = _index_ident(contract.schema, parent)
+    steps = [
+        _create_index(
+            sql.SQL("IF NOT EXISTS"), sql.Identifier(parent), _only(contract), contract
+        ).as_string(None)
+        + ";"
+    ]
+    for schema, partition in partitions:
+        child = _short_name(f"{partition}{INDEX_SUFFIX}")
+        steps.append(
+            _create_index(
+                sql.SQL("CONCURRENTLY IF NOT EXISTS"),
+                sql.Identifier(child),
+                sql.Identifier(schema, partition),
+                contract,
+            ).as_string(None)
+            + ";"
+        )
+        steps.append(
+            sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
+            .format(parent_ident, _index_ident(schema, child))
+            .as_string(None)
+        )
+    return steps
+
+
+def _only(contract: Contract) -> sql.Composable:
+    return sql.SQL("ONLY {}").format(table_identifier(contract))
+
+
+def _index_ident(schema: str | None, name: str) -> sql.Identifier:
+    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
+
+
+def serving_indexes_query() -> sql.SQL:
+    """Valid indexes of a relation that serve the guard: leaseguard's own (by name), or a
+    non-partial btree whose first key column is the given one.
+
+    Such an index serves the guard's `lead = ANY(...)` (or `locked_at IS NOT NULL`) as it
+    stands, and, being over every row, the status check's walk over the distinct statuses
+    too: River's and Oban's (state, queue, priority, ...) fetching indexes do.
+    """
+    return sql.SQL(
+        """
+        SELECT i.indexrelid::regclass::text
+        FROM pg_index i
+        JOIN pg_class c ON c.oid = i.indexrelid
+        JOIN pg_am am ON am.oid = c.relam
+        LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+        WHERE i.indrelid = %(relation)s AND i.indisvalid
+          AND ((i.indpred IS NULL AND am.amname = 'btree' AND a.attname = %(column)s)
+               OR c.relname = %(own)s)
+        ORDER BY 1
+        """
+    )
+
+
+def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
+    """What `leaseguard index-sql --dsn` prints: comment lines and statements.
+
+    An existing index that already serves the guard is named instead of a new one; a
+    partitioned table gets the per-partition recipe instead of a refused CONCURRENTLY.
+    """
+    if not index_needed(contract):
+        return [NO_INDEX_NEEDED]
+    qualified = table_identifier(contract).as_string(conn)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(
+            "SELECT oid, relkind::text FROM pg_class WHERE oid = to_regclass(%s)", (qualified,)
+        )
+        row = cur.fetchone()
+        if row is None:
+            raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+        relation, relkind = row
+        cur.execute(
+            serving_indexes_query(),
+            {"relation": relation, "column": lead_column(contract), "own": index_name(contract)},
+        )
+        serving = [str(name) for (name,) in cur.fetchall()]
+        cur.execute(
+            "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree(%s) t "
+            "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE t.isleaf ORDER BY 1, 2",
+            (relation,),
+        )
+        partitions = [(str(schema), str(name)) for schema, name in cur.fetchall()]
+    if serving:
+        return [
+            f"-- leaseguard: existing index(es) already serve the guard's checks on "
+            f"{lead_column(contract)}: {', '.join(serving)}; nothing to create"
+        ]
+    if relkind == "p":
+        return [
+            "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
+            "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
+            "(run each statement alone, not in a transaction)",
+            *partitioned_index_sql(contract, partitions),
+        ]
+    return [
+        INDEX_COMMENT,
+        recommended_index_sql(contract),
+    ]
+
+
+# --- the seq-scan warning -------------------------------------------------------------------
+
+
+def with_plan_warning(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
+) -> Verdict:
+    """The verdict, plus a warning when the guard query or its status check scans a large
+    table sequentially.
+
+    Advisory and fail-safe: any error (permissions, lock, timeout, a plan shape this code
+    does not know) skips the warning and never fails or changes the check. Runs in its own
+    transaction after the judgment, so an error here cannot abort the judgment's.
+    """
+    try:
+        warning = plan_warning(conn, contract, verdict, status_column)
+    except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
+        log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
+        return verdict
+    if warning is None:
+        return verdict
+    return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
+
+
+def plan_warning(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
+) -> str | None:
+    """A warning naming the table when it is large and the guard query's plan seq-scans it,
+    or no index can walk its status column (the status check then reads every row).
+
+    Two cheap steps: the planner's row estimate (pg_class.reltuples) first; EXPLAIN, without
+    ANALYZE, only when the table is large.
+    """
+    params = predicate_params(
+        contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
+    )
+    lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
+    with conn.transaction(), conn.cursor() as cur:
+        set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
+        table = large_table(cur, contract)
+        if table is None:
+            return None
+        cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
+        row = cur.fetchone()
+    rows, relations = table
+    guard_scans = row is not None and bool(seq_scans(row[0], relations))
+    status_scans = (
+        status_column is not None
+        and status_column.reads_rows(contract)
+        and status_column.index_key is None
+    )
+    if not guard_scans and not status_scans:
+        return None
+    if guard_scans:
+        where = (
+            f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
+            "with a sequential scan"
+        )
+    else:
+        where = (
+            f"the status check (every status classified) reads table {contract.table_label} "
+            f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
+            f"status column {contract.status_column}"
+        )
+    return (
+        f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
+        f"index {index_name(contract)} that keeps each check flat"
+    )
+
+
+def large_table(cur: Cursor, contract: Contract) -> tuple[float, frozenset[str]] | None:
+    """(estimated rows, names of the table and its partitions) when large, else None.
+
+    reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
+    analysed (-1) counts as large by its size on disk. A partitioned table's rows live in
+    its leaf partitions (pg_partition_tree lists none for a plain table), and
+    EXPLAIN names the partitions it scans, not the parent.
+    """
+    qualified = table_identifier(contract).as_string(cur.connection)
+    cur.execute(
+        """
+        SELECT coalesce(sum(greatest(c.reltuples, 0)), 0),
+               bool_or(c.reltuples < 0),
+               coalesce(sum(pg_relation_size(c.oid)), 0)::bigint,
+               array_agg(c.relname::text)
+        FROM pg_class c
+        WHERE c.oid = to_regclass(%s)
+           OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%s)) WHERE isleaf)
+        """,
+        (qualified, qualified),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return None
+    reltuples, unanalysed, size, names = row
+    if not isinstance(reltuples, float | int) or not isinstance(size, int) or not names:
+        return None
+    relations = frozenset(str(n) for n in names)  # type: ignore[attr-defined]
+    if reltuples >= LARGE_TABLE_ROWS:
+        return float(reltuples), relations
+    if unanalysed and size >= LARGE_TABLE_BYTES:
+        # ~100 bytes a row: an order of magnitude, for the message only.
+        return float(size // 100), relations
+    return None
+
+
+def seq_scans(plan: Any, table: str | frozenset[str]) -> list[dict[str, Any]]:
+    """The Seq Scan nodes (parallel or not) over `table` (or any of a set of names, a
+    partitioned table and its partitions) in an EXPLAIN (FORMAT JSON) result."""
+    names = frozenset({table}) if isinstance(table, str) else table
+    found: list[dict[str, Any]] = []
+    stack: list[Any] = [plan]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
+                found.append(node)
+            stack.extend(v for v in node.values() if isinstance(v, list | dict))
+    return found

@@ -1,0 +1,417 @@
+"""SSH: host-key policy, running lookups on a host, and the tunnel to its database.
+
+Fabric's Connection accepts any host key by default (paramiko's AutoAddPolicy) and never
+reads known_hosts. A guard that decides whether to kill work must know which host it
+asked, so leaseguard verifies host keys against known_hosts unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import shlex
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import paramiko
+    from fabric import Config, Connection
+except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproject.toml)
+    raise ModuleNotFoundError(
+        f"leaseguard's SSH tunnel needs Fabric and paramiko ({exc.name} is not installed): "
+        "pip install 'leaseguard[fabric]' (or 'leaseguard[ansible]' for the collection)",
+        name=exc.name,
+    ) from exc
+
+from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S, CommandResult
+from leaseguard.core.errors import ConfigError, TunnelError
+
+log = logging.getLogger("leaseguard.tunnel")
+
+# paramiko sends a keepalive after this many seconds without sending anything, so a dead
+# link always has unacknowledged data in flight, which TCP_USER_TIMEOUT then bounds.
+KEEPALIVE_INTERVAL_S = 1
+_CHUNK = 32768
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach a host: what Fabric users set, plus the host-key policy."""
+
+    user: str | None = None
+    port: int | None = None
+    key_filename: str | None = None
+    known_hosts: str | None = None
+    accept_unknown_host_keys: bool = False
+    gateway: str | None = None  # a ProxyJump-style "user@host:port"
+    connect_timeout_s: int = 10
+
+
+def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
+    """A Fabric Connection whose host keys are verified (unless explicitly accepted)."""
+    # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
+    # over a dead link each of those would outlast the connect timeout the user configured.
+    bound = options.connect_timeout_s
+    connect_kwargs: dict[str, Any] = {
+        "banner_timeout": bound,
+        "auth_timeout": bound,
+        "channel_timeout": bound,
+    }
+    if options.key_filename:
+        connect_kwargs["key_filename"] = options.key_filename
+    gateway = None
+    if options.gateway:
+        gateway = make_connection(options.gateway, _gateway_options(options), config)
+    connection = Connection(
+        host,
+        user=options.user,
+        port=options.port,
+        config=config,
+        gateway=gateway,
+        connect_timeout=options.connect_timeout_s,
+        connect_kwargs=connect_kwargs,
+    )
+    apply_host_key_policy(connection, options)
+    return connection
+
+
+def _gateway_options(options: SshOptions) -> SshOptions:
+    return SshOptions(
+        key_filename=options.key_filename,
+        known_hosts=options.known_hosts,
+        accept_unknown_host_keys=options.accept_unknown_host_keys,
+        connect_timeout_s=options.connect_timeout_s,
+    )
+
+
+def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
+    """Load known_hosts (system, ssh_config's UserKnownHostsFile, explicit) and reject others."""
+    client = connection.client
+    client.load_system_host_keys()
+    for path in _known_hosts_files(connection, options):
+        if path.is_file():
+            client.load_host_keys(str(path))
+    if options.accept_unknown_host_keys:
+        client.set_missing_host_key_policy(paramiko.WarningPolicy())
+    else:
+        client.set_missing_host_key_policy(paramiko.RejectPolicy())
+    gateway = connection.gateway
+    if isinstance(gateway, Connection):
+        apply_host_key_policy(gateway, options)
+
+
+def _known_hosts_files(connection: Connection, options: SshOptions) -> list[Path]:
+    configured = str(connection.ssh_config.get("userknownhostsfile", ""))
+    files = [Path(p).expanduser() for p in configured.split()]
+    if options.known_hosts:  # like ssh's UserKnownHostsFile: one or more paths
+        files += [Path(p).expanduser() for p in options.known_hosts.split()]
+    return files
+
+
+def open_connection(connection: Connection) -> None:
+    """Connect now, translating SSH failures into a TunnelError that names the host."""
+    try:
+        if not connection.is_connected:
+            connection.open()
+            _tune(connection)
+    except paramiko.BadHostKeyException:
+        raise TunnelError(
+            f"host {connection.host}: host key does not match known_hosts (BadHostKeyException)"
+        ) from None
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise TunnelError(
+                f"host {connection.host}: host key is not in known_hosts; add it (ssh-keyscan) "
+                "or set accept_unknown_host_keys explicitly"
+            ) from None
+        raise TunnelError(f"host {connection.host}: SSH failed ({type(exc).__name__})") from None
+    except (OSError, EOFError) as exc:
+        raise TunnelError(
+            f"host {connection.host}:{connection.port}: cannot connect over SSH "
+            f"({type(exc).__name__})"
+        ) from None
+
+
+# OpenSSH client flags that take a value, and the -o option each one stands for.
+_FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
+_FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
+
+
+def parse_openssh_args(text: str) -> dict[str, str]:
+    """The `-o` options (and -J/-i/-p/-l) in an ssh command line, by lower-cased name.
+
+    Ansible keeps a host's jump host, known_hosts file and host-key policy in
+    ansible_ssh_common_args / ansible_ssh_extra_args; the tunnel must honour the same ones.
+    Like ssh itself, the first value given for an option wins.
+    """
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
+            continue
+        flag, value = word[:2], word[2:]
+        if not value and index < len(words):
+            value, index = words[index], index + 1
+        if flag == "-o":
+            name, _, option_value = value.replace("=", " ", 1).partition(" ")
+            options.setdefault(name.strip().lower(), option_value.strip())
+        elif flag in _FLAG_OPTIONS:
+            options.setdefault(_FLAG_OPTIONS[flag], value)
+    return options
+
+
+def _tune(connection: Connection) -> None:
+    """Nagle off, and a bound on how long the link may stay silent before it counts as dead.
+
+    Nagle: each guard query is a few small request/response packets through the tunnel.
+    With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
+    delayed ACK (~40 ms a round trip): a drain poll took 59 ms instead of 15 ms
+    (benchmarks/RESULTS.md).
+
+    Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
+    giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT
+    drops the connection once data stays unacknowledged for the connect timeout, so a dead
+    link is detected in that time (plus one keepalive interval) and every wait on it ends.
+    Behind a jump host the transport runs over a channel, not a socket, and the gateway's
+    own connection is the one to tune.
+    """
+    transport = connection.client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(KEEPALIVE_INTERVAL_S)
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
+    gateway = connection.gateway
+    if isinstance(gateway, Connection) and gateway.is_connected:
+        _tune(gateway)
+
+
+class FabricRunner:
+    """Runs lookup commands on a host over an open Fabric Connection."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.label = str(connection.host)
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        open_connection(self.connection)
+        try:
+            result = self.connection.run(
+                shlex.join(argv), hide=True, warn=True, in_stream=False, timeout=LOOKUP_TIMEOUT_S
+            )
+        except Exception as exc:  # invoke raises CommandTimedOut, paramiko its own errors
+            if type(exc).__name__ == "CommandTimedOut":
+                return CommandResult(124, "")
+            transport = self.connection.client.get_transport()
+            if transport is None or not transport.is_active():
+                raise TunnelError(
+                    f"host {self.label}: the SSH connection was lost during a lookup "
+                    f"({type(exc).__name__})"
+                ) from None
+            raise TunnelError(
+                f"host {self.label}: running a lookup over SSH failed ({type(exc).__name__})"
+            ) from None
+        return CommandResult(int(result.exited), str(result.stdout), str(result.stderr))
+
+
+@dataclass(frozen=True)
+class DatabaseAddress:
+    """The database as seen from the app host: by default its own loopback."""
+
+    host: str = "127.0.0.1"
+    port: int = 5432
+
+
+@contextmanager
+def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterator[int]:
+    """Forward a free local port to `address` through the host; yields the local port."""
+    with forwarded(connection, address) as tunnel:
+        yield tunnel.port
+
+
+@contextmanager
+def forwarded(connection: Connection, address: DatabaseAddress) -> Iterator[DatabaseTunnel]:
+    """A DatabaseTunnel to `address` through the host, closed on every exit path."""
+    open_connection(connection)
+    tunnel = DatabaseTunnel(connection, address)
+    tunnel.probe()
+    tunnel.start()
+    try:
+        yield tunnel
+    finally:
+        tunnel.close()
+
+
+class DatabaseTunnel:
+    """A local listener that forwards each accepted connection over its own SSH channel.
+
+    Fabric's forward_local runs all connections from one manager thread that dies on the
+    first channel the host refuses (a database restarting), while its socket keeps
+    listening: every later connection then waited out the whole connect timeout. Here a
+    refused channel closes only the connection it was opened for, at once, and the reason
+    is kept for the session to report (`failure()`). When the SSH connection itself died,
+    `ensure()` reconnects, so a drain reaches a database (or a host) that comes back.
+    """
+
+    def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
+        self.connection = connection
+        self.address = address
+        self.host = str(connection.host)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._failure: TunnelError | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.address.host}:{self.address.port}"
+
+    def start(self) -> None:
+        name = f"leaseguard-tunnel-{self.host}"
+        threading.Thread(target=self._accept_loop, name=name, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+        self.abort()
+
+    def cut(self) -> None:
+        """Give up on the link: end every forwarded connection and the SSH connection.
+
+        Every wait on the host (a query, a lookup command, a reconnect's handshake) then
+        ends at once; the next ensure() reconnects.
+        """
+        self.abort()
+        transport = self.connection.client.get_transport()
+        if transport is not None:
+            transport.close()
+
+    def probe(self) -> None:
+        """Have the host connect to the database address once before forwarding to it.
+
+        A refused or unreachable address is named here in one round trip, not after the
+        database client has waited out its connect timeout. PostgreSQL (13+) does not log
+        a connection closed before its startup packet.
+        """
+        self._open_channel().close()
+
+    def ensure(self, *, within_s: float = float("inf")) -> None:
+        """Make the SSH connection usable for the next database connection.
+
+        A dead connection is reopened when `within_s` (the time the caller has left) leaves
+        room for a whole SSH connect; otherwise it is reported as lost, naming the SSH host,
+        and reopened on a later call.
+        """
+        self._failure = None
+        transport = self.connection.client.get_transport()
+        if transport is not None and transport.is_active():
+            return
+        if within_s < float(self.connection.connect_timeout or 10):
+            raise self._lost(transport)
+        self.connection.close()
+        open_connection(self.connection)
+        log.info("tunnel host=%s SSH connection reopened", self.host)
+
+    def failure(self) -> TunnelError | None:
+        """Why the tunnel last failed a connection (the transport's death first)."""
+        transport = self.connection.client.get_transport()
+        if transport is not None and not transport.is_active():
+            return self._lost(transport)
+        return self._failure
+
+    def abort(self) -> None:
+        """End every forwarded connection now (their database clients see the close)."""
+        with self._lock:
+            for sock in self._open:
+                _shutdown(sock)
+
+    def _lost(self, transport: paramiko.Transport | None) -> TunnelError:
+        cause = transport.get_exception() if transport is not None else None
+        reason = type(cause).__name__ if cause is not None else "closed"
+        return TunnelError(f"host {self.host}: the SSH connection was lost ({reason})")
+
+    def _accept_loop(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:  # the listener was closed: the tunnel is done
+                return
+            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+
+    def _forward(self, client: socket.socket) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._open.add(client)
+        try:
+            channel = self._open_channel()
+        except TunnelError as exc:
+            self._failure = exc
+            log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
+        else:
+            with channel:
+                _pump(client, channel)
+        finally:
+            with self._lock:
+                self._open.discard(client)
+            client.close()
+
+    def _open_channel(self) -> paramiko.Channel:
+        transport = self.connection.client.get_transport()
+        if transport is None or not transport.is_active():
+            raise self._lost(transport)
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (self.address.host, self.address.port),
+                ("127.0.0.1", 0),
+                timeout=float(self.connection.connect_timeout or 10),
+            )
+        except paramiko.ChannelException:
+            raise TunnelError(
+                f"host {self.host}: the host could not connect to {self.target} through the "
+                "tunnel (ChannelException)"
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            if not transport.is_active():
+                raise self._lost(transport) from None
+            raise TunnelError(
+                f"host {self.host}: the SSH connection did not open a channel to "
+                f"{self.target} ({type(exc).__name__})"
+            ) from None
+
+
+def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
+    """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
+    ends: list[Any] = [client, channel]
+    while True:
+        readable, _, _ = select.select(ends, [], [])
+        for end in readable:
+            try:
+                data = end.recv(_CHUNK)
+            except OSError:
+                return
+            if not data:
+                return
+            other = channel if end is client else client
+            try:
+                other.sendall(data)
+            except OSError:
+                return
+
+
+def _shutdown(sock: socket.socket) -> None:
+    with suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,189 @@
+"""`leaseguard budgets`: compare pg_cron statement budgets with their declaration.
+
+Read-only unless ``--apply``: it prints, per job, the live budget, the declared budget, where
+the declared one comes from (``default`` or ``override:<environment>``) and the job's state.
+Exit status: 0 converged, 3 not converged (drift, a refused job, or changes not applied),
+1 failed (fail closed), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from leaseguard.adapters.budgets import converge_budgets
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.cli.contract import resolve_dsn
+from leaseguard.core.budgets.config import load_budget_config
+from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
+from leaseguard.core.budgets.units import format_budget
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import (
+    EXIT_DRIFT,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    ConfigError,
+    LeaseguardError,
+)
+
+DESCRIPTION = """\
+Compare each declared pg_cron job's statement budget (set statement_timeout before its
+function) with the live cron.job, per environment: an override declared for the
+environment wins over the default; a live budget that differs from a default is drift,
+reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
+or nothing: while any job drifts or is refused, --apply writes no job at all.
+Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
+1 failed, 2 usage.
+"""
+
+_PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
+_DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
+
+
+def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `leaseguard budgets` on the CLI's subcommands."""
+    parser = commands.add_parser(
+        "budgets",
+        help="compare (or with --apply, converge) pg_cron jobs' statement budgets; "
+        "exit 0 converged, 3 drift",
+        description=DESCRIPTION,
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML file with a cron_budgets section (top level or under 'leaseguard:')",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="libpq connection string of the database the jobs run in; default "
+        "$LEASEGUARD_DSN, else the PG* variables and ~/.pgpass",
+    )
+    parser.add_argument(
+        "--environment",
+        metavar="NAME",
+        help="whose cron_budgets.overrides apply (default: none, every budget is the default)",
+    )
+    parser.add_argument(
+        "--cron-database",
+        metavar="DB",
+        help="database holding pg_cron's cron.job (default: the DSN's)",
+    )
+    parser.add_argument(
+        "--apply",
+        action="store_true",
+        help="create missing jobs and update differing ones (default: only report)",
+    )
+    parser.add_argument(
+        "--on-drift",
+        choices=ON_DRIFT_CHOICES,
+        default="report",
+        help="a live budget differing from a default: report it and leave it (default), "
+        "or overwrite it (with --apply)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_budgets)
+
+
+def run_budgets(args: argparse.Namespace) -> int:
+    if not args.config:
+        raise ConfigError("budgets needs --config FILE with a cron_budgets section")
+    declared = load_budget_config(args.config).declare(args.environment)
+    try:
+        plan = converge_budgets(
+            resolve_dsn(args),
+            declared,
+            cron_database=args.cron_database,
+            on_drift=args.on_drift,
+            check_mode=not args.apply,
+        )
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_budgets_failure(exc, as_json=args.json)
+        return EXIT_FAILED
+    report_plan(plan, as_json=args.json)
+    conninfo = resolve_dsn(args)
+    timeout_s = Contract.connect_timeout_s
+    for warning in scan_leftovers(
+        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
+    ):
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+    return EXIT_PROCEED if plan.converged else EXIT_DRIFT
+
+
+def state_label(job: JobPlan, *, applied: bool) -> str:
+    """What a person reads: `missing`/`differs` before --apply, `created`/`updated` after."""
+    if job.writes:
+        return (_DONE if applied else _PENDING)[job.action]
+    return str(job.action)
+
+
+def report_plan(plan: BudgetPlan, *, as_json: bool) -> None:
+    now = datetime.now(UTC)
+    if as_json:
+        print(json.dumps({"checked_at": now.isoformat(), **plan.as_dict()}))
+    else:
+        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        for job in plan.jobs:
+            print(
+                f"{stamp} leaseguard budgets job={job.job.name} "
+                f"live={_budget(job.live_budget_ms, job)} "
+                f"declared={format_budget(job.job.budget_ms)} source={job.job.source_label} "
+                f"state={state_label(job, applied=plan.applied)}"
+            )
+    for drift in plan.drift:
+        if not drift.applied:
+            print(
+                f"leaseguard: drift: job {drift.job} live={_or_none(drift.live_budget_ms)} "
+                f"declared={format_budget(drift.declared_budget_ms)} ({drift.source}): left "
+                "untouched; declare an override for this environment, or converge it "
+                "deliberately with --apply --on-drift apply",
+                file=sys.stderr,
+            )
+    for warning in plan.warnings:
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+    pending = [job.job.name for job in plan.jobs if job.writes and not plan.applied]
+    if pending and plan.refusals:
+        print(
+            f"leaseguard: not applied: {', '.join(pending)}; nothing is written while a job "
+            f"drifts or is refused ({'; '.join(plan.refusals)})",
+            file=sys.stderr,
+        )
+    elif pending:
+        print(
+            f"leaseguard: not applied (read-only run): {', '.join(pending)}; rerun with --apply",
+            file=sys.stderr,
+        )
+
+
+def _budget(budget_ms: int | None, job: JobPlan) -> str:
+    if job.live is None:
+        return "-"
+    if job.action in (Action.UNPARSEABLE, Action.AMBIGUOUS):
+        return "?"
+    return _or_none(budget_ms)
+
+
+def _or_none(budget_ms: int | None) -> str:
+    return "none" if budget_ms is None else format_budget(budget_ms)
+
+
+def report_budgets_failure(exc: LeaseguardError, *, as_json: bool) -> None:
+    """Fail closed: the state is 'failed'; the message names what failed, never the DSN."""
+    now = datetime.now(UTC)
+    if as_json:
+        failure: dict[str, Any] = {
+            "state": "failed",
+            "checked_at": now.isoformat(),
+            "error": {"type": exc.kind, "message": str(exc)},
+        }
+        print(json.dumps(failure))
+    else:
+        print(
+            f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')} leaseguard budgets state=failed error={exc.kind}"
+        )
+    print(f"leaseguard: budgets failed: {exc}", file=sys.stderr)

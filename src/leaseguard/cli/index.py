@@ -1,0 +1,77 @@
+"""`leaseguard index-sql`: print the index the guard's checks want, for a contract.
+
+It needs no database: the statement is derived from the contract alone (table, status
+column, claimed_at and expiry columns), so it can be reviewed and shipped as a migration
+like any other; with --dsn it reads the table first (existing indexes, partitions). It
+takes `leaseguard check`'s contract flags and --config file unchanged; the ones that do
+not shape the index are accepted and ignored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from leaseguard.adapters.db import connect, translate_errors
+from leaseguard.adapters.indexing import (
+    INDEX_COMMENT,
+    NO_INDEX_NEEDED,
+    index_advice,
+    index_needed,
+    recommended_index_sql,
+)
+from leaseguard.cli.contract import add_config_option, add_table_options, contract_from_args
+from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
+
+DESCRIPTION = """\
+Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+flat as the table grows: the guard query reads only the claimed and queued entries, and the
+status check (every status in the table classified) visits each distinct status once.
+Run it on its own, outside a transaction block, e.g.
+`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+*_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+--dsn it reads the table first: it names an existing index that already serves the guard
+(one leading with the status column: River's and Oban's do) instead of a new one, and gives
+a partitioned table (pg-boss) the per-partition recipe.
+"""
+
+
+def add_index_sql_command(commands: Any) -> None:
+    """Register `index-sql` on the subparsers of `leaseguard`'s parser."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "index-sql",
+        help="print the index that keeps the guard's checks flat (no database needed)",
+        description=DESCRIPTION,
+    )
+    add_config_option(parser)
+    parser.add_argument(
+        "--dsn",
+        help="read the table first (existing indexes, partitions); without it no database "
+        "is needed",
+    )
+    add_table_options(parser)
+    parser.set_defaults(handler=run_index_sql)
+
+
+def run_index_sql(args: argparse.Namespace) -> int:
+    """Print the statement; a bad contract is a ConfigError (exit 2, printed by main)."""
+    contract = contract_from_args(args)
+    if args.dsn:
+        try:
+            with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
+                lines = index_advice(conn, contract)
+        except ConfigError:
+            raise
+        except LeaseguardError as exc:
+            print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+            return EXIT_FAILED
+        print("\n".join(lines))
+        return 0
+    if not index_needed(contract):
+        print(NO_INDEX_NEEDED)
+        return 0
+    print(INDEX_COMMENT)
+    print("-- it supersedes an earlier version's partial *_leaseguard_claims index")
+    print(recommended_index_sql(contract))
+    return 0

@@ -1,0 +1,416 @@
+"""`leaseguard` command line: a thin front over the core.
+
+It translates flags into contract layers and the core's results into exit statuses:
+0 proceed, 75 defer (EX_TEMPFAIL), 1 check failed (fail closed), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import socket
+import sys
+from collections.abc import Container, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from leaseguard import __version__
+from leaseguard.cli.contract import (
+    add_config_option,
+    add_table_options,
+    contract_from_args,
+    resolve_dsn,
+)
+from leaseguard.cli.fleet import add_fleet_options, fleet_from_args
+from leaseguard.core.errors import (
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    ConfigError,
+    LeaseguardError,
+)
+from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.verdict import Verdict, failure_timeline
+
+# The handlers import the orchestration (psycopg and the rest) when they run: parsing,
+# `--help` and `--version` do not need it.
+if TYPE_CHECKING:
+    from leaseguard.core.contract import Contract
+    from leaseguard.orchestration.drain import DrainResult
+    from leaseguard.orchestration.session import GuardSession
+
+DESCRIPTION = """\
+Judge whether work is in flight by the protected system's own claim lease
+(claimed, claimed after the runtime started, lease not expired), never by a
+guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
+"""
+
+
+# Every subcommand, in `leaseguard --help` order: the function that adds its parser (a name in
+# this module, or "module:function" imported only then) and its one-line help. Only the
+# subcommand named on the command line gets its parser and imports: `leaseguard check` never
+# loads the budgets machinery nor `--help` psycopg (tests/unit/test_cli_startup.py checks it,
+# and that each help line here is the one its parser gives).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": (
+        "add_check_command",
+        "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+    ),
+    "drain": (
+        "add_drain_command",
+        "pause intake, wait until no live lease remains (bounded by the lease), resume",
+    ),
+    "resume": (
+        "add_resume_command",
+        "give back the intake pauses a drain recorded and never resumed",
+    ),
+    "budgets": (
+        "leaseguard.cli.budgets:add_budgets_command",
+        "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
+        "exit 0 converged, 3 drift",
+    ),
+    "index-sql": (
+        "leaseguard.cli.index:add_index_sql_command",
+        "print the index that keeps the guard's checks flat (no database needed)",
+    ),
+    "status": (
+        "leaseguard.cli.status:add_status_command",
+        "print a drain's status file (written with drain --status-file)",
+    ),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(in_full={command_named(argv)})
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except ConfigError as exc:
+        print(f"leaseguard: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def command_named(argv: Sequence[str]) -> str:
+    """The subcommand on a command line: no global option takes a value, so the first word."""
+    return next((word for word in argv if not word.startswith("-")), "")
+
+
+def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; the COMMANDS `in_full` (default: all) get their options, the rest a name."""
+    parser = argparse.ArgumentParser(prog="leaseguard", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (register, help_line) in COMMANDS.items():
+        if in_full is None or name in in_full:
+            module_name, _, function = register.rpartition(":")
+            module = importlib.import_module(module_name) if module_name else sys.modules[__name__]
+            getattr(module, function)(commands)
+        else:
+            commands.add_parser(name, help=help_line)
+    return parser
+
+
+def add_check_command(commands: Any) -> None:
+    check_parser = commands.add_parser(
+        "check",
+        help=COMMANDS["check"][1],
+        description="Judge every claimed or queued row once. " + DESCRIPTION,
+    )
+    add_contract_options(check_parser)
+    add_cron_database_option(check_parser)
+    check_parser.set_defaults(handler=run_check)
+
+
+def add_drain_command(commands: Any) -> None:
+    drain_parser = commands.add_parser(
+        "drain",
+        help=COMMANDS["drain"][1],
+        description="Pause intake, then poll until no live lease remains or the deadline "
+        "passes; intake is resumed on every exit path. Exit status: 0 drained, 75 deadline "
+        "reached with live leases, 1 failed, 2 usage.",
+    )
+    add_contract_options(drain_parser)
+    add_drain_options(drain_parser)
+    drain_parser.set_defaults(handler=run_drain)
+
+
+def add_resume_command(commands: Any) -> None:
+    resume_parser = commands.add_parser(
+        "resume",
+        help=COMMANDS["resume"][1],
+        description="Reactivate exactly the pg_cron jobs that a drain paused and recorded "
+        "(a drain killed before its resume, or whose resume could not reach the database), "
+        "and delete their records. Jobs disabled without a drain have no record and are never "
+        "touched. Exit status: 0 done (also when nothing was recorded), 1 failed, 2 usage.",
+    )
+    conn = resume_parser.add_argument_group("connection")
+    add_config_option(conn)
+    conn.add_argument(
+        "--dsn",
+        help="libpq connection string; default $LEASEGUARD_DSN, "
+        "else the PG* variables and ~/.pgpass",
+    )
+    add_cron_database_option(resume_parser)
+    resume_parser.add_argument(
+        "--job",
+        action="append",
+        metavar="NAME",
+        help="only this recorded job (repeatable; default: every recorded job)",
+    )
+    resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    resume_parser.set_defaults(handler=run_resume)
+
+
+def add_cron_database_option(parser: Any) -> None:
+    parser.add_argument(
+        "--cron-database",
+        metavar="DB",
+        help="database holding pg_cron's cron.job (default: the DSN's)",
+    )
+
+
+def add_drain_options(parser: argparse.ArgumentParser) -> None:
+    from leaseguard.orchestration.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
+
+    drain = parser.add_argument_group("drain")
+    drain.add_argument(
+        "--deadline-s",
+        type=float,
+        metavar="N",
+        help="give up after N seconds (default and maximum: the longest "
+        "remaining lease seen at the start)",
+    )
+    drain.add_argument(
+        "--poll-s",
+        type=float,
+        metavar="N",
+        help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
+    )
+    drain.add_argument(
+        "--pause-cron-job",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="pg_cron job(s) to deactivate during the drain and reactivate after",
+    )
+    add_cron_database_option(drain)
+    drain.add_argument(
+        "--resume-retry-s",
+        type=float,
+        metavar="N",
+        help="retry a failed resume with backoff for up to N seconds (default "
+        f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
+    )
+    drain.add_argument(
+        "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
+    )
+    drain.add_argument(
+        "--resume-command",
+        metavar="CMD",
+        help="shell command that restarts intake afterwards (always run)",
+    )
+    drain.add_argument(
+        "--status-file",
+        metavar="PATH",
+        help="rewrite a JSON snapshot of the drain here after every poll "
+        "(read it with `leaseguard status PATH`)",
+    )
+    drain.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="rewrite Prometheus text metrics here after every poll "
+        "(node_exporter textfile collector: name it *.prom)",
+    )
+    drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
+
+
+def add_contract_options(parser: argparse.ArgumentParser) -> None:
+    """The options shared by every subcommand that evaluates the predicate."""
+    conn = parser.add_argument_group("connection")
+    add_config_option(conn)
+    conn.add_argument(
+        "--dsn",
+        help="libpq connection string; default $LEASEGUARD_DSN, "
+        "else the PG* variables and ~/.pgpass",
+    )
+    add_table_options(parser)
+    facts = parser.add_argument_group("facts about the host (instead of looking them up)")
+    facts.add_argument(
+        "--task-timeout-s",
+        metavar="N",
+        help="the protected system's task timeout in seconds, instead of "
+        "looking it up per task_timeout.source",
+    )
+    facts.add_argument(
+        "--runtime-started-at",
+        metavar="ISO8601",
+        help="when the worker runtime started, with a timezone; older claims are orphans",
+    )
+    add_fleet_options(facts)
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object instead of the timeline line"
+    )
+
+
+def given_facts(args: argparse.Namespace) -> dict[str, Any]:
+    """Facts given as flags win over lookups; what no flag gives is looked up here."""
+    task_timeout_s = None
+    if args.task_timeout_s is not None:
+        try:
+            task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
+        except LeaseguardError as exc:
+            raise ConfigError(str(exc)) from None
+    started_at = parse_started_at(args.runtime_started_at) if args.runtime_started_at else None
+    return {"task_timeout_s": task_timeout_s, "runtime_started_at": started_at}
+
+
+def parse_started_at(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError("--runtime-started-at is not an ISO 8601 timestamp") from None
+    if moment.tzinfo is None:
+        raise ConfigError("--runtime-started-at needs a timezone (e.g. +00:00 or Z)")
+    return moment
+
+
+@contextmanager
+def open_session(
+    args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
+) -> Iterator[GuardSession]:
+    """This host's session, or with --host-facts/--facts-file one judgment for the fleet.
+
+    A fleet's start times are taken as read in this machine's clock, and moved into the
+    database clock with this machine's measured offset from it.
+    """
+    from leaseguard.orchestration.session import fleet_session, local_session
+
+    fleet = fleet_from_args(args)
+    if fleet is None:
+        with local_session(contract, dsn, **facts) as session:
+            yield session
+        return
+    with fleet_session(contract, dsn, fleet) as session:
+        yield session
+
+
+def run_check(args: argparse.Namespace) -> int:
+    contract = contract_from_args(args)
+    facts = given_facts(args)
+    host = socket.gethostname()
+    try:
+        with open_session(args, contract, facts, resolve_dsn(args)) as session:
+            session.cron_database = args.cron_database
+            verdict = session.judge()
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_failure(exc, host, as_json=args.json)
+        return EXIT_FAILED
+    report_verdict(verdict, as_json=args.json)
+    return verdict.exit_status
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_run import (
+        configure_logging,
+        drain_host,
+        status_board,
+        terminate_as_interrupt,
+    )
+    from leaseguard.orchestration.progress import progress_for
+
+    contract = contract_from_args(args)
+    facts = given_facts(args)
+    options = drain_options(
+        {
+            "deadline_s": args.deadline_s,
+            "poll_s": args.poll_s,
+            "pause_cron_jobs": args.pause_cron_job,
+            "cron_database": args.cron_database,
+            "pause_command": args.pause_command,
+            "resume_command": args.resume_command,
+            "status_file": args.status_file,
+            "metrics_file": args.metrics_file,
+            "resume_retry_s": args.resume_retry_s,
+        }
+    )
+    configure_logging(verbose=args.verbose)
+    board = status_board(options)
+    host = socket.gethostname()
+    try:
+        with (
+            open_session(args, contract, facts, resolve_dsn(args)) as session,
+            terminate_as_interrupt(),
+        ):
+            result = drain_host(session, options, progress_for(sys.stderr), board)
+    except KeyboardInterrupt:
+        print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
+        return EXIT_FAILED
+    except LeaseguardError as exc:
+        report_failure(exc, host, as_json=args.json)
+        return EXIT_FAILED
+    report_drain(result, as_json=args.json)
+    return result.exit_status
+
+
+def report_drain(result: DrainResult, *, as_json: bool) -> None:
+    """A failed drain prints its failure line, never the last (stale) verdict before it."""
+    if as_json:
+        print(json.dumps(result.as_dict()))
+    elif result.error is not None:
+        print(failure_timeline(datetime.now(UTC), socket.gethostname(), result.error))
+    elif result.verdict is not None:
+        print(result.verdict.timeline())
+    if result.error is not None:
+        print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
+    if result.verdict is not None and not as_json:
+        for warning in result.verdict.warnings:
+            print(f"leaseguard: warning: {warning}", file=sys.stderr)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    from leaseguard.adapters.resume import resume_lines, resume_pauses
+
+    try:
+        outcome = resume_pauses(resolve_dsn(args), cron_database=args.cron_database, jobs=args.job)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_failure(exc, socket.gethostname(), as_json=args.json)
+        return EXIT_FAILED
+    print(json.dumps(outcome) if args.json else resume_lines(outcome))
+    return EXIT_PROCEED
+
+
+def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
+    print(json.dumps(verdict.as_dict()) if as_json else verdict.timeline())
+    for warning in verdict.warnings:
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+
+
+def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> None:
+    """Fail closed, loudly: the decision is 'failed', never 'proceed'."""
+    now = datetime.now(UTC)
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "decision": "failed",
+                    "host": host,
+                    "checked_at": now.isoformat(),
+                    "error": {"type": exc.kind, "message": str(exc)},
+                }
+            )
+        )
+    else:
+        print(failure_timeline(now, host, exc))
+    print(f"leaseguard: check failed: {exc}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

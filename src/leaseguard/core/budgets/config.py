@@ -1,0 +1,200 @@
+"""The ``cron_budgets`` section: declared jobs, per-environment overrides, validation.
+
+`budget_config_from_mapping` validates the section (ConfigError naming the job and key);
+`BudgetConfig.declare` applies one environment's overrides, giving the budgets a run would
+write and where each comes from. Pure apart from reading the YAML file in
+`load_budget_config`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from leaseguard.core.budgets.command import render_command
+from leaseguard.core.budgets.names import (
+    FunctionName,
+    parse_function_name,
+    parse_job_name,
+    parse_schedule,
+)
+from leaseguard.core.budgets.units import parse_budget_ms
+from leaseguard.core.contract import (
+    CRON_BUDGETS_SECTION,
+    MAX_IDENTIFIER_BYTES,
+    load_config_file,
+    reject_unknown,
+)
+from leaseguard.core.errors import ConfigError
+
+CONFIG_SECTION = CRON_BUDGETS_SECTION
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job as the code declares it (the default budget)."""
+
+    name: str
+    schedule: str
+    function: FunctionName
+    budget_ms: int
+
+
+@dataclass(frozen=True)
+class DeclaredJob:
+    """A job with the budget this run would write, and where that budget comes from."""
+
+    name: str
+    schedule: str
+    function: FunctionName
+    budget_ms: int
+    default_budget_ms: int
+    source: Literal["default", "override"] = "default"
+    environment: str | None = None
+
+    @property
+    def source_label(self) -> str:
+        """``default`` or ``override:<environment>``."""
+        return f"override:{self.environment}" if self.source == "override" else "default"
+
+    @property
+    def command(self) -> str:
+        return render_command(self.function, self.budget_ms)
+
+
+@dataclass(frozen=True)
+class DeclaredBudgets:
+    """The declared jobs of one environment; `database`: where the jobs run (None: cron's)."""
+
+    jobs: tuple[DeclaredJob, ...]
+    environment: str | None = None
+    database: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The ``cron_budgets`` section: default jobs plus per-environment budget overrides."""
+
+    jobs: tuple[JobSpec, ...]
+    overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    database: str | None = None
+
+    def declare(self, environment: str | None = None) -> DeclaredBudgets:
+        """The jobs with `environment`'s overrides applied (they win over the defaults).
+
+        An environment without overrides (e.g. staging) simply keeps the defaults.
+        """
+        if environment is not None and (not isinstance(environment, str) or not environment):
+            raise ConfigError("environment must be a non-empty string")
+        chosen = self.overrides.get(environment, {}) if environment else {}
+        jobs = []
+        for spec in self.jobs:
+            override = chosen.get(spec.name)
+            jobs.append(
+                DeclaredJob(
+                    name=spec.name,
+                    schedule=spec.schedule,
+                    function=spec.function,
+                    budget_ms=spec.budget_ms if override is None else override,
+                    default_budget_ms=spec.budget_ms,
+                    source="default" if override is None else "override",
+                    environment=environment if override is not None else None,
+                )
+            )
+        return DeclaredBudgets(tuple(jobs), environment, self.database)
+
+
+SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
+JOB_KEYS = frozenset({"schedule", "function", "budget"})
+
+
+def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
+    """Validate a ``cron_budgets`` mapping; every message names the job and the key.
+
+    ``jobs`` is a mapping of job name to ``{schedule, function, budget}`` (or a list of such
+    mappings with a ``name``); ``overrides`` maps an environment to ``{job: budget}``;
+    ``database`` optionally names the database the jobs run in.
+    """
+    prefix = CONFIG_SECTION
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{prefix} must be a mapping")
+    reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
+    specs = tuple(_job_specs(data.get("jobs"), f"{prefix}.jobs"))
+    if not specs:
+        raise ConfigError(f"{prefix}.jobs must declare at least one job")
+    names = {spec.name for spec in specs}
+    overrides: dict[str, dict[str, int]] = {}
+    raw_overrides = data.get("overrides") or {}
+    if not isinstance(raw_overrides, Mapping):
+        raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
+    for env, budgets in raw_overrides.items():
+        where = f"{prefix}.overrides.{env}"
+        if not isinstance(env, str) or not env:
+            raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
+        overrides[env] = {}
+        if budgets is None:
+            continue
+        if not isinstance(budgets, Mapping):
+            raise ConfigError(f"{where} must map a job name to a budget")
+        for job, budget in budgets.items():
+            if job not in names:
+                raise ConfigError(
+                    f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
+                )
+            overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
+    database = data.get("database")
+    if database is not None and (
+        not isinstance(database, str)
+        or not database
+        or "\x00" in database
+        or len(database.encode()) > MAX_IDENTIFIER_BYTES
+    ):
+        raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
+    return BudgetConfig(specs, overrides, database)
+
+
+def _job_specs(jobs: object, prefix: str) -> Iterable[JobSpec]:
+    if jobs is None:
+        return
+    items: list[tuple[object, object]]
+    if isinstance(jobs, Mapping):
+        items = list(jobs.items())
+    elif isinstance(jobs, list | tuple):
+        items = []
+        for entry in jobs:
+            if not isinstance(entry, Mapping) or "name" not in entry:
+                raise ConfigError(f"{prefix}: every list entry needs a name")
+            items.append((entry["name"], {k: v for k, v in entry.items() if k != "name"}))
+    else:
+        raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
+    seen: set[str] = set()
+    for raw_name, spec in items:
+        name = parse_job_name(raw_name, where=prefix)
+        where = f"{prefix}.{name}"
+        if name in seen:
+            raise ConfigError(f"{where} is declared twice")
+        seen.add(name)
+        if not isinstance(spec, Mapping):
+            raise ConfigError(f"{where} must be a mapping with schedule, function and budget")
+        reject_unknown(spec, JOB_KEYS, prefix=f"{where}.")
+        for key in ("schedule", "function", "budget"):
+            if spec.get(key) is None:
+                raise ConfigError(f"{where}.{key} is required")
+        yield JobSpec(
+            name=name,
+            schedule=parse_schedule(spec["schedule"], where=f"{where}.schedule"),
+            function=parse_function_name(spec["function"], where=f"{where}.function"),
+            budget_ms=parse_budget_ms(spec["budget"], where=f"{where}.budget"),
+        )
+
+
+def load_budget_config(path: str | Path) -> BudgetConfig:
+    """The ``cron_budgets`` section of a YAML file (top level or under ``leaseguard:``)."""
+    section = load_config_file(path)
+    if CONFIG_SECTION not in section:
+        raise ConfigError(f"config file {path} has no {CONFIG_SECTION} section")
+    return budget_config_from_mapping(section[CONFIG_SECTION])

@@ -1,0 +1,499 @@
+"""The contract: which table holds the work, and how the protected system defines a lease.
+
+The keys are the same everywhere (a YAML file, Fabric config under ``leaseguard:``, Ansible
+``leaseguard_*`` variables). Layers are merged in a fixed, written-down order by
+`merge_layers`; `contract_from_mapping` then validates the result and names the offending
+key in every message.
+"""
+
+from __future__ import annotations
+
+import math
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.presets import (
+    LOCKED_AT_RULE,
+    OWNER_COLUMN,
+    OWNER_HEARTBEAT_RULE,
+    PG_BOSS_EXPIRY_COLUMNS,
+    ROW_EXPIRY_RULE,
+    claim_rule,
+    preset_layer,
+)
+
+# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
+# address another column, so it is refused instead.
+MAX_IDENTIFIER_BYTES = 63
+
+# The section of a config file that declares pg_cron budgets (leaseguard.core.budgets reads it);
+# the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
+CRON_BUDGETS_SECTION = "cron_budgets"
+TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
+RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
+# Statuses that are neither claimed nor queued when the contract does not say otherwise.
+DEFAULT_FINISHED_STATUSES = ("done", "failed")
+
+
+@dataclass(frozen=True)
+class LeaseRule:
+    """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
+
+    multiplier: float = 2.0
+    expires_at_column: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskTimeoutLookup:
+    """Where the protected system's configured task timeout is read on each host."""
+
+    source: str = "docker"
+    container: str = "backend"
+    variable: str = "APP_TASK_TIMEOUT_S"
+    default_s: float | None = None
+    value_s: float | None = None
+    unit: str | None = None
+    pid_file: str | None = None
+    path: str | None = None
+    command: tuple[str, ...] = ()
+    engine: str = "docker"  # the container CLI that runs `command` (docker or podman)
+
+
+@dataclass(frozen=True)
+class RuntimeLookup:
+    """Where the start time of the worker runtime (the orphan cut-off) is read."""
+
+    source: str = "docker"
+    container: str = "backend"
+    unit: str | None = None
+    pid_file: str | None = None
+    started_at: str | None = None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Everything the guard needs to know about the protected system's work table."""
+
+    table: str = "execution_runs"
+    schema: str | None = None
+    id_column: str = "id"
+    status_column: str = "status"
+    claimed_statuses: tuple[str, ...] = ("running",)
+    queued_statuses: tuple[str, ...] = ("open",)
+    # None: DEFAULT_FINISHED_STATUSES minus any the contract classes as claimed or queued.
+    # Kept apart from an explicit list so that only statuses someone wrote are checked
+    # against an enum's labels (an enum without a 'failed' label needs no config for it).
+    finished_statuses: tuple[str, ...] | None = None
+    claimed_at_column: str = "claimed_at"
+    lease: LeaseRule = field(default_factory=LeaseRule)
+    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
+    runtime: RuntimeLookup = field(default_factory=RuntimeLookup)
+    clock_skew_s: float = 0.0
+    statement_timeout_ms: int = 5000
+    lock_timeout_ms: int = 2000
+    connect_timeout_s: int = 10
+    # The zone a `timestamp without time zone` column was written in (the frameworks write
+    # UTC); never the session's TimeZone, which nobody chose for this purpose.
+    timestamp_zone: str = "UTC"
+    # The job queue whose stock schema and liveness rule the keys above came from, if any.
+    preset: str | None = None
+
+    @property
+    def effective_lock_timeout_ms(self) -> int:
+        """The lock wait, never longer than the statement budget it lives inside."""
+        return min(self.lock_timeout_ms, self.statement_timeout_ms)
+
+    @property
+    def finished(self) -> tuple[str, ...]:
+        """The finished statuses in force: the explicit list, else the defaults."""
+        if self.finished_statuses is not None:
+            return self.finished_statuses
+        taken = {*self.claimed_statuses, *self.queued_statuses}
+        return tuple(s for s in DEFAULT_FINISHED_STATUSES if s not in taken)
+
+    @property
+    def classified_statuses(self) -> tuple[str, ...]:
+        """Every status the contract classes: claimed, queued, finished."""
+        return (*self.claimed_statuses, *self.queued_statuses, *self.finished)
+
+    @property
+    def table_label(self) -> str:
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @property
+    def claim_rule(self) -> str:
+        """How a row is claimed: by status (the default) or a preset's own rule."""
+        return claim_rule(self.preset)
+
+    @property
+    def rows_carry_expiry(self) -> bool:
+        """Each row says when its claim expires: no task timeout, no multiplier needed."""
+        return bool(self.lease.expires_at_column) or self.claim_rule == ROW_EXPIRY_RULE
+
+    @property
+    def has_status_column(self) -> bool:
+        """Rows are classed by a status column (graphile-worker's are not, by locked_at, nor
+        Solid Queue's: every row of its claims table is a claim)."""
+        return self.claim_rule not in (LOCKED_AT_RULE, OWNER_HEARTBEAT_RULE)
+
+    def columns(self) -> dict[str, str]:
+        """The contract key of every column the guard reads, by column name."""
+        named = {"id_column": self.id_column}
+        if self.claim_rule == LOCKED_AT_RULE:
+            # graphile-worker: no status column; an unlocked row is queued or exhausted.
+            named |= {"preset attempts": "attempts", "preset max_attempts": "max_attempts"}
+        elif self.claim_rule == OWNER_HEARTBEAT_RULE:
+            named[f"preset {OWNER_COLUMN}"] = OWNER_COLUMN
+        else:
+            named["status_column"] = self.status_column
+        named["claimed_at_column"] = self.claimed_at_column
+        if self.claim_rule == ROW_EXPIRY_RULE:
+            named |= {f"preset {c}": c for c in PG_BOSS_EXPIRY_COLUMNS}
+        if self.lease.expires_at_column:
+            named["lease.expires_at_column"] = self.lease.expires_at_column
+        return named
+
+
+# --- layering -----------------------------------------------------------------------------
+
+
+def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Deep-merge config layers; later layers win key by key.
+
+    The order callers use is: built-in defaults < config file < environment < command-line
+    flags (or Ansible/Fabric options). A key missing from a later layer keeps the earlier
+    value; nested sections (lease, task_timeout, runtime) merge key by key too.
+    """
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = merge_layers(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path} ({type(exc).__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML ({type(exc).__name__})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {path} must hold a mapping of contract keys")
+    section = data.get("leaseguard", data)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"config file {path}: 'leaseguard' must be a mapping")
+    return dict(section)
+
+
+def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
+    """Merge the layers in order and validate them into a Contract."""
+    return contract_from_mapping(merge_layers(*layers))
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
+    """Validate a plain mapping of contract keys; every error names its key.
+
+    A `preset` is the lowest layer above the built-in defaults: every key set explicitly,
+    in any layer, overrides the preset's value for it.
+    """
+    reject_unknown(data, _TOP_KEYS, prefix="")
+    preset = _optional_text(data, "preset")
+    if preset is not None:
+        data = merge_layers(preset_layer(preset), data)
+    lease = _section(data, "lease")
+    task_timeout = _section(data, "task_timeout")
+    runtime = _section(data, "runtime")
+    default = Contract()
+    claimed = _statuses(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
+    queued = _statuses(data, "queued_statuses", default.queued_statuses, allow_empty=True)
+    finished = None
+    if data.get("finished_statuses") is not None:
+        finished = _statuses(data, "finished_statuses", (), allow_empty=True)
+    _reject_overlap(claimed_statuses=claimed, queued_statuses=queued, finished_statuses=finished)
+    return Contract(
+        table=_identifier(data, "table", default.table),
+        schema=_optional_identifier(data, "schema"),
+        id_column=_identifier(data, "id_column", default.id_column),
+        status_column=_identifier(data, "status_column", default.status_column),
+        claimed_statuses=claimed,
+        queued_statuses=queued,
+        finished_statuses=finished,
+        claimed_at_column=_identifier(data, "claimed_at_column", default.claimed_at_column),
+        lease=_lease_rule(lease),
+        task_timeout=_task_timeout_lookup(task_timeout),
+        runtime=_runtime_lookup(runtime),
+        clock_skew_s=_number(data, "clock_skew_s", default.clock_skew_s, minimum=0.0),
+        statement_timeout_ms=_integer(data, "statement_timeout_ms", default.statement_timeout_ms),
+        lock_timeout_ms=_integer(data, "lock_timeout_ms", default.lock_timeout_ms),
+        connect_timeout_s=_integer(data, "connect_timeout_s", default.connect_timeout_s),
+        timestamp_zone=_zone(data, "timestamp_zone", default.timestamp_zone),
+        preset=preset,
+    )
+
+
+_TOP_KEYS = frozenset(
+    {
+        "table",
+        "schema",
+        "id_column",
+        "status_column",
+        "claimed_statuses",
+        "queued_statuses",
+        "finished_statuses",
+        "claimed_at_column",
+        "lease",
+        "task_timeout",
+        "runtime",
+        "clock_skew_s",
+        "statement_timeout_ms",
+        "lock_timeout_ms",
+        "connect_timeout_s",
+        "timestamp_zone",
+        "preset",
+    }
+)
+_LEASE_KEYS = frozenset({"multiplier", "expires_at_column"})
+_TASK_TIMEOUT_KEYS = frozenset(
+    {"source", "container", "variable", "default_s", "value_s", "unit", "pid_file", "path"}
+    | {"command", "engine"}
+)
+_RUNTIME_KEYS = frozenset({"source", "container", "unit", "pid_file", "started_at"})
+
+CONFIG_KEYS = frozenset(
+    _TOP_KEYS
+    | {f"lease.{k}" for k in _LEASE_KEYS}
+    | {f"task_timeout.{k}" for k in _TASK_TIMEOUT_KEYS}
+    | {f"runtime.{k}" for k in _RUNTIME_KEYS}
+) - {"lease", "task_timeout", "runtime"}
+
+
+def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
+    """A status belongs to one class: claimed (someone holds it), queued, or finished."""
+    seen: dict[str, str] = {}
+    for key, statuses in lists.items():
+        for status in statuses or ():
+            if status in seen:
+                raise ConfigError(
+                    f"status {status!r} is in both {seen[status]} and {key}: a status is "
+                    "claimed (someone holds it), queued (nobody does yet) or finished, "
+                    "never two of these"
+                )
+            seen[status] = key
+
+
+def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
+    reject_unknown(data, _LEASE_KEYS, prefix="lease.")
+    multiplier = _number(data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0)
+    return LeaseRule(
+        multiplier=multiplier,
+        expires_at_column=_optional_identifier(data, "expires_at_column", prefix="lease."),
+    )
+
+
+def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
+    prefix = "task_timeout."
+    reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
+    default = TaskTimeoutLookup()
+    source = _choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
+    lookup = TaskTimeoutLookup(
+        source=source,
+        container=_text(data, "container", default.container, prefix=prefix),
+        variable=_text(data, "variable", default.variable, prefix=prefix),
+        default_s=_optional_number(data, "default_s", prefix=prefix),
+        value_s=_optional_number(data, "value_s", prefix=prefix),
+        unit=_optional_text(data, "unit", prefix=prefix),
+        pid_file=_optional_text(data, "pid_file", prefix=prefix),
+        path=_optional_text(data, "path", prefix=prefix),
+        command=parse_command(data, "command", prefix=prefix),
+        engine=_choice(data, "engine", default.engine, ("docker", "podman"), prefix=prefix),
+    )
+    _require_for_source(lookup.source, _TASK_TIMEOUT_NEEDS, lookup, prefix)
+    return lookup
+
+
+def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
+    prefix = "runtime."
+    reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
+    default = RuntimeLookup()
+    lookup = RuntimeLookup(
+        source=_choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
+        container=_text(data, "container", default.container, prefix=prefix),
+        unit=_optional_text(data, "unit", prefix=prefix),
+        pid_file=_optional_text(data, "pid_file", prefix=prefix),
+        started_at=_optional_text(data, "started_at", prefix=prefix),
+    )
+    _require_for_source(lookup.source, _RUNTIME_NEEDS, lookup, prefix)
+    return lookup
+
+
+# Which extra key each source cannot work without.
+_TASK_TIMEOUT_NEEDS = {
+    "systemd": "unit",
+    "process": "pid_file",
+    "env_file": "path",
+    "command": "command",
+    "fixed": "value_s",
+}
+_RUNTIME_NEEDS = {"systemd": "unit", "process": "pid_file", "fixed": "started_at"}
+
+
+def _require_for_source(source: str, needs: dict[str, str], lookup: object, prefix: str) -> None:
+    key = needs.get(source)
+    if key and not getattr(lookup, key):
+        raise ConfigError(f"{prefix}{key} is required when {prefix}source is {source!r}")
+
+
+def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key} must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
+    """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
+    unknown = sorted(str(k) for k in data if k not in known)
+    if unknown:
+        names = ", ".join(prefix + k for k in unknown)
+        raise ConfigError(f"unknown config key(s): {names}")
+
+
+def _text(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
+    value = data.get(key, default)
+    if value is None:
+        value = default
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{prefix}{key} must be a non-empty string")
+    if "\x00" in value:
+        raise ConfigError(f"{prefix}{key} must not contain a NUL character")
+    return value
+
+
+def _optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
+    if data.get(key) is None:
+        return None
+    return _text(data, key, "", prefix=prefix)
+
+
+def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
+    name = _text(data, key, default, prefix=prefix)
+    if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
+        raise ConfigError(
+            f"{prefix}{key} is longer than {MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
+            "truncate it and address another name"
+        )
+    return name
+
+
+def _zone(data: Mapping[str, Any], key: str, default: str) -> str:
+    """An IANA zone name (UTC, Europe/Berlin); PostgreSQL knows the same database of zones."""
+    name = _text(data, key, default)
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
+    return name
+
+
+def _optional_identifier(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
+    if data.get(key) is None:
+        return None
+    return _identifier(data, key, "", prefix=prefix)
+
+
+def _statuses(
+    data: Mapping[str, Any], key: str, default: tuple[str, ...], *, allow_empty: bool
+) -> tuple[str, ...]:
+    value = data.get(key, default)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, str) and v != "" for v in value
+    ):
+        raise ConfigError(f"{key} must be a list of non-empty strings")
+    if not value and not allow_empty:
+        raise ConfigError(f"{key} must name at least one status")
+    return tuple(dict.fromkeys(value))
+
+
+def _number(
+    data: Mapping[str, Any], key: str, default: float, *, prefix: str = "", minimum: float
+) -> float:
+    value = data.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(f"{prefix}{key} must be a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ConfigError(f"{prefix}{key} must be a number") from None
+    if not math.isfinite(number) or number < minimum:
+        raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
+    return number
+
+
+def _optional_number(data: Mapping[str, Any], key: str, *, prefix: str = "") -> float | None:
+    if data.get(key) is None:
+        return None
+    number = _number(data, key, 0.0, prefix=prefix, minimum=0.0)
+    if number == 0:
+        raise ConfigError(f"{prefix}{key} must be greater than 0")
+    return number
+
+
+def _integer(data: Mapping[str, Any], key: str, default: int, *, prefix: str = "") -> int:
+    value = data.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ConfigError(f"{prefix}{key} must be a whole number")
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigError(f"{prefix}{key} must be a whole number") from None
+    if number <= 0:
+        raise ConfigError(f"{prefix}{key} must be greater than 0")
+    return number
+
+
+def _choice(
+    data: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...], *, prefix: str
+) -> str:
+    value = _text(data, key, default, prefix=prefix)
+    if value not in choices:
+        raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
+    return value
+
+
+def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
+    value = data.get(key)
+    if value is None or (isinstance(value, list | tuple) and not value):
+        return ()
+    if isinstance(value, str):
+        value = ["sh", "-c", value]
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
+    if not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
+    return tuple(value)

@@ -1,0 +1,113 @@
+"""One DSN means one database, in every front.
+
+A DSN's host and port are never silently replaced: connecting directly, they are used as
+given (db_host / db_port add an address only where the DSN has none); through a tunnel, the
+tunnel's far end is db_host / db_port, else the DSN's host and port, else 127.0.0.1:5432 (a
+database beside the app). A DSN host and a different explicit db_host (or port) name two
+databases: a usage error naming both keys. Host names and ports are not secrets; the rest
+of the DSN never appears in a message.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from leaseguard.core.errors import ConfigError
+
+DEFAULT_TUNNEL_HOST = "127.0.0.1"
+DEFAULT_PORT = 5432
+
+
+# One `keyword = value` pair of a key/value DSN; a value is a single-quoted string (with
+# backslash escapes) or a run of non-blanks.
+_DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
+_KEYWORD = re.compile(r"[A-Za-z_]+")
+
+
+def invalid_dsn(conninfo: str) -> ConfigError:
+    """Why libpq refused a DSN, naming the keyword at fault and never any value.
+
+    libpq's own message may quote a value (a password with a space), so it is not used;
+    the key/value form is scanned here instead. Keywords are libpq's names, never secrets.
+    """
+    if re.match(r"\s*postgres(?:ql)?://", conninfo):
+        return ConfigError("the DSN is not a valid postgresql:// URI")
+    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    previous = None
+    for match in _DSN_PAIR.finditer(conninfo):
+        keyword, value = match.group(1), match.group(2)
+        if not value:
+            if previous is None:
+                break
+            return ConfigError(
+                f"the DSN is not valid after keyword {previous!r}: a value with spaces "
+                "needs single quotes (keyword='a value')"
+            )
+        if _KEYWORD.fullmatch(keyword) and keyword not in known:
+            return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
+        previous = keyword if _KEYWORD.fullmatch(keyword) else previous
+    return ConfigError("the DSN is not a valid libpq connection string")
+
+
+def direct_conninfo(conninfo: str, db_host: str | None, db_port: int | None) -> str:
+    """The conninfo the controller connects with itself (no tunnel)."""
+    host, port = _address(conninfo, db_host, db_port)
+    return make_conninfo(conninfo, host=host, port=None if port is None else str(port))
+
+
+def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> tuple[str, int]:
+    """Where the tunnel leads, as seen from the host (its local end replaces the DSN's)."""
+    host, port = _address(conninfo, db_host, db_port)
+    host = host or DEFAULT_TUNNEL_HOST
+    if host.startswith("/") or "," in host:
+        raise ConfigError(
+            f"the dsn host {host} is a socket directory or a host list, which a tunnel cannot "
+            "reach: set db_host to the database's TCP address as the host sees it"
+        )
+    return host, port or DEFAULT_PORT
+
+
+def _address(
+    conninfo: str, db_host: str | None, db_port: int | None
+) -> tuple[str | None, int | None]:
+    """(host, port) agreed by the DSN and the explicit options; None where neither says."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise invalid_dsn(conninfo) from None
+    dsn_host = params.get("host") or None
+    dsn_port = _port(params.get("port"))
+    if dsn_host and db_host and dsn_host != db_host:
+        raise ConfigError(
+            f"dsn names host {dsn_host} and db_host names {db_host}: two databases; "
+            "give the address once (in dsn, or in db_host/db_port)"
+        )
+    if dsn_port and db_port and dsn_port != db_port:
+        raise ConfigError(
+            f"dsn names port {dsn_port} and db_port names {db_port}: two databases; "
+            "give the address once (in dsn, or in db_host/db_port)"
+        )
+    return (str(dsn_host or db_host) if (dsn_host or db_host) else None), dsn_port or db_port
+
+
+def _port(value: object) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise ConfigError("the port in dsn is not a number") from None
+
+
+def reject_hostaddr(conninfo: str) -> None:
+    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
+    try:
+        params = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise invalid_dsn(conninfo) from None
+    if "hostaddr" in params:
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

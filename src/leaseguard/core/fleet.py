@@ -1,0 +1,227 @@
+"""The fleet rule: facts for a judgment that is global to every host of a deploy.
+
+A per-host restart is judged with that host's own facts: a claim older than *this* host's
+runtime start cannot be running on it. Anything global (a migration, applying budgets,
+pausing shared intake) acts on work that may be running on *any* host, so it is judged once
+with facts that protect every host's possible claims:
+
+- the orphan cut-off is the OLDEST runtime start: a claim is an orphan only if it predates
+  every host's runtime;
+- the lease is the LONGEST task timeout: a claim is stale only once no host's lease can
+  still cover it;
+- a host whose start time is unknown makes the cut-off unknown, so nothing is classed
+  orphaned (the safe direction), exactly as for a single host.
+
+Ties are broken by host name, so the result (and the host it names as the source of each
+fact) never depends on the order the hosts were listed or answered in. Start times are
+compared as the hosts reported them; a session that measured the hosts' clock offsets
+moves every start time into the database clock first (`in_database_clocks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
+from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.timestamps import parse_timestamp
+from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
+
+_T = TypeVar("_T")
+
+# A host's report: what leaseguard.deploy.task_timeout returns (so registered results can be
+# passed on as they are), which is also the shape of a `leaseguard check --facts-file` entry.
+REPORT_KEYS = frozenset(
+    {
+        "task_timeout_s",
+        "runtime_started_at",
+        "source",
+        "assumed",
+        "warnings",
+        "runtime_started_epoch_s",
+        "clock",
+        "changed",
+        "failed",
+        "msg",
+        "error",
+        "host",
+    }
+)
+
+
+@dataclass(frozen=True)
+class FleetFacts:
+    """Combined facts, and which host supplied each one."""
+
+    facts: RuntimeFacts
+    hosts: tuple[str, ...]
+    lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
+    cutoff_from: str | None  # host whose runtime started first (None: cut-off unknown)
+    # Every host's own facts, as combined (a session moves their starts into the database
+    # clock once it has measured the clocks, then combines again).
+    per_host: Mapping[str, RuntimeFacts] = field(default_factory=dict, compare=False, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "hosts": list(self.hosts),
+            "lease_from": self.lease_from,
+            "orphan_cutoff_from": self.cutoff_from,
+        }
+
+
+def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
+    """The fleet rule over every host's facts (see the module docstring)."""
+    if not per_host:
+        raise ConfigError("a fleet judgment needs the facts of at least one host")
+    hosts = tuple(sorted(per_host))
+    lease_from = _longest_timeout_host(per_host, hosts)
+    cutoff_from = _oldest_start_host(per_host, hosts)
+    timeout = _attributed_timeout(per_host, lease_from) if lease_from else None
+    started = per_host[cutoff_from].runtime_started_at if cutoff_from else None
+    warnings = tuple(
+        warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
+        for host in hosts
+        for warning in per_host[host].warnings
+    )
+    return FleetFacts(
+        RuntimeFacts(timeout, started, warnings), hosts, lease_from, cutoff_from, dict(per_host)
+    )
+
+
+def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> datetime | None:
+    """A host's start time expressed in the database clock (offset = host minus database)."""
+    if started_at is None:
+        return None
+    return started_at - timedelta(seconds=host_minus_db_s)
+
+
+def in_database_clocks(
+    per_host: Mapping[str, RuntimeFacts],
+    offsets: Mapping[str, ClockOffset],
+    clock_skew_s: float,
+) -> dict[str, RuntimeFacts]:
+    """Every host's start time in the database clock (`offsets`: host minus database).
+
+    Converted, not merely tolerated: the oldest start is then the oldest in truth, and the
+    host it names is the right one. A host whose clock is off by more than `clock_skew_s`
+    gets a warning naming it.
+    """
+    moved = {}
+    for host, facts in per_host.items():
+        offset = offsets.get(host)
+        if facts.runtime_started_at is not None and offset is not None:
+            warnings = facts.warnings
+            if offset.exceeds(clock_skew_s):
+                warnings = (*warnings, offset.warning(host, clock_skew_s))
+            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            facts = replace(facts, runtime_started_at=started, warnings=warnings)
+        moved[host] = facts
+    return moved
+
+
+def _longest_timeout_host(
+    per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]
+) -> str | None:
+    with_timeout = [h for h in hosts if per_host[h].task_timeout is not None]
+    if not with_timeout:
+        return None
+    if len(with_timeout) != len(hosts):
+        missing = ", ".join(h for h in hosts if per_host[h].task_timeout is None)
+        raise ConfigError(f"no task timeout is known for host(s) {missing}")
+    # max() keeps the first of equal values: hosts are sorted, so the name breaks ties.
+    return max(with_timeout, key=lambda h: _seconds(per_host[h].task_timeout))
+
+
+def _oldest_start_host(per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]) -> str | None:
+    starts = {h: per_host[h].runtime_started_at for h in hosts}
+    if any(started is None for started in starts.values()):
+        return None
+    return min(hosts, key=lambda h: starts[h])  # type: ignore[arg-type, return-value]
+
+
+def _attributed_timeout(per_host: Mapping[str, RuntimeFacts], host: str) -> TaskTimeout:
+    timeout = per_host[host].task_timeout
+    assert timeout is not None
+    return TaskTimeout(timeout.seconds, f"{host}:{timeout.source}", assumed=timeout.assumed)
+
+
+def _seconds(timeout: TaskTimeout | None) -> float:
+    assert timeout is not None
+    return timeout.seconds
+
+
+def facts_from_reports(
+    reports: Mapping[str, Any], hosts: Iterable[str] = (), *, given_source: str = "given"
+) -> dict[str, RuntimeFacts]:
+    """Every host's facts from its report; any host without a usable report fails closed.
+
+    `hosts` are the hosts that must all have answered (the play's); a host listed there
+    without a report, or whose lookup failed, was unreachable or skipped, is named in one
+    LookupFailed, all of them at once. `given_source` is the provenance of a timeout whose
+    report does not name one.
+    """
+    problems = [
+        f"host {host}: {problem}"
+        for host in sorted({*hosts, *reports})
+        if (problem := _report_problem(reports.get(host)))
+    ]
+    if problems:
+        raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
+    return {host: host_facts(host, report, given_source) for host, report in reports.items()}
+
+
+def host_facts(host: str, report: Mapping[str, Any], given_source: str = "given") -> RuntimeFacts:
+    """One host's facts from its report; values are validated, errors name the host and key."""
+    unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"host {host}: unknown key(s) {', '.join(unknown)} "
+            "(expected task_timeout_s, runtime_started_at)"
+        )
+    timeout = None
+    if report.get("task_timeout_s") is not None:
+        seconds = _checked(
+            parse_timeout_s, report["task_timeout_s"], f"host {host}: task_timeout_s"
+        )
+        source = str(report.get("source") or f"{given_source}:task_timeout_s")
+        timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
+    started = report.get("runtime_started_at")
+    if started is not None:
+        started = _start_time(host, started)
+    warnings = tuple(str(w) for w in report.get("warnings") or ())
+    return RuntimeFacts(timeout, started, warnings)
+
+
+def _report_problem(report: Any) -> str | None:
+    if not isinstance(report, Mapping) or not report:
+        return "no lookup result (it did not run: failed or unreachable earlier?)"
+    if report.get("unreachable"):
+        return "unreachable during its lookup"
+    if report.get("skipped"):
+        return "its lookup was skipped"
+    if report.get("failed"):
+        error = report.get("error")
+        detail = error.get("message") if isinstance(error, Mapping) else None
+        return f"its lookup failed ({detail})" if detail else "its lookup failed"
+    return None
+
+
+def _start_time(host: str, value: Any) -> datetime:
+    what = f"host {host}: runtime_started_at"
+    if isinstance(value, datetime):  # YAML reads unquoted timestamps as datetimes
+        if value.tzinfo is None:
+            raise ConfigError(f"{what} has no timezone")
+        return value
+    return _checked(parse_timestamp, str(value), what)
+
+
+def _checked(parse: Callable[..., _T], value: Any, what: str) -> _T:
+    """A parser's own error, as a usage error naming the host and key."""
+    try:
+        return parse(value, what=what)
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,173 @@
+"""The verdict of one check: decision, counts, live claims, and how it is reported."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from leaseguard.core.errors import EXIT_DEFER, EXIT_PROCEED
+
+
+class Decision(enum.StrEnum):
+    PROCEED = "proceed"
+    DEFER = "defer"
+
+
+class RowClass(enum.StrEnum):
+    """How the judgment classes a claimed or queued row (DESIGN.md's table)."""
+
+    QUEUED = "queued"  # nobody holds it: nothing to interrupt
+    ORPHANED = "orphaned"  # claimed before the runtime started: its worker is gone
+    STALE = "stale"  # lease expired: the reaper's, not the guard's
+    LIVE = "live"  # claimed, lease running: protected
+
+
+@dataclass(frozen=True)
+class TaskTimeout:
+    """The protected system's configured task timeout, and where it was read."""
+
+    seconds: float
+    source: str
+    assumed: bool = False  # True when the lookup found nothing and default_s was used
+
+
+@dataclass(frozen=True)
+class RuntimeFacts:
+    """What the host said: the task timeout, the runtime start, and any caveats."""
+
+    task_timeout: TaskTimeout | None
+    runtime_started_at: datetime | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Counts:
+    live: int = 0
+    stale: int = 0
+    orphaned: int = 0
+    queued: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "live": self.live,
+            "stale": self.stale,
+            "orphaned": self.orphaned,
+            "queued": self.queued,
+        }
+
+
+@dataclass(frozen=True)
+class LiveClaim:
+    """A protected row; times are None when the row lacks them (it is protected anyway)."""
+
+    id: str
+    claimed_at: datetime | None
+    lease_expires_at: datetime | None
+    remaining_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "claimed_at": _iso(self.claimed_at),
+            "lease_expires_at": _iso(self.lease_expires_at),
+            "remaining_s": _round(self.remaining_s),
+        }
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one check found. `decision` is DEFER as soon as one row is live."""
+
+    counts: Counts
+    live: tuple[LiveClaim, ...]
+    checked_at: datetime
+    lease_s: float | None
+    task_timeout: TaskTimeout | None
+    runtime_started_at: datetime | None
+    wait_upper_bound_s: float
+    table: str
+    host: str | None = None
+    clock_offset_s: float | None = None
+    warnings: tuple[str, ...] = field(default=())
+    # Set when one judgment covers several hosts (the fleet rule): the hosts, and which host
+    # supplied the lease and the orphan cut-off (leaseguard.core.fleet.FleetFacts.as_dict()).
+    fleet: dict[str, Any] | None = None
+
+    @property
+    def decision(self) -> Decision:
+        return Decision.DEFER if self.counts.live else Decision.PROCEED
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_DEFER if self.decision is Decision.DEFER else EXIT_PROCEED
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of DESIGN.md (plus a few fields that only add information)."""
+        timeout = self.task_timeout
+        return {
+            "decision": self.decision.value,
+            "host": self.host,
+            "table": self.table,
+            "lease_s": _round(self.lease_s),
+            "task_timeout_s": _round(timeout.seconds) if timeout else None,
+            "task_timeout_source": timeout.source if timeout else None,
+            "task_timeout_assumed": timeout.assumed if timeout else False,
+            "runtime_started_at": _iso(self.runtime_started_at),
+            "checked_at": _iso(self.checked_at),
+            "clock_offset_s": _round(self.clock_offset_s),
+            "counts": self.counts.as_dict(),
+            "live": [claim.as_dict() for claim in self.live],
+            "live_listed": len(self.live),
+            "wait_upper_bound_s": _round(self.wait_upper_bound_s),
+            "warnings": list(self.warnings),
+            **({"fleet": self.fleet} if self.fleet else {}),
+        }
+
+    def timeline(self) -> str:
+        """One log line per decision: the first thing read after an incident."""
+        timeout = self.task_timeout
+        fields = [
+            f"host={self.host or '-'}",
+            f"decision={self.decision.value}",
+            *(f"{name}={n}" for name, n in self.counts.as_dict().items()),
+            f"lease_s={_compact(self.lease_s)}",
+            f"source={timeout.source if timeout else '-'}",
+        ]
+        if timeout and timeout.assumed:
+            fields.append("timeout_assumed=yes")
+        if self.fleet:
+            fields.append(f"fleet={','.join(self.fleet['hosts'])}")
+            fields.append(f"lease_from={self.fleet['lease_from'] or '-'}")
+            fields.append(f"cutoff_from={self.fleet['orphan_cutoff_from'] or '-'}")
+        if self.decision is Decision.DEFER:
+            fields.append(f"wait_upper_bound_s={_compact(self.wait_upper_bound_s)}")
+            fields.append(f"longest={self.live[0].id}" if self.live else "")
+        return timeline_line(self.checked_at, [f for f in fields if f])
+
+
+def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
+    """The timeline line of a check that could not complete (fail closed)."""
+    return timeline_line(
+        at, [f"host={host or '-'}", "decision=failed", f"error={type(error).__name__}"]
+    )
+
+
+def timeline_line(at: datetime, fields: list[str]) -> str:
+    stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return " ".join([stamp, "leaseguard", *fields])
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.astimezone(UTC).isoformat() if moment else None
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def _compact(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.0f}" if float(value).is_integer() or value >= 100 else f"{value:.1f}"

@@ -1,0 +1,443 @@
+"""Drain: pause intake, wait until no live lease remains, resume intake on every exit path.
+
+The wait is bounded by the protected system's own contract: the deadline defaults to the
+longest remaining lease seen at the start and is never longer, because past it every row
+belongs to the reaper, not to the guard.
+
+Quiet when idle, observable always: a poll that changes nothing logs at DEBUG only and
+bumps a counter; a state change (a lease ends, a new claim appears) logs at INFO; the
+counters are reported at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import psycopg
+
+from leaseguard.adapters.pauses import RESUME_HINT, pause_jobs, resume_recorded
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import (
+    EXIT_DEFER,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    DrainInterrupted,
+    IntakeNotResumed,
+    LeaseguardError,
+    LookupFailed,
+    PollFailed,
+)
+from leaseguard.core.verdict import Verdict
+
+log = logging.getLogger("leaseguard.drain")
+
+DEFAULT_POLL_S = 5.0
+MAX_CONSECUTIVE_ERRORS = 3
+# A resume that fails is retried for this long (PostgreSQL restarting, a tunnel being
+# re-opened): long enough for a restart or a failover, short enough to be noticed.
+DEFAULT_RESUME_RETRY_S = 60.0
+
+
+@dataclass
+class DrainCounters:
+    """Process-lifetime counters of one drain, reported at the end."""
+
+    polls: int = 0
+    idle_polls: int = 0
+    live_count_changes: int = 0
+    leases_ended: int = 0
+    claims_appeared: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "polls": self.polls,
+            "idle_polls": self.idle_polls,
+            "live_count_changes": self.live_count_changes,
+            "leases_ended": self.leases_ended,
+            "claims_appeared": self.claims_appeared,
+            "errors": dict(self.errors),
+        }
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    drained: bool
+    verdict: Verdict | None
+    elapsed_s: float
+    deadline_s: float
+    counters: DrainCounters
+    error: LeaseguardError | None = None
+
+    @property
+    def exit_status(self) -> int:
+        if self.error is not None:
+            return EXIT_FAILED
+        return EXIT_PROCEED if self.drained else EXIT_DEFER
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "decision": "proceed" if self.drained else ("failed" if self.error else "defer"),
+            "drained": self.drained,
+            "elapsed_s": round(self.elapsed_s, 3),
+            "deadline_s": round(self.deadline_s, 3),
+            "counters": self.counters.snapshot(),
+            "verdict": self.verdict.as_dict() if self.verdict else None,
+            "error": {"type": self.error.kind, "message": str(self.error)} if self.error else None,
+        }
+
+
+class Progress(Protocol):
+    """Where a person watches the drain: a terminal bar, or nothing between state changes."""
+
+    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NoProgress:
+    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class DrainObserver(Protocol):
+    """Who watches the drain from outside (drain_status writes it to files).
+
+    after_poll follows every poll, failed ones too (verdict: the last good one, None before
+    any); finished follows the end, after intake was resumed (None: ended by an exception).
+    """
+
+    def after_poll(
+        self,
+        verdict: Verdict | None,
+        counters: DrainCounters,
+        elapsed_s: float,
+        deadline_s: float,
+    ) -> None: ...
+
+    def finished(self, result: DrainResult | None) -> None: ...
+
+
+class NoObserver:
+    def after_poll(
+        self,
+        verdict: Verdict | None,
+        counters: DrainCounters,
+        elapsed_s: float,
+        deadline_s: float,
+    ) -> None:
+        pass
+
+    def finished(self, result: DrainResult | None) -> None:
+        pass
+
+
+class Intake(Protocol):
+    """Stops new claims during the drain; resume() must undo exactly what pause() did."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+@dataclass
+class Drainer:
+    """The drain loop over any `judge` (a GuardSession.judge, or a fake in unit tests)."""
+
+    judge: Callable[[], Verdict]
+    poll_s: float = DEFAULT_POLL_S
+    deadline_s: float | None = None
+    progress: Progress = field(default_factory=NoProgress)
+    clock: Callable[[], float] = time.monotonic
+    # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
+    sleep: Callable[[float], None] | None = None
+    counters: DrainCounters = field(default_factory=DrainCounters)
+    observer: DrainObserver = field(default_factory=NoObserver)
+    max_consecutive_errors: int = MAX_CONSECUTIVE_ERRORS
+    stop: threading.Event = field(default_factory=threading.Event)
+    label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
+
+    def run(self, intake: Intake | None = None) -> DrainResult:
+        result: DrainResult | None = None
+        try:
+            result = self._drain(intake)
+            return result
+        finally:
+            self.observer.finished(result)
+
+    def _drain(self, intake: Intake | None) -> DrainResult:
+        started = self.clock()
+        if self.stop.is_set():  # stopped before anything was paused
+            exc = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
+            return DrainResult(False, None, 0.0, 0.0, self.counters, exc)
+        try:
+            if intake is not None:
+                intake.pause()
+            return self._wait(started)
+        except LeaseguardError as exc:  # the pause itself failed: nothing was waited for
+            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+        finally:
+            if intake is not None:
+                intake.resume()
+            self.progress.close()
+            log.info("drain counters %s", _fields(self.counters.snapshot()))
+
+    def _wait(self, started: float) -> DrainResult:
+        try:
+            verdict = self._poll()
+        except LeaseguardError as exc:
+            self.observer.after_poll(None, self.counters, self.clock() - started, 0.0)
+            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+        deadline = verdict.wait_upper_bound_s
+        if self.deadline_s is not None:
+            deadline = min(deadline, self.deadline_s)
+        self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
+        log.info(
+            "drain host=%s start live=%d deadline_s=%.0f",
+            verdict.host or "-",
+            verdict.counts.live,
+            deadline,
+        )
+        errors_in_a_row = 0
+        while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
+            self.progress.update(verdict, elapsed, deadline)
+            self._sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
+            if self.stop.is_set():
+                stopped = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
+                return DrainResult(
+                    False, verdict, self.clock() - started, deadline, self.counters, stopped
+                )
+            try:
+                verdict = self._next(verdict)
+                errors_in_a_row = 0
+            except LeaseguardError as exc:
+                errors_in_a_row += 1
+                if errors_in_a_row >= self.max_consecutive_errors:
+                    return DrainResult(
+                        False, verdict, self.clock() - started, deadline, self.counters, exc
+                    )
+            finally:
+                self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
+        elapsed = self.clock() - started
+        drained = not verdict.counts.live
+        log.info(
+            "drain host=%s %s live=%d elapsed_s=%.1f",
+            verdict.host or "-",
+            "drained" if drained else "deadline reached",
+            verdict.counts.live,
+            elapsed,
+        )
+        return DrainResult(drained, verdict, elapsed, deadline, self.counters)
+
+    def _sleep(self, seconds: float) -> None:
+        if self.sleep is None:
+            self.stop.wait(seconds)
+        else:
+            self.sleep(seconds)
+
+    def _poll(self) -> Verdict:
+        self.counters.polls += 1
+        try:
+            return self.judge()
+        except LeaseguardError as exc:
+            self.counters.errors[exc.kind] += 1
+            log.warning("drain poll failed host=%s error=%s reason=%s", self.label, exc.kind, exc)
+            raise
+        except Exception as exc:
+            # Not one of ours: its text may carry anything (a DSN, a password), so only the
+            # class name is kept, counted and logged, and the loop's error budget applies.
+            kind = type(exc).__name__
+            self.counters.errors[kind] += 1
+            log.warning("drain poll failed reason=drain_poll_failed exc_type=%s", kind)
+            raise PollFailed(f"drain poll failed unexpectedly ({kind})") from None
+
+    def _next(self, before: Verdict) -> Verdict:
+        after = self._poll()
+        ended = _ids(before) - _ids(after)
+        appeared = _ids(after) - _ids(before)
+        if before.counts.live == after.counts.live and not ended and not appeared:
+            self.counters.idle_polls += 1
+            log.debug("drain poll idle live=%d", after.counts.live)
+            return after
+        self.counters.live_count_changes += before.counts.live != after.counts.live
+        self.counters.leases_ended += len(ended)
+        self.counters.claims_appeared += len(appeared)
+        log.info(
+            "drain host=%s live %d -> %d ended=%s appeared=%s",
+            after.host or "-",
+            before.counts.live,
+            after.counts.live,
+            _id_list(ended),
+            _id_list(appeared),
+        )
+        return after
+
+
+def _ids(verdict: Verdict) -> set[str]:
+    return {claim.id for claim in verdict.live}
+
+
+def _id_list(ids: set[str]) -> str:
+    return ",".join(sorted(ids)[:10]) or "-"
+
+
+def _fields(values: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in values.items())
+
+
+# --- intake pauses ------------------------------------------------------------------------
+
+
+class CronJobsPause:
+    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
+
+    A name that matches no job fails the pause before anything is switched: a mistyped
+    name would leave intake running while the drain waits for it to stop. Each pause is
+    recorded in cron.job in the same transaction (`leaseguard.adapters.pauses`), so a drain killed
+    before its resume is named by the next run. The resume is retried with backoff for
+    `retry_s`; if it still fails, the error names the paused jobs and the command that
+    gives them back.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+        job_names: Sequence[str],
+        *,
+        by: str = "a leaseguard drain",
+        retry_s: float = DEFAULT_RESUME_RETRY_S,
+        resume_hint: str = RESUME_HINT,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.connect = connect
+        self.job_names = list(job_names)
+        self.by = by
+        self.retry_s = retry_s
+        self.resume_hint = resume_hint
+        self.sleep = sleep
+        self.clock = clock
+        self.paused: list[str] = []
+
+    def paused_intake(self) -> list[str]:
+        return [f"pg_cron:{name}" for name in self.paused]
+
+    def pause(self) -> None:
+        with self.connect() as conn:
+            plan = pause_jobs(conn, self.job_names, self.by)
+        self.paused = plan.paused
+        for name in self.paused:
+            log.info("intake paused pg_cron job=%s by=%s", name, self.by)
+        for name in set(self.job_names) - set(self.paused):
+            log.warning(
+                "pg_cron job %s was already inactive: not paused by this drain, so it will "
+                "not be resumed by it",
+                name,
+            )
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        give_up_at = self.clock() + self.retry_s
+        delay = 0.5
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.connect() as conn:
+                    resume_recorded(conn, self.paused)
+                break
+            except LeaseguardError as exc:
+                if self.clock() + delay > give_up_at:
+                    self._give_up(attempt, exc)
+                log.warning(
+                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
+                    "after the first attempt)",
+                    attempt,
+                    exc.kind,
+                    delay,
+                    self.retry_s,
+                )
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        for name in self.paused:
+            log.info("intake resumed pg_cron job=%s", name)
+        self.paused = []
+
+    def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
+        jobs = ", ".join(self.paused)
+        message = (
+            f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
+            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the pause is recorded "
+            f"in cron.job; give it back with {self.resume_hint}"
+        )
+        log.error("%s", message)
+        raise IntakeNotResumed(message) from None
+
+
+class CommandPause:
+    """Run a configured pause command on the host before waiting, and its resume after."""
+
+    def __init__(self, runner: Runner, pause: Sequence[str], resume: Sequence[str]) -> None:
+        self.runner = runner
+        self.pause_argv = list(pause)
+        self.resume_argv = list(resume)
+        self.paused = False
+
+    def paused_intake(self) -> list[str]:
+        return [f"command:{self.runner.label}"] if self.paused else []
+
+    def pause(self) -> None:
+        self._run(self.pause_argv, "pause")
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self._run(self.resume_argv, "resume")
+            self.paused = False
+
+    def _run(self, argv: list[str], what: str) -> None:
+        result = self.runner.run(argv)
+        if result.exit_code != 0:
+            raise LookupFailed(
+                f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
+            )
+        log.info("intake %s command ran host=%s", what, self.runner.label)
+
+
+class Intakes:
+    """Several intake pauses as one: resumed in reverse order, each attempted."""
+
+    def __init__(self, parts: Sequence[Intake]) -> None:
+        self.parts = list(parts)
+        self.active: list[Intake] = []
+
+    def paused_intake(self) -> list[str]:
+        return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
+
+    def pause(self) -> None:
+        for part in self.parts:
+            part.pause()
+            self.active.append(part)
+
+    def resume(self) -> None:
+        failures: list[LeaseguardError] = []
+        while self.active:
+            part = self.active.pop()
+            try:
+                part.resume()
+            except LeaseguardError as exc:
+                failures.append(exc)
+                log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
+        if failures:
+            raise failures[0]

@@ -1,0 +1,125 @@
+"""Options beside the contract, shared by the fronts: where the database is, how to drain.
+
+Fabric config and Ansible vars hold them in sections next to the contract keys
+(`connection:` and `drain:`), so the contract itself stays exactly DESIGN.md's table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any
+
+import psycopg
+
+from leaseguard.adapters.pauses import RESUME_HINT
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.contract import parse_command
+from leaseguard.core.errors import ConfigError
+from leaseguard.orchestration.drain import (
+    DEFAULT_POLL_S,
+    DEFAULT_RESUME_RETRY_S,
+    CommandPause,
+    CronJobsPause,
+    Intake,
+    Intakes,
+)
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    poll_s: float = DEFAULT_POLL_S
+    deadline_s: float | None = None
+    pause_cron_jobs: tuple[str, ...] = ()
+    cron_database: str | None = None
+    pause_command: tuple[str, ...] = ()
+    resume_command: tuple[str, ...] = ()
+    status_file: str | None = None
+    metrics_file: str | None = None
+    resume_retry_s: float = DEFAULT_RESUME_RETRY_S
+
+
+_DRAIN_KEYS = {f for f in DrainOptions.__dataclass_fields__}
+
+
+def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
+    """Validate the `drain:` section; messages name the key."""
+    data = dict(data or {})
+    unknown = sorted(set(data) - _DRAIN_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown config key(s): {', '.join('drain.' + k for k in unknown)}")
+    jobs = data.get("pause_cron_jobs") or ()
+    if isinstance(jobs, str):
+        jobs = (jobs,)
+    if not all(isinstance(j, str) and j for j in jobs):
+        raise ConfigError("drain.pause_cron_jobs must be a list of job names")
+    pause = parse_command(data, "pause_command", prefix="drain.")
+    resume = parse_command(data, "resume_command", prefix="drain.")
+    if bool(pause) != bool(resume):
+        raise ConfigError("drain.pause_command and drain.resume_command go together")
+    return DrainOptions(
+        poll_s=_positive(data, "poll_s", DEFAULT_POLL_S),
+        deadline_s=_positive(data, "deadline_s", None),
+        pause_cron_jobs=tuple(jobs),
+        cron_database=data.get("cron_database"),
+        pause_command=pause,
+        resume_command=resume,
+        status_file=_path(data, "status_file"),
+        metrics_file=_path(data, "metrics_file"),
+        resume_retry_s=_positive(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
+    )
+
+
+def _path(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str | PathLike):
+        raise ConfigError(f"drain.{key} must be a file path")
+    return str(value)
+
+
+def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
+    value = data.get(key)
+    if value is None:
+        return default
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"drain.{key} must be a number of seconds") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(f"drain.{key} must be greater than 0")
+    return number
+
+
+def build_intake(
+    options: DrainOptions,
+    connect: Callable[[str | None], AbstractContextManager[psycopg.Connection[Any]]],
+    runners: Runner | Sequence[Runner],
+    *,
+    by: str = "a leaseguard drain",
+    resume_hint: str | None = None,
+) -> Intake | None:
+    """The intake pauses the options ask for, as one; None when none is asked for.
+
+    The pg_cron jobs are shared intake: paused once, through `connect`, whatever the number
+    of hosts. A pause command is a host's own intake: run on each of `runners`.
+    """
+    parts: list[Intake] = []
+    if options.pause_cron_jobs:
+        parts.append(
+            CronJobsPause(
+                lambda: connect(options.cron_database),
+                options.pause_cron_jobs,
+                by=by,
+                retry_s=options.resume_retry_s,
+                resume_hint=resume_hint or RESUME_HINT,
+            )
+        )
+    if options.pause_command:
+        for runner in [runners] if not isinstance(runners, Sequence) else runners:
+            parts.append(CommandPause(runner, options.pause_command, options.resume_command))
+    return Intakes(parts) if parts else None

@@ -1,0 +1,159 @@
+"""What every front (CLI, Fabric, Ansible) does the same way around a session."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from leaseguard.adapters.pauses import drain_identity
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import LeaseguardError
+from leaseguard.orchestration.drain import Drainer, DrainResult, NoProgress, Progress
+from leaseguard.orchestration.drain_options import DrainOptions, build_intake
+from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.session import GuardSession
+
+
+def drain_host(
+    session: GuardSession,
+    options: DrainOptions,
+    progress: Progress | None = None,
+    board: StatusBoard | None = None,
+    *,
+    front: str = "leaseguard drain",
+    resume_hint: str | None = None,
+    stop: threading.Event | None = None,
+    runners: Sequence[Runner] | None = None,
+    connect: Callable[[str | None], psycopg.Connection[Any]] | None = None,
+) -> DrainResult:
+    """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
+
+    `board`: the status/metrics files several hosts share; by default this host's own,
+    from options.status_file / options.metrics_file. For a fleet, `session` is a
+    `fleet_session`, `runners` every host's (their pause commands) and `connect` reaches the
+    shared database through any host that still can.
+    """
+    by = drain_identity(front)
+    session.pause_owner = by
+    session.cron_database = options.cron_database
+    intake = build_intake(
+        options,
+        connect or session.connect_writable,
+        runners or [session.runner],
+        by=by,
+        resume_hint=resume_hint,
+    )
+    board = board or status_board(options)
+    drainer = Drainer(
+        session.judge,
+        poll_s=options.poll_s,
+        deadline_s=options.deadline_s,
+        progress=progress or NoProgress(),
+        observer=board.observer(session.host, intake),
+        stop=stop or threading.Event(),
+        label=session.host,
+    )
+    return drainer.run(intake)
+
+
+def status_board(options: DrainOptions) -> StatusBoard:
+    """The drain's status/metrics files (none asked for: a board that writes nothing).
+
+    Checked before anything is paused: a directory that cannot take the file is a usage
+    error, not a drain that runs unobserved.
+    """
+    board = StatusBoard(options.status_file, options.metrics_file)
+    board.check_writable()
+    return board
+
+
+def first_that_connects(
+    connects: Sequence[Callable[[str | None], psycopg.Connection[Any]]],
+) -> Callable[[str | None], psycopg.Connection[Any]]:
+    """A connect that tries each path in turn: one host's dead tunnel must not strand intake."""
+
+    def connect(dbname: str | None) -> psycopg.Connection[Any]:
+        failure: LeaseguardError | None = None
+        for attempt in connects:
+            try:
+                return attempt(dbname)
+            except LeaseguardError as exc:
+                failure = exc
+        assert failure is not None
+        raise failure
+
+    return connect
+
+
+@contextmanager
+def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
+    """SIGINT/SIGTERM set `stop` instead of raising: worker threads see it and wind down.
+
+    The main thread keeps waiting for them, so every drain's `finally` (the resume) runs
+    before the exit. A second signal only repeats that the resume is under way.
+    """
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if stop.is_set():
+            say(f"{name} again: still resuming intake, then exiting")
+        else:
+            say(f"{name}: stopping the drain and resuming intake")
+        stop.set()
+
+    try:
+        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Treat SIGTERM like Ctrl-C, so `finally` blocks resume intake before the exit."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def configure_logging(*, verbose: bool = False) -> None:
+    """Timeline-style UTC log lines on stderr; DEBUG (idle polls) only when asked.
+
+    Only leaseguard's own loggers: the root logger is left alone, so paramiko's connection
+    chatter ("Connected", "Authentication successful") stays out of the timeline.
+    """
+    logger = logging.getLogger("leaseguard")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        formatter = logging.Formatter(
+            "%(asctime)sZ leaseguard %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+        )
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+        logger.addHandler(handler)
+        logger.propagate = False
+    logger.setLevel(logging.DEBUG if verbose else logging.INFO)

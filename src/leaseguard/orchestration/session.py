@@ -1,0 +1,409 @@
+"""A guard session on one host: look up once, then judge as often as needed.
+
+The same session serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over
+SSH with a tunnel) and the Ansible action plugin. A drain's polls share one database
+connection: a connection per poll costs a login each time, and through Fabric's tunnel each
+one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
+A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
+replaced once, at once; a poll fails only when a fresh connection fails too. Any other
+failure (a lock or statement timeout, a schema error) is the answer: retrying it would
+spend its budget twice.
+
+Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
++ a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
+and a poll through a tunnel whose SSH connection died says so, naming the SSH host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, Protocol
+
+import psycopg
+
+from leaseguard.adapters.clock import database_clock, host_clock, measure_offset
+from leaseguard.adapters.db import connect, describe_target
+from leaseguard.adapters.guard import judge_table, lease_seconds
+from leaseguard.adapters.indexing import with_plan_warning
+from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.adapters.runtime import LocalRunner, Runner, resolve_runtime_facts
+from leaseguard.adapters.statuses import StatusColumn
+from leaseguard.core.clock_offset import ClockOffset, chained
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import (
+    DatabaseUnavailable,
+    LeaseguardError,
+    LookupFailed,
+    TunnelError,
+)
+from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
+from leaseguard.core.verdict import RuntimeFacts, Verdict
+
+# What a poll may take beyond connect timeout + statement budget: round trips, the
+# transaction's few small statements, and a thread waking up.
+POLL_MARGIN_S = 2.0
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+class Link(Protocol):
+    """The path to the database when it is not direct (an SSH tunnel)."""
+
+    def ensure(self, *, within_s: float = ...) -> None: ...
+
+    def failure(self) -> TunnelError | None: ...
+
+    def cut(self) -> None: ...
+
+
+class PollWatch:
+    """Cuts a poll that outlasts its budget: `cut` ends every wait the poll may be in."""
+
+    def __init__(self, budget_s: float, cut: Callable[[], None]) -> None:
+        self.budget_s = budget_s
+        self.cut = cut
+        self.expired = False
+        self._ends_at: float | None = None
+
+    @contextmanager
+    def poll(self) -> Iterator[None]:
+        self.expired = False
+        self._ends_at = time.monotonic() + self.budget_s
+        timer = threading.Timer(self.budget_s, self._expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            self._ends_at = None
+
+    def remaining_s(self) -> float:
+        """Time left in the poll in flight; unbounded outside one (pauses, resumes)."""
+        if self._ends_at is None:
+            return float("inf")
+        return self._ends_at - time.monotonic()
+
+    def _expire(self) -> None:
+        self.expired = True
+        self.cut()
+
+
+def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession], Verdict]:
+    """A poll within the session's budget, failing with the cause it met (a lost link first)."""
+
+    @functools.wraps(judge)
+    def bounded(self: GuardSession) -> Verdict:
+        with self.watch.poll():
+            try:
+                return judge(self)
+            except LeaseguardError as exc:
+                raise self.explain(exc) from None
+
+    return bounded
+
+
+class GuardSession:
+    """Judges one host's table with the facts looked up on that host.
+
+    With `fleet` (see `fleet_session`), the facts are the fleet's combined facts
+    (`leaseguard.fleet`) and the verdict reports which host supplied each. `host_offsets`
+    are the hosts' clocks minus this machine's, measured while each host was looked up
+    (`clock.offset_from_here`); without them every start time is taken as read in this
+    machine's clock.
+    """
+
+    def __init__(
+        self,
+        contract: Contract,
+        conninfo: str,
+        facts: RuntimeFacts,
+        runner: Runner,
+        link: Link | None = None,
+        *,
+        label: str | None = None,
+        fleet: FleetFacts | None = None,
+        host_offsets: Mapping[str, ClockOffset] | None = None,
+    ) -> None:
+        self.contract = contract
+        self.conninfo = conninfo
+        self.facts = facts
+        self.runner = runner
+        self.link = link
+        self.label = label
+        self.fleet = fleet
+        self.host_offsets = host_offsets
+        self.watch = PollWatch(self.poll_budget_s, self._cut)
+        self.lease_s = lease_seconds(contract, facts.task_timeout)
+        # Measured once per session: clocks do not drift measurably during a drain, and a
+        # per-poll measurement would add an SSH round trip to every poll.
+        self.clock_offset: ClockOffset | None = None
+        self.fleet_offsets: dict[str, ClockOffset] = {}
+        # The seq-scan advice is given once per session, not on every poll of a drain.
+        self.plan_checked = False
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        # The schema pre-flight (catalog queries) runs once per connection, not per poll;
+        # the status check it prepares runs on every poll.
+        self._status_column: StatusColumn | None = None
+        # Leftover intake pauses (leaseguard.adapters.pauses) are looked for once per session, in
+        # cron_database (None: the session's own database), except those of `pause_owner`
+        # (this process's own drain).
+        self.cron_database: str | None = None
+        self.pause_owner: str | None = None
+        self._leftovers: tuple[str, ...] | None = None
+
+    @property
+    def host(self) -> str:
+        return self.label or self.runner.label
+
+    @property
+    def poll_budget_s(self) -> float:
+        """The longest one poll may take: connect timeout + statement budget + margin."""
+        contract = self.contract
+        return contract.connect_timeout_s + contract.statement_timeout_ms / 1000 + POLL_MARGIN_S
+
+    @_bounded
+    def judge(self) -> Verdict:
+        """One check on the session's connection (replaced once if it broke meanwhile)."""
+        reused = self._conn is not None
+        try:
+            return self._judge_on(self._connection())
+        except LeaseguardError:
+            # The next poll re-reads the catalog: the error may come from a schema change.
+            self._status_column = None
+            if not (reused and self._connection_broke()):
+                raise
+        self.close()
+        return self._judge_on(self._connection())
+
+    def _connection_broke(self) -> bool:
+        """True when the connection itself is gone (server restart, terminated, idle cut)."""
+        return self._conn is None or self._conn.closed or self._conn.broken
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+            self._status_column = None
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is not None and (self._conn.closed or self._conn.broken):
+            self.close()
+        if self._conn is None:
+            self._conn = self._open()
+        return self._conn
+
+    def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
+        """A new connection along the session's path, within what is left of the poll."""
+        remaining = self.watch.remaining_s()
+        if self.watch.expired or remaining <= 0:
+            raise self._expired()
+        if self.link is not None:
+            self.link.ensure(within_s=remaining)
+        try:
+            return connect(
+                self.conninfo,
+                self.contract.connect_timeout_s,
+                writable=writable,
+                dbname=dbname,
+                timeout_s=remaining,
+            )
+        except DatabaseUnavailable:
+            failure = self.link.failure() if self.link is not None else None
+            if failure is not None:
+                raise failure from None
+            raise
+
+    def explain(self, exc: LeaseguardError) -> LeaseguardError:
+        """The cause a failed poll met: its budget running out, or the tunnel's own failure."""
+        if self.watch.expired:
+            return self._expired()
+        if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+            return self.link.failure() or exc
+        return exc
+
+    def _expired(self) -> LeaseguardError:
+        budget = (
+            f"{self.poll_budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
+            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
+            f"{POLL_MARGIN_S:.0f}s)"
+        )
+        if self.link is not None:
+            return TunnelError(
+                f"host {self.host}: no answer through the SSH tunnel within {budget}; "
+                "the host or the network to it is down"
+            )
+        return DatabaseUnavailable(
+            f"no answer from PostgreSQL at {describe_target(self.conninfo)} within {budget}"
+        )
+
+    def _cut(self) -> None:
+        """Runs on the watchdog's thread: end the waits the poll in flight is in."""
+        if self.link is not None:
+            self.link.cut()
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            _shutdown_socket(conn)
+
+    def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
+        if self.facts.runtime_started_at is not None and self.clock_offset is None:
+            self.clock_offset = self._measure_clock(conn)
+        verdict, self._status_column = judge_table(
+            conn,
+            self.contract,
+            task_timeout=self.facts.task_timeout,
+            lease_s=self.lease_s,
+            runtime_started_at=self.facts.runtime_started_at,
+            host=self.host,
+            clock_offset=self.clock_offset,
+            warnings=self.facts.warnings,
+            status_column=self._status_column,
+        )
+        if not self.plan_checked:
+            self.plan_checked = True
+            verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
+        extra = self.leftover_pauses()
+        if extra or self.fleet is not None:
+            verdict = dataclasses.replace(
+                verdict,
+                warnings=(*verdict.warnings, *extra),
+                fleet=self._fleet_report() if self.fleet is not None else None,
+            )
+        return verdict
+
+    def leftover_pauses(self) -> tuple[str, ...]:
+        """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None:
+            self._leftovers = tuple(
+                scan_leftovers(
+                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
+                )
+            )
+        return self._leftovers
+
+    def _measure_clock(self, conn: Conn) -> ClockOffset:
+        """The clock offset that widens the orphan tolerance (measured once per session).
+
+        One host: its clock minus the database's. A fleet: every host's start time is first
+        moved into the database clock (its offset from here, chained with this machine's
+        offset from the database), so hosts with different clocks compare fairly and the
+        oldest start is the oldest in truth; only the measurements' uncertainty is left.
+        """
+        if self.fleet is None:
+            return measure_offset(host_clock(self.runner), database_clock(conn))
+        here_minus_db = measure_offset(time.time, database_clock(conn))
+        self.fleet_offsets = {
+            host: chained(self._offset_from_here(host), here_minus_db)
+            for host, facts in sorted(self.fleet.per_host.items())
+            if facts.runtime_started_at is not None
+        }
+        self.fleet = combine_facts(
+            in_database_clocks(self.fleet.per_host, self.fleet_offsets, self.contract.clock_skew_s)
+        )
+        self.facts = self.fleet.facts
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.fleet_offsets.values()))
+
+    def _offset_from_here(self, host: str) -> ClockOffset:
+        """A fleet host's clock minus this machine's; none given: read in this machine's."""
+        if self.host_offsets is None:
+            return ClockOffset(0.0, 0.0)
+        if host not in self.host_offsets:
+            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
+        return self.host_offsets[host]
+
+    def _fleet_report(self) -> dict[str, Any]:
+        assert self.fleet is not None
+        report = self.fleet.as_dict()
+        # Each host's own offset; start times taken as read here (the CLI) have none.
+        if self.fleet_offsets and self.host_offsets is not None:
+            report["clock_offsets_s"] = {
+                host: round(offset.offset_s, 3) for host, offset in self.fleet_offsets.items()
+            }
+        return report
+
+    def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
+        """A normal (not read-only) connection through the same path, for intake pauses."""
+        return self._open(writable=True, dbname=dbname)
+
+
+def _shutdown_socket(conn: Conn) -> None:
+    """Wake a thread blocked on `conn`: it reads end-of-file and fails at once."""
+    try:
+        with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, psycopg.Error):
+        pass  # already closed: nothing waits on it
+
+
+@contextmanager
+def local_session(
+    contract: Contract,
+    conninfo: str,
+    *,
+    task_timeout_s: float | None = None,
+    runtime_started_at: datetime | None = None,
+    task_timeout_source: str | None = None,
+    runner: Runner | None = None,
+    link: Link | None = None,
+) -> Iterator[GuardSession]:
+    """A session whose DSN is used as given; lookups run here unless another runner is given.
+
+    The Ansible front passes a runner over its own connection when the database is reached
+    directly from the controller (`tunnel: false`, or a `local` connection).
+    """
+    runner = runner or LocalRunner()
+    facts = resolve_runtime_facts(
+        contract,
+        runner,
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=runtime_started_at,
+        task_timeout_source=task_timeout_source,
+    )
+    session = GuardSession(contract, conninfo, facts, runner, link)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+@contextmanager
+def fleet_session(
+    contract: Contract,
+    conninfo: str,
+    per_host: Mapping[str, RuntimeFacts],
+    *,
+    runner: Runner | None = None,
+    link: Link | None = None,
+    host_offsets: Mapping[str, ClockOffset] | None = None,
+) -> Iterator[GuardSession]:
+    """One session judging once for every host, by the fleet rule (leaseguard.fleet).
+
+    `per_host` is every host's facts, already looked up; nothing is looked up again.
+    `host_offsets` are the hosts' clocks minus this machine's (`clock.offset_from_here`,
+    one `date` per host, as each front can take it: over SSH or an Ansible connection);
+    the session chains them with this machine's offset from the database, so every start
+    time is compared in the database clock. Without them the start times are taken as read
+    in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
+    judgment runs through (the database is shared: that is why its intake is global).
+    """
+    fleet = combine_facts(per_host)
+    session = GuardSession(
+        contract,
+        conninfo,
+        fleet.facts,
+        runner or LocalRunner(),
+        link,
+        label="fleet",
+        fleet=fleet,
+        host_offsets=host_offsets,
+    )
+    try:
+        yield session
+    finally:
+        session.close()
