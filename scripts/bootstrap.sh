@@ -16,6 +16,7 @@ STAMP="$VENV/.bootstrap-stamp"
 APT_PACKAGES=(
     postgresql-15 postgresql-client-15 postgresql-15-cron
     openssh-server podman runc iproute2 busybox-static make
+    pgbouncer  # the transaction-pooler tests (sandbox/pgbouncer.py)
     debootstrap  # the systemd test host's root file system (tests/support/systemd_host.py)
 )
 

@@ -62,6 +62,7 @@ def connect(
     writable: bool = False,
     dbname: str | None = None,
     timeout_s: float | None = None,
+    prepare: bool = False,
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection named leaseguard; the one way every part of leaseguard connects.
 
@@ -73,6 +74,10 @@ def connect(
         it means (`leaseguard.adapters.cron.cron_transaction`) and nothing stays open between them.
     :param dbname: another database than the DSN's (pg_cron's cron.database_name).
     :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
+    :param prepare: server-side prepared statements from the first execution (a drain's
+        long-lived connection: each poll then skips planning), unless a transaction pooler
+        sits in between (`behind_pooler`). False: never prepared, not even psycopg's
+        automatic prepare after 5 executions, which a pooler in transaction mode breaks.
 
     Failures name the target (host:port/db) and a fixed phrase, never the DSN or driver text.
     """
@@ -98,10 +103,31 @@ def connect(
             f"cannot connect to PostgreSQL at {describe_target(conninfo)}: "
             f"{_connect_cause(exc)} ({type(exc).__name__})"
         ) from None
+    conn.prepare_threshold = None
+    if prepare and not behind_pooler(conn):
+        conn.prepare_threshold = 0
     if not writable:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
     return conn
+
+
+def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
+    """True when a connection pooler (PgBouncer, pgcat, Odyssey...) answers for the server.
+
+    A prepared statement lives in one server session; a pooler in transaction mode (PgBouncer
+    1.18: Debian 12's) may run the next transaction on another one, where it does not exist.
+    Poolers route cancel requests themselves, so they hand the client a cancel key of their
+    own: the backend pid libpq received at login is not the pid of the server session that
+    answers. Direct, through an SSH tunnel or a NAT, both are the same process. A failed
+    probe counts as a pooler: prepared statements are only ever a speed-up.
+    """
+    try:
+        with conn.transaction():
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    except psycopg.Error:
+        return True
+    return row is None or row[0] != conn.info.backend_pid
 
 
 def liveness_keywords(connect_timeout_s: int) -> dict[str, int]:

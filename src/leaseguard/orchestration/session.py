@@ -213,6 +213,8 @@ class GuardSession:
                 writable=writable,
                 dbname=dbname,
                 timeout_s=remaining,
+                # The guard's connection serves every poll of a drain: plan its queries once.
+                prepare=not writable,
             )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
