@@ -66,6 +66,7 @@ BUDGET_S = 2.5  # per measured configuration and path: as many interleaved pairs
 MIN_PAIRS, MAX_PAIRS = 5, 400
 EXPLAINS = 5
 WARM_UP_S = 0.3
+PREPARED_ROUNDS = 400
 TUNNEL = "SSH tunnel"
 TUNNEL_NODELAY = "SSH tunnel + TCP_NODELAY"
 
@@ -88,12 +89,13 @@ def run_bench(
             vacuum_and_index(admin, REF_CONTRACT)
             rows = _measure_sizes(admin, paths, QUICK_SIZES if quick else SIZES, log)
             candidate = _candidate_rewrite(paths, rows[-1]["size"])
+            prepared, prepared_findings = _prepared_poll(paths, rows[-1]["size"])
             if not quick:
                 rows.append(_measure_proportional(admin, paths, SIZES[-1], log))
     finally:
         drop_database(db, DBNAME)
     section, findings = _report(rows, quick=quick)
-    return [section, candidate], findings
+    return [section, candidate, prepared], findings + prepared_findings
 
 
 @contextmanager
@@ -530,3 +532,120 @@ def _candidate_rewrite(paths: dict[str, str], size: int) -> Section:
         ],
     )
     return section
+
+
+# --- a drain poll's query, prepared (issue 16, item 5) ---------------------------------------
+
+
+def _literal_statuses(conn: Conn) -> sql.SQL:
+    """The counts query with the contract's status lists written in (benchmark-only).
+
+    What a generic plan needs to use the index: PostgreSQL cannot estimate `status = ANY($1)`
+    without the array, so a generic plan of the shipped query scans the table, and the plan
+    cache keeps re-planning custom plans. leaseguard binds every value as a parameter
+    (STYLE.md), so it does not ship this.
+    """
+    text = counts_query(CONTRACT).as_string(conn)
+    for key, statuses in (
+        ("claimed", CONTRACT.claimed_statuses),
+        ("queued", CONTRACT.queued_statuses),
+    ):
+        text = text.replace(f"%({key})s", sql.Literal(list(statuses)).as_string(conn))
+    return sql.SQL(text)  # type: ignore[arg-type]
+
+
+def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Finding]]:
+    """The counts query never prepared, prepared as a drain's connection does, and the
+    literal-status candidate prepared; each against select 1, rotating, on every path."""
+    params = predicate_params(CONTRACT, lease_s=LEASE_S, runtime_started_at=None)
+    variants = {
+        "never prepared (one-shot connections)": None,
+        "prepared (a drain's connection, as shipped)": 0,
+        "prepared, statuses written in (candidate)": 0,
+    }
+    with guard_connect(paths["TCP"], CONTRACT.connect_timeout_s, prepare=True) as shipped:
+        shipped_threshold = shipped.prepare_threshold
+    results: dict[str, dict[str, Any]] = {name: {} for name in variants}
+    for path in ("TCP", TUNNEL):
+        with ExitStack() as stack:
+            conns = {}
+            for name, threshold in variants.items():
+                conn = stack.enter_context(psycopg.connect(paths[path], autocommit=True))
+                conn.prepare_threshold = threshold
+                conns[name] = conn
+            queries = dict.fromkeys(variants, counts_query(CONTRACT))
+            queries["prepared, statuses written in (candidate)"] = _literal_statuses(
+                conns["prepared, statuses written in (candidate)"]
+            )
+            one_conn = conns["never prepared (one-shot connections)"]
+            steps: dict[str, Callable[[], object]] = {
+                "select 1": lambda c=one_conn: c.execute("SELECT 1").fetchall()
+            }
+            for name in variants:
+                steps[name] = lambda c=conns[name], q=queries[name]: c.execute(q, params).fetchall()
+            samples: dict[str, list[float]] = {name: [] for name in steps}
+            names = list(steps)
+            for i in range(40 + PREPARED_ROUNDS):
+                shift = i % len(names)
+                for name in names[shift:] + names[:shift]:
+                    elapsed = timed(steps[name])
+                    if i >= 40:  # after the plan cache has made up its mind (5 custom plans)
+                        samples[name].append(elapsed)
+            one = median(samples["select 1"])
+            for name in variants:
+                plans = (
+                    conns[name]
+                    .execute(
+                        "SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0) "
+                        "FROM pg_prepared_statements"
+                    )
+                    .fetchone()
+                )
+                results[name][path] = (median(samples[name]), median(samples[name]) / one)
+                results[name]["plans"] = plans
+            results.setdefault("select 1", {})[path] = (one, 1.0)
+    section = Section(
+        f"1c. A drain poll's guard query, prepared (at {size:,} rows, with index)",
+        ["query", "TCP", "/ select 1 (TCP)", TUNNEL, f"/ select 1 ({TUNNEL})", "plans"],
+    )
+    for name, r in results.items():
+        plans = r.get("plans")
+        section.rows.append(
+            [
+                name,
+                fmt_s(r["TCP"][0]),
+                fmt_ratio(r["TCP"][1]),
+                fmt_s(r[TUNNEL][0]),
+                fmt_ratio(r[TUNNEL][1]),
+                f"{plans[0]} generic, {plans[1]} custom" if plans and sum(plans) else "-",
+            ]
+        )
+    section.notes += [
+        f"{PREPARED_ROUNDS} rounds after 40 warm-up rounds, the four rotating; each variant on "
+        "its own autocommit connection (prepare_threshold per connection). A drain's guard "
+        "connection (leaseguard.db.connect(prepare=True), directly connected: "
+        f"prepare_threshold={shipped_threshold}) prepares every statement on its first "
+        "execution; one-shot connections prepare nothing. Plans: the server's plan cache "
+        "counts for the prepared statements (pg_prepared_statements).",
+        "Prepared as shipped, the plan cache keeps choosing custom plans (planned at every "
+        "execution): with the status lists as parameters, a generic plan cannot use the "
+        "index (PostgreSQL cannot estimate `status = ANY($1)`), so only parsing is saved. "
+        "With the statuses written into the query text, the plan cache switches to a generic "
+        "plan after 5 executions and a poll no longer plans; leaseguard does not ship that, "
+        "as every value is bound as a parameter (STYLE.md).",
+    ]
+    tcp = results["prepared (a drain's connection, as shipped)"]["TCP"][1]
+    candidate = results["prepared, statuses written in (candidate)"]["TCP"][1]
+    never = results["never prepared (one-shot connections)"]["TCP"][1]
+    findings = [
+        Finding(
+            "1c. prepared poll",
+            f"prepared guard query / select 1 at {size:,} rows, with index, direct TCP",
+            fmt_ratio(tcp),
+            "<= 2.00x",
+            tcp <= 2.0,
+            f"never prepared {fmt_ratio(never)}; with the statuses written in (generic plan, "
+            f"not shipped) {fmt_ratio(candidate)}",
+        )
+    ]
+    return section, findings

@@ -70,13 +70,14 @@ class SessionEnv:
     `session_env`; everything else is the engine's.
     """
 
-    def __init__(self, engine: PodmanEngine, extra: dict[str, str]) -> None:
+    def __init__(self, engine: PodmanEngine | None, extra: dict[str, str]) -> None:
         self._engine = engine
         self._extra = extra
 
     @property
     def session_env(self) -> dict[str, str]:
-        return {**self._engine.session_env, **self._extra}
+        engine_env = self._engine.session_env if self._engine is not None else {}
+        return {**engine_env, **self._extra}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._engine, name)
@@ -101,8 +102,12 @@ def harness_host(
 
 
 @contextlib.contextmanager
-def fleet(base: Path, engine: PodmanEngine, size: int) -> Iterator[Fleet]:
-    """`size` hosts and the root-namespace database they all reach; torn down on exit."""
+def fleet(base: Path, engine: PodmanEngine | None, size: int) -> Iterator[Fleet]:
+    """`size` hosts and the root-namespace database they all reach; torn down on exit.
+
+    engine None: lightweight hosts (a namespace and sshd, no container engine), for lookups
+    that read the host itself (env_file, process).
+    """
     with contextlib.ExitStack() as stack:
         hosts: list[AppHost] = []
         for i in range(1, size + 1):
