@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import fabric.tunnels
+import paramiko
 
 from benchmarks.bench_predicate import set_nodelay
 from benchmarks.common import Finding, Section, fmt_s, median, rss_kib, spread
@@ -482,67 +482,100 @@ def _slope(points: list[tuple[float, int]]) -> float:
 
 
 def _retained(host: AppHost, polls: int, log: Callable[[str], None]) -> Section:
-    """Where a drain's memory growth comes from: polls in-process under tracemalloc."""
+    """Where a drain's memory goes: polls in-process under tracemalloc, on one shared
+    connection and with the connection replaced before every poll (the recovery path)."""
+    rows = [
+        _retained_row(host, polls, replace=False, log=log),
+        _retained_row(host, polls // 2, replace=True, log=log),
+    ]
+    return Section(
+        "6b. Where the growth comes from (in-process, under tracemalloc)",
+        [
+            "polls",
+            "database connection",
+            "Python memory retained per poll",
+            "of which allocated under leaseguard/ssh.py or paramiko",
+            "paramiko Channels alive: before -> after",
+            "threads alive: before -> after",
+        ],
+        rows=rows,
+        notes=[
+            "One GuardSession over one leaseguard.ssh.DatabaseTunnel, as `fab drain` holds "
+            "it; memory traced across the polls after 20 warm-up polls. `shared`: the "
+            "session's polls share one database connection (one forwarded SSH channel). "
+            "`replaced every poll`: the guard's backend is terminated (pg_terminate_backend) "
+            "before each poll, so every poll opens a new connection through the tunnel - a "
+            "new channel and forwarding thread each time, the path a drain takes after a "
+            "database restart. Fabric's forward_local, used before, kept every finished "
+            "forwarder until the tunnel closed (~11 KiB a connection).",
+        ],
+    )
+
+
+def _retained_row(
+    host: AppHost, polls: int, *, replace: bool, log: Callable[[str], None]
+) -> list[str]:
+    assert host.pg is not None
     options = SshOptions(
         key_filename=str(host.client_key_path), known_hosts=str(host.known_hosts_path)
     )
     connection = make_connection(f"root@{host.addr}", options)
     try:
-        with ssh_session(
-            connection, Contract(), f"dbname={DBNAME} user=postgres", DatabaseAddress()
-        ) as session:
-            for _ in range(20):  # warm-up: first judgment, caches, pools
+        with (
+            host.pg.connect(DBNAME, socket=True) as admin,
+            ssh_session(
+                connection, Contract(), f"dbname={DBNAME} user=postgres", DatabaseAddress()
+            ) as session,
+        ):
+
+            def poll() -> None:
+                if replace:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                        "WHERE datname = %s AND application_name = 'leaseguard'",
+                        (DBNAME,),
+                    )
                 session.judge()
+
+            for _ in range(20):  # warm-up: first judgment, caches, pools
+                poll()
             gc.collect()
-            tunnels_before = _alive(fabric.tunnels.Tunnel)
+            channels_before, threads_before = _alive(paramiko.Channel), threading.active_count()
             tracemalloc.start(30)
             try:
                 before = tracemalloc.take_snapshot()
                 for _ in range(polls):
-                    session.judge()
+                    poll()
                 gc.collect()
                 after = tracemalloc.take_snapshot()
             finally:
                 tracemalloc.stop()
-            tunnels_after = _alive(fabric.tunnels.Tunnel)
+            channels_after, threads_after = _alive(paramiko.Channel), threading.active_count()
     finally:
         connection.close()
     stats = after.compare_to(before, "traceback")
     total = sum(stat.size_diff for stat in stats)
-    in_tunnels = sum(
+    in_tunnel = sum(
         stat.size_diff
         for stat in stats
-        if any("fabric/tunnels.py" in frame.filename for frame in stat.traceback)
+        if any(
+            "leaseguard/ssh.py" in frame.filename or "/paramiko/" in frame.filename
+            for frame in stat.traceback
+        )
     )
+    label = "replaced every poll" if replace else "shared"
     log(
-        f"  retained: {total / polls / 1024:.1f} KiB per poll, "
-        f"{tunnels_after - tunnels_before} Tunnel objects more"
+        f"  retained ({label}): {total / polls / 1024:.2f} KiB per poll, channels "
+        f"{channels_before} -> {channels_after}, threads {threads_before} -> {threads_after}"
     )
-    return Section(
-        "6b. Where the growth comes from (in-process, under tracemalloc)",
-        [
-            "polls",
-            "Python memory retained per poll",
-            "of which allocated under fabric/tunnels.py",
-            "fabric Tunnel objects alive: before -> after",
-        ],
-        rows=[
-            [
-                str(polls),
-                f"{total / polls / 1024:.1f} KiB",
-                f"{in_tunnels / polls / 1024:.1f} KiB",
-                f"{tunnels_before} -> {tunnels_after}",
-            ]
-        ],
-        notes=[
-            "One GuardSession over one SSH tunnel, as `fab drain` holds it; memory traced "
-            "across the polls after 20 warm-up polls. Fabric's forward_local keeps every "
-            "finished Tunnel (a thread object, its closed paramiko Channel and buffers) until "
-            "the tunnel closes, so a connection per poll grew the drain by ~11 KiB a poll; "
-            "the session's polls share one database connection, so the count of Tunnel "
-            "objects stays put.",
-        ],
-    )
+    return [
+        str(polls),
+        label,
+        f"{total / polls / 1024:.2f} KiB",
+        f"{in_tunnel / polls / 1024:.2f} KiB",
+        f"{channels_before} -> {channels_after}",
+        f"{threads_before} -> {threads_after}",
+    ]
 
 
 def _alive(kind: type) -> int:

@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -19,7 +18,12 @@ from leaseguard.db import behind_pooler, connect
 from sandbox.pgbouncer import pgbouncer
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
-from tests.integration.test_cli_drain import FACTS, claim_job, job_active, wait_for  # noqa: F401
+from tests.integration.test_cli_drain import (  # noqa: F401 (claim_job: a fixture)
+    FACTS,
+    claim_job,
+    job_active,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -102,16 +106,14 @@ def test_check_through_the_pooler_proceeds_when_only_orphans_are_left(bouncer, b
     assert "decision=proceed" in done.stdout
 
 
-def polls_so_far(metrics: Path) -> int:
-    found = re.search(r"^leaseguard_drain_polls_total\{[^}]*\} (\d+)", _read(metrics), re.M)
-    return int(found.group(1)) if found else 0
-
-
-def _read(path: Path) -> str:
+def polls_so_far(metrics):
+    """The drain's poll counter from its --metrics-file (0 before the first write)."""
     try:
-        return path.read_text()
+        text = metrics.read_text()
     except FileNotFoundError:
-        return ""
+        return 0
+    found = re.search(r"^leaseguard_drain_polls_total\{[^}]*\} (\d+)", text, re.M)
+    return int(found.group(1)) if found else 0
 
 
 def test_a_drain_through_the_pooler_pauses_waits_and_resumes(
@@ -164,6 +166,6 @@ def test_a_drain_through_the_pooler_pauses_waits_and_resumes(
     assert job_active(busy, claim_job) == "t"
     assert "live 1 -> 0 ended=1" in err
     assert f"intake resumed pg_cron job={claim_job}" in err
-    assert "failed" not in err and "errors_total{" not in _read(metrics)
+    assert "failed" not in err and "errors_total{" not in metrics.read_text()
     assert "decision=proceed" in out
     assert polls_so_far(metrics) >= 21
