@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 import psycopg
@@ -96,7 +96,8 @@ def connect(
             make_conninfo(conninfo, **liveness),
             application_name=APPLICATION_NAME,
             connect_timeout=connect_timeout,
-            autocommit=writable,
+            # The pooler probe below runs in autocommit: one round trip, not BEGIN/COMMIT too.
+            autocommit=True,
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
@@ -106,6 +107,7 @@ def connect(
     conn.prepare_threshold = None
     if prepare and not behind_pooler(conn):
         conn.prepare_threshold = 0
+    conn.autocommit = writable
     if not writable:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
@@ -122,8 +124,11 @@ def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
     answers. Direct, through an SSH tunnel or a NAT, both are the same process. A failed
     probe counts as a pooler: prepared statements are only ever a speed-up.
     """
+    # Nothing left open: in autocommit the statement alone (one round trip), else its own
+    # transaction.
+    scope = nullcontext() if conn.autocommit else conn.transaction()
     try:
-        with conn.transaction():
+        with scope:
             row = conn.execute("SELECT pg_backend_pid()").fetchone()
     except psycopg.Error:
         return True
