@@ -65,6 +65,45 @@ class Run:
     wall_s: float
     cpu_s: float  # the controller process and every child it waited for
     busy: float  # share of the machine's CPU time spent busy during the run (0..1)
+    fleet_cpu_s: float = 0.0  # the hosts' sshd trees and PostgreSQL during the run
+
+
+def tree_cpu_s(roots: list[int]) -> float:
+    """CPU time so far of the processes under `roots` (their own time not included).
+
+    A root's cutime/cstime hold every descendant it or its children reaped; the descendants
+    still alive (an SSH session kept open by ControlPersist, a backend) add their own time.
+    """
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue
+            stats[int(entry.name)] = text.rsplit(")", 1)[1].split()
+    children: dict[int, list[int]] = {}
+    for pid, fields in stats.items():
+        children.setdefault(int(fields[1]), []).append(pid)  # fields[1]: ppid
+    ticks = 0
+    for root in roots:
+        if root not in stats:
+            continue
+        ticks += int(stats[root][13]) + int(stats[root][14])  # cutime, cstime
+        todo = list(children.get(root, []))
+        while todo:
+            pid = todo.pop()
+            fields = stats[pid]
+            ticks += sum(int(x) for x in fields[11:15])  # utime, stime, cutime, cstime
+            todo += children.get(pid, [])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def fleet_roots(fleet: Fleet) -> list[int]:
+    """The hosts' sshd listeners and the shared PostgreSQL's postmaster."""
+    pids = [int(h.sshd.pid_path.read_text().split()[0]) for h in fleet.hosts]
+    postmaster = (fleet.db.data_dir / "postmaster.pid").read_text().split()[0]
+    return [*pids, int(postmaster)]
 
 
 def run_bench(
@@ -123,10 +162,12 @@ def _inventory(fleet: Fleet, workdir: Path, lookups: dict[str, Any], n: int) -> 
 
 
 def measured(
-    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
+    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float, roots: list[int]
 ) -> tuple[Run, int, str, str]:
-    """Run `argv` to its end: wall time, its CPU time (wait4's rusage) and the machine's."""
+    """Run `argv` to its end: wall time, its CPU time (wait4's rusage), the fleet's CPU
+    time (the process trees under `roots`) and the machine's busy share."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        fleet0 = tree_cpu_s(roots)
         busy0, total0 = _cpu_jiffies()
         start = time.perf_counter()
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
@@ -143,7 +184,8 @@ def measured(
         out.seek(0)
         err.seek(0)
         busy = (busy1 - busy0) / max(total1 - total0, 1)
-        run = Run(wall, usage.ru_utime + usage.ru_stime, busy)
+        fleet_cpu = tree_cpu_s(roots) - fleet0
+        run = Run(wall, usage.ru_utime + usage.ru_stime, busy, fleet_cpu)
         return run, process.returncode, out.read(), err.read()
 
 
@@ -164,11 +206,12 @@ def _measure(
     sizes = sorted({1, min(20, len(fleet.hosts)), len(fleet.hosts)})
     inventories = {n: _inventory(fleet, workdir, lookups, n) for n in sizes}
     runs: dict[tuple[str, int], list[Run]] = {(f, n): [] for f in FRONTS for n in sizes}
+    roots = fleet_roots(fleet)
     problems: list[str] = []
 
     def fab(n: int) -> Run:
         argv = fab_argv(config, fleet.key_path, fleet.targets(n), "guard")
-        run, code, out, err = measured(argv, cwd=FAB_CWD, env=fab_env(), timeout=300)
+        run, code, out, err = measured(argv, cwd=FAB_CWD, env=fab_env(), timeout=300, roots=roots)
         defers = sum("decision=defer" in line for line in out.splitlines())
         if code != 75 or defers != n:
             problems.append(f"fab, {n} hosts: exit {code}, {defers}/{n} defer: {err[-300:]}")
@@ -177,7 +220,9 @@ def _measure(
     def ansible(n: int) -> Run:
         work = Path(tempfile.mkdtemp(prefix="ansible-", dir=workdir))
         argv = ["ansible-playbook", "-f", str(FORKS), "-i", str(inventories[n]), str(playbook)]
-        run, code, out, _ = measured(argv, cwd=REPO, env=ansible_env(work), timeout=600)
+        run, code, out, _ = measured(
+            argv, cwd=REPO, env=ansible_env(work), timeout=600, roots=roots
+        )
         decisions = _decisions(work / "results.json")
         defers = sum(d == "defer" for d in decisions.values())
         if code != 0 or defers != n:
@@ -232,6 +277,8 @@ def _report(
             "vs 1 host",
             "per extra host",
             "controller CPU",
+            "hosts + database CPU",
+            "CPU floor on this machine",
             "machine busy",
         ],
     )
@@ -243,6 +290,8 @@ def _report(
             wall = median([r.wall_s for r in got])
             cpu = median([r.cpu_s for r in got])
             busy = median([r.busy for r in got])
+            fleet_cpu = median([r.fleet_cpu_s for r in got])
+            floor = (cpu + fleet_cpu) / _cpus()
             extra = fmt_s((wall - one) / (n - 1)) if n > 1 else "-"
             section.rows.append(
                 [
@@ -253,6 +302,8 @@ def _report(
                     fmt_ratio(wall / one),
                     extra,
                     f"{fmt_s(cpu)} ({cpu / wall:.2f} CPUs)",
+                    fmt_s(fleet_cpu),
+                    fmt_s(floor),
                     f"{busy * 100:.0f}%",
                 ]
             )
@@ -267,8 +318,9 @@ def _report(
                     f"{fmt_s(wall)} vs {fmt_s(one)} ({fmt_ratio(wall / one)})",
                     f"<= {target:.2f}x",
                     wall / one <= target and not bad,
-                    f"controller CPU {fmt_s(cpu)} ({cpu / wall:.2f} of {_cpus()} CPUs), "
-                    f"machine {busy * 100:.0f}% busy"
+                    f"controller CPU {fmt_s(cpu)}, hosts + database {fmt_s(fleet_cpu)}: "
+                    f"floor {fmt_s(floor)} on {_cpus()} CPUs = {fmt_ratio(floor / one)} of "
+                    f"1 host; machine {busy * 100:.0f}% busy"
                     + ("; all decisions as expected" if not bad else "; unexpected decisions"),
                 )
             )
@@ -285,7 +337,12 @@ def _report(
         "PostgreSQL for all, reached through each host's own tunnel.",
         "Controller CPU: user + system time of the controller process and the children it "
         "waited for (Ansible's forks, their ssh clients and the modules' local parts), from "
-        "wait4; `CPUs` = that over wall time. Machine busy: the whole machine's non-idle CPU "
+        "wait4; `CPUs` = that over wall time. Hosts + database CPU: what the hosts' sshd "
+        "(SSH sessions, the remote lookups and Ansible's modules) and PostgreSQL spent during "
+        "the run (the process trees under each sshd listener and the postmaster, /proc). CPU "
+        "floor: (controller + hosts + database CPU) / CPUs, the shortest wall time this "
+        "machine could give the run even with nothing else running. Machine busy: the whole "
+        "machine's non-idle CPU "
         f"share over the run (/proc/stat), on {_cpus()} CPUs that also run every host's sshd "
         "and remote Python, PostgreSQL and whatever else runs on this machine. Near 100%, a "
         "size is bound by the shared CPUs, not by waiting; the controller's share says how "
