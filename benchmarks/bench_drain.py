@@ -494,14 +494,14 @@ def _retained(host: AppHost, polls: int, log: Callable[[str], None]) -> Section:
             "polls",
             "database connection",
             "Python memory retained per poll",
-            "of which allocated under leaseguard/ssh.py or paramiko",
+            "of which allocated under leaseguard/adapters/ssh.py or paramiko",
             "paramiko Channels alive: before -> after",
             "threads alive: before -> after",
         ],
         rows=rows,
         notes=[
-            "One GuardSession over one leaseguard.ssh.DatabaseTunnel, as `fab drain` holds "
-            "it; memory traced across the polls after 20 warm-up polls. `shared`: the "
+            "One GuardSession over one leaseguard.adapters.ssh.DatabaseTunnel, as `fab drain` "
+            "holds it; memory traced across the polls after 20 warm-up polls. `shared`: the "
             "session's polls share one database connection (one forwarded SSH channel). "
             "`replaced every poll`: the guard's backend is terminated (pg_terminate_backend) "
             "before each poll, so every poll opens a new connection through the tunnel - a "
@@ -559,7 +559,7 @@ def _retained_row(
         stat.size_diff
         for stat in stats
         if any(
-            "leaseguard/ssh.py" in frame.filename or "/paramiko/" in frame.filename
+            "leaseguard/adapters/ssh.py" in frame.filename or "/paramiko/" in frame.filename
             for frame in stat.traceback
         )
     )

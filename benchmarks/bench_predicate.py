@@ -623,7 +623,7 @@ def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Find
     section.notes += [
         f"{PREPARED_ROUNDS} rounds after 40 warm-up rounds, the four rotating; each variant on "
         "its own autocommit connection (prepare_threshold per connection). A drain's guard "
-        "connection (leaseguard.db.connect(prepare=True), directly connected: "
+        "connection (leaseguard.adapters.db.connect(prepare=True), directly connected: "
         f"prepare_threshold={shipped_threshold}) prepares every statement on its first "
         "execution; one-shot connections prepare nothing. Plans: the server's plan cache "
         "counts for the prepared statements (pg_prepared_statements).",

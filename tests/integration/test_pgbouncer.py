@@ -14,7 +14,7 @@ import threading
 import psycopg
 import pytest
 
-from leaseguard.db import behind_pooler, connect
+from leaseguard.adapters.db import behind_pooler, connect
 from sandbox.pgbouncer import pgbouncer
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
