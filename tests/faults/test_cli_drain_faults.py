@@ -16,12 +16,12 @@ import pytest
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 from tests.faults.conftest import (
-    Lines,
     job_active,
     start_server,
     stop_server,
     terminate,
 )
+from tests.support.process_lines import Lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
