@@ -5,8 +5,9 @@
 Each queue's schema comes from its own migration files (sandbox/queues). The table
 grows with history the way each system keeps it (River, Oban, pg-boss: completed rows;
 graphile-worker deletes completed jobs, so its history is permanently failed, exhausted
-jobs; Solid Queue: finished jobs, its claims table holding only the live claims), beside
-10 live and 10 queued jobs. The guard reads through the queue's own index
+jobs; Solid Queue: finished jobs, its claims table holding only the live claims; Que:
+finished and expired jobs, the live ones locked by a second session; good_job: finished
+jobs), beside 10 live and 10 queued jobs. The guard reads through the queue's own index
 where it has one (River, Oban: `(state, queue, priority, ...)`); pg-boss and
 graphile-worker have none for it, so the statements `leaseguard index-sql --dsn` prints are
 applied first (pg-boss: per partition). Figures: the median wall time of a whole check
@@ -17,12 +18,13 @@ query alone on the server (EXPLAIN ANALYZE planning + execution), and the plan's
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import secrets
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -38,9 +40,11 @@ from leaseguard.core.predicate import counts_query, predicate_params
 from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster
 from sandbox.queues import (
+    create_good_job,
     create_graphile_worker,
     create_oban,
     create_pg_boss,
+    create_que,
     create_river,
     create_solid_queue,
 )
@@ -143,12 +147,74 @@ def _solid_queue(conn: psycopg.Connection[Any], history: int) -> None:
     )
 
 
+def _que(conn: psycopg.Connection[Any], history: int) -> None:
+    """History is finished and expired jobs (Que destroys succeeded ones by default); the
+    live jobs' locks are held by a second session for the whole measurement (_held_locks)."""
+    create_que(conn)
+    conn.execute(
+        "INSERT INTO que_jobs (job_class, job_schema_version, finished_at, expired_at) "
+        "SELECT 'Job', 2, CASE WHEN g %% 2 = 0 THEN now() END, "
+        "CASE WHEN g %% 2 = 1 THEN now() END FROM generate_series(1, %s) g",
+        (history,),
+    )
+    conn.execute(
+        "INSERT INTO que_jobs (job_class, job_schema_version) "
+        "SELECT 'Job', 2 FROM generate_series(1, %s)",
+        (2 * LIVE,),
+    )
+
+
+def _good_job(conn: psycopg.Connection[Any], history: int) -> None:
+    """History is finished jobs (preserve_job_records); the live ones are locked by a
+    beating process, half of them also by their advisory lock (_held_locks)."""
+    create_good_job(conn)
+    conn.execute(
+        "INSERT INTO good_jobs (queue_name, job_class, created_at, updated_at, finished_at) "
+        "SELECT 'default', 'Job', timezone('UTC', now()), timezone('UTC', now()), "
+        "timezone('UTC', now()) FROM generate_series(1, %s)",
+        (history,),
+    )
+    [worker] = conn.execute(
+        "INSERT INTO good_job_processes (created_at, updated_at, state) VALUES "
+        "(timezone('UTC', now()), timezone('UTC', now()), '{}') RETURNING id"
+    ).fetchone()  # type: ignore[misc]
+    conn.execute(
+        "INSERT INTO good_jobs (queue_name, job_class, created_at, updated_at, locked_by_id, "
+        "locked_at) SELECT 'default', 'Job', timezone('UTC', now()), timezone('UTC', now()), "
+        "CASE WHEN g <= %s THEN %s::uuid END, CASE WHEN g <= %s THEN timezone('UTC', now()) END "
+        "FROM generate_series(1, %s) g",
+        (LIVE, worker, LIVE, 2 * LIVE),
+    )
+
+
+# The advisory locks a worker holds on its live jobs (Que: the id; good_job: its md5 key).
+_HELD_LOCKS = {
+    "que": "SELECT pg_advisory_lock(id) FROM que_jobs WHERE finished_at IS NULL "
+    "AND expired_at IS NULL ORDER BY id LIMIT %s",
+    "good_job": "SELECT pg_advisory_lock(('x' || substr(md5('good_jobs-' || id::text), 1, 16))"
+    "::bit(64)::bigint) FROM good_jobs WHERE locked_by_id IS NOT NULL LIMIT %s",
+}
+
+
+@contextlib.contextmanager
+def _held_locks(cluster: PgCluster, name: str, preset: str) -> Iterator[None]:
+    """A second session holding the preset's live jobs' locks, as a worker would."""
+    if preset not in _HELD_LOCKS:
+        yield
+        return
+    with cluster.connect(name) as worker:
+        worker.execute(_HELD_LOCKS[preset], (LIVE if preset == "que" else LIVE // 2,))
+        yield
+
+
 PRESETS: dict[str, Callable[[psycopg.Connection[Any], int], None]] = {
     "river": _river,
     "oban": _oban,
     "pg-boss": _pg_boss,
     "graphile_worker": _graphile,
     "solid_queue": _solid_queue,
+    "que": _que,
+    "good_job": _good_job,
 }
 
 
@@ -177,9 +243,14 @@ def _measure(
                 sql.Identifier(contract.schema or "public", contract.table)
             )
         )
-    own_index = any("already serve" in line for line in advice)
+    # An index of the queue's that serves the guard as it stands (River's, Oban's), or the
+    # partial index over unfinished jobs the lock presets read through (Que's, good_job's).
+    own_index = any("already serve" in line or "own partial index" in line for line in advice)
     index = "queue's own" if own_index else "index-sql" if index_needed(contract) else "none"
-    with local_session(contract, cluster.dsn(name), runtime_started_at=started) as session:
+    with (
+        _held_locks(cluster, name, preset),
+        local_session(contract, cluster.dsn(name), runtime_started_at=started) as session,
+    ):
         verdict = session.judge()
         walls = []
         for _ in range(repeat):
@@ -188,7 +259,7 @@ def _measure(
             walls.append(time.perf_counter() - t0)
     params = predicate_params(contract, lease_s=verdict.lease_s, runtime_started_at=started)
     server, scans = [], set()
-    with cluster.connect(name) as conn:
+    with _held_locks(cluster, name, preset), cluster.connect(name) as conn:
         # What the guard's own transaction sets (leaseguard.adapters.db.guard_transaction).
         conn.execute("SET max_parallel_workers_per_gather = 0")
         for _ in range(repeat):

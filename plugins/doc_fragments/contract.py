@@ -69,7 +69,7 @@ options:
   preset:
     description:
       - A job queue's stock schema and liveness rule (V(river), V(oban), V(pg-boss),
-        V(graphile_worker), V(solid_queue)); every option set explicitly overrides the
-        preset's value.
+        V(graphile_worker), V(solid_queue), V(que), V(good_job)); every option set
+        explicitly overrides the preset's value.
     type: str
 """

@@ -5,6 +5,7 @@ rescue proceeds; queued-only proceeds; an orphan of a restart proceeds; plus the
 special case. Rows are written the way the system writes them (Oban: naive UTC).
 """
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -13,19 +14,23 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
+from leaseguard.adapters.guard import evaluate
 from leaseguard.core.contract import contract_from_mapping, load_contract
 from leaseguard.core.errors import SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.verdict import Decision
 from leaseguard.fabric.tasks import settings_from_config
 from leaseguard.orchestration.session import local_session
 from sandbox.queues import (
+    create_good_job,
     create_graphile_worker,
     create_oban,
     create_pg_boss,
+    create_que,
     create_river,
     create_solid_queue,
 )
 from sandbox.subprocess_env import clean_env
+from tests.support.pg_fixtures import fresh_database
 
 pytestmark = pytest.mark.integration
 
@@ -461,6 +466,295 @@ def test_solid_queue_without_its_owners_table_fails_closed_naming_it(solid_queue
         conn.execute("ALTER TABLE solid_queue_processes RENAME TO solid_queue_workers")
     with pytest.raises(SchemaMismatch, match=r"table public\.solid_queue_processes \(the owners"):
         judge(solid_queue.dsn, "solid_queue")
+
+
+# --- que -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def que(db):
+    with db.connect() as conn:
+        create_que(conn)
+    return db
+
+
+def que_job(db, *, run_ago=timedelta(hours=3), done=None, error_count=0):
+    """A job as Que::Job.enqueue writes it; `done` is "finished" or "expired"."""
+    with db.connect() as conn:
+        [job_id] = conn.execute(
+            "INSERT INTO que_jobs (job_class, run_at, job_schema_version, error_count, "
+            "finished_at, expired_at) VALUES ('Job', now() - %s::interval, 2, %s, "
+            "CASE WHEN %s = 'finished' THEN now() END, CASE WHEN %s = 'expired' THEN now() END) "
+            "RETURNING id",
+            (run_ago, error_count, done, done),
+        ).fetchone()
+    return job_id
+
+
+@contextlib.contextmanager
+def que_worker(db, *keys):
+    """A worker's session holding advisory locks as Que's locker takes them (one bigint each:
+    pg_try_advisory_lock(id), lib/que/poller.rb); they go when the session ends."""
+    with db.connect() as conn:
+        for key in keys:
+            assert conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone() == (True,)
+        yield conn
+
+
+def test_que_a_job_whose_lock_a_worker_holds_defers_however_long_it_has_run(que):
+    job = que_job(que, run_ago=timedelta(hours=30))
+    with que_worker(que, job):
+        verdict = judge(que.dsn, "que")
+        assert (verdict.decision, verdict.counts.live) == (Decision.DEFER, 1)
+        assert verdict.live[0].id == str(job) and verdict.live[0].lease_expires_at is None
+        # No time lease: the wait is bounded by the preset's task timeout, not by the job.
+        assert verdict.lease_s == verdict.wait_upper_bound_s == 3600.0
+    verdict = judge(que.dsn, "que")
+    assert (verdict.decision, verdict.counts.queued, verdict.counts.live) == (
+        Decision.PROCEED,
+        1,
+        0,
+    )
+
+
+def test_que_queued_jobs_and_done_ones_only_proceed(que):
+    que_job(que)  # ready
+    que_job(que, run_ago=-timedelta(hours=1))  # scheduled
+    que_job(que, run_ago=-timedelta(minutes=5), error_count=3)  # errored, awaiting its retry
+    finished = que_job(que, done="finished")
+    expired = que_job(que, done="expired", error_count=16)
+    verdict = judge(que.dsn, "que")
+    assert (verdict.decision, verdict.counts.queued) == (Decision.PROCEED, 3)
+    with que_worker(que, finished, expired):  # the moment between finishing and unlocking
+        verdict = judge(que.dsn, "que")
+    assert (verdict.decision, verdict.counts.live) == (Decision.PROCEED, 0)
+
+
+def test_que_a_lock_on_an_unrelated_key_protects_nothing(que):
+    """Only the one-bigint lock on the job's own id, in this database, is Que's claim."""
+    job = que_job(que)
+    with que_worker(que, job + 1, -job), que.connect() as two_ints:
+        two_ints.execute("SELECT pg_advisory_lock(0, %s)", (job,))  # the two-int4 form
+        two_ints.execute("SELECT pg_advisory_lock(%s, 0)", (job,))
+        with fresh_database(que.cluster) as elsewhere, que_worker(elsewhere, job):
+            verdict = judge(que.dsn, "que")  # the same key, held in another database
+    with que_worker(que, job):
+        assert judge(que.dsn, "que").decision is Decision.DEFER  # the job's own: a claim
+    assert (verdict.decision, verdict.counts.live, verdict.counts.queued) == (
+        Decision.PROCEED,
+        0,
+        1,
+    )
+
+
+def test_que_an_orphan_of_a_restart_vanishes_with_its_session(que):
+    """A worker killed mid-job: PostgreSQL ends its session and releases its locks, so the
+    job is simply queued again (Que reruns it); no orphan cut-off is involved."""
+    job = que_job(que)
+    worker = que.connect()
+    try:
+        assert worker.execute("SELECT pg_try_advisory_lock(%s)", (job,)).fetchone() == (True,)
+        assert judge(que.dsn, "que", started_ago=timedelta(seconds=1)).decision is Decision.DEFER
+        with que.connect() as admin:
+            # The timeout form waits (up to 10 s) for the backend to be gone.
+            [ended] = admin.execute(
+                "SELECT pg_terminate_backend(%s, 10000)", (worker.info.backend_pid,)
+            ).fetchone()
+        assert ended
+        verdict = judge(que.dsn, "que", started_ago=timedelta(seconds=1))
+    finally:
+        worker.close()
+    assert (verdict.decision, verdict.counts.queued, verdict.counts.orphaned) == (
+        Decision.PROCEED,
+        1,
+        0,
+    )
+
+
+def test_que_the_guard_s_own_lock_is_not_a_claim(que):
+    """The guard takes no advisory locks; if its connection held one, it would not be work."""
+    job = que_job(que)
+    contract = contract_from_mapping({"preset": "que"})
+    with que.connect() as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (job,))
+        verdict = evaluate(
+            conn, contract, task_timeout=None, lease_s=3600.0, runtime_started_at=None
+        )
+    assert (verdict.counts.live, verdict.counts.queued) == (0, 1)
+
+
+def test_que_without_pg_locks_fails_closed_naming_the_grant(que):
+    job = que_job(que)
+    with que.connect() as conn:
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_lock_status() FROM PUBLIC")
+    with (
+        que_worker(que, job),
+        pytest.raises(SchemaMismatch, match=r"cannot read pg_catalog\.pg_locks"),
+    ):
+        judge(que.dsn_as("guard_ro"), "que")
+    with que.connect() as conn:
+        conn.execute("GRANT EXECUTE ON FUNCTION pg_catalog.pg_lock_status() TO guard_ro")
+    with que_worker(que, job):
+        assert judge(que.dsn_as("guard_ro"), "que").decision is Decision.DEFER
+
+
+# --- good_job --------------------------------------------------------------------------------
+
+# GoodJob::AdvisoryLockable#advisory_lock_bigint_sql (its default md5 hash) of '<table>-<id>'.
+GOOD_JOB_KEY = "('x' || substr(md5(%s || '-' || %s::text), 1, 16))::bit(64)::bigint"
+
+
+@pytest.fixture
+def good_job(db):
+    with db.connect() as conn:
+        create_good_job(conn)
+    return db
+
+
+def good_job_process(db, beat_ago, *, advisory=False):
+    """A GoodJob::Process row as find_or_create_record writes it: naive UTC timestamps;
+    lock_type 0 (advisory) when it is registered with an advisory lock."""
+    with db.connect() as conn:
+        [process_id] = conn.execute(
+            "INSERT INTO good_job_processes (created_at, updated_at, state, lock_type) "
+            "VALUES (timezone('UTC', now()), timezone('UTC', now()) - %s::interval, '{}', %s) "
+            "RETURNING id",
+            (beat_ago, 0 if advisory else None),
+        ).fetchone()
+    return process_id
+
+
+def good_job_job(db, *, process_id=None, locked_ago=None, scheduled_in=None, finished=False):
+    """A job as GoodJob::Job#perform leaves it while running: locked_by_id = the process,
+    locked_at naive UTC; or queued (unlocked), or finished."""
+    with db.connect() as conn:
+        [job_id] = conn.execute(
+            "INSERT INTO good_jobs (queue_name, job_class, active_job_id, created_at, "
+            "updated_at, scheduled_at, performed_at, locked_by_id, locked_at, finished_at) "
+            "VALUES ('default', 'Job', gen_random_uuid(), timezone('UTC', now()), "
+            "timezone('UTC', now()), timezone('UTC', now()) + %s::interval, "
+            "timezone('UTC', now()) - %s::interval, %s, timezone('UTC', now()) - %s::interval, "
+            "CASE WHEN %s THEN timezone('UTC', now()) END) RETURNING id",
+            (scheduled_in, locked_ago, process_id, locked_ago, finished),
+        ).fetchone()
+    return job_id
+
+
+@contextlib.contextmanager
+def good_job_session(db, table, row_id):
+    """A session holding good_job's advisory lock on a row, as its :advisory strategy takes
+    it (pg_try_advisory_lock on the md5 key); released when the session ends."""
+    with db.connect() as conn:
+        locked = conn.execute(
+            f"SELECT pg_try_advisory_lock({GOOD_JOB_KEY})", (table, row_id)
+        ).fetchone()
+        assert locked == (True,)
+        yield conn
+
+
+@pytest.mark.parametrize("zone", ZONES)
+def test_good_job_a_long_job_of_a_beating_process_defers_a_lost_heartbeat_proceeds(good_job, zone):
+    """The :skiplocked strategy: no lock, only locked_by_id and the owner's updated_at,
+    naive UTC, whatever the database's TimeZone. EXPIRED_INTERVAL is 5 minutes."""
+    set_database_zone(good_job, zone)
+    beating = good_job_process(good_job, timedelta(seconds=30))
+    good_job_job(good_job, process_id=beating, locked_ago=timedelta(hours=3))
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.lease_s) == (Decision.DEFER, 300.0)
+    assert 265 < verdict.wait_upper_bound_s <= 270
+    with good_job.connect() as conn:
+        conn.execute(
+            "UPDATE good_job_processes SET updated_at = timezone('UTC', now()) - interval "
+            "'5 minutes 5 seconds'"
+        )
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+    nearly = good_job_process(good_job, timedelta(minutes=4, seconds=50))
+    good_job_job(good_job, process_id=nearly, locked_ago=timedelta(hours=3))
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.live, verdict.counts.stale) == (Decision.DEFER, 1, 1)
+
+
+def test_good_job_a_job_whose_advisory_lock_is_held_defers_whatever_its_owner_s_beat(good_job):
+    """The default :advisory strategy: the job's own lock proves the work, even when the
+    owner row's updated_at is old; when the session ends, the owner's beat decides."""
+    silent = good_job_process(good_job, timedelta(minutes=30))
+    job = good_job_job(good_job, process_id=silent, locked_ago=timedelta(hours=3))
+    with good_job_session(good_job, "good_jobs", job):
+        verdict = judge(good_job.dsn, "good_job")
+        assert (verdict.decision, verdict.counts.live) == (Decision.DEFER, 1)
+        assert verdict.live[0].lease_expires_at is None and verdict.wait_upper_bound_s == 300.0
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+
+
+def test_good_job_an_advisory_process_lives_exactly_while_its_lock_is_held(good_job):
+    """GoodJob::Process.active: lock_type advisory means its lock, not its updated_at."""
+    process = good_job_process(good_job, timedelta(hours=1), advisory=True)
+    good_job_job(good_job, process_id=process, locked_ago=timedelta(hours=1))
+    with good_job_session(good_job, "good_job_processes", process):
+        assert judge(good_job.dsn, "good_job").decision is Decision.DEFER
+    with good_job.connect() as conn:  # a fresh beat does not revive it without its lock
+        conn.execute("UPDATE good_job_processes SET updated_at = timezone('UTC', now())")
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+
+
+def test_good_job_a_job_whose_process_row_is_gone_proceeds(good_job):
+    gone = good_job_process(good_job, timedelta(seconds=5))
+    good_job_job(good_job, process_id=gone, locked_ago=timedelta(minutes=2))
+    assert judge(good_job.dsn, "good_job").decision is Decision.DEFER
+    with good_job.connect() as conn:
+        conn.execute("DELETE FROM good_job_processes WHERE id = %s", (gone,))
+    verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+
+
+def test_good_job_queued_and_finished_only_proceed(good_job):
+    good_job_job(good_job)
+    good_job_job(good_job, scheduled_in=timedelta(hours=1))  # scheduled, or a retry's wait
+    finished = good_job_job(good_job, finished=True)
+    with good_job_session(good_job, "good_jobs", finished):  # done: no longer worked
+        verdict = judge(good_job.dsn, "good_job")
+    assert (verdict.decision, verdict.counts.queued, verdict.counts.live) == (
+        Decision.PROCEED,
+        2,
+        0,
+    )
+
+
+def test_good_job_an_orphan_of_a_restart_proceeds_unless_its_lock_is_held(good_job):
+    """Locked before the worker runtime started: an orphan, unless a live session still
+    holds the job's lock (it runs elsewhere, e.g. in a web process's async executor)."""
+    beating = good_job_process(good_job, timedelta(seconds=10))
+    job = good_job_job(good_job, process_id=beating, locked_ago=timedelta(minutes=20))
+    verdict = judge(good_job.dsn, "good_job", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.orphaned) == (Decision.PROCEED, 1)
+    with good_job_session(good_job, "good_jobs", job):
+        verdict = judge(good_job.dsn, "good_job", started_ago=timedelta(minutes=5))
+    assert (verdict.decision, verdict.counts.live) == (Decision.DEFER, 1)
+
+
+def test_good_job_owners_hidden_by_rls_or_missing_fail_closed(good_job):
+    process = good_job_process(good_job, timedelta(seconds=10))
+    good_job_job(good_job, process_id=process, locked_ago=timedelta(minutes=1))
+    with good_job.connect() as conn:
+        conn.execute("ALTER TABLE good_job_processes ENABLE ROW LEVEL SECURITY")
+    with pytest.raises(SchemaMismatch, match=r"table public\.good_job_processes has row-level"):
+        judge(good_job.dsn_as("guard_ro"), "good_job")
+    with good_job.connect() as conn:
+        conn.execute("ALTER TABLE good_job_processes DROP COLUMN lock_type")
+    with pytest.raises(SchemaMismatch, match=r"good_job_processes lacks id, lock_type"):
+        judge(good_job.dsn, "good_job")
+
+
+@pytest.mark.parametrize("preset", ["que", "good_job"])
+def test_index_sql_says_the_queue_s_own_partial_index_serves(request, preset):
+    db = request.getfixturevalue(preset)
+    for flags in ((), ("--dsn", db.dsn)):
+        done = run_cli("index-sql", "--preset", preset, *flags)
+        assert done.returncode == 0, done.stderr
+        assert "no index needed" in done.stdout and "CREATE" not in done.stdout
 
 
 # --- every status classified ------------------------------------------------------------------

@@ -199,3 +199,17 @@ def test_timestamp_zone_refuses_what_is_not_a_zone(zone):
 
 def test_timestamp_zone_defaults_to_utc_never_the_session():
     assert Contract().timestamp_zone == "UTC"
+
+
+def test_que_reads_no_claim_time_only_what_says_a_job_is_done():
+    """Que's advisory lock records no time: no claimed_at column is required or read."""
+    contract = contract_from_mapping({"preset": "que"})
+    assert not contract.has_status_column and not contract.has_claimed_at
+    assert set(contract.columns().values()) == {"id", "finished_at", "expired_at"}
+
+
+def test_good_job_reads_its_lock_columns_and_no_status():
+    contract = contract_from_mapping({"preset": "good_job"})
+    assert not contract.has_status_column
+    assert set(contract.columns().values()) == {"id", "locked_at", "locked_by_id", "finished_at"}
+    assert (contract.timestamp_zone, contract.task_timeout.value_s) == ("UTC", 300.0)

@@ -8,6 +8,7 @@ import pytest
 
 from leaseguard.adapters.indexing import (
     index_name,
+    no_index_reason,
     recommended_index_sql,
     seq_scans,
     with_plan_warning,
@@ -205,3 +206,15 @@ def test_an_error_in_the_plan_check_keeps_the_verdict_and_leaks_nothing(caplog):
     assert after is before
     assert "skipped (OperationalError)" in caplog.text
     assert "hunter2" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("preset", "index"),
+    [("que", "que_poll_idx"), ("good_job", "index_good_jobs_on_scheduled_at"), ("river", None)],
+)
+def test_lock_presets_need_no_index_of_leaseguard_s(preset, index):
+    """Que and good_job read the jobs not done, which the queue's own partial index holds;
+    the lock comes from pg_locks, which no index serves."""
+    reason = no_index_reason(contract_from_mapping({"preset": preset}))
+    assert (reason is None) == (index is None)
+    assert index is None or index in reason

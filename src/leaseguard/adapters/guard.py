@@ -22,7 +22,7 @@ from leaseguard.core.predicate import (
     rls_query,
     table_identifier,
 )
-from leaseguard.core.presets import OWNER_HEARTBEAT_COLUMN, OWNER_HEARTBEAT_RULE, OWNERS_TABLE
+from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 # format_type() spells a precision when the column has one: ActiveRecord 7 and Ecto write
@@ -149,7 +149,7 @@ def judge_table(
         lease_s=lease_s,
         task_timeout=task_timeout,
         runtime_started_at=runtime_started_at,
-        wait_upper_bound_s=_wait_upper_bound(live, lease_s),
+        wait_upper_bound_s=_wait_upper_bound(live, lease_s, counts.live),
         table=contract.table_label,
         host=host,
         clock_offset_s=clock_offset.offset_s if clock_offset else None,
@@ -166,8 +166,10 @@ def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
     if row is None or row[0] is None:
         raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
     verify_rows_visible(cur, row[0], contract.table_label)
-    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
-        _verify_owners(cur, contract)
+    if owners := OWNERS.get(contract.claim_rule):
+        _verify_owners(cur, contract, owners)
+    if contract.claim_rule in ADVISORY_LOCK_RULES:
+        _verify_locks_visible(cur, contract)
     cur.execute(columns_query(), {"relation": row[0]})
     types = {str(name): str(kind) for name, kind in cur.fetchall()}
     for key, column in contract.columns().items():
@@ -185,13 +187,13 @@ def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
     return inspect_status_column(cur, contract, row[0])
 
 
-def _verify_owners(cur: Cursor, contract: Contract) -> None:
-    """Solid Queue: the owners' table is read too, so it must exist, have its heartbeat, and
-    show the guard every row: a hidden owner would make its live claim look owner-less,
-    which the rule judges dead ("proceed" on live work)."""
-    owners = owners_table(contract)
-    label = f"{contract.schema}.{OWNERS_TABLE}" if contract.schema else OWNERS_TABLE
-    cur.execute("SELECT to_regclass(%s)::oid", (owners.as_string(cur.connection),))
+def _verify_owners(cur: Cursor, contract: Contract, owners: Owners) -> None:
+    """Solid Queue, good_job: the owners' table is read too, so it must exist, have the
+    columns that say an owner is alive, and show the guard every row: a hidden owner would
+    make its live claim look owner-less, which the rule judges dead ("proceed" on live work)."""
+    table = owners_table(contract, owners)
+    label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
+    cur.execute("SELECT to_regclass(%s)::oid", (table.as_string(cur.connection),))
     row = cur.fetchone()
     if row is None or row[0] is None:
         raise SchemaMismatch(
@@ -201,10 +203,41 @@ def _verify_owners(cur: Cursor, contract: Contract) -> None:
     verify_rows_visible(cur, row[0], label)
     cur.execute(columns_query(), {"relation": row[0]})
     types = {str(name): str(kind) for name, kind in cur.fetchall()}
-    if "id" not in types or not _TIME_TYPE.fullmatch(types.get(OWNER_HEARTBEAT_COLUMN, "")):
+    beat = owners.heartbeat_column
+    missing = [c for c in ("id", owners.lock_type_column) if c and c not in types]
+    if missing or not _TIME_TYPE.fullmatch(types.get(beat, "")):
+        needed = ", ".join(c for c in ("id", owners.lock_type_column) if c)
         raise SchemaMismatch(
-            f"table {label} lacks id or a timestamp column {OWNER_HEARTBEAT_COLUMN}, which "
-            f"decide whether the owner of a claim in {contract.table_label} is alive"
+            f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
+            f"whether the owner of a claim in {contract.table_label} is alive"
+        )
+
+
+def _verify_locks_visible(cur: Cursor, contract: Contract) -> None:
+    """Que, good_job: a job is claimed by an advisory lock, which only pg_locks shows.
+
+    Without the right to read it the query would fail anyway; this names the grant. On a
+    standby pg_locks lists the standby's own sessions, never the primary's locks: every
+    job would look unlocked, "proceed" on live work, so a standby is refused.
+    """
+    cur.execute(
+        "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
+        "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'), "
+        "pg_is_in_recovery()"
+    )
+    row = cur.fetchone()
+    readable, standby = row if row is not None else (False, False)
+    if not readable:
+        raise SchemaMismatch(
+            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
+            f"{contract.table_label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks "
+            "TO <guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
+        )
+    if standby:
+        raise SchemaMismatch(
+            f"the guard is connected to a standby, whose pg_locks cannot show the advisory "
+            f"locks that claim jobs of {contract.table_label} on the primary; connect it to "
+            "the primary"
         )
 
 
@@ -262,13 +295,17 @@ def _live_claims(
     )
 
 
-def _wait_upper_bound(live: tuple[LiveClaim, ...], lease_s: float | None) -> float:
+def _wait_upper_bound(
+    live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int = 0
+) -> float:
     """The longest remaining lease; past it every row is the reaper's, not the guard's.
 
-    A live row with no computable expiry is bounded by one full lease when one is known.
+    A live row with no computable expiry (a held advisory lock: Que, good_job) is bounded
+    by one full lease when one is known. So is a live count whose rows the second query no
+    longer listed: pg_locks is read anew by each query, and a lock may change in between.
     """
     known = [c.remaining_s for c in live if c.remaining_s is not None]
-    unbounded = any(c.remaining_s is None for c in live)
+    unbounded = any(c.remaining_s is None for c in live) or bool(live_count and not live)
     bound = max(known, default=0.0)
     if unbounded and lease_s is not None:
         bound = max(bound, lease_s)

@@ -44,7 +44,7 @@ from leaseguard.core.predicate import (
     predicate_params,
     table_identifier,
 )
-from leaseguard.core.presets import OWNER_HEARTBEAT_RULE
+from leaseguard.core.presets import ADVISORY_LOCK_RULE, OWNER_HEARTBEAT_RULE, PROCESS_LOCK_RULE
 from leaseguard.core.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
@@ -149,11 +149,29 @@ NO_INDEX_NEEDED = (
     "-- leaseguard: this preset's claims table holds only the current claims "
     "(rows are deleted when a job ends); no index needed"
 )
+# Que and good_job: the guard reads the jobs that are not done, which the queue's own
+# partial indexes hold (Que's que_poll_idx, good_job's `WHERE finished_at IS NULL` ones);
+# the locks come from pg_locks, which no index can serve.
+_OWN_PARTIAL_INDEX = (
+    "-- leaseguard: this preset reads only the jobs that are not done, through the queue's "
+    "own partial index over them ({}); no index needed"
+)
+_NO_INDEX_REASONS = {
+    OWNER_HEARTBEAT_RULE: NO_INDEX_NEEDED,
+    ADVISORY_LOCK_RULE: _OWN_PARTIAL_INDEX.format("que_poll_idx"),
+    PROCESS_LOCK_RULE: _OWN_PARTIAL_INDEX.format("index_good_jobs_on_scheduled_at and others"),
+}
+
+
+def no_index_reason(contract: Contract) -> str | None:
+    """Why the contract needs no index of leaseguard's (a comment line), or None."""
+    return _NO_INDEX_REASONS.get(contract.claim_rule)
 
 
 def index_needed(contract: Contract) -> bool:
-    """False when the table the guard reads holds only current claims (Solid Queue)."""
-    return contract.claim_rule != OWNER_HEARTBEAT_RULE
+    """False when the rows the guard reads are few by design (Solid Queue's claims table)
+    or served by the queue's own partial index (Que, good_job)."""
+    return no_index_reason(contract) is None
 
 
 def recommended_index_sql(contract: Contract) -> str:
@@ -231,8 +249,8 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
     An existing index that already serves the guard is named instead of a new one; a
     partitioned table gets the per-partition recipe instead of a refused CONCURRENTLY.
     """
-    if not index_needed(contract):
-        return [NO_INDEX_NEEDED]
+    if (reason := no_index_reason(contract)) is not None:
+        return [reason]
     qualified = table_identifier(contract).as_string(conn)
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(

@@ -16,9 +16,8 @@ from typing import Any
 from leaseguard.adapters.db import connect, translate_errors
 from leaseguard.adapters.indexing import (
     INDEX_COMMENT,
-    NO_INDEX_NEEDED,
     index_advice,
-    index_needed,
+    no_index_reason,
     recommended_index_sql,
 )
 from leaseguard.cli.contract import add_config_option, add_table_options, contract_from_args
@@ -68,8 +67,8 @@ def run_index_sql(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         print("\n".join(lines))
         return 0
-    if not index_needed(contract):
-        print(NO_INDEX_NEEDED)
+    if (reason := no_index_reason(contract)) is not None:
+        print(reason)
         return 0
     print(INDEX_COMMENT)
     print("-- it supersedes an earlier version's partial *_leaseguard_claims index")

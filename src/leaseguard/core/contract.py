@@ -19,11 +19,10 @@ import yaml
 
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
-    LOCKED_AT_RULE,
-    OWNER_COLUMN,
-    OWNER_HEARTBEAT_RULE,
-    PG_BOSS_EXPIRY_COLUMNS,
+    ADVISORY_LOCK_RULE,
     ROW_EXPIRY_RULE,
+    RULE_COLUMNS,
+    STATUS_RULE,
     claim_rule,
     preset_layer,
 )
@@ -139,22 +138,23 @@ class Contract:
     @property
     def has_status_column(self) -> bool:
         """Rows are classed by a status column (graphile-worker's are not, by locked_at, nor
-        Solid Queue's: every row of its claims table is a claim)."""
-        return self.claim_rule not in (LOCKED_AT_RULE, OWNER_HEARTBEAT_RULE)
+        Solid Queue's: every row of its claims table is a claim, nor Que's and good_job's,
+        claimed by a lock); pg-boss's are, with a per-row expiry beside."""
+        return self.claim_rule in (STATUS_RULE, ROW_EXPIRY_RULE)
+
+    @property
+    def has_claimed_at(self) -> bool:
+        """Whether a claim records when it was made (Que's advisory lock does not)."""
+        return self.claim_rule != ADVISORY_LOCK_RULE
 
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
         named = {"id_column": self.id_column}
-        if self.claim_rule == LOCKED_AT_RULE:
-            # graphile-worker: no status column; an unlocked row is queued or exhausted.
-            named |= {"preset attempts": "attempts", "preset max_attempts": "max_attempts"}
-        elif self.claim_rule == OWNER_HEARTBEAT_RULE:
-            named[f"preset {OWNER_COLUMN}"] = OWNER_COLUMN
-        else:
+        if self.has_status_column:
             named["status_column"] = self.status_column
-        named["claimed_at_column"] = self.claimed_at_column
-        if self.claim_rule == ROW_EXPIRY_RULE:
-            named |= {f"preset {c}": c for c in PG_BOSS_EXPIRY_COLUMNS}
+        if self.has_claimed_at:
+            named["claimed_at_column"] = self.claimed_at_column
+        named |= {f"preset {c}": c for c in RULE_COLUMNS.get(self.claim_rule, ())}
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         return named

@@ -15,12 +15,13 @@ from psycopg import sql
 
 from leaseguard.core.contract import Contract
 from leaseguard.core.presets import (
+    ADVISORY_LOCK_RULE,
     LOCKED_AT_RULE,
-    OWNER_COLUMN,
-    OWNER_HEARTBEAT_COLUMN,
     OWNER_HEARTBEAT_RULE,
-    OWNERS_TABLE,
+    OWNERS,
+    PROCESS_LOCK_RULE,
     ROW_EXPIRY_RULE,
+    Owners,
 )
 
 
@@ -38,21 +39,25 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     """Every claimed or queued row, classed queued / orphaned / stale / live: the predicate.
 
     A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
-    through to live: the guard errs on the side of the work. One plain subquery, no CTEs:
-    planning is most of this query's cost once the partial index makes the scan cheap.
-    Naive timestamps are read in the contract's timestamp_zone: the guard transaction sets
-    TimeZone to it (leaseguard.adapters.db.guard_transaction), so `::timestamptz` means that zone.
+    through to live: the guard errs on the side of the work. A row whose lock a live
+    session holds right now (Que, good_job) is live before any time test: the lock is the
+    system's own proof of work, and a session that died has released it. One plain
+    subquery, no CTEs: planning is most of this query's cost once the partial index makes
+    the scan cheap. Naive timestamps are read in the contract's timestamp_zone: the guard
+    transaction sets TimeZone to it (leaseguard.adapters.db.guard_transaction), so `::timestamptz`
+    means that zone.
     """
-    claimed_at = sql.Identifier(contract.claimed_at_column)
+    claimed_at = _claimed_at(contract)
     expires = expiry(contract)
     claimed, queued = claim_conditions(contract)
     return sql.SQL(
         """
         SELECT {id}::text AS id,
-               {claimed_at}::timestamptz AS claimed_at,
+               {claimed_at} AS claimed_at,
                {expires} AS lease_expires_at,
                CASE
                    WHEN {queued} THEN 'queued'
+                   WHEN {held} THEN 'live'
                    WHEN {claimed_at} < %(orphan_cutoff)s::timestamptz THEN 'orphaned'
                    WHEN {expires} <= {now} THEN 'stale'
                    ELSE 'live'
@@ -64,11 +69,19 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         id=sql.Identifier(contract.id_column),
         claimed=claimed,
         queued=queued,
+        held=held_condition(contract),
         claimed_at=claimed_at,
         expires=expires,
         now=_NOW,
         table=table_identifier(contract),
     )
+
+
+def _claimed_at(contract: Contract) -> sql.Composable:
+    """When the row was claimed, as a timestamptz (Que's lock records no time: NULL)."""
+    if not contract.has_claimed_at:
+        return sql.SQL("NULL::timestamptz")
+    return sql.SQL("{}::timestamptz").format(sql.Identifier(contract.claimed_at_column))
 
 
 def expiry(contract: Contract) -> sql.Composable:
@@ -90,32 +103,104 @@ def expiry(contract: Contract) -> sql.Composable:
             beat_s=sql.Identifier("heartbeat_seconds"),
         )
     if contract.claim_rule == OWNER_HEARTBEAT_RULE:
-        return _owner_heartbeat_expiry(contract)
+        return _owner_heartbeat_expiry(contract, OWNERS[OWNER_HEARTBEAT_RULE])
+    if contract.claim_rule == ADVISORY_LOCK_RULE:
+        # Que: no time lease at all; the lock is held until the work ends or the session
+        # dies. Unknown (NULL): the wait is bounded by the lease (guard._wait_upper_bound).
+        return sql.SQL("NULL::timestamptz")
+    if contract.claim_rule == PROCESS_LOCK_RULE:
+        return sql.SQL("CASE WHEN {held} THEN NULL ELSE {beat} END").format(
+            held=held_condition(contract),
+            beat=_owner_heartbeat_expiry(contract, OWNERS[PROCESS_LOCK_RULE]),
+        )
     return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
 
 
-def owners_table(contract: Contract) -> sql.Identifier:
-    """Solid Queue's processes table, in the claims table's schema."""
+def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
+    """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
     if contract.schema:
-        return sql.Identifier(contract.schema, OWNERS_TABLE)
-    return sql.Identifier(OWNERS_TABLE)
+        return sql.Identifier(contract.schema, owners.table)
+    return sql.Identifier(owners.table)
 
 
-def _owner_heartbeat_expiry(contract: Contract) -> sql.Composable:
-    """Solid Queue: the owner's last heartbeat + the alive threshold (the lease).
+def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
+    """The owner's last heartbeat + the alive threshold (the lease).
 
-    A claim whose owner row is gone (or never named) is one Solid Queue itself fails
-    (ClaimedExecution.orphaned): its lease ended at -infinity, so it is stale. The owners'
-    table lives beside the claims table, in the same schema.
+    A claim whose owner row is gone (or never named) is one the system itself fails or
+    unlocks (Solid Queue's ClaimedExecution.orphaned, good_job's Process.cleanup): its lease
+    ended at -infinity, so it is stale. So is one whose owner is judged by its advisory lock
+    (good_job's lock_type) when the lock is not held: its heartbeat does not count then. The
+    owners' table lives beside the claims table, in the same schema.
     """
+    beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
+        sql.Identifier(owners.heartbeat_column)
+    )
+    if owners.lock_type_column:
+        beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
+            sql.Identifier(owners.lock_type_column), beat
+        )
     return sql.SQL(
-        "coalesce((SELECT o.{beat}::timestamptz FROM {owners} AS o WHERE o.id = {owner}), "
+        "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
         "'-infinity'::timestamptz) + %(lease)s::interval"
     ).format(
-        beat=sql.Identifier(OWNER_HEARTBEAT_COLUMN),
-        owners=owners_table(contract),
-        owner=sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(OWNER_COLUMN)),
+        beat=beat,
+        owners=owners_table(contract, owners),
+        owner=_own_column(contract, owners.column),
     )
+
+
+def _own_column(contract: Contract, column: str) -> sql.Composable:
+    """A column of the judged table, qualified: it is read inside subqueries over others."""
+    return sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(column))
+
+
+# The keys of the one-bigint advisory locks (pg_try_advisory_lock(bigint): objsubid 1, the
+# key's high half in classid, its low half in objid) that other sessions of this database
+# hold right now. pg_locks is no MVCC snapshot: it says who holds what at this instant, and
+# a session that died has released everything. The guard's own session is left out (it
+# takes no advisory locks, but a caller sharing its connection could), and so are waiters.
+_HELD_KEYS = sql.SQL(
+    "ARRAY(SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_catalog.pg_locks AS l "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.pid IS DISTINCT FROM pg_backend_pid() "
+    "AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d "
+    "WHERE d.datname = current_database()))"
+)
+
+
+def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
+    """good_job's advisory lock key of a row (AdvisoryLockable#advisory_lock_bigint_sql with
+    its default md5 hash): the first 64 bits of md5('<table>-<id>')."""
+    return sql.SQL("('x' || substr(md5({} || '-' || {}::text), 1, 16))::bit(64)::bigint").format(
+        sql.Literal(table), id_column
+    )
+
+
+def held_condition(contract: Contract) -> sql.Composable:
+    """Whether a live session holds the row's lock right now (`false` for time-lease rules).
+
+    Que (lib/que/poller.rb) locks a job with pg_try_advisory_lock(id). good_job locks a job
+    on md5('good_jobs-<id>') (its :advisory and :hybrid strategies), and an owner process
+    registered with an advisory lock (lock_type set) on md5('good_job_processes-<id>'):
+    such an owner is alive exactly while its lock is held (GoodJob::Process.active).
+    """
+    own_id = _own_column(contract, contract.id_column)
+    if contract.claim_rule == ADVISORY_LOCK_RULE:
+        return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
+    if contract.claim_rule == PROCESS_LOCK_RULE:
+        owners = OWNERS[PROCESS_LOCK_RULE]
+        return sql.SQL(
+            "({job} = ANY({held}) OR EXISTS (SELECT FROM {owners} AS o WHERE o.id = {owner} "
+            "AND o.{lock_type} IS NOT NULL AND {owner_key} = ANY({held})))"
+        ).format(
+            job=_good_job_key(contract.table, own_id),
+            held=_HELD_KEYS,
+            owners=owners_table(contract, owners),
+            owner=_own_column(contract, owners.column),
+            lock_type=sql.Identifier(str(owners.lock_type_column)),
+            owner_key=_good_job_key(owners.table, sql.SQL("o.id")),
+        )
+    return sql.SQL("false")
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
@@ -141,10 +226,39 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         # Solid Queue: every row of the claims table is a claim (it is deleted when the job
         # ends); queued jobs are rows of another table, not read.
         return sql.SQL("true"), sql.SQL("false")
+    if contract.claim_rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
+        return _lock_conditions(contract)
     status = sql.Identifier(contract.status_column)
     return (
         sql.SQL("{} = ANY(%(claimed)s)").format(status),
         sql.SQL("{} = ANY(%(queued)s)").format(status),
+    )
+
+
+def _lock_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
+    """Que and good_job: only a job that is not done can be worked (Que's poller and
+    good_job's perform take no other), so both conditions start with "not done", which the
+    planner factors out of the OR and answers from the queue's own partial index over
+    unfinished jobs; the lock test then runs on the backlog only, not on the history.
+
+    Que: claimed iff a session holds its lock; an unlocked job that is not done is queued
+    (scheduled, or an errored one awaiting its retry: Que sets expired_at once retries are
+    exhausted). good_job: claimed iff locked_by_id names a process or its lock is held.
+    """
+    held = held_condition(contract)
+    if contract.claim_rule == ADVISORY_LOCK_RULE:
+        not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(
+            sql.Identifier("finished_at"), sql.Identifier("expired_at")
+        )
+        return (
+            sql.SQL("({} AND {})").format(not_done, held),
+            sql.SQL("({} AND NOT {})").format(not_done, held),
+        )
+    owner = sql.Identifier(OWNERS[PROCESS_LOCK_RULE].column)
+    not_done = sql.SQL("{} IS NULL").format(sql.Identifier("finished_at"))
+    return (
+        sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, owner, held),
+        sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, owner, held),
     )
 
 

@@ -6,13 +6,15 @@ The values come from each system's source; docs/queues.md cites the file for eve
 
 Where a system's rule is not "status + claimed_at + lease" (graphile-worker has no status
 column, pg-boss computes each row's expiry from its own columns, Solid Queue's claim lives
-as long as the process that owns it keeps beating), the preset also names a
-claim rule; the SQL of that rule lives in `leaseguard.core.predicate`, written in code with
-psycopg.sql, never taken from configuration.
+as long as the process that owns it keeps beating, Que's job is worked exactly while a
+session holds its advisory lock, good_job's while its lock or its owner process lives), the
+preset also names a claim rule; the SQL of that rule lives in `leaseguard.core.predicate`,
+written in code with psycopg.sql, never taken from configuration.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from leaseguard.core.errors import ConfigError
@@ -22,6 +24,8 @@ STATUS_RULE = "status"
 LOCKED_AT_RULE = "locked_at"  # graphile-worker: claimed iff locked_at is set
 ROW_EXPIRY_RULE = "row_expiry"  # pg-boss: started_on + expire_seconds, and its heartbeat
 OWNER_HEARTBEAT_RULE = "owner_heartbeat"  # solid_queue: the claiming process's heartbeat
+ADVISORY_LOCK_RULE = "advisory_lock"  # que: a session holds the job's advisory lock
+PROCESS_LOCK_RULE = "process_lock"  # good_job: the job's lock, or its owner process alive
 
 HOUR_S = 3600.0
 
@@ -98,6 +102,32 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"multiplier": 1.0},
         "task_timeout": {"source": "fixed", "value_s": 300.0},
     },
+    # que-rb/que 2.x: lib/que/poller.rb and lib/que/locker.rb take pg_try_advisory_lock(id)
+    # (the one-bigint form) on a job and hold it until the worker is done; nothing else
+    # says a job is being worked, and Que never rescues one by age. The task timeout here
+    # is not a rescue horizon: it only bounds how long a drain waits (docs/queues.md).
+    "que": {
+        "schema": "public",
+        "table": "que_jobs",
+        "id_column": "id",
+        "lease": {"multiplier": 1.0},
+        "task_timeout": {"source": "fixed", "value_s": HOUR_S},
+    },
+    # bensheldon/good_job 4.x: app/models/good_job/job.rb perform sets locked_by_id (the
+    # process) and locked_at; the default :advisory strategy also holds a session advisory
+    # lock on the job (app/models/concerns/good_job/advisory_lockable.rb). A process is
+    # active while its own advisory lock is held (lock_type advisory) or, without one,
+    # while updated_at is within EXPIRED_INTERVAL (app/models/good_job/process.rb: 5
+    # minutes); Process.cleanup unlocks the jobs of the others. Timestamps are naive UTC.
+    "good_job": {
+        "schema": "public",
+        "table": "good_jobs",
+        "id_column": "id",
+        "claimed_at_column": "locked_at",
+        "timestamp_zone": "UTC",
+        "lease": {"multiplier": 1.0},
+        "task_timeout": {"source": "fixed", "value_s": 300.0},
+    },
 }
 
 # The per-row expiry columns of pg-boss's job table (src/plans.ts createTableJob).
@@ -108,11 +138,42 @@ CLAIM_RULES: dict[str, str] = {
     "graphile_worker": LOCKED_AT_RULE,
     "pg-boss": ROW_EXPIRY_RULE,
     "solid_queue": OWNER_HEARTBEAT_RULE,
+    "que": ADVISORY_LOCK_RULE,
+    "good_job": PROCESS_LOCK_RULE,
 }
-# solid_queue: the claim's owner column and the owners' table with its heartbeat column.
-OWNER_COLUMN = "process_id"
-OWNERS_TABLE = "solid_queue_processes"
-OWNER_HEARTBEAT_COLUMN = "last_heartbeat_at"
+
+# The columns each rule reads besides the id (and claimed_at, for the rules that have one).
+RULE_COLUMNS: dict[str, tuple[str, ...]] = {
+    LOCKED_AT_RULE: ("attempts", "max_attempts"),
+    ROW_EXPIRY_RULE: PG_BOSS_EXPIRY_COLUMNS,
+    OWNER_HEARTBEAT_RULE: ("process_id",),
+    # que: a job with neither is not done (lib/que/poller.rb polls exactly those).
+    ADVISORY_LOCK_RULE: ("finished_at", "expired_at"),
+    PROCESS_LOCK_RULE: ("finished_at", "locked_by_id"),
+}
+
+
+@dataclass(frozen=True)
+class Owners:
+    """The processes that own claims: their table (beside the claims table, in its schema),
+    the claims table's column naming the owner, and how an owner is known to be alive."""
+
+    column: str
+    table: str
+    heartbeat_column: str
+    # good_job: an owner whose lock_type is set (advisory) is alive exactly while a session
+    # holds its advisory lock, whatever its heartbeat says.
+    lock_type_column: str | None = None
+
+
+OWNERS: dict[str, Owners] = {
+    OWNER_HEARTBEAT_RULE: Owners("process_id", "solid_queue_processes", "last_heartbeat_at"),
+    PROCESS_LOCK_RULE: Owners("locked_by_id", "good_job_processes", "updated_at", "lock_type"),
+}
+
+# Rules that read pg_locks: they see other sessions' advisory locks, which a standby does
+# not have (its pg_locks shows its own sessions only).
+ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
 
 
 def preset_layer(name: str) -> dict[str, Any]:
