@@ -78,18 +78,21 @@ options:
     type: bool
     default: false
   deadline_s:
-    description: Give up waiting sooner than the lease-bounded deadline.
+    description:
+      - Give up waiting sooner than the lease-bounded deadline.
+      - If not set, the longest remaining lease seen at the start.
     type: float
   poll_s:
-    description: Seconds between polls while waiting (default V(5)). Idle polls log nothing.
+    description: Seconds between polls while waiting. Idle polls log nothing.
     type: float
+    default: 5.0
   pause_cron_jobs:
     description: pg_cron jobs (by name) to deactivate while waiting and reactivate after.
     type: list
     elements: str
     default: []
   cron_database:
-    description: The database holding pg_cron's C(cron.job) (default O(db_name)).
+    description: The database holding pg_cron's C(cron.job). If not set, O(db_name).
     type: str
   pause_command:
     description: An argv run on the host to stop intake before waiting.
@@ -116,9 +119,10 @@ options:
     type: path
   resume_retry_s:
     description:
-      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds
-        (default V(60)); then fail naming the paused jobs and the command that resumes them.
+      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds;
+        then fail naming the paused jobs and the command that resumes them.
     type: float
+    default: 60.0
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool
