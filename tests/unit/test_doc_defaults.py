@@ -215,10 +215,9 @@ def test_cron_budgets_connect_timeout_default_is_the_contracts():
 def test_a_default_stated_only_in_a_description_is_allow_listed_with_a_reason(module):
     hidden = []
     for path, option in walk(documented_options(module)):
-        text = " ".join(_as_list(option.get("description")))
-        if "default" not in option and STATES_A_DEFAULT.search(text):
-            if path not in allow_listed():
-                hidden.append(path)
+        stated = "default" not in option and STATES_A_DEFAULT.search(_text(option))
+        if stated and path not in allow_listed():
+            hidden.append(path)
     assert hidden == [], "put these defaults in `default:` (or allow-list them with a reason)"
 
 
