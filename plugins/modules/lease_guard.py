@@ -108,14 +108,19 @@ options:
     description:
       - With O(wait), a JSON snapshot of the running drain, rewritten atomically after every
         poll on the controller; read it with C(leaseguard status PATH).
-      - Each host drains in its own process, so give each host its own path
-        (for example V(/var/tmp/drain-{{ inventory_hostname }}.json)).
+      - Hosts drained each on their own drain in parallel, one process each, so give each
+        host its own path (for example V(/var/tmp/drain-{{ inventory_hostname }}.json));
+        C(playbooks/drain.yml) refuses one path shared by such hosts.
+      - With O(fleet_lookups) one task drains the whole fleet and writes one file, whose
+        host is C(fleet), at the path as the host running the task reads it (in
+        C(playbooks/drain.yml), the first host of the play).
     type: path
   metrics_file:
     description:
       - With O(wait), the drain's counters and gauges in the Prometheus text format
         (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
-      - One file per host, named C(*.prom) for node_exporter's textfile collector.
+      - One file per drain, as for O(status_file), named C(*.prom) for node_exporter's
+        textfile collector.
     type: path
   resume_retry_s:
     description:
