@@ -24,7 +24,7 @@ options:
             C(/proc/<pid>/environ) of the pid in O(task_timeout.pid_file); V(env_file) reads
             O(task_timeout.path); V(command) runs O(task_timeout.command) inside the container
             and parses its output; V(fixed) uses O(task_timeout.value_s).
-          - If not set, V(docker), or the O(preset)'s.
+          - If not set, V(docker); with a C(preset) (M(leaseguard.deploy.lease_guard)), the preset's.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       container:
