@@ -5,66 +5,75 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The claim contract of the protected system. Defaults live in the leaseguard core, so
-    # the CLI, Fabric and Ansible can never disagree about them; they are stated here in text.
+    # The claim contract of the protected system. The leaseguard core owns the defaults (so
+    # the CLI, Fabric and Ansible can never disagree about them); each `default:` here is the
+    # core's, and tests/unit/test_doc_defaults.py fails when one drifts. A key a preset can
+    # set has no `default:` (it would override the preset); its description states it.
     DOCUMENTATION = r"""
 options:
   table:
-    description: Table holding the work rows (default V(execution_runs)).
+    description: Table holding the work rows. If not set, V(execution_runs), or the O(preset)'s.
     type: str
   schema:
-    description: Schema of O(table) (default the connection's search_path).
+    description: Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
     type: str
   id_column:
-    description: Column identifying a row in reports (default V(id)).
+    description: Column identifying a row in reports. If not set, V(id), or the O(preset)'s.
     type: str
   status_column:
-    description: Column holding the row's status, compared as text (default V(status)).
+    description: Column holding the row's status, compared as text. If not set, V(status), or the O(preset)'s.
     type: str
   claimed_statuses:
-    description: Statuses meaning a worker holds the row (default V([running])).
+    description: Statuses meaning a worker holds the row. If not set, V([running]), or the O(preset)'s.
     type: list
     elements: str
   queued_statuses:
-    description: Statuses meaning nobody holds the row yet; never protected (default V([open])).
+    description: Statuses meaning nobody holds the row yet; never protected. If not set, V([open]), or the O(preset)'s.
     type: list
     elements: str
   finished_statuses:
     description:
-      - Statuses of rows nobody will run again (default V([done, failed]), minus any named as claimed or queued).
+      - Statuses of rows nobody will run again.
+      - If not set, the O(preset)'s, else V([done, failed]) minus any status named in
+        O(claimed_statuses) or O(queued_statuses); only a list given here is checked against
+        an enum's labels.
       - A status present in the table that is in none of O(claimed_statuses), O(queued_statuses) and O(finished_statuses) fails the check, naming it.
       - The three lists must not overlap.
     type: list
     elements: str
   claimed_at_column:
-    description: Column the worker sets when it takes (or renews) the claim (default V(claimed_at)).
+    description: Column the worker sets when it takes (or renews) the claim. If not set, V(claimed_at), or the O(preset)'s.
     type: str
   lease:
     description: How long a claim stays valid.
     type: dict
     suboptions:
       multiplier:
-        description: The lease is this many task timeouts (default V(2.0), at least V(1)).
+        description: The lease is this many task timeouts (at least V(1)). If not set, V(2.0), or the O(preset)'s.
         type: float
       expires_at_column:
-        description: A per-row lease expiry column; replaces the multiplier rule.
+        description: A per-row lease expiry column; replaces the multiplier rule. If not set, the multiplier rule applies.
         type: str
   clock_skew_s:
-    description: Tolerance when comparing the runtime start with C(claimed_at) (default V(0)).
+    description: Tolerance when comparing the runtime start with C(claimed_at).
     type: float
+    default: 0.0
   statement_timeout_ms:
-    description: The guard query's own time budget (default V(5000)).
+    description: The guard query's own time budget.
     type: int
+    default: 5000
   lock_timeout_ms:
-    description: The guard query's lock wait, capped at O(statement_timeout_ms) (default V(2000)).
+    description: The guard query's lock wait, capped at O(statement_timeout_ms).
     type: int
+    default: 2000
   connect_timeout_s:
-    description: Seconds to wait for the database connection (default V(10)).
+    description: Seconds to wait for the database connection.
     type: int
+    default: 10
   timestamp_zone:
     description:
       - The IANA zone naive (C(timestamp without time zone)) columns were written in
-        (default V(UTC)); never the session's C(TimeZone).
+        (if not set, V(UTC), or the O(preset)'s); never the session's C(TimeZone).
     type: str
   preset:
     description:

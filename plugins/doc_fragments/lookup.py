@@ -5,7 +5,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # Where a host's configured task timeout and its runtime start time are read.
+    # Where a host's configured task timeout and its runtime start time are read. The
+    # defaults are the core's (tests/unit/test_doc_defaults.py keeps them equal).
     DOCUMENTATION = r"""
 options:
   task_timeout:
@@ -23,15 +24,17 @@ options:
             C(/proc/<pid>/environ) of the pid in O(task_timeout.pid_file); V(env_file) reads
             O(task_timeout.path); V(command) runs O(task_timeout.command) inside the container
             and parses its output; V(fixed) uses O(task_timeout.value_s).
-          - Default V(docker).
+          - If not set, V(docker); with a C(preset) (M(leaseguard.deploy.lease_guard)), the preset's.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       container:
-        description: Container name or id (default V(backend)).
+        description: Container name or id.
         type: str
+        default: backend
       variable:
-        description: Environment variable holding the timeout in seconds (default V(APP_TASK_TIMEOUT_S)).
+        description: Environment variable holding the timeout in seconds.
         type: str
+        default: APP_TASK_TIMEOUT_S
       default_s:
         description:
           - Assume this many seconds when the lookup finds nothing, instead of failing.
@@ -53,10 +56,12 @@ options:
         description: The argv run inside the container for O(task_timeout.source=command).
         type: list
         elements: str
+        default: []
       engine:
-        description: The container CLI that runs O(task_timeout.command) (default V(docker)).
+        description: The container CLI that runs O(task_timeout.command).
         type: str
         choices: [docker, podman]
+        default: docker
   runtime:
     description:
       - Where the start time of the worker runtime is read. Claims made before it (less
@@ -69,12 +74,13 @@ options:
           - V(docker)/V(podman) read C(State.StartedAt); V(systemd) the unit's
             C(ActiveEnterTimestamp); V(process) the start of the pid in O(runtime.pid_file);
             V(fixed) uses O(runtime.started_at); V(none) knows no start time.
-          - Default V(docker).
         type: str
         choices: [docker, podman, systemd, process, fixed, none]
+        default: docker
       container:
-        description: Container name or id (default V(backend)).
+        description: Container name or id.
         type: str
+        default: backend
       unit:
         description: The systemd unit for O(runtime.source=systemd).
         type: str

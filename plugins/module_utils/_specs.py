@@ -2,9 +2,12 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: the argument specs its modules and action plugins share.
 
-Not a public API. The specs carry no defaults for contract keys on purpose: the core package
-(`leaseguard.core.contract`) owns every default, so a default can never differ between the CLI,
-Fabric and Ansible.
+Not a public API. The core package (`leaseguard.core.contract`, the drain options) owns every
+default, so the CLI, Fabric and Ansible never disagree. The defaults written here repeat the
+core's so that `ansible-doc` shows them (this file must import without the core, for
+ansible-test); tests/unit/test_doc_defaults.py fails when one differs from the core's or
+from DOCUMENTATION. A key a preset can set, or whose effective default depends on other keys
+(db_host/db_port: one DSN means one database), has none: "not given" must stay "not given".
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ def contract_spec():
         finished_statuses=dict(type="list", elements="str"),
         claimed_at_column=dict(type="str"),
         lease=dict(type="dict", options=lease_spec()),
-        clock_skew_s=dict(type="float"),
-        statement_timeout_ms=dict(type="int"),
-        lock_timeout_ms=dict(type="int"),
-        connect_timeout_s=dict(type="int"),
+        clock_skew_s=dict(type="float", default=0.0),
+        statement_timeout_ms=dict(type="int", default=5000),
+        lock_timeout_ms=dict(type="int", default=2000),
+        connect_timeout_s=dict(type="int", default=10),
         timestamp_zone=dict(type="str"),
         preset=dict(type="str"),
         **lookup_spec(),
@@ -59,15 +62,15 @@ def lookup_spec():
                         "fixed",
                     ],
                 ),
-                container=dict(type="str"),
-                variable=dict(type="str"),
+                container=dict(type="str", default="backend"),
+                variable=dict(type="str", default="APP_TASK_TIMEOUT_S"),
                 default_s=dict(type="float"),
                 value_s=dict(type="float"),
                 unit=dict(type="str"),
                 pid_file=dict(type="str"),
                 path=dict(type="str"),
-                command=dict(type="list", elements="str"),
-                engine=dict(type="str", choices=["docker", "podman"]),
+                command=dict(type="list", elements="str", default=[]),
+                engine=dict(type="str", choices=["docker", "podman"], default="docker"),
             ),
         ),
         runtime=dict(
@@ -76,8 +79,9 @@ def lookup_spec():
                 source=dict(
                     type="str",
                     choices=["docker", "podman", "systemd", "process", "fixed", "none"],
+                    default="docker",
                 ),
-                container=dict(type="str"),
+                container=dict(type="str", default="backend"),
                 unit=dict(type="str"),
                 pid_file=dict(type="str"),
                 started_at=dict(type="str"),
@@ -114,14 +118,14 @@ def drain_spec():
     return dict(
         wait=dict(type="bool", default=False),
         deadline_s=dict(type="float"),
-        poll_s=dict(type="float"),
+        poll_s=dict(type="float", default=5.0),
         pause_cron_jobs=dict(type="list", elements="str", default=[]),
         cron_database=dict(type="str"),
         pause_command=dict(type="list", elements="str", default=[]),
         resume_command=dict(type="list", elements="str", default=[]),
         status_file=dict(type="path"),
         metrics_file=dict(type="path"),
-        resume_retry_s=dict(type="float"),
+        resume_retry_s=dict(type="float", default=60.0),
     )
 
 

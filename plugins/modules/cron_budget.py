@@ -68,7 +68,7 @@ options:
     description:
       - The database holding pg_cron's C(cron.job) (its C(cron.database_name)). The jobs
         run in O(db_name).
-      - Defaults to O(db_name).
+      - If not set, O(db_name).
     type: str
   active:
     description:

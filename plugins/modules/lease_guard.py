@@ -78,18 +78,21 @@ options:
     type: bool
     default: false
   deadline_s:
-    description: Give up waiting sooner than the lease-bounded deadline.
+    description:
+      - Give up waiting sooner than the lease-bounded deadline.
+      - If not set, the longest remaining lease seen at the start.
     type: float
   poll_s:
-    description: Seconds between polls while waiting (default V(5)). Idle polls log nothing.
+    description: Seconds between polls while waiting. Idle polls log nothing.
     type: float
+    default: 5.0
   pause_cron_jobs:
     description: pg_cron jobs (by name) to deactivate while waiting and reactivate after.
     type: list
     elements: str
     default: []
   cron_database:
-    description: The database holding pg_cron's C(cron.job) (default O(db_name)).
+    description: The database holding pg_cron's C(cron.job). If not set, O(db_name).
     type: str
   pause_command:
     description: An argv run on the host to stop intake before waiting.
@@ -105,20 +108,26 @@ options:
     description:
       - With O(wait), a JSON snapshot of the running drain, rewritten atomically after every
         poll on the controller; read it with C(leaseguard status PATH).
-      - Each host drains in its own process, so give each host its own path
-        (for example V(/var/tmp/drain-{{ inventory_hostname }}.json)).
+      - Hosts drained each on their own drain in parallel, one process each, so give each
+        host its own path (for example V(/var/tmp/drain-{{ inventory_hostname }}.json));
+        C(playbooks/drain.yml) refuses one path shared by such hosts.
+      - With O(fleet_lookups) one task drains the whole fleet and writes one file, whose
+        host is C(fleet), at the path as the host running the task reads it (in
+        C(playbooks/drain.yml), the first host of the play).
     type: path
   metrics_file:
     description:
       - With O(wait), the drain's counters and gauges in the Prometheus text format
         (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
-      - One file per host, named C(*.prom) for node_exporter's textfile collector.
+      - One file per drain, as for O(status_file), named C(*.prom) for node_exporter's
+        textfile collector.
     type: path
   resume_retry_s:
     description:
-      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds
-        (default V(60)); then fail naming the paused jobs and the command that resumes them.
+      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds;
+        then fail naming the paused jobs and the command that resumes them.
     type: float
+    default: 60.0
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool

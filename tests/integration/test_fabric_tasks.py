@@ -123,6 +123,29 @@ def test_a_task_flag_fab_cannot_parse_is_a_usage_error_exit_2(args, said):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--bogus", "guard"],
+        ["--bogus", "-H", "app1", "guard"],
+        ["-H", "app1", "--bogus=1", "drain"],
+    ],
+)
+def test_an_unknown_flag_before_the_task_name_is_a_usage_error_exit_2(argv):
+    """invoke's first pass leaves unknown flags to the task parse, which leaseguard wraps."""
+    done = subprocess.run(
+        [sys.executable, "-m", "fabric", *argv],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "No idea what '--bogus' is!" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_claim_made_since_the_container_started_defers(fab, runs, backend):
     claim(runs, 1, "running", "0 seconds")
     done = fab("guard")

@@ -530,12 +530,15 @@ def _use_fleet_executor() -> None:
 
 
 def _usage_errors_exit_2(program: Any) -> None:
-    """A task flag invoke cannot parse (`guard --bogus`, a task name, a missing value) exits 2.
+    """A flag or task invoke cannot parse (`guard --bogus`, `--bogus guard`, a task name, a
+    task flag's missing value) exits 2.
 
-    invoke exits 1 on a ParseError, which reads as "the check failed". The task part of the
-    command line is parsed after the fabfile loads, so wrapping the running program's
-    parse_tasks here turns those errors into usage errors; core flags (`fab --bogus`) are
-    parsed before any fabfile exists and keep invoke's own status.
+    invoke exits 1 on a ParseError, which reads as "the check failed". Its first pass over
+    the command line takes only the flags it knows and leaves everything else, unknown flags
+    before the task name included, to parse_tasks, which runs after the fabfile loads; so
+    wrapping the running program's parse_tasks here turns those errors into usage errors.
+    Only a core flag's own bad value (`fab -H` with nothing after it) fails in that first
+    pass, before any fabfile exists, and keeps invoke's status (README, "Exit codes").
     """
     parse_tasks = program.parse_tasks
     if getattr(parse_tasks, "leaseguard_usage", False):

@@ -1,0 +1,270 @@
+"""The drain's status and metrics files through the other fronts: `fab drain` over real SSH
+(sshd in a network namespace, PostgreSQL behind the tunnel) and a real `ansible-playbook
+playbooks/drain.yml`, each read mid-drain by `leaseguard status PATH --json` running as its
+own process, and the metrics parsed with prometheus_client's text parser.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from sandbox.ansible_env import ansible_env
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
+from tests.faults.conftest import job_active, terminate, unschedule_with_records, wait_until
+from tests.integration.test_drain_status_files import polls, samples, status
+from tests.support.ansible_run import REPO, write_inventory
+from tests.support.process_lines import Lines
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def claim(conn, row_id, age="0 seconds"):
+    conn.execute(
+        "INSERT INTO execution_runs (id, status, claimed_at) "
+        "VALUES (%s, 'running', now() - %s::interval)",
+        (row_id, age),
+    )
+
+
+def finish(conn, row_id):
+    conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = %s", (row_id,))
+
+
+# --- fab drain ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def busy_host_db(app_db):
+    """app_db with one live claim (id 1) and one queued row, behind app_host_pg's sshd."""
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+        claim(conn, 1)
+        conn.execute("INSERT INTO execution_runs (id, status) VALUES (2, 'open')")
+    return app_db
+
+
+def start_fab_drain(host, db, tmp_path, *args):
+    config = tmp_path / "fabric.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "leaseguard": {
+                    "connection": {
+                        "dsn": f"dbname={db.name} user=postgres",
+                        "known_hosts": str(host.known_hosts_path),
+                    },
+                    "task_timeout": {"source": "fixed", "value_s": 3600},
+                    "runtime": {"source": "none"},
+                }
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "fabric", "-f", str(config), "-i", str(host.client_key_path)]
+    return subprocess.Popen(
+        [*argv, "-H", f"root@{host.addr}", "drain", "--poll-s", "0.2", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+
+
+def test_fab_drain_is_watched_from_another_process_through_both_files(
+    app_host_pg, busy_host_db, tmp_path
+):
+    status_file, metrics_file = tmp_path / "drain.json", tmp_path / "drain.prom"
+    proc = start_fab_drain(
+        app_host_pg,
+        busy_host_db,
+        tmp_path,
+        "--status-file",
+        str(status_file),
+        "--metrics-file",
+        str(metrics_file),
+    )
+    host = app_host_pg.addr  # the snapshot names the host, not the SSH user
+    label = (("host", host),)
+    try:
+        assert wait_until(lambda: polls(status_file) >= 2)
+        code, first = status(status_file)
+        assert code == 0 and first["available"] is True, first
+        assert (first["state"], first["scope"], first["hosts"]) == (
+            "running",
+            "process_lifetime",
+            [host],
+        )
+        assert first["decision"] == "defer"
+        assert first["counts"] == {"live": 1, "stale": 0, "orphaned": 0, "queued": 1}
+        assert 0 < first["wait_upper_bound_s"] <= first["deadline_s"] <= 7200
+        assert wait_until(lambda: polls(status_file) >= first["counters"]["polls"] + 2)
+        code, second = status(status_file)
+        assert code == 0 and second["state"] == "running"
+        assert second["counters"]["idle_polls"] > first["counters"]["idle_polls"]
+        assert second["elapsed_s"] > first["elapsed_s"]
+        running = samples(metrics_file)
+        assert running[("leaseguard_drain_running", label)] == 1
+        assert running[("leaseguard_drain_exit_status", label)] == -1
+        assert running[("leaseguard_drain_claims", (("class", "live"), *label))] == 1
+        assert running[("leaseguard_drain_polls_total", label)] >= 2
+        with busy_host_db.connect(socket=True) as conn:
+            finish(conn, 1)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        terminate(proc)
+    assert proc.returncode == 0, stdout + stderr
+    code, final = status(status_file)
+    assert code == 0, final
+    assert (final["state"], final["decision"], final["exit_status"]) == ("finished", "proceed", 0)
+    assert final["counters"]["leases_ended"] == 1
+    assert final["counters"]["polls"] > second["counters"]["polls"]
+    done = samples(metrics_file)
+    assert done[("leaseguard_drain_running", label)] == 0
+    assert done[("leaseguard_drain_exit_status", label)] == 0
+    assert done[("leaseguard_drain_leases_ended_total", label)] == 1
+    assert done[("leaseguard_drain_polls_total", label)] == final["counters"]["polls"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drain.json", "drain.prom", "fabric.yaml"]
+
+
+# --- ansible-playbook playbooks/drain.yml -------------------------------------------------
+
+
+def host_vars(started_ago: timedelta) -> dict:
+    started = (datetime.now(UTC) - started_ago).isoformat()
+    return {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "leaseguard_task_timeout": {"source": "fixed", "value_s": 3600},
+        "leaseguard_runtime": {"source": "fixed", "started_at": started},
+    }
+
+
+@pytest.fixture
+def two_hosts(db, tmp_path):
+    """Inventory app1, app2 (local connections, fixed facts) sharing db's work table."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    return write_inventory(
+        tmp_path / "inventory.yml",
+        {"app1": host_vars(timedelta(minutes=10)), "app2": host_vars(timedelta(days=1))},
+        leaseguard_db_host=db.cluster.host,
+        leaseguard_db_port=db.cluster.port,
+        leaseguard_db_name=db.name,
+        leaseguard_db_user="postgres",
+        leaseguard_cron_database="postgres",
+        leaseguard_drain_poll_s=0.2,
+        leaseguard_drain_status_file=str(tmp_path / "drain-{{ inventory_hostname }}.json"),
+        leaseguard_drain_metrics_file=str(tmp_path / "drain-{{ inventory_hostname }}.prom"),
+    )
+
+
+@pytest.fixture
+def intake_job(db):
+    job = f"claim_{db.name}"
+    db.cluster.psql(
+        f"SELECT cron.schedule_in_database('{job}', '* * * * *', 'SELECT 1', '{db.name}')"
+    )
+    yield job
+    unschedule_with_records(db.cluster, job)
+
+
+def start_drain_playbook(inventory, tmp_path, *args):
+    proc = subprocess.Popen(
+        ["ansible-playbook", "-i", str(inventory), "playbooks/drain.yml", *args],
+        cwd=REPO,
+        env={**ansible_env(tmp_path), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    return proc, Lines(proc.stdout)
+
+
+def test_drain_yml_each_host_draining_writes_its_own_file(db, two_hosts, tmp_path):
+    with db.connect() as conn:
+        claim(conn, 1)
+    proc, out = start_drain_playbook(two_hosts, tmp_path)
+    files = {h: tmp_path / f"drain-{h}.json" for h in ("app1", "app2")}
+    try:
+        for host, path in files.items():
+            assert wait_until(lambda path=path: polls(path) >= 2), out.lines[-20:]
+            code, first = status(path)
+            assert code == 0 and first["hosts"] == [host] and first["state"] == "running"
+            assert first["decision"] == "defer" and first["counts"]["live"] == 1
+        moved = {h: status(p)[1]["counters"]["polls"] for h, p in files.items()}
+        for host, path in files.items():
+            assert wait_until(lambda p=path, h=host: polls(p) > moved[h])
+        metrics = samples(tmp_path / "drain-app2.prom")
+        assert metrics[("leaseguard_drain_running", (("host", "app2"),))] == 1
+        with db.connect() as conn:
+            finish(conn, 1)
+        proc.wait(timeout=120)
+    finally:
+        terminate(proc)
+    assert proc.returncode == 0, out.text()[-3000:]
+    for host, path in files.items():
+        code, final = status(path)
+        assert code == 0, final
+        assert (final["hosts"], final["state"], final["exit_status"]) == ([host], "finished", 0)
+        assert final["counters"]["leases_ended"] == 1
+
+
+def test_drain_yml_draining_the_fleet_once_writes_one_file_for_the_fleet(
+    db, two_hosts, intake_job, tmp_path
+):
+    """One drain for the fleet: one file, at the path as the first host of the play reads it."""
+    with db.connect() as conn:
+        claim(conn, 1)
+    proc, out = start_drain_playbook(
+        two_hosts, tmp_path, "-e", f'{{"leaseguard_pause_cron_jobs": ["{intake_job}"]}}'
+    )
+    fleet_file, label = tmp_path / "drain-app1.json", (("host", "fleet"),)
+    try:
+        assert wait_until(lambda: polls(fleet_file) >= 2), out.lines[-20:]
+        code, first = status(fleet_file)
+        assert code == 0, first
+        assert (first["state"], first["hosts"], first["decision"]) == (
+            "running",
+            ["fleet"],
+            "defer",
+        )
+        assert first["paused_intake"] == [f"pg_cron:{intake_job}"]
+        assert wait_until(lambda: polls(fleet_file) >= first["counters"]["polls"] + 2)
+        assert status(fleet_file)[1]["counters"]["idle_polls"] > first["counters"]["idle_polls"]
+        running = samples(tmp_path / "drain-app1.prom")
+        assert running[("leaseguard_drain_running", label)] == 1
+        assert running[("leaseguard_drain_paused_intake", label)] == 1
+        code, other = status(tmp_path / "drain-app2.json")  # no second drain, no second file
+        assert code == 1 and other["available"] is False
+        assert job_active(db.cluster, intake_job) == "f"
+        with db.connect() as conn:
+            finish(conn, 1)
+        proc.wait(timeout=120)
+    finally:
+        terminate(proc)
+    assert proc.returncode == 0, out.text()[-3000:]
+    code, final = status(fleet_file)
+    assert code == 0, final
+    assert (final["state"], final["exit_status"], final["paused_intake"]) == ("finished", 0, [])
+    assert final["counters"]["leases_ended"] == 1
+    assert samples(tmp_path / "drain-app1.prom")[("leaseguard_drain_running", label)] == 0
+    assert not (tmp_path / "drain-app2.prom").exists()
+    assert job_active(db.cluster, intake_job) == "t"
+
+
+def test_drain_yml_refuses_one_file_for_hosts_draining_at_the_same_time(db, two_hosts, tmp_path):
+    shared = tmp_path / "drain.json"
+    proc, out = start_drain_playbook(
+        two_hosts, tmp_path, "-e", f"leaseguard_drain_status_file={shared}"
+    )
+    proc.wait(timeout=120)
+    stdout = out.text()
+    assert proc.returncode == 2, stdout[-3000:]
+    assert "leaseguard_drain_status_file names one file for several hosts" in stdout
+    assert not shared.exists()
