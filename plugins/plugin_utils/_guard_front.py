@@ -30,19 +30,16 @@ try:
 
     from leaseguard.adapters.clock import offset_from_here
     from leaseguard.adapters.runtime import CommandResult, resolve_runtime_facts
-    from leaseguard.adapters.ssh import (
-        DatabaseAddress,
-        SshOptions,
-        make_connection,
-        parse_openssh_args,
-    )
+    from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
     from leaseguard.core.clock_offset import ClockOffset
     from leaseguard.core.contract import CONFIG_KEYS, load_contract
     from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
     from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
     from leaseguard.core.fleet import facts_from_reports
+    from leaseguard.core.ssh_args import parse_openssh_args
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
+    from leaseguard.core.verdict import failure_result
     from leaseguard.orchestration.drain_options import drain_options
     from leaseguard.orchestration.drain_run import drain_host, signals_set
     from leaseguard.orchestration.session import fleet_session, local_session
@@ -101,14 +98,13 @@ def contract_from(args):
 def failure(exc, host, what="check"):
     """A failed lookup or check fails the task; a check's decision is 'failed', never 'proceed'."""
     result = {
+        **failure_result(exc, host),
         "failed": True,
         "changed": False,
-        "host": host,
         "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
-        "error": {"type": exc.kind, "message": str(exc)},
     }
-    if what == "check":
-        result["decision"] = "failed"
+    if what != "check":
+        del result["decision"]  # a lookup decides nothing
     return result
 
 

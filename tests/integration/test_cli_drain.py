@@ -74,15 +74,17 @@ def drain_ending_the_claim(db, *extra):
         text=True,
         env=clean_env(),
     )
-    stderr = Lines(proc.stderr)
+    # Both pipes read by threads: communicate() would also read stderr, taking lines away
+    # from the reader that the assertions look at.
+    stdout, stderr = Lines(proc.stdout), Lines(proc.stderr)
     try:
         assert stderr.wait_for("start live=1", timeout_s=60), stderr.text()
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
-        stdout, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr.text())
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.text(), stderr.text())
 
 
 def wait_for(predicate, timeout_s=30):

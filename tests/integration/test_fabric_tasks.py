@@ -376,6 +376,26 @@ def test_a_jump_host_gateway_is_used_and_its_host_key_verified(fab, runs, backen
     assert fab("guard", connection=unreachable_gateway).returncode == 1
 
 
+def test_a_two_hop_proxyjump_chain_reaches_the_host_through_both_hops(
+    fab, runs, backend, app_host_pg
+):
+    """`a,b` is two hops (the host's own sshd twice here), not one host named "a,b"."""
+    claim(runs, 1, "running", "0 seconds")
+    hop = f"root@{app_host_pg.addr}"
+    connection = {
+        "dsn": f"dbname={runs.name} user=postgres",
+        "known_hosts": str(app_host_pg.known_hosts_path),
+        "gateway": f"{hop},{hop}",
+    }
+    done = fab("guard", connection=connection)
+    assert done.returncode == 75, done.stdout + done.stderr
+    # A hop that cannot be reached fails the check closed (the order of the hops is checked
+    # by tests/unit/test_ssh_args.py: one sshd cannot tell which hop came first).
+    broken_first = {**connection, "gateway": f"{hop}:2,{hop}"}
+    failed = fab("guard", connection=broken_first)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+
+
 def test_fab_drain_pauses_named_cron_jobs_through_the_tunnel_and_resumes_them(
     fab, runs, backend, app_host_pg
 ):

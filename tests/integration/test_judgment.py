@@ -69,7 +69,11 @@ def test_a_run_claimed_30_minutes_ago_and_silent_since_is_protected(runs):
 
 
 def test_the_naive_3_minute_window_would_have_called_that_run_dead(runs):
-    judge(runs, [(1, "running", ago(minutes=30), ago(minutes=30))])
+    """The contrast the guard exists for: the same row, protected by leaseguard's judgment,
+    is dead to a query that trusts updated_at within 3 minutes."""
+    verdict = judge(runs, [(1, "running", ago(minutes=30), ago(minutes=30))])
+    assert verdict.decision is Decision.DEFER
+    assert verdict.counts.live == 1
     naive = runs.psql(
         "select count(*) from execution_runs where status in ('running','open') "
         "and updated_at > now() - interval '3 minutes'"

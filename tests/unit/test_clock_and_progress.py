@@ -3,8 +3,9 @@ from datetime import UTC, datetime
 
 from leaseguard.adapters.clock import measure_offset
 from leaseguard.core.clock_offset import ClockOffset
-from leaseguard.core.verdict import Counts, LiveClaim, Verdict
+from leaseguard.core.verdict import Counts
 from leaseguard.orchestration.progress import TerminalProgress
+from tests.support.verdicts import make_verdict
 
 
 def test_offset_is_host_minus_database():
@@ -30,17 +31,7 @@ def test_round_trip_noise_within_tolerance_is_not_reported():
 
 def test_the_terminal_bar_shows_live_count_longest_lease_and_elapsed():
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    verdict = Verdict(
-        Counts(live=2),
-        (LiveClaim("1", now, now, 5400.0),),
-        now,
-        7200.0,
-        None,
-        None,
-        5400.0,
-        "execution_runs",
-        host="app1",
-    )
+    verdict = make_verdict("1", remaining_s=5400.0, at=now, counts=Counts(live=2))
     stream = io.StringIO()
     bar = TerminalProgress(stream)
     bar.update(verdict, 2700.0, 5400.0)

@@ -61,3 +61,40 @@ def test_fabric_settings_skip_the_cron_budgets_section():
 def test_fabric_settings_still_reject_other_unknown_keys():
     with pytest.raises(ConfigError, match="cron_budget"):
         settings_from_config({"leaseguard": {"table": "runs", "cron_budget": CRON_BUDGETS}})
+
+
+@pytest.mark.parametrize(
+    ("connection", "message"),
+    [
+        ({"db_port": "five"}, "connection.db_port must be a whole number"),
+        ({"db_port": 70000}, r"connection.db_port must be a port number \(1-65535\)"),
+        ({"db_port": True}, "connection.db_port must be a whole number"),
+        ({"accept_unknown_host_keys": "false"}, "connection.accept_unknown_host_keys must be"),
+        ({"known_hosts": ["a", "b"]}, "connection.known_hosts must be a non-empty string"),
+        ({"gateway": 22}, "connection.gateway must be a non-empty string"),
+        ({"dsn": {"host": "db"}}, "connection.dsn must be a non-empty string"),
+        ({"db_porrt": 5432}, r"unknown config key\(s\): connection.db_porrt"),
+        ("db.internal:5432", "connection must be a mapping"),
+    ],
+)
+def test_fabric_connection_section_names_the_bad_value(connection, message):
+    with pytest.raises(ConfigError, match=message):
+        settings_from_config({"leaseguard": {"table": "runs", "connection": connection}})
+
+
+def test_fabric_connection_section_reads_good_values():
+    connection = {
+        "dsn": "postgresql://app@/app",
+        "db_host": "10.0.0.5",
+        "db_port": "6432",
+        "known_hosts": "/etc/ssh/ssh_known_hosts",
+        "accept_unknown_host_keys": True,
+        "gateway": "bastion",
+    }
+    settings = settings_from_config({"leaseguard": {"connection": connection}})
+    assert (settings.address.host, settings.address.port) == ("10.0.0.5", 6432)
+    assert settings.ssh.accept_unknown_host_keys is True
+    assert (settings.ssh.known_hosts, settings.ssh.gateway) == (
+        "/etc/ssh/ssh_known_hosts",
+        "bastion",
+    )

@@ -6,25 +6,15 @@ from datetime import UTC, datetime
 import pytest
 
 from leaseguard.core.errors import DatabaseUnavailable, LookupFailed, TunnelError
-from leaseguard.core.verdict import Counts, LiveClaim, Verdict
-from leaseguard.orchestration.drain import Drainer, Intakes
+from leaseguard.orchestration.drain import Drainer
+from leaseguard.orchestration.intake import Intakes
+from tests.support.verdicts import make_verdict
 
 NOW = datetime(2026, 9, 9, tzinfo=UTC)
 
 
 def verdict(*live_ids, remaining=600.0):
-    claims = tuple(LiveClaim(i, NOW, NOW, remaining) for i in live_ids)
-    return Verdict(
-        counts=Counts(live=len(claims)),
-        live=claims,
-        checked_at=NOW,
-        lease_s=7200.0,
-        task_timeout=None,
-        runtime_started_at=None,
-        wait_upper_bound_s=remaining if claims else 0.0,
-        table="execution_runs",
-        host="app1",
-    )
+    return make_verdict(*live_ids, remaining_s=remaining, at=NOW)
 
 
 class FakeTime:

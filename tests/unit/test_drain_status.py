@@ -15,15 +15,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
-from leaseguard.orchestration.drain import CronJobsPause, DrainCounters, Intakes
-from leaseguard.orchestration.drain_status import (
-    COUNTER_NAMES,
-    StatusBoard,
-    atomic_write,
-    read_status,
-    render_metrics,
-    writer_alive,
-)
+from leaseguard.orchestration.drain import DrainCounters
+from leaseguard.orchestration.drain_metrics import render_metrics
+from leaseguard.orchestration.drain_snapshot import COUNTER_NAMES
+from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.drain_status_read import read_status, writer_alive
+from leaseguard.orchestration.intake import CronJobsPause, Intakes
+from leaseguard.orchestration.snapshot_files import atomic_write
 from tests.unit.test_drain_loop import RecordingIntake, drainer, verdict
 
 SECRET = "hunter2-sentinel-5ecret"

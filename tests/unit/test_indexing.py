@@ -15,7 +15,7 @@ from leaseguard.adapters.indexing import (
 )
 from leaseguard.cli import main
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.verdict import Counts, Verdict
+from tests.support.verdicts import make_verdict
 
 PREFIX = "CREATE INDEX CONCURRENTLY IF NOT EXISTS "
 
@@ -179,16 +179,8 @@ def test_seq_scans_tolerates_unknown_shapes():
 
 
 def verdict():
-    return Verdict(
-        counts=Counts(),
-        live=(),
-        checked_at=datetime(2026, 9, 9, tzinfo=UTC),
-        lease_s=7200.0,
-        task_timeout=None,
-        runtime_started_at=None,
-        wait_upper_bound_s=0.0,
-        table="execution_runs",
-        warnings=("an earlier warning",),
+    return make_verdict(
+        at=datetime(2026, 9, 9, tzinfo=UTC), host=None, warnings=("an earlier warning",)
     )
 
 

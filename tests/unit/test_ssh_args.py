@@ -2,9 +2,9 @@
 
 import pytest
 
-from leaseguard.adapters.ssh import parse_openssh_args
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import ConfigError
+from leaseguard.core.ssh_args import parse_openssh_args
 
 VALID_CASES = [
     ("", {}),
@@ -41,3 +41,15 @@ def test_a_hostaddr_in_the_dsn_is_refused_since_libpq_would_prefer_it_to_the_tun
     reject_hostaddr("dbname=app user=guard host=db.internal")
     with pytest.raises(ConfigError, match="not hostaddr"):
         reject_hostaddr("dbname=app hostaddr=10.0.0.5 password=secret")
+
+
+def test_a_proxyjump_chain_reaches_the_hops_in_order():
+    """-J a,b: like ssh, a is reached first, b through a, the host through b."""
+    from leaseguard.adapters.ssh import SshOptions, make_connection
+
+    target = make_connection("app1", SshOptions(gateway="ops@bastion:2222, deploy@inner"))
+    inner = target.gateway
+    assert (inner.host, inner.user) == ("inner", "deploy")
+    bastion = inner.gateway
+    assert (bastion.host, bastion.user, bastion.port) == ("bastion", "ops", 2222)
+    assert bastion.gateway is None

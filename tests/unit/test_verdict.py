@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from datetime import UTC, datetime
 
@@ -7,9 +8,10 @@ from leaseguard.core.verdict import (
     Decision,
     LiveClaim,
     TaskTimeout,
-    Verdict,
+    failure_result,
     failure_timeline,
 )
+from tests.support import verdicts
 
 CHECKED = datetime(2026, 9, 9, 14, 48, 57, tzinfo=UTC)
 STARTED = datetime(2026, 9, 9, 4, 0, tzinfo=UTC)
@@ -25,16 +27,13 @@ def make_verdict(live=1, queued=3):
         )
         for _ in range(live)
     )
-    return Verdict(
+    return verdicts.make_verdict(
         counts=Counts(live=live, queued=queued),
         live=claims,
-        checked_at=CHECKED,
-        lease_s=7200.0,
+        at=CHECKED,
         task_timeout=TaskTimeout(3600.0, "docker:backend/APP_TASK_TIMEOUT_S"),
         runtime_started_at=STARTED,
         wait_upper_bound_s=5400.0 if live else 0.0,
-        table="execution_runs",
-        host="app1",
     )
 
 
@@ -81,7 +80,7 @@ def test_timeline_is_one_line_per_decision():
 
 def test_an_assumed_timeout_is_said_so_in_the_timeline():
     verdict = make_verdict(live=0)
-    verdict = Verdict(**{**verdict.__dict__, "task_timeout": TaskTimeout(3600, "default", True)})
+    verdict = dataclasses.replace(verdict, task_timeout=TaskTimeout(3600, "default", True))
     assert "timeout_assumed=yes" in verdict.timeline()
     assert verdict.as_dict()["task_timeout_assumed"] is True
 
@@ -91,3 +90,14 @@ def test_a_failed_check_has_its_own_timeline_line_and_never_says_proceed():
     assert line == (
         "2026-09-09T14:48:57Z leaseguard host=app1 decision=failed error=DatabaseUnavailable"
     )
+
+
+def test_a_failure_result_says_failed_and_names_the_error_class():
+    error = DatabaseUnavailable("database unreachable")
+    assert failure_result(error, "app1") == {
+        "decision": "failed",
+        "host": "app1",
+        "error": {"type": "DatabaseUnavailable", "message": "database unreachable"},
+    }
+    assert failure_result(error, None, CHECKED)["checked_at"] == CHECKED.isoformat()
+    assert Decision.FAILED.value in failure_timeline(CHECKED, "app1", error)

@@ -1,7 +1,7 @@
 """pg_cron's cron.job: reading jobs, one time-boxed transaction on them, pausing and resuming.
 
 Shared by the budgets (`leaseguard.core.budgets`, which plans commands), the drain's intake
-pause (`leaseguard.orchestration.drain.CronJobsPause`) and the migrate role's pause (the
+pause (`leaseguard.orchestration.intake.CronJobsPause`) and the migrate role's pause (the
 cron_budget module's `active` option), so every writer of cron.job runs with the same time
 limits and reports failures the same way.
 

@@ -36,7 +36,8 @@ from psycopg import sql
 
 from leaseguard.adapters.db import set_local_limits
 from leaseguard.adapters.statuses import StatusColumn
-from leaseguard.core.contract import MAX_IDENTIFIER_BYTES, Contract
+from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
+from leaseguard.core.contract import Contract
 from leaseguard.core.errors import SchemaMismatch
 from leaseguard.core.predicate import (
     claim_conditions,

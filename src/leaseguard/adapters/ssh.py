@@ -21,6 +21,7 @@ from typing import Any
 try:
     import paramiko
     from fabric import Config, Connection
+    from invoke.exceptions import CommandTimedOut
 except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproject.toml)
     raise ModuleNotFoundError(
         f"leaseguard's SSH tunnel needs Fabric and paramiko ({exc.name} is not installed): "
@@ -29,7 +30,7 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S, CommandResult
-from leaseguard.core.errors import ConfigError, TunnelError
+from leaseguard.core.errors import TunnelError
 
 log = logging.getLogger("leaseguard.tunnel")
 
@@ -48,7 +49,7 @@ class SshOptions:
     key_filename: str | None = None
     known_hosts: str | None = None
     accept_unknown_host_keys: bool = False
-    gateway: str | None = None  # a ProxyJump-style "user@host:port"
+    gateway: str | None = None  # ProxyJump-style: "user@host:port", or hops "a,b" in order
     connect_timeout_s: int = 10
 
 
@@ -66,7 +67,11 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
         connect_kwargs["key_filename"] = options.key_filename
     gateway = None
     if options.gateway:
-        gateway = make_connection(options.gateway, _gateway_options(options), config)
+        # ProxyJump's "a,b": a is reached first, b through a, this host through b. (Fabric's
+        # own ssh_config ProxyJump chains the hops the other way round, so it is not used.)
+        *before, last = options.gateway.split(",")
+        hop_options = _gateway_options(options, ",".join(before) or None)
+        gateway = make_connection(last.strip(), hop_options, config)
     connection = Connection(
         host,
         user=options.user,
@@ -80,11 +85,12 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     return connection
 
 
-def _gateway_options(options: SshOptions) -> SshOptions:
+def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
     return SshOptions(
         key_filename=options.key_filename,
         known_hosts=options.known_hosts,
         accept_unknown_host_keys=options.accept_unknown_host_keys,
+        gateway=gateway,
         connect_timeout_s=options.connect_timeout_s,
     )
 
@@ -137,40 +143,6 @@ def open_connection(connection: Connection) -> None:
         ) from None
 
 
-# OpenSSH client flags that take a value, and the -o option each one stands for.
-_FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
-_FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
-
-
-def parse_openssh_args(text: str) -> dict[str, str]:
-    """The `-o` options (and -J/-i/-p/-l) in an ssh command line, by lower-cased name.
-
-    Ansible keeps a host's jump host, known_hosts file and host-key policy in
-    ansible_ssh_common_args / ansible_ssh_extra_args; the tunnel must honour the same ones.
-    Like ssh itself, the first value given for an option wins.
-    """
-    try:
-        words = shlex.split(text)
-    except ValueError:
-        raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
-    options: dict[str, str] = {}
-    index = 0
-    while index < len(words):
-        word = words[index]
-        index += 1
-        if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
-            continue
-        flag, value = word[:2], word[2:]
-        if not value and index < len(words):
-            value, index = words[index], index + 1
-        if flag == "-o":
-            name, _, option_value = value.replace("=", " ", 1).partition(" ")
-            options.setdefault(name.strip().lower(), option_value.strip())
-        elif flag in _FLAG_OPTIONS:
-            options.setdefault(_FLAG_OPTIONS[flag], value)
-    return options
-
-
 def _tune(connection: Connection) -> None:
     """Nagle off, and a bound on how long the link may stay silent before it counts as dead.
 
@@ -212,9 +184,9 @@ class FabricRunner:
             result = self.connection.run(
                 shlex.join(argv), hide=True, warn=True, in_stream=False, timeout=LOOKUP_TIMEOUT_S
             )
-        except Exception as exc:  # invoke raises CommandTimedOut, paramiko its own errors
-            if type(exc).__name__ == "CommandTimedOut":
-                return CommandResult(124, "")
+        except CommandTimedOut:
+            return CommandResult(124, "")
+        except Exception as exc:  # paramiko's and the socket's own errors
             transport = self.connection.client.get_transport()
             if transport is None or not transport.is_active():
                 raise TunnelError(

@@ -30,9 +30,11 @@ from leaseguard.core.errors import (
     EXIT_USAGE,
     ConfigError,
     LeaseguardError,
+    LookupFailed,
 )
 from leaseguard.core.timeouts import parse_timeout_s
-from leaseguard.core.verdict import Verdict, failure_timeline
+from leaseguard.core.timestamps import parse_timestamp
+from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
 
 # The handlers import the orchestration (psycopg and the rest) when they run: parsing,
 # `--help` and `--version` do not need it.
@@ -173,7 +175,8 @@ def add_cron_database_option(parser: Any) -> None:
 
 
 def add_drain_options(parser: argparse.ArgumentParser) -> None:
-    from leaseguard.orchestration.drain import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
+    from leaseguard.orchestration.drain import DEFAULT_POLL_S
+    from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
     drain = parser.add_argument_group("drain")
     drain.add_argument(
@@ -268,13 +271,14 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parse_started_at(text: str) -> datetime:
+    """The flag's value, read as every lookup reads one; a bad value is a usage error here."""
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError("--runtime-started-at is not an ISO 8601 timestamp") from None
-    if moment.tzinfo is None:
-        raise ConfigError("--runtime-started-at needs a timezone (e.g. +00:00 or Z)")
-    return moment
+        return parse_timestamp(text, what="the value")
+    except LookupFailed as exc:
+        raise ConfigError(
+            "--runtime-started-at needs a timezone (an ISO 8601 time such as "
+            f"2026-01-01T12:00:00Z): {exc}"
+        ) from None
 
 
 @contextmanager
@@ -397,16 +401,7 @@ def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> 
     """Fail closed, loudly: the decision is 'failed', never 'proceed'."""
     now = datetime.now(UTC)
     if as_json:
-        print(
-            json.dumps(
-                {
-                    "decision": "failed",
-                    "host": host,
-                    "checked_at": now.isoformat(),
-                    "error": {"type": exc.kind, "message": str(exc)},
-                }
-            )
-        )
+        print(json.dumps(failure_result(exc, host, now)))
     else:
         print(failure_timeline(now, host, exc))
     print(f"leaseguard: check failed: {exc}", file=sys.stderr)

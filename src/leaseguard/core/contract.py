@@ -8,8 +8,6 @@ key in every message.
 
 from __future__ import annotations
 
-import math
-import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +15,21 @@ from typing import Any
 
 import yaml
 
+from leaseguard.core.config_values import (
+    choice,
+    identifier,
+    number_value,
+    optional_identifier,
+    optional_number,
+    optional_text,
+    parse_command,
+    reject_unknown,
+    section,
+    status_list,
+    text_value,
+    whole_number,
+    zone,
+)
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
@@ -26,10 +39,6 @@ from leaseguard.core.presets import (
     claim_rule,
     preset_layer,
 )
-
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
-# address another column, so it is refused instead.
-MAX_IDENTIFIER_BYTES = 63
 
 # The section of a config file that declares pg_cron budgets (leaseguard.core.budgets reads it);
 # the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
@@ -215,36 +224,38 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     in any layer, overrides the preset's value for it.
     """
     reject_unknown(data, _TOP_KEYS, prefix="")
-    preset = _optional_text(data, "preset")
+    preset = optional_text(data, "preset")
     if preset is not None:
         data = merge_layers(preset_layer(preset), data)
-    lease = _section(data, "lease")
-    task_timeout = _section(data, "task_timeout")
-    runtime = _section(data, "runtime")
+    lease = section(data, "lease")
+    task_timeout = section(data, "task_timeout")
+    runtime = section(data, "runtime")
     default = Contract()
-    claimed = _statuses(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
-    queued = _statuses(data, "queued_statuses", default.queued_statuses, allow_empty=True)
+    claimed = status_list(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
+    queued = status_list(data, "queued_statuses", default.queued_statuses, allow_empty=True)
     finished = None
     if data.get("finished_statuses") is not None:
-        finished = _statuses(data, "finished_statuses", (), allow_empty=True)
+        finished = status_list(data, "finished_statuses", (), allow_empty=True)
     _reject_overlap(claimed_statuses=claimed, queued_statuses=queued, finished_statuses=finished)
     return Contract(
-        table=_identifier(data, "table", default.table),
-        schema=_optional_identifier(data, "schema"),
-        id_column=_identifier(data, "id_column", default.id_column),
-        status_column=_identifier(data, "status_column", default.status_column),
+        table=identifier(data, "table", default.table),
+        schema=optional_identifier(data, "schema"),
+        id_column=identifier(data, "id_column", default.id_column),
+        status_column=identifier(data, "status_column", default.status_column),
         claimed_statuses=claimed,
         queued_statuses=queued,
         finished_statuses=finished,
-        claimed_at_column=_identifier(data, "claimed_at_column", default.claimed_at_column),
+        claimed_at_column=identifier(data, "claimed_at_column", default.claimed_at_column),
         lease=_lease_rule(lease),
         task_timeout=_task_timeout_lookup(task_timeout),
         runtime=_runtime_lookup(runtime),
-        clock_skew_s=_number(data, "clock_skew_s", default.clock_skew_s, minimum=0.0),
-        statement_timeout_ms=_integer(data, "statement_timeout_ms", default.statement_timeout_ms),
-        lock_timeout_ms=_integer(data, "lock_timeout_ms", default.lock_timeout_ms),
-        connect_timeout_s=_integer(data, "connect_timeout_s", default.connect_timeout_s),
-        timestamp_zone=_zone(data, "timestamp_zone", default.timestamp_zone),
+        clock_skew_s=number_value(data, "clock_skew_s", default.clock_skew_s, minimum=0.0),
+        statement_timeout_ms=whole_number(
+            data, "statement_timeout_ms", default.statement_timeout_ms
+        ),
+        lock_timeout_ms=whole_number(data, "lock_timeout_ms", default.lock_timeout_ms),
+        connect_timeout_s=whole_number(data, "connect_timeout_s", default.connect_timeout_s),
+        timestamp_zone=zone(data, "timestamp_zone", default.timestamp_zone),
         preset=preset,
     )
 
@@ -301,10 +312,12 @@ def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
 
 def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
     reject_unknown(data, _LEASE_KEYS, prefix="lease.")
-    multiplier = _number(data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0)
+    multiplier = number_value(
+        data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0
+    )
     return LeaseRule(
         multiplier=multiplier,
-        expires_at_column=_optional_identifier(data, "expires_at_column", prefix="lease."),
+        expires_at_column=optional_identifier(data, "expires_at_column", prefix="lease."),
     )
 
 
@@ -312,18 +325,18 @@ def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
     prefix = "task_timeout."
     reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
     default = TaskTimeoutLookup()
-    source = _choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
+    source = choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
     lookup = TaskTimeoutLookup(
         source=source,
-        container=_text(data, "container", default.container, prefix=prefix),
-        variable=_text(data, "variable", default.variable, prefix=prefix),
-        default_s=_optional_number(data, "default_s", prefix=prefix),
-        value_s=_optional_number(data, "value_s", prefix=prefix),
-        unit=_optional_text(data, "unit", prefix=prefix),
-        pid_file=_optional_text(data, "pid_file", prefix=prefix),
-        path=_optional_text(data, "path", prefix=prefix),
+        container=text_value(data, "container", default.container, prefix=prefix),
+        variable=text_value(data, "variable", default.variable, prefix=prefix),
+        default_s=optional_number(data, "default_s", prefix=prefix),
+        value_s=optional_number(data, "value_s", prefix=prefix),
+        unit=optional_text(data, "unit", prefix=prefix),
+        pid_file=optional_text(data, "pid_file", prefix=prefix),
+        path=optional_text(data, "path", prefix=prefix),
         command=parse_command(data, "command", prefix=prefix),
-        engine=_choice(data, "engine", default.engine, ("docker", "podman"), prefix=prefix),
+        engine=choice(data, "engine", default.engine, ("docker", "podman"), prefix=prefix),
     )
     _require_for_source(lookup.source, _TASK_TIMEOUT_NEEDS, lookup, prefix)
     return lookup
@@ -334,11 +347,11 @@ def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
     reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
     default = RuntimeLookup()
     lookup = RuntimeLookup(
-        source=_choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
-        container=_text(data, "container", default.container, prefix=prefix),
-        unit=_optional_text(data, "unit", prefix=prefix),
-        pid_file=_optional_text(data, "pid_file", prefix=prefix),
-        started_at=_optional_text(data, "started_at", prefix=prefix),
+        source=choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
+        container=text_value(data, "container", default.container, prefix=prefix),
+        unit=optional_text(data, "unit", prefix=prefix),
+        pid_file=optional_text(data, "pid_file", prefix=prefix),
+        started_at=optional_text(data, "started_at", prefix=prefix),
     )
     _require_for_source(lookup.source, _RUNTIME_NEEDS, lookup, prefix)
     return lookup
@@ -359,141 +372,3 @@ def _require_for_source(source: str, needs: dict[str, str], lookup: object, pref
     key = needs.get(source)
     if key and not getattr(lookup, key):
         raise ConfigError(f"{prefix}{key} is required when {prefix}source is {source!r}")
-
-
-def _section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ConfigError(f"{key} must be a mapping, got {type(value).__name__}")
-    return value
-
-
-def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
-    """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
-    unknown = sorted(str(k) for k in data if k not in known)
-    if unknown:
-        names = ", ".join(prefix + k for k in unknown)
-        raise ConfigError(f"unknown config key(s): {names}")
-
-
-def _text(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{prefix}{key} must be a non-empty string")
-    if "\x00" in value:
-        raise ConfigError(f"{prefix}{key} must not contain a NUL character")
-    return value
-
-
-def _optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
-    if data.get(key) is None:
-        return None
-    return _text(data, key, "", prefix=prefix)
-
-
-def _identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
-    name = _text(data, key, default, prefix=prefix)
-    if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
-        raise ConfigError(
-            f"{prefix}{key} is longer than {MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would "
-            "truncate it and address another name"
-        )
-    return name
-
-
-def _zone(data: Mapping[str, Any], key: str, default: str) -> str:
-    """An IANA zone name (UTC, Europe/Berlin); PostgreSQL knows the same database of zones."""
-    name = _text(data, key, default)
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
-    return name
-
-
-def _optional_identifier(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
-    if data.get(key) is None:
-        return None
-    return _identifier(data, key, "", prefix=prefix)
-
-
-def _statuses(
-    data: Mapping[str, Any], key: str, default: tuple[str, ...], *, allow_empty: bool
-) -> tuple[str, ...]:
-    value = data.get(key, default)
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(v, str) and v != "" for v in value
-    ):
-        raise ConfigError(f"{key} must be a list of non-empty strings")
-    if not value and not allow_empty:
-        raise ConfigError(f"{key} must name at least one status")
-    return tuple(dict.fromkeys(value))
-
-
-def _number(
-    data: Mapping[str, Any], key: str, default: float, *, prefix: str = "", minimum: float
-) -> float:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{prefix}{key} must be a number")
-    try:
-        number = float(value)
-    except ValueError:
-        raise ConfigError(f"{prefix}{key} must be a number") from None
-    if not math.isfinite(number) or number < minimum:
-        raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
-    return number
-
-
-def _optional_number(data: Mapping[str, Any], key: str, *, prefix: str = "") -> float | None:
-    if data.get(key) is None:
-        return None
-    number = _number(data, key, 0.0, prefix=prefix, minimum=0.0)
-    if number == 0:
-        raise ConfigError(f"{prefix}{key} must be greater than 0")
-    return number
-
-
-def _integer(data: Mapping[str, Any], key: str, default: int, *, prefix: str = "") -> int:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{prefix}{key} must be a whole number")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"{prefix}{key} must be a whole number") from None
-    if number <= 0:
-        raise ConfigError(f"{prefix}{key} must be greater than 0")
-    return number
-
-
-def _choice(
-    data: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...], *, prefix: str
-) -> str:
-    value = _text(data, key, default, prefix=prefix)
-    if value not in choices:
-        raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
-    return value
-
-
-def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
-    value = data.get(key)
-    if value is None or (isinstance(value, list | tuple) and not value):
-        return ()
-    if isinstance(value, str):
-        value = ["sh", "-c", value]
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
-    if not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
-    return tuple(value)

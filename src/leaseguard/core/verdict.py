@@ -13,6 +13,9 @@ from leaseguard.core.errors import EXIT_DEFER, EXIT_PROCEED
 class Decision(enum.StrEnum):
     PROCEED = "proceed"
     DEFER = "defer"
+    # A check that could not complete (fail closed); a Verdict never holds it: every front
+    # reports it through failure_result / failure_timeline.
+    FAILED = "failed"
 
 
 class RowClass(enum.StrEnum):
@@ -150,8 +153,23 @@ class Verdict:
 def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
     """The timeline line of a check that could not complete (fail closed)."""
     return timeline_line(
-        at, [f"host={host or '-'}", "decision=failed", f"error={type(error).__name__}"]
+        at, [f"host={host or '-'}", f"decision={Decision.FAILED}", f"error={type(error).__name__}"]
     )
+
+
+def failure_result(
+    error: Exception, host: str | None, at: datetime | None = None
+) -> dict[str, Any]:
+    """The JSON of a check that could not complete: what a Verdict's as_dict() is otherwise.
+
+    `at`, when given, is reported as `checked_at`. The message is the error's own text:
+    leaseguard's errors never carry a secret.
+    """
+    result: dict[str, Any] = {"decision": Decision.FAILED.value, "host": host}
+    if at is not None:
+        result["checked_at"] = at.isoformat()
+    result["error"] = {"type": type(error).__name__, "message": str(error)}
+    return result
 
 
 def timeline_line(at: datetime, fields: list[str]) -> str:

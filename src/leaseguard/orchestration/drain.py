@@ -15,34 +15,25 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import psycopg
-
-from leaseguard.adapters.pauses import RESUME_HINT, pause_jobs, resume_recorded
-from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
     EXIT_DEFER,
     EXIT_FAILED,
     EXIT_PROCEED,
     DrainInterrupted,
-    IntakeNotResumed,
     LeaseguardError,
-    LookupFailed,
     PollFailed,
 )
-from leaseguard.core.verdict import Verdict
+from leaseguard.core.verdict import Decision, Verdict
+from leaseguard.orchestration.intake import Intake
 
 log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
 MAX_CONSECUTIVE_ERRORS = 3
-# A resume that fails is retried for this long (PostgreSQL restarting, a tunnel being
-# re-opened): long enough for a restart or a failover, short enough to be noticed.
-DEFAULT_RESUME_RETRY_S = 60.0
 
 
 @dataclass
@@ -82,9 +73,15 @@ class DrainResult:
             return EXIT_FAILED
         return EXIT_PROCEED if self.drained else EXIT_DEFER
 
+    @property
+    def decision(self) -> Decision:
+        if self.drained:
+            return Decision.PROCEED
+        return Decision.FAILED if self.error is not None else Decision.DEFER
+
     def as_dict(self) -> dict[str, Any]:
         return {
-            "decision": "proceed" if self.drained else ("failed" if self.error else "defer"),
+            "decision": self.decision.value,
             "drained": self.drained,
             "elapsed_s": round(self.elapsed_s, 3),
             "deadline_s": round(self.deadline_s, 3),
@@ -110,8 +107,9 @@ class NoProgress:
         pass
 
 
-class DrainObserver(Protocol):
-    """Who watches the drain from outside (drain_status writes it to files).
+class DrainObserver:
+    """Who watches the drain from outside (drain_status writes it to files); this base
+    watches nothing.
 
     after_poll follows every poll, failed ones too (verdict: the last good one, None before
     any); finished follows the end, after intake was resumed (None: ended by an exception).
@@ -123,31 +121,11 @@ class DrainObserver(Protocol):
         counters: DrainCounters,
         elapsed_s: float,
         deadline_s: float,
-    ) -> None: ...
-
-    def finished(self, result: DrainResult | None) -> None: ...
-
-
-class NoObserver:
-    def after_poll(
-        self,
-        verdict: Verdict | None,
-        counters: DrainCounters,
-        elapsed_s: float,
-        deadline_s: float,
     ) -> None:
         pass
 
     def finished(self, result: DrainResult | None) -> None:
         pass
-
-
-class Intake(Protocol):
-    """Stops new claims during the drain; resume() must undo exactly what pause() did."""
-
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
 
 
 @dataclass
@@ -162,7 +140,7 @@ class Drainer:
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
-    observer: DrainObserver = field(default_factory=NoObserver)
+    observer: DrainObserver = field(default_factory=DrainObserver)
     max_consecutive_errors: int = MAX_CONSECUTIVE_ERRORS
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
@@ -293,151 +271,3 @@ def _id_list(ids: set[str]) -> str:
 
 def _fields(values: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items())
-
-
-# --- intake pauses ------------------------------------------------------------------------
-
-
-class CronJobsPause:
-    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
-
-    A name that matches no job fails the pause before anything is switched: a mistyped
-    name would leave intake running while the drain waits for it to stop. Each pause is
-    recorded in cron.job in the same transaction (`leaseguard.adapters.pauses`), so a drain killed
-    before its resume is named by the next run. The resume is retried with backoff for
-    `retry_s`; if it still fails, the error names the paused jobs and the command that
-    gives them back.
-    """
-
-    def __init__(
-        self,
-        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
-        job_names: Sequence[str],
-        *,
-        by: str = "a leaseguard drain",
-        retry_s: float = DEFAULT_RESUME_RETRY_S,
-        resume_hint: str = RESUME_HINT,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.connect = connect
-        self.job_names = list(job_names)
-        self.by = by
-        self.retry_s = retry_s
-        self.resume_hint = resume_hint
-        self.sleep = sleep
-        self.clock = clock
-        self.paused: list[str] = []
-
-    def paused_intake(self) -> list[str]:
-        return [f"pg_cron:{name}" for name in self.paused]
-
-    def pause(self) -> None:
-        with self.connect() as conn:
-            plan = pause_jobs(conn, self.job_names, self.by)
-        self.paused = plan.paused
-        for name in self.paused:
-            log.info("intake paused pg_cron job=%s by=%s", name, self.by)
-        for name in set(self.job_names) - set(self.paused):
-            log.warning(
-                "pg_cron job %s was already inactive: not paused by this drain, so it will "
-                "not be resumed by it",
-                name,
-            )
-
-    def resume(self) -> None:
-        if not self.paused:
-            return
-        give_up_at = self.clock() + self.retry_s
-        delay = 0.5
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                with self.connect() as conn:
-                    resume_recorded(conn, self.paused)
-                break
-            except LeaseguardError as exc:
-                if self.clock() + delay > give_up_at:
-                    self._give_up(attempt, exc)
-                log.warning(
-                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
-                    "after the first attempt)",
-                    attempt,
-                    exc.kind,
-                    delay,
-                    self.retry_s,
-                )
-                self.sleep(delay)
-                delay = min(delay * 2, 5.0)
-        for name in self.paused:
-            log.info("intake resumed pg_cron job=%s", name)
-        self.paused = []
-
-    def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
-        jobs = ", ".join(self.paused)
-        message = (
-            f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
-            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the pause is recorded "
-            f"in cron.job; give it back with {self.resume_hint}"
-        )
-        log.error("%s", message)
-        raise IntakeNotResumed(message) from None
-
-
-class CommandPause:
-    """Run a configured pause command on the host before waiting, and its resume after."""
-
-    def __init__(self, runner: Runner, pause: Sequence[str], resume: Sequence[str]) -> None:
-        self.runner = runner
-        self.pause_argv = list(pause)
-        self.resume_argv = list(resume)
-        self.paused = False
-
-    def paused_intake(self) -> list[str]:
-        return [f"command:{self.runner.label}"] if self.paused else []
-
-    def pause(self) -> None:
-        self._run(self.pause_argv, "pause")
-        self.paused = True
-
-    def resume(self) -> None:
-        if self.paused:
-            self._run(self.resume_argv, "resume")
-            self.paused = False
-
-    def _run(self, argv: list[str], what: str) -> None:
-        result = self.runner.run(argv)
-        if result.exit_code != 0:
-            raise LookupFailed(
-                f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
-            )
-        log.info("intake %s command ran host=%s", what, self.runner.label)
-
-
-class Intakes:
-    """Several intake pauses as one: resumed in reverse order, each attempted."""
-
-    def __init__(self, parts: Sequence[Intake]) -> None:
-        self.parts = list(parts)
-        self.active: list[Intake] = []
-
-    def paused_intake(self) -> list[str]:
-        return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
-
-    def pause(self) -> None:
-        for part in self.parts:
-            part.pause()
-            self.active.append(part)
-
-    def resume(self) -> None:
-        failures: list[LeaseguardError] = []
-        while self.active:
-            part = self.active.pop()
-            try:
-                part.resume()
-            except LeaseguardError as exc:
-                failures.append(exc)
-                log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
-        if failures:
-            raise failures[0]

@@ -17,10 +17,10 @@ import psycopg
 
 from leaseguard.adapters.pauses import RESUME_HINT
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.contract import parse_command
+from leaseguard.core.config_values import parse_command, reject_unknown
 from leaseguard.core.errors import ConfigError
-from leaseguard.orchestration.drain import (
-    DEFAULT_POLL_S,
+from leaseguard.orchestration.drain import DEFAULT_POLL_S
+from leaseguard.orchestration.intake import (
     DEFAULT_RESUME_RETRY_S,
     CommandPause,
     CronJobsPause,
@@ -42,15 +42,13 @@ class DrainOptions:
     resume_retry_s: float = DEFAULT_RESUME_RETRY_S
 
 
-_DRAIN_KEYS = {f for f in DrainOptions.__dataclass_fields__}
+_DRAIN_KEYS = frozenset(DrainOptions.__dataclass_fields__)
 
 
 def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
     """Validate the `drain:` section; messages name the key."""
     data = dict(data or {})
-    unknown = sorted(set(data) - _DRAIN_KEYS)
-    if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join('drain.' + k for k in unknown)}")
+    reject_unknown(data, _DRAIN_KEYS, prefix="drain.")
     jobs = data.get("pause_cron_jobs") or ()
     if isinstance(jobs, str):
         jobs = (jobs,)

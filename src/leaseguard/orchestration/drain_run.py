@@ -110,16 +110,8 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
             say(f"{name}: stopping the drain and resuming intake")
         stop.set()
 
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: nothing to install
+    with _handling((signal.SIGINT, signal.SIGTERM), handler):
         yield
-        return
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @contextmanager
@@ -129,15 +121,25 @@ def terminate_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    with _handling((signal.SIGTERM,), interrupt):
+        yield
+
+
+@contextmanager
+def _handling(
+    signals: tuple[signal.Signals, ...], handler: Callable[[int, FrameType | None], None]
+) -> Iterator[None]:
+    """`handler` for these signals during the block, the previous handlers after it."""
     try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        previous = {sig: signal.signal(sig, handler) for sig in signals}
     except ValueError:  # not the main thread: nothing to install
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def configure_logging(*, verbose: bool = False) -> None:

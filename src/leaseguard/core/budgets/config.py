@@ -21,12 +21,8 @@ from leaseguard.core.budgets.names import (
     parse_schedule,
 )
 from leaseguard.core.budgets.units import parse_budget_ms
-from leaseguard.core.contract import (
-    CRON_BUDGETS_SECTION,
-    MAX_IDENTIFIER_BYTES,
-    load_config_file,
-    reject_unknown,
-)
+from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES, reject_unknown
+from leaseguard.core.contract import CRON_BUDGETS_SECTION, load_config_file
 from leaseguard.core.errors import ConfigError
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION

@@ -9,7 +9,7 @@ from psycopg import sql
 from psycopg.abc import AdaptContext
 
 from leaseguard.core.budgets.units import shown
-from leaseguard.core.contract import MAX_IDENTIFIER_BYTES
+from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.errors import ConfigError
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)

@@ -1,0 +1,88 @@
+"""Running a task once over every -H host: the executor, the host list, the worst status.
+
+Fabric itself would run a task once per host, serially; the small executor below hands our
+tasks the whole host list instead (tasks.collection() installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from fabric import Connection, Executor
+from invoke.context import Context
+from invoke.exceptions import Exit
+
+from leaseguard.core.errors import EXIT_DEFER, EXIT_FAILED, EXIT_PROCEED, EXIT_USAGE
+from leaseguard.core.verdict import failure_timeline
+
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+MAX_PARALLEL_HOSTS = 32
+T = TypeVar("T")
+
+
+class FleetExecutor(Executor):  # type: ignore[misc]
+    """Runs tasks marked `fleet` once with every -H host, other tasks as Fabric does."""
+
+    def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
+        expanded: list[Any] = []
+        host_str = self.core[0].args.hosts.value if apply_hosts else None
+        for call in calls:
+            body = getattr(getattr(call, "task", call), "body", None)
+            if getattr(body, "leaseguard_fleet", False):
+                hosts = host_str.split(",") if host_str else []
+                self.config[FLEET_HOSTS_KEY] = hosts
+                expanded.append(call)
+            else:
+                expanded.extend(super().expand_calls([call], apply_hosts=apply_hosts))
+        return expanded
+
+
+def fleet(body: Callable[..., Any]) -> Callable[..., Any]:
+    body.leaseguard_fleet = True  # type: ignore[attr-defined]
+    return body
+
+
+def fleet_hosts(c: Context) -> list[str]:
+    if isinstance(c, Connection):  # run by a plain Fabric executor: one host per call
+        return [c.original_host]
+    hosts = list(c.config.get(FLEET_HOSTS_KEY) or [])
+    if not hosts:
+        raise Exit("leaseguard: give the hosts to check with -H host1,host2", code=EXIT_USAGE)
+    for host in hosts:
+        if not host.rpartition("@")[2].partition(":")[0]:  # "root@", ":22", ""
+            raise Exit(f"leaseguard: -H {host!r} names no host", code=EXIT_USAGE)
+    return hosts
+
+
+def for_each_host(hosts: list[str], work: Callable[[str], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=min(len(hosts), MAX_PARALLEL_HOSTS)) as pool:
+        return list(pool.map(work, hosts))
+
+
+def worst_status(statuses: list[int]) -> int:
+    if EXIT_USAGE in statuses:
+        return EXIT_USAGE
+    if EXIT_FAILED in statuses:
+        return EXIT_FAILED
+    if EXIT_DEFER in statuses:
+        return EXIT_DEFER
+    return EXIT_PROCEED
+
+
+def exit_with(status: int) -> None:
+    if status != EXIT_PROCEED:
+        raise Exit(code=status)
+
+
+def say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
+
+
+def failure_line(host: str, error: Exception) -> str:
+    """The timeline line of a host whose task failed, with the reason."""
+    return f"{failure_timeline(datetime.now(UTC), host, error)} reason={json.dumps(str(error))}"

@@ -1,0 +1,87 @@
+"""The `leaseguard:` section of a Fabric config, validated, and the SSH connection it asks for."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from fabric import Config, Connection
+from invoke.context import Context
+from invoke.exceptions import Exit
+
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.core.config_values import flag, optional_port, optional_text, reject_unknown
+from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.core.dsn import tunnel_far_end
+from leaseguard.core.errors import EXIT_USAGE, ConfigError
+from leaseguard.orchestration.drain_options import DrainOptions, drain_options
+
+# The keys of the `connection:` section (docs/configuration.md lists each one).
+CONNECTION_KEYS = frozenset(
+    {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
+)
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    """The `leaseguard:` section of Fabric config, validated."""
+
+    contract: Contract
+    conninfo: str
+    address: DatabaseAddress
+    ssh: SshOptions
+    drain: DrainOptions
+
+
+def settings_from_config(config: Any) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+    section = _plain(config.get("leaseguard", {}) or {})
+    connection = section.pop("connection", None) or {}
+    if not isinstance(connection, dict):
+        raise ConfigError("connection must be a mapping")
+    reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
+    drain = section.pop("drain", {}) or {}
+    section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
+    given = connection.get("dsn") != ""  # an empty dsn means "from LEASEGUARD_DSN", as unset
+    dsn = optional_text(connection, "dsn", prefix="connection.") if given else None
+    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
+    address = DatabaseAddress(
+        *tunnel_far_end(
+            dsn,
+            optional_text(connection, "db_host", prefix="connection."),
+            optional_port(connection, "db_port", prefix="connection."),
+        )
+    )
+    contract = load_contract(section)
+    ssh = SshOptions(
+        known_hosts=optional_text(connection, "known_hosts", prefix="connection."),
+        accept_unknown_host_keys=flag(
+            connection, "accept_unknown_host_keys", False, prefix="connection."
+        ),
+        gateway=optional_text(connection, "gateway", prefix="connection."),
+        # One connect budget for the whole path: the SSH hop and the database behind it.
+        connect_timeout_s=contract.connect_timeout_s,
+    )
+    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+
+
+def _plain(value: Any) -> Any:
+    """invoke's DataProxy -> plain dicts/lists, so validation sees ordinary types."""
+    if hasattr(value, "keys"):
+        return {str(k): _plain(value[k]) for k in value.keys()}  # noqa: SIM118
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
+    config = c.config if isinstance(c.config, Config) else None
+    return make_connection(host, settings.ssh, config)
+
+
+def settings_or_exit(c: Context) -> FabricSettings:
+    try:
+        return settings_from_config(c.config)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None

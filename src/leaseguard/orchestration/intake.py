@@ -1,0 +1,179 @@
+"""Intake: what stops new claims while a drain waits, and gives them back on every exit path.
+
+A pg_cron job deactivated and recorded in cron.job (`CronJobsPause`), a command run on the
+host (`CommandPause`), or several of them as one (`Intakes`). resume() undoes exactly what
+pause() did, nothing an operator had paused by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import psycopg
+
+from leaseguard.adapters.pauses import RESUME_HINT, pause_jobs, resume_recorded
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.errors import IntakeNotResumed, LeaseguardError, LookupFailed
+
+log = logging.getLogger("leaseguard.drain")
+
+# A resume that fails is retried for this long (PostgreSQL restarting, a tunnel being
+# re-opened): long enough for a restart or a failover, short enough to be noticed.
+DEFAULT_RESUME_RETRY_S = 60.0
+
+
+class Intake(Protocol):
+    """Stops new claims during the drain; resume() must undo exactly what pause() did."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class CronJobsPause:
+    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
+
+    A name that matches no job fails the pause before anything is switched: a mistyped
+    name would leave intake running while the drain waits for it to stop. Each pause is
+    recorded in cron.job in the same transaction (`leaseguard.adapters.pauses`), so a drain killed
+    before its resume is named by the next run. The resume is retried with backoff for
+    `retry_s`; if it still fails, the error names the paused jobs and the command that
+    gives them back.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+        job_names: Sequence[str],
+        *,
+        by: str = "a leaseguard drain",
+        retry_s: float = DEFAULT_RESUME_RETRY_S,
+        resume_hint: str = RESUME_HINT,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.connect = connect
+        self.job_names = list(job_names)
+        self.by = by
+        self.retry_s = retry_s
+        self.resume_hint = resume_hint
+        self.sleep = sleep
+        self.clock = clock
+        self.paused: list[str] = []
+
+    def paused_intake(self) -> list[str]:
+        return [f"pg_cron:{name}" for name in self.paused]
+
+    def pause(self) -> None:
+        with self.connect() as conn:
+            plan = pause_jobs(conn, self.job_names, self.by)
+        self.paused = plan.paused
+        for name in self.paused:
+            log.info("intake paused pg_cron job=%s by=%s", name, self.by)
+        for name in set(self.job_names) - set(self.paused):
+            log.warning(
+                "pg_cron job %s was already inactive: not paused by this drain, so it will "
+                "not be resumed by it",
+                name,
+            )
+
+    def resume(self) -> None:
+        if not self.paused:
+            return
+        give_up_at = self.clock() + self.retry_s
+        delay = 0.5
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.connect() as conn:
+                    resume_recorded(conn, self.paused)
+                break
+            except LeaseguardError as exc:
+                if self.clock() + delay > give_up_at:
+                    self._give_up(attempt, exc)
+                log.warning(
+                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
+                    "after the first attempt)",
+                    attempt,
+                    exc.kind,
+                    delay,
+                    self.retry_s,
+                )
+                self.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        for name in self.paused:
+            log.info("intake resumed pg_cron job=%s", name)
+        self.paused = []
+
+    def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
+        jobs = ", ".join(self.paused)
+        message = (
+            f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
+            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the pause is recorded "
+            f"in cron.job; give it back with {self.resume_hint}"
+        )
+        log.error("%s", message)
+        raise IntakeNotResumed(message) from None
+
+
+class CommandPause:
+    """Run a configured pause command on the host before waiting, and its resume after."""
+
+    def __init__(self, runner: Runner, pause: Sequence[str], resume: Sequence[str]) -> None:
+        self.runner = runner
+        self.pause_argv = list(pause)
+        self.resume_argv = list(resume)
+        self.paused = False
+
+    def paused_intake(self) -> list[str]:
+        return [f"command:{self.runner.label}"] if self.paused else []
+
+    def pause(self) -> None:
+        self._run(self.pause_argv, "pause")
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self._run(self.resume_argv, "resume")
+            self.paused = False
+
+    def _run(self, argv: list[str], what: str) -> None:
+        result = self.runner.run(argv)
+        if result.exit_code != 0:
+            raise LookupFailed(
+                f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
+            )
+        log.info("intake %s command ran host=%s", what, self.runner.label)
+
+
+class Intakes:
+    """Several intake pauses as one: resumed in reverse order, each attempted."""
+
+    def __init__(self, parts: Sequence[Intake]) -> None:
+        self.parts = list(parts)
+        self.active: list[Intake] = []
+
+    def paused_intake(self) -> list[str]:
+        return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
+
+    def pause(self) -> None:
+        for part in self.parts:
+            part.pause()
+            self.active.append(part)
+
+    def resume(self) -> None:
+        failures: list[LeaseguardError] = []
+        while self.active:
+            part = self.active.pop()
+            try:
+                part.resume()
+            except LeaseguardError as exc:
+                failures.append(exc)
+                log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
+        if failures:
+            raise failures[0]
