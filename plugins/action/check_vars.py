@@ -15,27 +15,27 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     check_vars_argument_spec,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 
 PREFIX = "leaseguard_"
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 _NAME_RE = re.compile(r"\bleaseguard_[a-z0-9_]+\b")
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
+class ActionModule(LeaseguardAction):
+    needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        args = self.validate_argument_spec(check_vars_argument_spec())[1]
+    def argument_spec(self):
+        return check_vars_argument_spec(), {}
+
+    def act(self, args, host, task_vars):
         known = known_variables() | set(args["allow"])
-        checked = sorted(name for name in (task_vars or {}) if name.startswith(PREFIX))
+        checked = sorted(name for name in task_vars if name.startswith(PREFIX))
         unknown = {name: nearest(name, known) for name in checked if name not in known}
-        result.update(changed=False, checked=checked)
+        result = {"changed": False, "checked": checked}
         if unknown:
             result.update(failed=True, unknown=unknown, msg=_message(unknown))
         return result

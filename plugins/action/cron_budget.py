@@ -10,16 +10,13 @@ decisions (create / update / drift / refuse, lowering warnings) and the all-or-n
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     cron_budget_argument_spec,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     ConfigError,
-    LeaseguardError,
     database_conninfo,
-    failure,
-    require_leaseguard,
 )
 
 try:
@@ -34,22 +31,17 @@ except ImportError:  # require_leaseguard() reports it
     pass
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True  # the plan is computed the same way; only writes are skipped
+class ActionModule(LeaseguardAction):
+    # Check mode computes the plan the same way; only the writes are skipped.
+    failure_what = "cron_budget"
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        require_leaseguard()
-        args = self.validate_argument_spec(
-            cron_budget_argument_spec(), required_one_of=[("jobs", "active", "resume_recorded")]
-        )[1]
-        host = (task_vars or {}).get("inventory_hostname", self._play_context.remote_addr)
-        try:
-            result.update(self._converge(args, host))
-        except LeaseguardError as exc:
-            result.update(failure(exc, host, what="cron_budget"))
-        return result
+    def argument_spec(self):
+        return cron_budget_argument_spec(), {
+            "required_one_of": [("jobs", "active", "resume_recorded")]
+        }
+
+    def act(self, args, host, task_vars):
+        return self._converge(args, host)
 
     def _converge(self, args, host):
         if args["resume_recorded"]:

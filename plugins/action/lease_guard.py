@@ -10,23 +10,20 @@ only ever want to stop).
 
 from __future__ import annotations
 
-from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     lease_guard_argument_spec,
     lease_guard_spec_options,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     RESUME_HINT,
-    LeaseguardError,
     contract_from,
     drain_events,
     drain_host,
     drain_options,
-    failure,
     fleet_guard_session,
     given_facts,
     guard_session,
-    require_leaseguard,
     stop_on_signals,
 )
 
@@ -43,23 +40,14 @@ DRAIN_KEYS = (
 )
 
 
-class ActionModule(ActionBase):
-    TRANSFERS_FILES = False
-    _supports_check_mode = True  # the check is read-only; check mode never pauses intake
+class ActionModule(LeaseguardAction):
+    # The check is read-only and check mode never pauses intake (see _guard).
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
-        require_leaseguard()
-        args = self.validate_argument_spec(
-            lease_guard_argument_spec(), **lease_guard_spec_options()
-        )[1]
-        task_vars = task_vars or {}
-        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
-        try:
-            result.update(self._guard(args, host, task_vars.get("ansible_play_hosts_all", ())))
-        except LeaseguardError as exc:
-            result.update(failure(exc, host))
-        return result
+    def argument_spec(self):
+        return lease_guard_argument_spec(), lease_guard_spec_options()
+
+    def act(self, args, host, task_vars):
+        return self._guard(args, host, task_vars.get("ansible_play_hosts_all", ()))
 
     def _guard(self, args, host, play_hosts):
         contract = contract_from(args)

@@ -1,0 +1,50 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Private to leaseguard.deploy: the one run() every leaseguard action plugin shares.
+
+As community.docker's action plugins share a base: the task's arguments are validated
+against the module's argument spec, the host is named, and a LeaseguardError becomes a
+failed task naming what failed (never a traceback, never a passing result). A plugin says
+only which spec it takes and what it does (`act`).
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    LeaseguardError,
+    failure,
+    require_leaseguard,
+)
+
+
+class LeaseguardAction(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    # How a failure reads: "leaseguard: check failed on app1 (...)"; only a check's failure
+    # carries `decision: failed`.
+    failure_what = "check"
+    # False for a plugin that runs without the leaseguard package (check_vars).
+    needs_leaseguard = True
+
+    def argument_spec(self):
+        """The module's argument spec and validate_argument_spec's other keyword options."""
+        raise NotImplementedError
+
+    def act(self, args, host, task_vars):
+        """The task's result for these validated `args`; a LeaseguardError fails it."""
+        raise NotImplementedError
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        if self.needs_leaseguard:
+            require_leaseguard()
+        spec, options = self.argument_spec()
+        args = self.validate_argument_spec(spec, **options)[1]
+        task_vars = task_vars or {}
+        host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
+        try:
+            result.update(self.act(args, host, task_vars))
+        except LeaseguardError as exc:
+            result.update(failure(exc, host, what=self.failure_what))
+        return result
