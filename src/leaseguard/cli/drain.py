@@ -1,0 +1,196 @@
+"""`leaseguard drain` and `leaseguard resume`: intake paused around a wait, and given back.
+
+Loaded by name (leaseguard.cli.main.COMMANDS) only when one of them runs, so `leaseguard
+check` never imports the drain machinery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from leaseguard.cli.contract import add_config_option, contract_from_args, resolve_dsn
+from leaseguard.cli.main import (
+    COMMANDS,
+    add_contract_options,
+    add_cron_database_option,
+    given_facts,
+    open_session,
+    report_failure,
+)
+from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
+from leaseguard.core.verdict import failure_timeline
+from leaseguard.orchestration.drain import DrainResult
+
+
+def add_drain_command(commands: Any) -> None:
+    drain_parser = commands.add_parser(
+        "drain",
+        help=COMMANDS["drain"][1],
+        description="Pause intake, then poll until no live lease remains or the deadline "
+        "passes; intake is resumed on every exit path. Exit status: 0 drained, 75 deadline "
+        "reached with live leases, 1 failed, 2 usage.",
+    )
+    add_contract_options(drain_parser)
+    add_drain_options(drain_parser)
+    drain_parser.set_defaults(handler=run_drain)
+
+
+def add_resume_command(commands: Any) -> None:
+    resume_parser = commands.add_parser(
+        "resume",
+        help=COMMANDS["resume"][1],
+        description="Reactivate exactly the pg_cron jobs that a drain paused and recorded "
+        "(a drain killed before its resume, or whose resume could not reach the database), "
+        "and delete their records. Jobs disabled without a drain have no record and are never "
+        "touched. Exit status: 0 done (also when nothing was recorded), 1 failed, 2 usage.",
+    )
+    conn = resume_parser.add_argument_group("connection")
+    add_config_option(conn)
+    conn.add_argument(
+        "--dsn",
+        help="libpq connection string; default $LEASEGUARD_DSN, "
+        "else the PG* variables and ~/.pgpass",
+    )
+    add_cron_database_option(resume_parser)
+    resume_parser.add_argument(
+        "--job",
+        action="append",
+        metavar="NAME",
+        help="only this recorded job (repeatable; default: every recorded job)",
+    )
+    resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
+    resume_parser.set_defaults(handler=run_resume)
+
+
+def add_drain_options(parser: argparse.ArgumentParser) -> None:
+    from leaseguard.orchestration.drain import DEFAULT_POLL_S
+    from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
+
+    drain = parser.add_argument_group("drain")
+    drain.add_argument(
+        "--deadline-s",
+        type=float,
+        metavar="N",
+        help="give up after N seconds (default and maximum: the longest "
+        "remaining lease seen at the start)",
+    )
+    drain.add_argument(
+        "--poll-s",
+        type=float,
+        metavar="N",
+        help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
+    )
+    drain.add_argument(
+        "--pause-cron-job",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="pg_cron job(s) to deactivate during the drain and reactivate after",
+    )
+    add_cron_database_option(drain)
+    drain.add_argument(
+        "--resume-retry-s",
+        type=float,
+        metavar="N",
+        help="retry a failed resume with backoff for up to N seconds (default "
+        f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
+    )
+    drain.add_argument(
+        "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
+    )
+    drain.add_argument(
+        "--resume-command",
+        metavar="CMD",
+        help="shell command that restarts intake afterwards (always run)",
+    )
+    drain.add_argument(
+        "--status-file",
+        metavar="PATH",
+        help="rewrite a JSON snapshot of the drain here after every poll "
+        "(read it with `leaseguard status PATH`)",
+    )
+    drain.add_argument(
+        "--metrics-file",
+        metavar="PATH",
+        help="rewrite Prometheus text metrics here after every poll "
+        "(node_exporter textfile collector: name it *.prom)",
+    )
+    drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
+
+
+def run_drain(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_run import (
+        configure_logging,
+        drain_host,
+        status_board,
+        terminate_as_interrupt,
+    )
+    from leaseguard.orchestration.progress import progress_for
+
+    contract = contract_from_args(args)
+    facts = given_facts(args)
+    options = drain_options(
+        {
+            "deadline_s": args.deadline_s,
+            "poll_s": args.poll_s,
+            "pause_cron_jobs": args.pause_cron_job,
+            "cron_database": args.cron_database,
+            "pause_command": args.pause_command,
+            "resume_command": args.resume_command,
+            "status_file": args.status_file,
+            "metrics_file": args.metrics_file,
+            "resume_retry_s": args.resume_retry_s,
+        }
+    )
+    configure_logging(verbose=args.verbose)
+    board = status_board(options)
+    host = socket.gethostname()
+    try:
+        with (
+            open_session(args, contract, facts, resolve_dsn(args)) as session,
+            terminate_as_interrupt(),
+        ):
+            result = drain_host(session, options, progress_for(sys.stderr), board)
+    except KeyboardInterrupt:
+        print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
+        return EXIT_FAILED
+    except LeaseguardError as exc:
+        report_failure(exc, host, as_json=args.json)
+        return EXIT_FAILED
+    report_drain(result, as_json=args.json)
+    return result.exit_status
+
+
+def report_drain(result: DrainResult, *, as_json: bool) -> None:
+    """A failed drain prints its failure line, never the last (stale) verdict before it."""
+    if as_json:
+        print(json.dumps(result.as_dict()))
+    elif result.error is not None:
+        print(failure_timeline(datetime.now(UTC), socket.gethostname(), result.error))
+    elif result.verdict is not None:
+        print(result.verdict.timeline())
+    if result.error is not None:
+        print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
+    if result.verdict is not None and not as_json:
+        for warning in result.verdict.warnings:
+            print(f"leaseguard: warning: {warning}", file=sys.stderr)
+
+
+def run_resume(args: argparse.Namespace) -> int:
+    from leaseguard.adapters.resume import resume_lines, resume_pauses
+
+    try:
+        outcome = resume_pauses(resolve_dsn(args), cron_database=args.cron_database, jobs=args.job)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        report_failure(exc, socket.gethostname(), as_json=args.json)
+        return EXIT_FAILED
+    print(json.dumps(outcome) if args.json else resume_lines(outcome))
+    return EXIT_PROCEED
