@@ -6,13 +6,8 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from leaseguard.adapters.indexing import (
-    index_name,
-    no_index_reason,
-    recommended_index_sql,
-    seq_scans,
-    with_plan_warning,
-)
+from leaseguard.adapters.indexing import index_name, no_index_reason, recommended_index_sql
+from leaseguard.adapters.plan_warning import seq_scans, with_plan_warning
 from leaseguard.cli import main
 from leaseguard.core.contract import contract_from_mapping
 from tests.support.verdicts import make_verdict

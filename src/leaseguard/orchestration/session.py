@@ -31,8 +31,8 @@ import psycopg
 from leaseguard.adapters.clock import database_clock, host_clock, measure_offset
 from leaseguard.adapters.db import connect, describe_target
 from leaseguard.adapters.guard import judge_table, lease_seconds
-from leaseguard.adapters.indexing import with_plan_warning
 from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.adapters.plan_warning import with_plan_warning
 from leaseguard.adapters.runtime import LocalRunner, Runner, resolve_runtime_facts
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset, chained
