@@ -24,7 +24,7 @@ import psycopg
 
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
-from leaseguard.core.predicate import (
+from leaseguard.core.status_queries import (
     status_column_query,
     status_rows_query,
     unclassified_scan_query,
