@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -65,30 +66,11 @@ def check(
 
 
 def evaluate(
-    conn: psycopg.Connection[tuple[object, ...]],
-    contract: Contract,
-    *,
-    task_timeout: TaskTimeout | None,
-    lease_s: float | None,
-    runtime_started_at: datetime | None,
-    host: str | None = None,
-    as_of: datetime | None = None,
-    clock_offset: ClockOffset | None = None,
-    warnings: tuple[str, ...] = (),
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, **judged: Any
 ) -> Verdict:
-    """Judge on an open guard connection (with the schema pre-flight): see `judge_table`."""
-    verdict, _ = judge_table(
-        conn,
-        contract,
-        task_timeout=task_timeout,
-        lease_s=lease_s,
-        runtime_started_at=runtime_started_at,
-        host=host,
-        as_of=as_of,
-        clock_offset=clock_offset,
-        warnings=warnings,
-    )
-    return verdict
+    """Judge on an open guard connection (with the schema pre-flight): `judge_table`'s
+    keywords, its verdict only."""
+    return judge_table(conn, contract, **judged)[0]
 
 
 def judge_table(
