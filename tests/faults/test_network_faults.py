@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,6 +23,7 @@ import yaml
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
+from tests.support.process_lines import Lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,7 +48,11 @@ def wait_for(
 
 
 class Fab:
-    """`fab` running in the background, its stderr collected line by line as it comes."""
+    """`fab` running in the background, both pipes collected line by line as they come.
+
+    Each pipe has its own reader: `communicate()` would also read stderr and take lines
+    away from a reader the test is watching.
+    """
 
     def __init__(self, argv: list[str]) -> None:
         self.proc = subprocess.Popen(
@@ -59,29 +63,23 @@ class Fab:
             text=True,
             env=clean_env(),
         )
-        self.err: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._out = Lines(self.proc.stdout)
+        self._err = Lines(self.proc.stderr)
         self.stdout = ""
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.err.append(line)
 
     @property
     def stderr(self) -> str:
-        return "".join(self.err)
+        return "".join(self._err.lines)
 
     def wait(self, timeout: float) -> int:
-        assert self.proc.stdout is not None
         try:
-            self.stdout = self.proc.communicate(timeout=timeout)[0]
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             pytest.fail(f"fab did not end within {timeout:.0f}s:\n{self.stderr}")
-        self._reader.join(timeout=5)
+        self.stdout = self._out.text()
+        self._err.text()  # wait until the reader has every line
         return self.proc.returncode
 
     def kill(self) -> None:
