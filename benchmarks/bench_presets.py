@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_presets [--rows 1000000] [--repeat 15]
 
-Each queue's schema comes from its own migration files (sandbox/queues). The table
+Each queue's stock schema is created by sandbox/queues (see its docstring). The table
 grows with history the way each system keeps it (River, Oban, pg-boss: completed rows;
 graphile-worker deletes completed jobs, so its history is permanently failed, exhausted
 jobs; Solid Queue: finished jobs, its claims table holding only the live claims; Que:
@@ -111,7 +111,7 @@ def _graphile(conn: psycopg.Connection[Any], history: int) -> None:
     )
     conn.execute(
         "UPDATE graphile_worker._private_jobs SET locked_at = now(), attempts = 1 "
-        "WHERE id IN (SELECT id FROM graphile_worker.jobs WHERE attempts = 0)"
+        "WHERE attempts = 0"
     )
     conn.execute(
         "INSERT INTO graphile_worker._private_jobs (task_id, locked_at, attempts, max_attempts) "

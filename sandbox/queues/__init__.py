@@ -3,12 +3,12 @@
 - river/: riverqueue/river riverdriver/riverpgxv5/migration/main/*.up.sql, verbatim (commit
   fdf6cdf12567a5b70c003f5ff850273f09e7efcf); `/* TEMPLATE: schema */` is replaced with
   nothing, as River's migrator does for its default (search_path) schema.
-- graphile_worker/: graphile/worker sql/0000NN.sql, verbatim (commit
-  abfb4cff30747ad423046d117dfb88470f03ae00); `:GRAPHILE_WORKER_SCHEMA` is replaced as
-  src/migrate.ts does, after its installSchema bootstrap (schema + migrations table).
-- pg_boss/create.sql: pg-boss's schema 37 exactly as its own src/plans.ts create() renders
-  it (bundled with esbuild, run with node; see the file's header): pg-boss keeps its DDL in
-  TypeScript, not in SQL files.
+- graphile_worker.sql: our reconstruction of graphile-worker's _private_jobs, _private_tasks
+  and _private_job_queues (RLS on, no policy), from graphile/worker sql/000011.sql and
+  000016.sql (see the file's header), plus a two-argument add_job of our own for the tests.
+- pg_boss.sql: our reconstruction of pg-boss's schema 37 job table (PARTITION BY LIST (name),
+  its DEFAULT partition job_common), from timgit/pg-boss src/plans.ts (see the file's header);
+  create_pg_boss adds a partition per queue as pgboss.create_queue does.
 - oban/oban_jobs.sql: translated by hand from Oban's Ecto migrations V01..V14 (see the file).
 - que/N.up.sql: que-rb/que lib/que/migrations/N/up.sql, verbatim (commit
   17fb2c3b75b37599bf17043dbb692555f582f249, Que 2.4.1, schema version 7), run in order in
@@ -29,11 +29,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 HERE = Path(__file__).parent
 
@@ -48,36 +50,38 @@ def create_oban(conn: psycopg.Connection[Any]) -> None:
     conn.execute((HERE / "oban" / "oban_jobs.sql").read_text())
 
 
-GRAPHILE_SCHEMA = "graphile_worker"
-# graphile/worker src/migrate.ts installSchema, before the numbered migrations.
-_GRAPHILE_BOOTSTRAP = """
-create schema if not exists graphile_worker;
-create table if not exists graphile_worker.migrations(
-  id int primary key,
-  ts timestamptz default now() not null
-);
-alter table graphile_worker.migrations add column if not exists breaking boolean not null
-  default false;
-"""
-
-
 def create_graphile_worker(conn: psycopg.Connection[Any]) -> None:
-    conn.execute(_GRAPHILE_BOOTSTRAP)
-    for number, path in enumerate(sorted((HERE / "graphile_worker").glob("*.sql")), start=1):
-        text = path.read_text().replace(":GRAPHILE_WORKER_SCHEMA", GRAPHILE_SCHEMA)
-        with conn.transaction():
-            conn.execute(text)
-            conn.execute("insert into graphile_worker.migrations (id) values (%s)", (number,))
+    conn.execute((HERE / "graphile_worker.sql").read_text())
+
+
+# The indexes src/plans.ts createQueueFunction gives a queue's partition under the standard
+# policy, named as its job_table_format names them (job_iN -> <partition>_iN).
+_PG_BOSS_QUEUE_INDEXES = {
+    "i5": "CREATE INDEX {index} ON {table} (name, start_after)"
+    " WHERE state < 'active' AND NOT blocked",
+    "i4": "CREATE UNIQUE INDEX {index} ON {table} (name, singleton_on, COALESCE(singleton_key, ''))"
+    " WHERE state <> 'cancelled' AND singleton_on IS NOT NULL",
+    "i7": "CREATE INDEX {index} ON {table} (name, group_id)"
+    " WHERE state = 'active' AND group_id IS NOT NULL",
+    "i9": "CREATE INDEX {index} ON {table} (name, id) WHERE blocking AND state = 'completed'",
+}
 
 
 def create_pg_boss(conn: psycopg.Connection[Any], queues: tuple[str, ...] = ("q1",)) -> None:
-    """The schema, then queues through pgboss.create_queue: partitioned ones get a table."""
-    conn.execute((HERE / "pg_boss" / "create.sql").read_text())
+    """The schema, then each queue as pgboss.create_queue makes a partitioned one: a table
+    named 'j' + sha224(name) in hex, its indexes, a partition FOR VALUES IN (name)."""
+    conn.execute((HERE / "pg_boss.sql").read_text())
     for name in queues:
+        partition = "j" + hashlib.sha224(name.encode()).hexdigest()
+        table = sql.Identifier("pgboss", partition)
         conn.execute(
-            "SELECT pgboss.create_queue(%s, %s::jsonb)",
-            (name, '{"policy": "standard", "partition": true}'),
+            sql.SQL("CREATE TABLE {} PARTITION OF pgboss.job FOR VALUES IN ({})").format(
+                table, sql.Literal(name)
+            )
         )
+        for suffix, statement in _PG_BOSS_QUEUE_INDEXES.items():
+            index = sql.Identifier(f"{partition}_{suffix}")
+            conn.execute(sql.SQL(statement).format(index=index, table=table))
 
 
 # ActiveRecord 7.1's PostgreSQL column types for the `t.<type>` calls queue_schema.rb uses.

@@ -1,1 +1,0 @@
-alter table :GRAPHILE_WORKER_SCHEMA.jobs alter column queue_name drop default;
