@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shlex
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.timeouts import parse_timeout_s
@@ -81,7 +84,66 @@ def resolve_runtime_facts(
     `task_timeout_source` keeps the provenance of a value looked up earlier (Ansible's
     task_timeout module), so the verdict still names where the timeout came from.
     """
+    return _resolve(
+        contract,
+        _Lookups(runner),
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=runtime_started_at,
+        task_timeout_source=task_timeout_source,
+    )
+
+
+@dataclass(frozen=True)
+class HostLookup:
+    """A host's facts and its clock minus this machine's, read in the same exec."""
+
+    facts: RuntimeFacts
+    clock: ClockOffset | None
+
+
+def look_up_host(
+    contract: Contract,
+    runner: Runner,
+    *,
+    task_timeout_s: float | None = None,
+    runtime_started_at: datetime | None = None,
+    task_timeout_source: str | None = None,
+) -> HostLookup:
+    """resolve_runtime_facts in ONE exec on the host, its clock read by the same exec.
+
+    Over SSH every exec pays the host's login shell (its rc files: ~160 ms with a pyenv
+    .bashrc), so the commands the contract needs run as one `sh` script, each in its own
+    marked section, and are then judged one by one exactly as if run alone. A command that
+    needs another's output (a pid file's /proc entries) still runs on its own afterwards.
+
+    The clock reading is the script's last `date`: the exec's round trip bounds its
+    uncertainty as `clock.offset_from_here`'s sample does (the lookups widen it, which only
+    widens the orphan tolerance). None when the script could not read the clock; the caller
+    then reads it alone (and reports that failure).
+    """
     lookups = _Lookups(runner)
+    wanted = () if task_timeout_s is not None else _planned_timeout(contract)
+    if runtime_started_at is None:
+        wanted = (*wanted, *_planned_start(contract.runtime))
+    clock = lookups.run_together(list(dict.fromkeys(wanted)))
+    facts = _resolve(
+        contract,
+        lookups,
+        task_timeout_s=task_timeout_s,
+        runtime_started_at=runtime_started_at,
+        task_timeout_source=task_timeout_source,
+    )
+    return HostLookup(facts, clock)
+
+
+def _resolve(
+    contract: Contract,
+    lookups: _Lookups,
+    *,
+    task_timeout_s: float | None,
+    runtime_started_at: datetime | None,
+    task_timeout_source: str | None,
+) -> RuntimeFacts:
     warnings: list[str] = []
     if task_timeout_s is not None:
         source = task_timeout_source or "given:task_timeout_s"
@@ -140,12 +202,87 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
             return "fixed"
 
 
+Argv = tuple[str, ...]
+
+
+def _planned_timeout(contract: Contract) -> tuple[Argv, ...]:
+    """The commands the task timeout lookup will run first (none known in advance: empty)."""
+    spec = contract.task_timeout
+    if contract.rows_carry_expiry:
+        return ()
+    match spec.source:
+        case "docker" | "podman":
+            return (_inspect_argv(spec.source, spec.container),)
+        case "command":
+            return (_command_argv(spec),)
+        case "systemd" if spec.unit is not None:
+            return (_systemd_argv(spec.unit),)
+        case "process" if spec.pid_file is not None:
+            return (_pid_argv(spec.pid_file),)
+        case "env_file" if spec.path is not None and _ENV_NAME.fullmatch(spec.variable):
+            return (_env_file_argv(spec.path, spec.variable),)
+        case _:
+            return ()
+
+
+def _planned_start(spec: RuntimeLookup) -> tuple[Argv, ...]:
+    match spec.source:
+        case "docker" | "podman":
+            return (_inspect_argv(spec.source, spec.container),)
+        case "systemd" if spec.unit is not None:
+            return (_systemd_argv(spec.unit),)
+        case "process" if spec.pid_file is not None:
+            return (_pid_argv(spec.pid_file),)
+        case _:
+            return ()
+
+
+def _inspect_argv(engine: str, container: str) -> Argv:
+    return (engine, "inspect", "--type", "container", container)
+
+
+def _command_argv(spec: TaskTimeoutLookup) -> Argv:
+    return (spec.engine, "exec", spec.container, *spec.command)
+
+
+def _systemd_argv(unit: str) -> Argv:
+    return (
+        "systemctl",
+        "show",
+        unit,
+        "--timestamp=us+utc",
+        "--property=Environment,ActiveEnterTimestamp,ActiveState,LoadState",
+    )
+
+
+def _pid_argv(pid_file: str) -> Argv:
+    return ("cat", pid_file)
+
+
+def _env_file_argv(path: str, name: str) -> Argv:
+    return ("grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+
+
 class _Lookups:
     """The lookups of one check on one host; one `inspect` serves both facts."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self._inspected: dict[tuple[str, str], dict[str, object]] = {}
+        # Results of commands already run together (run_together), by argv.
+        self._ran: dict[Argv, CommandResult] = {}
+
+    def run_together(self, commands: Sequence[Argv]) -> ClockOffset | None:
+        """Run `commands` and `date` in one exec; their results wait for the lookups."""
+        nonce = secrets.token_hex(8)
+        before = time.time()
+        result = self.runner.run(["sh", "-c", batch_script(commands, nonce)])
+        after = time.time()
+        self._ran = split_batch(commands, nonce, result)
+        reading = batch_clock(result.stdout, nonce)
+        if reading is None:
+            return None
+        return ClockOffset(reading - (before + after) / 2, (after - before) / 2)
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         source = task_timeout_source(spec)
@@ -169,7 +306,7 @@ class _Lookups:
                 return env_value(env, spec.variable)
             case "command":
                 return self._run(
-                    [spec.engine, "exec", spec.container, *spec.command],
+                    list(_command_argv(spec)),
                     f"command in {spec.engine} container {spec.container}",
                 )
             case "systemd":
@@ -206,23 +343,13 @@ class _Lookups:
         key = (engine, container)
         if key not in self._inspected:
             out = self._run(
-                [engine, "inspect", "--type", "container", container],
-                f"{engine} container {container}",
+                list(_inspect_argv(engine, container)), f"{engine} container {container}"
             )
             self._inspected[key] = parse_container_inspect(out, f"{engine} container {container}")
         return self._inspected[key]
 
     def _systemd(self, unit: str) -> SystemdUnit:
-        out = self._run(
-            [
-                "systemctl",
-                "show",
-                unit,
-                "--timestamp=us+utc",
-                "--property=Environment,ActiveEnterTimestamp,ActiveState,LoadState",
-            ],
-            f"systemd unit {unit}",
-        )
+        out = self._run(list(_systemd_argv(unit)), f"systemd unit {unit}")
         return parse_systemctl_show(out, unit)
 
     def _process_env(self, pid_file: str, variable: str) -> str | None:
@@ -245,7 +372,7 @@ class _Lookups:
         return parse_process_start(out, f"pid {pid} ({pid_file})")
 
     def _pid(self, pid_file: str) -> int:
-        out = self._run(["cat", pid_file], f"pid file {pid_file}")
+        out = self._run(list(_pid_argv(pid_file)), f"pid file {pid_file}")
         text = out.strip()
         if not text.isdigit() or int(text) <= 0:
             raise LookupFailed(f"host {self.runner.label}: pid file {pid_file} holds no pid")
@@ -254,7 +381,7 @@ class _Lookups:
     def _env_file(self, path: str, variable: str) -> str | None:
         name = _checked_env_name(variable)
         out = self._run_allowing(
-            ["grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path],
+            list(_env_file_argv(path, name)),
             f"env file {path}",
             allowed=(1,),
         )
@@ -269,7 +396,7 @@ class _Lookups:
 
     def _run_allowing(self, argv: list[str], what: str, *, allowed: tuple[int, ...]) -> str | None:
         """stdout of argv; None for an allowed 'not found' exit status; else LookupFailed."""
-        result = self.runner.run(argv)
+        result = self._ran.get(tuple(argv)) or self.runner.run(argv)
         if result.exit_code == 0:
             return result.stdout
         if result.exit_code in allowed:
@@ -279,6 +406,62 @@ class _Lookups:
             f"host {self.runner.label}: {what}: `{shlex.join(argv[:3])}` "
             f"{_exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )
+
+
+# --- one exec for several lookups ---------------------------------------------------------
+#
+# Each command's stdout sits between an `out` and an `end` line (the latter carries its exit
+# status), its stderr follows an `err` line; a random nonce keeps a command's own output
+# from passing for a marker.
+
+
+def _marker(nonce: str, what: str) -> str:
+    return f"@@leaseguard {nonce} {what}@@"
+
+
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """A `sh` script running each command in turn, then `date +%s.%N`."""
+    lines = []
+    for i, argv in enumerate(commands):
+        out, err, end = (_marker(nonce, f"{part} {i}") for part in ("out", "err", "end"))
+        lines.append(
+            f"printf '\\n%s\\n' '{out}'; printf '\\n%s\\n' '{err}' >&2; "
+            f"{shlex.join(argv)} </dev/null; printf '\\n%s %d\\n' '{end}' \"$?\""
+        )
+    lines.append(f"printf '\\n%s\\n' '{_marker(nonce, 'clock')}'; date +%s.%N")
+    return "\n".join(lines)
+
+
+def split_batch(
+    commands: Sequence[Argv], nonce: str, result: CommandResult
+) -> dict[Argv, CommandResult]:
+    """Each command's own CommandResult out of the script's output.
+
+    A command the script never finished (the exec timed out or was cut) gets the exec's
+    exit status, so it fails as it would have alone.
+    """
+    errs = re.split(rf"\n@@leaseguard {nonce} err (\d+)@@\n", "\n" + result.stderr)
+    stderr_of = {int(i): text for i, text in zip(errs[1::2], errs[2::2], strict=True)}
+    split = {}
+    for i, argv in enumerate(commands):
+        out, end = _marker(nonce, f"out {i}"), _marker(nonce, f"end {i}")
+        found = re.search(
+            rf"\n{re.escape(out)}\n(.*)\n{re.escape(end)} (\d+)\n", result.stdout, flags=re.S
+        )
+        if found is None:
+            split[argv] = CommandResult(result.exit_code or 1, "", stderr_of.get(i, ""))
+        else:
+            split[argv] = CommandResult(int(found[2]), found[1], stderr_of.get(i, ""))
+    return split
+
+
+def batch_clock(stdout: str, nonce: str) -> float | None:
+    """The script's closing `date +%s.%N` reading; None if it has none."""
+    found = re.search(rf"\n{re.escape(_marker(nonce, 'clock'))}\n(\S+)\s*\Z", stdout)
+    try:
+        return float(found[1]) if found else None
+    except ValueError:
+        return None
 
 
 def _exit_meaning(code: int) -> str:

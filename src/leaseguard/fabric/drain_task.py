@@ -230,7 +230,7 @@ def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str,
         )
         # Measured here, in parallel with the other hosts, only when a start time matters.
         started = session.facts.runtime_started_at is not None
-        clock = offset_from_here(session.runner) if started else None
+        clock = (session.host_minus_here or offset_from_here(session.runner)) if started else None
     except LeaseguardError as exc:
         stack.close()
         return host, exc

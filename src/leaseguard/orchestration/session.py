@@ -33,7 +33,13 @@ from leaseguard.adapters.db import connect, describe_target
 from leaseguard.adapters.guard import judge_table, lease_seconds
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.adapters.plan_warning import with_plan_warning
-from leaseguard.adapters.runtime import LocalRunner, Runner, resolve_runtime_facts
+from leaseguard.adapters.runtime import (
+    HostLookup,
+    LocalRunner,
+    Runner,
+    look_up_host,
+    resolve_runtime_facts,
+)
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.contract import Contract
@@ -130,6 +136,7 @@ class GuardSession:
         label: str | None = None,
         fleet: FleetFacts | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
+        host_minus_here: ClockOffset | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -139,6 +146,8 @@ class GuardSession:
         self.label = label
         self.fleet = fleet
         self.host_offsets = host_offsets
+        # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
+        self.host_minus_here = host_minus_here
         self.watch = PollWatch(self.poll_budget_s, self._cut)
         self.lease_s = lease_seconds(contract, facts.task_timeout)
         # Measured once per session: clocks do not drift measurably during a drain, and a
@@ -297,6 +306,8 @@ class GuardSession:
         offset from the database), so hosts with different clocks compare fairly and the
         oldest start is the oldest in truth; only the measurements' uncertainty is left.
         """
+        if self.fleet is None and self.host_minus_here is not None:
+            return chained(self.host_minus_here, measure_offset(time.time, database_clock(conn)))
         if self.fleet is None:
             return measure_offset(host_clock(self.runner), database_clock(conn))
         here_minus_db = measure_offset(time.time, database_clock(conn))
@@ -353,25 +364,35 @@ def local_session(
     task_timeout_source: str | None = None,
     runner: Runner | None = None,
     link: Link | None = None,
+    one_exec: bool = False,
 ) -> Iterator[GuardSession]:
     """A session whose DSN is used as given; lookups run here unless another runner is given.
 
     The Ansible front passes a runner over its own connection when the database is reached
-    directly from the controller (`tunnel: false`, or a `local` connection).
+    directly from the controller (`tunnel: false`, or a `local` connection). `one_exec`
+    (a remote runner, whose every exec pays a login shell): every lookup and the host's
+    clock reading in one exec (`look_up_host`).
     """
     runner = runner or LocalRunner()
-    facts = resolve_runtime_facts(
+    look_up = look_up_host if one_exec else _without_clock
+    looked_up = look_up(
         contract,
         runner,
         task_timeout_s=task_timeout_s,
         runtime_started_at=runtime_started_at,
         task_timeout_source=task_timeout_source,
     )
-    session = GuardSession(contract, conninfo, facts, runner, link)
+    facts, host_minus_here = looked_up.facts, looked_up.clock
+    session = GuardSession(contract, conninfo, facts, runner, link, host_minus_here=host_minus_here)
     try:
         yield session
     finally:
         session.close()
+
+
+def _without_clock(contract: Contract, runner: Runner, **given: Any) -> HostLookup:
+    """Lookups one exec each; the clock is read later, if a start time needs it."""
+    return HostLookup(resolve_runtime_facts(contract, runner, **given), None)
 
 
 @contextmanager

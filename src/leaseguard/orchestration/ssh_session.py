@@ -42,6 +42,7 @@ def ssh_session(
             runtime_started_at=runtime_started_at,
             runner=FabricRunner(connection),
             link=tunnel,
+            one_exec=True,
         ) as session,
     ):
         yield session
