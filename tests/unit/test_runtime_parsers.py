@@ -190,3 +190,39 @@ def test_given_facts_skip_the_lookups():
     assert facts.task_timeout.seconds == 60.0
     assert facts.runtime_started_at == started
     assert runner.calls == []
+
+
+def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_own():
+    from leaseguard.adapters.runtime import LocalRunner, _Lookups
+
+    lookups = _Lookups(LocalRunner())
+    ok, failing, missing = (
+        ("printf", "a b"),
+        ("sh", "-c", "printf hi; echo oops >&2; exit 3"),
+        ("no-such-tool-lg",),
+    )
+    clock = lookups.run_together([ok, failing, missing])
+    assert clock is not None and 0 <= clock.uncertainty_s < 5
+    assert lookups._ran[ok] == CommandResult(0, "a b", "")
+    assert lookups._ran[failing] == CommandResult(3, "hi", "oops\n")
+    assert lookups._ran[missing].exit_code == 127
+
+
+def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
+    from leaseguard.adapters.runtime import batch_clock, split_batch
+
+    cut = CommandResult(124, "\n@@leaseguard n out 0@@\npartial", "")
+    assert split_batch([("docker", "inspect")], "n", cut)[("docker", "inspect")].exit_code == 124
+    assert batch_clock(cut.stdout, "n") is None
+
+
+def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
+    from leaseguard.adapters.runtime import LocalRunner, look_up_host
+
+    contract = contract_from_mapping(
+        {"task_timeout": {"source": "env_file", "path": "/nonexistent/lg.env"}}
+    )
+    with pytest.raises(LookupFailed) as caught:
+        look_up_host(contract, LocalRunner())
+    assert "env file /nonexistent/lg.env" in str(caught.value)
+    assert "exited 2" in str(caught.value)
