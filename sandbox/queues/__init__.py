@@ -1,18 +1,19 @@
 """Stock schemas of real job queues, created from the systems' own migration files.
 
-- river/: riverqueue/river riverdriver/riverpgxv5/migration/main/*.up.sql, verbatim (commit
-  fdf6cdf12567a5b70c003f5ff850273f09e7efcf); `/* TEMPLATE: schema */` is replaced with
-  nothing, as River's migrator does for its default (search_path) schema.
+- river.sql: River's job table and state enum, reconstructed by hand from riverqueue/river
+  riverdriver/riverpgxv5/migration/main/*.up.sql (commit
+  fdf6cdf12567a5b70c003f5ff850273f09e7efcf): only what the guard reads (see its header).
 - graphile_worker.sql: our reconstruction of graphile-worker's _private_jobs, _private_tasks
   and _private_job_queues (RLS on, no policy), from graphile/worker sql/000011.sql and
   000016.sql (see the file's header), plus a two-argument add_job of our own for the tests.
 - pg_boss.sql: our reconstruction of pg-boss's schema 37 job table (PARTITION BY LIST (name),
   its DEFAULT partition job_common), from timgit/pg-boss src/plans.ts (see the file's header);
   create_pg_boss adds a partition per queue as pgboss.create_queue does.
-- oban/oban_jobs.sql: translated by hand from Oban's Ecto migrations V01..V14 (see the file).
-- que/N.up.sql: que-rb/que lib/que/migrations/N/up.sql, verbatim (commit
-  17fb2c3b75b37599bf17043dbb692555f582f249, Que 2.4.1, schema version 7), run in order in
-  one transaction and recorded as Que::Migrations does (a comment on que_jobs).
+- oban/oban_jobs.sql: Oban's job table and state enum, reconstructed by hand from
+  oban-bg/oban's Ecto migrations V01..V14 (see its header).
+- que.sql: Que's que_jobs at schema version 7, reconstructed by hand from que-rb/que
+  lib/que/migrations/N/up.sql (commit 17fb2c3b75b37599bf17043dbb692555f582f249, Que 2.4.1):
+  only what the guard reads, and the version comment Que::Migrations keeps (see its header).
 - good_job/create_good_jobs.rb.erb: bensheldon/good_job lib/generators/good_job/templates/
   install/migrations/create_good_jobs.rb.erb, verbatim (commit
   81db22b7cfde2579b2d735e076fa6eaacc65affa, good_job 4.19.2). An ActiveRecord migration,
@@ -41,9 +42,8 @@ HERE = Path(__file__).parent
 
 
 def create_river(conn: psycopg.Connection[Any]) -> None:
-    for path in sorted((HERE / "river").glob("*.up.sql")):
-        text = path.read_text().replace("/* TEMPLATE: schema */", "")
-        conn.execute(text)
+    """River's job table, in the search path's schema (as River's default schema is)."""
+    conn.execute((HERE / "river.sql").read_text())
 
 
 def create_oban(conn: psycopg.Connection[Any]) -> None:
@@ -145,12 +145,8 @@ def create_solid_queue(conn: psycopg.Connection[Any]) -> None:
 
 
 def create_que(conn: psycopg.Connection[Any]) -> None:
-    """As Que::Migrations.migrate! does: each up.sql in a transaction, then the version."""
-    steps = sorted((HERE / "que").glob("*.up.sql"), key=lambda path: int(path.name.split(".")[0]))
-    with conn.transaction():
-        for path in steps:
-            conn.execute(path.read_text())
-        conn.execute(f"COMMENT ON TABLE que_jobs IS '{len(steps)}'")
+    """Que's que_jobs as schema version 7 leaves it, in the public schema."""
+    conn.execute((HERE / "que.sql").read_text())
 
 
 # ActiveRecord 7's PostgreSQL types for the `t.<type> :name` calls of good_job's migration.

@@ -1,4 +1,4 @@
-"""`preset: NAME` against each queue's stock schema, created from its own migration files.
+"""`preset: NAME` against each queue's stock schema, as sandbox/queues creates it.
 
 Both directions per preset: a long, silent, live job defers; a job the system itself would
 rescue proceeds; queued-only proceeds; an orphan of a restart proceeds; plus the system's
