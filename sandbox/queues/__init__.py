@@ -1,4 +1,4 @@
-"""Stock schemas of real job queues, created from the systems' own migration files.
+"""Stock schemas of real job queues: our own DDL, reconstructed from each system's source.
 
 - river.sql: River's job table and state enum, reconstructed by hand from riverqueue/river
   riverdriver/riverpgxv5/migration/main/*.up.sql (commit
