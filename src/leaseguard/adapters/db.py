@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.core.contract import Contract
@@ -199,9 +200,10 @@ def set_local_limits(
     both bound values. The names are this module's callers' constants, never user input.
     All limits go in one statement: through a tunnel every round trip counts.
     """
-    calls = ", ".join(["set_config(%s, %s, true)"] * len(limits_ms))
+    call = sql.SQL("set_config(%s, %s, true)")
+    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(limits_ms)))
     params = [part for name, ms in limits_ms.items() for part in (name, f"{ms}ms")]
-    executor.execute(f"SELECT {calls}", params)
+    executor.execute(query, params)
 
 
 @contextmanager
