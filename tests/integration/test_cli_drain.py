@@ -33,18 +33,6 @@ def run_drain(db, *extra):
 
 
 @pytest.fixture
-def busy(db):
-    """A table with one live claim (id 1), claimed 30 minutes ago and silent since."""
-    with db.connect() as conn:
-        create_runs_table(conn)
-        conn.execute(
-            "INSERT INTO execution_runs (id, status, claimed_at) VALUES "
-            "(1, 'running', now() - interval '30 min'), (2, 'open', NULL)"
-        )
-    return db
-
-
-@pytest.fixture
 def claim_job(db):
     """A real pg_cron job standing in for the system's claim loop."""
     with db.cluster.connect() as conn:

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaseguard.orchestration.drain_snapshot import COUNTER_NAMES
 from sandbox.subprocess_env import clean_env
-from tests.integration.test_cli_drain import busy, drain_argv, wait_for  # noqa: F401
+from tests.integration.test_cli_drain import drain_argv, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -72,7 +72,7 @@ def start_drain(db, status_file, metrics_file, *extra):
     )
 
 
-def test_the_snapshot_moves_while_the_drain_waits_and_says_finished_after(busy, drain_files):  # noqa: F811
+def test_the_snapshot_moves_while_the_drain_waits_and_says_finished_after(busy, drain_files):
     status_file, metrics_file = drain_files
     proc = start_drain(busy, status_file, metrics_file)
     try:
@@ -118,7 +118,7 @@ def test_the_snapshot_moves_while_the_drain_waits_and_says_finished_after(busy, 
     assert sorted(p.name for p in status_file.parent.iterdir()) == ["drain.json", "drain.prom"]
 
 
-def test_a_drain_killed_outright_leaves_a_stale_status(busy, drain_files):  # noqa: F811
+def test_a_drain_killed_outright_leaves_a_stale_status(busy, drain_files):
     status_file, metrics_file = drain_files
     proc = start_drain(busy, status_file, metrics_file)
     try:
@@ -143,7 +143,7 @@ def test_a_drain_killed_outright_leaves_a_stale_status(busy, drain_files):  # no
     assert text.stdout.startswith("available=false reason=")
 
 
-def test_a_deadline_reached_is_finished_with_exit_75(busy, drain_files):  # noqa: F811
+def test_a_deadline_reached_is_finished_with_exit_75(busy, drain_files):
     status_file, metrics_file = drain_files
     proc = start_drain(busy, status_file, metrics_file, "--deadline-s", "0.5")
     proc.communicate(timeout=60)
@@ -163,7 +163,7 @@ def test_no_status_file_is_unavailable_and_exits_1(tmp_path):
     }
 
 
-def test_a_status_file_in_a_missing_directory_is_a_usage_error(busy, tmp_path):  # noqa: F811
+def test_a_status_file_in_a_missing_directory_is_a_usage_error(busy, tmp_path):
     done = subprocess.run(
         drain_argv(busy, "--status-file", str(tmp_path / "nowhere" / "drain.json")),
         capture_output=True,

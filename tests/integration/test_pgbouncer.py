@@ -16,7 +16,6 @@ import pytest
 
 from leaseguard.adapters.db import behind_pooler, connect
 from sandbox.pgbouncer import pgbouncer
-from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 from tests.integration.test_cli_drain import (  # noqa: F401 (claim_job: a fixture)
     FACTS,
@@ -32,18 +31,6 @@ pytestmark = pytest.mark.integration
 def bouncer(pg_cluster):
     with pgbouncer(pg_cluster) as running:
         yield running
-
-
-@pytest.fixture
-def busy(db):
-    """One live claim (id 1, claimed 30 minutes ago) and one queued row."""
-    with db.connect() as conn:
-        create_runs_table(conn)
-        conn.execute(
-            "INSERT INTO execution_runs (id, status, claimed_at) VALUES "
-            "(1, 'running', now() - interval '30 min'), (2, 'open', NULL)"
-        )
-    return db
 
 
 def leaseguard(*args):

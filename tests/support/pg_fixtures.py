@@ -16,6 +16,7 @@ import pytest
 from psycopg import sql
 
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster
+from sandbox.runs_table import create_runs_table
 
 
 @dataclass(frozen=True)
@@ -73,3 +74,16 @@ def db(pg_cluster: PgCluster) -> Iterator[PgDatabase]:
     """A fresh, empty database of the session cluster, dropped (WITH FORCE) after the test."""
     with fresh_database(pg_cluster) as database:
         yield database
+
+
+@pytest.fixture
+def busy(db: PgDatabase) -> PgDatabase:
+    """execution_runs with one live claim (id 1, claimed 30 minutes ago, silent since) and
+    one queued row: the drain tests' starting point."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES "
+            "(1, 'running', now() - interval '30 min'), (2, 'open', NULL)"
+        )
+    return db
