@@ -29,105 +29,101 @@ PROCESS_LOCK_RULE = "process_lock"  # good_job: the job's lock, or its owner pro
 
 HOUR_S = 3600.0
 
+
+def _preset(table: str, *, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
+    """A preset's contract keys: its table (id column `id` unless `keys` says otherwise) and
+    `keys` as given. `task_timeout_s` is the queue's own fixed task timeout, and the lease is
+    exactly that long (multiplier 1); without it no task timeout is set or looked up."""
+    layer: dict[str, Any] = {"table": table, "id_column": "id", **keys}
+    if task_timeout_s is not None:
+        layer["lease"] = {"multiplier": 1.0}
+        layer["task_timeout"] = {"source": "fixed", "value_s": task_timeout_s}
+    return layer
+
+
 PRESETS: dict[str, dict[str, Any]] = {
     # riverqueue/river: internal/maintenance/job_rescuer.go rescues `running` jobs whose
     # attempted_at is older than RescueStuckJobsAfter (JobRescuerRescueAfterDefault = 1 h).
-    "river": {
-        "table": "river_job",
-        "id_column": "id",
-        "status_column": "state",
-        "claimed_statuses": ["running"],
-        "queued_statuses": ["available", "pending", "retryable", "scheduled"],
+    "river": _preset(
+        "river_job",
+        status_column="state",
+        claimed_statuses=["running"],
+        queued_statuses=["available", "pending", "retryable", "scheduled"],
         # rivertype/job.go: the finalized states (finalized_at set, the table's CHECK).
-        "finished_statuses": ["completed", "cancelled", "discarded"],
-        "claimed_at_column": "attempted_at",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": HOUR_S},
-    },
+        finished_statuses=["completed", "cancelled", "discarded"],
+        claimed_at_column="attempted_at",
+        task_timeout_s=HOUR_S,
+    ),
     # oban-bg/oban: lib/oban/lifeline.ex (rescue_after: 60 min) and
     # lib/oban/engines/basic.ex rescue_jobs: state == "executing" and attempted_at < cut.
     # attempted_at is :utc_datetime_usec, a naive `timestamp` holding UTC.
-    "oban": {
-        "schema": "public",
-        "table": "oban_jobs",
-        "id_column": "id",
-        "status_column": "state",
-        "claimed_statuses": ["executing"],
-        "queued_statuses": ["available", "scheduled", "retryable", "suspended"],
+    "oban": _preset(
+        "oban_jobs",
+        schema="public",
+        status_column="state",
+        claimed_statuses=["executing"],
+        queued_statuses=["available", "scheduled", "retryable", "suspended"],
         # lib/oban/job.ex: the terminal states, which Oban's Pruner deletes.
-        "finished_statuses": ["completed", "discarded", "cancelled"],
-        "claimed_at_column": "attempted_at",
-        "timestamp_zone": "UTC",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": HOUR_S},
-    },
+        finished_statuses=["completed", "discarded", "cancelled"],
+        claimed_at_column="attempted_at",
+        timestamp_zone="UTC",
+        task_timeout_s=HOUR_S,
+    ),
     # graphile/worker: src/sql/resetLockedAt.ts unlocks jobs whose locked_at is older than
     # 4 hours; sql/000011.sql defines is_available = locked_at is null and attempts <
     # max_attempts, so an unlocked job with attempts >= max_attempts is finished (exhausted).
-    "graphile_worker": {
-        "schema": "graphile_worker",
-        "table": "_private_jobs",
-        "id_column": "id",
-        "claimed_at_column": "locked_at",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": 4 * HOUR_S},
-    },
+    "graphile_worker": _preset(
+        "_private_jobs",
+        schema="graphile_worker",
+        claimed_at_column="locked_at",
+        task_timeout_s=4 * HOUR_S,
+    ),
     # timgit/pg-boss (schema 37, package 12): src/plans.ts failJobsByTimeout fails `active`
     # jobs once started_on + expire_seconds has passed, and failJobsByHeartbeat those whose
     # heartbeat_on + heartbeat_seconds has (when the job has a heartbeat). Each row carries
     # its own expiry: no task timeout is looked up. `pgboss.job` is PARTITION BY LIST (name).
-    "pg-boss": {
-        "schema": "pgboss",
-        "table": "job",
-        "id_column": "id",
-        "status_column": "state",
-        "claimed_statuses": ["active"],
-        "queued_statuses": ["created", "retry"],
+    "pg-boss": _preset(
+        "job",
+        schema="pgboss",
+        status_column="state",
+        claimed_statuses=["active"],
+        queued_statuses=["created", "retry"],
         # src/plans.ts: no worker fetches a job in these states again.
-        "finished_statuses": ["completed", "cancelled", "failed"],
-        "claimed_at_column": "started_on",
-    },
+        finished_statuses=["completed", "cancelled", "failed"],
+        claimed_at_column="started_on",
+    ),
     # rails/solid_queue: a job is claimed by a row of solid_queue_claimed_executions (deleted
     # when the job finishes), owned by a solid_queue_processes row whose last_heartbeat_at is
     # touched every process_heartbeat_interval (60 s). app/models/solid_queue/process/
     # prunable.rb prunes processes silent for process_alive_threshold (lib/solid_queue.rb:
     # 5 minutes) and fails their claims; a claim whose process row is gone is `orphaned`
     # (claimed_execution.rb) and failed by the supervisor. Timestamps are naive UTC.
-    "solid_queue": {
-        "schema": "public",
-        "table": "solid_queue_claimed_executions",
-        "id_column": "job_id",
-        "claimed_at_column": "created_at",
-        "timestamp_zone": "UTC",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": 300.0},
-    },
+    "solid_queue": _preset(
+        "solid_queue_claimed_executions",
+        schema="public",
+        id_column="job_id",
+        claimed_at_column="created_at",
+        timestamp_zone="UTC",
+        task_timeout_s=300.0,
+    ),
     # que-rb/que 2.x: lib/que/poller.rb and lib/que/locker.rb take pg_try_advisory_lock(id)
     # (the one-bigint form) on a job and hold it until the worker is done; nothing else
     # says a job is being worked, and Que never rescues one by age. The task timeout here
     # is not a rescue horizon: it only bounds how long a drain waits (docs/queues.md).
-    "que": {
-        "schema": "public",
-        "table": "que_jobs",
-        "id_column": "id",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": HOUR_S},
-    },
+    "que": _preset("que_jobs", schema="public", task_timeout_s=HOUR_S),
     # bensheldon/good_job 4.x: app/models/good_job/job.rb perform sets locked_by_id (the
     # process) and locked_at; the default :advisory strategy also holds a session advisory
     # lock on the job (app/models/concerns/good_job/advisory_lockable.rb). A process is
     # active while its own advisory lock is held (lock_type advisory) or, without one,
     # while updated_at is within EXPIRED_INTERVAL (app/models/good_job/process.rb: 5
     # minutes); Process.cleanup unlocks the jobs of the others. Timestamps are naive UTC.
-    "good_job": {
-        "schema": "public",
-        "table": "good_jobs",
-        "id_column": "id",
-        "claimed_at_column": "locked_at",
-        "timestamp_zone": "UTC",
-        "lease": {"multiplier": 1.0},
-        "task_timeout": {"source": "fixed", "value_s": 300.0},
-    },
+    "good_job": _preset(
+        "good_jobs",
+        schema="public",
+        claimed_at_column="locked_at",
+        timestamp_zone="UTC",
+        task_timeout_s=300.0,
+    ),
 }
 
 # The per-row expiry columns of pg-boss's job table (src/plans.ts createTableJob).
