@@ -45,7 +45,7 @@ from benchmarks.infra import (
 )
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
 from leaseguard.core.contract import Contract
-from leaseguard.orchestration.drain import DEFAULT_POLL_S, DrainCounters
+from leaseguard.orchestration.drain import DEFAULT_POLL_S, DrainCounters, DrainState
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.ssh_session import ssh_session
 from sandbox.hosts import AppHost
@@ -309,7 +309,7 @@ def _observer_cost(
                     if name != "poll":
                         counters.polls += 1
                         before_write = time.perf_counter()
-                        observer.after_poll(verdict, counters, float(i), 600.0)
+                        observer.after_poll(DrainState(verdict, counters, float(i), 600.0))
                         writes.append(time.perf_counter() - before_write)
                     times[name].append(time.perf_counter() - start)
     finally:

@@ -13,7 +13,7 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from leaseguard.orchestration.drain_snapshot import COUNTER_NAMES
+from leaseguard.orchestration.drain import COUNTER_NAMES
 from sandbox.subprocess_env import clean_env
 from tests.integration.test_cli_drain import drain_argv, wait_for
 

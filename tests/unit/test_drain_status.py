@@ -15,9 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
-from leaseguard.orchestration.drain import DrainCounters
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainState
 from leaseguard.orchestration.drain_metrics import render_metrics
-from leaseguard.orchestration.drain_snapshot import COUNTER_NAMES
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.drain_status_read import read_status, writer_alive
 from leaseguard.orchestration.intake import CronJobsPause, Intakes
@@ -153,9 +152,9 @@ def test_several_hosts_share_one_file_with_the_worst_decision_and_summed_counter
     done, _ = drainer([verdict()], observer=board.observer("app1"))
     busy, _ = drainer([verdict("7"), verdict("7")], observer=board.observer("app2"))
     done.run()
-    busy.observer.after_poll(verdict("7"), busy.counters, 0.0, 600.0)
+    busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 0.0, 600.0))
     busy.counters.polls = 2
-    busy.observer.after_poll(verdict("7"), busy.counters, 5.0, 600.0)
+    busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 5.0, 600.0))
     board.flush()
     snapshot = status(tmp_path)
     assert snapshot["hosts"] == ["app1", "app2"]
@@ -302,7 +301,7 @@ def finished_pid():
 
 def written(tmp_path, **changes):
     board = board_in(tmp_path)
-    board.observer("app1").after_poll(verdict("1"), DrainCounters(polls=1), 1.0, 600.0)
+    board.observer("app1").after_poll(DrainState(verdict("1"), DrainCounters(polls=1), 1.0, 600.0))
     board.flush()
     snapshot = {**status(tmp_path), **changes}
     (tmp_path / "drain.json").write_text(json.dumps(snapshot))

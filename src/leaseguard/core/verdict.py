@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,12 +53,7 @@ class Counts:
     queued: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            "live": self.live,
-            "stale": self.stale,
-            "orphaned": self.orphaned,
-            "queued": self.queued,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from leaseguard.core.errors import (
@@ -48,24 +48,35 @@ class DrainCounters:
     errors: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
-        return {
-            "polls": self.polls,
-            "idle_polls": self.idle_polls,
-            "live_count_changes": self.live_count_changes,
-            "leases_ended": self.leases_ended,
-            "claims_appeared": self.claims_appeared,
-            "errors": dict(self.errors),
-        }
+        counts = {name: getattr(self, name) for name in COUNTER_NAMES}
+        return {**counts, "errors": dict(self.errors)}
+
+
+# The counters besides `errors`, in the order they are reported.
+COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors")
 
 
 @dataclass(frozen=True)
-class DrainResult:
-    drained: bool
+class DrainState:
+    """Where a drain stands: the last good verdict (None before any), the counters, the
+    time spent, and the deadline (0.0 until a first verdict sets it)."""
+
     verdict: Verdict | None
+    counters: DrainCounters
     elapsed_s: float
     deadline_s: float
-    counters: DrainCounters
+
+
+@dataclass(frozen=True)
+class DrainResult(DrainState):
+    """The drain's last state, and the error that ended it (None: it drained, or it reached
+    its deadline with live leases)."""
+
     error: LeaseguardError | None = None
+
+    @property
+    def drained(self) -> bool:
+        return self.error is None and self.verdict is not None and not self.verdict.counts.live
 
     @property
     def exit_status(self) -> int:
@@ -111,17 +122,11 @@ class DrainObserver:
     """Who watches the drain from outside (drain_status writes it to files); this base
     watches nothing.
 
-    after_poll follows every poll, failed ones too (verdict: the last good one, None before
-    any); finished follows the end, after intake was resumed (None: ended by an exception).
+    after_poll follows every poll, failed ones too (its state holds the last good verdict);
+    finished follows the end, after intake was resumed (None: ended by an exception).
     """
 
-    def after_poll(
-        self,
-        verdict: Verdict | None,
-        counters: DrainCounters,
-        elapsed_s: float,
-        deadline_s: float,
-    ) -> None:
+    def after_poll(self, state: DrainState) -> None:
         pass
 
     def finished(self, result: DrainResult | None) -> None:
@@ -157,13 +162,13 @@ class Drainer:
         started = self.clock()
         if self.stop.is_set():  # stopped before anything was paused
             exc = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
-            return DrainResult(False, None, 0.0, 0.0, self.counters, exc)
+            return DrainResult(None, self.counters, 0.0, 0.0, exc)
         try:
             if intake is not None:
                 intake.pause()
             return self._wait(started)
         except LeaseguardError as exc:  # the pause itself failed: nothing was waited for
-            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc)
         finally:
             if intake is not None:
                 intake.resume()
@@ -174,12 +179,12 @@ class Drainer:
         try:
             verdict = self._poll()
         except LeaseguardError as exc:
-            self.observer.after_poll(None, self.counters, self.clock() - started, 0.0)
-            return DrainResult(False, None, self.clock() - started, 0.0, self.counters, exc)
+            self.observer.after_poll(self._state(None, started, 0.0))
+            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc)
         deadline = verdict.wait_upper_bound_s
         if self.deadline_s is not None:
             deadline = min(deadline, self.deadline_s)
-        self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
+        self.observer.after_poll(self._state(verdict, started, deadline))
         log.info(
             "drain host=%s start live=%d deadline_s=%.0f",
             verdict.host or "-",
@@ -193,7 +198,7 @@ class Drainer:
             if self.stop.is_set():
                 stopped = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
                 return DrainResult(
-                    False, verdict, self.clock() - started, deadline, self.counters, stopped
+                    verdict, self.counters, self.clock() - started, deadline, stopped
                 )
             try:
                 verdict = self._next(verdict)
@@ -202,20 +207,22 @@ class Drainer:
                 errors_in_a_row += 1
                 if errors_in_a_row >= self.max_consecutive_errors:
                     return DrainResult(
-                        False, verdict, self.clock() - started, deadline, self.counters, exc
+                        verdict, self.counters, self.clock() - started, deadline, exc
                     )
             finally:
-                self.observer.after_poll(verdict, self.counters, self.clock() - started, deadline)
-        elapsed = self.clock() - started
-        drained = not verdict.counts.live
+                self.observer.after_poll(self._state(verdict, started, deadline))
+        result = DrainResult(verdict, self.counters, self.clock() - started, deadline)
         log.info(
             "drain host=%s %s live=%d elapsed_s=%.1f",
             verdict.host or "-",
-            "drained" if drained else "deadline reached",
+            "drained" if result.drained else "deadline reached",
             verdict.counts.live,
-            elapsed,
+            result.elapsed_s,
         )
-        return DrainResult(drained, verdict, elapsed, deadline, self.counters)
+        return result
+
+    def _state(self, verdict: Verdict | None, started: float, deadline: float) -> DrainState:
+        return DrainState(verdict, self.counters, self.clock() - started, deadline)
 
     def _sleep(self, seconds: float) -> None:
         if self.sleep is None:

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard.core.verdict import Decision, Verdict
-from leaseguard.orchestration.drain import DrainCounters
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainState
 
 SCOPE = "process_lifetime"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
-COUNTER_NAMES = ("polls", "idle_polls", "live_count_changes", "leases_ended", "claims_appeared")
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
 _WORST_FIRST = (Decision.FAILED, Decision.DEFER, "pending", Decision.PROCEED)
 
@@ -33,14 +32,14 @@ class HostDrain:
     host: str
     state: str = RUNNING
     decision: str = "pending"
+    exit_status: int | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_CLASSES, 0))
     wait_upper_bound_s: float = 0.0
     elapsed_s: float = 0.0
     deadline_s: float = 0.0
     paused_intake: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTER_NAMES, 0))
-    errors: dict[str, int] = field(default_factory=dict)
-    exit_status: int | None = None
+    errors: dict[str, int] = field(default_factory=dict)  # reported inside `counters`
 
     def take_counters(self, counters: DrainCounters) -> None:
         snapshot = counters.snapshot()
@@ -52,19 +51,17 @@ class HostDrain:
         self.wait_upper_bound_s = rounded_seconds(verdict.wait_upper_bound_s)
         self.decision = verdict.decision.value
 
+    def take_state(self, state: DrainState) -> None:
+        if state.verdict is not None:
+            self.take_verdict(state.verdict)
+        self.take_counters(state.counters)
+        self.elapsed_s = rounded_seconds(state.elapsed_s)
+        self.deadline_s = rounded_seconds(state.deadline_s)
+
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "host": self.host,
-            "state": self.state,
-            "decision": self.decision,
-            "exit_status": self.exit_status,
-            "counts": dict(self.counts),
-            "wait_upper_bound_s": self.wait_upper_bound_s,
-            "elapsed_s": self.elapsed_s,
-            "deadline_s": self.deadline_s,
-            "paused_intake": list(self.paused_intake),
-            "counters": {**self.counters, "errors": dict(self.errors)},
-        }
+        row = asdict(self)  # copies: the caller may keep it while the row changes
+        row["counters"]["errors"] = row.pop("errors")
+        return row
 
 
 def _count(value: Any) -> int:

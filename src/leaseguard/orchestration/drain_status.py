@@ -23,15 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.verdict import Decision, Verdict
-from leaseguard.orchestration.drain import DrainCounters, DrainObserver, DrainResult
+from leaseguard.core.verdict import Decision
+from leaseguard.orchestration.drain import DrainObserver, DrainResult, DrainState
 from leaseguard.orchestration.drain_metrics import render_metrics
 from leaseguard.orchestration.drain_snapshot import (
     FINISHED,
     INTERRUPTED,
     HostDrain,
     build_snapshot,
-    rounded_seconds,
 )
 from leaseguard.orchestration.drain_status_read import process_start_ticks
 from leaseguard.orchestration.snapshot_files import BackgroundWriter, atomic_write
@@ -53,19 +52,9 @@ class HostObserver(DrainObserver):
         self.row = row
         self.intake = intake
 
-    def after_poll(
-        self,
-        verdict: Verdict | None,
-        counters: DrainCounters,
-        elapsed_s: float,
-        deadline_s: float,
-    ) -> None:
+    def after_poll(self, state: DrainState) -> None:
         with self.board.lock:
-            if verdict is not None:
-                self.row.take_verdict(verdict)
-            self.row.take_counters(counters)
-            self.row.elapsed_s = rounded_seconds(elapsed_s)
-            self.row.deadline_s = rounded_seconds(deadline_s)
+            self.row.take_state(state)
             self.row.paused_intake = paused_intake(self.intake)
         self.board.publish()
 
@@ -79,11 +68,7 @@ class HostObserver(DrainObserver):
                     1,
                 )
             else:
-                if result.verdict is not None:
-                    self.row.take_verdict(result.verdict)
-                self.row.take_counters(result.counters)
-                self.row.elapsed_s = rounded_seconds(result.elapsed_s)
-                self.row.deadline_s = rounded_seconds(result.deadline_s)
+                self.row.take_state(result)
                 self.row.state = FINISHED
                 self.row.decision = result.decision.value
                 self.row.exit_status = result.exit_status

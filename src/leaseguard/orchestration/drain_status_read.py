@@ -12,13 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from leaseguard.orchestration.drain_snapshot import (
-    COUNTER_NAMES,
-    FINISHED,
-    INTERRUPTED,
-    RUNNING,
-    SCOPE,
-)
+from leaseguard.orchestration.drain import COUNTER_NAMES
+from leaseguard.orchestration.drain_snapshot import FINISHED, INTERRUPTED, RUNNING, SCOPE
 
 
 def read_status(path: str | Path) -> dict[str, Any]:
