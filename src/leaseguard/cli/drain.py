@@ -26,29 +26,29 @@ from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED, ConfigError, Lease
 from leaseguard.core.verdict import failure_timeline
 from leaseguard.orchestration.drain import DrainResult
 
+DRAIN = """\
+Pause intake, then poll until no live lease remains or the deadline passes; intake is
+resumed on every exit path. Exit status: 0 drained, 75 deadline reached with live leases,
+1 failed, 2 usage.
+"""
+
+RESUME = """\
+Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
+its resume, or whose resume could not reach the database), and delete their records. Jobs
+disabled without a drain have no record and are never touched. Exit status: 0 done (also
+when nothing was recorded), 1 failed, 2 usage.
+"""
+
 
 def add_drain_command(commands: Any) -> None:
-    drain_parser = commands.add_parser(
-        "drain",
-        help=COMMANDS["drain"][1],
-        description="Pause intake, then poll until no live lease remains or the deadline "
-        "passes; intake is resumed on every exit path. Exit status: 0 drained, 75 deadline "
-        "reached with live leases, 1 failed, 2 usage.",
-    )
-    add_contract_options(drain_parser)
-    add_drain_options(drain_parser)
-    drain_parser.set_defaults(handler=run_drain)
+    parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
+    add_contract_options(parser)
+    add_drain_options(parser)
+    parser.set_defaults(handler=run_drain)
 
 
 def add_resume_command(commands: Any) -> None:
-    resume_parser = commands.add_parser(
-        "resume",
-        help=COMMANDS["resume"][1],
-        description="Reactivate exactly the pg_cron jobs that a drain paused and recorded "
-        "(a drain killed before its resume, or whose resume could not reach the database), "
-        "and delete their records. Jobs disabled without a drain have no record and are never "
-        "touched. Exit status: 0 done (also when nothing was recorded), 1 failed, 2 usage.",
-    )
+    resume_parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
     conn = resume_parser.add_argument_group("connection")
     add_config_option(conn)
     conn.add_argument(
@@ -161,8 +161,7 @@ def run_drain(args: argparse.Namespace) -> int:
         print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
         return EXIT_FAILED
     except LeaseguardError as exc:
-        report_failure(exc, host, as_json=args.json)
-        return EXIT_FAILED
+        return report_failure(exc, host, as_json=args.json)
     report_drain(result, as_json=args.json)
     return result.exit_status
 
@@ -190,7 +189,6 @@ def run_resume(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except LeaseguardError as exc:
-        report_failure(exc, socket.gethostname(), as_json=args.json)
-        return EXIT_FAILED
+        return report_failure(exc, socket.gethostname(), as_json=args.json)
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return EXIT_PROCEED

@@ -214,8 +214,7 @@ def run_check(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except LeaseguardError as exc:
-        report_failure(exc, host, as_json=args.json)
-        return EXIT_FAILED
+        return report_failure(exc, host, as_json=args.json)
     report_verdict(verdict, as_json=args.json)
     return verdict.exit_status
 
@@ -226,14 +225,15 @@ def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
         print(f"leaseguard: warning: {warning}", file=sys.stderr)
 
 
-def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> None:
-    """Fail closed, loudly: the decision is 'failed', never 'proceed'."""
+def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> int:
+    """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
     now = datetime.now(UTC)
     if as_json:
         print(json.dumps(failure_result(exc, host, now)))
     else:
         print(failure_timeline(now, host, exc))
     print(f"leaseguard: check failed: {exc}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":
