@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -28,7 +25,6 @@ from typing import Any, Protocol
 
 import psycopg
 
-from leaseguard.adapters.clock import database_clock, host_clock, measure_offset
 from leaseguard.adapters.db import connect, describe_target
 from leaseguard.adapters.guard import judge_table, lease_seconds
 from leaseguard.adapters.pauses import scan_leftovers
@@ -41,16 +37,13 @@ from leaseguard.adapters.runtime import (
     resolve_runtime_facts,
 )
 from leaseguard.adapters.statuses import StatusColumn
-from leaseguard.core.clock_offset import ClockOffset, chained
+from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import (
-    DatabaseUnavailable,
-    LeaseguardError,
-    LookupFailed,
-    TunnelError,
-)
-from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
+from leaseguard.core.fleet import FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
+from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
+from leaseguard.orchestration.session_clock import FleetClocks, host_minus_database
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
 # transaction's few small statements, and a thread waking up.
@@ -66,39 +59,6 @@ class Link(Protocol):
     def failure(self) -> TunnelError | None: ...
 
     def cut(self) -> None: ...
-
-
-class PollWatch:
-    """Cuts a poll that outlasts its budget: `cut` ends every wait the poll may be in."""
-
-    def __init__(self, budget_s: float, cut: Callable[[], None]) -> None:
-        self.budget_s = budget_s
-        self.cut = cut
-        self.expired = False
-        self._ends_at: float | None = None
-
-    @contextmanager
-    def poll(self) -> Iterator[None]:
-        self.expired = False
-        self._ends_at = time.monotonic() + self.budget_s
-        timer = threading.Timer(self.budget_s, self._expire)
-        timer.daemon = True
-        timer.start()
-        try:
-            yield
-        finally:
-            timer.cancel()
-            self._ends_at = None
-
-    def remaining_s(self) -> float:
-        """Time left in the poll in flight; unbounded outside one (pauses, resumes)."""
-        if self._ends_at is None:
-            return float("inf")
-        return self._ends_at - time.monotonic()
-
-    def _expire(self) -> None:
-        self.expired = True
-        self.cut()
 
 
 def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession], Verdict]:
@@ -118,42 +78,36 @@ def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession
 class GuardSession:
     """Judges one host's table with the facts looked up on that host.
 
-    With `fleet` (see `fleet_session`), the facts are the fleet's combined facts
-    (`leaseguard.fleet`) and the verdict reports which host supplied each. `host_offsets`
-    are the hosts' clocks minus this machine's, measured while each host was looked up
-    (`clock.offset_from_here`); without them every start time is taken as read in this
-    machine's clock.
+    With a fleet's facts (`FleetFacts`, see `fleet_session`) it judges by the fleet's combined
+    facts (`leaseguard.fleet`) and the verdict reports which host supplied each;
+    `host_offsets` are then the hosts' clocks minus this machine's (`FleetClocks`).
     """
 
     def __init__(
         self,
         contract: Contract,
         conninfo: str,
-        facts: RuntimeFacts,
+        facts: RuntimeFacts | FleetFacts,
         runner: Runner,
         link: Link | None = None,
         *,
         label: str | None = None,
-        fleet: FleetFacts | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
-        self.facts = facts
+        self.fleet = facts if isinstance(facts, FleetFacts) else None
+        self.facts = facts.facts if isinstance(facts, FleetFacts) else facts
         self.runner = runner
         self.link = link
         self.label = label
-        self.fleet = fleet
-        self.host_offsets = host_offsets
+        self.fleet_clocks = FleetClocks(host_offsets)
         # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
         self.host_minus_here = host_minus_here
         self.watch = PollWatch(self.poll_budget_s, self._cut)
-        self.lease_s = lease_seconds(contract, facts.task_timeout)
-        # Measured once per session: clocks do not drift measurably during a drain, and a
-        # per-poll measurement would add an SSH round trip to every poll.
-        self.clock_offset: ClockOffset | None = None
-        self.fleet_offsets: dict[str, ClockOffset] = {}
+        self.lease_s = lease_seconds(contract, self.facts.task_timeout)
+        self.clock_offset: ClockOffset | None = None  # measured once (session_clock)
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -260,7 +214,7 @@ class GuardSession:
             self.link.cut()
         conn = self._conn
         if conn is not None and not conn.closed:
-            _shutdown_socket(conn)
+            shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
@@ -299,59 +253,25 @@ class GuardSession:
         return self._leftovers
 
     def _measure_clock(self, conn: Conn) -> ClockOffset:
-        """The clock offset that widens the orphan tolerance (measured once per session).
-
-        One host: its clock minus the database's. A fleet: every host's start time is first
-        moved into the database clock (its offset from here, chained with this machine's
-        offset from the database), so hosts with different clocks compare fairly and the
-        oldest start is the oldest in truth; only the measurements' uncertainty is left.
-        """
-        if self.fleet is None and self.host_minus_here is not None:
-            return chained(self.host_minus_here, measure_offset(time.time, database_clock(conn)))
+        """The clock offset that widens the orphan tolerance; a fleet's facts move into the
+        database clock on the way (leaseguard.orchestration.session_clock)."""
         if self.fleet is None:
-            return measure_offset(host_clock(self.runner), database_clock(conn))
-        here_minus_db = measure_offset(time.time, database_clock(conn))
-        self.fleet_offsets = {
-            host: chained(self._offset_from_here(host), here_minus_db)
-            for host, facts in sorted(self.fleet.per_host.items())
-            if facts.runtime_started_at is not None
-        }
-        self.fleet = combine_facts(
-            in_database_clocks(self.fleet.per_host, self.fleet_offsets, self.contract.clock_skew_s)
-        )
+            return host_minus_database(conn, self.runner, self.host_minus_here)
+        skew_s = self.contract.clock_skew_s
+        self.fleet, offset = self.fleet_clocks.into_database_clock(conn, self.fleet, skew_s)
         self.facts = self.fleet.facts
-        return ClockOffset(0.0, max(o.uncertainty_s for o in self.fleet_offsets.values()))
-
-    def _offset_from_here(self, host: str) -> ClockOffset:
-        """A fleet host's clock minus this machine's; none given: read in this machine's."""
-        if self.host_offsets is None:
-            return ClockOffset(0.0, 0.0)
-        if host not in self.host_offsets:
-            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
-        return self.host_offsets[host]
+        return offset
 
     def _fleet_report(self) -> dict[str, Any]:
         assert self.fleet is not None
         report = self.fleet.as_dict()
-        # Each host's own offset; start times taken as read here (the CLI) have none.
-        if self.fleet_offsets and self.host_offsets is not None:
-            report["clock_offsets_s"] = {
-                host: round(offset.offset_s, 3) for host, offset in self.fleet_offsets.items()
-            }
+        if offsets := self.fleet_clocks.report():
+            report["clock_offsets_s"] = offsets
         return report
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake pauses."""
         return self._open(writable=True, dbname=dbname)
-
-
-def _shutdown_socket(conn: Conn) -> None:
-    """Wake a thread blocked on `conn`: it reads end-of-file and fails at once."""
-    try:
-        with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
-            sock.shutdown(socket.SHUT_RDWR)
-    except (OSError, psycopg.Error):
-        pass  # already closed: nothing waits on it
 
 
 @contextmanager
@@ -415,15 +335,13 @@ def fleet_session(
     in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
     judgment runs through (the database is shared: that is why its intake is global).
     """
-    fleet = combine_facts(per_host)
     session = GuardSession(
         contract,
         conninfo,
-        fleet.facts,
+        combine_facts(per_host),
         runner or LocalRunner(),
         link,
         label="fleet",
-        fleet=fleet,
         host_offsets=host_offsets,
     )
     try:

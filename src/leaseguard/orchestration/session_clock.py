@@ -1,0 +1,75 @@
+"""The clock offset a guard session judges with, measured once per session.
+
+Clocks do not drift measurably during a drain, and a per-poll measurement would add an SSH
+round trip to every poll. One host: its clock minus the database's. A fleet: every host's
+start time is first moved into the database clock (its offset from here, chained with this
+machine's offset from the database), so hosts with different clocks compare fairly and the
+oldest start is the oldest in truth; only the measurements' uncertainty is left.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import psycopg
+
+from leaseguard.adapters.clock import database_clock, host_clock, measure_offset
+from leaseguard.adapters.runtime import Runner
+from leaseguard.core.clock_offset import ClockOffset, chained
+from leaseguard.core.errors import LookupFailed
+from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
+
+Conn = psycopg.Connection[tuple[object, ...]]
+
+
+def host_minus_database(
+    conn: Conn, runner: Runner, host_minus_here: ClockOffset | None
+) -> ClockOffset:
+    """One host's clock minus the database's: `host_minus_here` (read by the lookups' own
+    exec, `look_up_host`) chained with this machine's offset, else read on the host now."""
+    if host_minus_here is not None:
+        return chained(host_minus_here, measure_offset(time.time, database_clock(conn)))
+    return measure_offset(host_clock(runner), database_clock(conn))
+
+
+class FleetClocks:
+    """A fleet's hosts' clocks minus the database's.
+
+    `from_here` are the hosts' clocks minus this machine's (`clock.offset_from_here`), taken
+    by the front while each host was looked up; None: every start time is taken as read in
+    this machine's clock (a CLI given the facts).
+    """
+
+    def __init__(self, from_here: Mapping[str, ClockOffset] | None) -> None:
+        self.from_here = from_here
+        self.minus_database: dict[str, ClockOffset] = {}
+
+    def into_database_clock(
+        self, conn: Conn, fleet: FleetFacts, clock_skew_s: float
+    ) -> tuple[FleetFacts, ClockOffset]:
+        """The fleet's facts with every start time in the database clock, and the offset
+        left to allow for (the largest uncertainty of the measurements)."""
+        here_minus_db = measure_offset(time.time, database_clock(conn))
+        self.minus_database = {
+            host: chained(self._from_here(host), here_minus_db)
+            for host, facts in sorted(fleet.per_host.items())
+            if facts.runtime_started_at is not None
+        }
+        moved = combine_facts(in_database_clocks(fleet.per_host, self.minus_database, clock_skew_s))
+        return moved, ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
+
+    def report(self) -> dict[str, float]:
+        """Each host's own offset, for the verdict; start times taken as read here (the CLI)
+        have none."""
+        if self.from_here is None:
+            return {}
+        return {host: round(offset.offset_s, 3) for host, offset in self.minus_database.items()}
+
+    def _from_here(self, host: str) -> ClockOffset:
+        """A fleet host's clock minus this machine's; none given: read in this machine's."""
+        if self.from_here is None:
+            return ClockOffset(0.0, 0.0)
+        if host not in self.from_here:
+            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
+        return self.from_here[host]
