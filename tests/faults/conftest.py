@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from sandbox.pgcluster import PgCluster
 
 PG_BASE_DIR = "/tmp"
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 60) -> bool:
-    """Poll a condition with a deadline (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def job_active(cluster: PgCluster, name: str) -> str:

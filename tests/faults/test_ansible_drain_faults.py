@@ -19,10 +19,10 @@ from tests.faults.conftest import (
     job_active,
     terminate,
     unschedule_with_records,
-    wait_until,
 )
 from tests.support.ansible_run import REPO, write_inventory
 from tests.support.process_lines import Lines
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

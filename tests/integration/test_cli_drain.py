@@ -4,13 +4,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 from tests.support.process_lines import Lines
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,15 +75,6 @@ def drain_ending_the_claim(db, *extra):
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout.text(), stderr.text())
 
 
-def wait_for(predicate, timeout_s=30):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_claim_released_mid_drain_exits_0_soon_after(busy):
     done = drain_ending_the_claim(busy, "--poll-s", "0.2")
     assert done.returncode == 0, done.stderr
@@ -118,7 +109,7 @@ def test_an_empty_table_drains_immediately(db):
 def test_pg_cron_jobs_are_paused_during_the_drain_and_active_afterwards(busy, claim_job):
     seen = []
     watcher = threading.Thread(
-        target=lambda: seen.append(wait_for(lambda: job_active(busy, claim_job) == "f"))
+        target=lambda: seen.append(wait_until(lambda: job_active(busy, claim_job) == "f"))
     )
     watcher.start()
     done = drain_ending_the_claim(
@@ -153,7 +144,7 @@ def test_an_interrupted_drain_still_resumes_the_jobs(busy, claim_job, signum):
         env=clean_env(),
     )
     try:
-        assert wait_for(lambda: job_active(busy, claim_job) == "f")
+        assert wait_until(lambda: job_active(busy, claim_job) == "f")
         proc.send_signal(signum)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -166,7 +157,7 @@ def test_an_interrupted_drain_still_resumes_the_jobs(busy, claim_job, signum):
 def test_a_pause_command_runs_before_waiting_and_its_resume_after(busy, tmp_path):
     marker = tmp_path / "intake-paused"
     seen = []
-    watcher = threading.Thread(target=lambda: seen.append(wait_for(marker.exists)))
+    watcher = threading.Thread(target=lambda: seen.append(wait_until(marker.exists)))
     watcher.start()
     done = drain_ending_the_claim(
         busy,

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from leaseguard.orchestration.drain import COUNTER_NAMES
 from sandbox.subprocess_env import clean_env
-from tests.integration.test_cli_drain import drain_argv, wait_for
+from tests.integration.test_cli_drain import drain_argv
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -76,7 +77,7 @@ def test_the_snapshot_moves_while_the_drain_waits_and_says_finished_after(busy, 
     status_file, metrics_file = drain_files
     proc = start_drain(busy, status_file, metrics_file)
     try:
-        assert wait_for(lambda: polls(status_file) >= 2)
+        assert wait_until(lambda: polls(status_file) >= 2)
         code, first = status(status_file)
         assert code == 0 and first["state"] == "running"
         assert first["pid"] == proc.pid and first["scope"] == "process_lifetime"
@@ -85,7 +86,7 @@ def test_the_snapshot_moves_while_the_drain_waits_and_says_finished_after(busy, 
         assert 0 < first["wait_upper_bound_s"] <= 7200 - 30 * 60
         # the deadline is the longest lease seen at the start; the lease shrinks since
         assert first["wait_upper_bound_s"] <= first["deadline_s"] <= 7200 - 30 * 60
-        assert wait_for(lambda: polls(status_file) >= first["counters"]["polls"] + 3)
+        assert wait_until(lambda: polls(status_file) >= first["counters"]["polls"] + 3)
         code, second = status(status_file)
         assert code == 0 and second["state"] == "running"
         assert second["counters"]["idle_polls"] > first["counters"]["idle_polls"]
@@ -122,7 +123,7 @@ def test_a_drain_killed_outright_leaves_a_stale_status(busy, drain_files):
     status_file, metrics_file = drain_files
     proc = start_drain(busy, status_file, metrics_file)
     try:
-        assert wait_for(lambda: polls(status_file) >= 1)
+        assert wait_until(lambda: polls(status_file) >= 1)
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:

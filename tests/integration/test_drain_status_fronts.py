@@ -16,10 +16,11 @@ import yaml
 from sandbox.ansible_env import ansible_env
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
-from tests.faults.conftest import job_active, terminate, unschedule_with_records, wait_until
+from tests.faults.conftest import job_active, terminate, unschedule_with_records
 from tests.integration.test_drain_status_files import polls, samples, status
 from tests.support.ansible_run import REPO, write_inventory
 from tests.support.process_lines import Lines
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

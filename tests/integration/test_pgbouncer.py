@@ -21,8 +21,8 @@ from tests.integration.test_cli_drain import (  # noqa: F401 (claim_job: a fixtu
     FACTS,
     claim_job,
     job_active,
-    wait_for,
 )
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -133,12 +133,14 @@ def test_a_drain_through_the_pooler_pauses_waits_and_resumes(
     paused_seen = []
     try:
         watcher = threading.Thread(
-            target=lambda: paused_seen.append(wait_for(lambda: job_active(busy, claim_job) == "f"))
+            target=lambda: paused_seen.append(
+                wait_until(lambda: job_active(busy, claim_job) == "f")
+            )
         )
         watcher.start()
         # At least 20 polls through the pooler (each a transaction, on alternating server
         # sessions) while the claim is live, then the claim ends mid-drain.
-        assert wait_for(lambda: polls_so_far(metrics) >= 20 or drain.poll() is not None, 60)
+        assert wait_until(lambda: polls_so_far(metrics) >= 20 or drain.poll() is not None, 60)
         assert drain.poll() is None, drain.communicate()
         watcher.join()
         with busy.connect() as conn:
