@@ -27,6 +27,8 @@ NOT_FOR_CHECK = (
     "leaseguard.adapters.budgets",
     "leaseguard.cli.budgets",
 )
+# Parsers a command loads only when given a file to read (--config, --facts-file).
+ONLY_WITH_A_FILE = ("yaml",)
 
 
 # `python -m leaseguard ARGS` that prints sys.modules at exit. Not `-X importtime`: it does not
@@ -69,6 +71,7 @@ def test_help_and_version_load_no_database_driver_nor_any_front_library() -> Non
         assert loaded(modules, "leaseguard.cli.main")  # the parse saw the CLI: it can fail
         assert not loaded(modules, "psycopg"), args
         assert [name for name in NOT_FOR_CHECK if loaded(modules, name)] == [], args
+        assert not loaded(modules, "yaml"), args
 
 
 def test_check_help_loads_nothing_check_does_not_use() -> None:
