@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from leaseguard.core.config_values import (
     choice,
     identifier,
