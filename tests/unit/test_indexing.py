@@ -180,12 +180,10 @@ def verdict():
 
 
 class FailingConnection:
-    """Stands in for a connection whose every pipeline or transaction fails with driver text."""
+    """Stands in for a connection whose every transaction fails with driver text."""
 
     def transaction(self):
         raise psycopg.OperationalError("server closed; password=hunter2 host=db")
-
-    pipeline = transaction
 
 
 def test_an_error_in_the_plan_check_keeps_the_verdict_and_leaks_nothing(caplog):

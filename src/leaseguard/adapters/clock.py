@@ -64,9 +64,7 @@ def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[],
     """Read the database's clock (clock_timestamp, not the transaction's now())."""
 
     def read() -> float:
-        # Pipelined: BEGIN travels with the query, so the reading brackets one round trip
-        # fewer (a tighter uncertainty) and COMMIT is sent with the exit.
-        with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+        with conn.transaction(), conn.cursor() as cur:
             row = cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         assert row is not None
         return float(row[0])  # type: ignore[arg-type]

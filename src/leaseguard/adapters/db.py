@@ -178,11 +178,8 @@ def guard_transaction(
 
     A migration holding an ACCESS EXCLUSIVE lock on the table must make the check fail
     within its budget, not hang the deploy behind the very migration it guards.
-
-    In pipeline mode: BEGIN and the settings travel with the first query, and COMMIT is
-    sent at the end without a round trip of its own; each fetch still waits for its result.
     """
-    with translate_errors(contract), conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+    with translate_errors(contract), conn.transaction(), conn.cursor() as cur:
         # Naive timestamps are read in the zone the contract declares, never in whatever
         # TimeZone the database or role happens to have (Oban, good_job write UTC). And no
         # parallel workers: the guard reads a handful of rows, and a misestimate (graphile's

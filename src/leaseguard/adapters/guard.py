@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import re
 from datetime import datetime
 from typing import Any
@@ -112,13 +111,11 @@ def judge_table(
         tolerance_s=tolerance_s,
     )
     try:
-        with guard_transaction(conn, contract) as cur, conn.cursor() as counted:
+        with guard_transaction(conn, contract) as cur:
             if status_column is None:
                 status_column = verify_schema(cur, contract)
-            # The counts query is sent with the status check's, its result read after it.
-            send_counts = functools.partial(counted.execute, counts_query(contract), params)
-            check_statuses(cur, contract, status_column, alongside=send_counts)
-            checked_at, counts = _counts(counted, params)
+            check_statuses(cur, contract, status_column)
+            checked_at, counts = _counts(cur, contract, params)
             live = _live_claims(cur, contract, params) if counts.live else ()
     except SchemaMismatch:
         if status_column is None:
@@ -249,8 +246,8 @@ def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
     )
 
 
-def _counts(cur: Cursor, params: dict[str, object]) -> tuple[datetime, Counts]:
-    """The counts query's result (sent on `cur` by the caller)."""
+def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
+    cur.execute(counts_query(contract), params)
     rows = cur.fetchall()
     by_class = {str(cls): int(n) for _, cls, n in rows}  # type: ignore[call-overload]
     checked_at = rows[0][0] if rows else _database_now(cur, params)

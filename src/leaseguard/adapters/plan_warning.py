@@ -69,8 +69,7 @@ def plan_warning(
         contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
-    # Pipelined: BEGIN and the limits travel with the first query, COMMIT with the exit.
-    with conn.pipeline(), conn.transaction(), conn.cursor() as cur:
+    with conn.transaction(), conn.cursor() as cur:
         set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
         table = large_table(cur, contract)
         if table is None:

@@ -18,7 +18,6 @@ the check still runs, as one sequential pass, and the session's plan warning
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -108,21 +107,9 @@ def _require_labels(contract: Contract, labels: tuple[str, ...]) -> None:
             )
 
 
-def check_statuses(
-    cur: Cursor,
-    contract: Contract,
-    column: StatusColumn,
-    alongside: Callable[[], object] | None = None,
-) -> None:
-    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists.
-
-    `alongside` sends the transaction's next query (on another cursor) before this check's
-    result is read: in pipeline mode (guard_transaction) both travel in one round trip.
-    It is called exactly once, whatever the path.
-    """
-    alongside = _once(alongside)
+def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
+    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists."""
     if not contract.has_status_column:
-        alongside()
         return
     classified = list(contract.classified_statuses)
     if column.enum_labels is not None:
@@ -138,31 +125,17 @@ def check_statuses(
     }
     if not column.reads_rows(contract):
         cur.execute(unlisted_labels_query(), params)
-        alongside()
         row = cur.fetchone()
         if row is not None and row[0] is False:
             return
     if column.index_key is None:
         cur.execute(unclassified_scan_query(contract), params)
-        alongside()
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)
-        alongside()
         found = _counted(cur, contract, column.index_key, [v for (v,) in cur.fetchall()], params)
     if found:
         raise UnclassifiedStatus(_message(contract, found))
-
-
-def _once(send: Callable[[], object] | None) -> Callable[[], None]:
-    """`send` on the first call only: the check's second query (if any) goes alone."""
-    pending = [send] if send is not None else []
-
-    def call() -> None:
-        while pending:
-            pending.pop()()
-
-    return call
 
 
 def _counted(

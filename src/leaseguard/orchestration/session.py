@@ -297,8 +297,7 @@ class GuardSession:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
         if self._leftovers is None and self.cron_database is None and self._conn is not None:
             # cron.job is in this database: read on the guard's connection, not a new one.
-            with self._conn.pipeline():
-                self._leftovers = tuple(leftover_warnings(self._conn, exclude_by=self.pause_owner))
+            self._leftovers = tuple(leftover_warnings(self._conn, exclude_by=self.pause_owner))
         if self._leftovers is None:
             self._leftovers = tuple(
                 scan_leftovers(
