@@ -359,8 +359,10 @@ def _report(rows: list[dict[str, Any]], *, quick: bool) -> tuple[Section, list[F
         f"rotates with the others and with the same check on the {REF_ROWS:,}-row copy "
         "(`status / 10^4-row table`: its flatness ratio).",
         "Whole check: leaseguard.adapters.guard.evaluate on an open guard connection - read-only "
-        "transaction, three budgets set, the schema check (2 queries), the counts query and, "
-        "when something is live, the live-claims query: about 8 round trips.",
+        "transaction, its five settings (budgets, zone, no parallel workers) in one "
+        "statement, the schema check (4 catalog queries), the status check, the counts query "
+        "and, when something is live, the live-claims query: 10 round trips (11 before the "
+        "settings were merged).",
         f"Paths: `TCP` connects to the database directly; `{TUNNEL}` goes through "
         "leaseguard.adapters.ssh.database_tunnel (Fabric's forward_local over paramiko) via a "
         "fleet host's sshd, as `fab guard` does (leaseguard sets TCP_NODELAY on the SSH socket, "
