@@ -214,6 +214,27 @@ def test_a_drains_polls_share_one_connection_which_closes_with_the_session(db):
     assert wait_until(lambda: leaseguard_backends(db) == [], timeout_s=10)
 
 
+def test_a_session_prepares_its_statements_from_its_second_poll_on(db):
+    """A one-shot check pays no prepare nor pooler probe; a drain plans its polls once."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with local_session(NO_RUNTIME, db.dsn, task_timeout_s=3600.0) as session:
+        first = session.judge()
+        assert session._conn is not None and session._conn.prepare_threshold is None
+        assert prepared_statements(session._conn) == 0
+        second, third = session.judge(), session.judge()
+        assert session._conn.prepare_threshold == 0
+        assert prepared_statements(session._conn) > 0
+    assert first.decision == second.decision == third.decision
+    assert first.counts == second.counts == third.counts
+
+
+def prepared_statements(conn: psycopg.Connection) -> int:
+    with conn.transaction():
+        row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    return int(row[0])
+
+
 def test_a_connection_the_server_dropped_between_polls_is_replaced_without_a_failed_poll(db):
     with db.connect() as conn:
         create_runs_table(conn)

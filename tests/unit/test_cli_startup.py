@@ -27,6 +27,8 @@ NOT_FOR_CHECK = (
     "leaseguard.adapters.budgets",
     "leaseguard.cli.budgets",
 )
+# Parsers a command loads only when given a file to read (--config, --facts-file).
+ONLY_WITH_A_FILE = ("yaml",)
 
 
 # `python -m leaseguard ARGS` that prints sys.modules at exit. Not `-X importtime`: it does not
@@ -69,11 +71,16 @@ def test_help_and_version_load_no_database_driver_nor_any_front_library() -> Non
         assert loaded(modules, "leaseguard.cli.main")  # the parse saw the CLI: it can fail
         assert not loaded(modules, "psycopg"), args
         assert [name for name in NOT_FOR_CHECK if loaded(modules, name)] == [], args
+        assert not loaded(modules, "yaml"), args
+        # Nor the contract, verdict and fleet dataclasses: building them costs start-up.
+        light = ("leaseguard.core.contract", "leaseguard.core.verdict", "leaseguard.core.fleet")
+        assert [name for name in light if loaded(modules, name)] == [], args
 
 
 def test_check_help_loads_nothing_check_does_not_use() -> None:
     modules = imported_by("check", "--help")
     assert [name for name in NOT_FOR_CHECK if loaded(modules, name)] == []
+    assert loaded(modules, "leaseguard.cli.contract")  # its options: the detector sees them
 
 
 def test_budgets_loads_its_own_machinery_only_when_named() -> None:

@@ -106,13 +106,20 @@ def connect(
             f"{_connect_cause(exc)} ({type(exc).__name__})"
         ) from None
     conn.prepare_threshold = None
-    if prepare and not behind_pooler(conn):
-        conn.prepare_threshold = 0
+    if prepare:
+        prepare_statements(conn)
     conn.autocommit = writable
     if not writable:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
     return conn
+
+
+def prepare_statements(conn: psycopg.Connection[Any]) -> None:
+    """From now on, prepare every statement at its first execution, unless a pooler sits
+    in between (`behind_pooler`, one probe). A drain turns it on from its second poll, so
+    that a one-shot check pays neither the probe nor a prepare."""
+    conn.prepare_threshold = None if behind_pooler(conn) else 0
 
 
 def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
@@ -173,20 +180,17 @@ def guard_transaction(
     within its budget, not hang the deploy behind the very migration it guards.
     """
     with translate_errors(contract), conn.transaction(), conn.cursor() as cur:
-        set_local_limits(
-            cur,
-            statement_timeout=contract.statement_timeout_ms,
-            lock_timeout=contract.effective_lock_timeout_ms,
-            idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
-        )
         # Naive timestamps are read in the zone the contract declares, never in whatever
         # TimeZone the database or role happens to have (Oban, good_job write UTC). And no
         # parallel workers: the guard reads a handful of rows, and a misestimate (graphile's
         # attempts < max_attempts) would make it pay their start-up on every check.
-        cur.execute(
-            "SELECT set_config('TimeZone', %s, true), "
-            "set_config('max_parallel_workers_per_gather', '0', true)",
-            (contract.timestamp_zone,),
+        set_local(
+            cur,
+            statement_timeout=f"{contract.statement_timeout_ms}ms",
+            lock_timeout=f"{contract.effective_lock_timeout_ms}ms",
+            idle_in_transaction_session_timeout=f"{contract.statement_timeout_ms * 2}ms",
+            TimeZone=contract.timestamp_zone,
+            max_parallel_workers_per_gather="0",
         )
         yield cur
 
@@ -194,15 +198,20 @@ def guard_transaction(
 def set_local_limits(
     executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **limits_ms: int
 ) -> None:
-    """Time limits for the current transaction only (set_config's is_local = true).
+    """Time limits for the current transaction only, in milliseconds (`set_local`)."""
+    set_local(executor, **{name: f"{ms}ms" for name, ms in limits_ms.items()})
+
+
+def set_local(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: str) -> None:
+    """Settings for the current transaction only (set_config's is_local = true).
 
     SET takes no bind parameters; set_config() does, so the setting's name and value are
     both bound values. The names are this module's callers' constants, never user input.
-    All limits go in one statement: through a tunnel every round trip counts.
+    All settings go in one statement: through a tunnel every round trip counts.
     """
     call = sql.SQL("set_config(%s, %s, true)")
-    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(limits_ms)))
-    params = [part for name, ms in limits_ms.items() for part in (name, f"{ms}ms")]
+    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))
+    params = [part for name, value in settings.items() for part in (name, value)]
     executor.execute(query, params)
 
 

@@ -11,8 +11,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.fleet import facts_from_reports
 from leaseguard.core.verdict import RuntimeFacts
@@ -69,6 +67,8 @@ def _parse_host_facts(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def _read_facts_file(path: str) -> dict[str, Any]:
+    import yaml  # only with --facts-file: a check given its facts does not load PyYAML
+
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

@@ -17,13 +17,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
-from leaseguard.cli.contract import (
-    add_config_option,
-    add_table_options,
-    contract_from_args,
-    resolve_dsn,
-)
-from leaseguard.cli.fleet import add_fleet_options, fleet_from_args
 from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -31,14 +24,13 @@ from leaseguard.core.errors import (
     LeaseguardError,
     LookupFailed,
 )
-from leaseguard.core.timeouts import parse_timeout_s
-from leaseguard.core.timestamps import parse_timestamp
-from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
 
-# The handlers import the orchestration (psycopg and the rest) when they run: parsing,
-# `--help` and `--version` do not need it.
+# The handlers import the orchestration (psycopg and the rest) when they run, and a
+# command's parser its contract options when it is built: `--help` and `--version` need
+# neither (nor the contract and verdict dataclasses they define).
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
+    from leaseguard.core.verdict import Verdict
     from leaseguard.orchestration.session import GuardSession
 
 DESCRIPTION = """\
@@ -134,6 +126,9 @@ def add_cron_database_option(parser: Any) -> None:
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
     """The options shared by every subcommand that evaluates the predicate."""
+    from leaseguard.cli.contract import add_config_option, add_table_options
+    from leaseguard.cli.fleet import add_fleet_options
+
     conn = parser.add_argument_group("connection")
     add_config_option(conn)
     conn.add_argument(
@@ -162,6 +157,8 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     """Facts given as flags win over lookups; what no flag gives is looked up here."""
+    from leaseguard.core.timeouts import parse_timeout_s
+
     task_timeout_s = None
     if args.task_timeout_s is not None:
         try:
@@ -174,6 +171,8 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_started_at(text: str) -> datetime:
     """The flag's value, read as every lookup reads one; a bad value is a usage error here."""
+    from leaseguard.core.timestamps import parse_timestamp
+
     try:
         return parse_timestamp(text, what="the value")
     except LookupFailed as exc:
@@ -192,6 +191,7 @@ def open_session(
     A fleet's start times are taken as read in this machine's clock, and moved into the
     database clock with this machine's measured offset from it.
     """
+    from leaseguard.cli.fleet import fleet_from_args
     from leaseguard.orchestration.session import fleet_session, local_session
 
     fleet = fleet_from_args(args)
@@ -204,6 +204,8 @@ def open_session(
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from leaseguard.cli.contract import contract_from_args, resolve_dsn
+
     contract = contract_from_args(args)
     facts = given_facts(args)
     host = socket.gethostname()
@@ -227,6 +229,8 @@ def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
 
 def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
+    from leaseguard.core.verdict import failure_result, failure_timeline
+
     now = datetime.now(UTC)
     if as_json:
         print(json.dumps(failure_result(exc, host, now)))

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from leaseguard.core.config_values import (
     choice,
     identifier,
@@ -195,6 +193,9 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path} ({type(exc).__name__})") from None
+    # Imported here: a run given no config file (a check on a DSN) does not load PyYAML.
+    import yaml
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import psycopg
 
-from leaseguard.adapters.db import connect, describe_target
+from leaseguard.adapters.db import connect, describe_target, prepare_statements
 from leaseguard.adapters.guard import judge_table, lease_seconds
-from leaseguard.adapters.pauses import scan_leftovers
+from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import with_plan_warning
 from leaseguard.adapters.runtime import (
     HostLookup,
@@ -111,6 +111,7 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._polls_on_conn = 0
         # The schema pre-flight (catalog queries) runs once per connection, not per poll;
         # the status check it prepares runs on every poll.
         self._status_column: StatusColumn | None = None
@@ -160,6 +161,7 @@ class GuardSession:
             self.close()
         if self._conn is None:
             self._conn = self._open()
+            self._polls_on_conn = 0
         return self._conn
 
     def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
@@ -176,8 +178,6 @@ class GuardSession:
                 writable=writable,
                 dbname=dbname,
                 timeout_s=remaining,
-                # The guard's connection serves every poll of a drain: plan its queries once.
-                prepare=not writable,
             )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
@@ -217,6 +217,11 @@ class GuardSession:
             shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
+        if self._polls_on_conn == 1:
+            # A second poll: this connection serves a drain, plan its queries once from now
+            # on. A one-shot check pays neither the pooler probe nor the prepares.
+            prepare_statements(conn)
+        self._polls_on_conn += 1
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
             self.clock_offset = self._measure_clock(conn)
         verdict, self._status_column = judge_table(
@@ -244,6 +249,9 @@ class GuardSession:
 
     def leftover_pauses(self) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
+        if self._leftovers is None and self.cron_database is None and self._conn is not None:
+            # cron.job is in this database: read on the guard's connection, not a new one.
+            self._leftovers = tuple(leftover_warnings(self._conn, exclude_by=self.pause_owner))
         if self._leftovers is None:
             self._leftovers = tuple(
                 scan_leftovers(
