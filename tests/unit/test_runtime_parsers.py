@@ -3,18 +3,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.adapters.runtime import (
+from leaseguard.adapters.runtime import resolve_runtime_facts
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import LookupFailed
+from leaseguard.core.lookups import (
     CommandResult,
     env_value,
     parse_container_inspect,
     parse_env_file_line,
     parse_process_start,
     parse_systemctl_show,
-    parse_timestamp,
-    resolve_runtime_facts,
 )
-from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.errors import LookupFailed
+from leaseguard.core.timestamps import parse_timestamp
 
 INSPECT = json.dumps(
     [
@@ -193,23 +193,23 @@ def test_given_facts_skip_the_lookups():
 
 
 def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_own():
-    from leaseguard.adapters.runtime import LocalRunner, _Lookups
+    from leaseguard.adapters.host_lookup import run_together
+    from leaseguard.adapters.runtime import LocalRunner
 
-    lookups = _Lookups(LocalRunner())
     ok, failing, missing = (
         ("printf", "a b"),
         ("sh", "-c", "printf hi; echo oops >&2; exit 3"),
         ("no-such-tool-lg",),
     )
-    clock = lookups.run_together([ok, failing, missing])
+    ran, clock = run_together(LocalRunner(), [ok, failing, missing])
     assert clock is not None and 0 <= clock.uncertainty_s < 5
-    assert lookups._ran[ok] == CommandResult(0, "a b", "")
-    assert lookups._ran[failing] == CommandResult(3, "hi", "oops\n")
-    assert lookups._ran[missing].exit_code == 127
+    assert ran[ok] == CommandResult(0, "a b", "")
+    assert ran[failing] == CommandResult(3, "hi", "oops\n")
+    assert ran[missing].exit_code == 127
 
 
 def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
-    from leaseguard.adapters.runtime import batch_clock, split_batch
+    from leaseguard.core.one_exec import batch_clock, split_batch
 
     cut = CommandResult(124, "\n@@leaseguard n out 0@@\npartial", "")
     assert split_batch([("docker", "inspect")], "n", cut)[("docker", "inspect")].exit_code == 124
@@ -217,7 +217,8 @@ def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
 
 
 def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
-    from leaseguard.adapters.runtime import LocalRunner, look_up_host
+    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import LocalRunner
 
     contract = contract_from_mapping(
         {"task_timeout": {"source": "env_file", "path": "/nonexistent/lg.env"}}

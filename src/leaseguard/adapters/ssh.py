@@ -29,8 +29,9 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
         name=exc.name,
     ) from exc
 
-from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S, CommandResult
+from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
 from leaseguard.core.errors import TunnelError
+from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
