@@ -19,7 +19,13 @@ from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
 from leaseguard.core.lookups import Argv, CommandResult
-from leaseguard.core.one_exec import batch_clock, batch_script, planned_commands, split_batch
+from leaseguard.core.one_exec import (
+    PidCommand,
+    batch_clock,
+    batch_script,
+    planned_commands,
+    split_batch,
+)
 from leaseguard.core.verdict import RuntimeFacts
 
 
@@ -39,22 +45,22 @@ def look_up_host(contract: Contract, runner: Runner, **given: Unpack[Given]) -> 
     widens the orphan tolerance). None when the script could not read the clock; the caller
     then reads it alone (and reports that failure).
     """
-    commands = planned_commands(
+    plan = planned_commands(
         contract,
         timeout_given=given.get("task_timeout_s") is not None,
         start_given=given.get("runtime_started_at") is not None,
     )
-    ran, clock = run_together(runner, commands)
+    ran, clock = run_together(runner, plan.commands, plan.on_pid)
     return HostLookup(resolve(contract, Lookups(runner, ran), given), clock)
 
 
 def run_together(
-    runner: Runner, commands: Sequence[Argv]
+    runner: Runner, commands: Sequence[Argv], on_pid: Sequence[PidCommand] = ()
 ) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
     """Each command's result and the host's clock minus this machine's, from one exec."""
     nonce = secrets.token_hex(8)
     before = time.time()
-    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
+    result = runner.run(["sh", "-c", batch_script(commands, nonce, on_pid)])
     after = time.time()
     reading = batch_clock(result.stdout, nonce)
     clock = (
@@ -62,4 +68,4 @@ def run_together(
         if reading is None
         else ClockOffset(reading - (before + after) / 2, (after - before) / 2)
     )
-    return split_batch(commands, nonce, result), clock
+    return split_batch(commands, nonce, result, on_pid), clock
