@@ -179,8 +179,6 @@ def open_connection(connection: Connection) -> None:
                 f"host {connection.host}: host key is not in known_hosts; add it (ssh-keyscan) "
                 "or set accept_unknown_host_keys explicitly"
             ) from None
-        import sys
-
         raise TunnelError(f"host {connection.host}: SSH failed ({type(exc).__name__})") from None
     except (OSError, EOFError) as exc:
         raise TunnelError(
