@@ -7,16 +7,24 @@ never imports Fabric or paramiko.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from psycopg.conninfo import make_conninfo
 
-from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.adapters.host_lookup import look_up_host
+from leaseguard.adapters.runtime import Given
+from leaseguard.adapters.ssh import (
+    DatabaseAddress,
+    DatabaseTunnel,
+    FabricRunner,
+    forwarded,
+    open_connection,
+)
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
-from leaseguard.orchestration.session import GuardSession, local_session
+from leaseguard.orchestration.session import GuardSession
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
     from fabric import Connection
@@ -28,24 +36,37 @@ def ssh_session(
     contract: Contract,
     conninfo: str,
     address: DatabaseAddress,
-    *,
-    task_timeout_s: float | None = None,
-    runtime_started_at: datetime | None = None,
+    **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session over SSH: lookups on the host, the database through a tunnel."""
-    with (
-        tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel),
-        local_session(
-            contract,
-            tunnelled_dsn,
-            task_timeout_s=task_timeout_s,
-            runtime_started_at=runtime_started_at,
-            runner=FabricRunner(connection),
-            link=tunnel,
-            one_exec=True,
-        ) as session,
-    ):
-        yield session
+    """A session over SSH: lookups on the host, the database through a tunnel.
+
+    The lookups' one exec (`look_up_host`) and the tunnel's set-up (its probe of the
+    database address) run at once over the same SSH connection: the judgment needs the
+    facts only when it runs. A failed set-up is reported first, as when it ran first.
+    """
+    runner = FabricRunner(connection)
+    open_connection(connection)  # once, before its two users start
+    pool = ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup")
+    try:
+        lookup = pool.submit(look_up_host, contract, runner, **given)
+        with tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel):
+            looked_up = lookup.result()
+            session = GuardSession(
+                contract,
+                tunnelled_dsn,
+                looked_up.facts,
+                runner,
+                tunnel,
+                host_minus_here=looked_up.clock,
+            )
+            try:
+                yield session
+            finally:
+                session.close()
+    finally:
+        # Not waited for: a failed set-up is reported at once, and the caller's closing the
+        # connection ends a lookup still running.
+        pool.shutdown(wait=False)
 
 
 @contextmanager
