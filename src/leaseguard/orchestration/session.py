@@ -185,6 +185,12 @@ class GuardSession:
         self.close()
         return self._judge_on(self._connection())
 
+    def adopt(self, conn: Conn) -> None:
+        """Judge on `conn`, opened along the session's path while the lookups ran
+        (ssh_session); like any shared connection, it is replaced once if it broke."""
+        self.close()
+        self._conn = conn
+
     def _connection_broke(self) -> bool:
         """True when the connection itself is gone (server restart, terminated, idle cut)."""
         return self._conn is None or self._conn.closed or self._conn.broken

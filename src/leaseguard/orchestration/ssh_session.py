@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Unpack
 
 from psycopg.conninfo import make_conninfo
 
+from leaseguard.adapters.db import connect
 from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.runtime import Given
 from leaseguard.adapters.ssh import (
@@ -24,7 +25,8 @@ from leaseguard.adapters.ssh import (
 )
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
-from leaseguard.orchestration.session import GuardSession
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
+from leaseguard.orchestration.session import Conn, GuardSession
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
     from fabric import Connection
@@ -36,13 +38,18 @@ def ssh_session(
     contract: Contract,
     conninfo: str,
     address: DatabaseAddress,
+    *,
+    judge_at_once: bool = False,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
     """A session over SSH: lookups on the host, the database through a tunnel.
 
-    The lookups' one exec (`look_up_host`) and the tunnel's set-up (its probe of the
-    database address) run at once over the same SSH connection: the judgment needs the
-    facts only when it runs. A failed set-up is reported first, as when it ran first.
+    The lookups' one exec (`look_up_host`) runs while the tunnel is set up (its probe of
+    the database address) and, with `judge_at_once` (the caller judges on this session
+    next, not a fleet session built from its facts), the guard's database connection opens
+    through it, all over the same SSH connection: the judgment needs the facts only when
+    its query is bound. Failures are reported in the order the steps had when they ran one
+    after another: the tunnel's, the lookups', the connection's.
     """
     runner = FabricRunner(connection)
     open_connection(connection)  # once, before its two users start
@@ -50,7 +57,15 @@ def ssh_session(
     try:
         lookup = pool.submit(look_up_host, contract, runner, **given)
         with tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel):
-            looked_up = lookup.result()
+            early = _connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
+            try:
+                looked_up = lookup.result()  # a failed lookup is reported first, as before
+            except BaseException:
+                if early is not None and not isinstance(early, LeaseguardError):
+                    early.close()
+                raise
+            if isinstance(early, LeaseguardError):
+                raise early
             session = GuardSession(
                 contract,
                 tunnelled_dsn,
@@ -59,6 +74,8 @@ def ssh_session(
                 tunnel,
                 host_minus_here=looked_up.clock,
             )
+            if early is not None:
+                session.adopt(early)
             try:
                 yield session
             finally:
@@ -67,6 +84,20 @@ def ssh_session(
         # Not waited for: a failed set-up is reported at once, and the caller's closing the
         # connection ends a lookup still running.
         pool.shutdown(wait=False)
+
+
+def _connect_early(contract: Contract, dsn: str, tunnel: DatabaseTunnel) -> Conn | LeaseguardError:
+    """The guard's connection, opened while the lookups' exec runs (a login shell's time).
+
+    Opened as GuardSession opens it (read-only, planned once); a failure is returned, to be
+    reported after the lookups' own, naming the tunnel's failure when there is one.
+    """
+    try:
+        return connect(dsn, contract.connect_timeout_s, prepare=True)
+    except DatabaseUnavailable as exc:
+        return tunnel.failure() or exc
+    except LeaseguardError as exc:
+        return exc
 
 
 @contextmanager
