@@ -276,11 +276,19 @@ def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterato
 
 
 @contextmanager
-def forwarded(connection: Connection, address: DatabaseAddress) -> Iterator[DatabaseTunnel]:
-    """A DatabaseTunnel to `address` through the host, closed on every exit path."""
+def forwarded(
+    connection: Connection, address: DatabaseAddress, *, probe: bool = True
+) -> Iterator[DatabaseTunnel]:
+    """A DatabaseTunnel to `address` through the host, closed on every exit path.
+
+    `probe=False`: the caller connects through it at once, and a refused address fails that
+    connection just as fast, naming the same cause (`failure()`); the probe would cost the
+    host a TCP connection and the database a backend process for nothing.
+    """
     open_connection(connection)
     tunnel = DatabaseTunnel(connection, address)
-    tunnel.probe()
+    if probe:
+        tunnel.probe()
     tunnel.start()
     try:
         yield tunnel

@@ -49,14 +49,18 @@ def ssh_session(
     next, not a fleet session built from its facts), the guard's database connection opens
     through it, all over the same SSH connection: the judgment needs the facts only when
     its query is bound. Failures are reported in the order the steps had when they ran one
-    after another: the tunnel's, the lookups', the connection's.
+    after another: the tunnel's, the lookups', the connection's (with `judge_at_once`, a
+    database address the host cannot reach is found by that connection, not a probe).
     """
     runner = FabricRunner(connection)
     open_connection(connection)  # once, before its two users start
     pool = ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup")
     try:
         lookup = pool.submit(look_up_host, contract, runner, **given)
-        with tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel):
+        with tunnelled(connection, conninfo, address, probe=not judge_at_once) as (
+            tunnelled_dsn,
+            tunnel,
+        ):
             early = _connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
             try:
                 looked_up = lookup.result()  # a failed lookup is reported first, as before
@@ -115,9 +119,9 @@ def tunnelled_conninfo(
 
 @contextmanager
 def tunnelled(
-    connection: Connection, conninfo: str, address: DatabaseAddress
+    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
 ) -> Iterator[tuple[str, DatabaseTunnel]]:
     """tunnelled_conninfo's conninfo and the tunnel itself (a session's Link)."""
     reject_hostaddr(conninfo)
-    with forwarded(connection, address) as tunnel:
+    with forwarded(connection, address, probe=probe) as tunnel:
         yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
