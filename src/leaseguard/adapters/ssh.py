@@ -15,7 +15,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 try:
@@ -30,6 +29,7 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
+from leaseguard.adapters.ssh_client import AeadFirstTransport, trust_known_hosts
 from leaseguard.core.errors import TunnelError
 from leaseguard.core.lookups import CommandResult
 
@@ -87,22 +87,6 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     return connection
 
 
-class AeadFirstTransport(paramiko.Transport):  # type: ignore[misc]
-    """paramiko's Transport, preferring AES-GCM over its default AES-CTR + HMAC-SHA2.
-
-    With CTR + HMAC, paramiko checks every packet's MAC in a pure-Python byte loop
-    (util.constant_time_bytes_eq): the largest share of a fleet's controller CPU in its
-    transport threads. GCM authenticates in the cipher (OpenSSH has offered it since 6.2); a
-    server without it still negotiates the rest of the list, in paramiko's order.
-    """
-
-    _preferred_ciphers = (
-        "aes128-gcm@openssh.com",
-        "aes256-gcm@openssh.com",
-        *(name for name in paramiko.Transport._preferred_ciphers if "-gcm@" not in name),
-    )
-
-
 def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
     return SshOptions(
         key_filename=options.key_filename,
@@ -114,22 +98,9 @@ def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
 
 
 def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Trust only the keys known_hosts lists for this host, and reject others.
-
-    The files (system, ssh_config's UserKnownHostsFile, explicit) are parsed once per process
-    and content (`_parsed_known_hosts`): paramiko's own loading parses every line for every
-    connection, ~25 ms of the controller's CPU per host with a 50-host known_hosts. The
-    client gets this host's entries only, with paramiko's precedence: the system file's
-    entry if it has one, else the other files'.
-    """
+    """Trust only the keys known_hosts lists for this host (`ssh_client`), reject others."""
+    trust_known_hosts(connection, options.known_hosts)
     client = connection.client
-    name = _host_key_name(connection)
-    system = _parsed_known_hosts((Path("~/.ssh/known_hosts").expanduser(),))
-    entry = system.lookup(name) or _parsed_known_hosts(
-        tuple(_known_hosts_files(connection, options))
-    ).lookup(name)
-    for keytype, key in (entry or {}).items():
-        client.get_host_keys().add(name, keytype, key)
     if options.accept_unknown_host_keys:
         client.set_missing_host_key_policy(paramiko.WarningPolicy())
     else:
@@ -137,47 +108,6 @@ def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
     gateway = connection.gateway
     if isinstance(gateway, Connection):
         apply_host_key_policy(gateway, options)
-
-
-def _host_key_name(connection: Connection) -> str:
-    """The name paramiko's SSHClient.connect looks the server's key up by."""
-    port = int(connection.port)
-    return str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
-
-
-_known_hosts_lock = threading.Lock()
-_known_hosts_cache: dict[tuple[tuple[str, int, int], ...], paramiko.HostKeys] = {}
-
-
-def _parsed_known_hosts(paths: tuple[Path, ...]) -> paramiko.HostKeys:
-    """The files' keys merged in order (as paramiko loads them), cached by path and mtime."""
-    stamps = []
-    for path in paths:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue  # absent or unreadable: paramiko's own loading skips it too
-        if path.is_file():
-            stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
-    key = tuple(stamps)
-    with _known_hosts_lock:
-        if key not in _known_hosts_cache:
-            keys = paramiko.HostKeys()
-            for path_name, _, _ in key:
-                with suppress(OSError):
-                    keys.load(path_name)
-            if len(_known_hosts_cache) >= 8:  # files edited during a long drain
-                _known_hosts_cache.clear()
-            _known_hosts_cache[key] = keys
-        return _known_hosts_cache[key]
-
-
-def _known_hosts_files(connection: Connection, options: SshOptions) -> list[Path]:
-    configured = str(connection.ssh_config.get("userknownhostsfile", ""))
-    files = [Path(p).expanduser() for p in configured.split()]
-    if options.known_hosts:  # like ssh's UserKnownHostsFile: one or more paths
-        files += [Path(p).expanduser() for p in options.known_hosts.split()]
-    return files
 
 
 def open_connection(connection: Connection) -> None:
