@@ -107,15 +107,21 @@ def fleet_roots(fleet: Fleet) -> list[int]:
 
 
 def run_bench(
-    fleet: Fleet, workdir: Path, *, quick: bool, log: Callable[[str], None]
+    fleet: Fleet,
+    workdir: Path,
+    *,
+    quick: bool,
+    log: Callable[[str], None],
+    fronts: tuple[str, ...] = FRONTS,
 ) -> tuple[Section, list[Finding]]:
+    """`fronts`: a subset of FRONTS, e.g. ("fab",) to measure one front's change alone."""
     create_database(fleet.db, DBNAME)
     try:
         with fleet.db.connect(DBNAME, socket=True) as conn:
             create_active_rows(conn)
             grow_history(conn, HISTORY_ROWS)
             vacuum_and_index(conn)
-        return _measure(fleet, workdir, 2 if quick else 4, log)
+        return _measure(fleet, workdir, 2 if quick else 4, log, fronts)
     finally:
         drop_database(fleet.db, DBNAME)
 
@@ -197,7 +203,7 @@ def _cpu_jiffies() -> tuple[int, int]:
 
 
 def _measure(
-    fleet: Fleet, workdir: Path, reps: int, log: Callable[[str], None]
+    fleet: Fleet, workdir: Path, reps: int, log: Callable[[str], None], fronts: tuple[str, ...]
 ) -> tuple[Section, list[Finding]]:
     lookups = _lookups(workdir)
     config = _fab_config(fleet, workdir, lookups)
@@ -205,7 +211,7 @@ def _measure(
     playbook.write_text(GATE_PLAY)
     sizes = sorted({1, min(20, len(fleet.hosts)), len(fleet.hosts)})
     inventories = {n: _inventory(fleet, workdir, lookups, n) for n in sizes}
-    runs: dict[tuple[str, int], list[Run]] = {(f, n): [] for f in FRONTS for n in sizes}
+    runs: dict[tuple[str, int], list[Run]] = {(f, n): [] for f in fronts for n in sizes}
     roots = fleet_roots(fleet)
     problems: list[str] = []
 
@@ -229,23 +235,23 @@ def _measure(
             problems.append(f"ansible, {n} hosts: exit {code}, {defers}/{n} defer: {out[-300:]}")
         return run
 
-    fronts = {"fab": fab, "ansible": ansible}
-    for front in FRONTS:  # warm-up: caches, ansible's collection loading
-        fronts[front](sizes[-1])
+    run_front = {"fab": fab, "ansible": ansible}
+    for front in fronts:  # warm-up: caches, ansible's collection loading
+        run_front[front](sizes[-1])
     for rep in range(reps):
-        order = [(f, n) for n in sizes for f in FRONTS]
+        order = [(f, n) for n in sizes for f in fronts]
         for front, n in order if rep % 2 == 0 else list(reversed(order)):
-            runs[(front, n)].append(fronts[front](n))
+            runs[(front, n)].append(run_front[front](n))
         log(f"  fleet: round {rep + 1}/{reps}")
     log(
         "  fleet: "
         + ", ".join(
             f"{f} {n} hosts {fmt_s(median([r.wall_s for r in runs[(f, n)]]))}"
-            for f in FRONTS
+            for f in fronts
             for n in sizes
         )
     )
-    return _report(runs, sizes, reps, problems)
+    return _report(runs, sizes, reps, problems, fronts)
 
 
 def _decisions(results: Path) -> dict[str, str]:
@@ -264,7 +270,11 @@ def _decisions(results: Path) -> dict[str, str]:
 
 
 def _report(
-    runs: dict[tuple[str, int], list[Run]], sizes: list[int], reps: int, problems: list[str]
+    runs: dict[tuple[str, int], list[Run]],
+    sizes: list[int],
+    reps: int,
+    problems: list[str],
+    fronts: tuple[str, ...],
 ) -> tuple[Section, list[Finding]]:
     section = Section(
         f"3. A fleet: `fab guard` and `ansible-playbook` (guard role, forks {FORKS}) over "
@@ -283,7 +293,7 @@ def _report(
         ],
     )
     findings: list[Finding] = []
-    for front in FRONTS:
+    for front in fronts:
         one = median([r.wall_s for r in runs[(front, 1)]])
         for n in sizes:
             got = runs[(front, n)]

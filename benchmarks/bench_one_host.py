@@ -82,16 +82,18 @@ def run_bench(
         "engine, PostgreSQL on the host's own 127.0.0.1:5432; a table of "
         f"{HISTORY_ROWS:,} rows with the recommended index.",
         "fab guard: `python -m fabric -H root@host guard` (process start, imports, one SSH "
-        "connection, `docker inspect backend`, `date` for the clock offset, the tunnel, the "
-        "check, the once-per-session plan check). Shell guard: benchmarks/shell_guard.sh "
+        "connection, one exec running `docker inspect backend` and `date` for the clock "
+        "offset while the tunnel is set up, the check, the once-per-session plan check). "
+        "Shell guard: benchmarks/shell_guard.sh "
         "(`ssh host docker inspect`, `ssh -f -N -M -L`, `psql`, `ssh -O exit`). "
         "In-process: the same session as fab guard inside an already running Python "
         "(what a long-lived controller such as Ansible's pays).",
         "Login shell: this machine's /root/.bashrc runs `pyenv init` (~160 ms), and bash "
         "sources it for every command run over SSH. `rc skipped` hosts set SHLVL=1 in the "
         "session (sshd SetEnv), so bash skips it, as on an app server whose root has no "
-        "pyenv; `this machine's rc` hosts keep it. leaseguard runs two commands per host "
-        "(`docker inspect`, `date`), the shell guard one (its tunnel runs none).",
+        "pyenv; `this machine's rc` hosts keep it. leaseguard runs one command per host "
+        "(`docker inspect` and `date` in one exec), as the shell guard does (its tunnel runs "
+        "none).",
         f"python start + imports: `python -c '{IMPORTS}'` alone, the floor of any fab run.",
     ]
     return section, findings
@@ -193,7 +195,11 @@ def _in_process_guard(host: AppHost) -> Guard:
         connection = make_connection(f"root@{host.addr}", options)
         try:
             with ssh_session(
-                connection, contract, f"dbname={DBNAME} user=postgres", DatabaseAddress()
+                connection,
+                contract,
+                f"dbname={DBNAME} user=postgres",
+                DatabaseAddress(),
+                judge_at_once=True,  # as fab guard
             ) as session:
                 return session.judge().decision.value
         finally:

@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark, write benchmarks/RESULTS.md, print the same text.
 
-    python -m benchmarks.run [--only 1,2,3,4,6,7] [--quick] [--output FILE]
+    python -m benchmarks.run [--only 1,2,3,4,6,7] [--quick] [--fronts fab] [--output FILE]
 
 Needs root (network namespaces, sshd, PostgreSQL run through runuser, podman), like the
 integration tests whose hosts (the sandbox package) it reuses. --quick is a smoke run with
@@ -40,8 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     parser.add_argument("--only", default=",".join(ITEMS), help="comma-separated items to run")
     parser.add_argument("--quick", action="store_true", help="small sizes, few repetitions")
+    parser.add_argument(
+        "--fronts",
+        default=",".join(bench_fleet.FRONTS),
+        help="item 3's fronts (fab,ansible): one alone to measure its change faster",
+    )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
+    fronts = tuple(f for f in bench_fleet.FRONTS if f in args.fronts.split(","))
     if os.geteuid() != 0:
         print("benchmarks: run as root (namespaces, sshd, PostgreSQL, podman)", file=sys.stderr)
         return 2
@@ -52,13 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     machine = describe_machine()
     date = datetime.now(UTC)
     started = time.monotonic()
-    sections, findings = run_all(only, quick=args.quick)
+    sections, findings = run_all(only, quick=args.quick, fronts=fronts)
     elapsed = time.monotonic() - started
     # Other work on the machine shows here: the figures are medians of side-by-side runs.
     machine["load average at end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     text = render(date, machine, elapsed, sections, findings, quick=args.quick, only=only)
     # A partial or --quick run never overwrites the published RESULTS.md by accident.
-    if (not args.quick and only == set(ITEMS)) or args.output != DEFAULT_OUTPUT:
+    whole = only == set(ITEMS) and fronts == bench_fleet.FRONTS
+    if (not args.quick and whole) or args.output != DEFAULT_OUTPUT:
         args.output.write_text(text)
         log(f"wrote {args.output}")
     print(text)
@@ -75,7 +82,9 @@ def log(message: str) -> None:
     print(f"[bench {stamp}] {message}", file=sys.stderr, flush=True)
 
 
-def run_all(only: set[str], *, quick: bool) -> tuple[list[Section], list[Finding]]:
+def run_all(
+    only: set[str], *, quick: bool, fronts: tuple[str, ...] = bench_fleet.FRONTS
+) -> tuple[list[Section], list[Finding]]:
     sections: list[Section] = []
     findings: list[Finding] = []
 
@@ -104,7 +113,7 @@ def run_all(only: set[str], *, quick: bool) -> tuple[list[Section], list[Finding
                         add(bench_predicate.run_bench(hosts, quick=quick, log=log))
                 if "3" in only:
                     with stopwatch("3. fleet", log):
-                        add(bench_fleet.run_bench(hosts, work, quick=quick, log=log))
+                        add(bench_fleet.run_bench(hosts, work, quick=quick, log=log, fronts=fronts))
         if "5" in only:
             with stopwatch("5. ansible overhead", log):
                 add(bench_ansible.run_bench(work, 3 if quick else 5, log))

@@ -29,13 +29,14 @@ try:
     from psycopg.conninfo import make_conninfo
 
     from leaseguard.adapters.clock import offset_from_here
-    from leaseguard.adapters.runtime import CommandResult, resolve_runtime_facts
+    from leaseguard.adapters.runtime import resolve_runtime_facts
     from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
     from leaseguard.core.clock_offset import ClockOffset
     from leaseguard.core.contract import CONFIG_KEYS, load_contract
     from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
     from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
     from leaseguard.core.fleet import facts_from_reports
+    from leaseguard.core.lookups import CommandResult
     from leaseguard.core.ssh_args import parse_openssh_args
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp

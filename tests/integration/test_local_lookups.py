@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.adapters.runtime import CommandResult, LocalRunner, resolve_runtime_facts
+from leaseguard.adapters.runtime import LocalRunner, resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
+from leaseguard.core.lookups import CommandResult
 
 pytestmark = pytest.mark.integration
 

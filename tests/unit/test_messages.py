@@ -2,8 +2,8 @@
 
 import pytest
 
-from leaseguard.adapters.runtime import first_stderr_line
 from leaseguard.core.dsn import invalid_dsn
+from leaseguard.core.lookups import first_stderr_line
 
 SECRET = "hunter2"
 

@@ -3,18 +3,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.adapters.runtime import (
+from leaseguard.adapters.runtime import resolve_runtime_facts
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import LookupFailed
+from leaseguard.core.lookups import (
     CommandResult,
     env_value,
     parse_container_inspect,
     parse_env_file_line,
     parse_process_start,
     parse_systemctl_show,
-    parse_timestamp,
-    resolve_runtime_facts,
 )
-from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.errors import LookupFailed
+from leaseguard.core.timestamps import parse_timestamp
 
 INSPECT = json.dumps(
     [
@@ -193,23 +193,23 @@ def test_given_facts_skip_the_lookups():
 
 
 def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_own():
-    from leaseguard.adapters.runtime import LocalRunner, _Lookups
+    from leaseguard.adapters.host_lookup import run_together
+    from leaseguard.adapters.runtime import LocalRunner
 
-    lookups = _Lookups(LocalRunner())
     ok, failing, missing = (
         ("printf", "a b"),
         ("sh", "-c", "printf hi; echo oops >&2; exit 3"),
         ("no-such-tool-lg",),
     )
-    clock = lookups.run_together([ok, failing, missing])
+    ran, clock = run_together(LocalRunner(), [ok, failing, missing])
     assert clock is not None and 0 <= clock.uncertainty_s < 5
-    assert lookups._ran[ok] == CommandResult(0, "a b", "")
-    assert lookups._ran[failing] == CommandResult(3, "hi", "oops\n")
-    assert lookups._ran[missing].exit_code == 127
+    assert ran[ok] == CommandResult(0, "a b", "")
+    assert ran[failing] == CommandResult(3, "hi", "oops\n")
+    assert ran[missing].exit_code == 127
 
 
 def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
-    from leaseguard.adapters.runtime import batch_clock, split_batch
+    from leaseguard.core.one_exec import batch_clock, split_batch
 
     cut = CommandResult(124, "\n@@leaseguard n out 0@@\npartial", "")
     assert split_batch([("docker", "inspect")], "n", cut)[("docker", "inspect")].exit_code == 124
@@ -217,7 +217,8 @@ def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
 
 
 def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
-    from leaseguard.adapters.runtime import LocalRunner, look_up_host
+    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import LocalRunner
 
     contract = contract_from_mapping(
         {"task_timeout": {"source": "env_file", "path": "/nonexistent/lg.env"}}
@@ -226,3 +227,74 @@ def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
         look_up_host(contract, LocalRunner())
     assert "env file /nonexistent/lg.env" in str(caught.value)
     assert "exited 2" in str(caught.value)
+
+
+class _Counting:
+    def __init__(self):
+        from leaseguard.adapters.runtime import LocalRunner
+
+        self.inner, self.label, self.calls = LocalRunner(), "here", 0
+
+    def run(self, argv):
+        self.calls += 1
+        return self.inner.run(argv)
+
+
+def _process_contract(pid_file):
+    source = {"source": "process", "pid_file": str(pid_file)}
+    return contract_from_mapping({"task_timeout": source, "runtime": source})
+
+
+def test_process_lookups_run_in_the_one_exec_and_agree_with_separate_execs(tmp_path):
+    import os
+    import subprocess
+
+    from leaseguard.adapters.host_lookup import look_up_host
+
+    env = {**os.environ, "APP_TASK_TIMEOUT_S": "42"}
+    with subprocess.Popen(["sleep", "60"], env=env) as app:
+        try:
+            (tmp_path / "app.pid").write_text(f"{app.pid}\n")
+            contract = _process_contract(tmp_path / "app.pid")
+            together, alone = _Counting(), _Counting()
+            looked_up = look_up_host(contract, together)
+            separate = resolve_runtime_facts(contract, alone)
+        finally:
+            app.kill()
+    assert together.calls == 1 < alone.calls  # alone: the pid file, then each /proc read
+    assert looked_up.facts == separate
+    assert looked_up.facts.task_timeout.seconds == 42.0
+    assert looked_up.clock is not None
+
+
+@pytest.mark.parametrize("content", ["", "abc\n", " 12 x\n"])
+def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_path, content):
+    from leaseguard.adapters.host_lookup import look_up_host
+
+    (tmp_path / "app.pid").write_text(content)
+    runner = _Counting()
+    with pytest.raises(LookupFailed, match="holds no pid"):
+        look_up_host(_process_contract(tmp_path / "app.pid"), runner)
+    assert runner.calls == 1
+
+
+def test_a_pid_command_is_kept_under_the_pid_the_script_read():
+    from leaseguard.core.lookups import process_env_argv
+    from leaseguard.core.one_exec import PidCommand, split_batch
+
+    follow = PidCommand("/run/app.pid", lambda pid: process_env_argv(pid, "T"))
+    out = "\n@@leaseguard n out 0@@\n7\nT=5\x00\n@@leaseguard n end 0@@ 0\n"
+    split = split_batch([], "n", CommandResult(0, out, ""), [follow])
+    assert split == {process_env_argv(7, "T"): CommandResult(0, "T=5\x00", "")}
+    # Not run (no pid in the file) or cut: nothing kept, the lookup runs it alone.
+    assert split_batch([], "n", CommandResult(124, "", ""), [follow]) == {}
+
+
+def test_one_exec_output_that_is_not_ours_is_no_result():
+    from leaseguard.core.one_exec import batch_clock, split_batch
+
+    bad_status = "\n@@leaseguard n out 0@@\nx\n@@leaseguard n end 0@@ zz\n"
+    assert split_batch([("a",)], "n", CommandResult(3, bad_status))[("a",)].exit_code == 3
+    assert batch_clock("\n@@leaseguard n clock@@\n12.5 13\n", "n") is None
+    assert batch_clock("\n@@leaseguard n clock@@\nnan-ish\n", "n") is None
+    assert batch_clock("\n@@leaseguard n clock@@\n1700000000.25\n", "n") == 1700000000.25

@@ -15,7 +15,6 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 try:
@@ -29,8 +28,10 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
         name=exc.name,
     ) from exc
 
-from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S, CommandResult
+from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
+from leaseguard.adapters.ssh_client import AeadFirstTransport, trust_known_hosts
 from leaseguard.core.errors import TunnelError
+from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
@@ -65,6 +66,7 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     }
     if options.key_filename:
         connect_kwargs["key_filename"] = options.key_filename
+    connect_kwargs["transport_factory"] = AeadFirstTransport
     gateway = None
     if options.gateway:
         # ProxyJump's "a,b": a is reached first, b through a, this host through b. (Fabric's
@@ -96,12 +98,9 @@ def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
 
 
 def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Load known_hosts (system, ssh_config's UserKnownHostsFile, explicit) and reject others."""
+    """Trust only the keys known_hosts lists for this host (`ssh_client`), reject others."""
+    trust_known_hosts(connection, options.known_hosts)
     client = connection.client
-    client.load_system_host_keys()
-    for path in _known_hosts_files(connection, options):
-        if path.is_file():
-            client.load_host_keys(str(path))
     if options.accept_unknown_host_keys:
         client.set_missing_host_key_policy(paramiko.WarningPolicy())
     else:
@@ -109,14 +108,6 @@ def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
     gateway = connection.gateway
     if isinstance(gateway, Connection):
         apply_host_key_policy(gateway, options)
-
-
-def _known_hosts_files(connection: Connection, options: SshOptions) -> list[Path]:
-    configured = str(connection.ssh_config.get("userknownhostsfile", ""))
-    files = [Path(p).expanduser() for p in configured.split()]
-    if options.known_hosts:  # like ssh's UserKnownHostsFile: one or more paths
-        files += [Path(p).expanduser() for p in options.known_hosts.split()]
-    return files
 
 
 def open_connection(connection: Connection) -> None:
@@ -215,11 +206,19 @@ def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterato
 
 
 @contextmanager
-def forwarded(connection: Connection, address: DatabaseAddress) -> Iterator[DatabaseTunnel]:
-    """A DatabaseTunnel to `address` through the host, closed on every exit path."""
+def forwarded(
+    connection: Connection, address: DatabaseAddress, *, probe: bool = True
+) -> Iterator[DatabaseTunnel]:
+    """A DatabaseTunnel to `address` through the host, closed on every exit path.
+
+    `probe=False`: the caller connects through it at once, and a refused address fails that
+    connection just as fast, naming the same cause (`failure()`); the probe would cost the
+    host a TCP connection and the database a backend process for nothing.
+    """
     open_connection(connection)
     tunnel = DatabaseTunnel(connection, address)
-    tunnel.probe()
+    if probe:
+        tunnel.probe()
     tunnel.start()
     try:
         yield tunnel
@@ -333,8 +332,12 @@ class DatabaseTunnel:
             self._failure = exc
             log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
         else:
-            with channel:
+            try:
                 _pump(client, channel)
+            finally:
+                # The SSH connection may be closing already (the task is done with the host).
+                with suppress(OSError, EOFError):
+                    channel.close()
         finally:
             with self._lock:
                 self._open.discard(client)
@@ -380,7 +383,7 @@ def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
             other = channel if end is client else client
             try:
                 other.sendall(data)
-            except OSError:
+            except (OSError, EOFError):  # paramiko: EOFError for a channel already closed
                 return
 
 

@@ -145,7 +145,9 @@ def _drain_one(host: str, run: _DrainRun) -> int:
     settings = run.settings
     connection = connection_to(host, run.c, settings)
     try:
-        with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
+        with ssh_session(
+            connection, settings.contract, settings.conninfo, settings.address, judge_at_once=True
+        ) as s:
             result = drain_host(
                 s,
                 run.options,

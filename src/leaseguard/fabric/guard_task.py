@@ -51,7 +51,9 @@ Outcome = tuple[str, Verdict | LeaseguardError]
 def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
     connection = connection_to(host, c, settings)
     try:
-        with ssh_session(connection, settings.contract, settings.conninfo, settings.address) as s:
+        with ssh_session(
+            connection, settings.contract, settings.conninfo, settings.address, judge_at_once=True
+        ) as s:
             s.cron_database = settings.drain.cron_database
             return host, s.judge()
     except LeaseguardError as exc:

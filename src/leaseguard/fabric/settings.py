@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,9 +76,16 @@ def _plain(value: Any) -> Any:
     return value
 
 
+# invoke's Config.clone (every Connection clones the task's config) is not thread-safe: with
+# the hosts connecting in parallel, a clone came out empty now and then, and its host then
+# connected with no key ("No authentication methods available") or failed on a missing key.
+_CONFIG_CLONING = threading.Lock()
+
+
 def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
     config = c.config if isinstance(c.config, Config) else None
-    return make_connection(host, settings.ssh, config)
+    with _CONFIG_CLONING:
+        return make_connection(host, settings.ssh, config)
 
 
 def settings_or_exit(c: Context) -> FabricSettings:

@@ -20,22 +20,16 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import psycopg
 
 from leaseguard.adapters.db import connect, describe_target, prepare_statements
 from leaseguard.adapters.guard import judge_table, lease_seconds
+from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import with_plan_warning
-from leaseguard.adapters.runtime import (
-    HostLookup,
-    LocalRunner,
-    Runner,
-    look_up_host,
-    resolve_runtime_facts,
-)
+from leaseguard.adapters.runtime import Given, LocalRunner, Runner, resolve_runtime_facts
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
@@ -145,6 +139,12 @@ class GuardSession:
                 raise
         self.close()
         return self._judge_on(self._connection())
+
+    def adopt(self, conn: Conn) -> None:
+        """Judge on `conn`, opened along the session's path while the lookups ran
+        (ssh_session); like any shared connection, it is replaced once if it broke."""
+        self.close()
+        self._conn = conn
 
     def _connection_broke(self) -> bool:
         """True when the connection itself is gone (server restart, terminated, idle cut)."""
@@ -287,12 +287,10 @@ def local_session(
     contract: Contract,
     conninfo: str,
     *,
-    task_timeout_s: float | None = None,
-    runtime_started_at: datetime | None = None,
-    task_timeout_source: str | None = None,
     runner: Runner | None = None,
     link: Link | None = None,
     one_exec: bool = False,
+    **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
     """A session whose DSN is used as given; lookups run here unless another runner is given.
 
@@ -303,13 +301,7 @@ def local_session(
     """
     runner = runner or LocalRunner()
     look_up = look_up_host if one_exec else _without_clock
-    looked_up = look_up(
-        contract,
-        runner,
-        task_timeout_s=task_timeout_s,
-        runtime_started_at=runtime_started_at,
-        task_timeout_source=task_timeout_source,
-    )
+    looked_up = look_up(contract, runner, **given)
     facts, host_minus_here = looked_up.facts, looked_up.clock
     session = GuardSession(contract, conninfo, facts, runner, link, host_minus_here=host_minus_here)
     try:
@@ -318,7 +310,7 @@ def local_session(
         session.close()
 
 
-def _without_clock(contract: Contract, runner: Runner, **given: Any) -> HostLookup:
+def _without_clock(contract: Contract, runner: Runner, **given: Unpack[Given]) -> HostLookup:
     """Lookups one exec each; the clock is read later, if a start time needs it."""
     return HostLookup(resolve_runtime_facts(contract, runner, **given), None)
 

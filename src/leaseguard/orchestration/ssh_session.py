@@ -7,16 +7,26 @@ never imports Fabric or paramiko.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from psycopg.conninfo import make_conninfo
 
-from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.adapters.db import connect
+from leaseguard.adapters.host_lookup import look_up_host
+from leaseguard.adapters.runtime import Given
+from leaseguard.adapters.ssh import (
+    DatabaseAddress,
+    DatabaseTunnel,
+    FabricRunner,
+    forwarded,
+    open_connection,
+)
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
-from leaseguard.orchestration.session import GuardSession, local_session
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
+from leaseguard.orchestration.session import Conn, GuardSession
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
     from fabric import Connection
@@ -29,23 +39,69 @@ def ssh_session(
     conninfo: str,
     address: DatabaseAddress,
     *,
-    task_timeout_s: float | None = None,
-    runtime_started_at: datetime | None = None,
+    judge_at_once: bool = False,
+    **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session over SSH: lookups on the host, the database through a tunnel."""
-    with (
-        tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel),
-        local_session(
-            contract,
+    """A session over SSH: lookups on the host, the database through a tunnel.
+
+    The lookups' one exec (`look_up_host`) runs while the tunnel is set up (its probe of
+    the database address) and, with `judge_at_once` (the caller judges on this session
+    next, not a fleet session built from its facts), the guard's database connection opens
+    through it, all over the same SSH connection: the judgment needs the facts only when
+    its query is bound. Failures are reported in the order the steps had when they ran one
+    after another: the tunnel's, the lookups', the connection's (with `judge_at_once`, a
+    database address the host cannot reach is found by that connection, not a probe).
+    """
+    runner = FabricRunner(connection)
+    open_connection(connection)  # once, before its two users start
+    pool = ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup")
+    try:
+        lookup = pool.submit(look_up_host, contract, runner, **given)
+        with tunnelled(connection, conninfo, address, probe=not judge_at_once) as (
             tunnelled_dsn,
-            task_timeout_s=task_timeout_s,
-            runtime_started_at=runtime_started_at,
-            runner=FabricRunner(connection),
-            link=tunnel,
-            one_exec=True,
-        ) as session,
-    ):
-        yield session
+            tunnel,
+        ):
+            early = _connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
+            try:
+                looked_up = lookup.result()  # a failed lookup is reported first, as before
+            except BaseException:
+                if early is not None and not isinstance(early, LeaseguardError):
+                    early.close()
+                raise
+            if isinstance(early, LeaseguardError):
+                raise early
+            session = GuardSession(
+                contract,
+                tunnelled_dsn,
+                looked_up.facts,
+                runner,
+                tunnel,
+                host_minus_here=looked_up.clock,
+            )
+            if early is not None:
+                session.adopt(early)
+            try:
+                yield session
+            finally:
+                session.close()
+    finally:
+        # Not waited for: a failed set-up is reported at once, and the caller's closing the
+        # connection ends a lookup still running.
+        pool.shutdown(wait=False)
+
+
+def _connect_early(contract: Contract, dsn: str, tunnel: DatabaseTunnel) -> Conn | LeaseguardError:
+    """The guard's connection, opened while the lookups' exec runs (a login shell's time).
+
+    Opened as GuardSession opens it (read-only, planned once); a failure is returned, to be
+    reported after the lookups' own, naming the tunnel's failure when there is one.
+    """
+    try:
+        return connect(dsn, contract.connect_timeout_s, prepare=True)
+    except DatabaseUnavailable as exc:
+        return tunnel.failure() or exc
+    except LeaseguardError as exc:
+        return exc
 
 
 @contextmanager
@@ -63,9 +119,9 @@ def tunnelled_conninfo(
 
 @contextmanager
 def tunnelled(
-    connection: Connection, conninfo: str, address: DatabaseAddress
+    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
 ) -> Iterator[tuple[str, DatabaseTunnel]]:
     """tunnelled_conninfo's conninfo and the tunnel itself (a session's Link)."""
     reject_hostaddr(conninfo)
-    with forwarded(connection, address) as tunnel:
+    with forwarded(connection, address, probe=probe) as tunnel:
         yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel

@@ -1,0 +1,195 @@
+"""The pure half of a host lookup: the command each source runs, and how its output is read.
+
+Running a command is the adapters' part (leaseguard.adapters.runtime: a local subprocess, an
+SSH exec, an Ansible module); what to run and what the answer means is the same for all
+three fronts, so it is decided here, once.
+
+Nothing here keeps a container's or process's whole environment: it holds the protected
+system's secrets. Only the one configured variable is extracted, host-side where the
+command allows it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from leaseguard.core.contract import TaskTimeoutLookup
+from leaseguard.core.errors import LookupFailed
+from leaseguard.core.timestamps import parse_timestamp
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+Argv = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str = ""
+
+
+def task_timeout_source(spec: TaskTimeoutLookup) -> str:
+    """The source string reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
+    match spec.source:
+        case "docker" | "podman":
+            return f"{spec.source}:{spec.container}/{spec.variable}"
+        case "command":
+            return f"command:{spec.container}"
+        case "systemd":
+            return f"systemd:{spec.unit}/{spec.variable}"
+        case "process":
+            return f"process:{spec.pid_file}/{spec.variable}"
+        case "env_file":
+            return f"env_file:{spec.path}/{spec.variable}"
+        case _:
+            return "fixed"
+
+
+# --- what each source runs ----------------------------------------------------------------
+
+
+def inspect_argv(engine: str, container: str) -> Argv:
+    return (engine, "inspect", "--type", "container", container)
+
+
+def command_argv(spec: TaskTimeoutLookup) -> Argv:
+    return (spec.engine, "exec", spec.container, *spec.command)
+
+
+def systemd_argv(unit: str) -> Argv:
+    return (
+        "systemctl",
+        "show",
+        unit,
+        "--timestamp=us+utc",
+        "--property=Environment,ActiveEnterTimestamp,ActiveState,LoadState",
+    )
+
+
+def pid_argv(pid_file: str) -> Argv:
+    return ("cat", pid_file)
+
+
+def env_file_argv(path: str, name: str) -> Argv:
+    return ("grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+
+
+def process_env_argv(pid: int, name: str) -> Argv:
+    """Filtered on the host: the rest of the environment never crosses the wire."""
+    return ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
+
+
+def process_start_argv(pid: int) -> Argv:
+    return ("sh", "-c", f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat")
+
+
+def checked_env_name(variable: str) -> str:
+    if not ENV_NAME.fullmatch(variable):
+        raise LookupFailed(f"variable name {variable!r} is not a valid environment variable name")
+    return variable
+
+
+# --- what a failed command said -----------------------------------------------------------
+
+
+def exit_meaning(code: int) -> str:
+    return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
+
+
+# Credentials a tool's message might quote: user:password@ in a URL, key=value secrets.
+_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
+_SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:]\s*)\S+")
+_MAX_STDERR_CHARS = 200
+
+
+def first_stderr_line(stderr: str) -> str:
+    """The tool's own first line of complaint (`Cannot connect to the Docker daemon ...`).
+
+    Only the engine's or systemctl's stderr is shown (never that of a command run inside the
+    container): printable characters, credentials masked, cut at 200 characters.
+    """
+    line = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
+    line = "".join(ch if ch.isprintable() else " " for ch in line)
+    line = _URL_CREDENTIALS.sub(r"\1***@", line)
+    line = _SECRET_PAIR.sub(r"\1***", line)
+    if len(line) > _MAX_STDERR_CHARS:
+        line = line[: _MAX_STDERR_CHARS - 3] + "..."
+    return line
+
+
+# --- how each output is read --------------------------------------------------------------
+
+
+def env_value(env: Sequence[str], variable: str) -> str | None:
+    """The value of one KEY=VALUE entry; the last one wins, as in a process environment."""
+    value = None
+    for entry in env:
+        key, sep, rest = entry.partition("=")
+        if sep and key == variable:
+            value = rest
+    return value
+
+
+def parse_container_inspect(text: str, what: str) -> dict[str, object]:
+    """Env and StartedAt from `docker/podman inspect` JSON; everything else is dropped."""
+    try:
+        data = json.loads(text)
+        container = data[0] if isinstance(data, list) else data
+        env = list(container["Config"]["Env"] or [])
+        started_raw = container["State"]["StartedAt"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise LookupFailed(f"{what}: inspect output is not a container description") from None
+    return {"env": env, "started_at": parse_timestamp(started_raw, what=f"{what} StartedAt")}
+
+
+@dataclass(frozen=True)
+class SystemdUnit:
+    environment: tuple[str, ...]
+    active_since: datetime
+
+
+def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
+    """`systemctl show --timestamp=us+utc` output -> Environment= entries and start time."""
+    props = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    if props.get("LoadState") == "not-found":
+        raise LookupFailed(f"systemd unit {unit} not found")
+    if props.get("ActiveState") != "active":
+        raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
+    try:
+        environment = tuple(shlex.split(props.get("Environment", "")))
+    except ValueError:
+        raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
+    stamp = props.get("ActiveEnterTimestamp", "").strip()
+    try:
+        # "Sun 2026-11-29 08:38:08.123456 UTC"
+        active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
+    except ValueError:
+        raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
+    return SystemdUnit(environment, active.replace(tzinfo=UTC))
+
+
+def parse_process_start(text: str, what: str) -> datetime:
+    """CLK_TCK, the `btime` line of /proc/stat and /proc/PID/stat -> the process start."""
+    lines = text.splitlines()
+    try:
+        ticks_per_s = int(lines[0])
+        boot = int(lines[1].split()[1])
+        # comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+        fields_after_comm = lines[2].rpartition(")")[2].split()
+        start_ticks = int(fields_after_comm[19])  # field 22, starttime
+    except (IndexError, ValueError):
+        raise LookupFailed(f"{what}: /proc does not describe the process") from None
+    return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)
+
+
+def parse_env_file_line(line: str, name: str) -> str:
+    """The value of `[export ]NAME=value` with optional quotes, as env files write it."""
+    value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value.split(" #", 1)[0].strip()
