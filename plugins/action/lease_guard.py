@@ -24,6 +24,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     fleet_guard_session,
     given_facts,
     guard_session,
+    host_lookup,
     stop_on_signals,
 )
 
@@ -55,8 +56,9 @@ class ActionModule(LeaseguardAction):
         waiting = args["wait"] and not self._task.check_mode
         with self._session(args, contract, host, play_hosts) as session:
             session.cron_database = options.cron_database
+            looked_up = _looked_up(args, session)
             if not waiting:
-                return _report(session.judge().as_dict(), args)
+                return {**_report(session.judge().as_dict(), args), **looked_up}
             with drain_events(host) as events, stop_on_signals(session.host) as (stop, say):
                 try:
                     drained = drain_host(
@@ -72,13 +74,19 @@ class ActionModule(LeaseguardAction):
         if drained.error is not None:
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
-        return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+        report = _report(drained.verdict.as_dict(), args)
+        return {**report, **looked_up, "drain": {**drain, "events": events}}
 
     def _session(self, args, contract, host, play_hosts):
         """This host's own session, or with fleet_lookups one judgment for every host."""
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _looked_up(args, session):
+    """One host's facts as task_timeout returns them, so a role can register them too."""
+    return {} if args["fleet_lookups"] is not None else {"lookup": host_lookup(session)}
 
 
 def _after_signal(options):

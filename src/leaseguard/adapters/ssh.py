@@ -380,7 +380,7 @@ def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
             other = channel if end is client else client
             try:
                 other.sendall(data)
-            except OSError:
+            except (OSError, EOFError):  # paramiko's EOFError: the tunnel closed meanwhile
                 return
 
 
