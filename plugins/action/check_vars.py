@@ -15,9 +15,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    check_vars_argument_spec,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 
 PREFIX = "leaseguard_"
@@ -28,10 +25,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ActionModule(LeaseguardAction):
+    module = "check_vars"
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
-
-    def argument_spec(self):
-        return check_vars_argument_spec(), {}
 
     def act(self, args, host, task_vars):
         known = known_variables() | set(args["allow"])

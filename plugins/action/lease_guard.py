@@ -10,10 +10,6 @@ only ever want to stop).
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    lease_guard_argument_spec,
-    lease_guard_spec_options,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     RESUME_HINT,
@@ -42,10 +38,8 @@ DRAIN_KEYS = (
 
 
 class ActionModule(LeaseguardAction):
+    module = "lease_guard"
     # The check is read-only and check mode never pauses intake (see _guard).
-
-    def argument_spec(self):
-        return lease_guard_argument_spec(), lease_guard_spec_options()
 
     def act(self, args, host, task_vars):
         return self._guard(args, host, task_vars.get("ansible_play_hosts_all", ()))

@@ -9,9 +9,6 @@ parsers the CLI and Fabric use.
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    task_timeout_argument_spec,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     AnsibleRunner,
@@ -21,10 +18,8 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
 
 
 class ActionModule(LeaseguardAction):
+    module = "task_timeout"
     failure_what = "lookup"  # read-only, so check mode runs it as it is
-
-    def argument_spec(self):
-        return task_timeout_argument_spec(), {}
 
     def act(self, args, host, task_vars):
         return look_up(AnsibleRunner(self, host), contract_from(args))
