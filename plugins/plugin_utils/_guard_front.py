@@ -15,7 +15,6 @@ import os
 import shlex
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
@@ -356,8 +355,8 @@ def guard_session(action, args, contract, facts, label):
     `host_lookup(session)` is what task_timeout would have returned for the same lookups.
     """
     runner = AnsibleRunner(action, label)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        lookup = pool.submit(look_up_facts, contract, runner, **facts)
+    lookup = _Background(look_up_facts, contract, runner, **facts)
+    try:
         with database_conninfo(action, args) as conninfo:
             looked_up = lookup.result()
             session = GuardSession(
@@ -367,6 +366,30 @@ def guard_session(action, args, contract, facts, label):
                 yield session
             finally:
                 session.close()
+    finally:
+        lookup.join()
+
+
+class _Background(threading.Thread):
+    """One call run in a thread; result() joins it and returns or raises what it did."""
+
+    def __init__(self, call, *args, **kwargs):
+        super().__init__(name="leaseguard-lookup", daemon=True)
+        self._call = lambda: call(*args, **kwargs)
+        self._value = self._error = None
+        self.start()
+
+    def run(self):
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to result(), in the caller's thread
+            self._error = exc
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 @contextmanager
