@@ -339,9 +339,9 @@ def _report(
         "reversed every other one), after one warm-up run of each front. `fab`: a whole "
         "`python -m fabric -H h1,...,hN guard` process (SSH connection, the lookups, a tunnel "
         "and one check per host). `ansible`: a whole `ansible-playbook -f "
-        f"{FORKS}` process running the guard role (lookup module on the host, then the judge "
-        f"action through its tunnel). Every host's decision must be defer ({LIVE_ROWS} live "
-        "claims).",
+        f"{FORKS}` process running the guard role (one lease_guard task per host: the "
+        "lookups as one command on the host, the check through its tunnel). Every host's "
+        f"decision must be defer ({LIVE_ROWS} live claims).",
         "Hosts: a network namespace with sshd only; lookups `env_file` (the task timeout) and "
         "`process` (the runtime's start from a pid file) run on each host over SSH. One "
         "PostgreSQL for all, reached through each host's own tunnel.",

@@ -15,21 +15,18 @@ from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    check_vars_argument_spec,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 
 PREFIX = "leaseguard_"
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 _NAME_RE = re.compile(r"\bleaseguard_[a-z0-9_]+\b")
+# libyaml's loader when PyYAML has it: the role files are read on every check.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class ActionModule(LeaseguardAction):
+    module = "check_vars"
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
-
-    def argument_spec(self):
-        return check_vars_argument_spec(), {}
 
     def act(self, args, host, task_vars):
         known = known_variables() | set(args["allow"])
@@ -68,14 +65,14 @@ def known_variables(root=COLLECTION_ROOT):
         for path in sorted(root.glob(f"roles/*/{folder}/*.yml")):
             names.update(_load(path))
     for path in sorted(root.glob("roles/*/tasks/*.yml")):
-        names.update(_registered(yaml.safe_load(path.read_text(encoding="utf-8"))))
+        names.update(_registered(_load(path)))
     for path in sorted(root.glob("playbooks/*.yml")):
         names.update(_NAME_RE.findall(path.read_text(encoding="utf-8")))
     return frozenset(name for name in names if name.startswith(PREFIX))
 
 
 def _load(path):
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506
 
 
 def _registered(node):
@@ -91,3 +88,9 @@ def _registered(node):
                 yield from node[key]
         for key in ("block", "rescue", "always"):
             yield from _registered(node.get(key))
+
+
+# Read once here: ansible-playbook imports this plugin in its own process (the strategy asks
+# the class whether it bypasses the host loop) before it forks a worker for each task and
+# host, so every worker inherits the cache instead of reading every role file again.
+known_variables()

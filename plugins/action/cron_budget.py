@@ -10,9 +10,6 @@ decisions (create / update / drift / refuse, lowering warnings) and the all-or-n
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    cron_budget_argument_spec,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     ConfigError,
@@ -32,13 +29,9 @@ except ImportError:  # require_leaseguard() reports it
 
 
 class ActionModule(LeaseguardAction):
+    module = "cron_budget"
     # Check mode computes the plan the same way; only the writes are skipped.
     failure_what = "cron_budget"
-
-    def argument_spec(self):
-        return cron_budget_argument_spec(), {
-            "required_one_of": [("jobs", "active", "resume_recorded")]
-        }
 
     def act(self, args, host, task_vars):
         return self._converge(args, host)

@@ -10,10 +10,6 @@ only ever want to stop).
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    lease_guard_argument_spec,
-    lease_guard_spec_options,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     RESUME_HINT,
@@ -24,6 +20,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     fleet_guard_session,
     given_facts,
     guard_session,
+    host_lookup,
     stop_on_signals,
 )
 
@@ -41,10 +38,8 @@ DRAIN_KEYS = (
 
 
 class ActionModule(LeaseguardAction):
+    module = "lease_guard"
     # The check is read-only and check mode never pauses intake (see _guard).
-
-    def argument_spec(self):
-        return lease_guard_argument_spec(), lease_guard_spec_options()
 
     def act(self, args, host, task_vars):
         return self._guard(args, host, task_vars.get("ansible_play_hosts_all", ()))
@@ -55,8 +50,9 @@ class ActionModule(LeaseguardAction):
         waiting = args["wait"] and not self._task.check_mode
         with self._session(args, contract, host, play_hosts) as session:
             session.cron_database = options.cron_database
+            looked_up = _looked_up(args, session)
             if not waiting:
-                return _report(session.judge().as_dict(), args)
+                return {**_report(session.judge().as_dict(), args), **looked_up}
             with drain_events(host) as events, stop_on_signals(session.host) as (stop, say):
                 try:
                     drained = drain_host(
@@ -72,13 +68,19 @@ class ActionModule(LeaseguardAction):
         if drained.error is not None:
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
-        return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+        report = _report(drained.verdict.as_dict(), args)
+        return {**report, **looked_up, "drain": {**drain, "events": events}}
 
     def _session(self, args, contract, host, play_hosts):
         """This host's own session, or with fleet_lookups one judgment for every host."""
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _looked_up(args, session):
+    """One host's facts as task_timeout returns them, so a role can register them too."""
+    return {} if args["fleet_lookups"] is not None else {"lookup": host_lookup(session)}
 
 
 def _after_signal(options):

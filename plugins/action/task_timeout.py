@@ -2,32 +2,24 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.task_timeout (documented in plugins/modules/).
 
-The lookups are commands run on the host through the task's connection; their output is
-parsed here by the leaseguard core, the same parsers the CLI and Fabric use.
+The lookups are commands run on the host through the task's connection, all of them and the
+clock reading in one exec; their output is parsed here by the leaseguard core, the same
+parsers the CLI and Fabric use.
 """
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    task_timeout_argument_spec,
-)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     AnsibleRunner,
-    clock_from_here,
     contract_from,
-    lookup_result,
-    resolve_runtime_facts,
+    look_up,
 )
 
 
 class ActionModule(LeaseguardAction):
+    module = "task_timeout"
     failure_what = "lookup"  # read-only, so check mode runs it as it is
 
-    def argument_spec(self):
-        return task_timeout_argument_spec(), {}
-
     def act(self, args, host, task_vars):
-        runner = AnsibleRunner(self, host)
-        facts = resolve_runtime_facts(contract_from(args), runner)
-        return lookup_result(facts, clock_from_here(runner, facts))
+        return look_up(AnsibleRunner(self, host), contract_from(args))

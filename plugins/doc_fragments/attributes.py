@@ -11,6 +11,18 @@ class ModuleDocFragment:
 options: {}
 """
 
+    # The modules that change nothing (check_vars, task_timeout); each says where it runs.
+    READ_ONLY = r"""
+options: {}
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing is changed, so there is nothing to diff.
+"""
+
     # The modules of the group/leaseguard.deploy.leaseguard action group (meta/runtime.yml).
     ACTION_GROUP = r"""
 options: {}

@@ -27,7 +27,8 @@ options:
           - If not set, V(docker); with a C(preset) (M(leaseguard.deploy.lease_guard)), the preset's.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
-      container:
+      # container, unit and pid_file mean the same in runtime (YAML aliases there).
+      container: &container
         description: Container name or id.
         type: str
         default: backend
@@ -43,11 +44,11 @@ options:
       value_s:
         description: The timeout in seconds for O(task_timeout.source=fixed).
         type: float
-      unit:
-        description: The systemd unit for O(task_timeout.source=systemd).
+      unit: &unit
+        description: The systemd unit, for source V(systemd).
         type: str
-      pid_file:
-        description: The pid file for O(task_timeout.source=process).
+      pid_file: &pid_file
+        description: The pid file, for source V(process).
         type: str
       path:
         description: The env file for O(task_timeout.source=env_file).
@@ -77,16 +78,9 @@ options:
         type: str
         choices: [docker, podman, systemd, process, fixed, none]
         default: docker
-      container:
-        description: Container name or id.
-        type: str
-        default: backend
-      unit:
-        description: The systemd unit for O(runtime.source=systemd).
-        type: str
-      pid_file:
-        description: The pid file for O(runtime.source=process).
-        type: str
+      container: *container
+      unit: *unit
+      pid_file: *pid_file
       started_at:
         description: An ISO 8601 timestamp with a timezone, for O(runtime.source=fixed).
         type: str

@@ -15,16 +15,20 @@ from __future__ import annotations
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 
+def typed(**types):
+    """Options that have a type and nothing else (no default, choices or fallback)."""
+    return {name: dict(type=kind) for name, kind in types.items()}
+
+
+def str_lists(*names):
+    return {name: dict(type="list", elements="str") for name in names}
+
+
 def contract_spec():
     """The contract keys of DESIGN.md (plus `schema` and the timeouts), as module options."""
     return dict(
-        table=dict(type="str"),
-        schema=dict(type="str"),
-        id_column=dict(type="str"),
-        status_column=dict(type="str"),
-        claimed_statuses=dict(type="list", elements="str"),
-        queued_statuses=dict(type="list", elements="str"),
-        finished_statuses=dict(type="list", elements="str"),
+        **typed(table="str", schema="str", id_column="str", status_column="str"),
+        **str_lists("claimed_statuses", "queued_statuses", "finished_statuses"),
         claimed_at_column=dict(type="str"),
         lease=dict(type="dict", options=lease_spec()),
         clock_skew_s=dict(type="float", default=0.0),
@@ -38,10 +42,7 @@ def contract_spec():
 
 
 def lease_spec():
-    return dict(
-        multiplier=dict(type="float"),
-        expires_at_column=dict(type="str"),
-    )
+    return typed(multiplier="float", expires_at_column="str")
 
 
 def lookup_spec():
@@ -131,11 +132,8 @@ def drain_spec():
 
 def facts_spec():
     """Facts already known, so the guard need not ask the host again (or every host's)."""
-    return dict(
-        lookup=dict(type="dict"),
-        task_timeout_s=dict(type="float"),
-        runtime_started_at=dict(type="str"),
-        fleet_lookups=dict(type="dict"),
+    return typed(
+        lookup="dict", task_timeout_s="float", runtime_started_at="str", fleet_lookups="dict"
     )
 
 
@@ -172,12 +170,9 @@ def cron_budget_argument_spec():
     job and key in every message; the spec only says they are mappings.
     """
     return dict(
-        jobs=dict(type="dict"),
-        overrides=dict(type="dict"),
-        environment=dict(type="str"),
+        **typed(jobs="dict", overrides="dict", environment="str"),
         on_drift=dict(type="str", choices=["report", "apply"], default="report"),
-        cron_database=dict(type="str"),
-        active=dict(type="dict"),
+        **typed(cron_database="str", active="dict"),
         resume_recorded=dict(type="bool", default=False),
         connect_timeout_s=dict(type="int", default=10),
         **connection_spec(),
@@ -188,11 +183,26 @@ def check_vars_argument_spec():
     return dict(allow=dict(type="list", elements="str", default=[]))
 
 
-def run_as_action_plugin_only(name, argument_spec, **spec_options):
-    """The `main()` of a docs-only module file: the work happens in the action plugin.
+def cron_budget_spec_options():
+    return dict(required_one_of=[("jobs", "active", "resume_recorded")])
+
+
+# Each module's argument spec and validate_argument_spec's other options (its rules), for the
+# module file and its action plugin alike.
+MODULE_SPECS = {
+    "check_vars": lambda: (check_vars_argument_spec(), {}),
+    "task_timeout": lambda: (task_timeout_argument_spec(), {}),
+    "lease_guard": lambda: (lease_guard_argument_spec(), lease_guard_spec_options()),
+    "cron_budget": lambda: (cron_budget_argument_spec(), cron_budget_spec_options()),
+}
+
+
+def action_only(name):
+    """What a docs-only module file runs: the work happens in the action plugin.
 
     The argument spec is still built here, so ansible-test's validate-modules checks it
     against DOCUMENTATION.
     """
+    argument_spec, spec_options = MODULE_SPECS[name]()
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **spec_options)
     module.fail_json(msg=f"leaseguard.deploy.{name} runs as an action plugin on the controller")

@@ -26,13 +26,9 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - leaseguard.deploy.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Reads variables only.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
   platform:
     support: full
     platforms: posix
@@ -64,15 +60,7 @@ unknown:
   sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}
 """
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    check_vars_argument_spec,
-    run_as_action_plugin_only,
-)
-
-
-def main():
-    run_as_action_plugin_only("check_vars", check_vars_argument_spec())
-
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 
 if __name__ == "__main__":
-    main()
+    action_only("check_vars")

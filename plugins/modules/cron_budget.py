@@ -240,19 +240,7 @@ error:
   sample: {"type": "ConfigError", "message": "cron_budgets.jobs.publish.budget must be greater than 0, got '-1s'"}
 """
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    cron_budget_argument_spec,
-    run_as_action_plugin_only,
-)
-
-
-def main():
-    run_as_action_plugin_only(
-        "cron_budget",
-        cron_budget_argument_spec(),
-        required_one_of=[("jobs", "active", "resume_recorded")],
-    )
-
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 
 if __name__ == "__main__":
-    main()
+    action_only("cron_budget")

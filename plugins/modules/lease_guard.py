@@ -282,6 +282,25 @@ fleet:
   returned: success, with O(fleet_lookups)
   type: dict
   sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
+lookup:
+  description:
+    - This host's facts as M(leaseguard.deploy.task_timeout) returns them (C(task_timeout_s),
+      C(source), C(assumed), C(runtime_started_at), C(runtime_started_epoch_s), C(clock)),
+      whether looked up by this task or given with O(lookup), O(task_timeout_s) or
+      O(runtime_started_at). The C(leaseguard.deploy.guard) role registers it as
+      C(leaseguard_lookup), so a judgment needs no separate lookup task.
+    - Without O(lookup), every lookup and the host's clock reading run as one command on the
+      host, while the tunnel opens.
+  returned: success, without O(fleet_lookups)
+  type: dict
+  sample:
+    task_timeout_s: 3600.0
+    source: docker:backend/APP_TASK_TIMEOUT_S
+    assumed: false
+    runtime_started_at: "2026-09-09T04:00:00+00:00"
+    runtime_started_epoch_s: 1788926400.0
+    clock: {"offset_s": 0.004, "uncertainty_s": 0.012}
+    warnings: []
 forced:
   description: Present and true when O(force) was set and work was live.
   returned: when forced
@@ -305,18 +324,7 @@ error:
   sample: {"type": "DatabaseUnavailable", "message": "host app1: cannot connect to the database (OperationalError)"}
 """
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    lease_guard_argument_spec,
-    lease_guard_spec_options,
-    run_as_action_plugin_only,
-)
-
-
-def main():
-    run_as_action_plugin_only(
-        "lease_guard", lease_guard_argument_spec(), **lease_guard_spec_options()
-    )
-
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 
 if __name__ == "__main__":
-    main()
+    action_only("lease_guard")

@@ -25,13 +25,8 @@ requirements:
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
   - leaseguard.deploy.attributes.action_group
+  - leaseguard.deploy.attributes.read_only
 attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same lookups in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
   platform:
     support: full
     platforms: posix
@@ -108,15 +103,7 @@ error:
   sample: {"type": "LookupFailed", "message": "host app1: docker:backend/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set"}
 """
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    run_as_action_plugin_only,
-    task_timeout_argument_spec,
-)
-
-
-def main():
-    run_as_action_plugin_only("task_timeout", task_timeout_argument_spec())
-
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 
 if __name__ == "__main__":
-    main()
+    action_only("task_timeout")

@@ -5,12 +5,13 @@
 As community.docker's action plugins share a base: the task's arguments are validated
 against the module's argument spec, the host is named, and a LeaseguardError becomes a
 failed task naming what failed (never a traceback, never a passing result). A plugin says
-only which spec it takes and what it does (`act`).
+only which module it runs and what it does (`act`).
 """
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import MODULE_SPECS
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     LeaseguardError,
     failure,
@@ -27,9 +28,12 @@ class LeaseguardAction(ActionBase):
     # False for a plugin that runs without the leaseguard package (check_vars).
     needs_leaseguard = True
 
+    # The module this plugin runs (plugins/modules/<module>.py): its spec is MODULE_SPECS's.
+    module = ""
+
     def argument_spec(self):
         """The module's argument spec and validate_argument_spec's other keyword options."""
-        raise NotImplementedError
+        return MODULE_SPECS[self.module]()
 
     def act(self, args, host, task_vars):
         """The task's result for these validated `args`; a LeaseguardError fails it."""

@@ -29,6 +29,7 @@ try:
     from psycopg.conninfo import make_conninfo
 
     from leaseguard.adapters.clock import offset_from_here
+    from leaseguard.adapters.host_lookup import HostLookup, look_up_host
     from leaseguard.adapters.runtime import resolve_runtime_facts
     from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
     from leaseguard.core.clock_offset import ClockOffset
@@ -43,7 +44,7 @@ try:
     from leaseguard.core.verdict import failure_result
     from leaseguard.orchestration.drain_options import drain_options
     from leaseguard.orchestration.drain_run import drain_host, signals_set
-    from leaseguard.orchestration.session import fleet_session, local_session
+    from leaseguard.orchestration.session import GuardSession, fleet_session
     from leaseguard.orchestration.ssh_session import tunnelled_conninfo
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
@@ -52,7 +53,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
     ConfigError = TunnelError = LookupFailed = LeaseguardError
-    drain_host = drain_options = resolve_runtime_facts = signals_set = None
+    drain_host = drain_options = signals_set = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -126,7 +127,7 @@ def lookup_result(facts, clock=None):
         "runtime_started_epoch_s": started.timestamp() if started else None,
         "warnings": list(facts.warnings),
     }
-    if clock is not None:
+    if clock is not None and started is not None:
         result["clock"] = {"offset_s": clock.offset_s, "uncertainty_s": clock.uncertainty_s}
     return result
 
@@ -134,6 +135,29 @@ def lookup_result(facts, clock=None):
 def clock_from_here(runner, facts):
     """The host's clock minus the controller's, when a start time makes it matter."""
     return offset_from_here(runner) if facts.runtime_started_at is not None else None
+
+
+def look_up_facts(contract, runner, **given):
+    """Every lookup and the host's clock reading in one exec on the host (`look_up_host`).
+
+    Except through become: its tty merges the two streams the one exec's output is split
+    by, so each lookup is its own exec there and the clock is read later, alone.
+    """
+    if runner.becomes:
+        return HostLookup(resolve_runtime_facts(contract, runner, **given), None)
+    return look_up_host(contract, runner, **given)
+
+
+def look_up(runner, contract):
+    """task_timeout's result, the clock read alone only if the lookups' exec did not read it."""
+    looked_up = look_up_facts(contract, runner)
+    facts = looked_up.facts
+    return lookup_result(facts, looked_up.clock or clock_from_here(runner, facts))
+
+
+def host_lookup(session):
+    """A one-host session's facts and clock reading, shaped as task_timeout's result."""
+    return lookup_result(session.facts, session.host_minus_here)
 
 
 def fleet_facts(lookups, play_hosts):
@@ -192,9 +216,18 @@ class AnsibleRunner:
         self._action = action
         self.label = label
 
+    @property
+    def becomes(self):
+        """Whether the task's connection runs commands through become (sudo, su, ...)."""
+        return getattr(self._action._connection, "become", None) is not None
+
     def run(self, argv):
         try:
-            result = self._action._low_level_execute_command(shlex.join(argv), sudoable=True)
+            # sudoable only with become: it also makes ansible's ssh allocate a tty, which
+            # merges stderr into stdout and ends lines with CRLF.
+            result = self._action._low_level_execute_command(
+                shlex.join(argv), sudoable=self.becomes
+            )
         except (AnsibleConnectionFailure, AnsibleError) as exc:
             cause = _ssh_failure_cause(exc, self.label)
             raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
@@ -311,11 +344,49 @@ def database_conninfo(action, args):
 
 @contextmanager
 def guard_session(action, args, contract, facts, label):
-    """A session for this host; lookups run through the task's connection either way."""
-    with database_conninfo(action, args) as conninfo:
-        runner = AnsibleRunner(action, label)
-        with local_session(contract, conninfo, runner=runner, **facts) as session:
-            yield session
+    """A session for this host, its lookups run through the task's connection.
+
+    Every lookup and the host's clock reading are one exec (`look_up_facts`: each exec pays
+    the host's login shell), run in a thread while the tunnel opens: the two are independent,
+    and each costs a round trip or more. A tunnel failure is still the one reported first.
+    `host_lookup(session)` is what task_timeout would have returned for the same lookups.
+    """
+    runner = AnsibleRunner(action, label)
+    lookup = _Background(look_up_facts, contract, runner, **facts)
+    try:
+        with database_conninfo(action, args) as conninfo:
+            looked_up = lookup.result()
+            session = GuardSession(
+                contract, conninfo, looked_up.facts, runner, host_minus_here=looked_up.clock
+            )
+            try:
+                yield session
+            finally:
+                session.close()
+    finally:
+        lookup.join()
+
+
+class _Background(threading.Thread):
+    """One call run in a thread; result() joins it and returns or raises what it did."""
+
+    def __init__(self, call, *args, **kwargs):
+        super().__init__(name="leaseguard-lookup", daemon=True)
+        self._call = lambda: call(*args, **kwargs)
+        self._value = self._error = None
+        self.start()
+
+    def run(self):
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to result(), in the caller's thread
+            self._error = exc
+
+    def result(self):
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 @contextmanager
@@ -420,8 +491,9 @@ __all__ = [
     "fleet_guard_session",
     "given_facts",
     "guard_session",
+    "host_lookup",
+    "look_up",
     "lookup_result",
     "require_leaseguard",
-    "resolve_runtime_facts",
     "stop_on_signals",
 ]

@@ -112,6 +112,63 @@ def test_only_orphaned_and_queued_rows_proceed(playbook, runs):
     assert verdict["counts"] == {"live": 0, "stale": 0, "orphaned": 1, "queued": 1}
 
 
+def one_task_guard(name="guard", **options):
+    """lease_guard with no lookup given: it looks the host up itself (the guard role's way)."""
+    task = guard_task(name, **options)
+    del task["leaseguard.deploy.lease_guard"]["lookup"]
+    return task
+
+
+def exec_count(stdout, task_name):
+    """Commands ansible ran over ssh during the task named (from -vvv output)."""
+    section = stdout.split(f"TASK [{task_name}]", 1)[1].split("TASK [", 1)[0]
+    return section.count("SSH: EXEC ")
+
+
+@pytest.mark.parametrize(
+    ("claimed_at", "decision", "counts"),
+    [
+        # Claimed after the container started (seconds ago): live.
+        (None, "defer", {"live": 1, "stale": 0, "orphaned": 0, "queued": 1}),
+        # Claimed before it started: the process that held it is gone.
+        (timedelta(minutes=10), "proceed", {"live": 0, "stale": 0, "orphaned": 1, "queued": 1}),
+    ],
+)
+def test_lease_guard_looks_up_in_one_exec_and_judges_as_after_task_timeout(
+    playbook, runs, claimed_at, decision, counts
+):
+    at = datetime.now(UTC) - (claimed_at or timedelta(0))
+    claim(runs, (1, "running", at, at), (2, "open", None, None))
+    run = playbook([LOOKUP, guard_task("given"), one_task_guard("alone")], "-vvv")
+    assert run.returncode == 0, run.stderr
+    given, alone = run.result("given", "app1"), run.result("alone", "app1")
+    for verdict in (given, alone):
+        assert verdict["decision"] == decision
+        assert verdict["counts"] == counts
+    assert alone["task_timeout_source"] == given["task_timeout_source"]
+    assert alone["lease_s"] == given["lease_s"]
+    looked_up, lookup = alone["lookup"], run.result("lookup", "app1")
+    for key in ("task_timeout_s", "source", "assumed", "runtime_started_at"):
+        assert looked_up[key] == lookup[key], key
+    assert set(looked_up["clock"]) == {"offset_s", "uncertainty_s"}
+    # The lookups and the clock reading: one command each for the task and for lease_guard
+    # on its own (the judgment given a lookup still reads the host's clock once).
+    assert exec_count(run.stdout, "lookup") == 1
+    assert exec_count(run.stdout, "alone") == 1
+    assert exec_count(run.stdout, "given") == 1
+
+
+def test_lease_guard_alone_fails_closed_on_a_failed_lookup_naming_it(playbook, runs):
+    claim(runs, (1, "running", datetime.now(UTC), None))
+    run = playbook([one_task_guard(task_timeout={"variable": "NOPE_S"})])
+    assert run.returncode == 2
+    result = run.result("guard", "app1")
+    assert result["decision"] == "failed"
+    assert result["error"]["type"] == "LookupFailed"
+    assert "NOPE_S is not set" in result["msg"]
+    assert "lookup" not in result
+
+
 def test_fail_on_defer_fails_and_force_warns_with_the_claims(playbook, runs):
     claim(runs, (7, "running", datetime.now(UTC), None))
     run = playbook(
