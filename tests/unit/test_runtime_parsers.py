@@ -298,3 +298,56 @@ def test_one_exec_output_that_is_not_ours_is_no_result():
     assert batch_clock("\n@@leaseguard n clock@@\n12.5 13\n", "n") is None
     assert batch_clock("\n@@leaseguard n clock@@\nnan-ish\n", "n") is None
     assert batch_clock("\n@@leaseguard n clock@@\n1700000000.25\n", "n") == 1700000000.25
+
+
+def on_a_tty(argv):
+    """argv run as ansible's ssh -tt runs it: stdout and stderr one tty, lines ending CRLF."""
+    import os
+    import pty
+    import subprocess
+
+    main, side = pty.openpty()
+    with subprocess.Popen(argv, stdin=side, stdout=side, stderr=side) as proc:
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: the tty's other end closed
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    os.close(main)
+    return CommandResult(proc.returncode, b"".join(chunks).decode())
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        # A warning on stderr around the value: the value alone, the warning as stderr.
+        ("echo warm >&2; echo 3600; echo done >&2", CommandResult(0, "3600\n", "warm\ndone")),
+        # Output without a final newline, CRs of its own, a failure's words and status.
+        (
+            "printf 'a\\r\\nb'; echo no such object >&2; exit 3",
+            CommandResult(3, "a\r\nb", "no such object"),
+        ),
+        ("true", CommandResult(0, "", "")),
+    ],
+)
+def test_a_command_on_a_tty_keeps_its_stdout_status_and_stderr_apart(script, expected):
+    from leaseguard.core.one_exec import split_tty, tty_argv
+
+    ran = on_a_tty(list(tty_argv(("sh", "-c", script), "0123abcd")))
+    assert "\r\n" in ran.stdout  # the hazard is real here
+    assert split_tty(ran, "0123abcd") == expected
+
+
+def test_tty_output_without_the_markers_fails_with_it_as_the_complaint():
+    from leaseguard.core.one_exec import split_tty
+
+    ran = CommandResult(0, "su: Authentication failure\r\n")
+    assert split_tty(ran, "0123abcd") == CommandResult(1, "", "su: Authentication failure\n")
+    cut = CommandResult(255, "@@leaseguard 0123abcd out@@\r\n36")  # the exec was cut
+    assert split_tty(cut, "0123abcd").exit_code == 255
+    assert split_tty(cut, "0123abcd").stdout == ""

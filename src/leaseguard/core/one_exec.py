@@ -207,3 +207,34 @@ def batch_clock(stdout: str, nonce: str) -> float | None:
         return float(reading)
     except ValueError:
         return None
+
+
+# Through become, ansible's ssh runs commands on a tty (-tt): stderr arrives merged into
+# stdout and every line ends with CRLF, so a tool's warning would be read as part of a value.
+# The command's stderr is captured by the shell and printed after a marked line instead.
+_TTY_SCRIPT = (
+    'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
+    '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
+    'printf "\\n%s %d\\n%s" "$m err@@" "$s" "$e"; exit "$s"'
+)
+
+
+def tty_argv(argv: Argv, nonce: str) -> Argv:
+    """`argv` run so that its stdout, exit status and stderr can be told apart on a tty."""
+    return ("sh", "-c", _TTY_SCRIPT, "sh", nonce, *argv)
+
+
+def split_tty(result: CommandResult, nonce: str) -> CommandResult:
+    """`tty_argv`'s command's own result, CRLF undone, out of the tty's one stream.
+
+    Without both markers the command never ran (become itself failed): the whole output is
+    then the complaint, as stderr, and the exit status at least 1.
+    """
+    text = result.stdout.replace("\r\n", "\n")
+    out, err = _marker(nonce, "out") + "\n", "\n" + _marker(nonce, "err") + " "
+    start, stop = text.find(out), text.rfind(err)
+    found = start >= 0 and stop >= start + len(out)
+    status, newline, stderr = text[stop + len(err) :].partition("\n") if found else ("",) * 3
+    if not (newline and status.isascii() and status.isdigit()):
+        return CommandResult(result.exit_code or 1, "", text)
+    return CommandResult(int(status), text[start + len(out) : stop], stderr)
