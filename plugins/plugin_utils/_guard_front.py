@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shlex
 import sys
 import threading
@@ -38,6 +39,7 @@ try:
     from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
     from leaseguard.core.fleet import facts_from_reports
     from leaseguard.core.lookups import CommandResult
+    from leaseguard.core.one_exec import split_tty, tty_argv
     from leaseguard.core.ssh_args import parse_openssh_args
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
@@ -141,10 +143,13 @@ def look_up_facts(contract, runner, **given):
     """Every lookup and the host's clock reading in one exec on the host (`look_up_host`).
 
     Except through become: its tty merges the two streams the one exec's output is split
-    by, so each lookup is its own exec there and the clock is read later, alone.
+    by, so each lookup is its own exec there and the clock is read after them, alone. Read
+    here all the same, not left to the judgment: lease_guard's registered `lookup` (the guard
+    role's) must carry it, or a fleet judgment from it (migrate, drain.yml) fails.
     """
     if runner.becomes:
-        return HostLookup(resolve_runtime_facts(contract, runner, **given), None)
+        facts = resolve_runtime_facts(contract, runner, **given)
+        return HostLookup(facts, clock_from_here(runner, facts))
     return look_up_host(contract, runner, **given)
 
 
@@ -222,18 +227,21 @@ class AnsibleRunner:
         return getattr(self._action._connection, "become", None) is not None
 
     def run(self, argv):
+        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
+        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        nonce = secrets.token_hex(8) if self.becomes else None
+        command = tty_argv(tuple(argv), nonce) if nonce else argv
         try:
-            # sudoable only with become: it also makes ansible's ssh allocate a tty, which
-            # merges stderr into stdout and ends lines with CRLF.
             result = self._action._low_level_execute_command(
-                shlex.join(argv), sudoable=self.becomes
+                shlex.join(command), sudoable=nonce is not None
             )
         except (AnsibleConnectionFailure, AnsibleError) as exc:
             cause = _ssh_failure_cause(exc, self.label)
             raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
-        return CommandResult(
+        ran = CommandResult(
             int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
         )
+        return split_tty(ran, nonce) if nonce else ran
 
 
 # OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, each with what

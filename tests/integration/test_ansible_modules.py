@@ -30,7 +30,7 @@ def playbook(tmp_path, app_host_pg, runs, backend):
     """Write a one-play playbook for host app1 and run it; returns the PlaybookRun."""
     host_vars = app_host_pg.ansible_host_vars()
 
-    def run(tasks, *args, inventory_vars=None, **run_kwargs):
+    def run(tasks, *args, inventory_vars=None, env=None, **run_kwargs):
         inventory = write_inventory(
             tmp_path / "inventory.yml",
             {"app1": {**host_vars, **(inventory_vars or {})}},
@@ -40,7 +40,7 @@ def playbook(tmp_path, app_host_pg, runs, backend):
         path = tmp_path / "play.yml"
         play = {"hosts": "app", "gather_facts": False, "tasks": tasks}
         path.write_text(yaml.safe_dump([play], sort_keys=False))
-        env = {"LEASEGUARD_DB_PASSWORD": GUARD_PW_PASSWORD}
+        env = {"LEASEGUARD_DB_PASSWORD": GUARD_PW_PASSWORD, **(env or {})}
         return run_playbook(path, inventory, tmp_path, *args, env=env, **run_kwargs)
 
     return run
@@ -119,21 +119,28 @@ def one_task_guard(name="guard", **options):
     return task
 
 
+def task_output(stdout, task_name):
+    """What -vvv printed during the task named."""
+    return stdout.split(f"TASK [{task_name}]", 1)[1].split("TASK [", 1)[0]
+
+
 def exec_count(stdout, task_name):
     """Commands ansible ran over ssh during the task named (from -vvv output)."""
-    section = stdout.split(f"TASK [{task_name}]", 1)[1].split("TASK [", 1)[0]
-    return section.count("SSH: EXEC ")
+    return task_output(stdout, task_name).count("SSH: EXEC ")
 
 
-@pytest.mark.parametrize(
+LIVE_OR_ORPHANED = pytest.mark.parametrize(
     ("claimed_at", "decision", "counts"),
     [
-        # Claimed after the container started (seconds ago): live.
+        # Claimed after the container started (seconds ago), lease not expired: live.
         (None, "defer", {"live": 1, "stale": 0, "orphaned": 0, "queued": 1}),
         # Claimed before it started: the process that held it is gone.
         (timedelta(minutes=10), "proceed", {"live": 0, "stale": 0, "orphaned": 1, "queued": 1}),
     ],
 )
+
+
+@LIVE_OR_ORPHANED
 def test_lease_guard_looks_up_in_one_exec_and_judges_as_after_task_timeout(
     playbook, runs, claimed_at, decision, counts
 ):
@@ -297,3 +304,113 @@ def test_a_dsn_host_and_a_different_db_host_is_a_usage_error_naming_both(db, tmp
     assert verdict["error"]["type"] == "ConfigError"
     verdict = run_direct(db, tmp_path, dsn=db.dsn, db_port=db.cluster.port + 1)
     assert "dsn names port" in verdict["msg"] and "db_port" in verdict["msg"]
+
+
+# --- through become: the tty merges stderr into stdout and ends lines with CRLF -----------
+
+# The sandbox hosts log in as root and have no sudo; su from root needs no password
+# (pam_rootok). Ansible skips become to the user it logged in as, unless told not to.
+BECOME = {"become": True, "become_method": "su", "become_user": "root"}
+SAME_USER = {"ANSIBLE_BECOME_ALLOW_SAME_USER": "true"}
+
+
+def become(task):
+    return {**task, **BECOME}
+
+
+def assert_same_lookup(looked_up, lookup):
+    """Become's lookup reads what the one exec read, and a clock as close to ours."""
+    for key in ("task_timeout_s", "source", "assumed", "runtime_started_at"):
+        assert looked_up[key] == lookup[key], key
+    assert looked_up["task_timeout_s"] == 3600.0
+    for clock in (looked_up["clock"], lookup["clock"]):
+        # The host is this machine in a network namespace: one clock, so the offset read is
+        # within the reading's own uncertainty of zero.
+        assert set(clock) == {"offset_s", "uncertainty_s"}
+        assert abs(clock["offset_s"]) <= clock["uncertainty_s"] + 0.001, clock
+
+
+@LIVE_OR_ORPHANED
+def test_through_become_the_lookups_read_the_same_and_judge_the_same(
+    playbook, runs, claimed_at, decision, counts
+):
+    at = datetime.now(UTC) - (claimed_at or timedelta(0))
+    claim(runs, (1, "running", at, at), (2, "open", None, None))
+    tasks = [
+        LOOKUP,
+        become({**LOOKUP, "name": "root_lookup", "register": "root_lookup"}),
+        become(guard_task("given", lookup="{{ root_lookup }}")),
+        become(one_task_guard("alone")),
+        # The guard role registers lease_guard's lookup; migrate and drain.yml judge the
+        # fleet from it, which needs its clock reading.
+        become(one_task_guard("fleet", fleet_lookups={"app1": "{{ alone.lookup }}"})),
+    ]
+    run = playbook(tasks, "-vvv", env=SAME_USER)
+    assert run.returncode == 0, run.stdout[-3000:]
+    lookup = run.result("lookup", "app1")
+    assert_same_lookup(run.result("root_lookup", "app1"), lookup)
+    given, alone = run.result("given", "app1"), run.result("alone", "app1")
+    fleet = run.result("fleet", "app1")
+    assert fleet.get("decision") == decision, fleet.get("msg")
+    assert_same_lookup(alone["lookup"], lookup)
+    for verdict in (given, alone, fleet):
+        assert verdict["decision"] == decision
+        assert verdict["counts"] == counts
+    for verdict in (given, alone):
+        assert verdict["task_timeout_source"] == lookup["source"]
+    assert fleet["task_timeout_source"] == f"app1:{lookup['source']}"
+    # Through become each lookup is its own exec (one inspect serves both facts) and the
+    # clock is read alone: two commands, each through su on a tty.
+    for task_name in ("root_lookup", "alone"):
+        section = task_output(run.stdout, task_name)
+        assert section.count("SSH: EXEC ") == 2, task_name
+        assert section.count(" -tt ") == 2, task_name
+        assert section.count("Escalation succeeded") == 2, task_name
+
+
+def test_through_become_a_missing_variable_fails_closed_naming_it(playbook, runs):
+    claim(runs, (1, "running", datetime.now(UTC), None))
+    missing = {"task_timeout": {"variable": "NOPE_S"}}
+    lookup = become({**LOOKUP, "leaseguard.deploy.task_timeout": missing, "ignore_errors": True})
+    no_container = {"task_timeout": {"container": "nope"}, "runtime": {"container": "nope"}}
+    gone = become(
+        {**LOOKUP, "name": "gone", "register": "gone", "ignore_errors": True}
+        | {"leaseguard.deploy.task_timeout": no_container}
+    )
+    run = playbook([lookup, gone, become(one_task_guard(**missing))], env=SAME_USER)
+    assert run.returncode == 2
+    looked_up, verdict = run.result("lookup", "app1"), run.result("guard", "app1")
+    assert looked_up["failed"] is True
+    assert "NOPE_S is not set" in looked_up["msg"]
+    # The engine's own words, as without become (not the tty's "Shared connection closed").
+    said = run.result("gone", "app1")["msg"]
+    assert "docker container nope: `docker inspect --type` exited 1: " in said
+    assert "no such" in said.lower() and "Shared connection" not in said
+    assert verdict["decision"] == "failed"
+    assert verdict["error"]["type"] == "LookupFailed"
+    assert "NOPE_S is not set" in verdict["msg"]
+
+
+def test_through_become_a_value_read_as_a_line_is_not_corrupted(playbook, tmp_path):
+    """Values read from a line of output: the tty's CRLF and a command's stderr (merged into
+    stdout there) must not change them, as they do not without become."""
+    env_file = tmp_path / "app.env"  # the sandbox host shares this machine's filesystem
+    env_file.write_text('export APP_TASK_TIMEOUT_S="3600"\n')
+    noisy = "echo warming up >&2; echo $APP_TASK_TIMEOUT_S; echo done >&2"
+    sources = {
+        "command": {"source": "command", "command": ["sh", "-c", noisy]},
+        "env_file": {"source": "env_file", "path": str(env_file)},
+    }
+    tasks = []
+    for name, spec in sources.items():
+        lookup = {**LOOKUP, "leaseguard.deploy.task_timeout": {"task_timeout": spec}}
+        tasks += [
+            {**lookup, "name": name, "register": name},
+            become({**lookup, "name": f"as_root_{name}", "register": f"as_root_{name}"}),
+        ]
+    run = playbook(tasks, env=SAME_USER)
+    assert run.returncode == 0, run.stdout[-3000:]
+    for name in sources:
+        plain, as_root = run.result(name, "app1"), run.result(f"as_root_{name}", "app1")
+        assert plain["task_timeout_s"] == as_root["task_timeout_s"] == 3600.0, name
+        assert plain["source"] == as_root["source"], name
