@@ -93,11 +93,13 @@ def ssh_session(
 def _connect_early(contract: Contract, dsn: str, tunnel: DatabaseTunnel) -> Conn | LeaseguardError:
     """The guard's connection, opened while the lookups' exec runs (a login shell's time).
 
-    Opened as GuardSession opens it (read-only, planned once); a failure is returned, to be
-    reported after the lookups' own, naming the tunnel's failure when there is one.
+    Opened as GuardSession opens it: read-only and not prepared (the session prepares from a
+    second poll, so a one-shot `fab guard` pays neither the pooler probe nor the prepares).
+    A failure is returned, to be reported after the lookups' own, naming the tunnel's
+    failure when there is one.
     """
     try:
-        return connect(dsn, contract.connect_timeout_s, prepare=True)
+        return connect(dsn, contract.connect_timeout_s)
     except DatabaseUnavailable as exc:
         return tunnel.failure() or exc
     except LeaseguardError as exc:
