@@ -2,26 +2,21 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/).
 
-The known names are read from the collection's own files (argument specs, defaults, vars,
-registered results, playbooks), so a variable another role or playbook documents is known
-here without a second list to keep in step.
+The known names are the collection's own (plugin_utils/_known_vars). With `restart`, the
+restart role's settings are checked in the same task: a restart that cannot run must fail
+before the guard judges (or drains) anything, and a task of its own costs every host a
+worker.
 """
 
 from __future__ import annotations
 
-import difflib
-import re
-from functools import lru_cache
-from pathlib import Path
-
-import yaml
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
+    checked_variables,
+)
 
-PREFIX = "leaseguard_"
-COLLECTION_ROOT = Path(__file__).resolve().parents[2]
-_NAME_RE = re.compile(r"\bleaseguard_[a-z0-9_]+\b")
-# libyaml's loader when PyYAML has it: the role files are read on every check.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# What each restart method cannot run without, by the variable that sets it.
+RESTART_NEEDS = {"command": "leaseguard_restart_command", "systemd": "leaseguard_restart_unit"}
 
 
 class ActionModule(LeaseguardAction):
@@ -29,68 +24,18 @@ class ActionModule(LeaseguardAction):
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
     def act(self, args, host, task_vars):
-        known = known_variables() | set(args["allow"])
-        checked = sorted(name for name in task_vars if name.startswith(PREFIX))
-        unknown = {name: nearest(name, known) for name in checked if name not in known}
-        result = {"changed": False, "checked": checked}
-        if unknown:
-            result.update(failed=True, unknown=unknown, msg=_message(unknown))
+        result = checked_variables(task_vars, args["allow"])
+        missing = args["restart"] and restart_missing(args["restart"])
+        if missing and not result.get("failed"):
+            result.update(failed=True, msg=missing)
         return result
 
 
-def _message(unknown):
-    parts = [
-        f"{name} (did you mean {near}?)" if near else f"{name} (no known name is close)"
-        for name, near in sorted(unknown.items())
-    ]
-    return (
-        f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
-        "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
-    )
-
-
-def nearest(name, known):
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
-@lru_cache(maxsize=1)
-def known_variables(root=COLLECTION_ROOT):
-    """Every leaseguard_* name the collection's roles and playbooks define, read or register."""
-    names = set()
-    for path in sorted(root.glob("roles/*/meta/argument_specs.yml")):
-        for entry in (_load(path).get("argument_specs") or {}).values():
-            names.update((entry or {}).get("options") or {})
-    for folder in ("defaults", "vars"):
-        for path in sorted(root.glob(f"roles/*/{folder}/*.yml")):
-            names.update(_load(path))
-    for path in sorted(root.glob("roles/*/tasks/*.yml")):
-        names.update(_registered(_load(path)))
-    for path in sorted(root.glob("playbooks/*.yml")):
-        names.update(_NAME_RE.findall(path.read_text(encoding="utf-8")))
-    return frozenset(name for name in names if name.startswith(PREFIX))
-
-
-def _load(path):
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506
-
-
-def _registered(node):
-    """Names a task file registers or sets as facts, at any depth (blocks, rescue, always)."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _registered(item)
-    elif isinstance(node, dict):
-        if isinstance(node.get("register"), str):
-            yield node["register"]
-        for key in ("ansible.builtin.set_fact", "set_fact"):
-            if isinstance(node.get(key), dict):
-                yield from node[key]
-        for key in ("block", "rescue", "always"):
-            yield from _registered(node.get(key))
-
-
-# Read once here: ansible-playbook imports this plugin in its own process (the strategy asks
-# the class whether it bypasses the host loop) before it forks a worker for each task and
-# host, so every worker inherits the cache instead of reading every role file again.
-known_variables()
+def restart_missing(restart):
+    """The restart's missing setting, said as the restart role's variable (or None)."""
+    method = restart["method"]
+    needed = RESTART_NEEDS.get(method)
+    given = restart["command"] if method == "command" else restart["unit"]
+    if needed is None or given:
+        return None
+    return f"leaseguard: restart method {method} needs {needed}"

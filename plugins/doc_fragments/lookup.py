@@ -85,3 +85,17 @@ options:
         description: An ISO 8601 timestamp with a timezone, for O(runtime.source=fixed).
         type: str
 """
+
+    # The guard role's tasks check the leaseguard_* names in the same task (one worker per
+    # host instead of two).
+    CHECK_VARS = r"""
+options:
+  check_vars:
+    description:
+      - First fail on a C(leaseguard_*) variable the collection does not know, exactly as
+        M(leaseguard.deploy.check_vars) does (its result keys C(checked) and C(unknown)),
+        before anything is looked up or judged. The guard role's tasks set it, so the name
+        check costs no task of its own.
+    type: bool
+    default: false
+"""

@@ -138,7 +138,12 @@ def facts_spec():
 
 
 def task_timeout_argument_spec():
-    return lookup_spec()
+    return dict(**lookup_spec(), **check_vars_option())
+
+
+def check_vars_option():
+    """Run check_vars' name check first, in the same task (the guard role's tasks do)."""
+    return dict(check_vars=dict(type="bool", default=False))
 
 
 def lease_guard_argument_spec():
@@ -149,6 +154,7 @@ def lease_guard_argument_spec():
         **facts_spec(),
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
+        **check_vars_option(),
     )
 
 
@@ -180,7 +186,21 @@ def cron_budget_argument_spec():
 
 
 def check_vars_argument_spec():
-    return dict(allow=dict(type="list", elements="str", default=[]))
+    return dict(
+        allow=dict(type="list", elements="str", default=[]),
+        restart=dict(
+            type="dict",
+            options=dict(
+                method=dict(
+                    type="str",
+                    required=True,
+                    choices=["docker", "podman", "systemd", "command"],
+                ),
+                command=dict(type="list", elements="str", default=[]),
+                unit=dict(type="str", default=""),
+            ),
+        ),
+    )
 
 
 def cron_budget_spec_options():

@@ -18,6 +18,10 @@ description:
   - The known names come from the collection itself, from every role's C(meta/argument_specs.yml),
     its C(defaults) and C(vars), the results its tasks register, and the variables the
     playbooks read. A variable documented in an argument spec is known everywhere.
+  - With O(restart), the restart role's settings are checked in the same task, so a restart
+    that cannot run fails before anything is judged, drained or restarted.
+  - M(leaseguard.deploy.lease_guard) runs the same name check first with its O(leaseguard.deploy.lease_guard#module:check_vars)
+    option (the guard role does), saving a task per host.
 author:
   - leaseguard maintainers (@leaseguard)
 options:
@@ -26,6 +30,27 @@ options:
     type: list
     elements: str
     default: []
+  restart:
+    description:
+      - The restart the C(restart) role will run; a method that needs a setting which is
+        empty fails the task (C(command) needs O(restart.command), C(systemd) needs
+        O(restart.unit)), named by the role's variable.
+    type: dict
+    suboptions:
+      method:
+        description: The restart method (C(leaseguard_restart_method)).
+        type: str
+        required: true
+        choices: [docker, podman, systemd, command]
+      command:
+        description: The restart command's argv (C(leaseguard_restart_command)).
+        type: list
+        elements: str
+        default: []
+      unit:
+        description: The systemd unit (C(leaseguard_restart_unit)).
+        type: str
+        default: ""
 extends_documentation_fragment:
   - leaseguard.deploy.attributes.read_only
 attributes:
@@ -44,6 +69,12 @@ EXAMPLES = r"""
 - name: Also accept a variable of your own in the leaseguard_ namespace
   leaseguard.deploy.check_vars:
     allow: [leaseguard_release_tag]
+
+- name: Also check that the restart the restart role will run is configured
+  leaseguard.deploy.check_vars:
+    restart:
+      method: command
+      command: [/usr/local/bin/restart-worker]
 """
 
 RETURN = r"""

@@ -30,6 +30,7 @@ requirements:
 extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
+  - leaseguard.deploy.lookup.check_vars
   - leaseguard.deploy.connection
   - leaseguard.deploy.attributes.action_group
 options:
@@ -200,6 +201,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+unknown:
+  description:
+    - With O(check_vars), the unknown C(leaseguard_*) variables, each with the nearest known
+      name (null when none is close), as M(leaseguard.deploy.check_vars) returns them.
+  returned: failure, with O(check_vars)
+  type: dict
+  sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}
 decision:
   description: C(proceed), C(defer) (a live lease remains) or C(failed).
   returned: always

@@ -17,6 +17,9 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     failure,
     require_leaseguard,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
+    checked_variables,
+)
 
 
 class LeaseguardAction(ActionBase):
@@ -47,8 +50,17 @@ class LeaseguardAction(ActionBase):
         args = self.validate_argument_spec(spec, **options)[1]
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
+        if args.get("check_vars"):  # check_vars' own check, first, in this same task
+            checked = checked_variables(task_vars)
+            if checked.get("failed"):
+                result.update(self._refused(checked))
+                return result
         try:
             result.update(self.act(args, host, task_vars))
         except LeaseguardError as exc:
             result.update(failure(exc, host, what=self.failure_what))
         return result
+
+    def _refused(self, checked):
+        """An unknown variable fails the task before anything ran; a check decides nothing."""
+        return {**checked, "decision": "failed"} if self.failure_what == "check" else checked

@@ -414,3 +414,33 @@ def test_through_become_a_value_read_as_a_line_is_not_corrupted(playbook, tmp_pa
         plain, as_root = run.result(name, "app1"), run.result(f"as_root_{name}", "app1")
         assert plain["task_timeout_s"] == as_root["task_timeout_s"] == 3600.0, name
         assert plain["source"] == as_root["source"], name
+
+
+MISTYPED = {"leaseguard_on_bussy": "wait"}
+
+
+def test_check_vars_in_the_task_refuses_a_mistyped_variable_before_any_lookup(playbook, runs):
+    """The guard role's tasks check the names in the same task: nothing runs on the host."""
+    claim(runs, (1, "open", None, None))
+    looked_up = {**LOOKUP, "leaseguard.deploy.task_timeout": {"check_vars": True}}
+    for task in (looked_up, one_task_guard(check_vars=True)):
+        run = playbook([task], "-vvv", inventory_vars=MISTYPED)
+        assert run.returncode == 2, run.stdout[-3000:]
+        result = run.result(task["name"], "app1")
+        assert result["unknown"] == {"leaseguard_on_bussy": "leaseguard_on_busy"}
+        assert "leaseguard_on_bussy (did you mean leaseguard_on_busy?)" in result["msg"]
+        assert exec_count(run.stdout, task["name"]) == 0  # no lookup, no tunnel, no verdict
+        assert "counts" not in result and "task_timeout_s" not in result
+    assert result["decision"] == "failed"  # the guard's refusal is a check that failed
+
+
+def test_check_vars_in_the_task_lets_known_variables_through_and_is_off_by_default(playbook, runs):
+    claim(runs, (1, "running", datetime.now(UTC), None))
+    checked = one_task_guard("checked", check_vars=True)
+    run = playbook([checked], inventory_vars={"leaseguard_on_busy": "defer"})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result("checked", "app1")["decision"] == "defer"
+    # Off unless asked: a task of the user's own sees its own leaseguard_* names untouched.
+    run = playbook([one_task_guard("unchecked")], inventory_vars=MISTYPED)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result("unchecked", "app1")["decision"] == "defer"

@@ -149,3 +149,20 @@ def test_a_mistyped_variable_fails_before_anything_runs(deploy, podman_engine):
     assert "leaseguard_on_bussy (did you mean leaseguard_on_busy?)" in result["msg"]
     assert run.stats["app1"]["ok"] == 0  # the first task of the deploy
     assert started_at(podman_engine) == before
+
+
+@pytest.mark.parametrize(
+    ("method", "needed"),
+    [("command", "leaseguard_restart_command"), ("systemd", "leaseguard_restart_unit")],
+)
+def test_a_restart_that_cannot_run_fails_before_the_guard_judges(
+    deploy, podman_engine, method, needed
+):
+    """Said by the restart role's first task: nothing is looked up, judged or drained."""
+    before = started_at(podman_engine)
+    run = deploy(leaseguard_restart_method=method, leaseguard_on_busy="wait")
+    assert run.returncode == 2, run.stdout[-4000:]
+    result = run.result("Check the leaseguard variables", "app1")
+    assert result["msg"] == f"leaseguard: restart method {method} needs {needed}"
+    assert "Judge the claims by the system's own lease" not in run.stdout
+    assert started_at(podman_engine) == before

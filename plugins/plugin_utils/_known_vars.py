@@ -1,0 +1,96 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Private to leaseguard.deploy: which leaseguard_* variables the collection knows.
+
+Ansible ignores a variable nothing reads, so a mistyped one would be dropped silently. The
+known names are read from the collection's own files (argument specs, defaults, vars,
+registered results, playbooks), so a variable another role or playbook documents is known
+here without a second list to keep in step. check_vars runs this as its own task;
+lease_guard runs it first (its `check_vars` option) so the guard role needs no extra task.
+Needs only PyYAML: it runs before anything proves the leaseguard package is installed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+PREFIX = "leaseguard_"
+COLLECTION_ROOT = Path(__file__).resolve().parents[2]
+_NAME_RE = re.compile(r"\bleaseguard_[a-z0-9_]+\b")
+# libyaml's loader when PyYAML has it: the role files are read on every check.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def checked_variables(task_vars, allow=()):
+    """The task's leaseguard_* variables, and a failure naming every unknown one (or None)."""
+    known = known_variables() | set(allow)
+    checked = sorted(name for name in task_vars if name.startswith(PREFIX))
+    unknown = {name: nearest(name, known) for name in checked if name not in known}
+    result = {"changed": False, "checked": checked}
+    if unknown:
+        result.update(failed=True, unknown=unknown, msg=_message(unknown))
+    return result
+
+
+def _message(unknown):
+    parts = [
+        f"{name} (did you mean {near}?)" if near else f"{name} (no known name is close)"
+        for name, near in sorted(unknown.items())
+    ]
+    return (
+        f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
+        "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
+    )
+
+
+def nearest(name, known):
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+@lru_cache(maxsize=1)
+def known_variables(root=COLLECTION_ROOT):
+    """Every leaseguard_* name the collection's roles and playbooks define, read or register."""
+    names = set()
+    for path in sorted(root.glob("roles/*/meta/argument_specs.yml")):
+        for entry in (_load(path).get("argument_specs") or {}).values():
+            names.update((entry or {}).get("options") or {})
+    for folder in ("defaults", "vars"):
+        for path in sorted(root.glob(f"roles/*/{folder}/*.yml")):
+            names.update(_load(path))
+    for path in sorted(root.glob("roles/*/tasks/*.yml")):
+        names.update(_registered(_load(path)))
+    for path in sorted(root.glob("playbooks/*.yml")):
+        names.update(_NAME_RE.findall(path.read_text(encoding="utf-8")))
+    return frozenset(name for name in names if name.startswith(PREFIX))
+
+
+def _load(path):
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506
+
+
+def _registered(node):
+    """Names a task file registers or sets as facts, at any depth (blocks, rescue, always)."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _registered(item)
+    elif isinstance(node, dict):
+        if isinstance(node.get("register"), str):
+            yield node["register"]
+        for key in ("ansible.builtin.set_fact", "set_fact"):
+            if isinstance(node.get(key), dict):
+                yield from node[key]
+        for key in ("block", "rescue", "always"):
+            yield from _registered(node.get(key))
+
+
+# Read once here: ansible-playbook imports the action plugins that import this in its own
+# process (the strategy asks each class whether it bypasses the host loop) before it forks a
+# worker for each task and host, so every worker inherits the cache instead of reading every
+# role file again.
+known_variables()

@@ -1,0 +1,61 @@
+"""check_vars' checks as pure functions: the variable names, and the restart's own settings."""
+
+import importlib
+import sys
+
+import pytest
+
+from tests.support.ansible_run import REPO
+
+sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
+known_vars = importlib.import_module(
+    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars"
+)
+check_vars = importlib.import_module(
+    "ansible_collections.leaseguard.deploy.plugins.action.check_vars"
+)
+
+
+def test_known_names_pass_and_other_variables_are_not_looked_at():
+    result = known_vars.checked_variables(
+        {"leaseguard_on_busy": "wait", "leaseguard_lookup": {}, "ansible_host": "x", "app": 1}
+    )
+    assert result == {"changed": False, "checked": ["leaseguard_lookup", "leaseguard_on_busy"]}
+
+
+def test_an_unknown_name_fails_naming_the_nearest_known_one_or_none():
+    result = known_vars.checked_variables(
+        {"leaseguard_on_bussy": "wait", "leaseguard_qqqqqqqqqqqq": 1}
+    )
+    assert result["failed"] is True
+    assert result["unknown"] == {
+        "leaseguard_on_bussy": "leaseguard_on_busy",
+        "leaseguard_qqqqqqqqqqqq": None,
+    }
+    assert "leaseguard_qqqqqqqqqqqq (no known name is close)" in result["msg"]
+
+
+def test_allow_accepts_a_name_of_the_users_own():
+    assert "failed" not in known_vars.checked_variables(
+        {"leaseguard_release": 1}, ["leaseguard_release"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("restart", "missing"),
+    [
+        ({"method": "command", "command": [], "unit": ""}, "leaseguard_restart_command"),
+        ({"method": "systemd", "command": [], "unit": ""}, "leaseguard_restart_unit"),
+        ({"method": "command", "command": ["true"], "unit": ""}, None),
+        ({"method": "systemd", "command": [], "unit": "worker.service"}, None),
+        # A container restart needs neither (its container has a default).
+        ({"method": "docker", "command": [], "unit": ""}, None),
+        ({"method": "podman", "command": [], "unit": ""}, None),
+    ],
+)
+def test_a_restart_method_without_what_it_runs_is_named(restart, missing):
+    said = check_vars.restart_missing(restart)
+    if missing is None:
+        assert said is None
+    else:
+        assert said == f"leaseguard: restart method {restart['method']} needs {missing}"
