@@ -47,7 +47,7 @@ try:
     from leaseguard.orchestration.drain_options import drain_options
     from leaseguard.orchestration.drain_run import drain_host, signals_set
     from leaseguard.orchestration.session import GuardSession, fleet_session
-    from leaseguard.orchestration.ssh_session import tunnelled_conninfo
+    from leaseguard.orchestration.ssh_session import await_lookup, connect_early, tunnelled
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
@@ -336,16 +336,27 @@ def database_conninfo(action, args):
     opened with the host's own SSH settings and closed on exit. Either way one DSN means one
     database (leaseguard.core.dsn).
     """
+    with database_path(action, args) as (conninfo, _):
+        yield conninfo
+
+
+@contextmanager
+def database_path(action, args, *, probe=True):
+    """database_conninfo's conninfo and its tunnel (None when reached directly).
+
+    Without `probe` the tunnel does not first try the database address: the caller's own
+    connection does, and names the tunnel's failure (`connect_early`).
+    """
     conninfo = conninfo_from(args)
     if not args["tunnel"] or _transport(action._connection) == "local":
-        yield direct_conninfo(conninfo, args["db_host"], args["db_port"])
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
         return
     address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     connection = make_connection(host, options)
     try:
-        with tunnelled_conninfo(connection, conninfo, address) as tunnelled:
-            yield tunnelled
+        with tunnelled(connection, conninfo, address, probe=probe) as path:
+            yield path
     finally:
         connection.close()
 
@@ -355,18 +366,22 @@ def guard_session(action, args, contract, facts, label):
     """A session for this host, its lookups run through the task's connection.
 
     Every lookup and the host's clock reading are one exec (`look_up_facts`: each exec pays
-    the host's login shell), run in a thread while the tunnel opens: the two are independent,
-    and each costs a round trip or more. A tunnel failure is still the one reported first.
+    the host's login shell), run in a thread while the tunnel opens and the guard's
+    database connection opens through it (`connect_early`, as `fab guard` does): the
+    judgment needs the facts only when its query is bound. Failures are still reported in
+    the order of the steps: the tunnel's, the lookups', the connection's.
     `host_lookup(session)` is what task_timeout would have returned for the same lookups.
     """
     runner = AnsibleRunner(action, label)
     lookup = _Background(look_up_facts, contract, runner, **facts)
     try:
-        with database_conninfo(action, args) as conninfo:
-            looked_up = lookup.result()
+        with database_path(action, args, probe=False) as (conninfo, tunnel):
+            early = connect_early(contract, conninfo, tunnel)
+            looked_up, opened = await_lookup(lookup.result, early)
             session = GuardSession(
                 contract, conninfo, looked_up.facts, runner, host_minus_here=looked_up.clock
             )
+            session.adopt(opened)
             try:
                 yield session
             finally:

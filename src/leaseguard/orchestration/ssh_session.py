@@ -6,7 +6,7 @@ never imports Fabric or paramiko.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Unpack
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Unpack
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.host_lookup import look_up_host
+from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.runtime import Given
 from leaseguard.adapters.ssh import (
     DatabaseAddress,
@@ -61,15 +61,8 @@ def ssh_session(
             tunnelled_dsn,
             tunnel,
         ):
-            early = _connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
-            try:
-                looked_up = lookup.result()  # a failed lookup is reported first, as before
-            except BaseException:
-                if early is not None and not isinstance(early, LeaseguardError):
-                    early.close()
-                raise
-            if isinstance(early, LeaseguardError):
-                raise early
+            early = connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
+            looked_up, opened = await_lookup(lookup.result, early)
             session = GuardSession(
                 contract,
                 tunnelled_dsn,
@@ -78,8 +71,8 @@ def ssh_session(
                 tunnel,
                 host_minus_here=looked_up.clock,
             )
-            if early is not None:
-                session.adopt(early)
+            if opened is not None:
+                session.adopt(opened)
             try:
                 yield session
             finally:
@@ -90,20 +83,41 @@ def ssh_session(
         pool.shutdown(wait=False)
 
 
-def _connect_early(contract: Contract, dsn: str, tunnel: DatabaseTunnel) -> Conn | LeaseguardError:
+def connect_early(
+    contract: Contract, dsn: str, tunnel: DatabaseTunnel | None = None
+) -> Conn | LeaseguardError:
     """The guard's connection, opened while the lookups' exec runs (a login shell's time).
 
     Opened as GuardSession opens it: read-only and not prepared (the session prepares from a
-    second poll, so a one-shot `fab guard` pays neither the pooler probe nor the prepares).
-    A failure is returned, to be reported after the lookups' own, naming the tunnel's
-    failure when there is one.
+    second poll, so a one-shot guard pays neither the pooler probe nor the prepares).
+    A failure is returned, to be reported after the lookups' own (`await_lookup`), naming
+    the tunnel's failure when there is one. Shared with the Ansible front.
     """
     try:
         return connect(dsn, contract.connect_timeout_s)
     except DatabaseUnavailable as exc:
-        return tunnel.failure() or exc
+        return (tunnel.failure() if tunnel is not None else None) or exc
     except LeaseguardError as exc:
         return exc
+
+
+def await_lookup(
+    lookup: Callable[[], HostLookup], early: Conn | LeaseguardError | None
+) -> tuple[HostLookup, Conn | None]:
+    """The lookups' result and the early connection; a failed lookup is reported first.
+
+    The order the steps had when they ran one after another: a failed lookup first (the
+    early connection, if it opened, is closed), then a connection that failed.
+    """
+    try:
+        looked_up = lookup()
+    except BaseException:
+        if early is not None and not isinstance(early, LeaseguardError):
+            early.close()
+        raise
+    if isinstance(early, LeaseguardError):
+        raise early
+    return looked_up, early
 
 
 @contextmanager
