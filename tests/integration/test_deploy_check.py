@@ -166,3 +166,23 @@ def test_a_restart_that_cannot_run_fails_before_the_guard_judges(
     assert result["msg"] == f"leaseguard: restart method {method} needs {needed}"
     assert "Judge the claims by the system's own lease" not in run.stdout
     assert started_at(podman_engine) == before
+
+
+def test_restart_if_started_before_skips_only_a_host_restarted_after_the_cut_off(
+    deploy, podman_engine
+):
+    """Both sides of the cut-off: an earlier start is restarted, a later one is left as it is."""
+    first = started_at(podman_engine)
+    after_start = datetime.fromisoformat(first[:26].rstrip("Z") + "+00:00").timestamp() + 1
+    run = deploy(leaseguard_restart_if_started_before=after_start)  # it started before: restart
+    assert run.returncode == 0, run.stdout[-4000:]
+    second = started_at(podman_engine)
+    assert second != first
+    run = deploy(leaseguard_restart_if_started_before=after_start)  # now it started after
+    assert run.returncode == 0, run.stdout[-4000:]
+    note = run.result(
+        "Note that this host already runs a runtime started after the cut-off", "app1"
+    )
+    assert "after leaseguard_restart_if_started_before; not restarting it again" in note["msg"]
+    assert run.result("Judge the claims by the system's own lease", "app1")["skipped"] is True
+    assert started_at(podman_engine) == second
