@@ -10,6 +10,7 @@ only ever want to stop).
 
 from __future__ import annotations
 
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     RESUME_HINT,
@@ -39,6 +40,7 @@ DRAIN_KEYS = (
 
 class ActionModule(LeaseguardAction):
     module = "lease_guard"
+    role_variables = role_variables()
     # The check is read-only and check mode never pauses intake (see _guard).
 
     def act(self, args, host, task_vars):

@@ -155,7 +155,31 @@ def lease_guard_argument_spec():
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         **check_vars_option(),
+        from_role_vars=dict(type="bool", default=False),
     )
+
+
+# lease_guard options a caller decides (or facts it passes) rather than configuration: the
+# guard role's variables never fill them (from_role_vars).
+NOT_ROLE_VARIABLES = frozenset(
+    {"lookup", "task_timeout_s", "runtime_started_at"}  # this host's facts
+    | {"wait", "force", "fail_on_defer", "check_vars", "from_role_vars"}  # the caller's say
+)
+# A drain's own timing and files are leaseguard_drain_<option> in the roles.
+DRAIN_ROLE_VARIABLES = frozenset(
+    ("deadline_s", "poll_s", "status_file", "metrics_file", "resume_retry_s")
+)
+
+
+def role_variables():
+    """Each lease_guard option the guard role's variables fill, with its variable's name."""
+    return {
+        option: f"leaseguard_drain_{option}"
+        if option in DRAIN_ROLE_VARIABLES
+        else f"leaseguard_{option}"
+        for option in lease_guard_argument_spec()
+        if option not in NOT_ROLE_VARIABLES
+    }
 
 
 def lease_guard_spec_options():

@@ -129,6 +129,19 @@ options:
         then fail naming the paused jobs and the command that resumes them.
     type: float
     default: 60.0
+  from_role_vars:
+    description:
+      - Fill every contract, database and drain option the task does not set from the
+        guard role's variable for it, C(leaseguard_<option>) (C(leaseguard_drain_<option>)
+        for O(deadline_s), O(poll_s), O(status_file), O(metrics_file) and
+        O(resume_retry_s)), as the role documents them. Options set on the task (and by
+        C(module_defaults)) win; the facts (O(lookup), O(task_timeout_s),
+        O(runtime_started_at)) and O(wait), O(force), O(fail_on_defer) never come from
+        variables.
+      - What the guard role does, so that its one task need not template an argument per
+        option, which costs every host a template compile per option.
+    type: bool
+    default: false
   fail_on_defer:
     description: Fail the task when the decision is C(defer), for callers that only ever stop.
     type: bool

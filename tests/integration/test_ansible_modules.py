@@ -444,3 +444,38 @@ def test_check_vars_in_the_task_lets_known_variables_through_and_is_off_by_defau
     run = playbook([one_task_guard("unchecked")], inventory_vars=MISTYPED)
     assert run.returncode == 0, run.stdout[-3000:]
     assert run.result("unchecked", "app1")["decision"] == "defer"
+
+
+def role_vars_guard(name, **options):
+    """lease_guard as the guard role runs it: options from the role's variables."""
+    return {"name": name, "leaseguard.deploy.lease_guard": {"from_role_vars": True, **options}}
+
+
+def test_from_role_vars_reads_the_roles_variables_and_task_options_win(playbook, runs):
+    claim(runs, (1, "running", datetime.now(UTC), None))
+    # The database's name and user come from the inventory's leaseguard_db_name/_user only.
+    run = playbook([role_vars_guard("filled")])
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result("filled", "app1")["decision"] == "defer"
+    # A variable is read: a table that does not exist fails closed, naming it ...
+    run = playbook([role_vars_guard("wrong table")], inventory_vars={"leaseguard_table": "nope"})
+    assert run.returncode == 2
+    failed = run.result("wrong table", "app1")
+    assert failed["decision"] == "failed" and "nope" in failed["msg"]
+    # ... unless the task sets the option itself.
+    task = role_vars_guard("task wins", table="execution_runs")
+    run = playbook([task], inventory_vars={"leaseguard_table": "nope"})
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result("task wins", "app1")["decision"] == "defer"
+
+
+def test_without_from_role_vars_the_roles_variables_are_not_read(playbook, runs):
+    claim(runs, (1, "running", datetime.now(UTC), None))
+    run = playbook(
+        [{"name": "plain", "leaseguard.deploy.lease_guard": {}}],
+        inventory_vars={"leaseguard_table": "nope"},
+    )
+    # No database name given at all: the check fails closed (never the variables' table).
+    assert run.returncode == 2
+    result = run.result("plain", "app1")
+    assert result["decision"] == "failed" and "nope" not in result["msg"]

@@ -4,6 +4,7 @@ import importlib
 import sys
 
 import pytest
+import yaml
 
 from tests.support.ansible_run import REPO
 
@@ -59,3 +60,20 @@ def test_a_restart_method_without_what_it_runs_is_named(restart, missing):
         assert said is None
     else:
         assert said == f"leaseguard: restart method {restart['method']} needs {missing}"
+
+
+specs = importlib.import_module("ansible_collections.leaseguard.deploy.plugins.module_utils._specs")
+
+
+def guard_role_variables():
+    path = REPO / "roles" / "guard" / "meta" / "argument_specs.yml"
+    return set(yaml.safe_load(path.read_text())["argument_specs"]["main"]["options"])
+
+
+def test_every_option_from_role_vars_is_a_documented_guard_role_variable():
+    mapped = specs.role_variables()
+    assert set(mapped.values()) <= guard_role_variables()
+    # and every guard role variable but the caller's decision fills an option
+    assert guard_role_variables() - set(mapped.values()) == {"leaseguard_on_busy"}
+    assert mapped["deadline_s"] == "leaseguard_drain_deadline_s"
+    assert "lookup" not in mapped and "wait" not in mapped and "force" not in mapped
