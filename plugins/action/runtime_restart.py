@@ -16,16 +16,11 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     contract_from,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._runtime_restart import (
-    Restart,
     checked,
+    restart_from,
     restart_runtime,
     would_restart,
 )
-
-try:
-    from leaseguard.core.restart import RestartSpec
-except ImportError:  # require_leaseguard() fails the task first, naming the install
-    pass
 
 
 class ActionModule(LeaseguardAction):
@@ -34,12 +29,7 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         contract = contract_from(args)
-        spec = RestartSpec(
-            args["method"], args["container"] or "", args["unit"] or "", tuple(args["command"])
-        )
-        restart = Restart(
-            host, spec, args["stop_timeout_s"], args["verify_timeout_s"], contract.runtime.source
-        )
+        restart = restart_from(args, host, contract)
         checked(restart, args["lookup"])
         if self._task.check_mode:
             return would_restart(restart)

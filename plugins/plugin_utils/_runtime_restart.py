@@ -20,6 +20,7 @@ try:
     from leaseguard.core.lookups import exit_meaning, first_stderr_line
     from leaseguard.core.one_exec import planned_commands
     from leaseguard.core.restart import (
+        RestartSpec,
         missing_target,
         restart_argv,
         restart_target,
@@ -52,6 +53,15 @@ class StartReading:
 
     started: object = None  # datetime | None
     error: Exception | None = None
+
+
+def restart_from(args, host, contract):
+    """The restart runtime_restart's validated `args` ask for on `host`."""
+    spec = RestartSpec(
+        args["method"], args["container"] or "", args["unit"] or "", tuple(args["command"])
+    )
+    source = contract.runtime.source
+    return Restart(host, spec, args["stop_timeout_s"], args["verify_timeout_s"], source)
 
 
 def checked(restart, lookup):

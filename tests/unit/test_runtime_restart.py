@@ -120,8 +120,9 @@ def test_a_lookup_failing_until_the_deadline_is_unknown_and_its_words_follow():
     reading = front.StartReading(error=front.LookupFailed("host app1: docker container x: gone"))
     msg = front.not_moved_message(restart(), BEFORE, reading)
     assert "after unknown. Check that" in msg
-    assert msg.endswith("leaseguard_runtime reads. The last lookup failed: host app1: "
-                        "docker container x: gone")
+    assert msg.endswith(
+        "leaseguard_runtime reads. The last lookup failed: host app1: docker container x: gone"
+    )
 
 
 def test_the_report_is_the_roles_text():
@@ -142,7 +143,11 @@ def test_the_report_is_the_roles_text():
             "with method docker (docker container backend) failed (rc 1): "
             "Error: No such container: backend password=***. The runtime may be stopped",
         ),
-        (DOCKER, CommandResult(127, "", "sh: docker: not found"), "failed (rc 127, command not found)"),
+        (
+            DOCKER,
+            CommandResult(127, "", "sh: docker: not found"),
+            "failed (rc 127, command not found)",
+        ),
         # A user command's own output is never repeated: it may print anything.
         (COMMAND, CommandResult(3, "token=hunter2", "hunter2"), "'my app') failed (rc 3). The"),
     ],
@@ -164,7 +169,9 @@ def test_check_mode_reports_and_runs_nothing():
     )
 
 
-@pytest.mark.parametrize(("source", "needs_lookup"), [("docker", True), ("none", False), ("fixed", False)])
+@pytest.mark.parametrize(
+    ("source", "needs_lookup"), [("docker", True), ("none", False), ("fixed", False)]
+)
 def test_a_checked_restart_needs_the_lookup_from_before(source, needs_lookup):
     front.checked(restart(DOCKER, source), {"runtime_started_at": None})  # not running: fine
     if needs_lookup:
