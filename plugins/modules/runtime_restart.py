@@ -123,12 +123,12 @@ stop_timeout_s:
   sample: 10
 before:
   description: The runtime's start time before the restart, from O(lookup) (C(runtime_started_at) ISO 8601, C(runtime_started_epoch_s)).
-  returned: when the restart ran
+  returned: when the restart succeeded
   type: dict
   sample: {"runtime_started_at": "2026-09-09T04:00:00.123456+00:00", "runtime_started_epoch_s": 1788926400.123456}
 after:
   description: The runtime's start time read after the restart (the last reading); null values when none was found.
-  returned: when the restart ran and the runtime source reads a start time
+  returned: when the restart succeeded and the runtime source reads a start time
   type: dict
   sample: {"runtime_started_at": "2026-09-09T05:00:01.5+00:00", "runtime_started_epoch_s": 1788930001.5}
 msg:

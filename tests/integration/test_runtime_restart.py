@@ -120,3 +120,15 @@ def test_check_mode_restarts_nothing(playbook, podman_engine):
     assert result["changed"] is True and result["restarted"]["cmd"] is None
     assert "would restart app1: docker container backend" in result["msg"]
     assert started_at(podman_engine) == before
+
+
+def test_a_runtime_source_that_reads_no_start_time_is_restarted_unchecked(playbook, podman_engine):
+    before = started_at(podman_engine)
+    task = restart_task(runtime={"source": "none"})
+    del task["leaseguard.deploy.runtime_restart"]["lookup"]  # nothing to compare with
+    run = playbook([task])
+    assert run.returncode == 0, run.stdout[-4000:]
+    result = run.result("restart", "app1")
+    assert result["msg"] == "leaseguard: restarted app1 (stop budget 10 s)"
+    assert "after" not in result
+    assert started_at(podman_engine) != before
