@@ -24,7 +24,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - the leaseguard Python package on the controller
+  - the leaseguard Python package on the controller; the host needs a POSIX shell, no Python
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
   - leaseguard.deploy.attributes.action_group
