@@ -209,6 +209,19 @@ def cron_budget_argument_spec():
     )
 
 
+def runtime_restart_argument_spec():
+    """What to restart, its stop budget, and the lookup to check the restart against."""
+    return dict(
+        **lookup_spec(),
+        method=dict(type="str", required=True, choices=["docker", "podman", "systemd", "command"]),
+        **typed(container="str", unit="str"),
+        command=dict(type="list", elements="str", default=[]),
+        stop_timeout_s=dict(type="int", default=10),
+        verify_timeout_s=dict(type="int", default=60),
+        lookup=dict(type="dict"),
+    )
+
+
 def check_vars_argument_spec():
     return dict(
         allow=dict(type="list", elements="str", default=[]),
@@ -236,6 +249,7 @@ def cron_budget_spec_options():
 MODULE_SPECS = {
     "check_vars": lambda: (check_vars_argument_spec(), {}),
     "task_timeout": lambda: (task_timeout_argument_spec(), {}),
+    "runtime_restart": lambda: (runtime_restart_argument_spec(), {}),
     "lease_guard": lambda: (lease_guard_argument_spec(), lease_guard_spec_options()),
     "cron_budget": lambda: (cron_budget_argument_spec(), cron_budget_spec_options()),
 }

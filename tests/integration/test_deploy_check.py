@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DEPLOY = "leaseguard.deploy.deploy"
 WOULD = "Report what the restart would do"
+RESTART = "Restart the runtime and check that its start time moved forward"
 
 
 @pytest.fixture
@@ -132,7 +133,7 @@ def test_a_restart_that_does_nothing_fails_naming_the_start_times(deploy, podman
         leaseguard_restart_verify_timeout_s=3,
     )
     assert run.returncode == 2, run.stdout[-4000:]
-    msg = run.result("Fail when the restart did not move the runtime's start time", "app1")["msg"]
+    msg = run.result(RESTART, "app1")["msg"]
     assert "Unknown error" not in run.stdout
     assert "with method command (command true)" in msg, msg
     assert "did not move forward within 3 s" in msg

@@ -24,7 +24,7 @@ from leaseguard.core.presets import PRESETS
 from leaseguard.orchestration.drain_options import DrainOptions
 
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ("lease_guard", "task_timeout", "cron_budget", "check_vars")
+MODULES = ("lease_guard", "task_timeout", "runtime_restart", "cron_budget", "check_vars")
 FRAGMENT_PREFIX = "leaseguard.deploy."
 
 # Options with no `default:` although their description names what happens when they are

@@ -1,0 +1,36 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action plugin for leaseguard.deploy.runtime_restart (documented in plugins/modules/).
+
+The restart is a command run on the host through the task's connection (become applies; the
+host needs no Python), then the runtime's start time is looked up again until it moved
+forward: one task where the restart role had five (each Ansible task costs 40-150 ms, each
+exec the host's login shell).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    AnsibleRunner,
+    contract_from,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._runtime_restart import (
+    checked,
+    restart_from,
+    restart_runtime,
+    would_restart,
+)
+
+
+class ActionModule(LeaseguardAction):
+    module = "runtime_restart"
+    failure_what = "restart"
+
+    def act(self, args, host, task_vars):
+        contract = contract_from(args)
+        restart = restart_from(args, host, contract)
+        checked(restart, args["lookup"])
+        if self._task.check_mode:
+            return would_restart(restart)
+        return restart_runtime(AnsibleRunner(self, host), restart, contract, args["lookup"])
