@@ -93,8 +93,9 @@ options:
   check_vars:
     description:
       - First fail on a C(leaseguard_*) variable the collection does not know, exactly as
-        M(leaseguard.deploy.check_vars) does (its result keys C(checked) and C(unknown)),
-        before anything is looked up or judged. The guard role's tasks set it, so the name
+        M(leaseguard.deploy.check_vars) does, before anything is looked up or judged. The
+        failed result then carries the C(checked) and C(unknown) that
+        M(leaseguard.deploy.check_vars) returns. The guard role's tasks set it, so the name
         check costs no task of its own.
     type: bool
     default: false

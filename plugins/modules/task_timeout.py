@@ -62,13 +62,6 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-unknown:
-  description:
-    - With O(check_vars), the unknown C(leaseguard_*) variables, each with the nearest known
-      name (null when none is close), as M(leaseguard.deploy.check_vars) returns them.
-  returned: failure, with O(check_vars)
-  type: dict
-  sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}
 task_timeout_s:
   description: The configured task timeout, in seconds.
   returned: success
