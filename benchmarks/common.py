@@ -41,6 +41,11 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds:.2f} s"
 
 
+def fmt_signed_s(seconds: float) -> str:
+    """A difference of durations, signed: "+1.20 s", "-85.0 ms"."""
+    return ("-" if seconds < 0 else "+") + fmt_s(abs(seconds))
+
+
 def fmt_ratio(value: float) -> str:
     return "-" if value != value else f"{value:.2f}x"
 
