@@ -336,7 +336,7 @@ def database_conninfo(action, args):
     opened with the host's own SSH settings and closed on exit. Either way one DSN means one
     database (leaseguard.core.dsn).
     """
-    with database_path(action, args) as (conninfo, _):
+    with database_path(action, args) as (conninfo, _tunnel):
         yield conninfo
 
 
