@@ -220,7 +220,9 @@ def _measure(
         run, code, out, err = measured(argv, cwd=FAB_CWD, env=fab_env(), timeout=300, roots=roots)
         defers = sum("decision=defer" in line for line in out.splitlines())
         if code != 75 or defers != n:
-            problems.append(f"fab, {n} hosts: exit {code}, {defers}/{n} defer: {err[-300:]}")
+            others = [line for line in out.splitlines() if "decision=defer" not in line]
+            said = " | ".join([*others[-3:], err[-300:]])
+            problems.append(f"fab, {n} hosts: exit {code}, {defers}/{n} defer: {said}")
         return run
 
     def ansible(n: int) -> Run:
