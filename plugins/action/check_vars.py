@@ -10,13 +10,19 @@ worker.
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    require_leaseguard,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
     checked_variables,
 )
 
-# What each restart method cannot run without, by the variable that sets it.
-RESTART_NEEDS = {"command": "leaseguard_restart_command", "systemd": "leaseguard_restart_unit"}
+# The name check runs without the package; with `restart`, require_leaseguard() names it.
+with suppress(ImportError):
+    from leaseguard.core.restart import RestartSpec, missing_target
 
 
 class ActionModule(LeaseguardAction):
@@ -32,10 +38,16 @@ class ActionModule(LeaseguardAction):
 
 
 def restart_missing(restart):
-    """The restart's missing setting, said as the restart role's variable (or None)."""
-    method = restart["method"]
-    needed = RESTART_NEEDS.get(method)
-    given = restart["command"] if method == "command" else restart["unit"]
-    if needed is None or given:
+    """The restart's missing setting, said as the restart role's variable (or None).
+
+    What each method needs is runtime_restart's own rule (leaseguard.core.restart): the
+    restart role, the one caller with `restart`, needs the leaseguard package anyway.
+    """
+    require_leaseguard()
+    spec = RestartSpec(
+        restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
+    )
+    missing = missing_target(spec)
+    if missing is None:
         return None
-    return f"leaseguard: restart method {method} needs {needed}"
+    return f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

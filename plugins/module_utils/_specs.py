@@ -209,11 +209,15 @@ def cron_budget_argument_spec():
     )
 
 
+# How the restart role can restart a runtime (runtime_restart, check_vars' `restart`).
+RESTART_METHODS = ("docker", "podman", "systemd", "command")
+
+
 def runtime_restart_argument_spec():
     """What to restart, its stop budget, and the lookup to check the restart against."""
     return dict(
         **lookup_spec(),
-        method=dict(type="str", required=True, choices=["docker", "podman", "systemd", "command"]),
+        method=dict(type="str", required=True, choices=list(RESTART_METHODS)),
         **typed(container="str", unit="str"),
         command=dict(type="list", elements="str", default=[]),
         stop_timeout_s=dict(type="int", default=10),
@@ -228,11 +232,8 @@ def check_vars_argument_spec():
         restart=dict(
             type="dict",
             options=dict(
-                method=dict(
-                    type="str",
-                    required=True,
-                    choices=["docker", "podman", "systemd", "command"],
-                ),
+                method=dict(type="str", required=True, choices=list(RESTART_METHODS)),
+                container=dict(type="str", default=""),
                 command=dict(type="list", elements="str", default=[]),
                 unit=dict(type="str", default=""),
             ),

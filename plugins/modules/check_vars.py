@@ -33,8 +33,9 @@ options:
   restart:
     description:
       - The restart the C(restart) role will run; a method that needs a setting which is
-        empty fails the task (C(command) needs O(restart.command), C(systemd) needs
-        O(restart.unit)), named by the role's variable.
+        empty fails the task (C(docker) and C(podman) need O(restart.container), C(command)
+        needs O(restart.command), C(systemd) needs O(restart.unit)), named by the role's
+        variable. Needs the leaseguard package on the controller, as the restart does.
     type: dict
     suboptions:
       method:
@@ -42,6 +43,10 @@ options:
         type: str
         required: true
         choices: [docker, podman, systemd, command]
+      container:
+        description: The container (C(leaseguard_restart_container)).
+        type: str
+        default: ""
       command:
         description: The restart command's argv (C(leaseguard_restart_command)).
         type: list

@@ -173,9 +173,7 @@ def _start_of(source):
 # --- messages (the restart role's own texts) -------------------------------------------------
 
 
-def _shown(value):
-    """A start time as the role's templates showed it (Jinja renders a missing one `None`)."""
-    return str(value)
+# A missing start time reads `None` in these messages, as the role's templates showed it.
 
 
 def restarted_message(restart, before, after):
@@ -183,8 +181,8 @@ def restarted_message(restart, before, after):
         return f"leaseguard: restarted {restart.host} (stop budget {restart.stop_timeout_s} s)"
     return (
         f"leaseguard: restarted {restart.host} "
-        f"(runtime started {_shown(before['runtime_started_at'])} -> "
-        f"{_shown(after['runtime_started_at'])}, stop budget {restart.stop_timeout_s} s)"
+        f"(runtime started {before['runtime_started_at']} -> "
+        f"{after['runtime_started_at']}, stop budget {restart.stop_timeout_s} s)"
     )
 
 
@@ -197,8 +195,8 @@ def not_moved_message(restart, before, reading):
         f"leaseguard: restarted {restart.host} with method {restart.spec.method} "
         f"({restart_target(restart.spec)}), but the runtime start time read from "
         f"{restart.source} did not move forward within {restart.verify_timeout_s} s "
-        f"(leaseguard_restart_verify_timeout_s): before {_shown(before['runtime_started_at'])}, "
-        f"after {_shown(after)}. Check that the restart restarts the runtime that "
+        f"(leaseguard_restart_verify_timeout_s): before {before['runtime_started_at']}, "
+        f"after {after}. Check that the restart restarts the runtime that "
         f"leaseguard_runtime reads.{said}"
     )
 

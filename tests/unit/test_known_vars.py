@@ -42,16 +42,21 @@ def test_allow_accepts_a_name_of_the_users_own():
     )
 
 
+def restart_of(method, container="", command=(), unit=""):
+    return {"method": method, "container": container, "command": list(command), "unit": unit}
+
+
 @pytest.mark.parametrize(
     ("restart", "missing"),
     [
-        ({"method": "command", "command": [], "unit": ""}, "leaseguard_restart_command"),
-        ({"method": "systemd", "command": [], "unit": ""}, "leaseguard_restart_unit"),
-        ({"method": "command", "command": ["true"], "unit": ""}, None),
-        ({"method": "systemd", "command": [], "unit": "worker.service"}, None),
-        # A container restart needs neither (its container has a default).
-        ({"method": "docker", "command": [], "unit": ""}, None),
-        ({"method": "podman", "command": [], "unit": ""}, None),
+        (restart_of("command"), "leaseguard_restart_command"),
+        (restart_of("systemd"), "leaseguard_restart_unit"),
+        (restart_of("command", command=["true"]), None),
+        (restart_of("systemd", unit="worker.service"), None),
+        (restart_of("docker", container="backend"), None),
+        (restart_of("podman", container="backend"), None),
+        # An empty container restarts nothing either.
+        (restart_of("docker"), "leaseguard_restart_container"),
     ],
 )
 def test_a_restart_method_without_what_it_runs_is_named(restart, missing):

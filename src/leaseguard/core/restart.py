@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 from leaseguard.core.lookups import Argv
 
-METHODS = ("docker", "podman", "systemd", "command")
-
 # TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run,
 # gone at reboot) carries the stop budget for this one restart. It is removed whether or not
 # the restart succeeds (the EXIT trap, also on a signal): left behind, it would silently change
