@@ -76,16 +76,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-# invoke's Config.clone (every Connection clones the task's config) is not thread-safe: with
-# the hosts connecting in parallel, a clone came out empty now and then, and its host then
-# connected with no key ("No authentication methods available") or failed on a missing key.
+# Each host's Connection gets its own copy of the task's config. Fabric does not copy a
+# fabric Config it is given, and its Connection() writes to it (inline_ssh_env, ...): every
+# write re-merges the whole config, which is empty for that moment. With the hosts
+# connecting in parallel, another host's lookup then read an empty config and failed
+# ("running a lookup over SSH failed (AttributeError)"), and a shared clone came out empty
+# ("No authentication methods available"). Cloning reads the task's config: under a lock,
+# as invoke's Config is not thread-safe; nothing writes the task's config once cloned.
 _CONFIG_CLONING = threading.Lock()
 
 
 def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
-    config = c.config if isinstance(c.config, Config) else None
-    with _CONFIG_CLONING:
-        return make_connection(host, settings.ssh, config)
+    config = None
+    if isinstance(c.config, Config):
+        with _CONFIG_CLONING:
+            config = c.config.clone()
+    return make_connection(host, settings.ssh, config)
 
 
 def settings_or_exit(c: Context) -> FabricSettings:
