@@ -20,6 +20,7 @@ from leaseguard.fabric.fleet import FleetExecutor
 from leaseguard.fabric.guard_task import guard
 from leaseguard.fabric.resume_task import resume
 from leaseguard.fabric.settings import CONNECTION_KEYS, settings_from_config
+from leaseguard.orchestration.process import no_collection_at_exit
 
 
 def collection() -> Collection:
@@ -30,6 +31,7 @@ def collection() -> Collection:
     too late; a user's fabric.yaml may still set it explicitly.
     """
     _use_fleet_executor()
+    no_collection_at_exit()
     return Collection(guard, drain, resume)
 
 
