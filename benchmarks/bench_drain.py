@@ -70,6 +70,7 @@ class DrainRun:
     proc: subprocess.Popen[str] | None = None
     stdout: str = ""
     hwm_kib: int = 0
+    _readers: list[threading.Thread] = field(default_factory=list)
 
     def start(self, sample_rss: bool = False) -> None:
         self.proc = subprocess.Popen(
@@ -81,7 +82,14 @@ class DrainRun:
             stderr=subprocess.PIPE,
             text=True,
         )
-        threading.Thread(target=self._read_stderr, daemon=True).start()
+        # Each pipe has its own reader: a communicate() beside the stderr reader would take
+        # some of its lines (a `drained` line missed now and then).
+        self._readers = [
+            threading.Thread(target=self._read_stderr, daemon=True),
+            threading.Thread(target=self._read_stdout, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
         if sample_rss:
             threading.Thread(target=self._sample, daemon=True).start()
 
@@ -91,6 +99,10 @@ class DrainRun:
             self.lines.append((time.perf_counter(), line.rstrip("\n")))
             if START_MARKER in line:
                 self.started.set()
+
+    def _read_stdout(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        self.stdout = self.proc.stdout.read()
 
     def _sample(self) -> None:
         assert self.proc is not None
@@ -108,15 +120,18 @@ class DrainRun:
         return next(t for t, line in self.lines if START_MARKER in line)
 
     def wait(self, timeout: float) -> int:
+        """The exit status, once the process has exited (timed by the caller) and its
+        output has been read to the end."""
         assert self.proc is not None
-        out, _ = self.proc.communicate(timeout=timeout)
-        self.stdout = out
-        return self.proc.returncode
+        code = self.proc.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return code
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
 
 
 def run_bench(
