@@ -80,9 +80,9 @@ def _plain(value: Any) -> Any:
 # fabric Config it is given, and its Connection() writes to it (inline_ssh_env, ...): every
 # write re-merges the whole config, which is empty for that moment. With the hosts
 # connecting in parallel, another host's lookup then read an empty config and failed
-# ("running a lookup over SSH failed (AttributeError)"), and a shared clone came out empty
-# ("No authentication methods available"). Cloning reads the task's config: under a lock,
-# as invoke's Config is not thread-safe; nothing writes the task's config once cloned.
+# ("running a lookup over SSH failed (AttributeError)"), or a host connected without the
+# key it read from it ("No authentication methods available"). Cloning only reads the
+# task's config, under a lock as invoke's Config is not thread-safe; nothing writes it.
 _CONFIG_CLONING = threading.Lock()
 
 
