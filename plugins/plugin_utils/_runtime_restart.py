@@ -171,9 +171,7 @@ def _start_of(source):
 
 
 # --- messages (the restart role's own texts) -------------------------------------------------
-
-
-# A missing start time reads `None` in these messages, as the role's templates showed it.
+# A missing start time reads `None` in them, as the role's templates showed it.
 
 
 def restarted_message(restart, before, after):
