@@ -7,25 +7,23 @@ never imports Fabric or paramiko.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Unpack
 
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.host_lookup import HostLookup, look_up_host
+from leaseguard.adapters.host_lookup import HostLookup
 from leaseguard.adapters.runtime import Given
 from leaseguard.adapters.ssh import (
     DatabaseAddress,
     DatabaseTunnel,
-    FabricRunner,
     forwarded,
-    open_connection,
 )
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
+from leaseguard.orchestration.host_start import HostStart, start_host
 from leaseguard.orchestration.session import Conn, GuardSession
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
@@ -40,6 +38,7 @@ def ssh_session(
     address: DatabaseAddress,
     *,
     judge_at_once: bool = False,
+    started: HostStart | None = None,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
     """A session over SSH: lookups on the host, the database through a tunnel.
@@ -49,38 +48,33 @@ def ssh_session(
     next, not a fleet session built from its facts), the guard's database connection opens
     through it, all over the same SSH connection: the judgment needs the facts only when
     its query is bound. Failures are reported in the order the steps had when they ran one
-    after another: the tunnel's, the lookups', the connection's (with `judge_at_once`, a
-    database address the host cannot reach is found by that connection, not a probe).
+    after another: the connection's, the tunnel's, the lookups', the database connection's
+    (with `judge_at_once`, a database address the host cannot reach is found by that
+    connection, not a probe). `started`: the host as `start_host(connection, contract,
+    **given)` already started it (`fab guard` starts its hosts before it imports this).
     """
-    runner = FabricRunner(connection)
-    open_connection(connection)  # once, before its two users start
-    pool = ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup")
-    try:
-        lookup = pool.submit(look_up_host, contract, runner, **given)
-        with tunnelled(connection, conninfo, address, probe=not judge_at_once) as (
+    host = started or start_host(connection, contract, **given)
+    host.opened.result()  # the tunnel is the connection's second user
+    with tunnelled(connection, conninfo, address, probe=not judge_at_once) as (
+        tunnelled_dsn,
+        tunnel,
+    ):
+        early = connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
+        looked_up, opened = await_lookup(host.lookup.result, early)
+        session = GuardSession(
+            contract,
             tunnelled_dsn,
+            looked_up.facts,
+            host.runner,
             tunnel,
-        ):
-            early = connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
-            looked_up, opened = await_lookup(lookup.result, early)
-            session = GuardSession(
-                contract,
-                tunnelled_dsn,
-                looked_up.facts,
-                runner,
-                tunnel,
-                host_minus_here=looked_up.clock,
-            )
-            if opened is not None:
-                session.adopt(opened)
-            try:
-                yield session
-            finally:
-                session.close()
-    finally:
-        # Not waited for: a failed set-up is reported at once, and the caller's closing the
-        # connection ends a lookup still running.
-        pool.shutdown(wait=False)
+            host_minus_here=looked_up.clock,
+        )
+        if opened is not None:
+            session.adopt(opened)
+        try:
+            yield session
+        finally:
+            session.close()
 
 
 def connect_early(
