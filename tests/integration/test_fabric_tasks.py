@@ -187,6 +187,25 @@ def test_several_hosts_report_one_line_each_and_the_worst_status(fab, runs, back
     assert done.returncode == 1
 
 
+def test_a_host_named_twice_is_judged_twice(fab, runs, backend, app_host_pg):
+    """Hosts are started before the guard reads its DSN; a repeated one starts again."""
+    claim(runs, 1, "running", "0 seconds")
+    done = fab("guard", host=f"root@{app_host_pg.addr},root@{app_host_pg.addr}")
+    lines = done.stdout.strip().splitlines()
+    assert [("decision=defer live=1" in line) for line in lines] == [True, True], done.stderr
+    assert done.returncode == 75
+
+
+def test_a_dsn_refused_after_the_hosts_started_is_a_usage_error(fab, runs, backend, app_host_pg):
+    claim(runs, 1, "running", "0 seconds")
+    bad = {"dsn": f"host=/run/postgresql dbname={runs.name} user=postgres"}
+    done = fab("guard", connection={**bad, "known_hosts": str(app_host_pg.known_hosts_path)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "socket directory" in done.stderr
+    assert "decision=" not in done.stdout
+    assert "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(
     ("task_timeout", "message"),
     [

@@ -11,6 +11,7 @@ from leaseguard.cli.contract import contract_from_args
 from leaseguard.cli.main import build_parser
 from leaseguard.core.budgets.config import load_budget_config
 from leaseguard.core.errors import ConfigError
+from leaseguard.fabric.settings import host_settings_from_config
 from leaseguard.fabric.tasks import settings_from_config
 
 CRON_BUDGETS = {
@@ -98,3 +99,50 @@ def test_fabric_connection_section_reads_good_values():
         "/etc/ssh/ssh_known_hosts",
         "bastion",
     )
+
+
+def test_a_hosts_settings_are_the_full_settings_contract_and_ssh_options():
+    """`fab guard` starts its hosts on host_settings_from_config, then reads the rest."""
+    config = {
+        "leaseguard": {
+            "preset": "river",
+            "connect_timeout_s": 7,
+            "connection": {"known_hosts": "/etc/kh", "dsn": "dbname=app", "gateway": "bastion"},
+            "drain": {"poll_s": 2},
+        }
+    }
+    host, full = host_settings_from_config(config), settings_from_config(config)
+    assert (host.contract, host.ssh) == (full.contract, full.ssh)
+    assert (host.ssh.known_hosts, host.ssh.gateway, host.ssh.connect_timeout_s) == (
+        "/etc/kh",
+        "bastion",
+        7,
+    )
+
+
+@pytest.mark.parametrize(
+    "leaseguard",
+    [
+        {"table": "runs", "cron_budget": CRON_BUDGETS},
+        {"connection": {"db_porrt": 5432}},
+        {"connection": {"known_hosts": ["a", "b"]}},
+    ],
+)
+def test_what_a_host_needs_is_refused_before_any_host_starts(leaseguard):
+    with pytest.raises(ConfigError):
+        host_settings_from_config({"leaseguard": leaseguard})
+
+
+@pytest.mark.parametrize(
+    ("leaseguard", "message"),
+    [
+        ({"connection": {"dsn": "host=/run/postgresql dbname=app"}}, "socket directory"),
+        ({"connection": {"dsn": "dbname=app port=5432", "db_port": 5433}}, "two databases"),
+        ({"drain": {"poll_s": 0}}, "poll_s"),
+    ],
+)
+def test_the_rest_is_refused_by_the_full_settings_only(leaseguard, message):
+    """The DSN and `drain:` are read after the hosts started: still refused, as usage."""
+    host_settings_from_config({"leaseguard": leaseguard})  # the hosts may start
+    with pytest.raises(ConfigError, match=message):
+        settings_from_config({"leaseguard": leaseguard})

@@ -1,46 +1,29 @@
-"""`fab -H app1,app2 drain`: pause intake, wait until no live lease remains, resume intake."""
+"""`fab -H app1,app2 drain`: pause intake, wait until no live lease remains, resume intake.
+
+The task only: what it runs (leaseguard.fabric.drain_hosts) brings psycopg and the drain's
+machinery, imported when a drain runs, not whenever a fabfile loads the collection.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import sys
-import threading
-from dataclasses import dataclass, replace
-from typing import Any
+from typing import NamedTuple
 
 from fabric import task
 from invoke.context import Context
-from invoke.exceptions import Exit
 
-from leaseguard.adapters.clock import offset_from_here
-from leaseguard.core.clock_offset import ClockOffset
-from leaseguard.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
-from leaseguard.fabric.fleet import (
-    exit_with,
-    failure_line,
-    fleet,
-    fleet_hosts,
-    for_each_host,
-    say,
-    worst_status,
-)
-from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.drain import DrainResult
-from leaseguard.orchestration.drain_options import DrainOptions, drain_options
-from leaseguard.orchestration.drain_run import (
-    configure_logging,
-    drain_host,
-    first_that_connects,
-    signals_set,
-    status_board,
-)
-from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.progress import progress_for
-from leaseguard.orchestration.session import GuardSession, fleet_session
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.fabric.fleet import fleet
 
-RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+
+class DrainFlags(NamedTuple):
+    """The task's own flags as given (None: not given; the `drain:` section decides)."""
+
+    deadline_s: float | None
+    poll_s: float | None
+    pause_cron_job: list[str] | None
+    resume_retry_s: float | None
+    json_: bool
+    status_file: str | None
+    metrics_file: str | None
 
 
 @task(
@@ -75,182 +58,9 @@ def drain(
     paused once, the wait judges every host's facts with the fleet rule, and intake is
     resumed once, after the wait, on every exit path (Ctrl-C and SIGTERM included).
     """
-    settings = settings_or_exit(c)
-    options = _drain_overrides(settings.drain, deadline_s, poll_s, pause_cron_job, resume_retry_s)
-    options = _observed(options, status_file, metrics_file)
-    hosts = fleet_hosts(c)
-    configure_logging()
-    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    board = _board_or_exit(options)  # one snapshot over every host
-    run = _DrainRun(c, settings, options, progress, json_, threading.Event(), board)
-    with signals_set(run.stop, say):
-        if options.pause_cron_jobs:
-            statuses = [_drain_fleet(hosts, run)]
-        else:
-            statuses = for_each_host(hosts, lambda host: _drain_one(host, run))
-    if run.stop.is_set():
-        say("drain interrupted; intake was resumed")
-        raise Exit(code=EXIT_FAILED)
-    exit_with(worst_status(statuses))
+    from leaseguard.fabric.drain_hosts import drain_hosts
 
-
-def _drain_overrides(
-    base: DrainOptions, deadline_s: Any, poll_s: Any, jobs: list[str] | None, retry_s: Any
-) -> DrainOptions:
-    merged = {k: getattr(base, k) for k in DrainOptions.__dataclass_fields__}
-    if deadline_s is not None:
-        merged["deadline_s"] = deadline_s
-    if poll_s is not None:
-        merged["poll_s"] = poll_s
-    if jobs:
-        merged["pause_cron_jobs"] = list(jobs)
-    if retry_s is not None:
-        merged["resume_retry_s"] = retry_s
-    try:
-        return drain_options(merged)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-def _observed(options: DrainOptions, status_file: Any, metrics_file: Any) -> DrainOptions:
-    """--status-file / --metrics-file win over the `drain:` section's keys."""
-    return replace(
-        options,
-        status_file=status_file or options.status_file,
-        metrics_file=metrics_file or options.metrics_file,
+    flags = DrainFlags(
+        deadline_s, poll_s, pause_cron_job, resume_retry_s, json_, status_file, metrics_file
     )
-
-
-def _board_or_exit(options: DrainOptions) -> StatusBoard:
-    try:
-        return status_board(options)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-@dataclass(frozen=True)
-class _DrainRun:
-    """What every host's drain of one `fab drain` shares."""
-
-    c: Context
-    settings: FabricSettings
-    options: DrainOptions
-    progress: Any
-    json_output: bool
-    stop: threading.Event
-    board: StatusBoard | None = None
-
-
-def _drain_one(host: str, run: _DrainRun) -> int:
-    settings = run.settings
-    connection = connection_to(host, run.c, settings)
-    try:
-        with ssh_session(
-            connection, settings.contract, settings.conninfo, settings.address, judge_at_once=True
-        ) as s:
-            result = drain_host(
-                s,
-                run.options,
-                run.progress,
-                run.board,
-                front="fab drain",
-                resume_hint=RESUME_HINT,
-                stop=run.stop,
-            )
-    except LeaseguardError as exc:
-        print(failure_line(host, exc))
-        return EXIT_FAILED
-    finally:
-        connection.close()
-    return _report_drain(host, result, run.json_output)
-
-
-def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
-    """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
-    settings = run.settings
-    with contextlib.ExitStack() as stack:
-        opened = for_each_host(hosts, lambda host: _open_session(host, run.c, settings))
-        for _, result in opened:
-            if isinstance(result, _Opened):
-                stack.enter_context(result.stack)
-        failed = [(host, r) for host, r in opened if isinstance(r, LeaseguardError)]
-        if failed:
-            for failed_host, error in failed:
-                print(failure_line(failed_host, error))
-            say("no intake was paused: every host's facts are needed to judge the fleet")
-            return EXIT_FAILED
-        sessions = {host: r.session for host, r in opened}
-        # The judgment runs through one host's tunnel (the database is shared); each host's
-        # start time is compared in the database clock through its measured offset.
-        first = sessions[min(sessions)]
-        try:
-            fleet = stack.enter_context(
-                fleet_session(
-                    settings.contract,
-                    first.conninfo,
-                    {host: s.facts for host, s in sessions.items()},
-                    runner=first.runner,
-                    link=first.link,
-                    host_offsets={host: r.clock for host, r in opened if r.clock is not None},
-                )
-            )
-            result = drain_host(
-                fleet,
-                run.options,
-                run.progress,
-                run.board,
-                front=f"fab drain ({','.join(hosts)})",
-                resume_hint=RESUME_HINT,
-                stop=run.stop,
-                runners=[s.runner for s in sessions.values()],
-                connect=first_that_connects([s.connect_writable for s in sessions.values()]),
-            )
-        except LeaseguardError as exc:
-            print(failure_line("fleet", exc))
-            return EXIT_FAILED
-    return _report_drain("fleet", result, run.json_output)
-
-
-@dataclass
-class _Opened:
-    """A host's session, its clock minus ours, and the stack that closes it (and its SSH
-    connection)."""
-
-    session: GuardSession
-    stack: contextlib.ExitStack
-    clock: ClockOffset | None
-
-
-def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str, Any]:
-    """(host, _Opened) or (host, the LeaseguardError that kept it from opening)."""
-    stack = contextlib.ExitStack()
-    try:
-        connection = connection_to(host, c, settings)
-        stack.callback(connection.close)
-        session = stack.enter_context(
-            ssh_session(connection, settings.contract, settings.conninfo, settings.address)
-        )
-        # Measured here, in parallel with the other hosts, only when a start time matters.
-        started = session.facts.runtime_started_at is not None
-        clock = (session.host_minus_here or offset_from_here(session.runner)) if started else None
-    except LeaseguardError as exc:
-        stack.close()
-        return host, exc
-    except BaseException:
-        stack.close()
-        raise
-    return host, _Opened(session, stack, clock)
-
-
-def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:
-    """The drain's result; a failed drain prints only its failure, never a stale verdict."""
-    if json_output:
-        print(json.dumps(result.as_dict()))
-    elif result.error is None and result.verdict is not None:
-        print(result.verdict.timeline())
-    if result.error is not None:
-        print(failure_line(host, result.error))
-    if result.verdict is not None and not json_output:
-        for warning in result.verdict.warnings:
-            say(f"warning: {warning}")
-    return result.exit_status
+    drain_hosts(c, flags)

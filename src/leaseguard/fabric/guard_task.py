@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from fabric import task
@@ -15,6 +17,7 @@ from invoke.context import Context
 from leaseguard.core.errors import LeaseguardError
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import (
+    MAX_PARALLEL_HOSTS,
     exit_with,
     failure_line,
     fleet,
@@ -22,8 +25,14 @@ from leaseguard.fabric.fleet import (
     for_each_host,
     worst_status,
 )
-from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.fabric.settings import (
+    FabricSettings,
+    HostSettings,
+    connection_to,
+    host_settings_or_exit,
+    settings_or_exit,
+)
+from leaseguard.orchestration.host_start import HostStart, start_host
 
 
 @task(
@@ -32,8 +41,13 @@ from leaseguard.orchestration.ssh_session import ssh_session
 @fleet
 def guard(c: Context, json_: bool = False) -> None:
     """Judge every host's live leases in parallel: exit 0 proceed, 75 defer, 1 failed."""
-    settings = settings_or_exit(c)
-    outcomes = for_each_host(fleet_hosts(c), lambda host: _guard_one(host, c, settings))
+    host_settings = host_settings_or_exit(c)
+    hosts = fleet_hosts(c)
+    with _hosts_started(hosts, c, host_settings) as starts:
+        # Read only now: the DSN's validation imports psycopg, and the judging code with
+        # it, ~150 ms of CPU that runs while the hosts started above do their part.
+        settings = settings_or_exit(c)
+        outcomes = for_each_host(hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None)))
     if json_:
         print(json.dumps([_outcome_dict(o) for o in outcomes]))
     else:
@@ -48,11 +62,44 @@ def guard(c: Context, json_: bool = False) -> None:
 Outcome = tuple[str, Verdict | LeaseguardError]
 
 
-def _guard_one(host: str, c: Context, settings: FabricSettings) -> Outcome:
-    connection = connection_to(host, c, settings)
+@contextmanager
+def _hosts_started(
+    hosts: list[str], c: Context, settings: HostSettings
+) -> Iterator[dict[str, HostStart]]:
+    """The hosts the fleet runs first (as many as run at once), started in the background.
+
+    Each opens its SSH connection and runs its lookups' exec on a thread of its own; the
+    guard takes them over (`_guard_one`). Those it never takes (the rest of the settings
+    were refused) have their lookup cancelled and their connection closed.
+    """
+    starts: dict[str, HostStart] = {}
+    try:
+        for host in hosts[:MAX_PARALLEL_HOSTS]:
+            if host not in starts:
+                starts[host] = start_host(connection_to(host, c, settings), settings.contract)
+        yield starts
+    finally:
+        for untaken in starts.values():
+            untaken.lookup.cancel()
+            untaken.connection.close()
+
+
+def _guard_one(
+    host: str, c: Context, settings: FabricSettings, started: HostStart | None
+) -> Outcome:
+    # Imported by the first host to get here, after its start: it brings the database code.
+    from leaseguard.orchestration.ssh_session import ssh_session
+
+    started = started or start_host(connection_to(host, c, settings), settings.contract)
+    connection = started.connection
     try:
         with ssh_session(
-            connection, settings.contract, settings.conninfo, settings.address, judge_at_once=True
+            connection,
+            settings.contract,
+            settings.conninfo,
+            settings.address,
+            judge_at_once=True,
+            started=started,
         ) as s:
             s.cron_database = settings.drain.cron_database
             return host, s.judge()

@@ -11,7 +11,6 @@ from invoke.exceptions import Exit
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
 from leaseguard.fabric.fleet import failure_line, fleet, fleet_hosts
 from leaseguard.fabric.settings import connection_to, settings_or_exit
-from leaseguard.orchestration.ssh_session import tunnelled_conninfo
 
 
 @task(
@@ -27,7 +26,9 @@ def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> Non
 
     Jobs an operator disabled without a drain have no record and are never touched.
     """
-    from leaseguard.adapters.resume import resume_lines, resume_pauses  # pulls in the budgets code
+    # Imported when a resume runs: they bring psycopg and the budgets code.
+    from leaseguard.adapters.resume import resume_lines, resume_pauses
+    from leaseguard.orchestration.ssh_session import tunnelled_conninfo
 
     settings = settings_or_exit(c)
     host = fleet_hosts(c)[0]

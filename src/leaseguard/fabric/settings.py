@@ -1,11 +1,16 @@
-"""The `leaseguard:` section of a Fabric config, validated, and the SSH connection it asks for."""
+"""The `leaseguard:` section of a Fabric config, validated, and the SSH connection it asks for.
+
+What a host's SSH connection and lookups need (HostSettings) is read without the database
+driver: `fab guard` starts its hosts on it, and only then reads the rest (the DSN, the
+`drain:` section), whose validation imports psycopg, while the hosts do their part.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric import Config, Connection
 from invoke.context import Context
@@ -14,14 +19,23 @@ from invoke.exceptions import Exit
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.core.config_values import flag, optional_port, optional_text, reject_unknown
 from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_contract
-from leaseguard.core.dsn import tunnel_far_end
 from leaseguard.core.errors import EXIT_USAGE, ConfigError
-from leaseguard.orchestration.drain_options import DrainOptions, drain_options
+
+if TYPE_CHECKING:
+    from leaseguard.orchestration.drain_options import DrainOptions
 
 # The keys of the `connection:` section (docs/configuration.md lists each one).
 CONNECTION_KEYS = frozenset(
     {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
 )
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """What a host's SSH connection and its lookups need: the contract and the SSH options."""
+
+    contract: Contract
+    ssh: SshOptions
 
 
 @dataclass(frozen=True)
@@ -35,25 +49,9 @@ class FabricSettings:
     drain: DrainOptions
 
 
-def settings_from_config(config: Any) -> FabricSettings:
-    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
-    section = _plain(config.get("leaseguard", {}) or {})
-    connection = section.pop("connection", None) or {}
-    if not isinstance(connection, dict):
-        raise ConfigError("connection must be a mapping")
-    reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
-    drain = section.pop("drain", {}) or {}
-    section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
-    given = connection.get("dsn") != ""  # an empty dsn means "from LEASEGUARD_DSN", as unset
-    dsn = optional_text(connection, "dsn", prefix="connection.") if given else None
-    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
-    address = DatabaseAddress(
-        *tunnel_far_end(
-            dsn,
-            optional_text(connection, "db_host", prefix="connection."),
-            optional_port(connection, "db_port", prefix="connection."),
-        )
-    )
+def host_settings_from_config(config: Any) -> HostSettings:
+    """The contract (the keys at the top of `leaseguard:`) and `connection:`'s SSH options."""
+    section, connection, _ = _sections(config)
     contract = load_contract(section)
     ssh = SshOptions(
         known_hosts=optional_text(connection, "known_hosts", prefix="connection."),
@@ -64,7 +62,42 @@ def settings_from_config(config: Any) -> FabricSettings:
         # One connect budget for the whole path: the SSH hop and the database behind it.
         connect_timeout_s=contract.connect_timeout_s,
     )
-    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+    return HostSettings(contract, ssh)
+
+
+def settings_from_config(config: Any) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+    # Imported here, not above: the DSN is read by libpq's own parser (psycopg) and the
+    # drain's options live beside the drain's database code; HostSettings' readers (a
+    # guard starting its hosts) must not wait for those imports.
+    from leaseguard.core.dsn import tunnel_far_end
+    from leaseguard.orchestration.drain_options import drain_options
+
+    host = host_settings_from_config(config)
+    _, connection, drain = _sections(config)
+    given = connection.get("dsn") != ""  # an empty dsn means "from LEASEGUARD_DSN", as unset
+    dsn = optional_text(connection, "dsn", prefix="connection.") if given else None
+    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
+    address = DatabaseAddress(
+        *tunnel_far_end(
+            dsn,
+            optional_text(connection, "db_host", prefix="connection."),
+            optional_port(connection, "db_port", prefix="connection."),
+        )
+    )
+    return FabricSettings(host.contract, dsn, address, host.ssh, drain_options(drain))
+
+
+def _sections(config: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """`leaseguard:` without its `connection:` and `drain:` sections, and those two."""
+    section = _plain(config.get("leaseguard", {}) or {})
+    connection = section.pop("connection", None) or {}
+    if not isinstance(connection, dict):
+        raise ConfigError("connection must be a mapping")
+    reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
+    drain = section.pop("drain", {}) or {}
+    section.pop(CRON_BUDGETS_SECTION, None)  # pg_cron budgets: read by `leaseguard budgets`
+    return section, connection, drain
 
 
 def _plain(value: Any) -> Any:
@@ -86,7 +119,7 @@ def _plain(value: Any) -> Any:
 _CONFIG_CLONING = threading.Lock()
 
 
-def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
+def connection_to(host: str, c: Context, settings: HostSettings | FabricSettings) -> Connection:
     config = None
     if isinstance(c.config, Config):
         with _CONFIG_CLONING:
@@ -97,5 +130,12 @@ def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection
 def settings_or_exit(c: Context) -> FabricSettings:
     try:
         return settings_from_config(c.config)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+
+
+def host_settings_or_exit(c: Context) -> HostSettings:
+    try:
+        return host_settings_from_config(c.config)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None

@@ -1,0 +1,88 @@
+"""`fab` loads leaseguard's tasks without the database driver (issue 16, item 2).
+
+A fabfile loading the collection, and a guard starting its hosts (leaseguard.orchestration.
+host_start), import no psycopg: `fab guard` starts every host's SSH connection and lookups
+first and imports psycopg and the judging code (~150 ms of CPU) while the hosts work. Were
+the collection to import psycopg again, that time would go back in front of the SSH work
+(benchmarks/RESULTS.md, item 2). These check what a real run loaded (sys.modules at exit).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# `fab ARGS` (from the repository: its fabfile.py), listing sys.modules when it exits.
+FAB_AND_LIST_MODULES = """
+import atexit, runpy, sys
+atexit.register(lambda: print("MODULES", *sorted(sys.modules), file=sys.stderr))
+sys.argv = ["fab", *sys.argv[1:]]
+runpy.run_module("fabric", run_name="__main__", alter_sys=True)
+"""
+
+
+def fab_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`fab ARGS`'s run, and the modules it had loaded when it exited."""
+    done = subprocess.run(
+        [sys.executable, "-c", FAB_AND_LIST_MODULES, *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("MODULES ")]
+    return done, set(line.split()[1:])
+
+
+def loaded(modules: set[str], name: str) -> bool:
+    return name in modules or any(module.startswith(f"{name}.") for module in modules)
+
+
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A local port nothing listens on (bound, never listening: the connect is refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
+def test_listing_the_tasks_loads_no_database_driver() -> None:
+    done, modules = fab_modules("--list")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert loaded(modules, "leaseguard.fabric.tasks")  # the detector saw the collection
+    assert not loaded(modules, "psycopg")
+    assert not loaded(modules, "leaseguard.orchestration.ssh_session")
+    assert not loaded(modules, "leaseguard.fabric.drain_hosts")
+
+
+def test_a_guard_imports_the_database_code_once_its_hosts_are_started(refused_port) -> None:
+    """The other direction: a guard that ran does load it, and still judges the host: a
+    host that refuses the SSH connection is a failed check (exit 1), named."""
+    done, modules = fab_modules("-H", f"root@127.0.0.1:{refused_port}", "guard")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "decision=failed error=TunnelError" in done.stdout
+    assert f"127.0.0.1:{refused_port}: cannot connect over SSH" in done.stdout
+    assert loaded(modules, "psycopg")
+    assert loaded(modules, "leaseguard.orchestration.ssh_session")
+
+
+def test_starting_a_host_and_reading_its_ssh_settings_load_no_database_driver() -> None:
+    code = (
+        "import sys\n"
+        "from leaseguard.fabric.settings import host_settings_from_config\n"
+        "from leaseguard.orchestration.host_start import start_host\n"
+        "host_settings_from_config({'leaseguard': {'preset': 'river', 'connection': {}}})\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'psycopg'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]"
