@@ -146,3 +146,11 @@ def test_the_rest_is_refused_by_the_full_settings_only(leaseguard, message):
     host_settings_from_config({"leaseguard": leaseguard})  # the hosts may start
     with pytest.raises(ConfigError, match=message):
         settings_from_config({"leaseguard": leaseguard})
+
+
+def test_the_full_settings_take_the_host_settings_already_read_instead_of_reading_them_again():
+    config = {"leaseguard": {"preset": "river", "connection": {"dsn": "dbname=app"}}}
+    host = host_settings_from_config(config)
+    full = settings_from_config(config, host)
+    assert full.contract is host.contract and full.ssh is host.ssh
+    assert full.conninfo == "dbname=app"

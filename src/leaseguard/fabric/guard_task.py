@@ -50,7 +50,7 @@ def guard(c: Context, json_: bool = False) -> None:
         # Read only now: the DSN's validation imports psycopg, and the judging code with
         # it, ~150 ms of CPU that runs while the hosts started above do their part.
         with _prompt_thread_switches():
-            settings = settings_or_exit(c)
+            settings = settings_or_exit(c, host_settings)
             session = _judging_code()
         outcomes = for_each_host(
             hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None), session)

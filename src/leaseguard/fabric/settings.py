@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fabric import Config, Connection
 from invoke.context import Context
@@ -23,6 +24,8 @@ from leaseguard.core.errors import EXIT_USAGE, ConfigError
 
 if TYPE_CHECKING:
     from leaseguard.orchestration.drain_options import DrainOptions
+
+T = TypeVar("T")
 
 # The keys of the `connection:` section (docs/configuration.md lists each one).
 CONNECTION_KEYS = frozenset(
@@ -65,15 +68,18 @@ def host_settings_from_config(config: Any) -> HostSettings:
     return HostSettings(contract, ssh)
 
 
-def settings_from_config(config: Any) -> FabricSettings:
-    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+def settings_from_config(config: Any, host: HostSettings | None = None) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them.
+
+    `host`: this config's HostSettings when already read (a guard reads them first).
+    """
     # Imported here, not above: the DSN is read by libpq's own parser (psycopg) and the
     # drain's options live beside the drain's database code; HostSettings' readers (a
     # guard starting its hosts) must not wait for those imports.
     from leaseguard.core.dsn import tunnel_far_end
     from leaseguard.orchestration.drain_options import drain_options
 
-    host = host_settings_from_config(config)
+    host = host or host_settings_from_config(config)
     _, connection, drain = _sections(config)
     given = connection.get("dsn") != ""  # an empty dsn means "from LEASEGUARD_DSN", as unset
     dsn = optional_text(connection, "dsn", prefix="connection.") if given else None
@@ -127,15 +133,17 @@ def connection_to(host: str, c: Context, settings: HostSettings | FabricSettings
     return make_connection(host, settings.ssh, config)
 
 
-def settings_or_exit(c: Context) -> FabricSettings:
-    try:
-        return settings_from_config(c.config)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+def settings_or_exit(c: Context, host: HostSettings | None = None) -> FabricSettings:
+    return _or_usage_exit(lambda: settings_from_config(c.config, host))
 
 
 def host_settings_or_exit(c: Context) -> HostSettings:
+    return _or_usage_exit(lambda: host_settings_from_config(c.config))
+
+
+def _or_usage_exit(read: Callable[[], T]) -> T:
+    """What `read` returns; a config it refuses ends the task as a usage error (exit 2)."""
     try:
-        return host_settings_from_config(c.config)
+        return read()
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
