@@ -83,6 +83,14 @@ class SessionEnv:
         return getattr(self._engine, name)
 
 
+# The kex paramiko (fab guard, leaseguard's tunnels) negotiates with this machine's OpenSSH 9.2
+# sshd: paramiko's post-quantum kex (mlkem768x25519) needs OpenSSH 9.9, and it has no
+# sntrup761x25519, the post-quantum kex OpenSSH 9.2's client picks by default (its reference
+# implementation: ~90 ms of client CPU per connection here). Controls that give an OpenSSH
+# client this kex compare like for like.
+PARAMIKO_KEX = "curve25519-sha256"
+
+
 # This machine's /root/.bashrc runs `pyenv init` (~160 ms), and bash sources ~/.bashrc for
 # every command sshd runs - unless SHLVL is already set, which sshd's SetEnv can do. App
 # servers do not run pyenv in root's rc file: the benchmark hosts skip it, and item 2

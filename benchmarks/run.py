@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fronts",
         default=",".join(bench_fleet.FRONTS),
-        help="item 3's fronts (fab,ansible): one alone to measure its change faster",
+        help="item 3's fronts (" + ",".join(bench_fleet.FRONTS) + "): one alone to "
+        "measure its change faster",
     )
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
     args = parser.parse_args(argv)
