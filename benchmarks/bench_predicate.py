@@ -43,8 +43,8 @@ from benchmarks.infra import (
     grow_history,
     vacuum_and_index,
 )
+from leaseguard.adapters.db import composed, set_local_limits
 from leaseguard.adapters.db import connect as guard_connect
-from leaseguard.adapters.db import set_local_limits
 from leaseguard.adapters.guard import evaluate, judge_table, verify_schema
 from leaseguard.adapters.indexing import index_name, recommended_index_sql
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
@@ -231,10 +231,12 @@ def _side_by_side(conninfo: str, params: dict[str, Any]) -> dict[str, float]:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         status = _status_check(conn, CONTRACT)
         status_ref = _status_check(conn, REF_CONTRACT)
+        guard = composed(conn, counts_query, CONTRACT)  # as the guard sends it
+        reference = composed(conn, counts_query, REF_CONTRACT)
         steps: dict[str, Callable[[], object]] = {
             "select 1": lambda: conn.execute("SELECT 1").fetchall(),
-            "guard": lambda: conn.execute(counts_query(CONTRACT), params).fetchall(),
-            "reference": lambda: conn.execute(counts_query(REF_CONTRACT), ref_params).fetchall(),
+            "guard": lambda: conn.execute(guard, params).fetchall(),
+            "reference": lambda: conn.execute(reference, ref_params).fetchall(),
             "status": status,
             "status reference": status_ref,
         }
@@ -503,12 +505,14 @@ def _candidate_rewrite(paths: dict[str, str], size: int) -> Section:
     for path in ("TCP", TUNNEL):
         with psycopg.connect(paths[path], autocommit=True) as conn:
             samples: dict[str, list[float]] = {"select 1": [], "shipped": [], "candidate": []}
+            sent = {
+                name: query.as_bytes(conn)
+                for name, query in (("shipped", shipped), ("candidate", candidate))
+            }  # composed once, as shipped
             for _ in range(300):
                 samples["select 1"].append(timed(lambda: conn.execute("SELECT 1").fetchall()))
-                samples["shipped"].append(timed(lambda: conn.execute(shipped, params).fetchall()))
-                samples["candidate"].append(
-                    timed(lambda: conn.execute(candidate, params).fetchall())
-                )
+                for name, query in sent.items():
+                    samples[name].append(timed(lambda q=query: conn.execute(q, params).fetchall()))
         one = median(samples["select 1"])
         results["shipped counts query"][path] = median(samples["shipped"]) / one
         results["single-pass rewrite"][path] = median(samples["candidate"]) / one
@@ -622,10 +626,12 @@ def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Find
                 conn = stack.enter_context(psycopg.connect(paths[path], autocommit=True))
                 conn.prepare_threshold = threshold
                 conns[name] = conn
-            queries = dict.fromkeys(variants, counts_query(CONTRACT))
+            # Composed once, as the guard sends them (adapters.db.composed).
+            queries = {name: composed(conns[name], counts_query, CONTRACT) for name in variants}
+            literal = conns["prepared, statuses written in (candidate)"]
             queries["prepared, statuses written in (candidate)"] = _literal_statuses(
-                conns["prepared, statuses written in (candidate)"]
-            )
+                literal
+            ).as_bytes(literal)
             one_conn = conns["never prepared (one-shot connections)"]
             steps: dict[str, Callable[[], object]] = {
                 "select 1": lambda c=one_conn: c.execute("SELECT 1").fetchall()

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.adapters.db import connect, guard_transaction
+from leaseguard.adapters.db import composed, connect, guard_transaction
 from leaseguard.adapters.statuses import StatusColumn, check_statuses, inspect_status_column
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
@@ -247,7 +247,7 @@ def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
 
 
 def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
-    cur.execute(counts_query(contract), params)
+    cur.execute(composed(cur.connection, counts_query, contract), params)
     rows = cur.fetchall()
     by_class = {str(cls): int(n) for _, cls, n in rows}  # type: ignore[call-overload]
     checked_at = rows[0][0] if rows else _database_now(cur, params)
@@ -265,7 +265,7 @@ def _database_now(cur: Cursor, params: dict[str, object]) -> datetime:
 def _live_claims(
     cur: Cursor, contract: Contract, params: dict[str, object]
 ) -> tuple[LiveClaim, ...]:
-    cur.execute(live_claims_query(contract), params)
+    cur.execute(composed(cur.connection, live_claims_query, contract), params)
     return tuple(
         LiveClaim(
             id=str(row_id),

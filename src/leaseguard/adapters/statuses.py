@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from leaseguard.adapters.db import composed
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.status_queries import (
@@ -124,15 +125,16 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
         "type_oid": column.type_oid,
     }
     if not column.reads_rows(contract):
-        cur.execute(unlisted_labels_query(), params)
+        cur.execute(composed(cur.connection, unlisted_labels_query), params)
         row = cur.fetchone()
         if row is not None and row[0] is False:
             return
     if column.index_key is None:
-        cur.execute(unclassified_scan_query(contract), params)
+        cur.execute(composed(cur.connection, unclassified_scan_query, contract), params)
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
-        cur.execute(unclassified_walk_query(contract, column.index_key), params)
+        walk = composed(cur.connection, unclassified_walk_query, contract, column.index_key)
+        cur.execute(walk, params)
         found = _counted(cur, contract, column.index_key, [v for (v,) in cur.fetchall()], params)
     if found:
         raise UnclassifiedStatus(_message(contract, found))
