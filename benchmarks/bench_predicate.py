@@ -627,11 +627,13 @@ def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Find
                 conn.prepare_threshold = threshold
                 conns[name] = conn
             # Composed once, as the guard sends them (adapters.db.composed).
-            queries = {name: composed(conns[name], counts_query, CONTRACT) for name in variants}
-            literal = conns["prepared, statuses written in (candidate)"]
-            queries["prepared, statuses written in (candidate)"] = _literal_statuses(
-                literal
-            ).as_bytes(literal)
+            literal = "prepared, statuses written in (candidate)"
+            queries = {
+                name: composed(conns[name], counts_query, CONTRACT)
+                for name in variants
+                if name != literal
+            }
+            queries[literal] = _literal_statuses(conns[literal]).as_bytes(conns[literal])
             one_conn = conns["never prepared (one-shot connections)"]
             steps: dict[str, Callable[[], object]] = {
                 "select 1": lambda c=one_conn: c.execute("SELECT 1").fetchall()
