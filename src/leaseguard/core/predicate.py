@@ -49,7 +49,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     """
     claimed_at = _claimed_at(contract)
     expires = expiry(contract)
-    claimed, queued = claim_conditions(contract)
+    _, queued = claim_conditions(contract)
     return sql.SQL(
         """
         SELECT {id}::text AS id,
@@ -63,11 +63,11 @@ def _judged_rows(contract: Contract) -> sql.Composed:
                    ELSE 'live'
                END AS class
         FROM {table}
-        WHERE {claimed} OR {queued}
+        WHERE {judged}
         """
     ).format(
         id=sql.Identifier(contract.id_column),
-        claimed=claimed,
+        judged=judged_condition(contract),
         queued=queued,
         held=held_condition(contract),
         claimed_at=claimed_at,
@@ -203,6 +203,19 @@ def held_condition(contract: Contract) -> sql.Composable:
     return sql.SQL("false")
 
 
+def judged_condition(contract: Contract) -> sql.Composable:
+    """The rows the predicate reads: claimed or queued.
+
+    With a status column, one `= ANY` over both lists together (`judged`), the same rows as
+    two ORed: the planner then makes one scan of the status index, not a BitmapOr of two,
+    and a drain's poll plans and runs ~30 µs faster (benchmarks, item 1c).
+    """
+    if contract.has_status_column:
+        return sql.SQL("{} = ANY(%(judged)s)").format(sql.Identifier(contract.status_column))
+    claimed, queued = claim_conditions(contract)
+    return sql.SQL("{} OR {}").format(claimed, queued)
+
+
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
     """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule.
 
@@ -309,6 +322,7 @@ def predicate_params(
         "as_of": as_of,
         "claimed": list(contract.claimed_statuses),
         "queued": list(contract.queued_statuses),
+        "judged": [*contract.claimed_statuses, *contract.queued_statuses],
         "lease": timedelta(seconds=lease_s) if lease_s is not None else None,
         "orphan_cutoff": cutoff,
         "live_limit": live_limit,
