@@ -305,6 +305,34 @@ def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
         assert session.judge().decision == "proceed"
 
 
+def test_a_sessions_polls_share_one_cursor_and_each_judges_the_table_afresh(db):
+    """The session's connection keeps one cursor for all its polls (psycopg adapts the
+    status lists once per cursor). Each poll still judges the table as it is, both ways and
+    after a failed poll, and the cursor goes when the connection closes."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with _session(db, lock_timeout_ms=1500) as session:
+        assert session.judge().decision == "proceed"
+        kept = session._conn.kept_cursor()
+        with db.connect() as conn:
+            conn.execute(
+                "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+            )
+        assert session.judge().decision == "defer"
+        with psycopg.connect(db.dsn) as holder:
+            holder.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(GuardQueryFailed, match="is locked"):
+                session.judge()
+            holder.rollback()
+        assert session.judge().decision == "defer"
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        assert session.judge().decision == "proceed"
+        assert session._conn.kept_cursor() is kept
+        guard_conn = session._conn
+    assert guard_conn.closed and guard_conn._kept_cursor is None
+
+
 def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
     with db.connect() as conn:
         create_runs_table(conn)
