@@ -7,7 +7,6 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from leaseguard.adapters.db import composed, connect, guard_transaction
 from leaseguard.adapters.statuses import StatusColumn, check_statuses, inspect_status_column
@@ -248,18 +247,13 @@ def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
 
 def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
     cur.execute(composed(cur.connection, counts_query, contract), params)
-    rows = cur.fetchall()
-    by_class = {str(cls): int(n) for _, cls, n in rows}  # type: ignore[call-overload]
-    checked_at = rows[0][0] if rows else _database_now(cur, params)
-    assert isinstance(checked_at, datetime)
-    return checked_at, Counts(**by_class)
-
-
-def _database_now(cur: Cursor, params: dict[str, object]) -> datetime:
-    cur.execute(sql.SQL("SELECT coalesce(%(as_of)s::timestamptz, now())"), params)
     row = cur.fetchone()
-    assert row is not None and isinstance(row[0], datetime)
-    return row[0]
+    assert row is not None and cur.description is not None
+    checked_at, *per_class = row
+    assert isinstance(checked_at, datetime)
+    names = [column.name for column in cur.description[1:]]
+    counts = {name: int(str(n)) for name, n in zip(names, per_class, strict=True)}
+    return checked_at, Counts(**counts)
 
 
 def _live_claims(

@@ -276,12 +276,22 @@ def _lock_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """Rows per class and the clock used (no rows at all: no candidates)."""
+    """The clock used and the rows per class, named as `Counts`' fields: always one row.
+
+    Counting with FILTERs needs no sort (GROUP BY class did) and answers with a row even when
+    nothing is claimed or queued, so the clock comes with it: no second round trip for it.
+    OFFSET 0 keeps the judged rows a subquery of their own, so that each row's class is
+    computed once; inlined, the CASE (with Que's and good_job's lock tests) would run once
+    per FILTER. ~20 µs less planning and execution than GROUP BY (benchmarks, item 1c).
+    """
     return sql.SQL(
         """
-        SELECT {now} AS checked_at, j.class, count(*) AS n
-        FROM ({judged}) AS j
-        GROUP BY j.class
+        SELECT {now} AS checked_at,
+               count(*) FILTER (WHERE j.class = 'live') AS live,
+               count(*) FILTER (WHERE j.class = 'stale') AS stale,
+               count(*) FILTER (WHERE j.class = 'orphaned') AS orphaned,
+               count(*) FILTER (WHERE j.class = 'queued') AS queued
+        FROM ({judged} OFFSET 0) AS j
         """
     ).format(now=_NOW, judged=_judged_rows(contract))
 
