@@ -589,8 +589,10 @@ def _whole_poll_one_by_one(conn: Conn, column: StatusColumn) -> object:
             (CONTRACT.timestamp_zone,),
         )
         check_statuses(cur, CONTRACT, column)
-        counts = cur.execute(counts_query(CONTRACT), params).fetchall()
-        if any(cls == "live" for _, cls, _ in counts):
+        counts = cur.execute(counts_query(CONTRACT), params).fetchone()
+        assert counts is not None
+        _, live, *_ = counts
+        if live:
             return cur.execute(live_claims_query(CONTRACT), params).fetchall()
         return counts
 
