@@ -269,14 +269,19 @@ row_strategy = st.tuples(
     multiplier=st.sampled_from([1.0, 2.0, 2.5]),
     finished=st.sampled_from([None, ["done", "failed", "cancelled"], ["done"]]),
     indexed=st.booleans(),
+    # Several statuses per list, one, none (each status is its own bound parameter).
+    claimed_queued=st.sampled_from(
+        [(["running", "busy"], ["open", "queued"]), (["running"], ["open"]), (["busy"], [])]
+    ),
 )
 def test_sql_classification_matches_the_python_oracle(
-    runs, rows, started_offset_s, skew_s, multiplier, finished, indexed
+    runs, rows, started_offset_s, skew_s, multiplier, finished, indexed, claimed_queued
 ):
+    claimed, queued = claimed_queued
     contract = contract_from_mapping(
         {
-            "claimed_statuses": ["running", "busy"],
-            "queued_statuses": ["open", "queued"],
+            "claimed_statuses": claimed,
+            "queued_statuses": queued,
             "finished_statuses": finished,
             "clock_skew_s": skew_s,
             "lease": {"multiplier": multiplier},
@@ -292,7 +297,7 @@ def test_sql_classification_matches_the_python_oracle(
     started = None if started_offset_s is None else T0 + timedelta(seconds=started_offset_s)
     table = [(i, status, claimed_at, None) for i, (status, claimed_at) in enumerate(rows)]
     oracle_rows = [Row(i, status, claimed_at) for i, status, claimed_at, _ in table]
-    lists = {"claimed": {"running", "busy"}, "queued": {"open", "queued"}}
+    lists = {"claimed": set(claimed), "queued": set(queued)}
 
     unknown = unclassified(oracle_rows, **lists, finished=set(contract.finished))
     if unknown:
