@@ -1,11 +1,19 @@
 """Test-suite wiring: fixtures live in tests/support/*_fixtures.py and are registered here."""
 
 import glob
+import signal
 import time
 
 import pytest
 
 from sandbox.netns import pids_with_cmdline_containing
+
+# A suite started in the background by a shell (`nohup make test &`) inherits SIGINT ignored,
+# and so would every drain it starts: the Ctrl-C tests would then wait for drains that never
+# see their signal. Installing Python's handler here lets the children start with SIGINT at
+# its default, as from a terminal; a drain that inherits SIGINT ignored keeps it so (POSIX).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # Order matters: hosts_fixtures imports pg_fixtures.
 pytest_plugins = ["tests.support.pg_fixtures", "tests.support.hosts_fixtures"]
