@@ -1,19 +1,27 @@
 """The guard's own session: read-only, time-boxed, named, safe with hostile identifiers."""
 
+import logging
 import threading
 import time
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect, guard_transaction
-from leaseguard.adapters.guard import check
+from leaseguard.adapters.guard import check, judge_table
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+from leaseguard.core.errors import (
+    DatabaseUnavailable,
+    GuardQueryFailed,
+    SchemaMismatch,
+    UnclassifiedStatus,
+)
 from leaseguard.core.verdict import TaskTimeout
 from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
+from tests.support.round_trips import round_trip_relay
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -41,6 +49,8 @@ def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):
         assert cur.fetchone()[0] == "leaseguard"
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             cur.execute("CREATE TABLE should_not_exist (x int)")
+            with cur.connection.pipeline() as pipeline:  # pipelined: it raises with its batch
+                pipeline.sync()
 
 
 def test_a_table_name_with_a_space_works(db):
@@ -305,15 +315,19 @@ def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
         assert session.judge().decision == "proceed"
 
 
-def test_a_sessions_polls_share_one_cursor_and_each_judges_the_table_afresh(db):
-    """The session's connection keeps one cursor for all its polls (psycopg adapts the
-    status lists once per cursor). Each poll still judges the table as it is, both ways and
-    after a failed poll, and the cursor goes when the connection closes."""
+# The statements a poll sends on cursors of their own (adapters.guard.judge_table).
+KEPT_CURSORS = ("guard", "status", "counts")
+
+
+def test_a_sessions_polls_keep_their_cursors_and_each_judges_the_table_afresh(db):
+    """The session's connection keeps a cursor per statement for all its polls (a new
+    cursor costs ~25 µs). Each poll still judges the table as it is, both ways and after a
+    failed poll, and the cursors go when the connection closes."""
     with db.connect() as conn:
         create_runs_table(conn)
     with _session(db, lock_timeout_ms=1500) as session:
         assert session.judge().decision == "proceed"
-        kept = session._conn.kept_cursor()
+        kept = {name: session._conn.kept_cursor(name) for name in KEPT_CURSORS}
         with db.connect() as conn:
             conn.execute(
                 "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
@@ -328,9 +342,9 @@ def test_a_sessions_polls_share_one_cursor_and_each_judges_the_table_afresh(db):
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
         assert session.judge().decision == "proceed"
-        assert session._conn.kept_cursor() is kept
+        assert {name: session._conn.kept_cursor(name) for name in KEPT_CURSORS} == kept
         guard_conn = session._conn
-    assert guard_conn.closed and guard_conn._kept_cursor is None
+    assert guard_conn.closed and guard_conn._kept_cursors is None
 
 
 def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
@@ -376,3 +390,83 @@ def test_a_terminated_backend_that_cannot_reconnect_fails_closed(db):
                     session.judge()
             finally:
                 admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(database))
+
+
+def _round_trips(relay, judge):
+    count = relay.counted()
+    verdict = judge()
+    return verdict.decision, count.value
+
+
+def test_a_check_and_each_poll_wait_for_few_round_trips(db):
+    """Through an SSH tunnel or a real network every round trip a check waits for costs
+    its latency once more: statements that do not depend on each other are sent together
+    (`pipelined`), both when nothing is live and when a live claim must be listed."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
+        dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
+        contract = contract_from_mapping({"runtime": {"source": "none"}})
+        one_shot = _round_trips(relay, lambda: run_check(dsn, runtime={"source": "none"}))
+        with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+            polls = [_round_trips(relay, session.judge) for _ in range(3)]
+            with db.connect() as conn:
+                conn.execute(
+                    "INSERT INTO execution_runs (id, status, claimed_at) "
+                    "VALUES (1, 'running', now())"
+                )
+            live_polls = [_round_trips(relay, session.judge) for _ in range(2)]
+    # Connecting is two (libpq's SSL request, the start-up); the check three: BEGIN with the
+    # settings and the schema pre-flight, the status check with the counts, COMMIT.
+    assert one_shot == ("proceed", 5)
+    # A drain's first poll also reads the plan and the leftover pauses, its second probes
+    # for a pooler once; from then on every poll is the status check with the counts, and
+    # COMMIT (before pipelining: 5, and 6 with a live claim).
+    first, second, *steady = polls
+    assert first[1] <= 9 and second[1] == 3
+    assert steady == [("proceed", 2)]
+    # A live claim is listed by one more statement, after the counts said there is one.
+    assert live_polls == [("defer", 3)] * 2
+
+
+def _judged(conn, contract, column=None):
+    return judge_table(
+        conn,
+        contract,
+        task_timeout=TIMEOUT,
+        lease_s=7200.0,
+        runtime_started_at=None,
+        status_column=column,
+    )
+
+
+def test_a_failed_check_leaves_its_connection_as_it_found_it_and_psycopg_silent(db, caplog):
+    """BEGIN and COMMIT are statements of the check's pipeline (read_transaction): a database
+    error in the middle of it, an error of the guard's own, and a backend that dies under it
+    each end the transaction, give the connection back in its own mode, and leave no
+    driver text in the logs (psycopg warns when a pipeline cannot be closed)."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    contract = contract_from_mapping({"runtime": {"source": "none"}, "lock_timeout_ms": 300})
+    idle = psycopg.pq.TransactionStatus.IDLE
+    with caplog.at_level(logging.WARNING, logger="psycopg"), connect(db.dsn, 5) as guard:
+        verdict, column = _judged(guard, contract)
+        assert verdict.decision == "proceed"
+        with psycopg.connect(db.dsn) as holder:
+            holder.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
+            with pytest.raises(GuardQueryFailed, match="is locked"):
+                _judged(guard, contract, column)
+        assert guard.info.transaction_status == idle and not guard.autocommit
+        with db.connect() as conn:
+            conn.execute("INSERT INTO execution_runs (id, status) VALUES (1, 'runing')")
+        with pytest.raises(UnclassifiedStatus, match="runing"):
+            _judged(guard, contract, column)
+        assert guard.info.transaction_status == idle and not guard.autocommit
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'running', claimed_at = now()")
+        assert _judged(guard, contract, column)[0].decision == "defer"
+        with db.connect() as conn:
+            conn.execute("SELECT pg_terminate_backend(%s)", (guard.info.backend_pid,))
+        with pytest.raises(DatabaseUnavailable, match="connection lost"):
+            _judged(guard, contract, column)
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]

@@ -180,10 +180,12 @@ def verdict():
 
 
 class FailingConnection:
-    """Stands in for a connection whose every transaction fails with driver text."""
+    """Stands in for a connection whose every use fails with driver text."""
 
-    def transaction(self):
+    def _fail(self, *args, **kwargs):
         raise psycopg.OperationalError("server closed; password=hunter2 host=db")
+
+    transaction = cursor = pipeline = execute = _fail
 
 
 def test_an_error_in_the_plan_check_keeps_the_verdict_and_leaks_nothing(caplog):

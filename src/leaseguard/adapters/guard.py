@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.abc import Params
 
-from leaseguard.adapters.db import composed, connect, guard_transaction
-from leaseguard.adapters.statuses import StatusColumn, check_statuses, inspect_status_column
+from leaseguard.adapters.db import composed, connect, guard_transaction, statement_cursor
+from leaseguard.adapters.statuses import StatusColumn, status_check, status_column_check
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch
@@ -29,6 +32,7 @@ from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 # timestamp(6). Any precision, with or without time zone, is a timestamp.
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
 
+Connection = psycopg.Connection[tuple[object, ...]]
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
@@ -112,16 +116,24 @@ def judge_table(
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
-                status_column = verify_schema(cur, contract)
-            check_statuses(cur, contract, status_column)
-            checked_at, counts = _counts(cur, contract, params)
+                status_column = verify_schema(conn, contract)
+            # Sent together, read in turn: one round trip for both (`read_transaction`).
+            statuses_classified = status_check(
+                statement_cursor(conn, "status"), contract, status_column
+            )
+            counted = statement_cursor(conn, "counts")
+            counted.execute(composed(conn, counts_query, contract), params)
+            statuses_classified()
+            checked_at, counts = _read_counts(counted)
+            # Only when something is live: the listing reads the queued rows again, and
+            # a backlog can hold far more of them than there are workers.
             live = _live_claims(cur, contract, params) if counts.live else ()
     except SchemaMismatch:
         if status_column is None:
             raise
         # The pre-flight was skipped: let it name the table or column that vanished.
-        with guard_transaction(conn, contract) as cur:
-            verify_schema(cur, contract)
+        with guard_transaction(conn, contract):
+            verify_schema(conn, contract)
         raise
     verdict = Verdict(
         counts=counts,
@@ -139,20 +151,30 @@ def judge_table(
     return verdict, status_column
 
 
-def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
-    """Fail with a message naming the table or column before the predicate runs."""
-    qualified = table_identifier(contract).as_string(cur.connection)
-    cur.execute("SELECT to_regclass(%s)::oid", (qualified,))
-    row = cur.fetchone()
-    if row is None or row[0] is None:
-        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
-    verify_rows_visible(cur, row[0], contract.table_label)
-    if owners := OWNERS.get(contract.claim_rule):
-        _verify_owners(cur, contract, owners)
+def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
+    """Fail with a message naming the table or column before the predicate runs.
+
+    Every catalog query is sent before any is read: in the guard's transaction
+    they are one round trip. They find the table by name (to_regclass: a table that is
+    gone yields no rows, never an error), and are read in the order the checks are listed
+    here, so the first failure is the one named.
+    """
+    table = table_identifier(contract).as_string(conn)
+    located = _sent(conn, "SELECT to_regclass(%s)::oid", (table,))
+    rows_visible = rows_visible_check(conn, table, contract.table_label)
+    owners = OWNERS.get(contract.claim_rule)
+    owners_ok = _owners_check(conn, contract, owners) if owners else _nothing
+    locks_ok = _nothing
     if contract.claim_rule in ADVISORY_LOCK_RULES:
-        _verify_locks_visible(cur, contract)
-    cur.execute(columns_query(), {"relation": row[0]})
-    types = {str(name): str(kind) for name, kind in cur.fetchall()}
+        locks_ok = _locks_check(conn, contract)
+    columns = _sent(conn, columns_query(), {"relation": table})
+    status_column = status_column_check(conn, contract, table)
+    if _first(located) is None:
+        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    rows_visible()
+    owners_ok()
+    locks_ok()
+    types = _column_types(columns)
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(
@@ -165,88 +187,126 @@ def verify_schema(cur: Cursor, contract: Contract) -> StatusColumn:
                 f"column {time_column} ({key}) of table {contract.table_label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
-    return inspect_status_column(cur, contract, row[0])
+    return status_column()
 
 
-def _verify_owners(cur: Cursor, contract: Contract, owners: Owners) -> None:
+def _sent(conn: Connection, query: str | sql.SQL, params: Params | None = None) -> Cursor:
+    """`query` executed on a cursor of its own: in a pipeline, queued until it is read."""
+    cur = conn.cursor()
+    cur.execute(query, params)
+    return cur
+
+
+def _first(cur: Cursor) -> object:
+    row = cur.fetchone()
+    return None if row is None else row[0]
+
+
+def _column_types(cur: Cursor) -> dict[str, str]:
+    return {str(name): str(kind) for name, kind in cur.fetchall()}
+
+
+def _nothing() -> None:
+    return None
+
+
+def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Callable[[], None]:
     """Solid Queue, good_job: the owners' table is read too, so it must exist, have the
     columns that say an owner is alive, and show the guard every row: a hidden owner would
-    make its live claim look owner-less, which the rule judges dead ("proceed" on live work)."""
-    table = owners_table(contract, owners)
+    make its live claim look owner-less, which the rule judges dead ("proceed" on live work).
+
+    Sends its queries now; what it returns reads them."""
+    table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    cur.execute("SELECT to_regclass(%s)::oid", (table.as_string(cur.connection),))
-    row = cur.fetchone()
-    if row is None or row[0] is None:
-        raise SchemaMismatch(
-            f"table {label} (the owners of the claims in {contract.table_label}) does not "
-            "exist (or is not visible)"
-        )
-    verify_rows_visible(cur, row[0], label)
-    cur.execute(columns_query(), {"relation": row[0]})
-    types = {str(name): str(kind) for name, kind in cur.fetchall()}
-    beat = owners.heartbeat_column
-    missing = [c for c in ("id", owners.lock_type_column) if c and c not in types]
-    if missing or not _TIME_TYPE.fullmatch(types.get(beat, "")):
-        needed = ", ".join(c for c in ("id", owners.lock_type_column) if c)
-        raise SchemaMismatch(
-            f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
-            f"whether the owner of a claim in {contract.table_label} is alive"
-        )
+    located = _sent(conn, "SELECT to_regclass(%s)::oid", (table,))
+    rows_visible = rows_visible_check(conn, table, label)
+    columns = _sent(conn, columns_query(), {"relation": table})
+
+    def read() -> None:
+        if _first(located) is None:
+            raise SchemaMismatch(
+                f"table {label} (the owners of the claims in {contract.table_label}) does "
+                "not exist (or is not visible)"
+            )
+        rows_visible()
+        types = _column_types(columns)
+        beat = owners.heartbeat_column
+        missing = [c for c in ("id", owners.lock_type_column) if c and c not in types]
+        if missing or not _TIME_TYPE.fullmatch(types.get(beat, "")):
+            needed = ", ".join(c for c in ("id", owners.lock_type_column) if c)
+            raise SchemaMismatch(
+                f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
+                f"whether the owner of a claim in {contract.table_label} is alive"
+            )
+
+    return read
 
 
-def _verify_locks_visible(cur: Cursor, contract: Contract) -> None:
+def _locks_check(conn: Connection, contract: Contract) -> Callable[[], None]:
     """Que, good_job: a job is claimed by an advisory lock, which only pg_locks shows.
 
     Without the right to read it the query would fail anyway; this names the grant. On a
     standby pg_locks lists the standby's own sessions, never the primary's locks: every
     job would look unlocked, "proceed" on live work, so a standby is refused.
+    Sends its query now; what it returns reads it.
     """
-    cur.execute(
+    sent = _sent(
+        conn,
         "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
         "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'), "
-        "pg_is_in_recovery()"
+        "pg_is_in_recovery()",
     )
-    row = cur.fetchone()
-    readable, standby = row if row is not None else (False, False)
-    if not readable:
-        raise SchemaMismatch(
-            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
-            f"{contract.table_label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks "
-            "TO <guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
-        )
-    if standby:
-        raise SchemaMismatch(
-            f"the guard is connected to a standby, whose pg_locks cannot show the advisory "
-            f"locks that claim jobs of {contract.table_label} on the primary; connect it to "
-            "the primary"
-        )
+
+    def read() -> None:
+        row = sent.fetchone()
+        readable, standby = row if row is not None else (False, False)
+        if not readable:
+            raise SchemaMismatch(
+                f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
+                f"{contract.table_label} are (advisory locks); GRANT SELECT ON "
+                "pg_catalog.pg_locks TO <guard role> (and EXECUTE ON FUNCTION "
+                "pg_catalog.pg_lock_status())"
+            )
+        if standby:
+            raise SchemaMismatch(
+                f"the guard is connected to a standby, whose pg_locks cannot show the "
+                f"advisory locks that claim jobs of {contract.table_label} on the primary; "
+                "connect it to the primary"
+            )
+
+    return read
 
 
-def verify_rows_visible(cur: Cursor, relation: object, label: str) -> None:
-    """Fail when row-level security would hide rows from the guard's role.
+def rows_visible_check(conn: Connection, relation: str, label: str) -> Callable[[], None]:
+    """What fails when row-level security would hide rows of `relation` (a qualified name)
+    from the guard's role. Sends its query now; what it returns reads it.
 
     A hidden claimed row is a live job the guard never sees: "proceed" on live work.
     graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
     BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS.
     """
-    cur.execute(rls_query(), {"relation": relation})
-    row = cur.fetchone()
-    if row is None or not row[0]:
-        return
-    _, forced, owner, bypass = row
-    if bypass or (owner and not forced):
-        return
-    why = "forces row-level security on its owner too" if owner else "has row-level security"
-    raise SchemaMismatch(
-        f"table {label} {why}, so the guard's role could see only some of its "
-        "rows and miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) "
-        "or add a policy that shows it every row (CREATE POLICY leaseguard_read ON "
-        f"{label} FOR SELECT TO <guard role> USING (true))"
-    )
+    sent = _sent(conn, rls_query(), {"relation": relation})
+
+    def read() -> None:
+        row = sent.fetchone()
+        if row is None or not row[0]:
+            return
+        _, forced, owner, bypass = row
+        if bypass or (owner and not forced):
+            return
+        why = "forces row-level security on its owner too" if owner else "has row-level security"
+        raise SchemaMismatch(
+            f"table {label} {why}, so the guard's role could see only some of its rows and "
+            "miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) or add "
+            "a policy that shows it every row (CREATE POLICY leaseguard_read ON "
+            f"{label} FOR SELECT TO <guard role> USING (true))"
+        )
+
+    return read
 
 
-def _counts(cur: Cursor, contract: Contract, params: dict[str, object]) -> tuple[datetime, Counts]:
-    cur.execute(composed(cur.connection, counts_query, contract), params)
+def _read_counts(cur: Cursor) -> tuple[datetime, Counts]:
+    """The counts query's one row (sent on `cur` by judge_table)."""
     row = cur.fetchone()
     assert row is not None and cur.description is not None
     checked_at, *per_class = row

@@ -30,6 +30,7 @@ from typing import Any
 import psycopg
 
 from leaseguard.adapters.cron import ActiveChange, ActivePlan, set_jobs_active
+from leaseguard.adapters.db import read_transaction
 
 log = logging.getLogger("leaseguard.pauses")
 
@@ -108,7 +109,10 @@ def resume_recorded(
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
     """Every pause record this role can see (raw psycopg errors)."""
-    rows = conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall()
+    return _records(conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall())
+
+
+def _records(rows: list[tuple[Any, ...]]) -> list[PauseRecord]:
     return [_parse(str(name), str(command)) for name, command in rows]
 
 
@@ -118,9 +122,12 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
     Advisory: a guard role that cannot read cron.job (another database, no USAGE on the
     cron schema) gets no warning rather than a failed check.
     """
+    cur = conn.cursor()
     try:
-        with conn.transaction():
-            records = read_records(conn)
+        # BEGIN, the read and COMMIT in one round trip.
+        with read_transaction(conn):
+            cur.execute(_RECORDS, (RECORD_PREFIX,))
+        records = _records(cur.fetchall())
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []

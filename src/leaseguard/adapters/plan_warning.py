@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.adapters.db import set_local_limits
+from leaseguard.adapters.db import read_transaction, set_local_limits
 from leaseguard.adapters.indexing import index_name
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.contract import Contract
@@ -69,13 +69,17 @@ def plan_warning(
         contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
-    with conn.transaction(), conn.cursor() as cur:
-        set_local_limits(cur, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
-        table = large_table(cur, contract)
-        if table is None:
-            return None
-        cur.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
-        row = cur.fetchone()
+    # The size, the plan and the COMMIT in one round trip: planning costs the server a
+    # fraction of one, so the plan is asked for before the size says whether it is needed.
+    sized, planned = conn.cursor(), conn.cursor()
+    with read_transaction(conn):
+        set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
+        send_size_query(sized, contract)
+        planned.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
+    table = read_large_table(sized)
+    if table is None:
+        return None
+    row = planned.fetchone()
     rows, relations = table
     guard_scans = row is not None and bool(seq_scans(row[0], relations))
     status_scans = (
@@ -102,8 +106,8 @@ def plan_warning(
     )
 
 
-def large_table(cur: Cursor, contract: Contract) -> tuple[float, frozenset[str]] | None:
-    """(estimated rows, names of the table and its partitions) when large, else None.
+def send_size_query(cur: Cursor, contract: Contract) -> None:
+    """Ask for the table's size (read by `read_large_table`).
 
     reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
     analysed (-1) counts as large by its size on disk. A partitioned table's rows live in
@@ -123,6 +127,10 @@ def large_table(cur: Cursor, contract: Contract) -> tuple[float, frozenset[str]]
         """,
         (qualified, qualified),
     )
+
+
+def read_large_table(cur: Cursor) -> tuple[float, frozenset[str]] | None:
+    """(estimated rows, names of the table and its partitions) when large, else None."""
     row = cur.fetchone()
     if row is None:
         return None

@@ -367,7 +367,7 @@ def columns_query() -> sql.SQL:
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod)
         FROM pg_attribute a
-        WHERE a.attrelid = %(relation)s AND a.attnum > 0 AND NOT a.attisdropped
+        WHERE a.attrelid = to_regclass(%(relation)s) AND a.attnum > 0 AND NOT a.attisdropped
         """
     )
 
@@ -396,6 +396,6 @@ def rls_query() -> sql.SQL:
                    WHERE p.polrelid = c.oid AND NOT p.polpermissive
                )
         FROM pg_class c, pg_roles r
-        WHERE c.oid = %(relation)s AND r.rolname = current_user
+        WHERE c.oid = to_regclass(%(relation)s) AND r.rolname = current_user
         """
     )

@@ -50,7 +50,7 @@ def status_column_query() -> sql.SQL:
         JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s
                            AND NOT a.attisdropped
         JOIN pg_type t ON t.oid = a.atttypid
-        WHERE c.oid = %(relation)s
+        WHERE c.oid = to_regclass(%(relation)s)
         """
     )
 
