@@ -470,3 +470,26 @@ def test_a_failed_check_leaves_its_connection_as_it_found_it_and_psycopg_silent(
         with pytest.raises(DatabaseUnavailable, match="connection lost"):
             _judged(guard, contract, column)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
+def test_without_libpq_pipeline_mode_the_same_statements_run_one_by_one(db, monkeypatch):
+    """libpq before 14 has no pipeline mode: read_transaction falls back to psycopg's own
+    transaction(), and the check judges alike, only with a round trip per statement."""
+    monkeypatch.setattr("leaseguard.adapters.db._PIPELINE_SUPPORTED", False)
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
+        dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
+        contract = contract_from_mapping({"runtime": {"source": "none"}})
+        with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+            polls = [_round_trips(relay, session.judge) for _ in range(3)]
+            with db.connect() as conn:
+                conn.execute(
+                    "INSERT INTO execution_runs (id, status, claimed_at) "
+                    "VALUES (1, 'running', now())"
+                )
+            live = [_round_trips(relay, session.judge) for _ in range(2)]
+    assert [decision for decision, _ in polls] == ["proceed"] * 3
+    assert polls[-1][1] == 5  # BEGIN, settings, status check, counts, COMMIT
+    # One by one, a statement's first run on a drain's connection prepares it on its own.
+    assert live == [("defer", 7), ("defer", 6)]
