@@ -398,24 +398,31 @@ def _round_trips(relay, judge):
     return verdict.decision, count.value
 
 
+def _session_polls(db, relay):
+    """The round trips (and decisions) of a drain's session through `relay`: three polls of
+    a table with nothing live, then two with a live claim."""
+    dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+        polls = [_round_trips(relay, session.judge) for _ in range(3)]
+        with db.connect() as conn:
+            conn.execute(
+                "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+            )
+        live_polls = [_round_trips(relay, session.judge) for _ in range(2)]
+    return polls, live_polls
+
+
 def test_a_check_and_each_poll_wait_for_few_round_trips(db):
     """Through an SSH tunnel or a real network every round trip a check waits for costs
     its latency once more: statements that do not depend on each other are sent together
-    (`pipelined`), both when nothing is live and when a live claim must be listed."""
+    (`read_transaction`), both when nothing is live and when a live claim must be listed."""
     with db.connect() as conn:
         create_runs_table(conn)
     with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
         dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
-        contract = contract_from_mapping({"runtime": {"source": "none"}})
         one_shot = _round_trips(relay, lambda: run_check(dsn, runtime={"source": "none"}))
-        with local_session(contract, dsn, task_timeout_s=3600.0) as session:
-            polls = [_round_trips(relay, session.judge) for _ in range(3)]
-            with db.connect() as conn:
-                conn.execute(
-                    "INSERT INTO execution_runs (id, status, claimed_at) "
-                    "VALUES (1, 'running', now())"
-                )
-            live_polls = [_round_trips(relay, session.judge) for _ in range(2)]
+        polls, live_polls = _session_polls(db, relay)
     # Connecting is two (libpq's SSL request, the start-up); the check three: BEGIN with the
     # settings and the schema pre-flight, the status check with the counts, COMMIT.
     assert one_shot == ("proceed", 5)
@@ -479,16 +486,7 @@ def test_without_libpq_pipeline_mode_the_same_statements_run_one_by_one(db, monk
     with db.connect() as conn:
         create_runs_table(conn)
     with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
-        dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
-        contract = contract_from_mapping({"runtime": {"source": "none"}})
-        with local_session(contract, dsn, task_timeout_s=3600.0) as session:
-            polls = [_round_trips(relay, session.judge) for _ in range(3)]
-            with db.connect() as conn:
-                conn.execute(
-                    "INSERT INTO execution_runs (id, status, claimed_at) "
-                    "VALUES (1, 'running', now())"
-                )
-            live = [_round_trips(relay, session.judge) for _ in range(2)]
+        polls, live = _session_polls(db, relay)
     assert [decision for decision, _ in polls] == ["proceed"] * 3
     assert polls[-1][1] == 5  # BEGIN, settings, status check, counts, COMMIT
     # One by one, a statement's first run on a drain's connection prepares it on its own.

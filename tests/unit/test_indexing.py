@@ -186,6 +186,7 @@ class FailingConnection:
         raise psycopg.OperationalError("server closed; password=hunter2 host=db")
 
     transaction = cursor = pipeline = execute = _fail
+    info = property(_fail)
 
 
 def test_an_error_in_the_plan_check_keeps_the_verdict_and_leaks_nothing(caplog):

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from leaseguard.adapters.db import read_transaction
+from leaseguard.adapters.db import read_transaction, sent
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import LookupFailed
@@ -65,11 +65,10 @@ def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[],
     """Read the database's clock (clock_timestamp, not the transaction's now())."""
 
     def read() -> float:
-        cur = conn.cursor()
         # BEGIN, the reading and COMMIT in one round trip: the tighter the round trip, the
         # tighter the offset's uncertainty.
         with read_transaction(conn):
-            cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            cur = sent(conn, "SELECT extract(epoch FROM clock_timestamp())::float8")
         row = cur.fetchone()
         assert row is not None
         return float(row[0])  # type: ignore[arg-type]

@@ -151,6 +151,18 @@ def statement_cursor(
     return conn.cursor()
 
 
+def sent(
+    conn: psycopg.Connection[tuple[object, ...]],
+    query: str | bytes | sql.SQL | sql.Composed,
+    params: Any = None,
+) -> psycopg.Cursor[tuple[object, ...]]:
+    """`query` executed on a cursor of its own: inside `read_transaction`, queued until its
+    result (or any later one) is read."""
+    cur = conn.cursor()
+    cur.execute(query, params)
+    return cur
+
+
 # The guard only ever reads, and both queries of a check must see one snapshot.
 _BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 _PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()

@@ -8,10 +8,8 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.abc import Params
 
-from leaseguard.adapters.db import composed, connect, guard_transaction, statement_cursor
+from leaseguard.adapters.db import composed, connect, guard_transaction, sent, statement_cursor
 from leaseguard.adapters.statuses import StatusColumn, status_check, status_column_check
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
@@ -68,16 +66,14 @@ def check(
         )
 
 
-def evaluate(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract, **judged: Any
-) -> Verdict:
+def evaluate(conn: Connection, contract: Contract, **judged: Any) -> Verdict:
     """Judge on an open guard connection (with the schema pre-flight): `judge_table`'s
     keywords, its verdict only."""
     return judge_table(conn, contract, **judged)[0]
 
 
 def judge_table(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     contract: Contract,
     *,
     task_timeout: TaskTimeout | None,
@@ -160,14 +156,14 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     here, so the first failure is the one named.
     """
     table = table_identifier(contract).as_string(conn)
-    located = _sent(conn, "SELECT to_regclass(%s)::oid", (table,))
+    located = sent(conn, "SELECT to_regclass(%s)::oid", (table,))
     rows_visible = rows_visible_check(conn, table, contract.table_label)
     owners = OWNERS.get(contract.claim_rule)
     owners_ok = _owners_check(conn, contract, owners) if owners else _nothing
     locks_ok = _nothing
     if contract.claim_rule in ADVISORY_LOCK_RULES:
         locks_ok = _locks_check(conn, contract)
-    columns = _sent(conn, columns_query(), {"relation": table})
+    columns = sent(conn, columns_query(), {"relation": table})
     status_column = status_column_check(conn, contract, table)
     if _first(located) is None:
         raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
@@ -188,13 +184,6 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
                 f"{types[time_column]}, expected a timestamp"
             )
     return status_column()
-
-
-def _sent(conn: Connection, query: str | sql.SQL, params: Params | None = None) -> Cursor:
-    """`query` executed on a cursor of its own: in a pipeline, queued until it is read."""
-    cur = conn.cursor()
-    cur.execute(query, params)
-    return cur
 
 
 def _first(cur: Cursor) -> object:
@@ -218,9 +207,9 @@ def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Calla
     Sends its queries now; what it returns reads them."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    located = _sent(conn, "SELECT to_regclass(%s)::oid", (table,))
+    located = sent(conn, "SELECT to_regclass(%s)::oid", (table,))
     rows_visible = rows_visible_check(conn, table, label)
-    columns = _sent(conn, columns_query(), {"relation": table})
+    columns = sent(conn, columns_query(), {"relation": table})
 
     def read() -> None:
         if _first(located) is None:
@@ -250,7 +239,7 @@ def _locks_check(conn: Connection, contract: Contract) -> Callable[[], None]:
     job would look unlocked, "proceed" on live work, so a standby is refused.
     Sends its query now; what it returns reads it.
     """
-    sent = _sent(
+    asked = sent(
         conn,
         "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
         "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'), "
@@ -258,7 +247,7 @@ def _locks_check(conn: Connection, contract: Contract) -> Callable[[], None]:
     )
 
     def read() -> None:
-        row = sent.fetchone()
+        row = asked.fetchone()
         readable, standby = row if row is not None else (False, False)
         if not readable:
             raise SchemaMismatch(
@@ -285,10 +274,10 @@ def rows_visible_check(conn: Connection, relation: str, label: str) -> Callable[
     graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
     BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS.
     """
-    sent = _sent(conn, rls_query(), {"relation": relation})
+    asked = sent(conn, rls_query(), {"relation": relation})
 
     def read() -> None:
-        row = sent.fetchone()
+        row = asked.fetchone()
         if row is None or not row[0]:
             return
         _, forced, owner, bypass = row

@@ -30,7 +30,7 @@ from typing import Any
 import psycopg
 
 from leaseguard.adapters.cron import ActiveChange, ActivePlan, set_jobs_active
-from leaseguard.adapters.db import read_transaction
+from leaseguard.adapters.db import read_transaction, sent
 
 log = logging.getLogger("leaseguard.pauses")
 
@@ -122,11 +122,10 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
     Advisory: a guard role that cannot read cron.job (another database, no USAGE on the
     cron schema) gets no warning rather than a failed check.
     """
-    cur = conn.cursor()
     try:
         # BEGIN, the read and COMMIT in one round trip.
         with read_transaction(conn):
-            cur.execute(_RECORDS, (RECORD_PREFIX,))
+            cur = sent(conn, _RECORDS, (RECORD_PREFIX,))
         records = _records(cur.fetchall())
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.adapters.db import read_transaction, set_local_limits
+from leaseguard.adapters.db import read_transaction, sent, set_local_limits
 from leaseguard.adapters.indexing import index_name
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.contract import Contract
@@ -71,11 +71,10 @@ def plan_warning(
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
     # The size, the plan and the COMMIT in one round trip: planning costs the server a
     # fraction of one, so the plan is asked for before the size says whether it is needed.
-    sized, planned = conn.cursor(), conn.cursor()
     with read_transaction(conn):
         set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
-        send_size_query(sized, contract)
-        planned.execute(sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
+        sized = sent_size_query(conn, contract)
+        planned = sent(conn, sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
     table = read_large_table(sized)
     if table is None:
         return None
@@ -106,16 +105,17 @@ def plan_warning(
     )
 
 
-def send_size_query(cur: Cursor, contract: Contract) -> None:
-    """Ask for the table's size (read by `read_large_table`).
+def sent_size_query(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> Cursor:
+    """The table's size, asked for on a cursor of its own (read by `read_large_table`).
 
     reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
     analysed (-1) counts as large by its size on disk. A partitioned table's rows live in
     its leaf partitions (pg_partition_tree lists none for a plain table), and
     EXPLAIN names the partitions it scans, not the parent.
     """
-    qualified = table_identifier(contract).as_string(cur.connection)
-    cur.execute(
+    qualified = table_identifier(contract).as_string(conn)
+    return sent(
+        conn,
         """
         SELECT coalesce(sum(greatest(c.reltuples, 0)), 0),
                bool_or(c.reltuples < 0),

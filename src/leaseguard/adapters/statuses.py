@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from leaseguard.adapters.db import composed
+from leaseguard.adapters.db import composed, sent
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.status_queries import (
@@ -73,8 +73,8 @@ def status_column_check(
     what it returns reads them. An enum must have every status the contract names."""
     if not contract.has_status_column:
         return lambda: NO_STATUS_COLUMN
-    cur = conn.cursor()
-    cur.execute(status_column_query(), {"relation": relation, "column": contract.status_column})
+    column_of = {"relation": relation, "column": contract.status_column}
+    cur = sent(conn, status_column_query(), column_of)
 
     def read() -> StatusColumn:
         row = cur.fetchone()
