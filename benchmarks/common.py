@@ -66,12 +66,17 @@ class Finding:
     target: str
     met: bool | None  # None: no target, or pending
     note: str = ""
+    # Not met, and a control measured in the same run shows no implementation could meet it
+    # on this machine (the note names the control and its figure).
+    out_of_reach: bool = False
 
     @property
     def verdict(self) -> str:
         if self.met is None:
             return "-"
-        return "met" if self.met else "NOT met"
+        if self.met:
+            return "met"
+        return "NOT met: out of reach here" if self.out_of_reach else "NOT met"
 
 
 @dataclass
