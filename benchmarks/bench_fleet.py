@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from benchmarks.bench_one_host import IMPORTS
 from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median, spread
 from benchmarks.infra import (
     FAB_CWD,
@@ -49,6 +50,7 @@ from benchmarks.infra import (
 )
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.one_exec import batch_script, planned_commands
+from leaseguard.fabric.guard_task import JUDGING_CODE
 from sandbox.ansible_env import ansible_env
 
 DBNAME = "bench_fleet"
@@ -520,16 +522,14 @@ def _added_per_host(
 ) -> str:
     """CPU per host the front spends beyond its engine's control, controller and hosts apart."""
 
-    def per_host(key: tuple[str, int], cpu: Callable[[Run], float]) -> float:
-        return median([cpu(r) for r in runs[key]]) / n
+    def added(cpu: Callable[[Run], float]) -> float:
+        spent = (median([cpu(r) for r in runs[(key, n)]]) for key in (front, control))
+        return (next(spent) - next(spent)) / n
 
-    controller = per_host((front, n), lambda r: r.cpu_s) - per_host((control, n), lambda r: r.cpu_s)
-    hosts = per_host((front, n), lambda r: r.fleet_cpu_s) - per_host(
-        (control, n), lambda r: r.fleet_cpu_s
-    )
     return (
-        f"here it adds {fmt_s(controller)} of controller and {fmt_s(hosts)} of hosts' and "
-        f"database CPU per host, on {_cpus()} CPUs"
+        f"here it adds {fmt_s(added(lambda r: r.cpu_s))} of controller and "
+        f"{fmt_s(added(lambda r: r.fleet_cpu_s))} of hosts' and database CPU per host, "
+        f"on {_cpus()} CPUs"
     )
 
 
@@ -537,9 +537,9 @@ def _overlapped_import_s() -> float:
     """CPU time of what `fab guard` imports while its hosts start (guard_task.JUDGING_CODE,
     after the collection's imports): the most that overlap can save a run."""
     probe = (
-        "import time, fabric.main, leaseguard.fabric.tasks\n"
+        f"import time; {IMPORTS}\n"
         "start = time.process_time()\n"
-        "import leaseguard.orchestration.ssh_session\n"
+        f"import {JUDGING_CODE}\n"
         "print(time.process_time() - start)"
     )
     argv = [sys.executable, "-c", probe]

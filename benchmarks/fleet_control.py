@@ -19,7 +19,6 @@ exits 0 only when every host got through.
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,8 @@ from typing import Any
 import paramiko
 import psycopg
 from fabric import Connection
+
+from sandbox.netns import free_port
 
 # benchmarks/shell_guard.sh's judgment, the least query a guard runs.
 SHELL_GUARD_QUERY = """
@@ -55,7 +56,7 @@ def _one_host(host: str, spec: dict[str, Any]) -> str:
         connection.client.load_host_keys(spec["known_hosts"])
         connection.client.set_missing_host_key_policy(paramiko.RejectPolicy())
         connection.run(spec["command"], hide=True)
-        port = _free_local_port()
+        port = free_port()
         forwarded = connection.forward_local(
             port, remote_port=spec["db_port"], remote_host=spec["db_host"], local_host="127.0.0.1"
         )
@@ -74,12 +75,6 @@ def _connect_when_listening(dsn: str, port: int) -> psycopg.Connection[Any]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.001)
-
-
-def _free_local_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 if __name__ == "__main__":
