@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.bench_one_host import IMPORTS
+from benchmarks.bench_one_host import IMPORTS, SHELL_GUARD
 from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median, spread
 from benchmarks.infra import (
     FAB_CWD,
@@ -52,6 +53,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.one_exec import batch_script, planned_commands
 from leaseguard.fabric.guard_task import JUDGING_CODE
 from sandbox.ansible_env import ansible_env
+from sandbox.pgcluster import PG_BIN
 
 DBNAME = "bench_fleet"
 HISTORY_ROWS = 100_000
@@ -80,8 +82,14 @@ CONTROL_PLAY = """
   hosts: app
   gather_facts: false
   tasks:
-    - name: The guard's lookup script, one raw exec per host
+    - name: The guard's lookup script and the shell guard's judgment, one raw exec per host
       ansible.builtin.raw: sh {script}
+"""
+# The shell guard's judgment, run on the host itself: psql straight to the database, no tunnel.
+CONTROL_JUDGMENT = """
+{psql} -X -A -t -q -v ON_ERROR_STOP=1 -v started={started} -v lease_s={lease_s} {conninfo} <<'SQL'
+{judgment}
+SQL
 """
 
 
@@ -296,16 +304,22 @@ def _controls(
 ) -> dict[str, Callable[[int], Run]]:
     """The engines alone: per host the least a front's guard does through that engine.
 
-    `fabric alone`: benchmarks.fleet_control (SSH connection, the lookup script in one exec,
-    Fabric's forward_local to the database, psycopg connect, the shell guard's one
-    hand-written judgment query). `ansible alone`:
-    a play of one raw task per host running the same script (Ansible's cheapest task; the
-    guard role's lease_guard task also opens a tunnel and judges). Same hosts, same script.
+    Both look the host up (leaseguard's one-exec script) and judge its claims once (the
+    shell guard's hand-written query). `fabric alone`: benchmarks.fleet_control (SSH
+    connection, the script in one exec, Fabric's forward_local to the database, psycopg
+    connect, the query). `ansible alone`: a play of one raw task per host (Ansible's cheapest
+    task) running the script and then the query with psql, from the host straight to the
+    database: no tunnel, no module. Same hosts, same script, same judgment.
     """
-    script = workdir / "lookup.sh"
-    script.write_text(_lookup_script(lookups))
+    # Any start before the live claims (made minutes ago) counts them live.
+    started = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    lease_s = 7200
+    lookup = workdir / "lookup.sh"
+    lookup.write_text(_lookup_script(lookups))
+    judged = workdir / "lookup-and-judgment.sh"
+    judged.write_text(_lookup_script(lookups) + _control_judgment(fleet, started, lease_s))
     play = workdir / "control.yml"
-    play.write_text(CONTROL_PLAY.format(script=script))
+    play.write_text(CONTROL_PLAY.format(script=judged))
 
     def fabric_alone(n: int) -> Run:
         spec = workdir / f"control-{n}.json"
@@ -315,13 +329,12 @@ def _controls(
                     "hosts": fleet.targets(n),
                     "key": str(fleet.key_path),
                     "known_hosts": str(fleet.known_hosts),
-                    "command": f"sh {script}",
+                    "command": f"sh {lookup}",
                     "db_host": fleet.db_addr,
                     "db_port": fleet.db.port,
                     "dsn": f"dbname={DBNAME} user=postgres",
-                    # Any start before the live claims (made minutes ago) counts them live.
-                    "started": (datetime.now(UTC) - timedelta(hours=1)).isoformat(),
-                    "lease_s": 7200,
+                    "started": started,
+                    "lease_s": lease_s,
                 }
             )
         )
@@ -347,6 +360,19 @@ def _lookup_script(lookups: dict[str, Any]) -> str:
     """The one-exec script leaseguard runs on each host for these lookups (and the clock)."""
     plan = planned_commands(contract_from_mapping(lookups), timeout_given=False, start_given=False)
     return batch_script(plan.commands, secrets.token_hex(8), plan.on_pid)
+
+
+def _control_judgment(fleet: Fleet, started: str, lease_s: int) -> str:
+    """psql on the host running shell_guard.sh's judgment (its heredoc) on the database."""
+    heredoc = SHELL_GUARD.read_text().split("<<'SQL'\n", 1)[1].split("\nSQL\n", 1)[0]
+    conninfo = f"host={fleet.db_addr} port={fleet.db.port} dbname={DBNAME} user=postgres"
+    return CONTROL_JUDGMENT.format(
+        psql=PG_BIN / "psql",
+        started=shlex.quote(started),
+        lease_s=lease_s,
+        conninfo=shlex.quote(conninfo),
+        judgment=heredoc,
+    )
 
 
 def _decisions(results: Path) -> dict[str, str]:
@@ -456,9 +482,11 @@ def _report(
         "Fabric alone (benchmarks/fleet_control.py, one process, a thread per host): SSH "
         "connection, the script in one exec, Fabric's forward_local to the database, psycopg "
         "connect and one judgment, the hand-written query of benchmarks/shell_guard.sh, "
-        "close. Ansible alone: a play of one `ansible.builtin.raw` "
-        "task per host running the script (Ansible's cheapest task: no module, no Python on "
-        "the host). Each is the least its front's guard does per host, so its time per extra "
+        "close. Ansible alone: a play of one `ansible.builtin.raw` task per host (Ansible's "
+        "cheapest task: no module, no Python on the host) running the script and then the "
+        "same judgment with psql, from the host straight to the database (no tunnel). Both "
+        "look each host up and judge its claims once: each is the least its front's guard "
+        "does per host, so its time per extra "
         "host is a floor for the front's own: a target leaves (target - 1) x the front's 1-host "
         "time to the other hosts, and where the control alone takes more per extra host, no "
         "guard built on that engine meets the target on this machine (the summary says so). "
