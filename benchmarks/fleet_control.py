@@ -31,10 +31,11 @@ from fabric import Connection
 
 from sandbox.netns import free_port
 
-# benchmarks/shell_guard.sh's judgment, the least query a guard runs.
+# benchmarks/shell_guard.sh's judgment, the least query a guard runs, its values bound:
+# the claimed status, the runtime's start, the lease in seconds.
 SHELL_GUARD_QUERY = """
 SELECT count(*) FROM execution_runs
-WHERE status = 'running'
+WHERE status = %s
   AND (claimed_at IS NULL
        OR (claimed_at >= %s::timestamptz
            AND claimed_at + make_interval(secs => %s) > now()))
@@ -61,7 +62,8 @@ def _one_host(host: str, spec: dict[str, Any]) -> str:
             port, remote_port=spec["db_port"], remote_host=spec["db_host"], local_host="127.0.0.1"
         )
         with forwarded, _connect_when_listening(spec["dsn"], port) as conn:
-            conn.execute(SHELL_GUARD_QUERY, (spec["started"], spec["lease_s"])).fetchall()
+            judged = ("running", spec["started"], spec["lease_s"])
+            conn.execute(SHELL_GUARD_QUERY, judged).fetchall()
     return host
 
 
