@@ -628,7 +628,7 @@ def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Find
     }
     # Any start before the live claims (made minutes ago) counts them live.
     started = datetime.now(UTC) - timedelta(hours=1)
-    args = {name: params for name in variants}
+    args: dict[str, Any] = {name: params for name in variants}
     args[SHELL_QUERY_PREPARED] = (CONTRACT.claimed_statuses[0], started, LEASE_S)
     with guard_connect(paths["TCP"], CONTRACT.connect_timeout_s, prepare=True) as shipped:
         shipped_threshold = shipped.prepare_threshold
