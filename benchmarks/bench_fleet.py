@@ -86,10 +86,13 @@ CONTROL_PLAY = """
       ansible.builtin.raw: sh {script}
 """
 # The shell guard's judgment, run on the host itself: psql straight to the database, no tunnel.
+# Like every host of the fronts, it must find the live claims (exit 1 when it finds none).
 CONTROL_JUDGMENT = """
-{psql} -X -A -t -q -v ON_ERROR_STOP=1 -v started={started} -v lease_s={lease_s} {conninfo} <<'SQL'
+live=$({psql} -X -A -t -q -v ON_ERROR_STOP=1 -v started={started} -v lease_s={lease_s} \\
+    {conninfo} <<'SQL'
 {judgment}
 SQL
+) && [ "$live" -gt 0 ]
 """
 
 
@@ -314,10 +317,11 @@ def _controls(
     # Any start before the live claims (made minutes ago) counts them live.
     started = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     lease_s = 7200
+    script = _lookup_script(lookups)
     lookup = workdir / "lookup.sh"
-    lookup.write_text(_lookup_script(lookups))
+    lookup.write_text(script)
     judged = workdir / "lookup-and-judgment.sh"
-    judged.write_text(_lookup_script(lookups) + _control_judgment(fleet, started, lease_s))
+    judged.write_text(script + _control_judgment(fleet, started, lease_s))
     play = workdir / "control.yml"
     play.write_text(CONTROL_PLAY.format(script=judged))
 

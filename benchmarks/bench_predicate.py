@@ -760,7 +760,7 @@ def _prepared_poll(paths: dict[str, str], size: int) -> tuple[Section, list[Find
             + f"; never prepared {fmt_ratio(never)}; with the statuses written in (generic "
             f"plan, not shipped) {fmt_ratio(candidate)}; a drain's whole poll {fmt_ratio(whole)}"
             f", before issue 16 {fmt_ratio(before)}",
-            out_of_reach=tcp > TARGET_PREPARED and out_of_reach,
+            out_of_reach=out_of_reach,
         )
     ]
     return section, findings

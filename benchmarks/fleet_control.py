@@ -63,7 +63,9 @@ def _one_host(host: str, spec: dict[str, Any]) -> str:
         )
         with forwarded, _connect_when_listening(spec["dsn"], port) as conn:
             judged = ("running", spec["started"], spec["lease_s"])
-            conn.execute(SHELL_GUARD_QUERY, judged).fetchall()
+            [[live]] = conn.execute(SHELL_GUARD_QUERY, judged).fetchall()
+    if live == 0:  # every host of the fronts finds the live claims; so must the control's
+        raise RuntimeError(f"{host}: the judgment found no live claim")
     return host
 
 
