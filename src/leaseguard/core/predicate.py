@@ -373,17 +373,32 @@ def columns_query() -> sql.SQL:
 
 
 def rls_query() -> sql.SQL:
-    """Whether row-level security can hide rows of a relation from the current role.
+    """Whether row-level security applies to the current role on a relation, and why.
 
-    (RLS enabled, forced on the owner, role is (a member of) the owner, role bypasses RLS).
-    A permissive policy `FOR SELECT ... USING (true)` that applies to the role (polroles {0}
-    is PUBLIC), with no restrictive policy beside it, counts as bypassing: it shows every row.
+    row_security_active() is PostgreSQL's own answer (RLS enabled, and the role is neither a
+    superuser, nor BYPASSRLS, nor the owner of a table that does not FORCE it): no view of
+    the roles to expand. The second column only words the message: whether the role owns
+    the table (then the table forces RLS on its owner).
     """
     return sql.SQL(
         """
-        SELECT c.relrowsecurity, c.relforcerowsecurity,
-               pg_has_role(current_user, c.relowner, 'USAGE'),
-               r.rolsuper OR r.rolbypassrls OR EXISTS (
+        SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE')
+        FROM pg_class c
+        WHERE c.oid = to_regclass(%(relation)s)
+        """
+    )
+
+
+def policies_show_all_query() -> sql.SQL:
+    """Whether a relation's policies show the current role every row (asked only where
+    row-level security applies to it).
+
+    A permissive policy `FOR SELECT ... USING (true)` that applies to the role (polroles
+    {0} is PUBLIC), with no restrictive policy beside it, shows every row.
+    """
+    return sql.SQL(
+        """
+        SELECT EXISTS (
                    SELECT 1 FROM pg_policy p
                    WHERE p.polrelid = c.oid AND p.polpermissive
                      AND p.polcmd IN ('r', '*')
@@ -395,7 +410,7 @@ def rls_query() -> sql.SQL:
                    SELECT 1 FROM pg_policy p
                    WHERE p.polrelid = c.oid AND NOT p.polpermissive
                )
-        FROM pg_class c, pg_roles r
-        WHERE c.oid = to_regclass(%(relation)s) AND r.rolname = current_user
+        FROM pg_class c
+        WHERE c.oid = to_regclass(%(relation)s)
         """
     )
