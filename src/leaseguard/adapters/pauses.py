@@ -38,6 +38,14 @@ RECORD_PREFIX = "leaseguard-paused:"
 _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
+# Whether this role can read cron.job here, asked in a way that cannot fail: where pg_cron
+# is not installed (most databases a guard reads), reading cron.job itself would put an
+# ERROR in the server's log on every check.
+_RECORDS_READABLE = """
+SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = 'cron' AND c.relname = 'job'
+"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -123,8 +131,10 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
     cron schema) gets no warning rather than a failed check.
     """
     try:
-        # BEGIN, the read and COMMIT in one round trip.
         with read_transaction(conn):
+            readable = sent(conn, _RECORDS_READABLE).fetchone()
+            if not readable or not readable[0]:
+                return []
             cur = sent(conn, _RECORDS, (RECORD_PREFIX,))
         records = _records(cur.fetchall())
     except psycopg.Error as exc:

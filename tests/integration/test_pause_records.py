@@ -1,0 +1,80 @@
+"""Every check looks for intake a drain paused and never gave back (pg_cron's cron.job).
+
+Most databases a guard reads have no pg_cron, and some roles cannot read it: there the
+look-up finds nothing, fails nothing and leaves the server's log as it was (an ERROR on
+every check would wake whoever watches that log).
+"""
+
+import pytest
+from psycopg import sql
+
+from leaseguard.adapters.pauses import RECORD_PREFIX, leftover_warnings, pause_jobs
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.verdict import Decision
+from leaseguard.orchestration.session import local_session
+from sandbox.runs_table import create_runs_table
+
+pytestmark = pytest.mark.integration
+
+
+def _server_errors(cluster, offset: int, database: str) -> list[str]:
+    with cluster.logfile.open(errors="replace") as log:
+        log.seek(offset)
+        return [line for line in log if f"@{database} ERROR" in line]
+
+
+def test_a_check_on_a_database_without_pg_cron_logs_no_server_error(db):
+    with db.connect() as conn:
+        create_runs_table(conn)
+        assert conn.execute("SELECT to_regclass('cron.job')").fetchone() == (None,)
+    offset = db.cluster.logfile.stat().st_size
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+        verdict = session.judge()
+    assert verdict.decision is Decision.PROCEED and verdict.warnings == ()
+    assert _server_errors(db.cluster, offset, db.name) == []
+
+
+@pytest.fixture
+def cron_job(pg_cluster):
+    """A pg_cron job in the postgres database (pg_cron's own), unscheduled after the test."""
+    name = f"intake_{id(pg_cluster):x}"
+    with pg_cluster.connect("postgres") as conn:
+        conn.execute("SELECT cron.schedule(%s, '* * * * *', 'SELECT 1')", (name,))
+    yield name
+    with pg_cluster.connect("postgres") as conn:
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname IN (%s, %s)",
+            (name, RECORD_PREFIX + name),
+        )
+
+
+@pytest.fixture
+def cron_outsider(pg_cluster):
+    """A login role that may connect but has no USAGE on the cron schema."""
+    role = "cron_outsider"
+    with pg_cluster.connect("postgres") as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    yield role
+    with pg_cluster.connect("postgres") as conn:
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_recorded_pause_is_named_to_a_role_that_can_read_it(pg_cluster, cron_job):
+    with pg_cluster.connect("postgres") as conn:
+        with conn.transaction():
+            pause_jobs(conn, [cron_job], "test pid 1 on here")
+        warnings = leftover_warnings(conn)
+    assert [w for w in warnings if f"pg_cron job {cron_job} is still paused" in w]
+
+
+def test_a_role_that_cannot_read_cron_job_gets_no_warning_no_failure_no_error(
+    pg_cluster, cron_job, cron_outsider
+):
+    with pg_cluster.connect("postgres") as conn, conn.transaction():
+        pause_jobs(conn, [cron_job], "test pid 1 on here")
+    offset = pg_cluster.logfile.stat().st_size
+    with pg_cluster.connect("postgres", user=cron_outsider) as conn:
+        assert leftover_warnings(conn) == []
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection is still usable
+    assert _server_errors(pg_cluster, offset, "postgres") == []
