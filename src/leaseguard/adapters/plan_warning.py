@@ -3,7 +3,6 @@ sequential scan: advisory, after the judgment, never failing or changing the che
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -30,27 +29,24 @@ _PLAN_CHECK_TIMEOUT_MS = 1000
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
-def with_plan_warning(
+def advisory_plan_warning(
     conn: psycopg.Connection[tuple[object, ...]],
     contract: Contract,
     verdict: Verdict,
     status_column: StatusColumn | None = None,
-) -> Verdict:
-    """The verdict, plus a warning when the guard query or its status check scans a large
-    table sequentially.
+) -> str | None:
+    """A warning when the guard query or its status check scans a large table sequentially
+    (`plan_warning`), else None.
 
     Advisory and fail-safe: any error (permissions, lock, timeout, a plan shape this code
-    does not know) skips the warning and never fails or changes the check. Runs in its own
+    does not know) gives None, logged at DEBUG, and never fails the check. Runs in its own
     transaction after the judgment, so an error here cannot abort the judgment's.
     """
     try:
-        warning = plan_warning(conn, contract, verdict, status_column)
+        return plan_warning(conn, contract, verdict, status_column)
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
         log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
-        return verdict
-    if warning is None:
-        return verdict
-    return dataclasses.replace(verdict, warnings=(*verdict.warnings, warning))
+        return None
 
 
 def plan_warning(

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabric import task
 from invoke.context import Context
@@ -35,6 +35,9 @@ from leaseguard.fabric.settings import (
 )
 from leaseguard.orchestration.host_start import HostStart, start_host
 
+if TYPE_CHECKING:  # imported with the judging code, once the hosts started
+    from leaseguard.orchestration.shared_facts import SharedFacts
+
 # The database code (psycopg with it): imported once the hosts started, not with the
 # collection, so that its ~150 ms of CPU runs while they work.
 JUDGING_CODE = "leaseguard.orchestration.ssh_session"
@@ -54,7 +57,14 @@ def guard(c: Context, json_: bool = False) -> None:
         with _prompt_thread_switches():
             settings = settings_or_exit(c, host_settings)
             importlib.import_module(JUDGING_CODE)
-        outcomes = for_each_host(hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None)))
+        # Loaded with JUDGING_CODE. Hosts reaching the same database read its catalog
+        # facts once (leaseguard.orchestration.shared_facts).
+        from leaseguard.orchestration.shared_facts import SharedFacts
+
+        shared = SharedFacts()
+        outcomes = for_each_host(
+            hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None), shared)
+        )
     if json_:
         print(json.dumps([_outcome_dict(o) for o in outcomes]))
     else:
@@ -107,7 +117,7 @@ def _prompt_thread_switches() -> Iterator[None]:
 
 
 def _guard_one(
-    host: str, c: Context, settings: FabricSettings, started: HostStart | None
+    host: str, c: Context, settings: FabricSettings, started: HostStart | None, shared: SharedFacts
 ) -> Outcome:
     # Loaded already by guard (see JUDGING_CODE): this import only looks it up.
     from leaseguard.orchestration.ssh_session import ssh_session
@@ -122,6 +132,7 @@ def _guard_one(
             settings.address,
             judge_at_once=True,
             started=started,
+            shared=shared,
         ) as s:
             s.cron_database = settings.drain.cron_database
             return host, s.judge()

@@ -28,7 +28,7 @@ from leaseguard.adapters.db import connect, describe_target, prepare_statements
 from leaseguard.adapters.guard import judge_table, lease_seconds
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
-from leaseguard.adapters.plan_warning import with_plan_warning
+from leaseguard.adapters.plan_warning import advisory_plan_warning
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner, resolve_runtime_facts
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset
@@ -38,6 +38,7 @@ from leaseguard.core.fleet import FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
 from leaseguard.orchestration.session_clock import FleetClocks, host_minus_database
+from leaseguard.orchestration.shared_facts import DatabaseKey, SharedFacts, database_key, once
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
 # transaction's few small statements, and a thread waking up.
@@ -88,6 +89,7 @@ class GuardSession:
         label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
+        shared: SharedFacts | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -115,6 +117,10 @@ class GuardSession:
         self.cron_database: str | None = None
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
+        # A fleet run's per-database facts (shared_facts), and which database this
+        # session's connection reads (read once per connection).
+        self.shared = shared
+        self._database: DatabaseKey | None = None
 
     @property
     def host(self) -> str:
@@ -155,6 +161,7 @@ class GuardSession:
             self._conn.close()
             self._conn = None
             self._status_column = None
+            self._database = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
@@ -224,21 +231,20 @@ class GuardSession:
         self._polls_on_conn += 1
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
             self.clock_offset = self._measure_clock(conn)
-        verdict, self._status_column = judge_table(
-            conn,
-            self.contract,
-            task_timeout=self.facts.task_timeout,
-            lease_s=self.lease_s,
-            runtime_started_at=self.facts.runtime_started_at,
-            host=self.host,
-            clock_offset=self.clock_offset,
-            warnings=self.facts.warnings,
-            status_column=self._status_column,
-        )
-        if not self.plan_checked:
-            self.plan_checked = True
-            verdict = with_plan_warning(conn, self.contract, verdict, self._status_column)
-        extra = self.leftover_pauses()
+        with self._database_facts(conn) as known:
+            verdict, self._status_column = judge_table(
+                conn,
+                self.contract,
+                task_timeout=self.facts.task_timeout,
+                lease_s=self.lease_s,
+                runtime_started_at=self.facts.runtime_started_at,
+                host=self.host,
+                clock_offset=self.clock_offset,
+                warnings=self.facts.warnings,
+                status_column=self._status_column or known.get("schema"),
+            )
+            known.setdefault("schema", self._status_column)
+            extra = self._advice(conn, verdict, known)
         if extra or self.fleet is not None:
             verdict = dataclasses.replace(
                 verdict,
@@ -246,6 +252,42 @@ class GuardSession:
                 fleet=self._fleet_report() if self.fleet is not None else None,
             )
         return verdict
+
+    @contextmanager
+    def _database_facts(self, conn: Conn) -> Iterator[dict[str, Any]]:
+        """The catalog facts other hosts of this run already read from the same database
+        (`shared_facts`), to read once and add to; without a run to share with (a drain, the
+        CLI), facts of this session alone."""
+        wanted = self._facts_wanted()
+        if self.shared is None or not wanted:
+            yield {}
+            return
+        if self._database is None:
+            self._database = database_key(conn, self.contract)
+        with self.shared.database(self._database, wanted) as known:
+            yield known
+
+    def _facts_wanted(self) -> list[str]:
+        wanted = [] if self._status_column else ["schema"]
+        if not self.plan_checked:
+            wanted.append("plan")
+        if self._leftovers is None and self.cron_database is None:
+            wanted.append("leftovers")
+        return wanted
+
+    def _advice(self, conn: Conn, verdict: Verdict, known: dict[str, Any]) -> tuple[str, ...]:
+        """The warnings given once per session: the plan's, the leftover pauses'."""
+        advice: tuple[str, ...] = ()
+        if not self.plan_checked:
+            self.plan_checked = True
+            column = self._status_column
+            plan = once(
+                known, "plan", lambda: advisory_plan_warning(conn, self.contract, verdict, column)
+            )
+            advice = (plan,) if plan else ()
+        if self._leftovers is None and self.cron_database is None:
+            self._leftovers = once(known, "leftovers", self.leftover_pauses)
+        return (*advice, *self.leftover_pauses())
 
     def leftover_pauses(self) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
