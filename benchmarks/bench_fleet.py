@@ -450,6 +450,8 @@ def _report(
             allowance = overlapped_s if front == "fab" else 0.0
             budget = one * (target - 1) / (n - 1)
             engine, out_of_reach = _engine_floor(runs, front, n, budget, allowance)
+            if not out_of_reach:
+                engine, out_of_reach = _engine_cpu_floor(runs, front, n, one * target, engine)
             findings.append(
                 Finding(
                     "3. fleet",
@@ -493,7 +495,10 @@ def _report(
         "does per host, so its time per extra "
         "host is a floor for the front's own: a target leaves (target - 1) x the front's 1-host "
         "time to the other hosts, and where the control alone takes more per extra host, no "
-        "guard built on that engine meets the target on this machine (the summary says so). "
+        "guard built on that engine meets the target on this machine (the summary says so); "
+        "so too where the control's CPU at N hosts (controller + hosts + database), spread "
+        "over every CPU, needs longer than the target's wall time: no run ends sooner than "
+        "that, and the front spends at least its control's CPU. "
         "The one allowance: `fab guard` imports psycopg and its judging code while its hosts "
         f"start, which the control does before them; that overlap saves at most the "
         f"import's CPU time ({fmt_s(overlapped_s)}, measured in this run) once per run, and "
@@ -546,6 +551,33 @@ def _engine_floor(
         f"{said}{granted}: {fmt_s(left)} per extra host left for all leaseguard adds "
         f"({_added_per_host(runs, front, control, n)})",
         False,
+    )
+
+
+def _engine_cpu_floor(
+    runs: dict[tuple[str, int], list[Run]], front: str, n: int, target_s: float, said: str
+) -> tuple[str, bool]:
+    """The target's wall time against the CPU the engine's control alone spends at n hosts.
+
+    No run ends sooner than its CPU time spread over every CPU of the machine (the hosts,
+    the database and the controller share them here). The front spends at least its
+    control's CPU - the same imports, connections, lookups and judgment, plus its own: when
+    the control's CPU alone needs longer than the target allows, the target is out of reach
+    on this machine, however the front overlaps its work.
+    """
+    control = FLOOR_OF.get(front)
+    if control is None or (control, n) not in runs:
+        return said, False
+    got = runs[(control, n)]
+    cpu = median([r.cpu_s for r in got]) + median([r.fleet_cpu_s for r in got])
+    floor = cpu / _cpus()
+    if floor <= target_s:
+        return said, False
+    return (
+        f"{said}; {control} alone spends {fmt_s(cpu)} of CPU at {n} hosts: at least "
+        f"{fmt_s(floor)} on {_cpus()} CPUs, more than the target's {fmt_s(target_s)}: out of "
+        "reach here",
+        True,
     )
 
 
