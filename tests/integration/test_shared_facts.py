@@ -85,6 +85,20 @@ def test_the_second_host_of_a_database_reads_no_catalog_and_still_judges(logged_
     assert "checked_at" in read_second  # its own counts, in its own snapshot
 
 
+def test_where_the_server_will_not_say_which_database_each_host_reads_its_own(logged_db):
+    """A role denied pg_control_system() (as a managed service may deny it) is judged as
+    ever; its hosts share nothing."""
+    with logged_db.connect() as conn:
+        conn.execute("REVOKE EXECUTE ON FUNCTION pg_catalog.pg_control_system() FROM PUBLIC")
+    shared = SharedFacts()
+    offset = logged_db.cluster.logfile.stat().st_size
+    verdicts = [judged(logged_db.dsn_as(GUARD_RO_ROLE), shared) for _ in range(2)]
+    assert [v.decision for v, _ in verdicts] == [Decision.DEFER] * 2
+    for _, pid in verdicts:
+        read = statements_of(logged_db.cluster, offset, pid)
+        assert "row_security_active" in read and "checked_at" in read, read
+
+
 def test_a_role_rls_hides_rows_from_fails_closed_after_a_superuser_host_passed(db):
     """Same database, another role: the superuser sees every row, guard_ro none."""
     with db.connect() as conn:

@@ -263,7 +263,10 @@ class GuardSession:
             yield {}
             return
         if self._database is None:
-            self._database = database_key(conn, self.contract)
+            self._database = database_key(conn, self.contract) or ()
+        if not self._database:  # the server would not say which database this is
+            yield {}
+            return
         with self.shared.database(self._database, wanted) as known:
             yield known
 

@@ -19,6 +19,7 @@ statements still fail when a table or column vanished since (adapters.guard.judg
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,9 @@ import psycopg
 
 from leaseguard.adapters.db import read_transaction, sent, translate_errors
 from leaseguard.core.contract import Contract
+from leaseguard.core.errors import LeaseguardError
 
+log = logging.getLogger("leaseguard.shared_facts")
 T = TypeVar("T")
 DatabaseKey = tuple[object, ...]
 
@@ -45,14 +48,21 @@ FROM pg_control_system() s
 """
 
 
-def database_key(conn: psycopg.Connection[Any], contract: Contract) -> DatabaseKey:
+def database_key(conn: psycopg.Connection[Any], contract: Contract) -> DatabaseKey | None:
     """Which server, database, role and search_path this connection reads (one round trip,
-    which carries nothing else: the guard's transaction starts after it)."""
-    with translate_errors(contract), read_transaction(conn):
-        cur = sent(conn, _WHICH_DATABASE)
-    row = cur.fetchone()
-    assert row is not None
-    return tuple(row)
+    which carries nothing else: the guard's transaction starts after it).
+
+    None where the server will not say (a role denied pg_control_system(), as a managed
+    service may deny it): that host reads its facts itself and shares nothing.
+    """
+    try:
+        with translate_errors(contract), read_transaction(conn):
+            cur = sent(conn, _WHICH_DATABASE)
+        row = cur.fetchone()
+    except LeaseguardError as exc:
+        log.debug("database identity not readable (%s): facts not shared", type(exc).__name__)
+        return None
+    return None if row is None else tuple(row)
 
 
 @dataclass
