@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.fab_run import run_fab
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,26 +42,8 @@ def fab(app_host_pg, runs, tmp_path):
         config = tmp_path / "fabric.yaml"
         config.write_text(yaml.safe_dump({"leaseguard": section}))
         host = host or f"root@{app_host_pg.addr}"
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "fabric",
-                "-f",
-                str(config),
-                "-i",
-                str(app_host_pg.client_key_path),
-                "-H",
-                host,
-                *args,
-            ],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            env=clean_env(),
-            timeout=120,
-            check=False,
-        )
+        key = str(app_host_pg.client_key_path)
+        return run_fab("-f", str(config), "-i", key, "-H", host, *args)
 
     return run
 

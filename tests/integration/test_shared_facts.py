@@ -7,11 +7,8 @@ table that hides rows from it still fails closed, whichever host went first.
 """
 
 import re
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import yaml
@@ -24,11 +21,9 @@ from leaseguard.orchestration.session import POLL_MARGIN_S, local_session
 from leaseguard.orchestration.shared_facts import WAIT_FOR_OTHER_HOST_S, SharedFacts
 from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table, insert_runs
-from sandbox.subprocess_env import clean_env
+from tests.support.fab_run import run_fab
 
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[2]
 
 # What only the catalog pre-flight, the plan advice and the leftover-pause look-up send.
 CATALOG_READS = ("row_security_active", "pg_attribute", "EXPLAIN", "cron", "pg_enum")
@@ -209,16 +204,8 @@ def test_fab_hosts_with_databases_of_their_own_are_each_read(own_databases, tmp_
     hosts = [f"root@{plain.addr}", f"root@{hidden.addr}"]
     if second_first:
         hosts.reverse()
-    argv = ["-f", str(config), "-i", str(plain.client_key_path), "-H", ",".join(hosts), "guard"]
-    done = subprocess.run(
-        [sys.executable, "-m", "fabric", *argv],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=120,
-        check=False,
-    )
+    key = str(plain.client_key_path)
+    done = run_fab("-f", str(config), "-i", key, "-H", ",".join(hosts), "guard")
     said = done.stdout + done.stderr
     [plain_line] = [line for line in done.stdout.splitlines() if f"{plain.addr} " in line]
     [hidden_line] = [line for line in done.stdout.splitlines() if f"{hidden.addr} " in line]
