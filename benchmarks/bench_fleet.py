@@ -450,8 +450,8 @@ def _report(
             allowance = overlapped_s if front == "fab" else 0.0
             budget = one * (target - 1) / (n - 1)
             engine, out_of_reach = _engine_floor(runs, front, n, budget, allowance)
-            if not out_of_reach:
-                engine, out_of_reach = _engine_cpu_floor(runs, front, n, one * target, engine)
+            if not out_of_reach and (cpu_floor := _engine_cpu_floor(runs, front, n, one * target)):
+                engine, out_of_reach = engine + cpu_floor, True
             findings.append(
                 Finding(
                     "3. fleet",
@@ -555,29 +555,29 @@ def _engine_floor(
 
 
 def _engine_cpu_floor(
-    runs: dict[tuple[str, int], list[Run]], front: str, n: int, target_s: float, said: str
-) -> tuple[str, bool]:
+    runs: dict[tuple[str, int], list[Run]], front: str, n: int, target_s: float
+) -> str:
     """The target's wall time against the CPU the engine's control alone spends at n hosts.
 
     No run ends sooner than its CPU time spread over every CPU of the machine (the hosts,
     the database and the controller share them here). The front spends at least its
     control's CPU - the same imports, connections, lookups and judgment, plus its own: when
     the control's CPU alone needs longer than the target allows, the target is out of reach
-    on this machine, however the front overlaps its work.
+    on this machine, however the front overlaps its work. Returns the note's text when it
+    is, else "".
     """
     control = FLOOR_OF.get(front)
     if control is None or (control, n) not in runs:
-        return said, False
+        return ""
     got = runs[(control, n)]
     cpu = median([r.cpu_s for r in got]) + median([r.fleet_cpu_s for r in got])
     floor = cpu / _cpus()
     if floor <= target_s:
-        return said, False
+        return ""
     return (
-        f"{said}; {control} alone spends {fmt_s(cpu)} of CPU at {n} hosts: at least "
+        f"; {control} spends {fmt_s(cpu)} of CPU at {n} hosts: at least "
         f"{fmt_s(floor)} on {_cpus()} CPUs, more than the target's {fmt_s(target_s)}: out of "
-        "reach here",
-        True,
+        "reach here"
     )
 
 

@@ -231,7 +231,8 @@ class GuardSession:
         self._polls_on_conn += 1
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
             self.clock_offset = self._measure_clock(conn)
-        with self._database_facts(conn) as known:
+        wanted = self._facts_wanted()
+        with self._database_facts(conn, wanted) as known:
             verdict, self._status_column = judge_table(
                 conn,
                 self.contract,
@@ -244,7 +245,7 @@ class GuardSession:
                 status_column=self._status_column or known.get("schema"),
             )
             known.setdefault("schema", self._status_column)
-            extra = self._advice(conn, verdict, known)
+            extra = self._advice(conn, verdict, known, wanted)
         if extra or self.fleet is not None:
             verdict = dataclasses.replace(
                 verdict,
@@ -254,11 +255,10 @@ class GuardSession:
         return verdict
 
     @contextmanager
-    def _database_facts(self, conn: Conn) -> Iterator[dict[str, Any]]:
+    def _database_facts(self, conn: Conn, wanted: list[str]) -> Iterator[dict[str, Any]]:
         """The catalog facts other hosts of this run already read from the same database
-        (`shared_facts`), to read once and add to; without a run to share with (a drain, the
-        CLI), facts of this session alone."""
-        wanted = self._facts_wanted()
+        (`shared_facts`), to read the `wanted` ones once and add them; without a run to
+        share with (a drain, the CLI), facts of this session alone."""
         if self.shared is None or not wanted:
             yield {}
             return
@@ -271,6 +271,7 @@ class GuardSession:
             yield known
 
     def _facts_wanted(self) -> list[str]:
+        """What this poll reads once per connection ("schema") or per session (the rest)."""
         wanted = [] if self._status_column else ["schema"]
         if not self.plan_checked:
             wanted.append("plan")
@@ -278,17 +279,20 @@ class GuardSession:
             wanted.append("leftovers")
         return wanted
 
-    def _advice(self, conn: Conn, verdict: Verdict, known: dict[str, Any]) -> tuple[str, ...]:
+    def _advice(
+        self, conn: Conn, verdict: Verdict, known: dict[str, Any], wanted: list[str]
+    ) -> tuple[str, ...]:
         """The warnings given once per session: the plan's, the leftover pauses'."""
         advice: tuple[str, ...] = ()
-        if not self.plan_checked:
+        if "plan" in wanted:
             self.plan_checked = True
             column = self._status_column
             plan = once(
                 known, "plan", lambda: advisory_plan_warning(conn, self.contract, verdict, column)
             )
             advice = (plan,) if plan else ()
-        if self._leftovers is None and self.cron_database is None:
+        if "leftovers" in wanted:
+            # Read on this connection, or taken from a host that read the same database.
             self._leftovers = once(known, "leftovers", self.leftover_pauses)
         return (*advice, *self.leftover_pauses())
 

@@ -70,6 +70,9 @@ class _Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
     known: dict[str, Any] = field(default_factory=dict)
 
+    def has(self, wanted: Collection[str]) -> bool:
+        return set(wanted) <= self.known.keys()
+
 
 class SharedFacts:
     """One run's per-database facts, shared by its hosts' sessions (one contract, one run)."""
@@ -90,18 +93,20 @@ class SharedFacts:
         """
         with self._slots_lock:
             slot = self._slots.setdefault(key, _Slot())
-        if not set(wanted) <= slot.known.keys():
-            if not slot.lock.acquire(timeout=WAIT_FOR_OTHER_HOST_S):
-                yield dict(slot.known)
-                return
-            if not set(wanted) <= slot.known.keys():  # still missing: this host reads them
-                try:
-                    yield slot.known
-                finally:
-                    slot.lock.release()
-                return
-            slot.lock.release()  # the host waited for read them all
-        yield slot.known
+        if slot.has(wanted):  # read by an earlier host: nobody waits
+            yield slot.known
+            return
+        if not slot.lock.acquire(timeout=WAIT_FOR_OTHER_HOST_S):
+            yield dict(slot.known)
+            return
+        if slot.has(wanted):  # the host it waited for read them all
+            slot.lock.release()
+            yield slot.known
+            return
+        try:
+            yield slot.known  # this host reads what is missing, the others wait
+        finally:
+            slot.lock.release()
 
 
 def once(known: dict[str, Any], name: str, read: Callable[[], T]) -> T:
