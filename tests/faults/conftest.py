@@ -26,6 +26,10 @@ def unschedule_with_records(cluster: PgCluster, name: str) -> None:
             "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname IN (%s, %s)",
             (name, f"leaseguard-paused:{name}"),
         )
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
+            (f"leaseguard-paused:{name}@",),
+        )
 
 
 @pytest.fixture

@@ -84,7 +84,11 @@ def run(cluster, command, *extra):
     )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+    ids=["sigint", "sigterm", "sighup-terminal-closed"],
+)
 def test_a_signal_stops_the_drain_and_resumes_intake(app, signum):
     proc, err = start_drain(app)
     try:

@@ -8,7 +8,7 @@ every check would wake whoever watches that log).
 import pytest
 from psycopg import sql
 
-from leaseguard.adapters.pauses import RECORD_PREFIX, leftover_warnings, pause_jobs
+from leaseguard.adapters.pauses import RECORD_PREFIX, hold_jobs, leftover_warnings
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
@@ -44,8 +44,9 @@ def cron_job(pg_cluster):
     yield name
     with pg_cluster.connect("postgres") as conn:
         conn.execute(
-            "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname IN (%s, %s)",
-            (name, RECORD_PREFIX + name),
+            "SELECT cron.unschedule(jobid) FROM cron.job "
+            "WHERE jobname = %s OR starts_with(jobname, %s)",
+            (name, f"{RECORD_PREFIX}{name}@"),
         )
 
 
@@ -62,17 +63,20 @@ def cron_outsider(pg_cluster):
 
 def test_a_recorded_pause_is_named_to_a_role_that_can_read_it(pg_cluster, cron_job):
     with pg_cluster.connect("postgres") as conn:
-        with conn.transaction():
-            pause_jobs(conn, [cron_job], "test pid 1 on here")
+        hold_jobs(conn, [cron_job], "test pid 1 on here")
         warnings = leftover_warnings(conn)
-    assert [w for w in warnings if f"pg_cron job {cron_job} is still paused" in w]
+    assert [
+        w
+        for w in warnings
+        if f"pg_cron job {cron_job} is still paused: paused at" in w and "by test pid 1" in w
+    ]
 
 
 def test_a_role_that_cannot_read_cron_job_gets_no_warning_no_failure_no_error(
     pg_cluster, cron_job, cron_outsider
 ):
-    with pg_cluster.connect("postgres") as conn, conn.transaction():
-        pause_jobs(conn, [cron_job], "test pid 1 on here")
+    with pg_cluster.connect("postgres") as conn:
+        hold_jobs(conn, [cron_job], "test pid 1 on here")
     offset = pg_cluster.logfile.stat().st_size
     with pg_cluster.connect("postgres", user=cron_outsider) as conn:
         assert leftover_warnings(conn) == []

@@ -5,8 +5,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.core.errors import DatabaseUnavailable, LookupFailed, TunnelError
-from leaseguard.orchestration.drain import Drainer
+from leaseguard.core.errors import CommandFailed, DatabaseUnavailable, LookupFailed, TunnelError
+from leaseguard.orchestration.drain import ActionOutcome, Drainer
 from leaseguard.orchestration.intake import Intakes
 from tests.support.verdicts import make_verdict
 
@@ -43,9 +43,10 @@ def drainer(script, **kw):
 
 
 class RecordingIntake:
-    def __init__(self, fail_pause=False):
+    def __init__(self, fail_pause=False, names=()):
         self.events = []
         self.fail_pause = fail_pause
+        self.names = list(names)
 
     def pause(self):
         self.events.append("pause")
@@ -54,6 +55,9 @@ class RecordingIntake:
 
     def resume(self):
         self.events.append("resume")
+
+    def paused_intake(self):
+        return self.names
 
 
 def test_nothing_live_proceeds_after_one_poll():
@@ -121,10 +125,30 @@ def test_one_failed_poll_is_counted_and_retried():
     assert loop.counters.errors == {"DatabaseUnavailable": 1}
 
 
-def test_three_failed_polls_in_a_row_fail_closed_with_exit_1():
-    loop, _ = drainer([verdict("1")] + [TunnelError("host app1: tunnel failed")] * 3, poll_s=1)
+def test_polls_failing_for_the_error_budget_fail_closed_with_exit_1():
+    # A 600 s drain tolerates a tenth of it (60 s) of failed polls: 61 polls 1 s apart.
+    failures = [TunnelError("host app1: tunnel failed")] * 61
+    loop, fake = drainer([verdict("1"), *failures], poll_s=1)
     result = loop.run()
     assert result.exit_status == 1 and not result.drained
+    assert isinstance(result.error, TunnelError)
+    assert loop.counters.errors == {"TunnelError": 61}
+    assert fake.now == pytest.approx(61.0)
+
+
+def test_a_blip_shorter_than_the_budget_does_not_end_a_long_drain():
+    # Three failed polls in a row used to end even a two-hour drain.
+    blip = [DatabaseUnavailable("x")] * 30
+    loop, _ = drainer([verdict("1", remaining=7200.0), *blip, verdict()], poll_s=1)
+    result = loop.run()
+    assert result.drained and result.exit_status == 0
+    assert loop.counters.errors == {"DatabaseUnavailable": 30}
+
+
+def test_a_short_drain_still_gets_three_polls_of_budget():
+    # 10 s deadline: a tenth is 1 s, less than three polls; three failed polls end it.
+    loop, _ = drainer([verdict("1", remaining=10.0), *[TunnelError("t")] * 3], poll_s=1)
+    result = loop.run()
     assert isinstance(result.error, TunnelError)
     assert loop.counters.errors == {"TunnelError": 3}
 
@@ -140,6 +164,46 @@ def test_intake_is_paused_before_and_resumed_after():
     loop, _ = drainer([verdict("1"), verdict()])
     loop.run(intake)
     assert intake.events == ["pause", "resume"]
+
+
+def test_the_action_runs_with_intake_held_and_intake_comes_back_after_it():
+    intake = RecordingIntake(names=["recorded:claim"])
+    loop, _ = drainer([verdict("1"), verdict()])
+
+    def act(result):
+        intake.events.append("act")
+        return ActionOutcome(7, "command x exited 7")
+
+    result = loop.run(intake, act)
+    assert intake.events == ["pause", "act", "resume"]
+    assert result.exit_status == 7 and result.as_dict()["action"]["exit_status"] == 7
+    assert result.intake == ("recorded:claim",)
+
+
+def test_no_action_runs_when_the_drain_does_not_proceed():
+    intake = RecordingIntake()
+    loop, _ = drainer([verdict("1", remaining=2.0), verdict("1"), verdict("1")], poll_s=1)
+    result = loop.run(intake, lambda _: pytest.fail("the action ran on live work"))
+    assert result.exit_status == 75 and result.action is None
+    assert intake.events == ["pause", "resume"]
+
+
+def test_a_failing_action_still_gives_intake_back():
+    intake = RecordingIntake()
+    loop, _ = drainer([verdict()])
+
+    def act(result):
+        raise CommandFailed("command x could not start (FileNotFoundError)")
+
+    result = loop.run(intake, act)
+    assert result.exit_status == 1 and isinstance(result.error, CommandFailed)
+    assert intake.events == ["pause", "resume"]
+
+
+def test_without_intake_the_result_says_intake_was_not_held():
+    loop, _ = drainer([verdict()])
+    result = loop.run()
+    assert result.intake is None and result.intake_line.startswith("intake: not held")
 
 
 def test_intake_is_resumed_on_ctrl_c():

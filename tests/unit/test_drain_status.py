@@ -13,6 +13,7 @@ import sys
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from leaseguard.adapters.pauses import Hold
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainState
@@ -116,8 +117,9 @@ def test_a_deadline_reached_ends_as_defer_with_exit_75(tmp_path):
 
 def test_the_intake_this_drain_paused_is_listed_while_it_waits_and_gone_after(tmp_path):
     cron = CronJobsPause(connect=None, job_names=["claim"])
-    cron.pause = lambda: setattr(cron, "paused", ["claim"])  # the pause without pg_cron
-    cron.resume = lambda: setattr(cron, "paused", [])
+    held = Hold("t0", ("claim",), (1,), "test", "drain")
+    cron.pause = lambda: cron.adopt(held)  # the hold without pg_cron
+    cron.resume = lambda: setattr(cron, "hold", None)
     intake = Intakes([cron])
     board = board_in(tmp_path)
     copies = Snapshots(tmp_path, board)
@@ -211,7 +213,7 @@ def test_an_unexpected_error_is_kept_to_its_class_name_and_the_budget_fails_clos
 ):
     caplog.set_level(logging.DEBUG, logger="leaseguard")
     leak = LeakyDriverError(f"connection to postgresql://app:{SECRET}@db failed")
-    loop, _ = observed(tmp_path, [verdict("1"), leak, leak, leak, verdict()])
+    loop, _ = observed(tmp_path, [verdict("1"), leak, leak, leak, verdict()], error_budget_s=10)
     result = loop.run()
     assert result.exit_status == 1 and not result.drained
     assert isinstance(result.error, PollFailed)

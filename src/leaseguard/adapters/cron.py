@@ -224,7 +224,7 @@ def set_jobs_active(
     hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
         with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
-            changes = _changes(read_live_jobs(conn, list(wanted)), wanted)
+            changes = plan_changes(read_live_jobs(conn, list(wanted)), wanted)
             missing = [change.job for change in changes if not change.exists]
             if require_all and missing:
                 raise _Refused(f"pg_cron job(s) not found: {', '.join(missing)}")
@@ -245,7 +245,8 @@ def set_jobs_active(
     return ActivePlan(tuple(changes), applied=not check_mode)
 
 
-def _changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+def plan_changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+    """Each wanted job's change; several jobs sharing a name are refused (DatabaseError)."""
     changes = []
     for name, active in wanted.items():
         rows = [row for row in live if row.name == name]
@@ -262,8 +263,20 @@ def _changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChan
     return changes
 
 
-class _Refused(Exception):
-    """Leaves the transaction (rolling it back) before becoming a DatabaseError."""
+class _Refused(DatabaseError):
+    """Leaves the transaction, rolling it back (a DatabaseError, named as such)."""
 
 
-__all__ = ["ActiveChange", "ActivePlan", "set_jobs_active", "validate_active"]
+def refused(message: str) -> DatabaseError:
+    """An error raised inside a cron.job transaction: it rolls back, nothing is changed."""
+    return _Refused(message)
+
+
+__all__ = [
+    "ActiveChange",
+    "ActivePlan",
+    "plan_changes",
+    "refused",
+    "set_jobs_active",
+    "validate_active",
+]

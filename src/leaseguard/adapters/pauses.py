@@ -1,8 +1,12 @@
-"""What a drain paused, recorded beside the pause itself: in pg_cron's own cron.job.
+"""Intake holds: pg_cron jobs paused for an action, counted per holder, recorded in cron.job.
 
-A drain that is SIGKILLed (or whose resume cannot reach the database) leaves intake paused.
-So every pause is recorded, in the same transaction that pauses, as one more cron.job row
-made with pg_cron's own API (`cron.schedule`, then `cron.alter_job(active := false)`):
+A drain, a restart or a migration holds intake from before its final verdict until its
+action is verified done. Several may hold the same job at once (two drains, the batches of a
+rolling deploy, a migration beside a restart), so every holder writes its own record, and a
+job is given back only by the LAST holder to let go: never while another still waits.
+
+Each hold is one more cron.job row per job, made with pg_cron's own API (`cron.schedule`,
+then `cron.alter_job(active := false)`), named ``leaseguard-paused:<job>@<token>``:
 
 - it needs no privilege beyond the pause itself: whoever may alter the job may schedule a
   job of their own in the same database (no table, schema or extension of ours to create);
@@ -11,9 +15,11 @@ made with pg_cron's own API (`cron.schedule`, then `cron.alter_job(active := fal
 - it never runs: it is inactive, its schedule (31 February) never fires, and its command
   is `SELECT 1` followed by the record as a comment.
 
-Every later run reads these rows and warns naming the job, when it was paused and by which
-drain; `leaseguard resume` (and `fab resume`, the leaseguard.deploy.resume playbook)
-reactivates exactly the recorded jobs and deletes the records, in one transaction. A job an
+Taking and releasing holds run under one transaction-scoped advisory lock, so two holders
+never both decide "someone else still holds it" (intake left paused) or both switch.
+Every later run reads these rows and warns naming the job, who holds it since when, and for
+what; `leaseguard resume` (and `fab resume`, the leaseguard.deploy.resume playbook)
+reactivates exactly the recorded jobs and deletes every record, in one transaction. A job an
 operator disabled deliberately has no record, so nothing here ever touches it.
 """
 
@@ -22,15 +28,25 @@ from __future__ import annotations
 import json
 import logging
 import os
+import secrets
 import socket
+import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.cron import ActiveChange, ActivePlan, set_jobs_active
+from leaseguard.adapters.cron import (
+    ActivePlan,
+    cron_transaction,
+    plan_changes,
+    read_live_jobs,
+    refused,
+)
 from leaseguard.adapters.db import read_transaction, sent
+from leaseguard.core.errors import DatabaseError
 
 log = logging.getLogger("leaseguard.pauses")
 
@@ -38,6 +54,8 @@ RECORD_PREFIX = "leaseguard-paused:"
 _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
+# Every holder of any job takes this lock first, so a hold and a release never interleave.
+_HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
 # Whether this role can read cron.job here, asked in a way that cannot fail: where pg_cron
 # is not installed (most databases a guard reads), reading cron.job itself would put an
 # ERROR in the server's log on every check.
@@ -46,86 +64,226 @@ SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELE
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'cron' AND c.relname = 'job'
 """
+# Runs of the held jobs still in progress: pausing a job stops new runs, not a run that
+# already started (a claim loop may go on for a second after the pause commits).
+_RUNS_IN_PROGRESS = """
+SELECT count(*) FROM cron.job_run_details d
+WHERE d.jobid = ANY(%s) AND d.status IN ('starting', 'running')
+  AND (coalesce(d.job_pid, 0) = 0
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))
+"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
 )
+_PRIVILEGE_HINT = (
+    "connect as the role that owns the intake jobs (pg_cron shows and lets each role alter "
+    "only its own jobs): --cron-user / drain.cron_user / leaseguard_cron_user"
+)
+# pg_cron's scheduler may start one more run of a job it had already planned when the pause
+# committed: a run is only ruled out once it has had a scheduler tick to appear.
+QUIET_SETTLE_S = 1.0
+DEFAULT_QUIET_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
 class PauseRecord:
-    """One job a drain paused and has not given back."""
+    """One holder's hold on one job, not given back yet."""
 
     job: str
     paused_at: str
     by: str
+    action: str = "drain"
+    token: str = ""
 
     def warning(self) -> str:
         return (
             f"pg_cron job {self.job} is still paused: paused at {self.paused_at} by {self.by} "
-            f"and never resumed; give it back with {RESUME_HINT}"
+            f"(for: {self.action}) and not given back yet; if that run is gone, give it back "
+            f"with {RESUME_HINT}"
         )
 
     def as_dict(self) -> dict[str, str]:
-        return {"job": self.job, "paused_at": self.paused_at, "by": self.by}
+        return {"job": self.job, "paused_at": self.paused_at, "by": self.by, "action": self.action}
+
+
+@dataclass(frozen=True)
+class Hold:
+    """What one holder holds: its token, the jobs it counts on, and who else held them."""
+
+    token: str
+    jobs: tuple[str, ...]
+    jobids: tuple[int, ...]
+    by: str
+    action: str
+    switched: tuple[str, ...] = ()  # paused by this hold (the others were held already)
+    not_held: tuple[str, ...] = ()  # inactive without any record: an operator's, untouched
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "jobs": list(self.jobs),
+            "jobids": list(self.jobids),
+            "by": self.by,
+            "action": self.action,
+            "switched": list(self.switched),
+            "not_held": list(self.not_held),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hold:
+        try:
+            return cls(
+                token=str(data["token"]),
+                jobs=tuple(str(j) for j in data["jobs"]),
+                jobids=tuple(int(i) for i in data.get("jobids", ())),
+                by=str(data.get("by", "")),
+                action=str(data.get("action", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            raise DatabaseError(
+                "the intake hold to release is not one leaseguard took (no token or jobs): "
+                f"pass the registered hold as it is, or give intake back with {RESUME_HINT}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Release:
+    """What letting go did: jobs given back, and jobs other holders still hold (by whom)."""
+
+    resumed: tuple[str, ...]
+    still_held: dict[str, tuple[str, ...]]
 
 
 def drain_identity(front: str) -> str:
-    """Which drain paused: the front, this process and this machine (no secret)."""
+    """Who holds: the front, this process and this machine (no secret)."""
     return f"{front} pid {os.getpid()} on {socket.gethostname()}"
 
 
-def pause_jobs(conn: psycopg.Connection[Any], names: Sequence[str], by: str) -> ActivePlan:
-    """Deactivate `names` (all must exist) and record each job switched, atomically."""
+def hold_jobs(
+    conn: psycopg.Connection[Any], names: Sequence[str], by: str, action: str = "drain"
+) -> Hold:
+    """Hold `names` (all must exist): pause the active ones, count this holder on each.
 
-    def record(conn: psycopg.Connection[Any], changes: list[ActiveChange]) -> None:
-        row = conn.execute("SELECT now()").fetchone()
-        paused_at = row[0].isoformat() if row else "unknown"
+    A job that is inactive with other holders' records is held too (counted); one inactive
+    without any record was disabled by an operator and is left alone (`not_held`).
+    """
+    token = secrets.token_hex(6)
+    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
+        conn.execute(_HOLDS_LOCK)
+        changes = plan_changes(read_live_jobs(conn, names), dict.fromkeys(names, False))
+        if missing := [c.job for c in changes if not c.exists]:
+            user = conn.info.user
+            raise refused(
+                f"pg_cron job(s) not found: {', '.join(missing)} (as role {user}; pg_cron shows "
+                f"each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
+            )
+        held_by_others = {record.job for record in read_records(conn)}
+        held = [c for c in changes if c.changed or c.job in held_by_others]
+        stamp = _now(conn)
+        for change in held:
+            if change.changed:
+                step.doing = f"pausing pg_cron job {change.job}"
+                _set_active(conn, change.jobid, False)
+            step.doing = f"recording the hold on pg_cron job {change.job}"
+            _record(conn, PauseRecord(change.job, stamp, by, action, token))
+    return Hold(
+        token=token,
+        jobs=tuple(c.job for c in held),
+        jobids=tuple(int(c.jobid) for c in held if c.jobid is not None),
+        by=by,
+        action=action,
+        switched=tuple(c.job for c in held if c.changed),
+        not_held=tuple(c.job for c in changes if c not in held),
+    )
+
+
+def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
+    """Let go of `hold`: delete its records; give back each job no other holder holds."""
+    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
+        conn.execute(_HOLDS_LOCK)
+        records = read_records(conn)
+        others: dict[str, list[str]] = {}
+        for record in records:
+            if record.token != hold.token:
+                others.setdefault(record.job, []).append(record.by)
+        step.doing = "deleting this hold's records"
+        _forget(conn, [_record_name(job, hold.token) for job in hold.jobs])
+        free = [job for job in hold.jobs if job not in others]
+        changes = plan_changes(read_live_jobs(conn, free), dict.fromkeys(free, True))
         for change in changes:
-            payload = json.dumps({"job": change.job, "paused_at": paused_at, "by": by})
-            created = conn.execute(
-                "SELECT cron.schedule(%s, %s, %s)",
-                (RECORD_PREFIX + change.job, _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
-            ).fetchone()
-            assert created is not None
-            conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (created[0],))
+            if change.changed:
+                step.doing = f"resuming pg_cron job {change.job}"
+                _set_active(conn, change.jobid, True)
+    return Release(
+        resumed=tuple(c.job for c in changes if c.changed),
+        still_held={job: tuple(others[job]) for job in hold.jobs if job in others},
+    )
 
-    return set_jobs_active(conn, dict.fromkeys(names, False), require_all=True, also=record)
+
+def wait_quiet(
+    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+    hold: Hold,
+    *,
+    timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Return once no run of the held jobs is in progress, or fail closed naming them.
+
+    A pause stops new runs; a run already going (a claim loop) can still claim after it.
+    """
+    if not hold.jobids:
+        return
+    started = clock()
+    with connect() as conn:
+        while True:
+            with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
+                row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
+            running = int(row[0]) if row else 0
+            waited = clock() - started
+            if running == 0 and waited >= QUIET_SETTLE_S:
+                return
+            if waited > timeout_s:
+                raise DatabaseError(
+                    f"intake is not quiet: {running} run(s) of pg_cron job(s) "
+                    f"{', '.join(hold.jobs)} still in progress {timeout_s:g}s after the pause; "
+                    "not judging while intake may still claim"
+                )
+            sleep(0.1)
 
 
 def resume_recorded(
     conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
 ) -> tuple[list[PauseRecord], ActivePlan | None]:
-    """Reactivate the recorded jobs (only `jobs` if given) and delete their records.
+    """Give back every recorded hold (only on `jobs` if given): reactivate, delete records.
 
-    A recorded job that is already active (an operator resumed it) just loses its record;
-    one that no longer exists is reported missing by the plan. Raises LeaseguardError.
+    The operator's explicit command for holds whose runs are gone. A recorded job that is
+    already active just loses its records; one that no longer exists is reported missing.
     """
-    records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
-    if not records:
-        return [], None
-
-    def forget(conn: psycopg.Connection[Any], _changes: list[ActiveChange]) -> None:
-        conn.execute(
-            "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)",
-            ([RECORD_PREFIX + r.job for r in records],),
-        )
-
-    plan = set_jobs_active(conn, {r.job: True for r in records}, also=forget)
-    return records, plan
+    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
+        conn.execute(_HOLDS_LOCK)
+        records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
+        if not records:
+            return [], None
+        step.doing = "deleting the hold records"
+        _forget(conn, [_record_name(r.job, r.token) for r in records])
+        wanted = dict.fromkeys(sorted({r.job for r in records}), True)
+        changes = plan_changes(read_live_jobs(conn, list(wanted)), wanted)
+        for change in changes:
+            if change.changed:
+                step.doing = f"resuming pg_cron job {change.job}"
+                _set_active(conn, change.jobid, True)
+    return records, ActivePlan(tuple(changes), applied=True)
 
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
-    """Every pause record this role can see (raw psycopg errors)."""
+    """Every hold record this role can see (raw psycopg errors)."""
     return _records(conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall())
 
 
-def _records(rows: list[tuple[Any, ...]]) -> list[PauseRecord]:
-    return [_parse(str(name), str(command)) for name, command in rows]
-
-
 def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for pauses nobody gave back; [] when cron.job is not readable here.
+    """Warnings for holds not given back; [] when cron.job is not readable here.
 
     Advisory: a guard role that cannot read cron.job (another database, no USAGE on the
     cron schema) gets no warning rather than a failed check.
@@ -156,22 +314,68 @@ def scan_leftovers(
         return leftover_warnings(conn, exclude_by=exclude_by)
 
 
+def _now(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT now()").fetchone()
+    return row[0].isoformat() if row else "unknown"
+
+
+def _set_active(conn: psycopg.Connection[Any], jobid: int | None, active: bool) -> None:
+    conn.execute("SELECT cron.alter_job(%s::bigint, active := %s::boolean)", (jobid, active))
+
+
+def _record_name(job: str, token: str) -> str:
+    return f"{RECORD_PREFIX}{job}@{token}" if token else f"{RECORD_PREFIX}{job}"
+
+
+def _record(conn: psycopg.Connection[Any], record: PauseRecord) -> None:
+    payload = json.dumps({**record.as_dict(), "token": record.token})
+    created = conn.execute(
+        "SELECT cron.schedule(%s, %s, %s)",
+        (_record_name(record.job, record.token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
+    ).fetchone()
+    assert created is not None
+    _set_active(conn, int(created[0]), False)
+
+
+def _forget(conn: psycopg.Connection[Any], names: list[str]) -> None:
+    conn.execute(
+        "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (list(names),)
+    )
+
+
+def _records(rows: list[tuple[Any, ...]]) -> list[PauseRecord]:
+    return [_parse(str(name), str(command)) for name, command in rows]
+
+
 def _parse(name: str, command: str) -> PauseRecord:
-    job = name.removeprefix(RECORD_PREFIX)
+    # Records made before holds were counted have no token: ``leaseguard-paused:<job>``.
+    job, _, token = name.removeprefix(RECORD_PREFIX).rpartition("@")
+    if not job:
+        job, token = token, ""
     _, _, payload = command.partition(_MARKER)
     try:
         data = json.loads(payload)
-        return PauseRecord(str(data["job"]), str(data["paused_at"]), str(data["by"]))
+        return PauseRecord(
+            str(data["job"]),
+            str(data["paused_at"]),
+            str(data["by"]),
+            str(data.get("action", "drain")),
+            token,
+        )
     except (ValueError, KeyError, TypeError):
-        return PauseRecord(job, "an unknown time", "an unknown drain")
+        return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)
 
 
 __all__ = [
+    "Hold",
     "PauseRecord",
+    "Release",
     "drain_identity",
+    "hold_jobs",
     "leftover_warnings",
-    "pause_jobs",
     "read_records",
+    "release_hold",
     "resume_recorded",
     "scan_leftovers",
+    "wait_quiet",
 ]

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import socket
+import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,14 +26,25 @@ from leaseguard.cli.main import (
     open_session,
     report_failure,
 )
-from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED, ConfigError, LeaseguardError
+from leaseguard.core.errors import (
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    CommandFailed,
+    ConfigError,
+    LeaseguardError,
+)
 from leaseguard.core.verdict import failure_timeline
-from leaseguard.orchestration.drain import DrainResult
+from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
+
+log = logging.getLogger("leaseguard.drain")
 
 DRAIN = """\
-Pause intake, then poll until no live lease remains or the deadline passes; intake is
-resumed on every exit path. Exit status: 0 drained, 75 deadline reached with live leases,
-1 failed, 2 usage.
+Hold intake, then poll until no live lease remains or the deadline passes; intake is given
+back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
+with intake still held, and intake is given back only after it exits: the verdict is still
+true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE).
+Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
+COMMAND, COMMAND's own exit status once it ran.
 """
 
 RESUME = """\
@@ -121,6 +136,12 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
         "(node_exporter textfile collector: name it *.prom)",
     )
     drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
+    drain.add_argument(
+        "command",
+        nargs="*",
+        metavar="-- COMMAND",
+        help="run COMMAND [ARGS...] once drained, intake still held; its exit status is ours",
+    )
 
 
 def run_drain(args: argparse.Namespace) -> int:
@@ -156,14 +177,45 @@ def run_drain(args: argparse.Namespace) -> int:
             open_session(args, contract, facts, resolve_dsn(args)) as session,
             terminate_as_interrupt(),
         ):
-            result = drain_host(session, options, progress_for(sys.stderr), board)
+            result = drain_host(
+                session,
+                options,
+                progress_for(sys.stderr),
+                board,
+                act=command_action(args.command) if args.command else None,
+                action=f"command {args.command[0]}" if args.command else "drain",
+            )
     except KeyboardInterrupt:
-        print("leaseguard: drain interrupted; intake was resumed", file=sys.stderr)
+        ran = f" (command {args.command[0]} interrupted)" if args.command else ""
+        print(f"leaseguard: drain interrupted{ran}; intake was resumed", file=sys.stderr)
         return EXIT_FAILED
     except LeaseguardError as exc:
         return report_failure(exc, host, as_json=args.json)
     report_drain(result, as_json=args.json)
     return result.exit_status
+
+
+def command_action(argv: list[str]) -> Action:
+    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours."""
+
+    def run(result: DrainResult) -> ActionOutcome:
+        with tempfile.TemporaryDirectory(prefix="leaseguard-") as folder:
+            verdict_file = os.path.join(folder, "verdict.json")
+            with open(verdict_file, "w", encoding="utf-8") as out:
+                json.dump(result.as_dict(), out)
+            env = {**os.environ, "LEASEGUARD_VERDICT_FILE": verdict_file}
+            log.info("intake held: running command %s", argv[0])
+            try:
+                status = subprocess.run(argv, env=env, check=False).returncode
+            except OSError as exc:
+                raise CommandFailed(
+                    f"command {argv[0]} could not start ({type(exc).__name__}); "
+                    "intake is given back"
+                ) from None
+        log.info("command %s exited %d; giving intake back", argv[0], status)
+        return ActionOutcome(status, f"command {argv[0]} exited {status}")
+
+    return run
 
 
 def report_drain(result: DrainResult, *, as_json: bool) -> None:
@@ -174,6 +226,8 @@ def report_drain(result: DrainResult, *, as_json: bool) -> None:
         print(failure_timeline(datetime.now(UTC), socket.gethostname(), result.error))
     elif result.verdict is not None:
         print(result.verdict.timeline())
+    if result.action is not None and not as_json:
+        print(f"leaseguard: {result.action.description}; {result.intake_line}", file=sys.stderr)
     if result.error is not None:
         print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
     if result.verdict is not None and not as_json:

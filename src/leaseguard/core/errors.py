@@ -66,6 +66,10 @@ class UnclassifiedStatus(DatabaseError):
     """The table holds a status the contract classes neither claimed, queued nor finished."""
 
 
+class CommandFailed(LeaseguardError):
+    """The command run under an intake hold could not start or run (not its exit status)."""
+
+
 class DrainInterrupted(LeaseguardError):
     """A signal (Ctrl-C, SIGTERM) stopped the drain; intake is resumed before the exit."""
 

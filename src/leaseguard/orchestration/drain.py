@@ -16,7 +16,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from leaseguard.core.errors import (
@@ -33,7 +33,11 @@ from leaseguard.orchestration.intake import Intake
 log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
-MAX_CONSECUTIVE_ERRORS = 3
+# Failed polls end a drain only once they have failed for a span of time: a fraction of its
+# deadline (a short blip must not end a two-hour drain), at least three polls' worth, and
+# never past the deadline itself.
+ERROR_BUDGET_FRACTION = 0.1
+ERROR_BUDGET_MIN_POLLS = 3
 
 
 @dataclass
@@ -73,6 +77,10 @@ class DrainResult(DrainState):
     its deadline with live leases)."""
 
     error: LeaseguardError | None = None
+    # What was held while judging and acting ("pg_cron:claim", "command:app1"); None: no
+    # intake is configured, so nothing stopped new claims between the verdict and the action.
+    intake: tuple[str, ...] | None = None
+    action: ActionOutcome | None = None  # what ran while intake was held, if anything
 
     @property
     def drained(self) -> bool:
@@ -82,7 +90,13 @@ class DrainResult(DrainState):
     def exit_status(self) -> int:
         if self.error is not None:
             return EXIT_FAILED
+        if self.action is not None:
+            return self.action.exit_status
         return EXIT_PROCEED if self.drained else EXIT_DEFER
+
+    @property
+    def intake_line(self) -> str:
+        return intake_line(self.intake)
 
     @property
     def decision(self) -> Decision:
@@ -99,7 +113,34 @@ class DrainResult(DrainState):
             "counters": self.counters.snapshot(),
             "verdict": self.verdict.as_dict() if self.verdict else None,
             "error": {"type": self.error.kind, "message": str(self.error)} if self.error else None,
+            "intake": {"held": self.intake is not None, "what": list(self.intake or ())},
+            "action": self.action.as_dict() if self.action else None,
         }
+
+
+def intake_line(held: tuple[str, ...] | None) -> str:
+    """What stopped new claims between the verdict and the action, said plainly."""
+    if held is None:
+        return (
+            "intake: not held (no intake configured: nothing stops new claims between the "
+            "verdict and the action)"
+        )
+    return f"intake: held ({', '.join(held) or 'nothing left active to pause'})"
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    """What an action run under the hold did: its exit status and a line naming it."""
+
+    exit_status: int
+    description: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"exit_status": self.exit_status, "description": self.description}
+
+
+# Runs once the drain proceeds, with intake still held; intake is given back after it.
+Action = Callable[[DrainResult], ActionOutcome]
 
 
 class Progress(Protocol):
@@ -146,36 +187,46 @@ class Drainer:
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: DrainObserver = field(default_factory=DrainObserver)
-    max_consecutive_errors: int = MAX_CONSECUTIVE_ERRORS
+    error_budget_s: float | None = None  # None: ERROR_BUDGET_FRACTION of the deadline
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
 
-    def run(self, intake: Intake | None = None) -> DrainResult:
+    def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
+        """Hold intake, wait for the live leases to end, run `act` if drained, give back.
+
+        Intake is held from before the first verdict until `act` has returned (its own
+        verification included), and given back on every exit path.
+        """
         result: DrainResult | None = None
         try:
-            result = self._drain(intake)
+            result = self._drain(intake, act)
             return result
         finally:
             self.observer.finished(result)
 
-    def _drain(self, intake: Intake | None) -> DrainResult:
+    def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
         started = self.clock()
         if self.stop.is_set():  # stopped before anything was paused
             exc = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
             return DrainResult(None, self.counters, 0.0, 0.0, exc)
+        held: tuple[str, ...] | None = None
         try:
             if intake is not None:
                 intake.pause()
-            return self._wait(started)
-        except LeaseguardError as exc:  # the pause itself failed: nothing was waited for
-            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc)
+                held = tuple(intake.paused_intake())
+            result = replace(self._wait(started, held), intake=held)
+            if act is not None and result.drained and not self.stop.is_set():
+                result = replace(result, action=act(result))
+            return result
+        except LeaseguardError as exc:  # the pause or the action failed
+            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc, held)
         finally:
             if intake is not None:
                 intake.resume()
             self.progress.close()
             log.info("drain counters %s", _fields(self.counters.snapshot()))
 
-    def _wait(self, started: float) -> DrainResult:
+    def _wait(self, started: float, held: tuple[str, ...] | None) -> DrainResult:
         try:
             verdict = self._poll()
         except LeaseguardError as exc:
@@ -186,12 +237,14 @@ class Drainer:
             deadline = min(deadline, self.deadline_s)
         self.observer.after_poll(self._state(verdict, started, deadline))
         log.info(
-            "drain host=%s start live=%d deadline_s=%.0f",
+            "drain host=%s start live=%d deadline_s=%.0f %s",
             verdict.host or "-",
             verdict.counts.live,
             deadline,
+            intake_line(held),
         )
-        errors_in_a_row = 0
+        failing_since: float | None = None
+        budget = self._error_budget(deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             self.progress.update(verdict, elapsed, deadline)
             self._sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
@@ -202,13 +255,12 @@ class Drainer:
                 )
             try:
                 verdict = self._next(verdict)
-                errors_in_a_row = 0
+                failing_since = None
             except LeaseguardError as exc:
-                errors_in_a_row += 1
-                if errors_in_a_row >= self.max_consecutive_errors:
-                    return DrainResult(
-                        verdict, self.counters, self.clock() - started, deadline, exc
-                    )
+                now = self.clock()
+                failing_since = now if failing_since is None else failing_since
+                if now - failing_since >= budget:
+                    return DrainResult(verdict, self.counters, now - started, deadline, exc)
             finally:
                 self.observer.after_poll(self._state(verdict, started, deadline))
         result = DrainResult(verdict, self.counters, self.clock() - started, deadline)
@@ -220,6 +272,13 @@ class Drainer:
             result.elapsed_s,
         )
         return result
+
+    def _error_budget(self, deadline: float) -> float:
+        """How long polls may keep failing before the drain gives up (fails closed)."""
+        if self.error_budget_s is not None:
+            return self.error_budget_s
+        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
+        return max(least, ERROR_BUDGET_FRACTION * deadline)
 
     def _state(self, verdict: Verdict | None, started: float, deadline: float) -> DrainState:
         return DrainState(verdict, self.counters, self.clock() - started, deadline)

@@ -99,6 +99,7 @@ def build_intake(
     runners: Runner | Sequence[Runner],
     *,
     by: str = "a leaseguard drain",
+    action: str = "drain",
     resume_hint: str | None = None,
 ) -> Intake | None:
     """The intake pauses the options ask for, as one; None when none is asked for.
@@ -113,6 +114,7 @@ def build_intake(
                 lambda: connect(options.cron_database),
                 options.pause_cron_jobs,
                 by=by,
+                action=action,
                 retry_s=options.resume_retry_s,
                 resume_hint=resume_hint or RESUME_HINT,
             )

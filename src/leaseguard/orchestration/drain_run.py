@@ -17,7 +17,7 @@ import psycopg
 from leaseguard.adapters.pauses import drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import LeaseguardError
-from leaseguard.orchestration.drain import Drainer, DrainResult, NoProgress, Progress
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, NoProgress, Progress
 from leaseguard.orchestration.drain_options import DrainOptions, build_intake
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.session import GuardSession
@@ -34,13 +34,16 @@ def drain_host(
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
     connect: Callable[[str | None], psycopg.Connection[Any]] | None = None,
+    act: Action | None = None,
+    action: str = "drain",
 ) -> DrainResult:
     """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
 
     `board`: the status/metrics files several hosts share; by default this host's own,
     from options.status_file / options.metrics_file. For a fleet, `session` is a
     `fleet_session`, `runners` every host's (their pause commands) and `connect` reaches the
-    shared database through any host that still can.
+    shared database through any host that still can. `act` runs once drained, with intake
+    still held (`action` names it in the hold's record); intake is given back after it.
     """
     by = drain_identity(front)
     session.pause_owner = by
@@ -50,6 +53,7 @@ def drain_host(
         connect or session.connect_writable,
         runners or [session.runner],
         by=by,
+        action=action,
         resume_hint=resume_hint,
     )
     board = board or status_board(options)
@@ -62,7 +66,7 @@ def drain_host(
         stop=stop or threading.Event(),
         label=session.host,
     )
-    return drainer.run(intake)
+    return drainer.run(intake, act)
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
@@ -94,9 +98,13 @@ def first_that_connects(
     return connect
 
 
+# What ends a drain early: Ctrl-C, a kill, and a closed terminal (an ssh session dropped).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM set `stop` instead of raising: worker threads see it and wind down.
+    """SIGINT/SIGTERM/SIGHUP set `stop` instead of raising: worker threads see it and wind down.
 
     The main thread keeps waiting for them, so every drain's `finally` (the resume) runs
     before the exit. A second signal only repeats that the resume is under way.
@@ -110,18 +118,19 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
             say(f"{name}: stopping the drain and resuming intake")
         stop.set()
 
-    with _handling((signal.SIGINT, signal.SIGTERM), handler):
+    with _handling(STOP_SIGNALS, handler):
         yield
 
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C, so `finally` blocks resume intake before the exit."""
+    """Treat SIGTERM and SIGHUP (a closed terminal) like Ctrl-C, so `finally` blocks resume
+    intake before the exit."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    with _handling((signal.SIGTERM,), interrupt):
+    with _handling((signal.SIGTERM, signal.SIGHUP), interrupt):
         yield
 
 

@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 import psycopg
 
-from leaseguard.adapters.pauses import RESUME_HINT, pause_jobs, resume_recorded
+from leaseguard.adapters.pauses import (
+    DEFAULT_QUIET_TIMEOUT_S,
+    RESUME_HINT,
+    Hold,
+    hold_jobs,
+    release_hold,
+    wait_quiet,
+)
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import IntakeNotResumed, LeaseguardError, LookupFailed
 
@@ -33,16 +40,21 @@ class Intake(Protocol):
 
     def resume(self) -> None: ...
 
+    def paused_intake(self) -> list[str]: ...
+
 
 class CronJobsPause:
-    """Deactivate named pg_cron jobs for the drain, and reactivate only those it paused.
+    """Hold named pg_cron jobs for an action, and let go of exactly this hold after it.
 
-    A name that matches no job fails the pause before anything is switched: a mistyped
-    name would leave intake running while the drain waits for it to stop. Each pause is
-    recorded in cron.job in the same transaction (`leaseguard.adapters.pauses`), so a drain killed
-    before its resume is named by the next run. The resume is retried with backoff for
-    `retry_s`; if it still fails, the error names the paused jobs and the command that
-    gives them back.
+    A name that matches no job (or one this role cannot see) fails the hold before anything
+    is switched: a mistyped name would leave intake running while the drain waits for it to
+    stop. Holds are counted (`leaseguard.adapters.pauses`): a job comes back only when its
+    last holder lets go, and each hold is recorded in cron.job in the same transaction, so a
+    run killed before its release is named by the next run. After the pause, runs of the
+    jobs already in progress are waited for: a pause stops new runs, not a running claim
+    loop. The release is retried with backoff for `retry_s`, each attempt over a fresh
+    path (tunnel included, through `connect`); if it still fails, the error names the held
+    jobs and the command that gives them back.
     """
 
     def __init__(
@@ -51,38 +63,53 @@ class CronJobsPause:
         job_names: Sequence[str],
         *,
         by: str = "a leaseguard drain",
+        action: str = "drain",
         retry_s: float = DEFAULT_RESUME_RETRY_S,
         resume_hint: str = RESUME_HINT,
+        quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.connect = connect
         self.job_names = list(job_names)
         self.by = by
+        self.action = action
         self.retry_s = retry_s
         self.resume_hint = resume_hint
+        self.quiet_timeout_s = quiet_timeout_s
         self.sleep = sleep
         self.clock = clock
-        self.paused: list[str] = []
+        self.hold: Hold | None = None
+
+    @property
+    def paused(self) -> list[str]:
+        return list(self.hold.jobs) if self.hold else []
 
     def paused_intake(self) -> list[str]:
         return [f"pg_cron:{name}" for name in self.paused]
 
     def pause(self) -> None:
         with self.connect() as conn:
-            plan = pause_jobs(conn, self.job_names, self.by)
-        self.paused = plan.paused
-        for name in self.paused:
+            self.hold = hold_jobs(conn, self.job_names, self.by, self.action)
+        for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
-        for name in set(self.job_names) - set(self.paused):
+        for name in set(self.hold.jobs) - set(self.hold.switched):
+            log.info("intake held pg_cron job=%s (already held by another run)", name)
+        for name in self.hold.not_held:
             log.warning(
-                "pg_cron job %s was already inactive: not paused by this drain, so it will "
-                "not be resumed by it",
+                "pg_cron job %s was already inactive with no leaseguard hold (an operator's "
+                "pause): not held by this run, so it will not be resumed by it",
                 name,
             )
+        wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s)
+
+    def adopt(self, hold: Hold) -> None:
+        """Let go later of a hold another task took (the Ansible front's release task)."""
+        self.hold = hold
 
     def resume(self) -> None:
-        if not self.paused:
+        if self.hold is None or not self.hold.jobs:
+            self.hold = None
             return
         give_up_at = self.clock() + self.retry_s
         delay = 0.5
@@ -91,7 +118,7 @@ class CronJobsPause:
             attempt += 1
             try:
                 with self.connect() as conn:
-                    resume_recorded(conn, self.paused)
+                    released = release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
                 if self.clock() + delay > give_up_at:
@@ -106,15 +133,21 @@ class CronJobsPause:
                 )
                 self.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        for name in self.paused:
+        for name in released.resumed:
             log.info("intake resumed pg_cron job=%s", name)
-        self.paused = []
+        for name, holders in released.still_held.items():
+            log.info(
+                "intake still held pg_cron job=%s by=%s (given back by its last holder)",
+                name,
+                "; ".join(holders),
+            )
+        self.hold = None
 
     def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
         jobs = ", ".join(self.paused)
         message = (
             f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
-            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the pause is recorded "
+            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the hold is recorded "
             f"in cron.job; give it back with {self.resume_hint}"
         )
         log.error("%s", message)
@@ -163,8 +196,11 @@ class Intakes:
 
     def pause(self) -> None:
         for part in self.parts:
-            part.pause()
+            # Listed first: a part interrupted half way (held, then a signal while waiting
+            # for intake to be quiet) must still be given back; resume() of a part that
+            # holds nothing does nothing.
             self.active.append(part)
+            part.pause()
 
     def resume(self) -> None:
         failures: list[LeaseguardError] = []

@@ -1,0 +1,327 @@
+"""Intake held from before the verdict until the action is done, counted per holder.
+
+Real PostgreSQL + pg_cron, real `leaseguard drain` processes. The busy intake is a claim
+loop that claims a queued row every 0.1 s while its pg_cron job is active (as pg_cron starts
+runs only of active jobs), each claim finished 0.3 s later: the incident's busy intake.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+
+import psycopg
+import pytest
+
+from leaseguard.adapters.pauses import (
+    RECORD_PREFIX,
+    hold_jobs,
+    leftover_warnings,
+    release_hold,
+    resume_recorded,
+    wait_quiet,
+)
+from leaseguard.core.errors import DatabaseError
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
+from tests.support.process_lines import Lines
+
+pytestmark = pytest.mark.integration
+
+FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:00Z"]
+
+
+@pytest.fixture
+def intake(db):
+    """pg_cron job `claim_<db>` (in the cron database, targeting the test's database)."""
+    job = f"claim_{db.name}"
+    with db.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (job, db.name)
+        )
+    with db.connect() as conn:
+        create_runs_table(conn)
+    yield job
+    with db.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
+            (f"{RECORD_PREFIX}{job}@",),
+        )
+
+
+def active(db, job: str) -> bool:
+    """cron.job.active, read on the test's own connection."""
+    with db.cluster.connect(socket=True) as conn:
+        row = conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (job,)).fetchone()
+    return bool(row[0])
+
+
+def cron_conn(db) -> psycopg.Connection:
+    return db.cluster.connect(socket=True)
+
+
+class BusyIntake(threading.Thread):
+    """Claims a row every `period_s` while `job` is active; finishes each 0.3 s later."""
+
+    def __init__(self, db, job: str, period_s: float = 0.1) -> None:
+        super().__init__(daemon=True)
+        self.db, self.job, self.halt = db, job, threading.Event()
+        self.period_s = period_s
+        self.claims = 0
+
+    def run(self) -> None:
+        with cron_conn(self.db) as cron, self.db.connect() as app:
+            next_id, last_claim = 1000, 0.0
+            while not self.halt.wait(0.05):
+                app.execute(
+                    "UPDATE execution_runs SET status = 'done' WHERE status = 'running' "
+                    "AND claimed_at < clock_timestamp() - interval '0.3 s'"
+                )
+                if time.monotonic() - last_claim < self.period_s:
+                    continue
+                row = cron.execute(
+                    "SELECT active FROM cron.job WHERE jobname = %s", (self.job,)
+                ).fetchone()
+                if row and row[0]:
+                    next_id, last_claim = next_id + 1, time.monotonic()
+                    app.execute(
+                        "INSERT INTO execution_runs (id, status, claimed_at) "
+                        "VALUES (%s, 'running', clock_timestamp())",
+                        (next_id,),
+                    )
+                    self.claims += 1
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=10)
+
+
+def claims_between(db, start: datetime, end: datetime) -> int:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM execution_runs WHERE claimed_at > %s AND claimed_at <= %s",
+            (start, end),
+        ).fetchone()
+    return int(row[0])
+
+
+# A command that records the database clock when it starts and ends, and the verdict it got.
+TIMED_COMMAND = """
+import json, os, sys, time, psycopg
+with psycopg.connect(sys.argv[1]) as conn:
+    start = conn.execute("select clock_timestamp()").fetchone()[0].isoformat()
+    time.sleep(1.0)
+    end = conn.execute("select clock_timestamp()").fetchone()[0].isoformat()
+verdict = json.load(open(os.environ["LEASEGUARD_VERDICT_FILE"]))
+json.dump({"start": start, "end": end, "verdict": verdict}, open(sys.argv[2], "w"))
+sys.exit(int(sys.argv[3]))
+"""
+
+
+def drain_argv(db, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "leaseguard",
+        "drain",
+        "--dsn",
+        db.dsn,
+        *FACTS,
+        "--poll-s",
+        "0.2",
+        "--cron-database",
+        "postgres",
+        *extra,
+    ]
+
+
+def timed_command(db, out, status: int = 0) -> list[str]:
+    return ["--", sys.executable, "-c", TIMED_COMMAND, db.dsn, str(out), str(status)]
+
+
+def run(argv: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=clean_env(), timeout=timeout, check=False
+    )
+
+
+# --- the hold on a busy intake: both directions ---------------------------------------------
+
+
+def test_no_claim_is_taken_between_the_verdict_and_the_end_of_the_command(db, intake, tmp_path):
+    out = tmp_path / "ran.json"
+    busy = BusyIntake(db, intake)
+    busy.start()
+    try:
+        ran = run(drain_argv(db, "--pause-cron-job", intake, *timed_command(db, out)))
+        assert ran.returncode == 0, ran.stderr
+        record = json.loads(out.read_text())
+        verdict_at = datetime.fromisoformat(record["verdict"]["verdict"]["checked_at"])
+        end = datetime.fromisoformat(record["end"])
+        assert claims_between(db, verdict_at, end) == 0
+        assert "intake: held (pg_cron:" in ran.stderr and "exited 0; intake: held" in ran.stderr
+        # Given back after the command: the intake claims again.
+        deadline = time.monotonic() + 10
+        while active(db, intake) is False and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert active(db, intake)
+    finally:
+        busy.stop()
+    assert busy.claims > 0
+
+
+def test_without_intake_the_busy_intake_claims_during_the_command_and_output_says_so(
+    db, intake, tmp_path
+):
+    # The control: without a hold, a drain proceeds in a quiet moment and claims come in
+    # while the command runs (so the test above can fail). A claim a second: there are quiet
+    # moments (at 0.1 s claims are live at every poll, and an unheld drain never proceeds).
+    out = tmp_path / "ran.json"
+    busy = BusyIntake(db, intake, period_s=1.0)
+    busy.start()
+    try:
+        ran = run(drain_argv(db, *timed_command(db, out)))
+    finally:
+        busy.stop()
+    assert ran.returncode == 0, ran.stderr
+    record = json.loads(out.read_text())
+    verdict_at = datetime.fromisoformat(record["verdict"]["verdict"]["checked_at"])
+    assert claims_between(db, verdict_at, datetime.fromisoformat(record["end"])) > 0
+    assert "intake: not held" in ran.stderr
+
+
+# --- hold and run: exit statuses -------------------------------------------------------------
+
+
+def test_the_commands_exit_status_is_the_drains_and_intake_comes_back(db, intake, tmp_path):
+    ran = run(drain_argv(db, "--pause-cron-job", intake, *timed_command(db, tmp_path / "o", 7)))
+    assert ran.returncode == 7, ran.stderr
+    assert "command " in ran.stderr and "exited 7" in ran.stderr
+    assert active(db, intake)
+
+
+def test_a_command_that_cannot_start_fails_and_gives_intake_back(db, intake):
+    ran = run(drain_argv(db, "--pause-cron-job", intake, "--", "/nonexistent/deploy-step"))
+    assert ran.returncode == 1
+    assert "command /nonexistent/deploy-step could not start (FileNotFoundError)" in ran.stderr
+    assert active(db, intake)
+
+
+def test_live_work_at_the_deadline_never_runs_the_command(db, intake, tmp_path):
+    with db.connect() as conn:
+        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
+    out = tmp_path / "ran.json"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--deadline-s", "1", *timed_command(db, out))
+    ran = run(argv)
+    assert ran.returncode == 75, ran.stderr
+    assert not out.exists()
+    assert active(db, intake)
+
+
+# --- counted holds -----------------------------------------------------------------------------
+
+
+def test_intake_comes_back_only_when_the_last_holder_lets_go(db, intake):
+    with cron_conn(db) as conn:
+        first = hold_jobs(conn, [intake], "first pid 1 on here", "restart app1")
+        second = hold_jobs(conn, [intake], "second pid 2 on here", "migration")
+        assert (first.switched, second.switched) == ((intake,), ())
+        assert second.jobs == (intake,)
+        released = release_hold(conn, first)
+        assert released.resumed == () and released.still_held == {intake: ("second pid 2 on here",)}
+        assert not active(db, intake)
+        assert release_hold(conn, second).resumed == (intake,)
+    assert active(db, intake)
+
+
+def test_an_operators_pause_is_neither_held_nor_given_back(db, intake):
+    with cron_conn(db) as conn:
+        conn.execute(
+            "SELECT cron.alter_job(jobid, active := false) FROM cron.job WHERE jobname = %s",
+            (intake,),
+        )
+        hold = hold_jobs(conn, [intake], "drain pid 1 on here")
+        assert hold.jobs == () and hold.not_held == (intake,)
+        release_hold(conn, hold)
+    assert not active(db, intake)
+
+
+def test_a_leftover_hold_names_its_holder_and_action_and_resume_gives_it_back(db, intake):
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")
+        hold_jobs(conn, [intake], "leaseguard drain pid 43 on ctl", "drain")
+        warnings = [w for w in leftover_warnings(conn) if intake in w]
+        assert len(warnings) == 2
+        assert any(
+            "still paused: paused at" in w and "by fab drain pid 42 on ctl" in w for w in warnings
+        )
+        assert any("(for: restart app1)" in w for w in warnings)
+        records, plan = resume_recorded(conn, [intake])
+        assert len(records) == 2 and plan is not None and plan.resumed == [intake]
+        assert [w for w in leftover_warnings(conn) if intake in w] == []
+    assert active(db, intake)
+
+
+def test_a_job_this_role_cannot_see_fails_the_hold_naming_the_role(db, intake):
+    with cron_conn(db) as conn, pytest.raises(DatabaseError) as failed:
+        hold_jobs(conn, [intake, "no_such_job"], "drain pid 1 on here")
+    message = str(failed.value)
+    assert "pg_cron job(s) not found: no_such_job (as role" in message
+    assert "pg_cron shows each role only its own jobs" in message
+    assert active(db, intake)  # nothing was paused
+
+
+def test_two_real_drains_on_one_intake_give_it_back_only_after_both(db, intake, tmp_path):
+    slow = subprocess.Popen(
+        drain_argv(db, "--pause-cron-job", intake, "--", "sleep", "4"),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        lines = Lines(slow.stderr)
+        assert lines.wait_for("intake held: running command sleep")
+        quick = run(drain_argv(db, "--pause-cron-job", intake, "--", "true"))
+        assert quick.returncode == 0, quick.stderr
+        assert "intake still held pg_cron job=" in quick.stderr
+        assert not active(db, intake)  # the first drain still holds it
+        assert slow.wait(timeout=60) == 0
+    finally:
+        if slow.poll() is None:
+            slow.kill()
+    assert active(db, intake)
+
+
+# --- runs already in progress ------------------------------------------------------------------
+
+
+def test_the_hold_waits_for_a_run_already_in_progress(db, intake):
+    """A pause stops new runs, not one already going: the verdict waits for it to end."""
+    with cron_conn(db) as conn, cron_conn(db) as running:
+        pid = running.execute("SELECT pg_backend_pid()").fetchone()[0]
+        jobid = conn.execute("SELECT jobid FROM cron.job WHERE jobname = %s", (intake,)).fetchone()[
+            0
+        ]
+        conn.execute(
+            "INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, "
+            "command, status, start_time) VALUES (%s, nextval('cron.runid_seq'), %s, %s, "
+            "current_user, 'SELECT 1', 'running', now())",
+            (jobid, pid, db.name),
+        )
+        hold = hold_jobs(conn, [intake], "drain pid 1 on here")
+        ended = threading.Timer(1.5, running.close)
+        ended.start()
+        began = time.monotonic()
+        wait_quiet(lambda: cron_conn(db), hold, timeout_s=20)
+        assert time.monotonic() - began >= 1.4  # waited for the run's backend to end
+        with pytest.raises(DatabaseError, match="intake is not quiet"):
+            conn.execute(
+                "UPDATE cron.job_run_details SET job_pid = pg_backend_pid() WHERE job_pid = %s",
+                (pid,),
+            )
+            wait_quiet(lambda: cron_conn(db), hold, timeout_s=1.5)
+        release_hold(conn, hold)
