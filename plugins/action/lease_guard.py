@@ -22,6 +22,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     given_facts,
     guard_session,
     host_lookup,
+    intake_line,
     stop_on_signals,
 )
 
@@ -48,13 +49,18 @@ class ActionModule(LeaseguardAction):
 
     def _guard(self, args, host, play_hosts):
         contract = contract_from(args)
-        options = drain_options({key: args[key] for key in DRAIN_KEYS})
+        held = _held(args["held_intake"])
+        drain_args = {key: args[key] for key in DRAIN_KEYS}
+        if held is not None:  # the caller holds intake: the drain pauses nothing of its own
+            drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
+        options = drain_options(drain_args)
         waiting = args["wait"] and not self._task.check_mode
         with self._session(args, contract, host, play_hosts) as session:
             session.cron_database = options.cron_database
             looked_up = _looked_up(args, session)
             if not waiting:
-                return {**_report(session.judge().as_dict(), args), **looked_up}
+                verdict = _report(session.judge().as_dict(), args)
+                return {**verdict, **looked_up, "intake": _intake(held)}
             with drain_events(host) as events, stop_on_signals(session.host) as (stop, say):
                 try:
                     drained = drain_host(
@@ -71,13 +77,28 @@ class ActionModule(LeaseguardAction):
             raise drained.error
         drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
         report = _report(drained.verdict.as_dict(), args)
-        return {**report, **looked_up, "drain": {**drain, "events": events}}
+        intake = _intake(held if held is not None else drained.intake)
+        return {**report, **looked_up, "drain": {**drain, "events": events}, "intake": intake}
 
     def _session(self, args, contract, host, play_hosts):
         """This host's own session, or with fleet_lookups one judgment for every host."""
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _held(registered):
+    """What the caller's intake_hold task holds (None: the caller holds nothing)."""
+    if not registered:
+        return None
+    return tuple((registered.get("hold") or {}).get("what") or ())
+
+
+def _intake(held):
+    """Whether anything stopped new claims between this verdict and the caller's action."""
+    if not held:
+        return {"held": False, "what": [], "msg": intake_line(None)}
+    return {"held": True, "what": list(held), "msg": intake_line(tuple(held))}
 
 
 def _looked_up(args, session):

@@ -154,6 +154,7 @@ def lease_guard_argument_spec():
         **facts_spec(),
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
+        held_intake=dict(type="dict"),
         **check_vars_option(),
         from_role_vars=dict(type="bool", default=False),
     )
@@ -163,7 +164,7 @@ def lease_guard_argument_spec():
 # guard role's variables never fill them (from_role_vars).
 NOT_ROLE_VARIABLES = frozenset(
     {"lookup", "task_timeout_s", "runtime_started_at"}  # this host's facts
-    | {"wait", "force", "fail_on_defer", "check_vars", "from_role_vars"}  # the caller's say
+    | {"wait", "force", "fail_on_defer", "check_vars", "from_role_vars", "held_intake"}
 )
 # A drain's own timing and files are leaseguard_drain_<option> in the roles.
 DRAIN_ROLE_VARIABLES = frozenset(
@@ -241,6 +242,49 @@ def check_vars_argument_spec():
     )
 
 
+def intake_identity_spec():
+    """The role that owns the intake pg_cron jobs, when it is not the guard's (read-only) one.
+
+    pg_cron shows and lets each role alter only its own jobs, so pausing, recording, resuming
+    and finding leftover holds run as the jobs' owner.
+    """
+    return dict(
+        cron_user=dict(type="str"),
+        cron_password=dict(
+            type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_CRON_PASSWORD"])
+        ),
+    )
+
+
+def intake_hold_argument_spec():
+    """Hold intake (pg_cron jobs, a host command) for an action, and let go of that hold."""
+    return dict(
+        state=dict(type="str", required=True, choices=["held", "released"]),
+        hold=dict(type="dict"),
+        action=dict(type="str", default="restart"),
+        pause_cron_jobs=dict(type="list", elements="str", default=[]),
+        cron_database=dict(type="str"),
+        pause_command=dict(type="list", elements="str", default=[]),
+        resume_command=dict(type="list", elements="str", default=[]),
+        resume_retry_s=dict(type="float", default=60.0),
+        quiet_timeout_s=dict(type="float", default=120.0),
+        connect_timeout_s=dict(type="int", default=10),
+        **intake_identity_spec(),
+        **connection_spec(),
+        from_role_vars=dict(type="bool", default=False),
+    )
+
+
+def intake_hold_role_variables():
+    """Each intake_hold option the roles' variables fill (from_role_vars)."""
+    drain = {"resume_retry_s"}
+    return {
+        option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
+        for option in intake_hold_argument_spec()
+        if option not in {"state", "hold", "action", "from_role_vars"}
+    }
+
+
 def cron_budget_spec_options():
     return dict(required_one_of=[("jobs", "active", "resume_recorded")])
 
@@ -253,6 +297,10 @@ MODULE_SPECS = {
     "runtime_restart": lambda: (runtime_restart_argument_spec(), {}),
     "lease_guard": lambda: (lease_guard_argument_spec(), lease_guard_spec_options()),
     "cron_budget": lambda: (cron_budget_argument_spec(), cron_budget_spec_options()),
+    "intake_hold": lambda: (
+        intake_hold_argument_spec(),
+        dict(required_together=[("pause_command", "resume_command")]),
+    ),
 }
 
 

@@ -152,6 +152,14 @@ options:
         a C(defer) adds RV(forced) and a warning naming every live claim that will be killed.
     type: bool
     default: false
+  held_intake:
+    description:
+      - The registered result of M(leaseguard.deploy.intake_hold) with O(leaseguard.deploy.intake_hold#module:state=held)
+        when the caller holds intake itself (the restart and migrate roles). The drain then
+        pauses nothing of its own, and the result says what was held (RV(intake)).
+      - Without it, a drain pauses and resumes the intake it is given, and a verdict
+        without any says the intake was not held.
+    type: dict
 attributes:
   check_mode:
     support: partial
@@ -315,6 +323,13 @@ lookup:
     runtime_started_epoch_s: 1788926400.0
     clock: {"offset_s": 0.004, "uncertainty_s": 0.012}
     warnings: []
+intake:
+  description:
+    - What stopped new claims between this verdict and the caller's action. C(held) false
+      (the C(intake) line says not held) means nothing did. C(what) names the held intake.
+  returned: success
+  type: dict
+  sample: {"held": true, "what": ["pg_cron:claim"]}
 forced:
   description: Present and true when O(force) was set and work was live.
   returned: when forced

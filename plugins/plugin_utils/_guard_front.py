@@ -44,6 +44,7 @@ try:
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
     from leaseguard.core.verdict import failure_result
+    from leaseguard.orchestration.drain import intake_line
     from leaseguard.orchestration.drain_options import drain_options
     from leaseguard.orchestration.drain_run import drain_host, signals_set
     from leaseguard.orchestration.session import GuardSession, fleet_session
@@ -55,7 +56,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
     ConfigError = TunnelError = LookupFailed = LeaseguardError
-    drain_host = drain_options = signals_set = None
+    drain_host = drain_options = signals_set = intake_line = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -432,14 +433,16 @@ RESUME_HINT = (
 
 @contextmanager
 def stop_on_signals(label):
-    """SIGINT/SIGTERM stop the drain and its `finally` resumes intake; the worker says so.
+    """SIGINT/SIGTERM/SIGHUP stop the drain and its `finally` resumes intake; the worker says so.
 
-    ansible-playbook forwards both signals to its workers, whose own handler kills the whole
-    worker at once (no `finally` runs), and on SIGTERM the controller process exits right
-    away. So while a drain runs here, the signals only set `stop`; the drain's loop notices
-    it within a poll and resumes intake. The message goes to the controller's stderr,
-    opened before any signal (a worker's own stdio is /dev/null, and the controller may be
-    gone by the time the resume is done).
+    ansible-playbook forwards SIGINT and SIGTERM to its workers, whose own handler kills the
+    whole worker at once (no `finally` runs), and on SIGTERM the controller process exits
+    right away. So while a drain runs here, the signals only set `stop`; the drain's loop
+    notices it within a poll and resumes intake. A controller that dies without forwarding
+    anything (SIGHUP when its terminal closes, SIGKILL) leaves the worker orphaned: the worker
+    notices its parent is gone and stops the same way, instead of draining on unseen. The
+    message goes to the controller's stderr, opened before any signal (a worker's own stdio
+    is /dev/null, and the controller may be gone by the time the resume is done).
     """
     stop = threading.Event()
     out = _controller_stderr()
@@ -454,12 +457,28 @@ def stop_on_signals(label):
             else:
                 display.display(line, stderr=True)
 
+    done = threading.Event()
+    watcher = threading.Thread(
+        target=_stop_when_orphaned, args=(os.getppid(), stop, done, say), daemon=True
+    )
+    watcher.start()
     try:
         with signals_set(stop, say):
             yield stop, say
     finally:
+        done.set()
+        watcher.join()
         if out is not None:
             out.close()
+
+
+def _stop_when_orphaned(parent, stop, done, say):
+    """Set `stop` once the controller that forked this worker is gone."""
+    while not done.wait(0.5):
+        if os.getppid() != parent:
+            say("ansible-playbook is gone: stopping the drain and resuming intake")
+            stop.set()
+            return
 
 
 def _controller_stderr():
@@ -515,6 +534,7 @@ __all__ = [
     "given_facts",
     "guard_session",
     "host_lookup",
+    "intake_line",
     "look_up",
     "lookup_result",
     "require_leaseguard",

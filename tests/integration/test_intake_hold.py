@@ -74,7 +74,7 @@ class BusyIntake(threading.Thread):
         self.claims = 0
 
     def run(self) -> None:
-        with cron_conn(self.db) as cron, self.db.connect() as app:
+        with cron_conn(self.db) as cron, self.db.connect(socket=True) as app:
             next_id, last_claim = 1000, 0.0
             while not self.halt.wait(0.05):
                 app.execute(
@@ -101,7 +101,7 @@ class BusyIntake(threading.Thread):
 
 
 def claims_between(db, start: datetime, end: datetime) -> int:
-    with db.connect() as conn:
+    with db.connect(socket=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM execution_runs WHERE claimed_at > %s AND claimed_at <= %s",
             (start, end),

@@ -14,7 +14,13 @@ from invoke.exceptions import Exit
 
 from leaseguard.adapters.clock import offset_from_here
 from leaseguard.core.clock_offset import ClockOffset
-from leaseguard.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
+from leaseguard.core.errors import (
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    ConfigError,
+    LeaseguardError,
+)
 from leaseguard.fabric.drain_task import DrainFlags
 from leaseguard.fabric.fleet import (
     exit_with,
@@ -25,7 +31,7 @@ from leaseguard.fabric.fleet import (
     worst_status,
 )
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.drain import DrainResult
+from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
 from leaseguard.orchestration.drain_options import DrainOptions, drain_options
 from leaseguard.orchestration.drain_run import (
     configure_logging,
@@ -51,7 +57,9 @@ def drain_hosts(c: Context, flags: DrainFlags) -> None:
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     board = _board_or_exit(options)  # one snapshot over every host
-    run = _DrainRun(c, settings, options, progress, flags.json_, threading.Event(), board)
+    run = _DrainRun(
+        c, settings, options, progress, flags.json_, threading.Event(), board, flags.run
+    )
     with signals_set(run.stop, say):
         if options.pause_cron_jobs:
             statuses = [_drain_fleet(hosts, run)]
@@ -106,6 +114,7 @@ class _DrainRun:
     json_output: bool
     stop: threading.Event
     board: StatusBoard | None = None
+    command: str | None = None  # --run: run on the hosts once drained, intake still held
 
 
 def _drain_one(host: str, run: _DrainRun) -> int:
@@ -123,6 +132,8 @@ def _drain_one(host: str, run: _DrainRun) -> int:
                 front="fab drain",
                 resume_hint=RESUME_HINT,
                 stop=run.stop,
+                act=_command_on({host: s.runner}, run.command) if run.command else None,
+                action=f"command on {host}" if run.command else "drain",
             )
     except LeaseguardError as exc:
         print(failure_line(host, exc))
@@ -147,6 +158,7 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return EXIT_FAILED
         sessions = {host: r.session for host, r in opened}
+        runners = {host: s.runner for host, s in sessions.items()}
         # The judgment runs through one host's tunnel (the database is shared); each host's
         # start time is compared in the database clock through its measured offset.
         first = sessions[min(sessions)]
@@ -171,6 +183,8 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
                 stop=run.stop,
                 runners=[s.runner for s in sessions.values()],
                 connect=first_that_connects([s.connect_writable for s in sessions.values()]),
+                act=_command_on(runners, run.command) if run.command else None,
+                action=f"command on {','.join(hosts)}" if run.command else "drain",
             )
         except LeaseguardError as exc:
             print(failure_line("fleet", exc))
@@ -209,6 +223,39 @@ def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str,
     return host, _Opened(session, stack, clock)
 
 
+def _command_on(runners: dict[str, Any], command: str) -> Action:
+    """--run: `command` on every host at once, intake still held; the first failure's status."""
+
+    def act(result: DrainResult) -> ActionOutcome:
+        hosts = sorted(runners)
+        say(f"intake held: running the command on {', '.join(hosts)}")
+        ran = for_each_host(hosts, lambda h: _run(runners[h], command))
+        statuses = dict(zip(hosts, ran, strict=True))
+        failed = {host: status for host, status in statuses.items() if status != 0}
+        if not failed:
+            return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
+        named = ", ".join(f"{host} exited {status}" for host, status in failed.items())
+        return ActionOutcome(next(iter(failed.values())), f"command failed: {named}")
+
+    return act
+
+
+def _run(runner: Any, command: str) -> int:
+    """One host's command over its SSH connection; its output printed under the host's name."""
+    try:
+        ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
+    except Exception as exc:  # paramiko's and the socket's own errors: the class only
+        say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
+        return EXIT_FAILED
+    with _OUTPUT:
+        for line in (str(ran.stdout) + str(ran.stderr)).splitlines():
+            print(f"[{runner.label}] {line}", file=sys.stderr)
+    return int(ran.exited)
+
+
+_OUTPUT = threading.Lock()  # one host's lines together
+
+
 def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:
     """The drain's result; a failed drain prints only its failure, never a stale verdict."""
     if json_output:
@@ -220,4 +267,6 @@ def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:
     if result.verdict is not None and not json_output:
         for warning in result.verdict.warnings:
             say(f"warning: {warning}")
+    if result.action is not None and not json_output:
+        say(f"{result.action.description}; {result.intake_line}")
     return result.exit_status

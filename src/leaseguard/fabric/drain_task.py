@@ -24,6 +24,7 @@ class DrainFlags(NamedTuple):
     json_: bool
     status_file: str | None
     metrics_file: str | None
+    run: str | None = None
 
 
 @task(
@@ -38,6 +39,9 @@ class DrainFlags(NamedTuple):
         "status_file": "rewrite a JSON snapshot of the drain (every host) here after every "
         "poll; read it with `leaseguard status PATH`",
         "metrics_file": "rewrite Prometheus text metrics here after every poll",
+        "run": "once drained, run this shell command on every host with intake still held; "
+        "intake is given back only after every host's command has ended (exit status: the "
+        "first failing host's)",
     },
     iterable=["pause_cron_job"],
 )
@@ -51,16 +55,18 @@ def drain(
     json_: bool = False,
     status_file: str | None = None,
     metrics_file: str | None = None,
+    run: str | None = None,
 ) -> None:
     """Pause intake, wait until no live lease remains (lease-bounded), resume intake.
 
     With pg_cron jobs to pause (shared intake), the fleet is drained as one: intake is
-    paused once, the wait judges every host's facts with the fleet rule, and intake is
-    resumed once, after the wait, on every exit path (Ctrl-C and SIGTERM included).
+    held once, the wait judges every host's facts with the fleet rule, and intake is
+    given back once, after the wait (and after --run's command on every host), on every
+    exit path (Ctrl-C, SIGTERM and SIGHUP included).
     """
     from leaseguard.fabric.drain_hosts import drain_hosts
 
     flags = DrainFlags(
-        deadline_s, poll_s, pause_cron_job, resume_retry_s, json_, status_file, metrics_file
+        deadline_s, poll_s, pause_cron_job, resume_retry_s, json_, status_file, metrics_file, run
     )
     drain_hosts(c, flags)

@@ -71,7 +71,8 @@ def worst_status(statuses: list[int]) -> int:
         return EXIT_FAILED
     if EXIT_DEFER in statuses:
         return EXIT_DEFER
-    return EXIT_PROCEED
+    # A command run under the hold (fab drain --run) exits with its own status.
+    return next((status for status in statuses if status != EXIT_PROCEED), EXIT_PROCEED)
 
 
 def exit_with(status: int) -> None:

@@ -1,0 +1,128 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Action plugin for leaseguard.deploy.intake_hold (documented in plugins/modules/).
+
+A verdict is true for an instant: the restart and migrate roles hold intake from before
+their final verdict until their action is verified done. `state: held` takes the hold (and
+waits until runs already in progress have ended), `state: released` lets go of exactly that
+hold; the pg_cron job comes back only when its last holder lets go.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    intake_hold_role_variables,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    RESUME_HINT,
+    AnsibleRunner,
+    database_path,
+    drain_events,
+)
+
+try:
+    from leaseguard.adapters.db import connect
+    from leaseguard.adapters.pauses import Hold, drain_identity
+    from leaseguard.orchestration.drain import intake_line
+    from leaseguard.orchestration.intake import CommandPause, CronJobsPause
+except ImportError:  # reported by require_leaseguard() before act() runs
+    pass
+
+
+class ActionModule(LeaseguardAction):
+    module = "intake_hold"
+    failure_what = "intake hold"
+    role_variables = intake_hold_role_variables()
+
+    def act(self, args, host, task_vars):
+        if self._task.check_mode:
+            return {"changed": False, "hold": None, "msg": "check mode: intake not held"}
+        with drain_events(host) as events:
+            if args["state"] == "held":
+                result = self._hold(args, host)
+            else:
+                result = self._release(args, host)
+        return {**result, "events": events}
+
+    def _hold(self, args, host):
+        parts = self._parts(args, host)
+        if not parts:
+            return {"changed": False, "hold": None, "msg": intake_line(None)}
+        taken = []
+        try:
+            for part in parts:
+                taken.append(part)
+                part.pause()
+        except BaseException:
+            for part in reversed(taken):
+                part.resume()
+            raise
+        cron = next((p for p in parts if isinstance(p, CronJobsPause)), None)
+        held = [name for part in parts for name in part.paused_intake()]
+        hold = {
+            "cron": cron.hold.as_dict() if cron and cron.hold else None,
+            "command": bool(args["pause_command"]),
+            "what": held,
+        }
+        return {"changed": bool(held), "hold": hold, "msg": intake_line(tuple(held))}
+
+    def _release(self, args, host):
+        hold = args["hold"] or {}
+        given_back = []
+        failures = []
+        if hold.get("command") and args["resume_command"]:
+            command = CommandPause(AnsibleRunner(self, host), ["true"], args["resume_command"])
+            command.paused = True
+            given_back += self._attempt(command, failures)
+        if hold.get("cron"):
+            cron = self._cron(args, host)
+            cron.adopt(Hold.from_dict(hold["cron"]))
+            given_back += self._attempt(cron, failures)
+        if failures:
+            raise failures[0]
+        return {"changed": bool(given_back), "released": given_back, "msg": "intake given back"}
+
+    @staticmethod
+    def _attempt(part, failures):
+        names = part.paused_intake()
+        try:
+            part.resume()
+        except Exception as exc:  # every part is attempted; the first failure is reported
+            failures.append(exc)
+            return []
+        return names
+
+    def _parts(self, args, host):
+        parts = []
+        if args["pause_cron_jobs"]:
+            parts.append(self._cron(args, host))
+        if args["pause_command"]:
+            runner = AnsibleRunner(self, host)
+            parts.append(CommandPause(runner, args["pause_command"], args["resume_command"]))
+        return parts
+
+    def _cron(self, args, host):
+        action = f"{args['action']} ({host})"
+        return CronJobsPause(
+            lambda: self._cron_connection(args),
+            args["pause_cron_jobs"],
+            by=drain_identity(f"ansible-playbook {action}"),
+            action=action,
+            retry_s=args["resume_retry_s"],
+            resume_hint=RESUME_HINT,
+            quiet_timeout_s=args["quiet_timeout_s"],
+        )
+
+    @contextmanager
+    def _cron_connection(self, args):
+        """A fresh path to cron.job each time (tunnel included), as the intake's own role."""
+        cron_args = dict(args)
+        if args["cron_user"]:
+            cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])
+        with database_path(self, cron_args) as (conninfo, _tunnel):
+            timeout = args["connect_timeout_s"]
+            with connect(conninfo, timeout, writable=True, dbname=args["cron_database"]) as conn:
+                yield conn

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: intake_hold
+short_description: Hold intake from before a verdict until the action is verified done
+version_added: 0.1.0
+description:
+  - A verdict is true for an instant. Between a V(proceed) and a restart or a migration, a
+    busy intake claims new work that the action then kills. This module takes a hold on
+    the intake before the final verdict (O(state=held)) and lets go of exactly that hold
+    after the action has been verified (O(state=released)).
+  - The intake is pg_cron jobs (O(pause_cron_jobs)), shared by the fleet, and/or a command
+    run on the host (O(pause_command), then O(resume_command)).
+  - Holds are counted. Each holder writes its own record in C(cron.job), and a job is
+    reactivated only when its last holder lets go, never while another still waits (two
+    drains, the batches of a rolling deploy, a migration beside a restart). A job that was
+    inactive with no record (an operator's pause) is neither held nor resumed.
+  - After pausing, runs of the jobs already in progress are waited for (a pause stops new
+    runs, not a running claim loop), up to O(quiet_timeout_s); then the hold fails closed.
+  - A hold that is never released (the play was killed) is named by every later check and
+    given back by C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
+  - With no intake configured the module holds nothing and says so
+    (the C(intake) line says not held), and nothing then stops claims between the verdict and the action.
+author:
+  - leaseguard maintainers (@leaseguard)
+requirements:
+  - the leaseguard Python package on the controller
+  - pg_cron in the database named by O(cron_database), for O(pause_cron_jobs)
+extends_documentation_fragment:
+  - leaseguard.deploy.connection
+  - leaseguard.deploy.attributes.action_group
+options:
+  state:
+    description:
+      - V(held) takes the hold; V(released) lets go of the hold given in O(hold).
+    type: str
+    required: true
+    choices: [held, released]
+  hold:
+    description:
+      - With O(state=released), the RV(hold) returned by the O(state=held) task, as it is.
+    type: dict
+  action:
+    description: What the hold is for, recorded with it (shown by later leftover warnings).
+    type: str
+    default: restart
+  pause_cron_jobs:
+    description: pg_cron jobs (by name) that take new work; each must exist and be visible to the role.
+    type: list
+    elements: str
+    default: []
+  cron_database:
+    description: The database holding C(cron.job) (pg_cron's C(cron.database_name)); default the DSN's.
+    type: str
+  cron_user:
+    description:
+      - The role that owns the intake pg_cron jobs, when the guard's role is another one
+        (the README recommends a read-only guard role). pg_cron shows and lets each role
+        alter only its own jobs.
+    type: str
+  cron_password:
+    description:
+      - The password of O(cron_user); never logged or returned.
+      - If not set, the E(LEASEGUARD_CRON_PASSWORD) environment variable, else libpq's
+        E(PGPASSWORD) or C(.pgpass).
+    type: str
+  pause_command:
+    description: An argv run on the host to stop its own intake; needs O(resume_command).
+    type: list
+    elements: str
+    default: []
+  resume_command:
+    description: The argv that restarts the host's intake, run at O(state=released).
+    type: list
+    elements: str
+    default: []
+  resume_retry_s:
+    description: A failed release is retried with backoff for this long, each attempt over a fresh tunnel.
+    type: float
+    default: 60.0
+  quiet_timeout_s:
+    description: How long to wait for runs of the held jobs already in progress to end.
+    type: float
+    default: 120.0
+  connect_timeout_s:
+    description: libpq's connect_timeout for each connection to C(cron.job).
+    type: int
+    default: 10
+  from_role_vars:
+    description: Fill the options the task does not set from the roles' C(leaseguard_*) variables.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    description: Holds nothing in check mode.
+  diff_mode:
+    support: none
+    description: Nothing to diff; the hold is returned.
+  platform:
+    support: full
+    platforms: posix
+    description: pg_cron is reached through an SSH tunnel to the host; O(pause_command) runs on the host.
+seealso:
+  - module: leaseguard.deploy.lease_guard
+  - module: leaseguard.deploy.runtime_restart
+"""
+
+EXAMPLES = r"""
+- name: Restart with intake held from before the verdict until the restart is verified
+  block:
+    - name: Hold intake
+      leaseguard.deploy.intake_hold:
+        state: held
+        action: restart
+        pause_cron_jobs: [claim]
+        cron_database: postgres
+        cron_user: app_owner
+      register: intake
+
+    - name: Judge, with intake held
+      leaseguard.deploy.lease_guard:
+        held_intake: "{{ intake }}"
+        fail_on_defer: true
+
+    - name: Restart and verify the new start time
+      leaseguard.deploy.runtime_restart:
+        method: docker
+        container: backend
+  always:
+    - name: Give intake back
+      leaseguard.deploy.intake_hold:
+        state: released
+        hold: "{{ intake.hold }}"
+        cron_database: postgres
+        cron_user: app_owner
+      when: intake.hold | default(none) is not none
+"""
+
+RETURN = r"""
+hold:
+  description:
+    - What this task holds, to pass as O(hold) to the O(state=released) task; null when
+      nothing is held (no intake configured, or check mode).
+    - C(cron) is the pg_cron hold (its token, the jobs it counts on, who and for what);
+      C(command) whether the host's pause command ran; C(what) names everything held.
+  returned: O(state=held)
+  type: dict
+  sample: {"cron": {"token": "9f1c2a7b3d4e", "jobs": ["claim"], "jobids": [3], "by": "ansible-playbook restart (app1) pid 4242 on ctl", "action": "restart (app1)", "switched": ["claim"], "not_held": []}, "command": false, "what": ["pg_cron:claim"]}
+released:
+  description: What this task let go of; a job other holders still hold stays paused.
+  returned: O(state=released)
+  type: list
+  elements: str
+  sample: ["pg_cron:claim"]
+events:
+  description: The hold's state changes as they were logged (paused, held by another, resumed).
+  returned: always
+  type: list
+  elements: str
+  sample: ["intake paused pg_cron job=claim by=ansible-playbook restart (app1) pid 4242 on ctl"]
+error:
+  description: What failed; the message names the job, the role and what to do.
+  returned: failure
+  type: dict
+  sample: {"type": "DatabaseError", "message": "pg_cron job(s) not found: claim (as role guard_ro; ...)"}
+"""
+
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
+
+if __name__ == "__main__":
+    action_only("intake_hold")

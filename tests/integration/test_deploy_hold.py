@@ -1,0 +1,130 @@
+"""deploy.yml on a busy intake: no claim between the verdict and the verified restart.
+
+Real ansible-playbook against a real host (sshd in a namespace, the backend in podman,
+PostgreSQL with pg_cron). The intake claims a row every 0.1 s while its pg_cron job is
+active (tests/integration/test_intake_hold.BusyIntake). The guard's role is the password
+role; intake is held as the jobs' owner (leaseguard_cron_user), the intake identity.
+"""
+
+from datetime import datetime
+
+import pytest
+
+from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
+from sandbox.runs_table import create_runs_table
+from tests.integration.test_intake_hold import BusyIntake, active, claims_between
+from tests.support.ansible_run import run_playbook, write_inventory
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+JUDGE = "Judge the claims by the system's own lease"
+RESTART = "Restart the runtime and check that its start time moved forward"
+
+
+@pytest.fixture
+def intake_job(app_db):
+    job = f"claim_{app_db.name}"
+    with app_db.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
+            (job, app_db.name),
+        )
+    with app_db.connect(socket=True) as conn:
+        create_runs_table(conn)
+    yield job
+    with app_db.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
+            (f"leaseguard-paused:{job}@",),
+        )
+
+
+@pytest.fixture
+def deploy(tmp_path, app_host_pg, app_db, backend, podman_engine):
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {"app1": app_host_pg.ansible_host_vars()},
+        leaseguard_db_name=app_db.name,
+        leaseguard_db_user=GUARD_PW_ROLE,
+        leaseguard_drain_poll_s=0.2,
+        leaseguard_restart_stop_timeout_s=1,
+    )
+
+    def run(**extra_vars):
+        return run_playbook(
+            "leaseguard.deploy.deploy",
+            inventory,
+            tmp_path,
+            extra_vars=extra_vars,
+            env={"PGPASSWORD": GUARD_PW_PASSWORD},
+        )
+
+    return run
+
+
+def held(job):
+    return {
+        "leaseguard_pause_cron_jobs": [job],
+        "leaseguard_cron_database": "postgres",
+        "leaseguard_cron_user": "postgres",  # the jobs' owner; the guard stays guard_pw
+    }
+
+
+def window(run):
+    """From the final verdict to the restarted runtime's start (the verified restart)."""
+    verdict = run.result(JUDGE, "app1")
+    restart = run.result(RESTART, "app1")
+    return (
+        datetime.fromisoformat(verdict["checked_at"]),
+        datetime.fromisoformat(restart["after"]["runtime_started_at"]),
+        verdict,
+    )
+
+
+@pytest.mark.parametrize("on_busy", ["defer", "wait"])
+def test_no_claim_between_the_verdict_and_the_verified_restart(deploy, app_db, intake_job, on_busy):
+    busy = BusyIntake(app_db, intake_job)
+    busy.start()
+    try:
+        run = deploy(leaseguard_on_busy=on_busy, **held(intake_job))
+        assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
+        start, end, verdict = window(run)
+        assert verdict["decision"] == "proceed"
+        assert verdict["intake"]["held"] is True
+        assert verdict["intake"]["what"] == [f"pg_cron:{intake_job}"]
+        assert claims_between(app_db, start, end) == 0
+        assert active(app_db, intake_job)  # given back after the verified restart
+    finally:
+        busy.stop()
+    assert busy.claims > 0
+
+
+def test_without_intake_the_verdict_says_not_held_and_claims_get_in(deploy, app_db, intake_job):
+    # The control, one claim a second (an unheld guard never proceeds at 0.1 s): claims are
+    # taken between the verdict and the restart, the incident the hold prevents.
+    busy = BusyIntake(app_db, intake_job, period_s=0.5)
+    busy.start()
+    try:
+        run = deploy(leaseguard_on_busy="wait")
+    finally:
+        busy.stop()
+    assert run.returncode == 0, run.stdout[-5000:]
+    start, end, verdict = window(run)
+    assert verdict["intake"] == {
+        "held": False,
+        "what": [],
+        "msg": "intake: not held (no intake configured: nothing stops new claims between the "
+        "verdict and the action)",
+    }
+    assert claims_between(app_db, start, end) > 0
+
+
+def test_the_guard_role_alone_cannot_hold_the_intake_and_fails_closed(deploy, app_db, intake_job):
+    busy_free = active(app_db, intake_job)
+    run = deploy(leaseguard_pause_cron_jobs=[intake_job], leaseguard_cron_database="postgres")
+    assert run.returncode == 2, run.stdout[-5000:]
+    hold = run.result("Hold intake until the restart is verified", "app1")
+    assert hold["failed"] is True
+    assert f"pg_cron job(s) not found: {intake_job} (as role {GUARD_PW_ROLE}" in hold["msg"]
+    assert "leaseguard_cron_user" in hold["msg"]
+    assert active(app_db, intake_job) == busy_free

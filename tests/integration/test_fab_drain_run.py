@@ -1,0 +1,89 @@
+"""`fab drain --run CMD`: CMD runs on the host after the verdict, intake still held.
+
+Real `fab` over a real sshd (a network namespace whose 127.0.0.1:5432 is PostgreSQL with
+pg_cron), and a busy intake claiming every 0.1 s while its job is active.
+"""
+
+import json
+from datetime import datetime
+
+import pytest
+
+from tests.integration.test_fabric_tasks import fab, runs
+from tests.integration.test_intake_hold import BusyIntake, active, claims_between
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+__all__ = ["fab", "runs"]  # fixtures used here
+
+
+@pytest.fixture
+def intake_job(runs):
+    job = f"claim_{runs.name}"
+    with runs.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (job, runs.name)
+        )
+    yield job
+    with runs.cluster.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
+            (f"leaseguard-paused:{job}@",),
+        )
+
+
+def clock_command(runs, out):
+    """On the host: the database clock before and after a second's work, into `out`."""
+    now = f"psql -h 127.0.0.1 -U postgres -d {runs.name} -XAtc 'select clock_timestamp()'"
+    return f"{now} > {out} && sleep 1 && {now} >> {out}"
+
+
+def test_no_claim_between_the_verdict_and_the_end_of_the_hosts_command(
+    fab, runs, intake_job, backend, tmp_path
+):
+    out = tmp_path / "clock.txt"
+    busy = BusyIntake(runs, intake_job)
+    busy.start()
+    try:
+        done = fab(
+            "drain",
+            "--poll-s",
+            "0.2",
+            "--pause-cron-job",
+            intake_job,
+            "--json",
+            "--run",
+            clock_command(runs, out),
+            drain={"cron_database": "postgres"},
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        verdict_at = datetime.fromisoformat(result["verdict"]["checked_at"])
+        _, end = (datetime.fromisoformat(line) for line in out.read_text().splitlines())
+        assert end > verdict_at
+        assert claims_between(runs, verdict_at, end) == 0
+        assert result["action"]["exit_status"] == 0
+        assert result["intake"] == {"held": True, "what": [f"pg_cron:{intake_job}"]}
+        assert active(runs, intake_job)
+    finally:
+        busy.stop()
+    assert busy.claims > 0
+
+
+def test_a_failing_command_is_named_its_status_returned_and_intake_given_back(
+    fab, runs, intake_job, backend
+):
+    done = fab(
+        "drain",
+        "--poll-s",
+        "0.2",
+        "--pause-cron-job",
+        intake_job,
+        "--run",
+        "echo migrating; exit 3",
+        drain={"cron_database": "postgres"},
+    )
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "] migrating" in done.stderr
+    assert "command failed: " in done.stderr and "exited 3" in done.stderr
+    assert active(runs, intake_job)
