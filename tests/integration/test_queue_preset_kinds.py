@@ -14,6 +14,7 @@ import pytest
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.verdict import Decision
+from leaseguard.fabric.tasks import settings_from_config
 from leaseguard.orchestration.session import local_session
 from sandbox.queues import create_pg_boss, create_river
 from sandbox.subprocess_env import clean_env
@@ -96,6 +97,25 @@ def test_kinds_not_listed_keep_the_client_wide_lease(river):
     assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
     running(river, "other", timedelta(minutes=58))
     assert judge(river.dsn, kind_timeouts=KINDS).decision is Decision.DEFER
+
+
+def test_a_drain_s_prepared_polls_judge_the_kinds_alike(river):
+    """From the second poll on the statements are prepared on the server (a drain)."""
+    running(river, "report", timedelta(hours=2))
+    running(river, "sync", timedelta(hours=4))
+    running(river, "other", timedelta(hours=2))
+    contract = contract_from_mapping({"preset": "river", "kind_timeouts": KINDS})
+    started = datetime.now(UTC) - RESTART
+    with local_session(contract, river.dsn, runtime_started_at=started) as session:
+        polls = [session.judge() for _ in range(3)]
+    assert {(v.counts.live, v.counts.stale) for v in polls} == {(2, 1)}
+
+
+def test_fabric_config_takes_kind_timeouts():
+    settings = settings_from_config(
+        {"leaseguard": {"preset": "river", "kind_timeouts": {"sync": "unlimited", "r": 60}}}
+    )
+    assert dict(settings.contract.kind_timeouts) == {"r": 60.0, "sync": None}
 
 
 def test_a_kind_name_is_a_bound_value_never_sql(river):
