@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import yaml
 
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError
@@ -18,6 +19,7 @@ from leaseguard.fabric.tasks import settings_from_config
 from leaseguard.orchestration.session import local_session
 from sandbox.queues import create_pg_boss, create_river
 from sandbox.subprocess_env import clean_env
+from tests.support.ansible_run import run_playbook, write_inventory
 
 pytestmark = pytest.mark.integration
 
@@ -199,3 +201,41 @@ def test_pg_boss_index_sql_online_builds_concurrently_only_on_leaf_partitions(db
 def test_a_plain_river_table_still_gets_its_concurrent_index_offline():
     done = run_cli("index-sql", "--preset", "river", "--table", "jobs")
     assert 'CREATE INDEX CONCURRENTLY IF NOT EXISTS "jobs_leaseguard_status"' in done.stdout
+
+
+# --- Ansible: leaseguard_kind_timeouts / the module's kind_timeouts --------------------------
+
+
+@pytest.mark.slow
+def test_lease_guard_takes_kind_timeouts(river, tmp_path):
+    """A real ansible-playbook, connected directly (tunnel: false): a 2 h old job of an
+    unlimited kind defers; without the option River's 1 h lease calls it stale."""
+    running(river, "sync", timedelta(hours=2))
+    inventory = write_inventory(
+        tmp_path / "inventory.yml", {"ctl": {"ansible_connection": "local"}}
+    )
+
+    def guard(**options):
+        task = {
+            "name": "guard",
+            "leaseguard.deploy.lease_guard": {
+                "tunnel": False,
+                "dsn": river.dsn,
+                "preset": "river",
+                "lookup": {},
+                "runtime_started_at": (datetime.now(UTC) - RESTART).isoformat(),
+                **options,
+            },
+            "register": "guard",
+            "ignore_errors": True,
+        }
+        path = tmp_path / "play.yml"
+        path.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "tasks": [task]}]))
+        return run_playbook(path, inventory, tmp_path, env={"LEASEGUARD_DSN": ""}).result(
+            "guard", "ctl"
+        )
+
+    verdict = guard(kind_timeouts={"sync": "unlimited"})
+    assert verdict.get("decision") == "defer", verdict.get("msg")
+    verdict = guard()
+    assert (verdict.get("decision"), verdict["counts"]["stale"]) == ("proceed", 1)
