@@ -166,8 +166,8 @@ TABLE_REQUIRED = {"pgmq": "q_<queue>"}
 # riverqueue/river: the job's kind, whose worker's Timeout() shapes its rescue.
 KIND_COLUMNS = {"river": "kind"}
 
-# Presets whose stock table is partitioned (pg-boss 10+, src/plans.ts createTableJob:
-# PARTITION BY LIST (name), unless created with noTablePartitioning).
+# Presets whose stock table is partitioned: pg-boss since 10.0.0 (commit 4b3d9f4), src/plans.ts
+# createTableJob: PARTITION BY LIST (name), unless created with noTablePartitioning.
 PARTITIONED_TABLES = frozenset({"pg-boss"})
 
 # The per-row expiry columns of pg-boss's job table (src/plans.ts createTableJob).
