@@ -78,7 +78,13 @@ options:
   preset:
     description:
       - A job queue's stock schema and liveness rule (V(river), V(oban), V(pg-boss),
-        V(graphile_worker), V(solid_queue), V(que), V(good_job)); every option set
-        explicitly overrides the preset's value.
+        V(graphile_worker), V(solid_queue), V(que), V(good_job), V(procrastinate),
+        V(pgmq)); every option set explicitly overrides the preset's value.
     type: str
+  kind_timeouts:
+    description:
+      - River (O(preset=river)) only, the job kinds whose worker sets its own C(Timeout()),
+        each mapped to its seconds or V(unlimited) (River's V(-1)); other kinds take the lease.
+    type: dict
+    default: {}
 """

@@ -37,6 +37,7 @@ def contract_spec():
         connect_timeout_s=dict(type="int", default=10),
         timestamp_zone=dict(type="str"),
         preset=dict(type="str"),
+        kind_timeouts=dict(type="dict", default={}),
         **lookup_spec(),
     )
 

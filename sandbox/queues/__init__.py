@@ -16,6 +16,10 @@
   only what the guard reads, and the version comment Que::Migrations keeps (see its header).
 - good_job.sql: good_job 4.19.2's good_jobs and good_job_processes, reconstructed by hand
   from its install migration as ActiveRecord creates it (see the file's header).
+- procrastinate.sql: procrastinate 3.x's procrastinate_jobs and procrastinate_workers,
+  reconstructed by hand from its procrastinate/sql/schema.sql (see the file's header).
+- pgmq.sql: a pgmq 1.11 queue's message table pgmq.q_jobs, reconstructed by hand from
+  pgmq-extension/sql/pgmq.sql's create_non_partitioned (see the file's header).
 - solid_queue.sql: Solid Queue's jobs, processes, claimed and ready executions,
   reconstructed by hand from its queue_schema.rb as ActiveRecord creates it (see the file's
   header).
@@ -89,3 +93,13 @@ def create_que(conn: psycopg.Connection[Any]) -> None:
 def create_good_job(conn: psycopg.Connection[Any]) -> None:
     """good_job's tables, in the public schema (its default: the app's own database)."""
     conn.execute((HERE / "good_job.sql").read_text())
+
+
+def create_procrastinate(conn: psycopg.Connection[Any]) -> None:
+    """procrastinate's tables, in the search path's schema (procrastinate's default)."""
+    conn.execute((HERE / "procrastinate.sql").read_text())
+
+
+def create_pgmq(conn: psycopg.Connection[Any]) -> None:
+    """The schema pgmq with one queue, `jobs` (pgmq.q_jobs), as pgmq.create('jobs') makes it."""
+    conn.execute((HERE / "pgmq.sql").read_text())

@@ -138,7 +138,8 @@ def test_oban_a_job_executing_10_minutes_defers_whatever_the_database_time_zone(
     oban_job(oban, "executing", timedelta(minutes=10))
     verdict = judge(oban.dsn, "oban")
     assert verdict.decision is Decision.DEFER
-    assert 49 * 60 < verdict.wait_upper_bound_s <= 50 * 60
+    assert verdict.lease_s == 7200.0  # the installer's rescue_after: {2, :hours}
+    assert 109 * 60 < verdict.wait_upper_bound_s <= 110 * 60
 
 
 @pytest.mark.parametrize("zone", ZONES)
@@ -152,10 +153,13 @@ def test_oban_a_job_lifeline_would_rescue_proceeds_whatever_the_database_time_zo
 
 
 def test_oban_a_job_just_past_rescue_after_proceeds_just_before_defers(oban):
-    oban_job(oban, "executing", timedelta(minutes=61))
+    """rescue_after is the installer's 2 h (a job executing 70 minutes is live)."""
+    oban_job(oban, "executing", timedelta(minutes=121))
     assert judge(oban.dsn, "oban").decision is Decision.PROCEED
-    oban_job(oban, "executing", timedelta(minutes=58))
-    assert judge(oban.dsn, "oban").decision is Decision.DEFER
+    oban_job(oban, "executing", timedelta(minutes=70))
+    oban_job(oban, "executing", timedelta(minutes=118))
+    verdict = judge(oban.dsn, "oban")
+    assert (verdict.decision, verdict.counts.live, verdict.counts.stale) == (Decision.DEFER, 2, 1)
 
 
 def test_oban_a_declared_zone_other_than_utc_is_honoured(oban):
@@ -845,7 +849,7 @@ def test_every_explicit_key_overrides_the_preset():
     contract = load_contract({"preset": "oban"}, {"schema": "jobs", "claimed_at_column": "started"})
     assert (contract.schema, contract.table) == ("jobs", "oban_jobs")
     assert contract.claimed_at_column == "started"
-    assert contract.task_timeout.value_s == 3600.0
+    assert contract.task_timeout.value_s == 7200.0  # the installer's rescue_after
 
 
 # --- every front takes the preset ------------------------------------------------------------

@@ -38,7 +38,13 @@ from leaseguard.core.predicate import (
     claim_conditions,
     table_identifier,
 )
-from leaseguard.core.presets import ADVISORY_LOCK_RULE, OWNER_HEARTBEAT_RULE, PROCESS_LOCK_RULE
+from leaseguard.core.presets import (
+    ADVISORY_LOCK_RULE,
+    OWNER_HEARTBEAT_RULE,
+    PARTITIONED_TABLES,
+    PROCESS_LOCK_RULE,
+    VISIBILITY_RULE,
+)
 
 INDEX_SUFFIX = "_leaseguard_status"
 
@@ -61,16 +67,14 @@ def _short_name(name: str) -> str:
 
 
 def index_columns(contract: Contract) -> list[sql.Composable]:
-    """status, claimed_at, and the expiry column when the contract has one."""
-    columns: list[sql.Composable] = [
-        sql.Identifier(lead_column(contract)),
-        sql.Identifier(contract.claimed_at_column),
-    ]
+    """status, claimed_at (when claims record one: procrastinate's do not), and the expiry
+    column when the contract has one."""
+    columns: list[sql.Composable] = [sql.Identifier(lead_column(contract))]
+    if contract.has_claimed_at and lead_column(contract) != contract.claimed_at_column:
+        columns.append(sql.Identifier(contract.claimed_at_column))
     expires = contract.lease.expires_at_column
     if expires and expires != contract.claimed_at_column:
         columns.append(sql.Identifier(expires))
-    if lead_column(contract) == contract.claimed_at_column:
-        columns.pop(1)
     return columns
 
 
@@ -140,6 +144,10 @@ _OWN_PARTIAL_INDEX = (
 )
 _NO_INDEX_REASONS = {
     OWNER_HEARTBEAT_RULE: NO_INDEX_NEEDED,
+    # pgmq: every row of a queue's table is a message not yet deleted or archived, and the
+    # guard judges each one (read or not): no index narrows that.
+    VISIBILITY_RULE: "-- leaseguard: this preset judges every message of the queue's table "
+    "(deleted and archived ones leave it); no index needed",
     ADVISORY_LOCK_RULE: _OWN_PARTIAL_INDEX.format("que_poll_idx"),
     PROCESS_LOCK_RULE: _OWN_PARTIAL_INDEX.format("index_good_jobs_on_scheduled_at and others"),
 }
@@ -154,6 +162,31 @@ def index_needed(contract: Contract) -> bool:
     """False when the rows the guard reads are few by design (Solid Queue's claims table)
     or served by the queue's own partial index (Que, good_job)."""
     return no_index_reason(contract) is None
+
+
+# Offline, for a preset whose stock table is partitioned (pg-boss): PostgreSQL refuses
+# CREATE INDEX CONCURRENTLY on a partitioned table, and the partitions are only known by
+# reading the catalog.
+PARTITIONED_OFFLINE = (
+    "-- leaseguard: this preset's table is partitioned (one partition per queue), and "
+    "PostgreSQL refuses CREATE INDEX CONCURRENTLY on a partitioned table",
+    "-- run `leaseguard index-sql` with --dsn: it reads the partitions and prints the recipe "
+    "(an index ON ONLY the parent, one built CONCURRENTLY per partition, then ATTACH)",
+)
+
+
+def offline_advice(contract: Contract) -> list[str]:
+    """What `leaseguard index-sql` prints without a database (comment lines and at most one
+    statement); never CONCURRENTLY for a table the preset knows to be partitioned."""
+    if (reason := no_index_reason(contract)) is not None:
+        return [reason]
+    if contract.preset in PARTITIONED_TABLES:
+        return list(PARTITIONED_OFFLINE)
+    return [
+        INDEX_COMMENT,
+        "-- it supersedes an earlier version's partial *_leaseguard_claims index",
+        recommended_index_sql(contract),
+    ]
 
 
 def recommended_index_sql(contract: Contract) -> str:

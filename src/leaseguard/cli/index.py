@@ -14,12 +14,7 @@ import sys
 from typing import Any
 
 from leaseguard.adapters.db import connect, translate_errors
-from leaseguard.adapters.indexing import (
-    INDEX_COMMENT,
-    index_advice,
-    no_index_reason,
-    recommended_index_sql,
-)
+from leaseguard.adapters.indexing import index_advice, offline_advice
 from leaseguard.cli.contract import add_config_option, add_table_options, contract_from_args
 from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
 
@@ -32,7 +27,8 @@ Run it on its own, outside a transaction block, e.g.
 *_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
 --dsn it reads the table first: it names an existing index that already serves the guard
 (one leading with the status column: River's and Oban's do) instead of a new one, and gives
-a partitioned table (pg-boss) the per-partition recipe.
+a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
+is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
 """
 
 
@@ -67,10 +63,5 @@ def run_index_sql(args: argparse.Namespace) -> int:
             return EXIT_FAILED
         print("\n".join(lines))
         return 0
-    if (reason := no_index_reason(contract)) is not None:
-        print(reason)
-        return 0
-    print(INDEX_COMMENT)
-    print("-- it supersedes an earlier version's partial *_leaseguard_claims index")
-    print(recommended_index_sql(contract))
+    print("\n".join(offline_advice(contract)))
     return 0

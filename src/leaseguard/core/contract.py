@@ -30,11 +30,14 @@ from leaseguard.core.config_values import (
 )
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
-    ADVISORY_LOCK_RULE,
+    NO_CLAIM_TIME_RULES,
     ROW_EXPIRY_RULE,
     RULE_COLUMNS,
-    STATUS_RULE,
+    STATUS_COLUMN_RULES,
+    KindTimeouts,
     claim_rule,
+    kind_column,
+    kind_timeouts,
     preset_layer,
 )
 
@@ -109,6 +112,8 @@ class Contract:
     timestamp_zone: str = "UTC"
     # The job queue whose stock schema and liveness rule the keys above came from, if any.
     preset: str | None = None
+    # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
+    kind_timeouts: KindTimeouts = field(default_factory=KindTimeouts)
 
     @property
     def effective_lock_timeout_ms(self) -> int:
@@ -146,13 +151,15 @@ class Contract:
     def has_status_column(self) -> bool:
         """Rows are classed by a status column (graphile-worker's are not, by locked_at, nor
         Solid Queue's: every row of its claims table is a claim, nor Que's and good_job's,
-        claimed by a lock); pg-boss's are, with a per-row expiry beside."""
-        return self.claim_rule in (STATUS_RULE, ROW_EXPIRY_RULE)
+        claimed by a lock, nor pgmq's, by read_ct); pg-boss's and procrastinate's are, with
+        a per-row expiry beside."""
+        return self.claim_rule in STATUS_COLUMN_RULES
 
     @property
     def has_claimed_at(self) -> bool:
-        """Whether a claim records when it was made (Que's advisory lock does not)."""
-        return self.claim_rule != ADVISORY_LOCK_RULE
+        """Whether a claim records when it was made (Que's advisory lock and procrastinate's
+        job do not)."""
+        return self.claim_rule not in NO_CLAIM_TIME_RULES
 
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
@@ -164,6 +171,8 @@ class Contract:
         named |= {f"preset {c}": c for c in RULE_COLUMNS.get(self.claim_rule, ())}
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
+        if self.kind_timeouts:
+            named["kind_timeouts"] = kind_column(self.preset)
         return named
 
 
@@ -227,7 +236,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     reject_unknown(data, _TOP_KEYS, prefix="")
     preset = optional_text(data, "preset")
     if preset is not None:
-        data = merge_layers(preset_layer(preset), data)
+        data = merge_layers(preset_layer(preset, data), data)
     lease = section(data, "lease")
     task_timeout = section(data, "task_timeout")
     runtime = section(data, "runtime")
@@ -258,6 +267,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         connect_timeout_s=whole_number(data, "connect_timeout_s", default.connect_timeout_s),
         timestamp_zone=zone(data, "timestamp_zone", default.timestamp_zone),
         preset=preset,
+        kind_timeouts=kind_timeouts(data.get("kind_timeouts"), preset),
     )
 
 
@@ -280,6 +290,7 @@ _TOP_KEYS = frozenset(
         "connect_timeout_s",
         "timestamp_zone",
         "preset",
+        "kind_timeouts",
     }
 )
 _LEASE_KEYS = frozenset({"multiplier", "expires_at_column"})

@@ -14,6 +14,7 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.core.contract import Contract
+from leaseguard.core.kind_leases import kind_expiry, kind_params
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
     LOCKED_AT_RULE,
@@ -21,6 +22,8 @@ from leaseguard.core.presets import (
     OWNERS,
     PROCESS_LOCK_RULE,
     ROW_EXPIRY_RULE,
+    VISIBILITY_RULE,
+    WORKER_HEARTBEAT_RULE,
     Owners,
 )
 
@@ -102,8 +105,8 @@ def expiry(contract: Contract) -> sql.Composable:
             beat=sql.Identifier("heartbeat_on"),
             beat_s=sql.Identifier("heartbeat_seconds"),
         )
-    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
-        return _owner_heartbeat_expiry(contract, OWNERS[OWNER_HEARTBEAT_RULE])
+    if contract.claim_rule in (OWNER_HEARTBEAT_RULE, WORKER_HEARTBEAT_RULE):
+        return _owner_heartbeat_expiry(contract, OWNERS[contract.claim_rule])
     if contract.claim_rule == ADVISORY_LOCK_RULE:
         # Que: no time lease at all; the lock is held until the work ends or the session
         # dies. Unknown (NULL): the wait is bounded by the lease (guard._wait_upper_bound).
@@ -113,6 +116,8 @@ def expiry(contract: Contract) -> sql.Composable:
             held=held_condition(contract),
             beat=_owner_heartbeat_expiry(contract, OWNERS[PROCESS_LOCK_RULE]),
         )
+    if contract.kind_timeouts:
+        return kind_expiry(contract)
     return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
 
 
@@ -241,6 +246,11 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         return sql.SQL("true"), sql.SQL("false")
     if contract.claim_rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
         return _lock_conditions(contract)
+    if contract.claim_rule == VISIBILITY_RULE:
+        # pgmq: read() counts every read in read_ct; a message never read is queued (a
+        # delayed send's vt lies ahead too, but nobody holds it).
+        read_ct = sql.Identifier("read_ct")
+        return sql.SQL("{} > 0").format(read_ct), sql.SQL("{} = 0").format(read_ct)
     claimed, queued = _status_lists(contract)
     return _status_in(contract, claimed), _status_in(contract, queued)
 
@@ -358,6 +368,7 @@ def predicate_params(
         "lease": timedelta(seconds=lease_s) if lease_s is not None else None,
         "orphan_cutoff": cutoff,
         "live_limit": live_limit,
+        **kind_params(contract, lease_s),
     }
 
 
