@@ -75,8 +75,17 @@ def check(db, tmp_path, env, container, *, runtime=True):
         )
     )
     done = subprocess.run(
-        [sys.executable, "-m", "leaseguard", "check", "--dsn", db.dsn, "--config", str(config)]
-        + ["--json"],
+        [
+            sys.executable,
+            "-m",
+            "leaseguard",
+            "check",
+            "--json",
+            "--dsn",
+            db.dsn,
+            "--config",
+            str(config),
+        ],
         capture_output=True,
         text=True,
         env=clean_env(**env),
@@ -172,7 +181,9 @@ def test_only_the_named_variable_leaves_the_host(engine_env, replicas, engine):
     for container in (f"name=^{project}-", f"{project}-worker-1"):
         spec = {"source": engine, "container": container}
         runner = Recording()
-        resolve_runtime_facts(contract_from_mapping({"task_timeout": spec, "runtime": spec}), runner)
+        resolve_runtime_facts(
+            contract_from_mapping({"task_timeout": spec, "runtime": spec}), runner
+        )
         [(argv, result)] = runner.seen
         assert "SECRET_TOKEN" not in " ".join(argv)
         assert SECRET not in result.stdout + result.stderr

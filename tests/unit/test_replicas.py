@@ -86,7 +86,9 @@ def test_the_order_the_engine_lists_matches_in_does_not_change_the_facts():
 def test_a_filter_matching_no_running_container_fails_naming_the_filter():
     stopped = line("p-worker-1", "2026-09-09T10:00:00Z", running=False)
     for out in ("", stopped):
-        with pytest.raises(LookupFailed, match=re.escape("no running container matches the filter name=^p-")):
+        with pytest.raises(
+            LookupFailed, match=re.escape("no running container matches the filter name=^p-")
+        ):
             facts_for("name=^p-", out)
 
 

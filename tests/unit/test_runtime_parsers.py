@@ -15,6 +15,7 @@ from leaseguard.core.lookups import (
 )
 from leaseguard.core.timestamps import parse_timestamp
 
+
 class ScriptedRunner:
     """Answers argv prefixes with canned output, as a host would."""
 
