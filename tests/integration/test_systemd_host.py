@@ -170,6 +170,7 @@ def test_a_unit_glob_judges_by_the_oldest_start_and_longest_timeout_of_the_activ
     sd_host.exec("systemctl", "stop", workers[2])  # its 300 s would be the longest
     oldest = _active_since(sd_host, workers[0])
     assert oldest < _active_since(sd_host, workers[1])
+    (tmp_path / "none").mkdir()
     try:
         run = _lookup(tmp_path, sd_host, runs_db, "lgworker@*.service")
         missing = _lookup(tmp_path / "none", sd_host, runs_db, "lgnone@*.service")
