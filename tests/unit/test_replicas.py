@@ -207,3 +207,22 @@ def test_a_unit_glob_over_no_active_unit_fails_naming_the_glob():
     for out in ("", inactive):
         with pytest.raises(LookupFailed, match=r"no active systemd unit matches worker@\*"):
             parse_systemctl_glob(out, "worker@*.service")
+
+
+def test_the_verdict_and_the_fleet_list_every_match():
+    from dataclasses import replace
+
+    from leaseguard.core.fleet import combine_facts, host_facts
+    from leaseguard.core.verdict import Counts, RuntimeFacts, TaskTimeout, Verdict
+
+    now = datetime(2026, 9, 9, 12, tzinfo=UTC)
+    verdict = Verdict(Counts(live=1), (), now, 7200.0, None, None, 10.0, "t")
+    verdict = replace(verdict, replicas=("p-worker-1", "p-worker-2"))
+    assert verdict.as_dict()["replicas"] == ["p-worker-1", "p-worker-2"]
+    assert " replicas=p-worker-1,p-worker-2 " in verdict.timeline()
+    assert "replicas" not in replace(verdict, replicas=()).as_dict()
+
+    one = RuntimeFacts(TaskTimeout(60, "docker:name=^w/V"), now, (), ("w1", "w2"))
+    reported = host_facts("app2", {"task_timeout_s": 60, "replicas": ["w3"]})
+    fleet = combine_facts({"app1": one, "app2": reported})
+    assert fleet.facts.replicas == ("app1:w1", "app1:w2", "app2:w3")
