@@ -200,20 +200,7 @@ class Lookups:
                     for r in found.matches
                 ]
             case "command":
-                if container_filter(spec.container) is not None:
-                    raise LookupFailed(
-                        f"host {self.runner.label}: task_timeout.source 'command' runs in one "
-                        f"container, not in those a filter matches ({spec.container})"
-                    )
-                return [
-                    (
-                        None,
-                        self._run(
-                            list(command_argv(spec)),
-                            f"command in {spec.engine} container {spec.container}",
-                        ),
-                    )
-                ]
+                return [(None, self._command_output(spec))]
             case "systemd":
                 assert spec.unit is not None
                 return [
@@ -226,6 +213,15 @@ class Lookups:
             case _:
                 assert spec.path is not None
                 return [(None, self._env_file(spec.path, spec.variable))]
+
+    def _command_output(self, spec: TaskTimeoutLookup) -> str:
+        if container_filter(spec.container) is not None:
+            raise LookupFailed(
+                f"host {self.runner.label}: task_timeout.source 'command' runs in one "
+                f"container, not in those a filter matches ({spec.container})"
+            )
+        what = f"command in {spec.engine} container {spec.container}"
+        return self._run(list(command_argv(spec)), what)
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
         """The start time; over several replicas the OLDEST (a claim older than every
