@@ -19,7 +19,8 @@ options:
     suboptions:
       source:
         description:
-          - V(docker) or V(podman) read the container's environment with C(inspect).
+          - V(docker) or V(podman) read the one variable of the container's environment with
+            C(inspect --format) (a Go template that prints only that variable on the host).
           - V(systemd) reads the unit's C(Environment=); V(process) reads
             C(/proc/<pid>/environ) of the pid in O(task_timeout.pid_file); V(env_file) reads
             O(task_timeout.path); V(command) runs O(task_timeout.command) inside the container
@@ -29,7 +30,15 @@ options:
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       # container, unit and pid_file mean the same in runtime (YAML aliases there).
       container: &container
-        description: Container name or id.
+        description:
+          - Container name or id.
+          - For V(docker) and V(podman), also a filter over the RUNNING containers, as
+            C(docker ps --filter) matches, C(label=KEY=VALUE) (or C(label=KEY)) or
+            C(name=REGEX). The start time is then the OLDEST of the matches, the task timeout
+            the LONGEST; no match fails, naming the filter; the result lists every match.
+          - A single named container with running compose siblings (same
+            C(com.docker.compose.project) and C(com.docker.compose.service) labels) is judged
+            alone, with a warning naming the siblings.
         type: str
         default: backend
       variable:
@@ -45,7 +54,10 @@ options:
         description: The timeout in seconds for O(task_timeout.source=fixed).
         type: float
       unit: &unit
-        description: The systemd unit, for source V(systemd).
+        description:
+          - The systemd unit, for source V(systemd).
+          - A glob (C(worker@*.service)) reads every ACTIVE unit it matches, and takes the OLDEST start and
+            the LONGEST task timeout; no active match fails, naming the glob.
         type: str
       pid_file: &pid_file
         description: The pid file, for source V(process).

@@ -304,6 +304,15 @@ fleet:
   returned: success, with O(fleet_lookups)
   type: dict
   sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
+replicas:
+  description:
+    - Every container a C(container) filter and every unit a C(unit) glob matched (the
+      judgment used the oldest start and the longest timeout over them); with
+      O(fleet_lookups), each as C(host:name).
+  returned: success, when a filter or glob matched
+  type: list
+  elements: str
+  sample: ["proj-worker-1", "proj-worker-2"]
 lookup:
   description:
     - This host's facts as M(leaseguard.deploy.task_timeout) returns them (C(task_timeout_s),
@@ -323,6 +332,7 @@ lookup:
     runtime_started_epoch_s: 1788926400.0
     clock: {"offset_s": 0.004, "uncertainty_s": 0.012}
     warnings: []
+    replicas: []
 intake:
   description:
     - What stopped new claims between this verdict and the caller's action. C(held) false

@@ -49,6 +49,16 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "lease = 2 x {{ timeout_lookup.task_timeout_s }} s (from {{ timeout_lookup.source }})"
 
+- name: Every running replica of a compose service (the oldest start, the longest timeout)
+  leaseguard.deploy.task_timeout:
+    task_timeout:
+      source: docker
+      container: label=com.docker.compose.service=worker
+    runtime:
+      source: docker
+      container: label=com.docker.compose.service=worker
+  register: replicas_lookup
+
 - name: A systemd service, assuming one hour when the unit does not say
   leaseguard.deploy.task_timeout:
     task_timeout:
@@ -77,6 +87,15 @@ assumed:
   returned: success
   type: bool
   sample: false
+replicas:
+  description:
+    - Every container a C(container) filter matched and every unit a C(unit) glob matched
+      (the facts are the oldest start and the longest timeout over them); empty when the
+      lookups named one container or unit.
+  returned: success
+  type: list
+  elements: str
+  sample: ["proj-worker-1", "proj-worker-2"]
 runtime_started_at:
   description: When the worker runtime started (ISO 8601, UTC offset); null when unknown.
   returned: success

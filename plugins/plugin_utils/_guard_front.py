@@ -129,6 +129,7 @@ def lookup_result(facts, clock=None):
         "runtime_started_at": started.isoformat() if started else None,
         "runtime_started_epoch_s": started.timestamp() if started else None,
         "warnings": list(facts.warnings),
+        "replicas": list(facts.replicas),
     }
     if clock is not None and started is not None:
         result["clock"] = {"offset_s": clock.offset_s, "uncertainty_s": clock.uncertainty_s}
@@ -208,6 +209,7 @@ def given_facts(args):
         "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
         if started
         else None,
+        "replicas": [str(name) for name in lookup.get("replicas") or ()],
     }
 
 

@@ -384,7 +384,7 @@ def test_through_become_a_missing_variable_fails_closed_naming_it(playbook, runs
     assert "NOPE_S is not set" in looked_up["msg"]
     # The engine's own words, as without become (not the tty's "Shared connection closed").
     said = run.result("gone", "app1")["msg"]
-    assert "docker container nope: `docker inspect --type` exited 1: " in said
+    assert "docker container nope: `docker inspect` exited 1: " in said
     assert "no such" in said.lower() and "Shared connection" not in said
     assert verdict["decision"] == "failed"
     assert verdict["error"]["type"] == "LookupFailed"

@@ -147,5 +147,5 @@ def test_a_docker_daemon_that_is_down_is_named_in_dockers_own_words(tmp_path, mo
     with pytest.raises(LookupFailed) as caught:
         resolve_runtime_facts(contract, LocalRunner())
     message = str(caught.value)
-    assert "`docker inspect --type` exited 1: " in message
+    assert "`docker inspect` exited 1: " in message
     assert "Cannot connect to the Docker daemon" in message, message

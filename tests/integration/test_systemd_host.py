@@ -50,6 +50,12 @@ UNITS = {
         [Service]
         ExecStart=/bin/sleep infinity
         """,
+    # worker@1..N, as a template unit's replicas run; each instance's timeout is N x 100 s.
+    "lgworker@.service": """
+        [Service]
+        Environment=APP_TASK_TIMEOUT_S=%i00 OTHER_SECRET=s3cret
+        ExecStart=/bin/sleep infinity
+        """,
 }
 
 
@@ -153,6 +159,32 @@ def test_task_timeout_fails_on_a_stopped_unit(
     assert (
         f"systemd unit {BARE_UNIT} is not active (inactive)" in run.result("lookup", "sd1")["msg"]
     )
+
+
+def test_a_unit_glob_judges_by_the_oldest_start_and_longest_timeout_of_the_active_units(
+    sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
+) -> None:
+    workers = ["lgworker@1.service", "lgworker@2.service", "lgworker@3.service"]
+    for unit in workers:  # one at a time: each starts after the one before
+        sd_host.exec("systemctl", "start", unit)
+    sd_host.exec("systemctl", "stop", workers[2])  # its 300 s would be the longest
+    oldest = _active_since(sd_host, workers[0])
+    assert oldest < _active_since(sd_host, workers[1])
+    (tmp_path / "none").mkdir()
+    try:
+        run = _lookup(tmp_path, sd_host, runs_db, "lgworker@*.service")
+        missing = _lookup(tmp_path / "none", sd_host, runs_db, "lgnone@*.service")
+    finally:
+        sd_host.exec("systemctl", "stop", *workers)
+    assert run.returncode == 0, run.stdout + run.stderr
+    result = run.result("lookup", "sd1")
+    assert result["replicas"] == workers[:2]
+    assert result["task_timeout_s"] == 200.0  # the longest of the active ones
+    assert datetime.fromisoformat(result["runtime_started_at"]) == oldest
+    assert "s3cret" not in run.stdout + run.stderr + run.results_path.read_text()
+    assert missing.returncode == 2
+    msg = missing.result("lookup", "sd1")["msg"]
+    assert "no active systemd unit matches lgnone@*.service" in msg
 
 
 RESTART = "Restart the runtime and check that its start time moved forward"

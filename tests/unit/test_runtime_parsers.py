@@ -9,39 +9,60 @@ from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import (
     CommandResult,
     env_value,
-    parse_container_inspect,
     parse_env_file_line,
     parse_process_start,
     parse_systemctl_show,
 )
 from leaseguard.core.timestamps import parse_timestamp
 
-INSPECT = json.dumps(
-    [
+
+class ScriptedRunner:
+    """Answers argv prefixes with canned output, as a host would."""
+
+    label = "app1"
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = []
+
+    def run(self, argv):
+        self.calls.append(list(argv))
+        for prefix, result in self.answers.items():
+            if tuple(argv[: len(prefix)]) == prefix:
+                return result
+        return CommandResult(127, "")
+
+
+# What the container command prints: one JSON line per container, only the one variable.
+INSPECT = (
+    json.dumps(
         {
-            "Config": {
-                "Env": [
-                    "PATH=/bin",
-                    "DATABASE_URL=postgres://u:hunter2@db/app",
-                    "APP_TASK_TIMEOUT_S=3600",
-                ]
-            },
-            "State": {"StartedAt": "2026-09-09T04:00:00.123456789Z", "Running": True},
+            "name": "/backend",
+            "running": True,
+            "started_at": "2026-09-09T04:00:00.123456789Z",
+            "project": "",
+            "service": "",
+            "compose": False,
+            "env": ["APP_TASK_TIMEOUT_S=3600", None],
         }
-    ]
+    )
+    + "\n"
 )
+CONTAINER = ("sh", "-c")
 
 
 def test_inspect_gives_the_variable_and_the_start_time_with_timezone():
-    facts = parse_container_inspect(INSPECT, "docker container backend")
-    assert env_value(facts["env"], "APP_TASK_TIMEOUT_S") == "3600"
-    assert facts["started_at"] == datetime(2026, 9, 9, 4, 0, 0, 123456, tzinfo=UTC)
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, INSPECT)})
+    facts = resolve_runtime_facts(contract_from_mapping({}), runner)
+    assert facts.task_timeout.seconds == 3600.0
+    assert facts.runtime_started_at == datetime(2026, 9, 9, 4, 0, 0, 123456, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("text", ["", "[]", "{}", "not json", '[{"Config": {}}]'])
+@pytest.mark.parametrize("text", ["", "[]", "{}", "not json", '{"name": "x"}'])
 def test_inspect_output_that_is_not_a_container_fails_closed(text):
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, text)})
     with pytest.raises(LookupFailed, match="inspect output is not a container description"):
-        parse_container_inspect(text, "docker container backend")
+        resolve_runtime_facts(contract_from_mapping({}), runner)
 
 
 def test_env_value_takes_the_last_assignment_and_only_exact_names():
@@ -119,25 +140,8 @@ def test_env_file_lines_in_the_usual_spellings(line, value):
     assert parse_env_file_line(line, "APP_TASK_TIMEOUT_S") == value
 
 
-class ScriptedRunner:
-    """Answers argv prefixes with canned output, as a host would."""
-
-    label = "app1"
-
-    def __init__(self, answers):
-        self.answers = answers
-        self.calls = []
-
-    def run(self, argv):
-        self.calls.append(list(argv))
-        for prefix, result in self.answers.items():
-            if tuple(argv[: len(prefix)]) == prefix:
-                return result
-        return CommandResult(127, "")
-
-
 def test_one_inspect_call_serves_both_the_timeout_and_the_start():
-    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, INSPECT)})
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, INSPECT)})
     facts = resolve_runtime_facts(contract_from_mapping({}), runner)
     assert facts.task_timeout.seconds == 3600.0
     assert facts.task_timeout.source == "docker:backend/APP_TASK_TIMEOUT_S"
@@ -146,7 +150,7 @@ def test_one_inspect_call_serves_both_the_timeout_and_the_start():
 
 
 def test_a_missing_container_fails_closed_naming_host_and_container():
-    runner = ScriptedRunner({("docker", "inspect"): CommandResult(1, "")})
+    runner = ScriptedRunner({CONTAINER: CommandResult(1, "")})
     with pytest.raises(LookupFailed) as caught:
         resolve_runtime_facts(contract_from_mapping({}), runner)
     assert "host app1" in str(caught.value)
@@ -154,17 +158,15 @@ def test_a_missing_container_fails_closed_naming_host_and_container():
 
 
 def test_a_missing_variable_fails_closed_naming_it():
-    inspect = json.dumps(
-        [{"Config": {"Env": ["PATH=/bin"]}, "State": {"StartedAt": "2026-01-01T00:00:00Z"}}]
-    )
-    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, inspect)})
+    inspect = INSPECT.replace('"APP_TASK_TIMEOUT_S=3600", ', "")
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, inspect)})
     with pytest.raises(LookupFailed, match="variable APP_TASK_TIMEOUT_S is not set"):
         resolve_runtime_facts(contract_from_mapping({}), runner)
 
 
 def test_a_garbage_value_fails_closed_without_echoing_it():
     inspect = INSPECT.replace("APP_TASK_TIMEOUT_S=3600", "APP_TASK_TIMEOUT_S=hunter2")
-    runner = ScriptedRunner({("docker", "inspect"): CommandResult(0, inspect)})
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, inspect)})
     with pytest.raises(LookupFailed) as caught:
         resolve_runtime_facts(contract_from_mapping({}), runner)
     assert "not a number of seconds" in str(caught.value)
@@ -172,7 +174,7 @@ def test_a_garbage_value_fails_closed_without_echoing_it():
 
 
 def test_default_s_is_used_when_the_lookup_finds_nothing_and_the_verdict_says_assumed():
-    runner = ScriptedRunner({("docker", "inspect"): CommandResult(1, "")})
+    runner = ScriptedRunner({CONTAINER: CommandResult(1, "")})
     contract = contract_from_mapping({"task_timeout": {"default_s": 3600}})
     facts = resolve_runtime_facts(contract, runner)
     assert facts.task_timeout.seconds == 3600.0

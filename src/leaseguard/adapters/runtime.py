@@ -28,16 +28,25 @@ from leaseguard.core.lookups import (
     env_value,
     exit_meaning,
     first_stderr_line,
-    inspect_argv,
-    parse_container_inspect,
     parse_env_file_line,
     parse_process_start,
+    parse_systemctl_glob,
     parse_systemctl_show,
     pid_argv,
     process_env_argv,
     process_start_argv,
     systemd_argv,
     task_timeout_source,
+)
+from leaseguard.core.replicas import (
+    Containers,
+    container_argv,
+    container_filter,
+    is_unit_glob,
+    read_containers,
+    shared_variable,
+    shown_command,
+    sibling_warning,
 )
 from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.core.timestamps import parse_timestamp
@@ -85,6 +94,7 @@ class Given(TypedDict, total=False):
     task_timeout_s: float | None
     runtime_started_at: datetime | None
     task_timeout_source: str | None
+    replicas: Sequence[str] | None  # what an earlier lookup's filter or glob matched
 
 
 def resolve_runtime_facts(
@@ -109,8 +119,12 @@ def resolve(contract: Contract, lookups: Lookups, given: Given) -> RuntimeFacts:
         timeout = _task_timeout_or_default(contract.task_timeout, lookups, warnings)
     started = given.get("runtime_started_at")
     if started is None:
-        started = _runtime_start_or_none(contract, lookups, warnings)
-    return RuntimeFacts(timeout, started, tuple(warnings))
+        looked_up = task_timeout_s is None and not contract.rows_carry_expiry
+        variable = shared_variable(contract, timeout_looked_up=looked_up)
+        started = _runtime_start_or_none(contract, lookups, variable, warnings)
+    warnings[:0] = lookups.warnings
+    replicas = {*lookups.replicas, *(given.get("replicas") or ())}
+    return RuntimeFacts(timeout, started, tuple(warnings), tuple(sorted(replicas)))
 
 
 def _task_timeout_or_default(
@@ -126,11 +140,11 @@ def _task_timeout_or_default(
 
 
 def _runtime_start_or_none(
-    contract: Contract, lookups: Lookups, warnings: list[str]
+    contract: Contract, lookups: Lookups, variable: str | None, warnings: list[str]
 ) -> datetime | None:
     """Without a start time nothing is classed orphaned: the safe direction."""
     try:
-        return lookups.runtime_start(contract.runtime)
+        return lookups.runtime_start(contract.runtime, variable)
     except LookupFailed as exc:
         if contract.task_timeout.default_s is None:
             raise
@@ -139,61 +153,92 @@ def _runtime_start_or_none(
 
 
 class Lookups:
-    """The lookups of one check on one host; one `inspect` serves both facts.
+    """The lookups of one check on one host; one container command serves both facts.
 
     `ran`: results of commands already run together (host_lookup's one exec), by argv;
-    those are judged from there, the rest run one exec each.
+    those are judged from there, the rest run one exec each. `replicas` names what a
+    filter or a unit glob matched; `warnings` what the verdict must say (siblings).
     """
 
     def __init__(self, runner: Runner, ran: Mapping[Argv, CommandResult] | None = None) -> None:
         self.runner = runner
-        self._inspected: dict[tuple[str, str], dict[str, object]] = {}
+        self._containers_seen: dict[Argv, Containers] = {}
         self._ran = dict(ran or {})
+        self.replicas: list[str] = []
+        self.warnings: list[str] = []
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         source = task_timeout_source(spec)
         if spec.source == "fixed":
             assert spec.value_s is not None
             return TaskTimeout(spec.value_s, source)
-        raw = self._raw_task_timeout(spec)
         what = f"host {self.runner.label}: {source}"
+        seconds = [
+            self._seconds(raw, spec.variable, what, name)
+            for name, raw in self._raw_task_timeouts(spec)
+        ]
+        return TaskTimeout(max(seconds), source)  # the longest: any replica may run a claim
+
+    @staticmethod
+    def _seconds(raw: str | None, variable: str, what: str, name: str | None) -> float:
+        where = f"{what} ({name})" if name else what
         if raw is None:
-            raise LookupFailed(f"{what}: variable {spec.variable} is not set")
+            raise LookupFailed(f"{where}: variable {variable} is not set")
         try:
-            return TaskTimeout(parse_timeout_s(raw, what=what), source)
+            return parse_timeout_s(raw, what=where)
         except TimeoutValueError as exc:
             raise LookupFailed(str(exc)) from None
 
-    def _raw_task_timeout(self, spec: TaskTimeoutLookup) -> str | None:
+    def _raw_task_timeouts(self, spec: TaskTimeoutLookup) -> list[tuple[str | None, str | None]]:
+        """(replica, raw value) for each replica read; the replica is None for a single one."""
         match spec.source:
             case "docker" | "podman":
-                env = self._inspect(spec.source, spec.container).get("env", [])
-                assert isinstance(env, list)
-                return env_value(env, spec.variable)
+                variable = checked_env_name(spec.variable)
+                found = self._containers(spec.source, spec.container, variable)
+                return [
+                    (self._replica_name(spec.container, r.name), r.value(variable))
+                    for r in found.matches
+                ]
             case "command":
-                return self._run(
-                    list(command_argv(spec)),
-                    f"command in {spec.engine} container {spec.container}",
-                )
+                return [(None, self._command_output(spec))]
             case "systemd":
                 assert spec.unit is not None
-                return env_value(self._systemd(spec.unit).environment, spec.variable)
+                return [
+                    (self._unit_name(spec.unit, unit), env_value(unit.environment, spec.variable))
+                    for unit in self._systemd(spec.unit)
+                ]
             case "process":
                 assert spec.pid_file is not None
-                return self._process_env(spec.pid_file, spec.variable)
+                return [(None, self._process_env(spec.pid_file, spec.variable))]
             case _:
                 assert spec.path is not None
-                return self._env_file(spec.path, spec.variable)
+                return [(None, self._env_file(spec.path, spec.variable))]
 
-    def runtime_start(self, spec: RuntimeLookup) -> datetime | None:
+    def _command_output(self, spec: TaskTimeoutLookup) -> str:
+        if container_filter(spec.container) is not None:
+            raise LookupFailed(
+                f"host {self.runner.label}: task_timeout.source 'command' runs in one "
+                f"container, not in those a filter matches ({spec.container})"
+            )
+        what = f"command in {spec.engine} container {spec.container}"
+        return self._run(list(command_argv(spec)), what)
+
+    def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
+        """The start time; over several replicas the OLDEST (a claim older than every
+        replica's start is an orphan, one newer than any may run there). `variable`: the
+        one the task timeout reads from the same container (one command serves both)."""
         match spec.source:
             case "docker" | "podman":
-                started = self._inspect(spec.source, spec.container)["started_at"]
-                assert isinstance(started, datetime)
-                return started
+                found = self._containers(spec.source, spec.container, variable)
+                for replica in found.matches:
+                    self._replica_name(spec.container, replica.name)
+                return min(replica.started_at for replica in found.matches)
             case "systemd":
                 assert spec.unit is not None
-                return self._systemd(spec.unit).active_since
+                units = self._systemd(spec.unit)
+                for unit in units:
+                    self._unit_name(spec.unit, unit)
+                return min(unit.active_since for unit in units)
             case "process":
                 assert spec.pid_file is not None
                 return self._process_start(spec.pid_file)
@@ -205,18 +250,40 @@ class Lookups:
 
     # -- engines ---------------------------------------------------------------------------
 
-    def _inspect(self, engine: str, container: str) -> dict[str, object]:
-        key = (engine, container)
-        if key not in self._inspected:
-            out = self._run(
-                list(inspect_argv(engine, container)), f"{engine} container {container}"
-            )
-            self._inspected[key] = parse_container_inspect(out, f"{engine} container {container}")
-        return self._inspected[key]
+    def _containers(self, engine: str, container: str, variable: str | None) -> Containers:
+        """The containers `container` names (one, or a filter's running matches), read once."""
+        argv = container_argv(engine, container, variable)
+        if argv not in self._containers_seen:
+            what = f"{engine} container {container}"
+            out = self._run(list(argv), what, shown=shown_command(argv))
+            found = read_containers(out, container, f"host {self.runner.label}: {what}")
+            if found.siblings:
+                self.warnings.append(sibling_warning(f"host {self.runner.label}", found))
+            self._containers_seen[argv] = found
+        return self._containers_seen[argv]
 
-    def _systemd(self, unit: str) -> SystemdUnit:
+    def _replica_name(self, container: str, name: str) -> str | None:
+        """A filter's match is named (and listed in the verdict); a named container is not."""
+        if container_filter(container) is None:
+            return None
+        self.replicas.append(name)
+        return name
+
+    def _unit_name(self, pattern: str, unit: SystemdUnit) -> str | None:
+        if not is_unit_glob(pattern):
+            return None
+        self.replicas.append(unit.name)
+        return unit.name
+
+    def _systemd(self, unit: str) -> list[SystemdUnit]:
+        """The unit, or every ACTIVE unit a glob matches (`systemctl show` takes globs)."""
         out = self._run(list(systemd_argv(unit)), f"systemd unit {unit}")
-        return parse_systemctl_show(out, unit)
+        if is_unit_glob(unit):
+            try:
+                return parse_systemctl_glob(out, unit)
+            except LookupFailed as exc:
+                raise LookupFailed(f"host {self.runner.label}: {exc}") from None
+        return [parse_systemctl_show(out, unit)]
 
     def _process_env(self, pid_file: str, variable: str) -> str | None:
         pid = self._pid(pid_file)
@@ -254,13 +321,17 @@ class Lookups:
 
     # -- running ---------------------------------------------------------------------------
 
-    def _run(self, argv: list[str], what: str) -> str:
-        out = self._run_allowing(argv, what, allowed=())
+    def _run(self, argv: list[str], what: str, *, shown: str | None = None) -> str:
+        out = self._run_allowing(argv, what, allowed=(), shown=shown)
         assert out is not None
         return out
 
-    def _run_allowing(self, argv: list[str], what: str, *, allowed: tuple[int, ...]) -> str | None:
-        """stdout of argv; None for an allowed 'not found' exit status; else LookupFailed."""
+    def _run_allowing(
+        self, argv: list[str], what: str, *, allowed: tuple[int, ...], shown: str | None = None
+    ) -> str | None:
+        """stdout of argv; None for an allowed 'not found' exit status; else LookupFailed.
+
+        `shown` names a wrapped command in the message (its argv starts with `sh -c`)."""
         result = self._ran.get(tuple(argv)) or self.runner.run(argv)
         if result.exit_code == 0:
             return result.stdout
@@ -268,6 +339,6 @@ class Lookups:
             return None
         said = "" if argv[1:2] == ["exec"] else first_stderr_line(result.stderr)
         raise LookupFailed(
-            f"host {self.runner.label}: {what}: `{shlex.join(argv[:3])}` "
+            f"host {self.runner.label}: {what}: `{shown or shlex.join(argv[:3])}` "
             f"{exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )

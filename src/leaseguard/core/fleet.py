@@ -42,6 +42,7 @@ REPORT_KEYS = frozenset(
         "source",
         "assumed",
         "warnings",
+        "replicas",
         "runtime_started_epoch_s",
         "clock",
         "changed",
@@ -87,8 +88,13 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
         for host in hosts
         for warning in per_host[host].warnings
     )
+    replicas = tuple(f"{host}:{name}" for host in hosts for name in per_host[host].replicas)
     return FleetFacts(
-        RuntimeFacts(timeout, started, warnings), hosts, lease_from, cutoff_from, dict(per_host)
+        RuntimeFacts(timeout, started, warnings, replicas),
+        hosts,
+        lease_from,
+        cutoff_from,
+        dict(per_host),
     )
 
 
@@ -193,7 +199,8 @@ def host_facts(host: str, report: Mapping[str, Any], given_source: str = "given"
     if started is not None:
         started = _start_time(host, started)
     warnings = tuple(str(w) for w in report.get("warnings") or ())
-    return RuntimeFacts(timeout, started, warnings)
+    replicas = tuple(str(name) for name in report.get("replicas") or ())
+    return RuntimeFacts(timeout, started, warnings, replicas)
 
 
 def _report_problem(report: Any) -> str | None:

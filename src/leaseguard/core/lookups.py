@@ -11,7 +11,6 @@ command allows it.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -20,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 
 from leaseguard.core.contract import TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed
-from leaseguard.core.timestamps import parse_timestamp
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Argv = tuple[str, ...]
@@ -53,10 +51,6 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
 # --- what each source runs ----------------------------------------------------------------
 
 
-def inspect_argv(engine: str, container: str) -> Argv:
-    return (engine, "inspect", "--type", "container", container)
-
-
 def command_argv(spec: TaskTimeoutLookup) -> Argv:
     return (spec.engine, "exec", spec.container, *spec.command)
 
@@ -67,7 +61,7 @@ def systemd_argv(unit: str) -> Argv:
         "show",
         unit,
         "--timestamp=us+utc",
-        "--property=Environment,ActiveEnterTimestamp,ActiveState,LoadState",
+        "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState",
     )
 
 
@@ -135,27 +129,35 @@ def env_value(env: Sequence[str], variable: str) -> str | None:
     return value
 
 
-def parse_container_inspect(text: str, what: str) -> dict[str, object]:
-    """Env and StartedAt from `docker/podman inspect` JSON; everything else is dropped."""
-    try:
-        data = json.loads(text)
-        container = data[0] if isinstance(data, list) else data
-        env = list(container["Config"]["Env"] or [])
-        started_raw = container["State"]["StartedAt"]
-    except (ValueError, KeyError, IndexError, TypeError):
-        raise LookupFailed(f"{what}: inspect output is not a container description") from None
-    return {"env": env, "started_at": parse_timestamp(started_raw, what=f"{what} StartedAt")}
-
-
 @dataclass(frozen=True)
 class SystemdUnit:
     environment: tuple[str, ...]
     active_since: datetime
+    name: str = ""
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
     """`systemctl show --timestamp=us+utc` output -> Environment= entries and start time."""
-    props = dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    return _systemd_unit(_properties(text), unit)
+
+
+def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
+    """`systemctl show PATTERN` output: one block per loaded unit; the ACTIVE ones, read.
+
+    A glob over no active unit fails, naming the glob: nothing to judge is not "nothing runs".
+    """
+    blocks = [_properties(block) for block in text.split("\n\n")]
+    active = [props for props in blocks if props.get("ActiveState") == "active"]
+    if not active:
+        raise LookupFailed(f"no active systemd unit matches {pattern}")
+    return [_systemd_unit(props, props.get("Id") or pattern) for props in active]
+
+
+def _properties(text: str) -> dict[str, str]:
+    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+
+
+def _systemd_unit(props: dict[str, str], unit: str) -> SystemdUnit:
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
     if props.get("ActiveState") != "active":
@@ -170,7 +172,7 @@ def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
-    return SystemdUnit(environment, active.replace(tzinfo=UTC))
+    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit)
 
 
 def parse_process_start(text: str, what: str) -> datetime:

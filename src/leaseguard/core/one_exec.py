@@ -16,18 +16,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from leaseguard.core.contract import Contract, RuntimeLookup
+from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import (
     ENV_NAME,
     Argv,
     CommandResult,
     command_argv,
     env_file_argv,
-    inspect_argv,
     pid_argv,
     process_env_argv,
     process_start_argv,
     systemd_argv,
 )
+from leaseguard.core.replicas import container_argv, container_filter, shared_variable
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ def planned_commands(contract: Contract, *, timeout_given: bool, start_given: bo
     wanted = () if timeout_given else _planned_timeout(contract)
     on_pid = [] if timeout_given else _timeout_on_pid(contract)
     if not start_given:
-        wanted = (*wanted, *_planned_start(contract.runtime))
+        looked_up = not (timeout_given or contract.rows_carry_expiry)
+        variable = shared_variable(contract, timeout_looked_up=looked_up)
+        wanted = (*wanted, *_planned_start(contract.runtime, variable))
         on_pid += _start_on_pid(contract.runtime)
     return Plan(list(dict.fromkeys(wanted)), on_pid)
 
@@ -82,8 +85,10 @@ def _planned_timeout(contract: Contract) -> tuple[Argv, ...]:
     if contract.rows_carry_expiry:
         return ()
     match spec.source:
-        case "docker" | "podman":
-            return (inspect_argv(spec.source, spec.container),)
+        case "docker" | "podman" if _plannable(spec.container) and ENV_NAME.fullmatch(
+            spec.variable
+        ):
+            return (container_argv(spec.source, spec.container, spec.variable),)
         case "command":
             return (command_argv(spec),)
         case "systemd" if spec.unit is not None:
@@ -96,16 +101,25 @@ def _planned_timeout(contract: Contract) -> tuple[Argv, ...]:
             return ()
 
 
-def _planned_start(spec: RuntimeLookup) -> tuple[Argv, ...]:
+def _planned_start(spec: RuntimeLookup, variable: str | None) -> tuple[Argv, ...]:
     match spec.source:
-        case "docker" | "podman":
-            return (inspect_argv(spec.source, spec.container),)
+        case "docker" | "podman" if _plannable(spec.container):
+            return (container_argv(spec.source, spec.container, variable),)
         case "systemd" if spec.unit is not None:
             return (systemd_argv(spec.unit),)
         case "process" if spec.pid_file is not None:
             return (pid_argv(spec.pid_file),)
         case _:
             return ()
+
+
+def _plannable(container: str) -> bool:
+    """A filter that names nothing is left to its lookup, which fails naming it."""
+    try:
+        container_filter(container)
+    except LookupFailed:
+        return False
+    return True
 
 
 def _marker(nonce: str, what: str) -> str:

@@ -43,6 +43,9 @@ class RuntimeFacts:
     task_timeout: TaskTimeout | None
     runtime_started_at: datetime | None
     warnings: tuple[str, ...] = ()
+    # What a docker filter or a unit glob matched (the facts are the oldest start and the
+    # longest timeout over them); empty when the lookups named one container or unit.
+    replicas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class Verdict:
     # Set when one judgment covers several hosts (the fleet rule): the hosts, and which host
     # supplied the lease and the orphan cut-off (leaseguard.core.fleet.FleetFacts.as_dict()).
     fleet: dict[str, Any] | None = None
+    replicas: tuple[str, ...] = ()  # RuntimeFacts.replicas: every match the facts cover
 
     @property
     def decision(self) -> Decision:
@@ -121,6 +125,7 @@ class Verdict:
             "wait_upper_bound_s": _round(self.wait_upper_bound_s),
             "warnings": list(self.warnings),
             **({"fleet": self.fleet} if self.fleet else {}),
+            **({"replicas": list(self.replicas)} if self.replicas else {}),
         }
 
     def timeline(self) -> str:
@@ -135,6 +140,8 @@ class Verdict:
         ]
         if timeout and timeout.assumed:
             fields.append("timeout_assumed=yes")
+        if self.replicas:
+            fields.append(f"replicas={','.join(self.replicas)}")
         if self.fleet:
             fields.append(f"fleet={','.join(self.fleet['hosts'])}")
             fields.append(f"lease_from={self.fleet['lease_from'] or '-'}")

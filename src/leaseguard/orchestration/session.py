@@ -246,11 +246,12 @@ class GuardSession:
             )
             known.setdefault("schema", self._status_column)
             extra = self._advice(conn, verdict, known, wanted)
-        if extra or self.fleet is not None:
+        if extra or self.fleet is not None or self.facts.replicas:
             verdict = dataclasses.replace(
                 verdict,
                 warnings=(*verdict.warnings, *extra),
                 fleet=self._fleet_report() if self.fleet is not None else None,
+                replicas=self.facts.replicas,
             )
         return verdict
 
