@@ -50,4 +50,9 @@ def restart_missing(restart):
     missing = missing_target(spec)
     if missing is None:
         return None
-    return f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"
+    return (
+        f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing} naming "
+        "one container or unit (a lookup that names replicas by a filter or glob does not "
+        "say which to restart: restart each replica by name, or use "
+        "leaseguard_restart_method: command)"
+    )

@@ -68,7 +68,10 @@ def checked(restart, lookup):
     """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
     missing = missing_target(restart.spec)
     if missing is not None:
-        raise ConfigError(f"restart method {restart.spec.method} needs `{missing}`")
+        raise ConfigError(
+            f"restart method {restart.spec.method} needs `{missing}` naming one container "
+            "or unit (a filter or a glob names replicas, not what to restart)"
+        )
     if verifies(restart) and "runtime_started_at" not in (lookup or {}):
         raise ConfigError(
             "`lookup` (the registered lookup from before the restart) is needed to check "

@@ -181,3 +181,27 @@ def test_a_checked_restart_needs_the_lookup_from_before(source, needs_lookup):
         front.checked(restart(DOCKER, source), None)
     with pytest.raises(front.ConfigError, match="needs `unit`"):
         front.checked(restart(RestartSpec("systemd"), source), BEFORE)
+
+
+@pytest.mark.parametrize(
+    ("spec", "needs"),
+    [
+        (RestartSpec("docker", container="label=com.docker.compose.service=worker"), "container"),
+        (RestartSpec("podman", container="name=^worker-"), "container"),
+        (RestartSpec("systemd", unit="worker@*.service"), "unit"),
+        (RestartSpec("systemd", unit="worker@[12].service"), "unit"),
+    ],
+)
+def test_a_restart_named_by_a_replica_filter_or_glob_is_refused(spec, needs):
+    # `docker restart label=...` restarts nothing; one `systemctl restart` of a glob
+    # restarts every replica at once with its stop budget written where systemd never looks.
+    with pytest.raises(front.ConfigError, match=f"needs `{needs}` naming one container or unit"):
+        front.checked(restart(spec, "docker"), BEFORE)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [RestartSpec("docker", container="worker-1"), RestartSpec("systemd", unit="worker@1.service")],
+)
+def test_one_named_replica_is_restarted(spec):
+    front.checked(restart(spec, "docker"), BEFORE)

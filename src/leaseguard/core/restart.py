@@ -69,10 +69,19 @@ def restart_target(spec: RestartSpec) -> str:
 
 
 def missing_target(spec: RestartSpec) -> str | None:
-    """The setting `spec.method` needs and `spec` lacks (it would restart nothing), if any."""
+    """The setting `spec.method` needs and `spec` lacks, or names only as several replicas
+    (a docker filter, a unit glob: `docker restart label=...` restarts nothing, and one
+    `systemctl restart` of a glob restarts them all at once, its stop budget lost), if any.
+    """
     needed = {"docker": "container", "podman": "container", "systemd": "unit"}
     name = needed.get(spec.method, "command")
-    return None if getattr(spec, name) else name
+    target = getattr(spec, name)
+    if not target or (name == "container" and target.startswith(("label=", "name="))):
+        return name
+    return name if name == "unit" and not _GLOB_CHARS.isdisjoint(target) else None
+
+
+_GLOB_CHARS = frozenset("*?[")
 
 
 def start_moved(before_epoch_s: float | None, after_epoch_s: float | None) -> bool:
