@@ -150,7 +150,17 @@ hold:
       C(command) whether the host's pause command ran; C(what) names everything held.
   returned: O(state=held)
   type: dict
-  sample: {"cron": {"token": "9f1c2a7b3d4e", "jobs": ["claim"], "jobids": [3], "by": "ansible-playbook restart (app1) pid 4242 on ctl", "action": "restart (app1)", "switched": ["claim"], "not_held": []}, "command": false, "what": ["pg_cron:claim"]}
+  sample:
+    cron:
+      token: 9f1c2a7b3d4e
+      jobs: [claim]
+      jobids: [3]
+      by: ansible-playbook restart (app1) pid 4242 on ctl
+      action: restart (app1)
+      switched: [claim]
+      not_held: []
+    command: false
+    what: ["pg_cron:claim"]
 released:
   description: What this task let go of; a job other holders still hold stays paused.
   returned: O(state=released)
