@@ -119,7 +119,11 @@ def test_shared_intake_stays_paused_until_the_claim_live_on_the_older_host_ends(
     assert active(db, job) == "t"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+    ids=["sigint", "sigterm", "sighup-terminal-closed"],
+)
 def test_a_signal_to_ansible_playbook_leaves_intake_active_and_says_so(db, fleet, tmp_path, signum):
     inventory, job = fleet
     claim(db, 1, "0 seconds")

@@ -69,7 +69,11 @@ def start_fab(host, db, tmp_path, hosts, *args):
     return proc, Lines(proc.stdout), Lines(proc.stderr)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+    ids=["sigint", "sigterm", "sighup-terminal-closed"],
+)
 def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
     app_host_pg, app_db, intake, tmp_path, signum
 ):
