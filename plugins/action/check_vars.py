@@ -50,9 +50,10 @@ def restart_missing(restart):
     missing = missing_target(spec)
     if missing is None:
         return None
+    said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"
+    if not getattr(spec, missing):
+        return said
     return (
-        f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing} naming "
-        "one container or unit (a lookup that names replicas by a filter or glob does not "
-        "say which to restart: restart each replica by name, or use "
-        "leaseguard_restart_method: command)"
+        f"{said} naming one container or unit: a filter or a glob names replicas, not what "
+        "to restart (restart each replica by name, or use leaseguard_restart_method: command)"
     )

@@ -31,6 +31,8 @@ DRAIN_KEYS = (
     "poll_s",
     "pause_cron_jobs",
     "cron_database",
+    "cron_user",
+    "cron_password",
     "pause_command",
     "resume_command",
     "status_file",

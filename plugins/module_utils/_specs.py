@@ -123,6 +123,7 @@ def drain_spec():
         poll_s=dict(type="float", default=5.0),
         pause_cron_jobs=dict(type="list", elements="str", default=[]),
         cron_database=dict(type="str"),
+        **intake_identity_spec(),
         pause_command=dict(type="list", elements="str", default=[]),
         resume_command=dict(type="list", elements="str", default=[]),
         status_file=dict(type="path"),

@@ -38,6 +38,7 @@ EFFECTIVE_DEFAULT_IN_DESCRIPTION = {
     "db_name": "falls back to PGDATABASE (env_fallback)",
     "db_user": "falls back to PGUSER (env_fallback)",
     "db_password": "falls back to LEASEGUARD_DB_PASSWORD, then PGPASSWORD (env_fallback)",
+    "cron_password": "falls back to LEASEGUARD_CRON_PASSWORD (env_fallback), then libpq's own",
     "schema": "not set means the connection's search_path, which has no literal value",
     "finished_statuses": "the core computes it (done, failed minus claimed and queued); an "
     "explicit list is also checked against an enum's labels, the default is not",

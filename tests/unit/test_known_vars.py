@@ -83,3 +83,9 @@ def test_every_option_from_role_vars_is_a_documented_guard_role_variable():
     assert guard_role_variables() - set(mapped.values()) - holding == {"leaseguard_on_busy"}
     assert mapped["deadline_s"] == "leaseguard_drain_deadline_s"
     assert "lookup" not in mapped and "wait" not in mapped and "force" not in mapped
+
+
+def test_a_restart_named_by_a_replica_filter_is_named_with_what_to_do():
+    said = check_vars.restart_missing(restart_of("docker", container="label=svc=worker"))
+    assert said.startswith("leaseguard: restart method docker needs leaseguard_restart_container")
+    assert "a filter or a glob names replicas, not what to restart" in said

@@ -64,6 +64,8 @@ def connect(
     dbname: str | None = None,
     timeout_s: float | None = None,
     prepare: bool = False,
+    user: str | None = None,
+    password: str | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection named leaseguard; the one way every part of leaseguard connects.
 
@@ -75,6 +77,8 @@ def connect(
         it means (`leaseguard.adapters.cron.cron_transaction`) and nothing stays open between them.
     :param dbname: another database than the DSN's (pg_cron's cron.database_name).
     :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
+    :param user: another role than the DSN's (the intake's: the owner of the pg_cron jobs);
+        the DSN's password is then dropped, `password` or libpq's PGPASSWORD/.pgpass used.
     :param prepare: server-side prepared statements from the first execution (a drain's
         long-lived connection: each poll then skips planning), unless a transaction pooler
         sits in between (`behind_pooler`). False: never prepared, not even psycopg's
@@ -86,6 +90,9 @@ def connect(
         given = conninfo_to_dict(conninfo)
         if dbname:
             conninfo = make_conninfo(conninfo, dbname=dbname)
+        if user:
+            as_user = {k: v for k, v in conninfo_to_dict(conninfo).items() if k != "password"}
+            conninfo = make_conninfo("", **{**as_user, "user": user, "password": password})
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
     liveness = {k: v for k, v in liveness_keywords(connect_timeout_s).items() if k not in given}

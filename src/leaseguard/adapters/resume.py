@@ -10,8 +10,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+
+from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import resume_recorded
+from leaseguard.core.errors import DatabaseError
 
 
 def resume_pauses(
@@ -20,10 +24,25 @@ def resume_pauses(
     cron_database: str | None = None,
     jobs: Sequence[str] | None = None,
     connect_timeout_s: int = 10,
+    user: str | None = None,
+    password: str | None = None,
 ) -> dict[str, Any]:
-    """What was recorded, what was reactivated, and what had vanished meanwhile."""
-    with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+    """What was recorded, what was reactivated, and what had vanished meanwhile.
+
+    Fails closed when the role sees no pg_cron job at all (and is not a superuser): pg_cron
+    shows each role only its own jobs, so "nothing recorded" would be a guess.
+    """
+    with connect(
+        conninfo,
+        connect_timeout_s,
+        writable=True,
+        dbname=cron_database,
+        user=user,
+        password=password,
+    ) as conn:
         records, plan = resume_recorded(conn, jobs)
+        if not records:
+            refuse_blind_resume(conn)
     return {
         "records": [record.as_dict() for record in records],
         "resumed": plan.resumed if plan else [],
@@ -32,6 +51,25 @@ def resume_pauses(
         ],
         "missing": plan.missing if plan else [],
     }
+
+
+_SEES_JOBS = """
+SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)
+"""
+
+
+def refuse_blind_resume(conn: psycopg.Connection[Any]) -> None:
+    """A role that sees no pg_cron job cannot tell "nothing to give back": fail, naming it."""
+    with cron_transaction(conn, read_only=True, privilege_hint="connect as the jobs' owner"):
+        row = conn.execute(_SEES_JOBS).fetchone()
+    if not (row and row[0]):
+        raise DatabaseError(
+            f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+            "(pg_cron shows each role only its own jobs), so it cannot tell whether intake "
+            "is still held: run resume as the jobs' owner (--cron-user, drain.cron_user, "
+            "leaseguard_cron_user)"
+        )
 
 
 def resume_lines(outcome: dict[str, Any]) -> str:

@@ -162,6 +162,7 @@ def run_drain(args: argparse.Namespace) -> int:
             "poll_s": args.poll_s,
             "pause_cron_jobs": args.pause_cron_job,
             "cron_database": args.cron_database,
+            "cron_user": args.cron_user,
             "pause_command": args.pause_command,
             "resume_command": args.resume_command,
             "status_file": args.status_file,
@@ -239,7 +240,13 @@ def run_resume(args: argparse.Namespace) -> int:
     from leaseguard.adapters.resume import resume_lines, resume_pauses
 
     try:
-        outcome = resume_pauses(resolve_dsn(args), cron_database=args.cron_database, jobs=args.job)
+        outcome = resume_pauses(
+            resolve_dsn(args),
+            cron_database=args.cron_database,
+            jobs=args.job,
+            user=args.cron_user,
+            password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
+        )
     except ConfigError:
         raise
     except LeaseguardError as exc:

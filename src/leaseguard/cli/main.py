@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import socket
 import sys
 from collections.abc import Container, Iterator, Sequence
@@ -124,6 +125,13 @@ def add_cron_database_option(parser: Any) -> None:
         metavar="DB",
         help="database holding pg_cron's cron.job (default: the DSN's)",
     )
+    parser.add_argument(
+        "--cron-user",
+        metavar="ROLE",
+        help="the role that owns the intake pg_cron jobs, when the DSN's is a read-only guard "
+        "role (pg_cron shows each role only its own jobs); its password from "
+        "$LEASEGUARD_CRON_PASSWORD, else PGPASSWORD / ~/.pgpass",
+    )
 
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
@@ -214,6 +222,8 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         with open_session(args, contract, facts, resolve_dsn(args)) as session:
             session.cron_database = args.cron_database
+            session.cron_user = args.cron_user
+            session.cron_password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
             verdict = session.judge()
     except ConfigError:
         raise

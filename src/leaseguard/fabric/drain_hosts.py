@@ -158,6 +158,8 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return EXIT_FAILED
         sessions = {host: r.session for host, r in opened}
+        for s in sessions.values():  # any host's path may carry the intake's hold
+            s.cron_user, s.cron_password = run.options.cron_user, run.options.cron_password
         runners = {host: s.runner for host, s in sessions.items()}
         # The judgment runs through one host's tunnel (the database is shared); each host's
         # start time is compared in the database clock through its measured offset.

@@ -135,6 +135,7 @@ def _guard_one(
             shared=shared,
         ) as s:
             s.cron_database = settings.drain.cron_database
+            s.cron_user, s.cron_password = settings.drain.cron_user, settings.drain.cron_password
             return host, s.judge()
     except LeaseguardError as exc:
         return host, exc

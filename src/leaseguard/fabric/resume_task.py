@@ -38,6 +38,8 @@ def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> Non
             outcome = resume_pauses(
                 conninfo,
                 cron_database=settings.drain.cron_database,
+                user=settings.drain.cron_user,
+                password=settings.drain.cron_password,
                 jobs=list(job or []) or None,
                 connect_timeout_s=settings.contract.connect_timeout_s,
             )

@@ -7,9 +7,10 @@ Fabric config and Ansible vars hold them in sections next to the contract keys
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
@@ -35,6 +36,9 @@ class DrainOptions:
     deadline_s: float | None = None
     pause_cron_jobs: tuple[str, ...] = ()
     cron_database: str | None = None
+    # The role that owns the intake pg_cron jobs (pg_cron shows each role only its own).
+    cron_user: str | None = None
+    cron_password: str | None = field(default=None, repr=False)
     pause_command: tuple[str, ...] = ()
     resume_command: tuple[str, ...] = ()
     status_file: str | None = None
@@ -63,6 +67,8 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
         deadline_s=_positive(data, "deadline_s", None),
         pause_cron_jobs=tuple(jobs),
         cron_database=data.get("cron_database"),
+        cron_user=data.get("cron_user") or None,
+        cron_password=data.get("cron_password") or os.environ.get("LEASEGUARD_CRON_PASSWORD"),
         pause_command=pause,
         resume_command=resume,
         status_file=_path(data, "status_file"),

@@ -48,6 +48,7 @@ def drain_host(
     by = drain_identity(front)
     session.pause_owner = by
     session.cron_database = options.cron_database
+    session.cron_user, session.cron_password = options.cron_user, options.cron_password
     intake = build_intake(
         options,
         connect or session.connect_writable,

@@ -115,6 +115,8 @@ class GuardSession:
         # cron_database (None: the session's own database), except those of `pause_owner`
         # (this process's own drain).
         self.cron_database: str | None = None
+        self.cron_user: str | None = None  # the intake's own role (owns the pg_cron jobs)
+        self.cron_password: str | None = None
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
         # A fleet run's per-database facts (shared_facts), and which database this
@@ -171,7 +173,9 @@ class GuardSession:
             self._polls_on_conn = 0
         return self._conn
 
-    def _open(self, *, writable: bool = False, dbname: str | None = None) -> Conn:
+    def _open(
+        self, *, writable: bool = False, dbname: str | None = None, as_intake: bool = False
+    ) -> Conn:
         """A new connection along the session's path, within what is left of the poll."""
         remaining = self.watch.remaining_s()
         if self.watch.expired or remaining <= 0:
@@ -185,6 +189,8 @@ class GuardSession:
                 writable=writable,
                 dbname=dbname,
                 timeout_s=remaining,
+                user=self.cron_user if as_intake else None,
+                password=self.cron_password if as_intake else None,
             )
         except DatabaseUnavailable:
             failure = self.link.failure() if self.link is not None else None
@@ -328,8 +334,9 @@ class GuardSession:
         return report
 
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
-        """A normal (not read-only) connection through the same path, for intake pauses."""
-        return self._open(writable=True, dbname=dbname)
+        """A normal (not read-only) connection through the same path, for intake holds: as
+        the intake's own role when one is configured (`cron_user`)."""
+        return self._open(writable=True, dbname=dbname, as_intake=True)
 
 
 @contextmanager
