@@ -55,7 +55,29 @@ class SshOptions:
 
 
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
-    """A Fabric Connection whose host keys are verified (unless explicitly accepted)."""
+    """A Fabric Connection whose host keys are verified (unless explicitly accepted).
+
+    The gateway: `options.gateway` when given, else ssh_config's ProxyJump for this host as
+    Fabric's SSHConfig resolves it (ProxyCommand is left to Fabric), each hop with the same
+    connect budget and authentication as the host.
+    """
+    if options.gateway:
+        gateway: Connection | None = _jump_chain(options.gateway, options, config)
+        connection = _connection(host, options, config, gateway)
+    else:
+        connection = _connection(host, options, config, None)
+        jumps = connection.ssh_config.get("proxyjump")
+        # Fabric built a gateway from it (none when the chain names this host itself), but
+        # walked "a,b" from b, and with none of our timeouts: built again, in order.
+        if jumps and isinstance(connection.gateway, Connection):
+            connection.gateway = _jump_chain(jumps, options, config)
+    apply_host_key_policy(connection, options)
+    return connection
+
+
+def _connection(
+    host: str, options: SshOptions, config: Config | None, gateway: Connection | None
+) -> Connection:
     # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
     # over a dead link each of those would outlast the connect timeout the user configured.
     bound = options.connect_timeout_s
@@ -63,36 +85,53 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
         "banner_timeout": bound,
         "auth_timeout": bound,
         "channel_timeout": bound,
+        **_configured_connect_kwargs(config),
     }
     if options.key_filename:
         connect_kwargs["key_filename"] = options.key_filename
     connect_kwargs["transport_factory"] = AeadFirstTransport
-    gateway = None
-    if options.gateway:
-        # ProxyJump's "a,b": a is reached first, b through a, this host through b. (Fabric's
-        # own ssh_config ProxyJump chains the hops the other way round, so it is not used.)
-        *before, last = options.gateway.split(",")
-        hop_options = _gateway_options(options, ",".join(before) or None)
-        gateway = make_connection(last.strip(), hop_options, config)
-    connection = Connection(
+    return Connection(
         host,
         user=options.user,
         port=options.port,
         config=config,
         gateway=gateway,
-        connect_timeout=options.connect_timeout_s,
+        connect_timeout=bound,
         connect_kwargs=connect_kwargs,
     )
-    apply_host_key_policy(connection, options)
-    return connection
 
 
-def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
+def _configured_connect_kwargs(config: Config | None) -> dict[str, Any]:
+    """The config's `connect_kwargs` (password, passphrase, allow_agent, ...).
+
+    Fabric uses them only when the Connection is given none of its own, and ours always
+    are. Its key files are merged by Fabric itself, and its `timeout` (`fab -t`) is the
+    connect budget the front already chose (`connect_timeout`; both at once are refused).
+    """
+    if config is None:
+        return {}
+    given = dict(config.get("connect_kwargs") or {})
+    given.pop("key_filename", None)
+    given.pop("timeout", None)
+    return given
+
+
+def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
+    """ProxyJump's "a,b", as OpenSSH walks it: a is reached first (through its own
+    ssh_config ProxyJump, if any), b through a, and the host (the caller's) through b."""
+    first, *rest = (hop.strip() for hop in jumps.split(","))
+    hop_options = _gateway_options(options)
+    gateway = make_connection(first, hop_options, config)
+    for hop in rest:
+        gateway = _connection(hop, hop_options, config, gateway)
+    return gateway
+
+
+def _gateway_options(options: SshOptions) -> SshOptions:
     return SshOptions(
         key_filename=options.key_filename,
         known_hosts=options.known_hosts,
         accept_unknown_host_keys=options.accept_unknown_host_keys,
-        gateway=gateway,
         connect_timeout_s=options.connect_timeout_s,
     )
 
@@ -111,27 +150,54 @@ def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
 
 
 def open_connection(connection: Connection) -> None:
-    """Connect now, translating SSH failures into a TunnelError that names the host."""
+    """Connect now, translating SSH failures into a TunnelError that names the host and
+    what to try next."""
     try:
         if not connection.is_connected:
             connection.open()
             _tune(connection)
     except paramiko.BadHostKeyException:
         raise TunnelError(
-            f"host {connection.host}: host key does not match known_hosts (BadHostKeyException)"
+            f"host {_named(connection)}: host key does not match known_hosts "
+            "(BadHostKeyException); if the host was reinstalled, check its new key's "
+            "fingerprint and replace its known_hosts line"
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        raise TunnelError(
+            f"host {_named(connection)}: SSH authentication failed ({type(exc).__name__}); "
+            "check the user and the key (fab -i, connect_kwargs.key_filename, IdentityFile) "
+            "or its passphrase (connect_kwargs.passphrase, fab --prompt-for-passphrase)"
         ) from None
     except paramiko.SSHException as exc:
         if "not found in known_hosts" in str(exc):
             raise TunnelError(
-                f"host {connection.host}: host key is not in known_hosts; add it (ssh-keyscan) "
-                "or set accept_unknown_host_keys explicitly"
+                f"host {_named(connection)}: host key is not in known_hosts; add it "
+                "(ssh-keyscan) or set accept_unknown_host_keys explicitly"
             ) from None
-        raise TunnelError(f"host {connection.host}: SSH failed ({type(exc).__name__})") from None
+        raise TunnelError(
+            f"host {_named(connection)}: SSH failed ({type(exc).__name__}); "
+            f"check that `ssh {connection.original_host}` works from here"
+        ) from None
     except (OSError, EOFError) as exc:
         raise TunnelError(
-            f"host {connection.host}:{connection.port}: cannot connect over SSH "
-            f"({type(exc).__name__})"
+            f"host {_named(connection)} unreachable: cannot connect over SSH "
+            f"({type(exc).__name__}); check that it is up, that sshd answers on port "
+            f"{connection.port}{_through(connection)} and the connect timeout (fab -t), "
+            "or run with -H excluding it"
         ) from None
+
+
+def _named(connection: Connection) -> str:
+    """ "app2 (10.0.0.12:22)": the host as given (-H, an ssh_config alias) and where it is."""
+    given = str(connection.original_host).rpartition("@")[2]
+    return f"{given} ({connection.host}:{connection.port})"
+
+
+def _through(connection: Connection) -> str:
+    gateway = connection.gateway
+    if isinstance(gateway, Connection):
+        return f" (through the jump host {_named(gateway)})"
+    return ""
 
 
 def _tune(connection: Connection) -> None:
