@@ -496,20 +496,7 @@ def step_drain(demo: Demo) -> None:
         "insert into execution_runs (id, status, claimed_at, updated_at) "
         "values (301, 'running', now(), now())"
     )
-    fabric = {
-        "leaseguard": {
-            "task_timeout": {"container": host["container"]},
-            "runtime": {"container": host["container"]},
-            "connection": {
-                # The drain pauses a pg_cron job, so it logs in as the jobs' owner; a guard
-                # that only judges needs nothing but the read-only role.
-                "dsn": f"dbname={demo.state['pg']['database']} user=postgres",
-                "known_hosts": host["known_hosts_path"],
-            },
-            "drain": {"poll_s": 0.5, "pause_cron_jobs": ["claim"], "cron_database": CRON_DATABASE},
-        }
-    }
-    demo.fabric_file.write_text(yaml.safe_dump(fabric, sort_keys=False))
+    write_fabric_file(demo)
     say("Row 301 was claimed a moment ago, after the restart: live. Before a maintenance")
     say(f"window, drain {HOSTS[0]}: pause intake (the pg_cron job `claim`), wait until no live")
     say("lease remains (never longer than the longest lease), resume intake. The claim")
@@ -519,8 +506,7 @@ def step_drain(demo: Demo) -> None:
     finisher = Finisher(demo)
     finisher.start()
     try:
-        argv = ["fab", "-f", str(demo.fabric_file), "-i", host["client_key_path"]]
-        argv += ["-H", f"root@{host['addr']}", "drain"]
+        argv = [*fab_argv(demo, host), "drain"]
         ran = demo.run(argv, demo.base_env(), stderr_to_terminal=sys.stderr.isatty())
     finally:
         finisher.done.set()
@@ -639,6 +625,45 @@ def step_migrate(demo: Demo) -> None:
     )
 
 
+def write_fabric_file(demo: Demo) -> None:
+    """$DEMO/fabric.yaml, for every host: their host keys in one known_hosts, their client
+    keys under Fabric's connect_kwargs. Only the container differs per host (backend-app1,
+    backend-app2 in one engine), so each fab command line names it (fab_argv)."""
+    known_hosts = demo.dir / "known_hosts"
+    known_hosts.write_text(
+        "".join(Path(h["known_hosts_path"]).read_text() for h in demo.state["hosts"])
+    )
+    fabric = {
+        "connect_kwargs": {"key_filename": [h["client_key_path"] for h in demo.state["hosts"]]},
+        "leaseguard": {
+            "connection": {
+                # The drain pauses a pg_cron job, so it logs in as the jobs' owner; a guard
+                # that only judges needs nothing but the read-only role.
+                "dsn": f"dbname={demo.state['pg']['database']} user=postgres",
+                "known_hosts": str(known_hosts),
+            },
+            "drain": {"poll_s": 0.5, "pause_cron_jobs": ["claim"], "cron_database": CRON_DATABASE},
+        },
+    }
+    demo.fabric_file.write_text(yaml.safe_dump(fabric, sort_keys=False))
+
+
+def fab_argv(demo: Demo, host: dict[str, Any]) -> list[str]:
+    """`fab -f $DEMO/fabric.yaml -H root@ADDR` for one host, its container named through
+    Fabric's environment variables (a key fabric.yaml leaves unset)."""
+    container = host["container"]
+    return [
+        "env",
+        f"FABRIC_LEASEGUARD_TASK_TIMEOUT_CONTAINER={container}",
+        f"FABRIC_LEASEGUARD_RUNTIME_CONTAINER={container}",
+        "fab",
+        "-f",
+        str(demo.fabric_file),
+        "-H",
+        f"root@{host['addr']}",
+    ]
+
+
 def cron_jobs() -> dict[str, dict[str, str]]:
     """The code's declaration of the pipeline's pg_cron jobs."""
     return {
@@ -692,14 +717,16 @@ def kept_instructions(demo: Demo) -> None:
         "export PGUSER=postgres",
     ]
     env_file.write_text("\n".join(lines) + "\n")
-    first = demo.host(HOSTS[0])
-    fab = ["fab", "-f", str(demo.fabric_file), "-i", first["client_key_path"]]
     heading("The sandbox is still running (KEEP=1)")
     say(f"It lives under {demo.dir}. In a shell:")
     say(f"  cd {REPO} && source {env_file}")
     say(f"  ansible-playbook -i {demo.inventory} playbooks/deploy.yml")
-    say(f"  {shlex.join([*fab, '-H', 'root@' + first['addr'], 'guard'])}")
-    say(f"  leaseguard budgets --config {demo.budgets_file} --cron-database {CRON_DATABASE}")
+    for alias in HOSTS:
+        say(f"  {shlex.join([*fab_argv(demo, demo.host(alias)), 'guard'])}")
+    say(
+        f"  leaseguard budgets --config {demo.budgets_file} --cron-database {CRON_DATABASE} "
+        "--environment production"
+    )
     say("  psql -c 'table execution_runs'")
     say(f"  docker ps                     # the backends: {', '.join(demo.containers)}")
     say("Stop it and remove everything: make demo-down")

@@ -32,14 +32,14 @@ def deploy(tmp_path, app_host_pg, app_db, backend, podman_engine):
         leaseguard_db_user=GUARD_PW_ROLE,
     )
 
-    def run(*args, **extra_vars):
+    def run(*args, env=None, **extra_vars):
         return run_playbook(
             DEPLOY,
             inventory,
             tmp_path,
             *args,
             extra_vars=extra_vars,
-            env={"PGPASSWORD": GUARD_PW_PASSWORD},
+            env={"PGPASSWORD": GUARD_PW_PASSWORD, **(env or {})},
         )
 
     return run

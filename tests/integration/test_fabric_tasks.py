@@ -291,11 +291,12 @@ def _saw_the_claim(db):
     return row[0] > 0
 
 
-def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend):
+def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend, app_host_pg):
     claim(runs, 1, "running", "0 seconds")
     done = fab("drain", "--poll-s", "0.2", "--deadline-s", "1", "--json")
     assert done.returncode == 75, done.stdout + done.stderr
-    assert json.loads(done.stdout.strip().splitlines()[-1])["drained"] is False
+    [result] = json.loads(done.stdout)  # a list, one object per host, as guard --json
+    assert (result["host"], result["drained"]) == (f"root@{app_host_pg.addr}", False)
 
 
 def test_a_tunnel_dropped_mid_drain_fails_closed_with_exit_1(app_host_factory, tmp_path):
@@ -432,3 +433,13 @@ def test_fab_drain_pauses_named_cron_jobs_through_the_tunnel_and_resumes_them(
     assert done.returncode == 0, done.stdout + done.stderr
     assert paused_seen == [True]
     assert active() is True
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [(["gaurd"], "did you mean 'guard'?"), (["drain", "--deadline"], "'--deadline-s'?")],
+)
+def test_a_mistyped_task_or_flag_names_the_nearest_one(args, hint):
+    done = run_fab("-H", "app1", *args, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert hint in done.stderr

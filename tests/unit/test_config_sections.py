@@ -70,7 +70,7 @@ def test_fabric_settings_still_reject_other_unknown_keys():
         ({"db_port": "five"}, "connection.db_port must be a whole number"),
         ({"db_port": 70000}, r"connection.db_port must be a port number \(1-65535\)"),
         ({"db_port": True}, "connection.db_port must be a whole number"),
-        ({"accept_unknown_host_keys": "false"}, "connection.accept_unknown_host_keys must be"),
+        ({"accept_unknown_host_keys": "yes"}, "connection.accept_unknown_host_keys must be"),
         ({"known_hosts": ["a", "b"]}, "connection.known_hosts must be a non-empty string"),
         ({"gateway": 22}, "connection.gateway must be a non-empty string"),
         ({"dsn": {"host": "db"}}, "connection.dsn must be a non-empty string"),

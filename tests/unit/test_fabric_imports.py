@@ -69,7 +69,7 @@ def test_a_guard_imports_the_database_code_once_its_hosts_are_started(refused_po
     done, modules = fab_modules("-H", f"root@127.0.0.1:{refused_port}", "guard")
     assert done.returncode == 1, done.stderr[-2000:]
     assert "decision=failed error=TunnelError" in done.stdout
-    assert f"127.0.0.1:{refused_port}: cannot connect over SSH" in done.stdout
+    assert f"127.0.0.1:{refused_port}) unreachable: cannot connect over SSH" in done.stdout
     assert loaded(modules, "psycopg")
     assert loaded(modules, "leaseguard.orchestration.ssh_session")
 

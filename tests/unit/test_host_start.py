@@ -9,6 +9,7 @@ accepts the TCP connection and never sends an SSH banner.
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -53,7 +54,8 @@ def test_a_refused_connection_fails_the_open_and_the_lookup_with_the_same_named_
     refused_port,
 ):
     start = started(refused_port)
-    with pytest.raises(TunnelError, match=f"127.0.0.1:{refused_port}: cannot connect over SSH"):
+    expected = re.escape(f"127.0.0.1:{refused_port}) unreachable: cannot connect over SSH")
+    with pytest.raises(TunnelError, match=expected):
         start.opened.result(timeout=60)
     assert start.lookup.exception(timeout=60) is start.opened.exception()
 

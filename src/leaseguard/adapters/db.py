@@ -28,11 +28,18 @@ from leaseguard.core.errors import (
 
 APPLICATION_NAME = "leaseguard"
 
+# Where each front takes the database password from (README, "Point it at your own hosts").
+_PASSWORD_FROM = (  # where a password is set, not one
+    "PGPASSWORD or ~/.pgpass on the controller, password= in the DSN (--dsn, "  # noqa: S105
+    "LEASEGUARD_DSN, fabric.yaml's connection.dsn) or, under Ansible, "
+    "leaseguard_db_password (LEASEGUARD_DB_PASSWORD)"
+)
+
 # libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase,
 # so that the operator learns the cause without the raw text (which may quote the DSN).
 _CONNECT_CAUSES = (
-    ("password authentication failed", "authentication failed"),
-    ("no password supplied", "a password is required but none was given"),
+    ("password authentication failed", "authentication failed; check " + _PASSWORD_FROM),
+    ("no password supplied", "a password is required but none was given; set " + _PASSWORD_FROM),
     ("does not exist", "the database or role does not exist"),
     ("connection refused", "connection refused"),
     ("timeout expired", "connection timed out"),

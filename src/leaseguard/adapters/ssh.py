@@ -1,8 +1,7 @@
-"""SSH: host-key policy, running lookups on a host, and the tunnel to its database.
+"""SSH: running lookups on a host, and the tunnel to its database.
 
-Fabric's Connection accepts any host key by default (paramiko's AutoAddPolicy) and never
-reads known_hosts. A guard that decides whether to kill work must know which host it
-asked, so leaseguard verifies host keys against known_hosts unless told otherwise.
+The connections themselves (Fabric's config, jump hosts, the host-key policy, the connect
+budget) are made in leaseguard.adapters.ssh_connect; its names are importable from here.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from typing import Any
 
 try:
     import paramiko
-    from fabric import Config, Connection
+    from fabric import Connection
     from invoke.exceptions import CommandTimedOut
 except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproject.toml)
     raise ModuleNotFoundError(
@@ -29,137 +28,32 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
-from leaseguard.adapters.ssh_client import AeadFirstTransport, trust_known_hosts
+from leaseguard.adapters.ssh_connect import (
+    KEEPALIVE_INTERVAL_S,
+    SshOptions,
+    apply_host_key_policy,
+    make_connection,
+    open_connection,
+)
 from leaseguard.core.errors import TunnelError
 from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
-# paramiko sends a keepalive after this many seconds without sending anything, so a dead
-# link always has unacknowledged data in flight, which TCP_USER_TIMEOUT then bounds.
-KEEPALIVE_INTERVAL_S = 1
 _CHUNK = 32768
 
-
-@dataclass(frozen=True)
-class SshOptions:
-    """How to reach a host: what Fabric users set, plus the host-key policy."""
-
-    user: str | None = None
-    port: int | None = None
-    key_filename: str | None = None
-    known_hosts: str | None = None
-    accept_unknown_host_keys: bool = False
-    gateway: str | None = None  # ProxyJump-style: "user@host:port", or hops "a,b" in order
-    connect_timeout_s: int = 10
-
-
-def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
-    """A Fabric Connection whose host keys are verified (unless explicitly accepted)."""
-    # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
-    # over a dead link each of those would outlast the connect timeout the user configured.
-    bound = options.connect_timeout_s
-    connect_kwargs: dict[str, Any] = {
-        "banner_timeout": bound,
-        "auth_timeout": bound,
-        "channel_timeout": bound,
-    }
-    if options.key_filename:
-        connect_kwargs["key_filename"] = options.key_filename
-    connect_kwargs["transport_factory"] = AeadFirstTransport
-    gateway = None
-    if options.gateway:
-        # ProxyJump's "a,b": a is reached first, b through a, this host through b. (Fabric's
-        # own ssh_config ProxyJump chains the hops the other way round, so it is not used.)
-        *before, last = options.gateway.split(",")
-        hop_options = _gateway_options(options, ",".join(before) or None)
-        gateway = make_connection(last.strip(), hop_options, config)
-    connection = Connection(
-        host,
-        user=options.user,
-        port=options.port,
-        config=config,
-        gateway=gateway,
-        connect_timeout=options.connect_timeout_s,
-        connect_kwargs=connect_kwargs,
-    )
-    apply_host_key_policy(connection, options)
-    return connection
-
-
-def _gateway_options(options: SshOptions, gateway: str | None) -> SshOptions:
-    return SshOptions(
-        key_filename=options.key_filename,
-        known_hosts=options.known_hosts,
-        accept_unknown_host_keys=options.accept_unknown_host_keys,
-        gateway=gateway,
-        connect_timeout_s=options.connect_timeout_s,
-    )
-
-
-def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Trust only the keys known_hosts lists for this host (`ssh_client`), reject others."""
-    trust_known_hosts(connection, options.known_hosts)
-    client = connection.client
-    if options.accept_unknown_host_keys:
-        client.set_missing_host_key_policy(paramiko.WarningPolicy())
-    else:
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    gateway = connection.gateway
-    if isinstance(gateway, Connection):
-        apply_host_key_policy(gateway, options)
-
-
-def open_connection(connection: Connection) -> None:
-    """Connect now, translating SSH failures into a TunnelError that names the host."""
-    try:
-        if not connection.is_connected:
-            connection.open()
-            _tune(connection)
-    except paramiko.BadHostKeyException:
-        raise TunnelError(
-            f"host {connection.host}: host key does not match known_hosts (BadHostKeyException)"
-        ) from None
-    except paramiko.SSHException as exc:
-        if "not found in known_hosts" in str(exc):
-            raise TunnelError(
-                f"host {connection.host}: host key is not in known_hosts; add it (ssh-keyscan) "
-                "or set accept_unknown_host_keys explicitly"
-            ) from None
-        raise TunnelError(f"host {connection.host}: SSH failed ({type(exc).__name__})") from None
-    except (OSError, EOFError) as exc:
-        raise TunnelError(
-            f"host {connection.host}:{connection.port}: cannot connect over SSH "
-            f"({type(exc).__name__})"
-        ) from None
-
-
-def _tune(connection: Connection) -> None:
-    """Nagle off, and a bound on how long the link may stay silent before it counts as dead.
-
-    Nagle: each guard query is a few small request/response packets through the tunnel.
-    With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
-    delayed ACK (~40 ms a round trip): a drain poll took 59 ms instead of 15 ms
-    (benchmarks/RESULTS.md).
-
-    Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
-    giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT
-    drops the connection once data stays unacknowledged for the connect timeout, so a dead
-    link is detected in that time (plus one keepalive interval) and every wait on it ends.
-    Behind a jump host the transport runs over a channel, not a socket, and the gateway's
-    own connection is the one to tune.
-    """
-    transport = connection.client.get_transport()
-    if transport is not None:
-        transport.set_keepalive(KEEPALIVE_INTERVAL_S)
-    sock = getattr(transport, "sock", None)
-    if isinstance(sock, socket.socket):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
-    gateway = connection.gateway
-    if isinstance(gateway, Connection) and gateway.is_connected:
-        _tune(gateway)
+__all__ = [
+    "KEEPALIVE_INTERVAL_S",
+    "DatabaseAddress",
+    "DatabaseTunnel",
+    "FabricRunner",
+    "SshOptions",
+    "apply_host_key_policy",
+    "database_tunnel",
+    "forwarded",
+    "make_connection",
+    "open_connection",
+]
 
 
 class FabricRunner:

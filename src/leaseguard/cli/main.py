@@ -93,9 +93,49 @@ def command_named(argv: Sequence[str]) -> str:
     return next((word for word in argv if not word.startswith("-")), "")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with a "did you mean" for a mistyped subcommand, choice or option."""
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            choices = [str(c) for c in action.choices or ()]
+            hint = _did_you_mean(value, choices)
+            raise argparse.ArgumentError(action, exc.message + hint) from None
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            hint = "".join(
+                _did_you_mean(word.partition("=")[0], self._option_names())
+                for word in extras
+                if word.startswith("--")
+            )
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed
+
+    def _option_names(self) -> list[str]:
+        """Every option string of this parser and of the subcommands built in full."""
+        names: list[str] = []
+        for action in self._actions:
+            names += action.option_strings
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    names += [n for a in sub._actions for n in a.option_strings]
+        return names
+
+
+def _did_you_mean(word: str, known: Sequence[str]) -> str:
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(str(word), known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentParser:
     """The parser; the COMMANDS `in_full` (default: all) get their options, the rest a name."""
-    parser = argparse.ArgumentParser(prog="leaseguard", description=DESCRIPTION)
+    parser = Parser(prog="leaseguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (register, help_line) in COMMANDS.items():

@@ -21,6 +21,7 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
+from leaseguard.core.verdict import failure_result
 from leaseguard.fabric.drain_task import DrainFlags
 from leaseguard.fabric.fleet import (
     exit_with,
@@ -47,6 +48,9 @@ from leaseguard.orchestration.ssh_session import ssh_session
 
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
+# A host's (or the fleet's) exit status and, with --json, its object in the printed list.
+Report = tuple[int, dict[str, Any] | None]
+
 
 def drain_hosts(c: Context, flags: DrainFlags) -> None:
     """`fab drain` (leaseguard.fabric.drain_task): a drain per host, or one for the fleet."""
@@ -62,13 +66,15 @@ def drain_hosts(c: Context, flags: DrainFlags) -> None:
     )
     with signals_set(run.stop, say):
         if options.pause_cron_jobs:
-            statuses = [_drain_fleet(hosts, run)]
+            reports = _drain_fleet(hosts, run)
         else:
-            statuses = for_each_host(hosts, lambda host: _drain_one(host, run))
+            reports = for_each_host(hosts, lambda host: _drain_one(host, run))
+    if flags.json_:  # one list, one object per host, as `fab guard --json` prints
+        print(json.dumps([obj for _, obj in reports if obj is not None]))
     if run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with(worst_status(statuses))
+    exit_with(worst_status([status for status, _ in reports]))
 
 
 def _drain_overrides(base: DrainOptions, flags: DrainFlags) -> DrainOptions:
@@ -117,7 +123,7 @@ class _DrainRun:
     command: str | None = None  # --run: run on the hosts once drained, intake still held
 
 
-def _drain_one(host: str, run: _DrainRun) -> int:
+def _drain_one(host: str, run: _DrainRun) -> Report:
     settings = run.settings
     connection = connection_to(host, run.c, settings)
     try:
@@ -136,14 +142,13 @@ def _drain_one(host: str, run: _DrainRun) -> int:
                 action=f"command on {host}" if run.command else "drain",
             )
     except LeaseguardError as exc:
-        print(failure_line(host, exc))
-        return EXIT_FAILED
+        return _failed(host, exc, run.json_output)
     finally:
         connection.close()
     return _report_drain(host, result, run.json_output)
 
 
-def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
+def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
     """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
     settings = run.settings
     with contextlib.ExitStack() as stack:
@@ -153,10 +158,9 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
                 stack.enter_context(result.stack)
         failed = [(host, r) for host, r in opened if isinstance(r, LeaseguardError)]
         if failed:
-            for failed_host, error in failed:
-                print(failure_line(failed_host, error))
+            reports = [_failed(host, error, run.json_output) for host, error in failed]
             say("no intake was paused: every host's facts are needed to judge the fleet")
-            return EXIT_FAILED
+            return reports
         sessions = {host: r.session for host, r in opened}
         for s in sessions.values():  # any host's path may carry the intake's hold
             s.cron_user, s.cron_password = run.options.cron_user, run.options.cron_password
@@ -189,9 +193,8 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> int:
                 action=f"command on {','.join(hosts)}" if run.command else "drain",
             )
         except LeaseguardError as exc:
-            print(failure_line("fleet", exc))
-            return EXIT_FAILED
-    return _report_drain("fleet", result, run.json_output)
+            return [_failed("fleet", exc, run.json_output)]
+    return [_report_drain("fleet", result, run.json_output)]
 
 
 @dataclass
@@ -258,17 +261,25 @@ def _run(runner: Any, command: str) -> int:
 _OUTPUT = threading.Lock()  # one host's lines together
 
 
-def _report_drain(host: str, result: DrainResult, json_output: bool) -> int:
+def _failed(host: str, error: LeaseguardError, json_output: bool) -> Report:
+    """A host whose drain could not run: its failure line, or its object with --json."""
+    if json_output:
+        return EXIT_FAILED, failure_result(error, host)
+    print(failure_line(host, error))
+    return EXIT_FAILED, None
+
+
+def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
     """The drain's result; a failed drain prints only its failure, never a stale verdict."""
     if json_output:
-        print(json.dumps(result.as_dict()))
-    elif result.error is None and result.verdict is not None:
+        return result.exit_status, {"host": host, **result.as_dict()}
+    if result.error is None and result.verdict is not None:
         print(result.verdict.timeline())
     if result.error is not None:
         print(failure_line(host, result.error))
-    if result.verdict is not None and not json_output:
+    if result.verdict is not None:
         for warning in result.verdict.warnings:
             say(f"warning: {warning}")
     if result.action is not None and not json_output:
         say(f"{result.action.description}; {result.intake_line}")
-    return result.exit_status
+    return result.exit_status, None

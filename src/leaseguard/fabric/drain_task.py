@@ -35,7 +35,8 @@ class DrainFlags(NamedTuple):
         "pause_cron_job": "pg_cron job to deactivate during the drain and reactivate after "
         "(repeatable); shared intake: paused once for all hosts, resumed after the last",
         "resume_retry_s": "retry a failed resume for up to N seconds (default 60)",
-        "json_": "print the drain result as JSON",
+        "json_": "print a JSON list (one object per host; one, host fleet, for a fleet "
+        "drain) instead of timeline lines",
         "status_file": "rewrite a JSON snapshot of the drain (every host) here after every "
         "poll; read it with `leaseguard status PATH`",
         "metrics_file": "rewrite Prometheus text metrics here after every poll",

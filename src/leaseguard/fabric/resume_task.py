@@ -9,6 +9,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.verdict import failure_result
 from leaseguard.fabric.fleet import failure_line, fleet, fleet_hosts
 from leaseguard.fabric.settings import connection_to, settings_or_exit
 
@@ -21,7 +22,7 @@ from leaseguard.fabric.settings import connection_to, settings_or_exit
     iterable=["job"],
 )
 @fleet
-def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> None:
+def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> None:
     """Give back the intake pauses a drain recorded and never resumed (through the first host).
 
     Jobs an operator disabled without a drain have no record and are never touched.
@@ -44,7 +45,7 @@ def resume(c: Context, job: list[str] | None = None, json_: bool = False) -> Non
                 connect_timeout_s=settings.contract.connect_timeout_s,
             )
     except LeaseguardError as exc:
-        print(failure_line(host, exc))
+        print(json.dumps(failure_result(exc, host)) if json_ else failure_line(host, exc))
         raise Exit(code=EXIT_FAILED) from None
     finally:
         connection.close()

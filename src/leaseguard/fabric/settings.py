@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from fabric import Config, Connection
@@ -18,8 +18,14 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
-from leaseguard.core.config_values import flag, optional_port, optional_text, reject_unknown
-from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.core.config_values import (
+    flag,
+    optional_port,
+    optional_text,
+    reject_unknown,
+    whole_number,
+)
+from leaseguard.core.contract import CONFIG_KEYS, CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.core.errors import EXIT_USAGE, ConfigError
 
 if TYPE_CHECKING:
@@ -31,6 +37,36 @@ T = TypeVar("T")
 CONNECTION_KEYS = frozenset(
     {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
 )
+# The keys of the `drain:` section (DrainOptions' fields; named here so that loading the
+# collection does not import the drain's database code).
+DRAIN_KEYS = frozenset(
+    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
+    | {"resume_command", "status_file", "metrics_file", "resume_retry_s"}
+)
+DEFAULT_CONNECT_TIMEOUT_S = Contract.connect_timeout_s
+
+
+def env_defaults() -> dict[str, Any]:
+    """Every `leaseguard:` key, unset (None), as the collection's config.
+
+    invoke reads `FABRIC_<KEY_PATH>` environment variables only for keys its config already
+    holds, so these make `FABRIC_LEASEGUARD_TABLE=runs` or
+    `FABRIC_LEASEGUARD_CONNECTION_DSN=...` work as they do for Fabric's own keys. A value
+    still None when read means "not set" (`_plain` drops it).
+    """
+    tree: dict[str, Any] = {}
+    keys = (
+        set(CONFIG_KEYS)
+        | {f"connection.{k}" for k in CONNECTION_KEYS}
+        | {f"drain.{k}" for k in DRAIN_KEYS}
+    )
+    for key in keys:
+        *parents, leaf = key.split(".")
+        node = tree
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = None
+    return {"leaseguard": tree}
 
 
 @dataclass(frozen=True)
@@ -56,16 +92,51 @@ def host_settings_from_config(config: Any) -> HostSettings:
     """The contract (the keys at the top of `leaseguard:`) and `connection:`'s SSH options."""
     section, connection, _ = _sections(config)
     contract = load_contract(section)
+    contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
     ssh = SshOptions(
         known_hosts=optional_text(connection, "known_hosts", prefix="connection."),
         accept_unknown_host_keys=flag(
-            connection, "accept_unknown_host_keys", False, prefix="connection."
+            _env_flag(connection, "accept_unknown_host_keys"),
+            "accept_unknown_host_keys",
+            False,
+            prefix="connection.",
         ),
         gateway=optional_text(connection, "gateway", prefix="connection."),
         # One connect budget for the whole path: the SSH hop and the database behind it.
         connect_timeout_s=contract.connect_timeout_s,
     )
     return HostSettings(contract, ssh)
+
+
+def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
+    """The connect budget of the whole path (SSH, each jump host, the database behind).
+
+    `fab -t N` first (a flag of this run), then `leaseguard.connect_timeout_s`, then
+    Fabric's own `timeouts.connect`, then 10 s.
+    """
+    connect_kwargs = config.get("connect_kwargs") or {}
+    timeouts = config.get("timeouts") or {}
+    given = [
+        ("fab -t", connect_kwargs.get("timeout")),
+        ("connect_timeout_s", section.get("connect_timeout_s")),
+        ("timeouts.connect", timeouts.get("connect")),
+    ]
+    for key, value in given:
+        if value is not None:
+            return whole_number({key: value}, key, DEFAULT_CONNECT_TIMEOUT_S)
+    return DEFAULT_CONNECT_TIMEOUT_S
+
+
+def _env_flag(data: dict[str, Any], key: str) -> dict[str, Any]:
+    """`data` with a "true"/"false" string (a FABRIC_LEASEGUARD_* variable) as a boolean.
+
+    invoke turns a variable into a boolean only for a key whose default is one, and then
+    reads "false" as true; any other string is still refused, naming the key.
+    """
+    value = data.get(key)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return {**data, key: value.lower() == "true"}
+    return data
 
 
 def settings_from_config(config: Any, host: HostSettings | None = None) -> FabricSettings:
@@ -107,9 +178,13 @@ def _sections(config: Any) -> tuple[dict[str, Any], dict[str, Any], Any]:
 
 
 def _plain(value: Any) -> Any:
-    """invoke's DataProxy -> plain dicts/lists, so validation sees ordinary types."""
+    """invoke's DataProxy -> plain dicts/lists, so validation sees ordinary types.
+
+    Unset keys (None: `env_defaults`, or `key: null` in YAML) are left out, as if absent.
+    """
     if hasattr(value, "keys"):
-        return {str(k): _plain(value[k]) for k in value.keys()}  # noqa: SIM118
+        items = {str(k): _plain(value[k]) for k in value.keys()}  # noqa: SIM118
+        return {k: v for k, v in items.items() if v is not None}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value

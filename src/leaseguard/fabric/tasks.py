@@ -19,7 +19,7 @@ from leaseguard.fabric.drain_task import drain
 from leaseguard.fabric.fleet import FleetExecutor
 from leaseguard.fabric.guard_task import guard
 from leaseguard.fabric.resume_task import resume
-from leaseguard.fabric.settings import CONNECTION_KEYS, settings_from_config
+from leaseguard.fabric.settings import CONNECTION_KEYS, env_defaults, settings_from_config
 from leaseguard.orchestration.process import no_collection_at_exit
 
 
@@ -29,10 +29,15 @@ def collection() -> Collection:
     Also hands the running `fab` program the fleet executor. A collection's own config is
     merged only after the executor is chosen, so `tasks.executor_class` there would come
     too late; a user's fabric.yaml may still set it explicitly.
+
+    Its config names every `leaseguard:` key, unset, so that `FABRIC_LEASEGUARD_*`
+    environment variables reach them (invoke loads them after the collection's config).
     """
     _use_fleet_executor()
     no_collection_at_exit()
-    return Collection(guard, drain, resume)
+    ns = Collection(guard, drain, resume)
+    ns.configure(env_defaults())
+    return ns
 
 
 def _use_fleet_executor() -> None:
@@ -65,10 +70,32 @@ def _usage_errors_exit_2(program: Any) -> None:
         try:
             parse_tasks()
         except ParseError as exc:
-            raise Exit(f"{exc} (see fab --list, or fab --help TASK)", code=EXIT_USAGE) from None
+            hint = _did_you_mean(str(exc), program)
+            raise Exit(
+                f"{exc}{hint} (see fab --list, or fab --help TASK)", code=EXIT_USAGE
+            ) from None
 
     parse_tasks_or_usage.leaseguard_usage = True  # type: ignore[attr-defined]
     program.parse_tasks = parse_tasks_or_usage
+
+
+def _did_you_mean(message: str, program: Any) -> str:
+    """ "; did you mean 'guard'?" for invoke's "No idea what 'gaurd' is!", from the
+    collection's task names and their flags."""
+    import difflib
+    import re
+
+    unknown = re.match(r"No idea what '([^']+)' is!", message)
+    collection = getattr(program, "collection", None)
+    if unknown is None or collection is None:
+        return ""
+    word = unknown.group(1).partition("=")[0]
+    known = list(collection.task_names)
+    for name in collection.task_names:
+        for argument in collection[name].get_arguments():
+            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
+    close = difflib.get_close_matches(word, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 __all__ = [
