@@ -378,7 +378,7 @@ def _idle_and_memory(
         code = drain.wait(timeout=60)
     finally:
         drain.kill()
-    [result] = json.loads(drain.stdout)
+    result = json.loads(drain.stdout.strip().splitlines()[-1])
     counters = result["counters"]
     idle_lines = [line for t, line in drain.lines if t_start < t <= t_end_idle]
     polls, idle_polls = counters["polls"], counters["idle_polls"]

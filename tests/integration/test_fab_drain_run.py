@@ -57,7 +57,7 @@ def test_no_claim_between_the_verdict_and_the_end_of_the_hosts_command(
             drain={"cron_database": "postgres"},
         )
         assert done.returncode == 0, done.stdout + done.stderr
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        [result] = [json.loads(line) for line in done.stdout.splitlines()]
         verdict_at = datetime.fromisoformat(result["verdict"]["checked_at"])
         _, end = (datetime.fromisoformat(line) for line in out.read_text().splitlines())
         assert end > verdict_at

@@ -295,6 +295,11 @@ def test_a_fabric_leaseguard_flag_variable_reads_true_and_false(app_host_pg, run
 # -- -j / --json, and a host that is down ----------------------------------------------------
 
 
+def json_lines(text):
+    """`fab drain --json`: one complete object per line (a host's, or the fleet's)."""
+    return [json.loads(line) for line in text.splitlines()]
+
+
 def test_dash_j_prints_json_in_every_task_one_object_per_host(fabric_yaml, runs, app_host_pg):
     claim(runs, 1)
     config = fabric_yaml({"drain": {"cron_database": "postgres"}})
@@ -303,9 +308,9 @@ def test_dash_j_prints_json_in_every_task_one_object_per_host(fabric_yaml, runs,
     hosts = f"{up},{down}"
     guard = run_fab("-f", config, "-i", key, "-H", hosts, "guard", "-j")
     drain = run_fab("-f", config, "-i", key, "-H", hosts, "drain", "-j", "--deadline-s", "1")
-    for done in (guard, drain):
+    for done, parse in ((guard, json.loads), (drain, json_lines)):
         assert done.returncode == 1, done.stdout + done.stderr
-        objects = json.loads(done.stdout)
+        objects = parse(done.stdout)
         # (guard names a judged host by its address, a failed one as given to -H)
         assert [o["host"].rpartition("@")[2] for o in objects] == [up[5:], down[5:]]
         assert objects[1]["decision"] == "failed"

@@ -69,8 +69,10 @@ def drain_hosts(c: Context, flags: DrainFlags) -> None:
             reports = _drain_fleet(hosts, run)
         else:
             reports = for_each_host(hosts, lambda host: _drain_one(host, run))
-    if flags.json_:  # one list, one object per host, as `fab guard --json` prints
-        print(json.dumps([obj for _, obj in reports if obj is not None]))
+    if flags.json_:  # one complete object per line (per host, or the fleet's), never interleaved
+        for _, obj in reports:
+            if obj is not None:
+                print(json.dumps(obj))
     if run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
