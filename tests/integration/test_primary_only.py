@@ -103,8 +103,11 @@ def test_with_nothing_live_the_primary_proceeds_and_the_standby_is_still_refused
 def test_the_cli_refuses_a_standby_with_exit_1_naming_it(clusters):
     _, standby = clusters
     done = subprocess.run(
-        [sys.executable, "-m", "leaseguard", "check", "--dsn", standby.dsn(DB)]
-        + ["--task-timeout-s", "3600", "--runtime-started-at", "2026-01-01T00:00:00Z", "--json"],
+        [
+            *(sys.executable, "-m", "leaseguard", "check", "--dsn", standby.dsn(DB)),
+            *("--task-timeout-s", "3600", "--runtime-started-at", "2026-01-01T00:00:00Z"),
+            "--json",
+        ],
         capture_output=True,
         text=True,
         env=clean_env(),
