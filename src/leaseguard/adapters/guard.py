@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -19,9 +20,10 @@ from leaseguard.adapters.relation import (
 )
 from leaseguard.adapters.statuses import StatusColumn, status_check, status_column_check
 from leaseguard.core.catalog_queries import columns_query
-from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
+from leaseguard.core.fleet import in_database_clock
 from leaseguard.core.predicate import (
     counts_query,
     live_claims_query,
@@ -98,22 +100,25 @@ def judge_table(
     pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
     from the query itself), and a status that appeared since is still found.
 
-    `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
-    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
-    microsecond; production callers leave it None.
+    `clock_offset` (host minus database clock) moves the runtime's start into the database
+    clock, as the fleet rule does (one cut-off for the same row and clocks, whichever front
+    judges); its uncertainty widens the orphan tolerance. `as_of` replaces the database's
+    now() for tests that pin a boundary to the microsecond; production callers leave it None.
     """
-    tolerance_s = contract.clock_skew_s
+    cutoff_start, tolerance_s = runtime_started_at, contract.clock_skew_s
     if clock_offset is not None:
+        cutoff_start = in_database_clock(runtime_started_at, clock_offset.offset_s)
         tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
         if clock_offset.exceeds(contract.clock_skew_s):
             warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
     params = predicate_params(
         contract,
         lease_s=lease_s,
-        runtime_started_at=runtime_started_at,
+        runtime_started_at=cutoff_start,
         as_of=as_of,
         tolerance_s=tolerance_s,
     )
+    sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
@@ -126,6 +131,9 @@ def judge_table(
             counted.execute(composed(conn, counts_query, contract), params)
             # The counts first: they say whether the server is a standby, named before all.
             checked_at, counts = _read_counts(counted)
+            if as_of is None:  # now() ran between these two instants of this machine's clock
+                here = controller_offset(checked_at.timestamp(), sent_at, time.time())
+                warnings = (*warnings, *controller_warning(here))
             statuses_classified()
             # Only when something is live: the listing reads the queued rows again, and
             # a backlog can hold far more of them than there are workers.
