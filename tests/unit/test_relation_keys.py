@@ -2,6 +2,7 @@
 flags, Fabric's `leaseguard:` section and the Ansible options."""
 
 import importlib
+import sys
 
 import pytest
 
@@ -11,7 +12,9 @@ from leaseguard.core.contract import Contract, contract_from_mapping
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.predicate import table_identifier
 from leaseguard.fabric.settings import host_settings_from_config
+from tests.support.ansible_run import REPO
 
+sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
 specs = importlib.import_module("ansible_collections.leaseguard.deploy.plugins.module_utils._specs")
 
 
