@@ -129,7 +129,9 @@ def _report(verdict, args):
 def _summary(verdict):
     counts = " ".join(f"{name}={n}" for name, n in verdict["counts"].items())
     tail = ""
-    if verdict["decision"] == "defer":
+    if verdict["decision"] == "defer" and not verdict.get("wait_upper_bound_known", True):
+        tail = "; a live lease never ends or its end is unknown (see warnings)"
+    elif verdict["decision"] == "defer":
         tail = f"; live leases end within {verdict['wait_upper_bound_s']:.0f}s"
     return f"{verdict['decision']}: {counts} lease_s={verdict['lease_s']}{tail}"
 

@@ -15,8 +15,19 @@ options:
     description: Table holding the work rows. If not set, V(execution_runs), or the O(preset)'s.
     type: str
   schema:
-    description: Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
+    description:
+      - Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
+      - When set, the table is named C(schema.table), never looked up through C(search_path).
     type: str
+  relation_kind:
+    description:
+      - What O(table) names. V(table) refuses a view, a materialized view or a foreign table by name.
+      - V(view) judges through a view on purpose; every relation it reads must then be a table on
+        which row-level security hides no row from the guard's role, nor from the owner of each
+        view on the way that is not C(security_invoker). A materialized view is never accepted.
+    type: str
+    choices: [table, view]
+    default: table
   id_column:
     description: Column identifying a row in reports. If not set, V(id), or the O(preset)'s.
     type: str
@@ -52,7 +63,10 @@ options:
         description: The lease is this many task timeouts (at least V(1)). If not set, V(2.0), or the O(preset)'s.
         type: float
       expires_at_column:
-        description: A per-row lease expiry column; replaces the multiplier rule. If not set, the multiplier rule applies.
+        description:
+          - A per-row lease expiry column; replaces the multiplier rule. If not set, the multiplier rule applies.
+          - A NULL expiry is judged by the task-timeout lease (C(claimed_at) + lease), named in the warnings;
+            C(infinity) never expires (live, wait bound unknown).
         type: str
   clock_skew_s:
     description: Tolerance when comparing the runtime start with C(claimed_at).
@@ -73,7 +87,9 @@ options:
   timestamp_zone:
     description:
       - The IANA zone naive (C(timestamp without time zone)) columns were written in
-        (if not set, V(UTC), or the O(preset)'s); never the session's C(TimeZone).
+        (if not set, the O(preset)'s); never the session's C(TimeZone).
+      - Not set and a naive claimed-at, expiry or heartbeat column read, the check fails,
+        naming the column and the database's C(TimeZone).
     type: str
   preset:
     description:

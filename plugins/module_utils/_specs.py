@@ -28,6 +28,7 @@ def contract_spec():
     """The contract keys of DESIGN.md (plus `schema` and the timeouts), as module options."""
     return dict(
         **typed(table="str", schema="str", id_column="str", status_column="str"),
+        relation_kind=dict(type="str", choices=["table", "view"], default="table"),
         **str_lists("claimed_statuses", "queued_statuses", "finished_statuses"),
         claimed_at_column=dict(type="str"),
         lease=dict(type="dict", options=lease_spec()),

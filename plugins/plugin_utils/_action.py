@@ -57,8 +57,17 @@ class LeaseguardAction(ActionBase):
         task_vars = task_vars or {}
         self._fill_from_role_variables(task_vars)
         spec, options = self.argument_spec()
-        args = self.validate_argument_spec(spec, **options)[1]
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
+        if self.needs_leaseguard:
+            # Before the spec's float()/int(), which read any script's digits as numbers.
+            from leaseguard.core.config_values import refuse_non_ascii_numbers
+
+            try:
+                refuse_non_ascii_numbers(self._task.args, spec)
+            except LeaseguardError as exc:
+                result.update(failure(exc, host, what=self.failure_what))
+                return result
+        args = self.validate_argument_spec(spec, **options)[1]
         if args.get("check_vars"):  # check_vars' own check, first, in this same task
             checked = checked_variables(task_vars)
             if checked.get("failed"):

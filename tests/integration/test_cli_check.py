@@ -123,7 +123,10 @@ def test_json_shape_of_a_deferral(runs):
     assert verdict["lease_s"] == 7200.0
     assert verdict["task_timeout_s"] == 3600.0
     assert verdict["live"][0]["id"] == "42"
-    assert set(verdict["live"][0]) == {"id", "claimed_at", "lease_expires_at", "remaining_s"}
+    assert set(verdict["live"][0]) == {
+        *("id", "claimed_at", "lease_expires_at", "remaining_s"),
+        *("never_expires", "expiry_null"),
+    }
     assert 5390 < verdict["wait_upper_bound_s"] <= 5400
     started = datetime.fromisoformat(verdict["runtime_started_at"])
     assert abs((datetime.now(UTC) - RUNTIME_AGE - started).total_seconds()) < 60

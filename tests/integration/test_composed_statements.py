@@ -63,4 +63,5 @@ def test_a_non_ascii_table_is_judged_in_every_client_encoding(db, encoding):
         assert statement == counts_query(contract).as_bytes(conn)
         params = predicate_params(contract, lease_s=7200.0, runtime_started_at=None)
         rows = conn.execute(statement, params).fetchall()
-    assert [row[1:] for row in rows] == [(0, 0, 0, 1)]  # live, stale, orphaned, queued
+    # in_recovery, live, stale, orphaned, queued
+    assert [row[1:] for row in rows] == [(False, 0, 0, 0, 1)]

@@ -121,7 +121,7 @@ def test_timestamp_without_time_zone_columns_are_judged_too(db):
             "INSERT INTO execution_runs VALUES (1, 'running', localtimestamp - interval '30 min'),"
             " (2, 'running', localtimestamp - interval '3 hours')"
         )
-    verdict = run_check(db.dsn)
+    verdict = run_check(db.dsn, timestamp_zone="UTC")
     assert (verdict.counts.live, verdict.counts.stale) == (1, 1)
 
 
@@ -156,7 +156,7 @@ def test_a_slow_guard_query_is_cancelled_by_its_own_statement_timeout(db):
         create_runs_table(conn, "runs_base")
         conn.execute("CREATE VIEW execution_runs AS SELECT r.* FROM runs_base r, pg_sleep(3) AS s")
     with pytest.raises(GuardQueryFailed, match="exceeded statement_timeout=200ms"):
-        run_check(db.dsn, statement_timeout_ms=200)
+        run_check(db.dsn, statement_timeout_ms=200, relation_kind="view")
 
 
 @pytest.fixture

@@ -937,7 +937,11 @@ def test_the_pre_flight_accepts_a_timestamp_of_any_precision_only(db, column_typ
         )
         conn.execute("INSERT INTO runs VALUES (1, 'running', now()::timestamp::text::date)")
     contract = contract_from_mapping(
-        {"table": "runs", "task_timeout": {"source": "fixed", "value_s": 3600 * 24 * 3}}
+        {
+            "table": "runs",
+            "task_timeout": {"source": "fixed", "value_s": 3600 * 24 * 3},
+            "timestamp_zone": "UTC",  # a naive column needs its zone declared
+        }
     )
     started = datetime.now(UTC) - timedelta(days=7)
     if accepted:

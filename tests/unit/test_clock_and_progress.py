@@ -1,8 +1,10 @@
 import io
 from datetime import UTC, datetime
 
+import pytest
+
 from leaseguard.adapters.clock import measure_offset
-from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.verdict import Counts
 from leaseguard.orchestration.progress import TerminalProgress
 from tests.support.verdicts import make_verdict
@@ -13,10 +15,21 @@ def test_offset_is_host_minus_database():
     assert abs(offset.offset_s - 12.0) < 0.5
 
 
-def test_a_known_offset_widens_the_orphan_tolerance_never_narrows_it():
-    assert ClockOffset(12.0, 0.01).tolerance_s(0) == 12.01
-    assert ClockOffset(-12.0, 0.01).tolerance_s(0) == 12.01
+def test_only_what_the_measurement_cannot_tell_widens_the_orphan_tolerance():
+    """The offset itself moves the start into the database clock (judge_table)."""
+    assert ClockOffset(12.0, 0.01).tolerance_s(0) == 0.01
+    assert ClockOffset(-12.0, 0.01).tolerance_s(0) == 0.01
     assert ClockOffset(1.0, 0.01).tolerance_s(30) == 30
+
+
+def test_a_controller_clock_off_by_more_than_5_s_is_warned_about():
+    behind = controller_offset(db_reading_s=1600.0, before_s=999.9, after_s=1000.1)
+    assert behind.offset_s == -600.0 and behind.uncertainty_s == pytest.approx(0.1)
+    [warning] = controller_warning(behind)
+    assert warning.startswith("this machine's clock is 600.0s behind the database clock")
+    assert controller_warning(controller_offset(1004.0, 999.9, 1000.1)) == ()
+    # Within the bound only because the round trip cannot tell: not warned.
+    assert controller_warning(controller_offset(1005.5, 999.0, 1001.0)) == ()
 
 
 def test_a_skew_beyond_tolerance_is_reported():

@@ -197,8 +197,9 @@ def test_timestamp_zone_refuses_what_is_not_a_zone(zone):
         contract_from_mapping({"timestamp_zone": zone})
 
 
-def test_timestamp_zone_defaults_to_utc_never_the_session():
-    assert Contract().timestamp_zone == "UTC"
+def test_timestamp_zone_has_no_default_a_naive_column_must_declare_it():
+    assert Contract().timestamp_zone is None
+    assert contract_from_mapping({"timestamp_zone": None}).timestamp_zone is None
 
 
 def test_que_reads_no_claim_time_only_what_says_a_job_is_done():

@@ -64,9 +64,12 @@ def test_json_has_design_md_s_shape():
             "claimed_at": "2026-09-09T13:18:57+00:00",
             "lease_expires_at": "2026-09-09T15:18:57+00:00",
             "remaining_s": 5400.0,
+            "never_expires": False,
+            "expiry_null": False,
         }
     ]
     assert data["wait_upper_bound_s"] == 5400.0
+    assert data["wait_upper_bound_known"] is True
 
 
 def test_timeline_is_one_line_per_decision():

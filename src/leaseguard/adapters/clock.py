@@ -3,8 +3,9 @@
 The runtime's start time comes from the host's clock, claimed_at from the database's.
 If they disagree by more than clock_skew_s, a claim made just after the restart could
 look older than the restart and be called an orphan: alive but unprotected. So the
-offset is measured on every check, reported, and the cut-off tolerance is widened to
-cover it (never narrowed).
+offset is measured on every check, reported, and the start time is moved into the
+database clock (leaseguard.adapters.guard.judge_table); the measurement's uncertainty
+widens the cut-off tolerance (never narrows it).
 """
 
 from __future__ import annotations

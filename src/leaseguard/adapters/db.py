@@ -345,7 +345,7 @@ def guard_transaction(
             statement_timeout=f"{contract.statement_timeout_ms}ms",
             lock_timeout=f"{contract.effective_lock_timeout_ms}ms",
             idle_in_transaction_session_timeout=f"{contract.statement_timeout_ms * 2}ms",
-            TimeZone=contract.timestamp_zone,
+            TimeZone=contract.timestamp_zone or "UTC",
             max_parallel_workers_per_gather="0",
         )
         yield cur

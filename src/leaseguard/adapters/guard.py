@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -10,18 +11,24 @@ from typing import Any
 import psycopg
 
 from leaseguard.adapters.db import composed, connect, guard_transaction, sent, statement_cursor
+from leaseguard.adapters.relation import (
+    naive_zone_refusal,
+    relation_check,
+    rows_visible_check,
+    standby_message,
+    view_bases_check,
+)
 from leaseguard.adapters.statuses import StatusColumn, status_check, status_column_check
-from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.catalog_queries import columns_query
+from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, SchemaMismatch
+from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
+from leaseguard.core.fleet import in_database_clock
 from leaseguard.core.predicate import (
-    columns_query,
     counts_query,
     live_claims_query,
     owners_table,
-    policies_show_all_query,
     predicate_params,
-    rls_query,
     table_identifier,
 )
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
@@ -30,6 +37,7 @@ from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 # format_type() spells a precision when the column has one: ActiveRecord 7 and Ecto write
 # timestamp(6). Any precision, with or without time zone, is a timestamp.
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
+_NAIVE_TIME_TYPE = re.compile(r"timestamp(\(\d+\))? without time zone")
 
 Connection = psycopg.Connection[tuple[object, ...]]
 Cursor = psycopg.Cursor[tuple[object, ...]]
@@ -40,9 +48,7 @@ def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float
     if contract.rows_carry_expiry:
         return None
     if task_timeout is None:
-        raise ConfigError(
-            "a task timeout is required to derive the lease (or set lease.expires_at_column)"
-        )
+        raise ConfigError("a task timeout is required to derive the lease")
     return contract.lease.multiplier * task_timeout.seconds
 
 
@@ -94,22 +100,25 @@ def judge_table(
     pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
     from the query itself), and a status that appeared since is still found.
 
-    `clock_offset` (host minus database clock) widens the orphan tolerance when the clocks
-    disagree. `as_of` replaces the database's now() for tests that pin a boundary to the
-    microsecond; production callers leave it None.
+    `clock_offset` (host minus database clock) moves the runtime's start into the database
+    clock, as the fleet rule does (one cut-off for the same row and clocks, whichever front
+    judges); its uncertainty widens the orphan tolerance. `as_of` replaces the database's
+    now() for tests that pin a boundary to the microsecond; production callers leave it None.
     """
-    tolerance_s = contract.clock_skew_s
+    cutoff_start, tolerance_s = runtime_started_at, contract.clock_skew_s
     if clock_offset is not None:
+        cutoff_start = in_database_clock(runtime_started_at, clock_offset.offset_s)
         tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
         if clock_offset.exceeds(contract.clock_skew_s):
             warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
     params = predicate_params(
         contract,
         lease_s=lease_s,
-        runtime_started_at=runtime_started_at,
+        runtime_started_at=cutoff_start,
         as_of=as_of,
         tolerance_s=tolerance_s,
     )
+    sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
@@ -120,8 +129,12 @@ def judge_table(
             )
             counted = statement_cursor(conn, "counts")
             counted.execute(composed(conn, counts_query, contract), params)
-            statuses_classified()
+            # The counts first: they say whether the server is a standby, named before all.
             checked_at, counts = _read_counts(counted)
+            if as_of is None:  # now() ran between these two instants of this machine's clock
+                here = controller_offset(checked_at.timestamp(), sent_at, time.time())
+                warnings = (*warnings, *controller_warning(here))
+            statuses_classified()
             # Only when something is live: the listing reads the queued rows again, and
             # a backlog can hold far more of them than there are workers.
             live = _live_claims(cur, contract, params) if counts.live else ()
@@ -132,6 +145,7 @@ def judge_table(
         with guard_transaction(conn, contract):
             verify_schema(conn, contract)
         raise
+    bound, bound_known = _wait_upper_bound(live, lease_s, counts.live)
     verdict = Verdict(
         counts=counts,
         live=live,
@@ -139,37 +153,41 @@ def judge_table(
         lease_s=lease_s,
         task_timeout=task_timeout,
         runtime_started_at=runtime_started_at,
-        wait_upper_bound_s=_wait_upper_bound(live, lease_s, counts.live),
+        wait_upper_bound_s=bound,
         table=contract.table_label,
         host=host,
         clock_offset_s=clock_offset.offset_s if clock_offset else None,
-        warnings=warnings,
+        warnings=(*warnings, *expiry_warnings(contract, live, lease_s)),
+        wait_upper_bound_known=bound_known,
     )
     return verdict, status_column
 
 
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
-    """Fail with a message naming the table or column before the predicate runs.
+    """Fail with a message naming the server, relation or column before the predicate runs.
 
     Every catalog query is sent before any is read: in the guard's transaction
     they are one round trip. They find the table by name (to_regclass: a table that is
     gone yields no rows, never an error), and are read in the order the checks are listed
-    here, so the first failure is the one named.
+    here, so the first failure is the one named: a standby first, then what the relation is.
     """
     table = table_identifier(contract).as_string(conn)
-    located = sent(conn, "SELECT to_regclass(%s)::oid", (table,))
+    located = relation_check(conn, table, contract)
     rows_visible = rows_visible_check(conn, table, contract.table_label)
+    bases_ok = _nothing
+    if contract.relation_kind == "view":
+        bases_ok = view_bases_check(conn, table, contract.table_label)
     owners = OWNERS.get(contract.claim_rule)
-    owners_ok = _owners_check(conn, contract, owners) if owners else _nothing
+    owners_ok = _owners_check(conn, contract, owners) if owners else _no_owners
     locks_ok = _nothing
     if contract.claim_rule in ADVISORY_LOCK_RULES:
         locks_ok = _locks_check(conn, contract)
     columns = sent(conn, columns_query(), {"relation": table})
     status_column = status_column_check(conn, contract, table)
-    if _first(located) is None:
-        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    relation = located()
     rows_visible()
-    owners_ok()
+    bases_ok()
+    owners_ok(relation.database_zone)
     locks_ok()
     types = _column_types(columns)
     for key, column in contract.columns().items():
@@ -184,7 +202,16 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
                 f"column {time_column} ({key}) of table {contract.table_label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
+        if time_column and _naive_undeclared(contract, types[time_column]):
+            raise SchemaMismatch(
+                naive_zone_refusal(time_column, key, contract.table_label, relation.database_zone)
+            )
     return status_column()
+
+
+def _naive_undeclared(contract: Contract, column_type: str) -> bool:
+    """A `timestamp without time zone` column, and no zone declared to read it in."""
+    return contract.timestamp_zone is None and bool(_NAIVE_TIME_TYPE.fullmatch(column_type))
 
 
 def _first(cur: Cursor) -> object:
@@ -200,7 +227,11 @@ def _nothing() -> None:
     return None
 
 
-def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Callable[[], None]:
+def _no_owners(database_zone: str) -> None:
+    return None
+
+
+def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Callable[[str], None]:
     """Solid Queue, good_job: the owners' table is read too, so it must exist, have the
     columns that say an owner is alive, and show the guard every row: a hidden owner would
     make its live claim look owner-less, which the rule judges dead ("proceed" on live work).
@@ -212,7 +243,7 @@ def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Calla
     rows_visible = rows_visible_check(conn, table, label)
     columns = sent(conn, columns_query(), {"relation": table})
 
-    def read() -> None:
+    def read(database_zone: str) -> None:
         if _first(located) is None:
             raise SchemaMismatch(
                 f"table {label} (the owners of the claims in {contract.table_label}) does "
@@ -228,6 +259,10 @@ def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Calla
                 f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
                 f"whether the owner of a claim in {contract.table_label} is alive"
             )
+        if _naive_undeclared(contract, types[beat]):
+            raise SchemaMismatch(
+                naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
+            )
 
     return read
 
@@ -235,63 +270,25 @@ def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Calla
 def _locks_check(conn: Connection, contract: Contract) -> Callable[[], None]:
     """Que, good_job: a job is claimed by an advisory lock, which only pg_locks shows.
 
-    Without the right to read it the query would fail anyway; this names the grant. On a
-    standby pg_locks lists the standby's own sessions, never the primary's locks: every
-    job would look unlocked, "proceed" on live work, so a standby is refused.
+    Without the right to read it the query would fail anyway; this names the grant. (A
+    standby, whose pg_locks shows none of the primary's locks, is refused for every rule:
+    adapters.relation.)
     Sends its query now; what it returns reads it.
     """
     asked = sent(
         conn,
         "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
-        "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'), "
-        "pg_is_in_recovery()",
+        "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')",
     )
 
     def read() -> None:
-        row = asked.fetchone()
-        readable, standby = row if row is not None else (False, False)
-        if not readable:
+        if not _first(asked):
             raise SchemaMismatch(
                 f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
                 f"{contract.table_label} are (advisory locks); GRANT SELECT ON "
                 "pg_catalog.pg_locks TO <guard role> (and EXECUTE ON FUNCTION "
                 "pg_catalog.pg_lock_status())"
             )
-        if standby:
-            raise SchemaMismatch(
-                f"the guard is connected to a standby, whose pg_locks cannot show the "
-                f"advisory locks that claim jobs of {contract.table_label} on the primary; "
-                "connect it to the primary"
-            )
-
-    return read
-
-
-def rows_visible_check(conn: Connection, relation: str, label: str) -> Callable[[], None]:
-    """What fails when row-level security would hide rows of `relation` (a qualified name)
-    from the guard's role. Sends its query now; what it returns reads it.
-
-    A hidden claimed row is a live job the guard never sees: "proceed" on live work.
-    graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
-    BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS; so does
-    a role a `USING (true)` policy shows every row (asked only where RLS applies: rare).
-    """
-    asked = sent(conn, rls_query(), {"relation": relation})
-
-    def read() -> None:
-        row = asked.fetchone()
-        if row is None or not row[0]:
-            return
-        if _first(sent(conn, policies_show_all_query(), {"relation": relation})):
-            return
-        # Where RLS applies to its owner, the table forces it.
-        why = "forces row-level security on its owner too" if row[1] else "has row-level security"
-        raise SchemaMismatch(
-            f"table {label} {why}, so the guard's role could see only some of its rows and "
-            "miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) or add "
-            "a policy that shows it every row (CREATE POLICY leaseguard_read ON "
-            f"{label} FOR SELECT TO <guard role> USING (true))"
-        )
 
     return read
 
@@ -300,9 +297,11 @@ def _read_counts(cur: Cursor) -> tuple[datetime, Counts]:
     """The counts query's one row (sent on `cur` by judge_table)."""
     row = cur.fetchone()
     assert row is not None and cur.description is not None
-    checked_at, *per_class = row
+    checked_at, in_recovery, *per_class = row
     assert isinstance(checked_at, datetime)
-    names = [column.name for column in cur.description[1:]]
+    if in_recovery:
+        raise NotPrimary(standby_message("the guard's connection"))
+    names = [column.name for column in cur.description[2:]]
     counts = {name: int(str(n)) for name, n in zip(names, per_class, strict=True)}
     return checked_at, Counts(**counts)
 
@@ -317,23 +316,54 @@ def _live_claims(
             claimed_at=claimed_at,  # type: ignore[arg-type]
             lease_expires_at=expires,  # type: ignore[arg-type]
             remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
+            never_expires=bool(never),
+            expiry_null=bool(null),
         )
-        for row_id, claimed_at, expires, remaining in cur.fetchall()
+        for row_id, claimed_at, expires, remaining, never, null in cur.fetchall()
     )
+
+
+def expiry_warnings(
+    contract: Contract, live: tuple[LiveClaim, ...], lease_s: float | None
+) -> tuple[str, ...]:
+    """What the live rows' expiry values mean, named: NULL (no lease known) and infinity."""
+    column = contract.lease.expires_at_column
+    said = []
+    if nulls := [c.id for c in live if c.expiry_null]:
+        lease = f"claimed_at + {lease_s:g}s" if lease_s is not None else "unknown: no task timeout"
+        said.append(
+            f"table {contract.table_label}: {column} is NULL on live row(s) {_ids(nulls)}: no "
+            f"lease known, so each is judged by the task-timeout lease ({lease})"
+        )
+    if never := [c.id for c in live if c.never_expires]:
+        said.append(
+            f"table {contract.table_label}: the lease of live row(s) {_ids(never)} never "
+            "expires (expiry 'infinity'): the wait bound is unknown (never)"
+        )
+    return tuple(said)
+
+
+def _ids(ids: list[str]) -> str:
+    shown = ", ".join(ids[:10])
+    return shown + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
 
 
 def _wait_upper_bound(
     live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int = 0
-) -> float:
-    """The longest remaining lease; past it every row is the reaper's, not the guard's.
+) -> tuple[float, bool]:
+    """The longest remaining lease, and whether it is known to bound every live row; past
+    it every row is the reaper's, not the guard's.
 
     A live row with no computable expiry (a held advisory lock: Que, good_job) is bounded
     by one full lease when one is known. So is a live count whose rows the second query no
     longer listed: pg_locks is read anew by each query, and a lock may change in between.
+    A row whose lease never ends ('infinity') bounds nothing: the bound is not known.
     """
     known = [c.remaining_s for c in live if c.remaining_s is not None]
-    unbounded = any(c.remaining_s is None for c in live) or bool(live_count and not live)
+    unbounded = any(c.remaining_s is None and not c.never_expires for c in live)
+    unbounded = unbounded or bool(live_count and not live)
     bound = max(known, default=0.0)
     if unbounded and lease_s is not None:
         bound = max(bound, lease_s)
-    return max(bound, 0.0)
+    bound_known = not any(c.never_expires for c in live) and (lease_s is not None or not unbounded)
+    return max(bound, 0.0), bound_known

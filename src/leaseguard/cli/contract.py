@@ -9,8 +9,24 @@ import argparse
 import os
 from typing import Any
 
-from leaseguard.core.contract import CRON_BUDGETS_SECTION, Contract, load_config_file, load_contract
+from leaseguard.core.config_values import NOT_ASCII
+from leaseguard.core.contract import (
+    CRON_BUDGETS_SECTION,
+    RELATION_KINDS,
+    Contract,
+    load_config_file,
+    load_contract,
+)
 from leaseguard.core.presets import PRESETS
+from leaseguard.core.timeouts import is_decimal_text
+
+
+def number_arg(text: str) -> float:
+    """A flag's number, in ASCII digits; the error never repeats the value (argparse's own
+    "invalid float value: '...'" would, and float() reads any script's digits)."""
+    if not is_decimal_text(text):
+        raise argparse.ArgumentTypeError(NOT_ASCII)
+    return float(text)
 
 
 def add_config_option(container: Any) -> None:
@@ -33,6 +49,17 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
         "every other option overrides it",
     )
     table.add_argument("--table", help="table holding the work rows (default execution_runs)")
+    table.add_argument(
+        "--schema",
+        help="schema of --table: the table is named schema.table, never looked up through "
+        "search_path (default: search_path finds it)",
+    )
+    table.add_argument(
+        "--relation-kind",
+        choices=RELATION_KINDS,
+        help="what --table is: a table (default) or, on purpose, a view over the tables that "
+        "hold the rows (materialized views are never accepted)",
+    )
     table.add_argument("--id-column", help="column identifying a row in reports (default id)")
     table.add_argument("--status-column", help="column holding the row's status (default status)")
     table.add_argument(
@@ -63,7 +90,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--lease-multiplier",
-        type=float,
+        type=number_arg,
         metavar="X",
         help="lease = X times the task timeout (default 2.0)",
     )
@@ -74,15 +101,15 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--clock-skew-s",
-        type=float,
+        type=number_arg,
         metavar="N",
         help="tolerance when comparing the runtime start with claimed_at",
     )
     table.add_argument(
         "--timestamp-zone",
         metavar="ZONE",
-        help="zone in which naive (timestamp without time zone) columns were written "
-        "(default UTC; never the session's TimeZone)",
+        help="zone in which naive (timestamp without time zone) columns were written; "
+        "required when the claimed-at or expiry column is naive (never the session's TimeZone)",
     )
     table.add_argument(
         "--statement-timeout-ms",
@@ -104,6 +131,8 @@ def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
     layer: dict[str, Any] = {}
     for flag, key in (
         ("table", "table"),
+        ("schema", "schema"),
+        ("relation_kind", "relation_kind"),
         ("id_column", "id_column"),
         ("status_column", "status_column"),
         ("claimed_status", "claimed_statuses"),

@@ -17,7 +17,7 @@ import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
-from leaseguard.cli.contract import add_config_option, contract_from_args, resolve_dsn
+from leaseguard.cli.contract import add_config_option, contract_from_args, number_arg, resolve_dsn
 from leaseguard.cli.main import (
     COMMANDS,
     add_contract_options,
@@ -89,14 +89,14 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
     drain = parser.add_argument_group("drain")
     drain.add_argument(
         "--deadline-s",
-        type=float,
+        type=number_arg,
         metavar="N",
         help="give up after N seconds (default and maximum: the longest "
         "remaining lease seen at the start)",
     )
     drain.add_argument(
         "--poll-s",
-        type=float,
+        type=number_arg,
         metavar="N",
         help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
     )
@@ -110,7 +110,7 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
     add_cron_database_option(drain)
     drain.add_argument(
         "--resume-retry-s",
-        type=float,
+        type=number_arg,
         metavar="N",
         help="retry a failed resume with backoff for up to N seconds (default "
         f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",

@@ -17,8 +17,9 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance to use: the configured one, widened to cover the offset."""
-        return max(configured_s, abs(self.offset_s) + self.uncertainty_s)
+        """The orphan tolerance around a start time moved into the database clock by this
+        offset: the configured one, widened to cover what the measurement cannot tell."""
+        return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:
         """True when the clocks certainly differ by more than the configured tolerance."""
@@ -28,9 +29,33 @@ class ClockOffset:
         direction = "ahead of" if self.offset_s > 0 else "behind"
         return (
             f"host {host} clock is {abs(self.offset_s):.3f}s {direction} the database clock "
-            f"(clock_skew_s={configured_s:g}); the orphan cut-off tolerance was widened to "
-            f"{self.tolerance_s(configured_s):.3f}s"
+            f"(clock_skew_s={configured_s:g}); its runtime start was moved into the database "
+            f"clock for the orphan cut-off (tolerance {self.tolerance_s(configured_s):.3f}s)"
         )
+
+
+# Beyond this, this machine's (the controller's) clock is reported on every check: nothing
+# is judged in it, but given start times and status files are read and written in it.
+CONTROLLER_SKEW_BOUND_S = 5.0
+
+
+def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
+    """This machine's clock minus the database's, from a database reading taken between two
+    readings of this machine's clock (the round trip bounds the uncertainty)."""
+    return ClockOffset((before_s + after_s) / 2 - db_reading_s, (after_s - before_s) / 2)
+
+
+def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
+    """The warning, if this machine's clock is certainly off by more than the bound."""
+    if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
+        return ()
+    direction = "ahead of" if here_minus_db.offset_s > 0 else "behind"
+    return (
+        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {direction} the database "
+        f"clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares times in "
+        "the database clock, but start times given here are read in this one; fix the "
+        "clocks (NTP)",
+    )
 
 
 def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOffset:

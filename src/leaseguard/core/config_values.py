@@ -16,6 +16,9 @@ from leaseguard.core.errors import ConfigError
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
 MAX_IDENTIFIER_BYTES = 63
+# int() and float() read any script's digits (Arabic-Indic, full-width: 3600): a number in a
+# config is written in ASCII digits, and a message never repeats the value it refuses.
+NOT_ASCII = "must be a number written in ASCII digits (0-9, an optional decimal point)"
 
 
 def section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -62,9 +65,12 @@ def identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str =
     return name
 
 
-def zone(data: Mapping[str, Any], key: str, default: str) -> str:
-    """An IANA zone name (UTC, Europe/Berlin); PostgreSQL knows the same database of zones."""
-    name = text_value(data, key, default)
+def optional_zone(data: Mapping[str, Any], key: str) -> str | None:
+    """An IANA zone name (UTC, Europe/Berlin), or None when not given; PostgreSQL knows the
+    same database of zones."""
+    if data.get(key) is None:
+        return None
+    name = text_value(data, key, "")
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
@@ -101,6 +107,8 @@ def number_value(
         value = default
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(f"{prefix}{key} must be a number")
+    if isinstance(value, str) and not value.isascii():
+        raise ConfigError(f"{prefix}{key} {NOT_ASCII}")
     try:
         number = float(value)
     except ValueError:
@@ -125,6 +133,8 @@ def whole_number(data: Mapping[str, Any], key: str, default: int, *, prefix: str
         value = default
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ConfigError(f"{prefix}{key} must be a whole number")
+    if isinstance(value, str) and not value.isascii():
+        raise ConfigError(f"{prefix}{key} {NOT_ASCII}")
     try:
         number = int(value)
     except ValueError:
@@ -173,3 +183,20 @@ def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[st
     if not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
     return tuple(value)
+
+
+def refuse_non_ascii_numbers(
+    args: Mapping[str, Any], spec: Mapping[str, Any], *, prefix: str = ""
+) -> None:
+    """ConfigError naming the first int/float option of `spec` given as text that is not in
+    ASCII digits. For fronts whose own type conversion (Ansible's float()) would read any
+    script's digits before leaseguard sees the value."""
+    for name, option in spec.items():
+        value = args.get(name) if isinstance(args, Mapping) else None
+        if value is None:
+            continue
+        kind = option.get("type")
+        if kind in ("float", "int") and isinstance(value, str) and not value.isascii():
+            raise ConfigError(f"{prefix}{name} {NOT_ASCII}")
+        if kind == "dict" and option.get("options") and isinstance(value, Mapping):
+            refuse_non_ascii_numbers(value, option["options"], prefix=f"{prefix}{name}.")

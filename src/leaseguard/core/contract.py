@@ -20,13 +20,13 @@ from leaseguard.core.config_values import (
     optional_identifier,
     optional_number,
     optional_text,
+    optional_zone,
     parse_command,
     reject_unknown,
     section,
     status_list,
     text_value,
     whole_number,
-    zone,
 )
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
@@ -46,6 +46,10 @@ from leaseguard.core.presets import (
 CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
+# What `table` names: a table (plain or partitioned) holds the live rows; a view reads them
+# from its base tables and is taken only when the contract says so on purpose. Materialized
+# views (a snapshot, stale by design) and anything else are never judged.
+RELATION_KINDS = ("table", "view")
 # Statuses that are neither claimed nor queued when the contract does not say otherwise.
 DEFAULT_FINISHED_STATUSES = ("done", "failed")
 
@@ -91,6 +95,7 @@ class Contract:
 
     table: str = "execution_runs"
     schema: str | None = None
+    relation_kind: str = "table"
     id_column: str = "id"
     status_column: str = "status"
     claimed_statuses: tuple[str, ...] = ("running",)
@@ -107,9 +112,10 @@ class Contract:
     statement_timeout_ms: int = 5000
     lock_timeout_ms: int = 2000
     connect_timeout_s: int = 10
-    # The zone a `timestamp without time zone` column was written in (the frameworks write
-    # UTC); never the session's TimeZone, which nobody chose for this purpose.
-    timestamp_zone: str = "UTC"
+    # The zone a `timestamp without time zone` column was written in. None: not declared,
+    # and a naive time column then fails the check (adapters.guard): the session's TimeZone
+    # was chosen by nobody for this, and a wrong zone shifts every claim by hours.
+    timestamp_zone: str | None = None
     # The job queue whose stock schema and liveness rule the keys above came from, if any.
     preset: str | None = None
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
@@ -144,8 +150,11 @@ class Contract:
 
     @property
     def rows_carry_expiry(self) -> bool:
-        """Each row says when its claim expires: no task timeout, no multiplier needed."""
-        return bool(self.lease.expires_at_column) or self.claim_rule == ROW_EXPIRY_RULE
+        """Each row says when its claim expires: no task timeout, no multiplier needed.
+
+        Not so with `lease.expires_at_column`: a row whose expiry is NULL ("no lease known")
+        is judged by the task-timeout lease, so the task timeout is still looked up."""
+        return self.claim_rule == ROW_EXPIRY_RULE
 
     @property
     def has_status_column(self) -> bool:
@@ -250,6 +259,9 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     return Contract(
         table=identifier(data, "table", default.table),
         schema=optional_identifier(data, "schema"),
+        relation_kind=choice(
+            data, "relation_kind", default.relation_kind, RELATION_KINDS, prefix=""
+        ),
         id_column=identifier(data, "id_column", default.id_column),
         status_column=identifier(data, "status_column", default.status_column),
         claimed_statuses=claimed,
@@ -265,7 +277,7 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         ),
         lock_timeout_ms=whole_number(data, "lock_timeout_ms", default.lock_timeout_ms),
         connect_timeout_s=whole_number(data, "connect_timeout_s", default.connect_timeout_s),
-        timestamp_zone=zone(data, "timestamp_zone", default.timestamp_zone),
+        timestamp_zone=optional_zone(data, "timestamp_zone"),
         preset=preset,
         kind_timeouts=kind_timeouts(data.get("kind_timeouts"), preset),
     )
@@ -275,6 +287,7 @@ _TOP_KEYS = frozenset(
     {
         "table",
         "schema",
+        "relation_kind",
         "id_column",
         "status_column",
         "claimed_statuses",

@@ -58,6 +58,10 @@ class SchemaMismatch(DatabaseError):
     """The contract names a table or column the database does not have."""
 
 
+class NotPrimary(DatabaseError):
+    """The guard reached a standby: replayed late or not at all, it cannot say what is live."""
+
+
 class GuardQueryFailed(DatabaseError):
     """The guard query ran but did not finish: timeout, lock, privileges, ..."""
 

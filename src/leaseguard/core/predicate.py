@@ -58,6 +58,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         SELECT {id}::text AS id,
                {claimed_at} AS claimed_at,
                {expires} AS lease_expires_at,
+               {expiry_null} AS expiry_null,
                CASE
                    WHEN {queued} THEN 'queued'
                    WHEN {held} THEN 'live'
@@ -75,9 +76,17 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         held=held_condition(contract),
         claimed_at=claimed_at,
         expires=expires,
+        expiry_null=_expiry_null(contract),
         now=_NOW,
         table=table_identifier(contract),
     )
+
+
+def _expiry_null(contract: Contract) -> sql.Composable:
+    """Whether the row's own expiry column is NULL (then judged by the lease: reported)."""
+    if not contract.lease.expires_at_column:
+        return sql.SQL("false")
+    return sql.SQL("{} IS NULL").format(sql.Identifier(contract.lease.expires_at_column))
 
 
 def _claimed_at(contract: Contract) -> sql.Composable:
@@ -88,10 +97,17 @@ def _claimed_at(contract: Contract) -> sql.Composable:
 
 
 def expiry(contract: Contract) -> sql.Composable:
-    """When a claimed row's lease ends, as a timestamptz expression (NULL: unknown, live)."""
+    """When a claimed row's lease ends, as a timestamptz expression (NULL: unknown, live).
+
+    An expiry column's NULL means "no lease known": the row is judged by the task-timeout
+    lease from its claim (claimed_at + lease), never taken as expired nor as unbounded.
+    'infinity' never expires (live; `live_claims_query` reports it so), '-infinity' has.
+    """
     claimed_at = sql.Identifier(contract.claimed_at_column)
     if contract.lease.expires_at_column:
-        return sql.SQL("{}::timestamptz").format(sql.Identifier(contract.lease.expires_at_column))
+        return sql.SQL("coalesce({}::timestamptz, {}::timestamptz + %(lease)s::interval)").format(
+            sql.Identifier(contract.lease.expires_at_column), claimed_at
+        )
     if contract.claim_rule == ROW_EXPIRY_RULE:
         # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes
         # first of the row's own expiry and, when it has a heartbeat, its heartbeat's.
@@ -306,7 +322,9 @@ def _lock_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """The clock used and the rows per class, named as `Counts`' fields: always one row.
+    """The clock used, whether the server is a standby (asked on every poll: a server can
+    be demoted under a long drain), and the rows per class, named as `Counts`' fields:
+    always one row.
 
     Counting with FILTERs needs no sort (GROUP BY class did) and answers with a row even when
     nothing is claimed or queued, so the clock comes with it: no second round trip for it.
@@ -317,6 +335,7 @@ def counts_query(contract: Contract) -> sql.Composed:
     return sql.SQL(
         """
         SELECT {now} AS checked_at,
+               pg_catalog.pg_is_in_recovery() AS in_recovery,
                count(*) FILTER (WHERE j.class = 'live') AS live,
                count(*) FILTER (WHERE j.class = 'stale') AS stale,
                count(*) FILTER (WHERE j.class = 'orphaned') AS orphaned,
@@ -327,11 +346,21 @@ def counts_query(contract: Contract) -> sql.Composed:
 
 
 def live_claims_query(contract: Contract) -> sql.Composed:
-    """The live rows, longest remaining lease first (NULL expiry first: unbounded)."""
+    """The live rows, longest remaining lease first (NULL expiry first: unbounded).
+
+    An infinite time is no Python datetime and no interval: 'infinity' - now() is SQLSTATE
+    22008. Such a time is listed as NULL, and `never_expires` says which rows it concerns.
+    """
     return sql.SQL(
         """
-        SELECT j.id, j.claimed_at, j.lease_expires_at,
-               extract(epoch FROM j.lease_expires_at - {now})::float8 AS remaining_s
+        SELECT j.id,
+               CASE WHEN isfinite(j.claimed_at) THEN j.claimed_at END,
+               CASE WHEN isfinite(j.lease_expires_at) THEN j.lease_expires_at END,
+               CASE WHEN isfinite(j.lease_expires_at)
+                    THEN extract(epoch FROM j.lease_expires_at - {now})::float8 END
+                   AS remaining_s,
+               j.lease_expires_at = 'infinity' AS never_expires,
+               j.expiry_null
         FROM ({judged}) AS j
         WHERE j.class = 'live'
         ORDER BY j.lease_expires_at DESC NULLS FIRST, j.id
@@ -370,58 +399,3 @@ def predicate_params(
         "live_limit": live_limit,
         **kind_params(contract, lease_s),
     }
-
-
-def columns_query() -> sql.SQL:
-    """The columns of a relation and their types, for the pre-flight schema check."""
-    return sql.SQL(
-        """
-        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
-        FROM pg_attribute a
-        WHERE a.attrelid = to_regclass(%(relation)s) AND a.attnum > 0 AND NOT a.attisdropped
-        """
-    )
-
-
-def rls_query() -> sql.SQL:
-    """Whether row-level security applies to the current role on a relation, and why.
-
-    row_security_active() is PostgreSQL's own answer (RLS enabled, and the role is neither a
-    superuser, nor BYPASSRLS, nor the owner of a table that does not FORCE it): no view of
-    the roles to expand. The second column only words the message: whether the role owns
-    the table (then the table forces RLS on its owner).
-    """
-    return sql.SQL(
-        """
-        SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE')
-        FROM pg_class c
-        WHERE c.oid = to_regclass(%(relation)s)
-        """
-    )
-
-
-def policies_show_all_query() -> sql.SQL:
-    """Whether a relation's policies show the current role every row (asked only where
-    row-level security applies to it).
-
-    A permissive policy `FOR SELECT ... USING (true)` that applies to the role (polroles
-    {0} is PUBLIC), with no restrictive policy beside it, shows every row.
-    """
-    return sql.SQL(
-        """
-        SELECT EXISTS (
-                   SELECT 1 FROM pg_policy p
-                   WHERE p.polrelid = c.oid AND p.polpermissive
-                     AND p.polcmd IN ('r', '*')
-                     AND pg_get_expr(p.polqual, p.polrelid) = 'true'
-                     AND (p.polroles = '{0}'::oid[]
-                          OR EXISTS (SELECT 1 FROM unnest(p.polroles) AS pr(oid)
-                                     WHERE pg_has_role(current_user, pr.oid, 'USAGE')))
-               ) AND NOT EXISTS (
-                   SELECT 1 FROM pg_policy p
-                   WHERE p.polrelid = c.oid AND NOT p.polpermissive
-               )
-        FROM pg_class c
-        WHERE c.oid = to_regclass(%(relation)s)
-        """
-    )

@@ -7,9 +7,16 @@ import re
 
 from leaseguard.core.errors import TimeoutValueError
 
-# Plain decimal notation only: float() alone would also take "inf", "nan", "1_000" and
-# "0x10"-like oddities that no operator means as a timeout.
-_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
+# Plain decimal notation in ASCII digits only: float() alone would also take "inf", "nan",
+# "1_000" and "0x10"-like oddities that no operator means as a timeout, and both float() and
+# a regex's \d read Arabic-Indic or full-width digits as numbers (tests/unit/test_timeouts.py).
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def is_decimal_text(text: str, *, whole: bool = False) -> bool:
+    """Whether `text` (surrounding whitespace aside) is a number in plain ASCII notation."""
+    return bool((_WHOLE if whole else _DECIMAL).fullmatch(text.strip()))
 
 
 def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:
@@ -26,7 +33,7 @@ def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:
         text = value.strip()
         if not text:
             raise TimeoutValueError(f"{what} is empty, expected a number of seconds")
-        if not _DECIMAL.fullmatch(text):
+        if not is_decimal_text(text):
             raise TimeoutValueError(f"{what} is not a number of seconds")
         number = float(text)
     else:

@@ -67,6 +67,10 @@ class LiveClaim:
     claimed_at: datetime | None
     lease_expires_at: datetime | None
     remaining_s: float | None
+    # The row's expiry is 'infinity': its lease never ends (remaining_s None).
+    never_expires: bool = False
+    # The row's expiry column is NULL: no lease known, judged by claimed_at + the lease.
+    expiry_null: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +78,8 @@ class LiveClaim:
             "claimed_at": _iso(self.claimed_at),
             "lease_expires_at": _iso(self.lease_expires_at),
             "remaining_s": _round(self.remaining_s),
+            "never_expires": self.never_expires,
+            "expiry_null": self.expiry_null,
         }
 
 
@@ -96,6 +102,9 @@ class Verdict:
     # supplied the lease and the orphan cut-off (leaseguard.core.fleet.FleetFacts.as_dict()).
     fleet: dict[str, Any] | None = None
     replicas: tuple[str, ...] = ()  # RuntimeFacts.replicas: every match the facts cover
+    # False when a live lease never ends ('infinity') or its end is unknown: then
+    # wait_upper_bound_s covers only the others, and no wait is sure to outlast them all.
+    wait_upper_bound_known: bool = True
 
     @property
     def decision(self) -> Decision:
@@ -123,6 +132,7 @@ class Verdict:
             "live": [claim.as_dict() for claim in self.live],
             "live_listed": len(self.live),
             "wait_upper_bound_s": _round(self.wait_upper_bound_s),
+            "wait_upper_bound_known": self.wait_upper_bound_known,
             "warnings": list(self.warnings),
             **({"fleet": self.fleet} if self.fleet else {}),
             **({"replicas": list(self.replicas)} if self.replicas else {}),
@@ -147,7 +157,10 @@ class Verdict:
             fields.append(f"lease_from={self.fleet['lease_from'] or '-'}")
             fields.append(f"cutoff_from={self.fleet['orphan_cutoff_from'] or '-'}")
         if self.decision is Decision.DEFER:
-            fields.append(f"wait_upper_bound_s={_compact(self.wait_upper_bound_s)}")
+            bound = _compact(self.wait_upper_bound_s)
+            if not self.wait_upper_bound_known:
+                bound = "never" if any(c.never_expires for c in self.live) else "unknown"
+            fields.append(f"wait_upper_bound_s={bound}")
             fields.append(f"longest={self.live[0].id}" if self.live else "")
         return timeline_line(self.checked_at, [f for f in fields if f])
 

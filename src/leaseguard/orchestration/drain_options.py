@@ -91,6 +91,8 @@ def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
     if value is None:
         return default
     try:
+        if isinstance(value, str) and not value.isascii():
+            raise ValueError  # float() reads any script's digits: ASCII only
         number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(f"drain.{key} must be a number of seconds") from None

@@ -1,0 +1,140 @@
+"""Only the primary can say what is live now: a real streaming standby is refused by name.
+
+A standby replays the primary's writes late (recovery_min_apply_delay) or not at all while
+replay is paused: the claim taken on the primary is not there yet, and a guard reading the
+standby would say "proceed" over live work. Both directions: the primary defers on the live
+claim and proceeds once it is gone; the standby is refused either way, by every front's
+core (the session) and through the CLI (exit 1, the standby named).
+"""
+
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.errors import NotPrimary
+from leaseguard.core.verdict import Decision
+from leaseguard.orchestration.session import local_session
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
+from tests.support.standby import primary_with_standby
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+DB = "app"
+
+
+@pytest.fixture(scope="module")
+def clusters():
+    """(primary, standby) with the app database and its runs table replayed on both."""
+    with primary_with_standby() as (primary, standby):
+        with primary.connect(socket=True) as conn:
+            conn.execute(f"CREATE DATABASE {DB}")
+        with primary.connect(DB, socket=True) as conn:
+            create_runs_table(conn)
+        assert wait_until(lambda: _caught_up(primary, standby), timeout_s=30)
+        yield primary, standby
+
+
+@pytest.fixture
+def replay_paused(clusters):
+    """The standby stops replaying (as a delayed or paused replica does); resumed after."""
+    primary, standby = clusters
+    with primary.connect(DB, socket=True) as conn:
+        conn.execute("TRUNCATE execution_runs")
+    assert wait_until(lambda: _caught_up(primary, standby), timeout_s=30)
+    with standby.connect(socket=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    yield primary, standby
+    with standby.connect(socket=True) as conn:
+        conn.execute("SELECT pg_wal_replay_resume()")
+
+
+def _caught_up(primary, standby):
+    """The standby has replayed everything the primary has written so far."""
+    with primary.connect(socket=True) as conn:
+        written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    with standby.connect(socket=True) as conn:
+        query = "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn"
+        return conn.execute(query, (written,)).fetchone()[0]
+
+
+def _rows(cluster):
+    with cluster.connect(DB, socket=True) as conn:
+        return conn.execute("SELECT count(*) FROM execution_runs").fetchone()[0]
+
+
+def judged(cluster):
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, cluster.dsn(DB), task_timeout_s=3600.0) as session:
+        return session.judge()
+
+
+def claim(primary, status, age):
+    with primary.connect(DB, socket=True) as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, %s, %s)",
+            (status, datetime.now(UTC) - age),
+        )
+
+
+def test_a_live_claim_the_standby_has_not_replayed_defers_on_the_primary_and_refuses_the_standby(
+    replay_paused,
+):
+    primary, standby = replay_paused
+    claim(primary, "running", timedelta(minutes=5))
+    assert _rows(standby) == 0  # the standby would count nothing: "proceed" on live work
+    assert judged(primary).decision is Decision.DEFER
+    with pytest.raises(NotPrimary, match=r"connected to a standby \(database app at 127\.0\.0\.1"):
+        judged(standby)
+
+
+def test_with_nothing_live_the_primary_proceeds_and_the_standby_is_still_refused(replay_paused):
+    primary, standby = replay_paused
+    claim(primary, "open", timedelta(0))
+    assert judged(primary).decision is Decision.PROCEED
+    with pytest.raises(NotPrimary, match="pg_is_in_recovery"):
+        judged(standby)
+
+
+def test_the_cli_refuses_a_standby_with_exit_1_naming_it(clusters):
+    _, standby = clusters
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "leaseguard", "check", "--dsn", standby.dsn(DB)),
+            *("--task-timeout-s", "3600", "--runtime-started-at", "2026-01-01T00:00:00Z"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "NotPrimary" in done.stdout and "connected to a standby" in done.stderr
+    assert '"decision": "failed"' in done.stdout
+
+
+def test_a_standby_is_refused_on_a_later_poll_too(clusters):
+    """The counts query itself asks: a drain's poll that skips the catalog pre-flight (its
+    connection read it already) still refuses a standby."""
+    _, standby = clusters
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    from leaseguard.adapters.db import connect
+    from leaseguard.adapters.guard import judge_table
+    from leaseguard.adapters.statuses import StatusColumn
+
+    known = StatusColumn(enum_labels=None, not_null=True, index_key=None)
+    with connect(standby.dsn(DB), 10) as conn, pytest.raises(NotPrimary, match="standby"):
+        judge_table(
+            conn,
+            contract,
+            task_timeout=None,
+            lease_s=7200.0,
+            runtime_started_at=None,
+            status_column=known,
+        )
