@@ -42,6 +42,7 @@ CONNECTION_KEYS = frozenset(
 DRAIN_KEYS = frozenset(
     {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
     | {"resume_command", "status_file", "metrics_file", "resume_retry_s"}
+    | {"cron_user", "cron_password"}
 )
 DEFAULT_CONNECT_TIMEOUT_S = Contract.connect_timeout_s
 
