@@ -6,14 +6,16 @@
 The sandbox (sandbox/detached.py) is two app hosts (sshd in network namespaces, a
 throw-away key), PostgreSQL 15 with pg_cron on the first host's loopback, a podman `backend`
 container per host with APP_TASK_TIMEOUT_S=3600 and an `execution_runs` table. This script adds
-the claim / compute / publish pg_cron jobs and then plays four steps with the real
+the claim / compute / publish pg_cron jobs and then plays five steps with the real
 `ansible-playbook`, `fab`, `psql` and `leaseguard`, their output streamed as it comes:
 
 1. a claim silent for 10 minutes: the naive 3-minute guard says "safe", leaseguard defers;
 2. only queued rows and a claim orphaned by a crash: the naive guard blocks, leaseguard
    restarts;
 3. `fab drain` waits for a live claim that finishes during the drain;
-4. pg_cron budgets: production keeps its 6 s publish override; the defaults report drift.
+4. pg_cron budgets: production keeps its 6 s publish override; the defaults report drift;
+5. a busy intake (a claim every 0.1 s): deploy.yml holds it from before the verdict until
+   each restart is verified, and no claim is taken in between.
 
 Every step checks its outcome (exit status, the backend's start time, the rows, cron.job), so
 the demo is also a test: it exits 1 when the story does not come true. Everything lives under
@@ -65,7 +67,7 @@ NAIVE_SQL = (
     "select count(*) from execution_runs where status='running' "
     "and updated_at > now() - interval '3 minutes'"
 )
-PIPELINE = {  # the stats projector's three steps (BRIEF section 3): budget, function
+PIPELINE = {  # the stats projector's three steps: budget, function
     "claim": ("3s", "public.claim_stats_projection_job_v1"),
     "compute": ("60s", "public.compute_stats_projection_job_v1"),
     "publish": ("3s", "public.publish_stats_projection_job_v1"),
@@ -664,6 +666,115 @@ def fab_argv(demo: Demo, host: dict[str, Any]) -> list[str]:
     ]
 
 
+class Feeder(threading.Thread):
+    """The busy intake: while pg_cron job `claim` is active (as pg_cron starts only active
+    jobs), claims a row every 0.1 s; a worker finishes each claim 0.3 s later."""
+
+    def __init__(self, demo: Demo) -> None:
+        super().__init__(name="feeder", daemon=True)
+        self.demo = demo
+        self.done = threading.Event()
+        self.claims = 0
+        self.held_s: list[float] = []  # each span the job was seen paused
+
+    def run(self) -> None:
+        paused_since: float | None = None
+        pg = self.demo.state["pg"]
+        where = {"host": pg["socket_dir"], "port": pg["port"], "user": "postgres"}
+        with (
+            psycopg.connect(**where, dbname=CRON_DATABASE, autocommit=True) as cron,
+            psycopg.connect(**where, dbname=pg["database"], autocommit=True) as app,
+        ):
+            next_id = 5000
+            while not self.done.wait(0.1):
+                app.execute(
+                    "update execution_runs set status = 'done', updated_at = clock_timestamp() "
+                    "where status = 'running' and claimed_at < clock_timestamp() - interval '0.3 s'"
+                )
+                row = cron.execute("select active from cron.job where jobname = 'claim'").fetchone()
+                active = bool(row and row[0])
+                if not active and paused_since is None:
+                    paused_since = time.monotonic()
+                elif active and paused_since is not None:
+                    self.held_s.append(time.monotonic() - paused_since)
+                    paused_since = None
+                if active:
+                    next_id += 1
+                    app.execute(
+                        "insert into execution_runs (id, status, claimed_at, updated_at) "
+                        "values (%s, 'running', clock_timestamp(), clock_timestamp())",
+                        (next_id,),
+                    )
+                    self.claims += 1
+
+
+def step_busy_intake(demo: Demo) -> None:
+    heading("5. A busy intake: held from before the verdict until the restart is verified")
+    demo.sql("delete from execution_runs")
+    say("The intake (pg_cron job `claim`) now claims a row every 0.1 s; each claim runs for")
+    say("0.3 s. A verdict is true for an instant: a claim taken between a `proceed` and the")
+    say("restart is live work the restart kills. So the restart role holds intake (records the")
+    say("hold in cron.job, waits for runs already going) BEFORE its final verdict, judges, drains")
+    say("(leaseguard_on_busy=wait), restarts, verifies the new start time, and only then gives")
+    say("intake back. Intake is held as the jobs' owner (leaseguard_cron_user); the guard stays")
+    say("its read-only role.")
+    feeder = Feeder(demo)
+    feeder.start()
+    try:
+        while feeder.claims < 10 and feeder.is_alive():
+            time.sleep(0.05)
+        before = demo.started_at()
+        held = {
+            "leaseguard_pause_cron_jobs": ["claim"],
+            "leaseguard_cron_database": CRON_DATABASE,
+            "leaseguard_cron_user": "postgres",
+            "leaseguard_on_busy": "wait",
+            "leaseguard_drain_poll_s": 0.2,
+        }
+        ran = deploy(demo, "-e", json.dumps(held))
+        claims_before_end = feeder.claims
+        deadline = time.monotonic() + 10
+        while feeder.claims == claims_before_end and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        feeder.done.set()
+        feeder.join()
+    expect(ran.returncode == 0, "ansible-playbook succeeded", ran.returncode)
+    verdicts, after = demo.verdicts(), demo.started_at()
+    held_s = []
+    for host in HOSTS:
+        verdict, container = verdicts.get(host, {}), demo.host(host)["container"]
+        expect(verdict.get("decision") == "proceed", f"{host}: proceed after the drain")
+        intake = verdict.get("intake") or {}
+        expect(intake.get("held") is True, f"{host}: the verdict says {intake.get('msg')}")
+        start, end = parse_time(verdict["checked_at"]), parse_time(after[container])
+        expect(end > parse_time(before[container]), f"{container} restarted")
+        [(count,)] = demo.sql(
+            "select count(*) from execution_runs where claimed_at > %s and claimed_at <= %s",
+            (start, end),
+        )
+        expect(
+            count == 0,
+            f"{host}: 0 claims between the verdict ({clock(start)}) and the verified restart "
+            f"({clock(end)}, {(end - start).total_seconds():.1f} s later)",
+            count,
+        )
+        held_s.append((end - start).total_seconds())
+    expect(feeder.claims > claims_before_end, "intake claims again after the last restart")
+    spans = ", ".join(f"{span:.1f} s" for span in feeder.held_s)
+    say(
+        f"  intake held per restart: {spans} (verdict -> verified restart: "
+        f"{', '.join(f'{v:.1f} s' for v in held_s)})"
+    )
+    demo.recap.append(
+        (
+            "5. busy intake, a claim every 0.1 s",
+            "-",
+            f"0 claims killed; intake held {spans}",
+        )
+    )
+
+
 def cron_jobs() -> dict[str, dict[str, str]]:
     """The code's declaration of the pipeline's pg_cron jobs."""
     return {
@@ -688,6 +799,7 @@ STEPS: tuple[Callable[[Demo], None], ...] = (
     step_orphan,
     step_drain,
     step_migrate,
+    step_busy_intake,
 )
 
 
