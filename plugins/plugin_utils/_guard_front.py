@@ -381,8 +381,10 @@ def guard_session(action, args, contract, facts, label):
         with database_path(action, args, probe=False) as (conninfo, tunnel):
             early = connect_early(contract, conninfo, tunnel)
             looked_up, opened = await_lookup(lookup.result, early)
+            # The tunnel is the session's link: a poll or an intake resume after a partition
+            # reopens the SSH connection and its tunnel instead of retrying a dead port.
             session = GuardSession(
-                contract, conninfo, looked_up.facts, runner, host_minus_here=looked_up.clock
+                contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
             )
             session.adopt(opened)
             try:
@@ -417,12 +419,15 @@ class _Background(threading.Thread):
 
 @contextmanager
 def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
-    """One session judging for every host of the play, from this host's database path."""
+    """One session judging for every host of the play, from this host's database path.
+
+    Its tunnel is the session's link, reopened after a partition as one host's own is.
+    """
     per_host, offsets = fleet_facts(lookups, play_hosts)
-    with database_conninfo(action, args) as conninfo:
+    with database_path(action, args) as (conninfo, tunnel):
         runner = AnsibleRunner(action, label)
         with fleet_session(
-            contract, conninfo, per_host, runner=runner, host_offsets=offsets
+            contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
         ) as session:
             yield session
 

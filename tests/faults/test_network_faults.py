@@ -316,3 +316,49 @@ def test_fab_guard_over_a_link_dead_from_the_start_fails_within_the_connect_time
     assert took < CONNECT_S + STARTUP_S, f"fab guard took {took:.1f}s"
     assert "decision=failed error=TunnelError" in fab.stdout
     assert "cannot connect over SSH" in fab.stdout
+
+
+def test_drain_yml_reopens_its_tunnel_after_a_partition_and_gives_intake_back(db_host, tmp_path):
+    """Before: polls and the resume retried a dead tunnel port until intake stayed paused."""
+    from sandbox.ansible_env import ansible_env
+    from tests.support.ansible_run import write_inventory
+
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {"fault1": db_host.ansible_host_vars()},
+        leaseguard_db_name="postgres",
+        leaseguard_db_user="postgres",
+        leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
+        leaseguard_runtime={"source": "none"},
+        leaseguard_connect_timeout_s=CONNECT_S,
+        leaseguard_statement_timeout_ms=STATEMENT_MS,
+        leaseguard_pause_cron_jobs=[JOB],
+        leaseguard_cron_database="postgres",
+        leaseguard_drain_poll_s=0.5,
+    )
+    proc = subprocess.Popen(
+        ["ansible-playbook", "-i", str(inventory), "leaseguard.deploy.drain"],
+        cwd=REPO,
+        env={**ansible_env(tmp_path), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    out = Lines(proc.stdout)
+    try:
+        assert out.wait_for(" start live=1 ", timeout_s=90), "".join(out.lines)[-3000:]
+        assert not job_active(db_host)
+        with partitioned(db_host):
+            failed = out.wait_for("drain poll failed", timeout_s=POLL_BUDGET_S + 30)
+            assert failed, "".join(out.lines)[-3000:]
+        finish_claims(db_host)
+        try:
+            status = proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            pytest.fail("drain.yml did not end:\n" + "".join(out.lines)[-4000:])
+        assert status == 0, out.text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert job_active(db_host)
