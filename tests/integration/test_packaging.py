@@ -711,3 +711,13 @@ def test_galaxy_importer_accepts_the_release_tarball(galaxy_tarball: Path, tmp_p
     assert "Importer processing completed successfully" in output, output
     assert "Linting collection via ansible-lint" in output and "Getting doc strings" in output
     assert [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR"))] == []
+
+
+def test_make_sanity_runs_the_oldest_and_the_newest_admitted_release() -> None:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    (line,) = [line for line in lines if line.startswith("SANITY_ANSIBLE_CORE ?=")]
+    releases = line.partition("?=")[2].split()
+    ignores = sorted(int(p.stem.split(".")[1]) for p in (ROOT / "tests/sanity").glob("ignore-*"))
+    # The oldest admitted (the ignore-file test ties it to requires_ansible), then the newest
+    # final release (2.21 when written; ignore-2.22.txt waits for 2.22).
+    assert releases == [f"2.{ignores[0]}", "2.21"]
