@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sandbox.ansible_env import ansible_env
 from tests.support.ansible_run import REPO
@@ -88,3 +89,15 @@ def test_antsibull_changelog_lints_the_fragments_and_the_changelog(tmp_path: Pat
             argv, cwd=REPO, capture_output=True, text=True, timeout=120, check=False
         )
         assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr
+
+
+ROLES = sorted(p.name for p in (REPO / "roles").iterdir() if (p / "tasks").is_dir())
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_has_a_readme_and_every_entry_point_a_description(role: str):
+    """What Galaxy's importer and antsibull-docs refuse a role for, checked without them."""
+    assert (REPO / "roles" / role / "README.md").is_file()
+    specs = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    for name, entry in specs["argument_specs"].items():
+        assert entry.get("short_description") and entry.get("description"), (role, name)
