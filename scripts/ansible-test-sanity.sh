@@ -56,7 +56,8 @@ if [[ -n "${ANSIBLE_CORE:-}" ]]; then
         [[ "${release#2.}" -ge 20 ]] && needs=3.12
         base="$(python_at_least "$needs")" || {
             echo "ansible-test-sanity: SKIPPED ansible-core $release: it needs Python $needs or" \
-                "newer on the controller, and this machine has none" >&2
+                "newer on the controller, and this machine has none (2.19 is the newest for" \
+                "Python 3.11: make sanity SANITY_ANSIBLE_CORE='2.17 2.19')" >&2
             continue
         }
         venv="$root/build/sanity/ansible-core-$release"
