@@ -7,6 +7,7 @@ venv's own ansible-galaxy/ansible-doc: a plain `pip install leaseguard` must be 
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -721,3 +722,24 @@ def test_make_sanity_runs_the_oldest_and_the_newest_admitted_release() -> None:
     # The oldest admitted (the ignore-file test ties it to requires_ansible), then the newest
     # final release (2.21 when written; ignore-2.22.txt waits for 2.22).
     assert releases == [f"2.{ignores[0]}", "2.21"]
+
+
+def test_the_plugins_import_only_the_layers_the_tarball_carries() -> None:
+    """A plugin importing the CLI or Fabric front would fail where only the carried core is."""
+    spec = importlib.util.spec_from_file_location("bc", ROOT / "scripts" / "build_collection.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    carried = {part for part in builder.CORE_PARTS if not part.endswith(".py")}
+    imported = set()
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            imported |= {name for name in names if name.split(".")[0] == "leaseguard"}
+    assert imported, "the plugins import the core"
+    assert {name.split(".")[1] for name in imported} <= carried, sorted(imported)
