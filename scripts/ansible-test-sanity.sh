@@ -17,15 +17,65 @@
 # so a stand-in there installs the same pip version from a wheel fetched from PyPI.
 #
 # Environment:
+#   ANSIBLE_CORE   ansible-core minor releases to run on, each from its own venv under
+#                  build/sanity/ (e.g. "2.17 2.21": `make sanity` runs the oldest and the newest
+#                  that meta/runtime.yml admits); a release that needs a newer Python than this
+#                  machine has (2.20 and later need 3.12) is skipped, saying so. Unset: the
+#                  ansible-core of $PYTHON.
 #   ANSIBLE_TEST   ansible-test to run (default: next to $PYTHON, else from PATH)
 #   PYTHON         Python whose ansible-core provides ansible-test (default: python3)
-#   SANITY_PYTHON  --python version for the sanity tests (default: 3.11)
+#   SANITY_PYTHON  --python version for the sanity tests (default: 3.11; with ANSIBLE_CORE,
+#                  the venv's)
 #   SANITY_SCOPE   collection (default) or repo: which of git's files to copy (see above)
 #   KEEP_TMP=1     keep the temporary copy and print where it is
 # Extra arguments go to `ansible-test sanity` (e.g. --test pylint, -v).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+
+# --- one venv per ansible-core release --------------------------------------------------------
+# The first Python here at least as new as $1 (3.12 -> python3.12, python3.13 or a pyenv one).
+python_at_least() {
+    local want_minor="${1#3.}" candidate
+    for candidate in python3 python3.{11..14} "$HOME"/.pyenv/versions/3.*/bin/python3; do
+        candidate="$(command -v "$candidate" 2>/dev/null)" || continue
+        # A pyenv shim of a version that is not active fails here: try the next one.
+        "$candidate" -c "import sys; sys.exit(sys.version_info[:2] < (3, $want_minor))" \
+            2>/dev/null && {
+            echo "$candidate"
+            return 0
+        }
+    done
+    return 1
+}
+
+if [[ -n "${ANSIBLE_CORE:-}" ]]; then
+    for release in $ANSIBLE_CORE; do
+        # ansible-core 2.20 dropped Python 3.11 on the controller.
+        needs=3.11
+        [[ "${release#2.}" -ge 20 ]] && needs=3.12
+        base="$(python_at_least "$needs")" || {
+            echo "ansible-test-sanity: SKIPPED ansible-core $release: it needs Python $needs or" \
+                "newer on the controller, and this machine has none (2.19 is the newest for" \
+                "Python 3.11: make sanity SANITY_ANSIBLE_CORE='2.17 2.19')" >&2
+            continue
+        }
+        venv="$root/build/sanity/ansible-core-$release"
+        if ! "$venv/bin/python" -c "import ansible.release as r, sys
+sys.exit(not r.__version__.startswith('$release.'))" 2>/dev/null; then
+            rm -rf "$venv"
+            "$base" -m venv "$venv"
+            "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+                "ansible-core==$release.*"
+        fi
+        version="$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+        echo "ansible-test-sanity: ansible-core $release on Python $version" >&2
+        # ansible-test looks its --python up on PATH: the venv's bin has it.
+        PATH="$venv/bin:$PATH" ANSIBLE_CORE="" ANSIBLE_TEST="" PYTHON="$venv/bin/python" \
+            SANITY_PYTHON="$version" bash "$0" "$@"
+    done
+    exit 0
+fi
 python="${PYTHON:-python3}"
 sanity_python="${SANITY_PYTHON:-3.11}"
 scope="${SANITY_SCOPE:-collection}"

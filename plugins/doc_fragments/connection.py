@@ -6,7 +6,9 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     # How the controller reaches a host's database. The SSH side is the host's own inventory
-    # connection settings; only the database side is configured here.
+    # connection settings; only the database side is configured here. Every member of the
+    # action group (meta/runtime.yml) takes these options (module_utils/_specs.py's
+    # connection_spec), so module_defaults for the group can set them once.
     DOCUMENTATION = r"""
 options:
   dsn:
@@ -61,4 +63,19 @@ options:
         O(dsn), or O(db_host)/O(db_port)); so does a C(local) connection.
     type: bool
     default: true
+  connect_timeout_s:
+    description: Seconds to wait for the database connection.
+    type: int
+    default: 10
+"""
+
+    # The group's members that reach no database: they take the shared options only so that
+    # the group's module_defaults apply to them too.
+    UNUSED = r"""
+options: {}
+notes:
+  - The database connection options (O(dsn), O(db_host), O(db_port), O(db_name), O(db_user),
+    O(db_password), O(tunnel), O(connect_timeout_s)) are shared by every module of the
+    C(group/leaseguard.deploy.leaseguard) action group, so that C(module_defaults) for the
+    group can set them once; this module reaches no database and ignores them.
 """

@@ -80,10 +80,6 @@ options:
     description: The guard query's lock wait, capped at O(statement_timeout_ms).
     type: int
     default: 2000
-  connect_timeout_s:
-    description: Seconds to wait for the database connection.
-    type: int
-    default: 10
   timestamp_zone:
     description:
       - The IANA zone naive (C(timestamp without time zone)) columns were written in

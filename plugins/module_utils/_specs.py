@@ -35,7 +35,6 @@ def contract_spec():
         clock_skew_s=dict(type="float", default=0.0),
         statement_timeout_ms=dict(type="int", default=5000),
         lock_timeout_ms=dict(type="int", default=2000),
-        connect_timeout_s=dict(type="int", default=10),
         timestamp_zone=dict(type="str"),
         preset=dict(type="str"),
         kind_timeouts=dict(type="dict", default={}),
@@ -96,8 +95,11 @@ def lookup_spec():
 def connection_spec():
     """How the controller reaches the host's database: through the host, or directly.
 
-    Secrets are marked no_log here, once; user, database and password fall back to the
-    controller's libpq variables so they need not be written into inventories.
+    Every member of the action group (meta/runtime.yml) takes these options, so that
+    `module_defaults: {group/leaseguard.deploy.leaseguard: ...}` sets them once for all (the
+    members that reach no database accept and ignore them). Secrets are marked no_log here,
+    once; user, database and password fall back to the controller's libpq variables so they
+    need not be written into inventories.
     """
     return dict(
         dsn=dict(type="str", no_log=True, fallback=(env_fallback, ["LEASEGUARD_DSN"])),
@@ -113,6 +115,7 @@ def connection_spec():
             fallback=(env_fallback, ["LEASEGUARD_DB_PASSWORD", "PGPASSWORD"]),
         ),
         tunnel=dict(type="bool", default=True),
+        connect_timeout_s=dict(type="int", default=10),
     )
 
 
@@ -141,7 +144,7 @@ def facts_spec():
 
 
 def task_timeout_argument_spec():
-    return dict(**lookup_spec(), **check_vars_option())
+    return dict(**lookup_spec(), **check_vars_option(), **connection_spec())
 
 
 def check_vars_option():
@@ -208,7 +211,6 @@ def cron_budget_argument_spec():
         on_drift=dict(type="str", choices=["report", "apply"], default="report"),
         **typed(cron_database="str", active="dict"),
         resume_recorded=dict(type="bool", default=False),
-        connect_timeout_s=dict(type="int", default=10),
         **connection_spec(),
     )
 
@@ -227,6 +229,7 @@ def runtime_restart_argument_spec():
         stop_timeout_s=dict(type="int", default=10),
         verify_timeout_s=dict(type="int", default=60),
         lookup=dict(type="dict"),
+        **connection_spec(),
     )
 
 

@@ -34,7 +34,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - the leaseguard Python package (with psycopg) on the controller
+  - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller
   - pg_cron 1.4 or later in the database named by O(cron_database)
 extends_documentation_fragment:
   - leaseguard.deploy.connection
@@ -85,10 +85,6 @@ options:
       - Ignored in check mode except for reporting RV(records).
     type: bool
     default: false
-  connect_timeout_s:
-    description: Seconds to wait for the database connection.
-    type: int
-    default: 10
 attributes:
   check_mode:
     support: full

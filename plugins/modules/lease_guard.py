@@ -26,7 +26,7 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - the leaseguard Python package (with psycopg and fabric) on the controller
+  - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup

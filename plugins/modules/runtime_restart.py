@@ -24,9 +24,11 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - the leaseguard Python package on the controller; the host needs a POSIX shell, no Python
+  - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller; the host needs a POSIX shell, no Python
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
+  - leaseguard.deploy.connection
+  - leaseguard.deploy.connection.unused
   - leaseguard.deploy.attributes.action_group
 options:
   method:

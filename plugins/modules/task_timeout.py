@@ -21,10 +21,12 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
-  - the leaseguard Python package on the controller
+  - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller
 extends_documentation_fragment:
   - leaseguard.deploy.lookup
   - leaseguard.deploy.lookup.check_vars
+  - leaseguard.deploy.connection
+  - leaseguard.deploy.connection.unused
   - leaseguard.deploy.attributes.action_group
   - leaseguard.deploy.attributes.read_only
 attributes:

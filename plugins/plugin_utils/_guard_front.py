@@ -20,6 +20,7 @@ from contextlib import contextmanager, suppress
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.utils.display import Display
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import CARRIED
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
     install_hint,
     install_warnings,
@@ -75,9 +76,15 @@ def require_leaseguard():
     """
     if LEASEGUARD_IMPORT_ERROR is not None:
         exc = LEASEGUARD_IMPORT_ERROR
+        # The Galaxy tarball carries the core: only its requirements can be missing.
+        missing = (
+            "the Python requirements of leaseguard.deploy are"
+            if CARRIED
+            else ("the leaseguard Python package is")
+        )
         raise AnsibleActionFail(
-            "the leaseguard Python package is required on the controller "
-            f"({type(exc).__name__}: {exc}): install it into the Python that runs ansible "
+            f"{missing} required on the controller "
+            f"({type(exc).__name__}: {exc}): install them into the Python that runs ansible "
             f"({sys.executable}) with: {install_hint()}",
             orig_exc=exc,
         )

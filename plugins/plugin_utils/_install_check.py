@@ -50,7 +50,7 @@ def running_version():
 
 
 def install_hint():
-    """The command that installs the Python package this collection was released with."""
+    """The command that installs what the plugins need: requirements.txt (Galaxy, wheel)."""
     requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
     if os.path.isfile(requirements):
         return f"pip install -r {requirements}"

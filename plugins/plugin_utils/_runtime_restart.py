@@ -13,6 +13,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+# Makes the carried core importable first when no leaseguard package is installed.
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import (  # noqa: F401  # pylint: disable=unused-import
+    _core,
+)
+
 try:
     from leaseguard.adapters.host_lookup import run_together
     from leaseguard.adapters.runtime import Lookups

@@ -7,6 +7,7 @@ venv's own ansible-galaxy/ansible-doc: a plain `pip install leaseguard` must be 
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import json
@@ -23,9 +24,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 from sandbox.pgcluster import SUPERUSER
 from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.collection_tools import collection_tools
 from tests.support.pg_fixtures import PgDatabase
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,12 +199,44 @@ def test_wheel_ships_the_galaxy_build_of_the_collection_and_nothing_from_the_dev
         assert shipped in in_wheel
 
 
-def test_requirements_txt_names_this_release_of_the_python_package() -> None:
-    lines = [
-        line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
-    ]
-    # The Ansible extra: ansible-core, and Fabric for the plugins' SSH tunnel.
-    assert [line for line in lines if line] == [f"leaseguard[ansible]=={VERSION}"]
+def _requirements_txt() -> list[str]:
+    lines = (ROOT / "requirements.txt").read_text().splitlines()
+    return [req for req in (line.split("#")[0].strip() for line in lines) if req]
+
+
+def test_requirements_txt_names_the_cores_requirements_and_fabric_from_the_public_index() -> None:
+    # The core travels in the collection; no leaseguard release needs to be on any index.
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert _requirements_txt() == [*pyproject["dependencies"], "fabric>=3.2"]
+    assert "fabric>=3.2" in pyproject["optional-dependencies"]["ansible"]
+
+
+def _ansible_core_range(requirements: Sequence[str]) -> SpecifierSet:
+    (found,) = [Requirement(r) for r in requirements if Requirement(r).name == "ansible-core"]
+    return found.specifier
+
+
+def test_every_ansible_core_range_admits_the_same_releases_as_requires_ansible() -> None:
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    admitted = SpecifierSet(runtime["requires_ansible"])
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert _ansible_core_range(pyproject["project"]["optional-dependencies"]["ansible"]) == admitted
+    assert _ansible_core_range(pyproject["build-system"]["requires"]) == admitted
+    # No cap that excludes a current release: installing the extra never downgrades.
+    assert importlib.metadata.version("ansible-core") in admitted
+    assert {"2.21.5", "3.0.0"} <= set(admitted.filter(["2.16.0", "2.21.5", "3.0.0"]))
+
+
+def test_there_is_a_sanity_ignore_file_for_every_admitted_minor_release() -> None:
+    runtime = yaml.safe_load((ROOT / "meta" / "runtime.yml").read_text())
+    admitted = SpecifierSet(runtime["requires_ansible"])
+    ignores = list((ROOT / "tests" / "sanity").glob("ignore-*.txt"))
+    minors = sorted(int(path.stem.split(".")[1]) for path in ignores)
+    # From the oldest admitted minor, none missing, up to at least the newest released one.
+    assert "2.16.99" not in admitted and "2.17.0" in admitted
+    assert minors == list(range(17, minors[-1] + 1)) and minors[-1] >= 21
+    # The same findings on every release so far: a file that differs says why in its lines.
+    assert len({path.read_text() for path in ignores}) == 1
 
 
 @pytest.mark.integration
@@ -272,18 +308,69 @@ LIVE_CLAIM_PLAY = """
 
 
 def _galaxy_build(source: Path, outdir: Path, env: dict[str, str]) -> Path:
+    """A plain `ansible-galaxy collection build` of source (galaxy.yml's build_ignore only)."""
     argv = [_tool("ansible-galaxy"), "collection", "build", source, "--output-path", outdir]
     _run(argv, env=env, cwd=outdir)
     (tarball,) = outdir.glob("leaseguard-deploy-*.tar.gz")
     return tarball
 
 
+def _release_build(source: Path, outdir: Path) -> Path:
+    """The release tarball, as `make collection` builds it: source's build_collection.py."""
+    script = source / "scripts" / "build_collection.py"
+    built = _run([sys.executable, script, "--output-path", outdir], env=_ansible_env(outdir / "h"))
+    return Path(built.stdout.strip())
+
+
+def _members(tarball: Path) -> list[str]:
+    with tarfile.open(tarball) as archive:
+        return archive.getnames()
+
+
 @pytest.fixture(scope="module")
 def galaxy_tarball(source_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`ansible-galaxy collection build` of the fresh-clone copy."""
-    outdir = tmp_path_factory.mktemp("galaxy")
-    env = _isolated_env(tmp_path_factory.mktemp("galaxy-home"))
-    return _galaxy_build(source_tree, outdir, env)
+    """The release tarball built from the fresh-clone copy."""
+    return _release_build(source_tree, tmp_path_factory.mktemp("galaxy"))
+
+
+# What a collection artifact holds at its top level; everything else in the repository is the
+# Python distribution, its tests or developer tooling.
+COLLECTION_TOP = {"MANIFEST.json", "FILES.json", "README.md", "LICENSE", "CHANGELOG.md"}
+COLLECTION_TOP |= {"requirements.txt", "bindep.txt", "changelogs", "meta", "plugins", "roles"}
+COLLECTION_TOP |= {"playbooks"}
+# What tools and runs leave in a work tree (ansible-lint's .ansible/ first of all).
+LEFT_BEHIND = (
+    ".ansible/collections/ansible_collections/ns/name/galaxy.yml",
+    ".venv/bin/python3",
+    "build/collections/x.yml",
+    "dist/leaseguard-deploy-0.0.1.tar.gz",
+    "tests/output/.tmp/x.txt",
+    ".pytest_cache/v/cache/nodeids",
+    "plugins/action/__pycache__/lease_guard.cpython-311.pyc",
+    "changelogs/.plugin-cache.yaml",
+)
+
+
+@pytest.mark.integration
+def test_the_build_leaves_out_what_tools_leave_behind(source_tree: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "clone"
+    shutil.copytree(source_tree, clone)
+    _run(["git", "init", "-q", clone])
+    _run(["git", "-C", clone, "add", "-A"])
+    for name in LEFT_BEHIND:
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        (clone / name).write_text("left behind\n")
+    (tmp_path / "plain").mkdir()
+    plain = _galaxy_build(clone, tmp_path / "plain", _isolated_env(tmp_path / "home"))
+    release = _release_build(clone, tmp_path / "release")
+    for tarball in (plain, release):
+        names = _members(tarball)
+        assert {name.split("/")[0] for name in names} == COLLECTION_TOP, tarball
+        assert [name for name in names if "__pycache__" in name or ".plugin-cache" in name] == []
+    # Only the release build carries the core, and only the layers the plugins import.
+    vendored = {n.split("/")[4] for n in _members(release) if n.count("/") >= 4 and "_vendor" in n}
+    assert vendored == {"__init__.py", "core", "adapters", "orchestration"}
+    assert [name for name in _members(plain) if "_vendor" in name] == []
 
 
 @pytest.fixture(scope="module")
@@ -362,10 +449,9 @@ def live_claim_db(db: PgDatabase) -> PgDatabase:
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_galaxy_tarball_in_a_fresh_venv_needs_requirements_txt_then_guards(
+def test_galaxy_tarball_and_its_requirements_from_the_public_index_are_a_complete_install(
     galaxy_tarball: Path,
     galaxy_venv: Path,
-    wheel: Path,
     live_claim_db: PgDatabase,
     tmp_path: Path,
 ) -> None:
@@ -374,18 +460,44 @@ def test_galaxy_tarball_in_a_fresh_venv_needs_requirements_txt_then_guards(
     _galaxy(galaxy_venv, env, "collection", "install", galaxy_tarball, "-p", collections)
     installed = collections / COLLECTION_DIR
     _verify_offline(galaxy_venv, env, collections)
+    doc = [galaxy_venv / "bin" / "ansible-doc", f"{COLLECTION}.lease_guard"]
+    assert "db_password" in _run(doc, env=env, cwd=tmp_path).stdout
     facts = _play_vars(live_claim_db)
 
     # A plain ansible-core venv: the modules cannot run, and say what to install.
     bare = _play(galaxy_venv, env, tmp_path, **facts)
     assert bare.returncode == 2, bare.stdout + bare.stderr
+    assert "the Python requirements of leaseguard.deploy are required" in bare.stdout
     assert f"pip install -r {installed}/requirements.txt" in bare.stdout, bare.stdout
     assert str(galaxy_venv / "bin" / "python") in bare.stdout
 
-    # What the message says, with the locally built wheel standing in for the index's.
-    pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
-    _run([*pip, "-r", installed / "requirements.txt"])
+    # What the message says, from the public index: no leaseguard package is installed, the
+    # collection runs the core it carries.
+    _run([galaxy_venv / "bin" / "pip", "install", "-q", "-r", installed / "requirements.txt"])
+    no_package = "import importlib.util as u; assert u.find_spec('leaseguard') is None"
+    _run([galaxy_venv / "bin" / "python", "-c", no_package])
     ready = _play(galaxy_venv, env, tmp_path, **facts)
+    assert ready.returncode == 0, ready.stdout + ready.stderr
+    assert "decision=defer" in ready.stdout, ready.stdout
+    assert "WARNING" not in ready.stdout + ready.stderr
+    _verify_offline(galaxy_venv, env, collections)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_wheel_and_the_galaxy_copy_of_one_release_run_silently_and_both_verify(
+    galaxy_tarball: Path,
+    galaxy_venv: Path,
+    wheel: Path,
+    live_claim_db: PgDatabase,
+    tmp_path: Path,
+) -> None:
+    env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
+    collections = tmp_path / "collections"
+    pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
+    _run([*pip, f"leaseguard[ansible]=={VERSION}"])
+    _galaxy(galaxy_venv, env, "collection", "install", "--force", galaxy_tarball, "-p", collections)
+    ready = _play(galaxy_venv, env, tmp_path, **_play_vars(live_claim_db))
     assert ready.returncode == 0, ready.stdout + ready.stderr
     assert "decision=defer" in ready.stdout, ready.stdout
     # Same release from both installs: ansible runs the Galaxy copy, silently and rightly.
@@ -454,8 +566,7 @@ def test_a_galaxy_copy_that_differs_from_the_wheels_is_named_in_a_warning(
             galaxy_yml.read_text().replace(f"version: {VERSION}", "version: 9.9.9")
         )
     env = _isolated_env(tmp_path / "home", ANSIBLE_COLLECTIONS_PATH=str(tmp_path / "collections"))
-    (tmp_path / "dist").mkdir()
-    tarball = _galaxy_build(changed, tmp_path / "dist", env)
+    tarball = _release_build(changed, tmp_path / "dist")
     pip = [galaxy_venv / "bin" / "pip", "install", "-q", "--find-links", wheel.parent]
     _run([*pip, f"leaseguard[ansible]=={VERSION}"])
     # With the wheel's copy of the same version in site-packages, ansible-galaxy says
@@ -516,7 +627,8 @@ def test_ansible_builder_context_installs_the_collection_and_its_requirements(
     pip_out, bindep_out = tmp_path / "requirements.txt", tmp_path / "bindep.txt"
     introspect = [sys.executable, build / "scripts" / "introspect.py", "introspect"]
     _run([*introspect, f"--write-pip={pip_out}", f"--write-bindep={bindep_out}", installed])
-    assert f"leaseguard[ansible]=={VERSION}" in pip_out.read_text().split()
+    # ansible-builder leaves out what every EE already has (PyYAML, with ansible-core).
+    assert {"psycopg[binary]>=3.1", "fabric>=3.2"} <= set(pip_out.read_text().split())
     bindep = bindep_out.read_text()
     assert "openssh-client [platform:dpkg]" in bindep
     assert "openssh-clients [platform:rpm]" in bindep
@@ -565,3 +677,69 @@ def test_a_front_whose_extra_is_missing_names_the_extra(cli_venv: Path) -> None:
         )
         assert done.returncode == 1
         assert f"pip install '{extra}'" in done.stderr, done.stderr
+
+
+# --- Galaxy's own import checks ---------------------------------------------------------------
+
+GALAXY_IMPORTER_CFG = """
+[galaxy-importer]
+# The checks Galaxy runs on upload, locally: ansible-doc and ansible-lint from the tools' venv,
+# without ansible-test's container (these machines have no registry to pull it from;
+# scripts/ansible-test-sanity.sh runs the sanity tests).
+run_ansible_test = False
+run_ansible_doc = True
+run_ansible_lint = True
+check_changelog = True
+"""
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_galaxy_importer_accepts_the_release_tarball(galaxy_tarball: Path, tmp_path: Path) -> None:
+    tools = collection_tools()
+    config = tmp_path / "galaxy-importer.cfg"
+    config.write_text(GALAXY_IMPORTER_CFG)
+    env = _ansible_env(
+        tmp_path / "home",
+        PATH=f"{tools}{os.pathsep}{os.environ['PATH']}",
+        GALAXY_IMPORTER_CONFIG=str(config),
+        GALAXY_IMPORTER_ANSIBLE_LOCAL_TMP=str(tmp_path / "tmp"),
+    )
+    # It writes importer_result.json into the current directory.
+    importer = [tools / "python", "-m", "galaxy_importer.main", galaxy_tarball]
+    done = _run(importer, env=env, cwd=tmp_path)
+    output = done.stdout + done.stderr
+    assert "Importer processing completed successfully" in output, output
+    assert "Linting collection via ansible-lint" in output and "Getting doc strings" in output
+    assert [line for line in output.splitlines() if line.startswith(("WARNING", "ERROR"))] == []
+
+
+def test_make_sanity_runs_the_oldest_and_the_newest_admitted_release() -> None:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    (line,) = [line for line in lines if line.startswith("SANITY_ANSIBLE_CORE ?=")]
+    releases = line.partition("?=")[2].split()
+    ignores = sorted(int(p.stem.split(".")[1]) for p in (ROOT / "tests/sanity").glob("ignore-*"))
+    # The oldest admitted (the ignore-file test ties it to requires_ansible), then the newest
+    # final release (2.21 when written; ignore-2.22.txt waits for 2.22).
+    assert releases == [f"2.{ignores[0]}", "2.21"]
+
+
+def test_the_plugins_import_only_the_layers_the_tarball_carries() -> None:
+    """A plugin importing the CLI or Fabric front would fail where only the carried core is."""
+    spec = importlib.util.spec_from_file_location("bc", ROOT / "scripts" / "build_collection.py")
+    assert spec is not None and spec.loader is not None
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    carried = {part for part in builder.CORE_PARTS if not part.endswith(".py")}
+    imported = set()
+    for path in (ROOT / "plugins").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            imported |= {name for name in names if name.split(".")[0] == "leaseguard"}
+    assert imported, "the plugins import the core"
+    assert {name.split(".")[1] for name in imported} <= carried, sorted(imported)
