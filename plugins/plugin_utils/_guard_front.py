@@ -10,6 +10,7 @@ CLI and the Fabric tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import secrets
@@ -363,6 +364,11 @@ def database_path(action, args, *, probe=True):
         return
     address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
+    if args.get("connect_timeout_s"):
+        # The tunnel's SSH connect fits in a poll's budget (connect_timeout_s + statement +
+        # margin), so a drain can reopen it after a partition within one poll.
+        timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
+        options = dataclasses.replace(options, connect_timeout_s=timeout)
     connection = make_connection(host, options)
     try:
         with tunnelled(connection, conninfo, address, probe=probe) as path:
