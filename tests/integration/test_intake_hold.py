@@ -325,3 +325,61 @@ def test_the_hold_waits_for_a_run_already_in_progress(db, intake):
             )
             wait_quiet(lambda: cron_conn(db), hold, timeout_s=1.5)
         release_hold(conn, hold)
+
+
+# --- the intake's own identity beside a read-only guard role ----------------------------------
+
+
+def leaseguard(db, command: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "leaseguard", command, "--dsn", db.dsn_as("guard_ro"), *extra]
+    return run(argv)
+
+
+def test_the_guard_role_alone_cannot_hold_intake_and_fails_closed_naming_it(db, intake):
+    ran = leaseguard(
+        db, "drain", *FACTS, "--pause-cron-job", intake, "--cron-database", "postgres", "--", "true"
+    )
+    assert ran.returncode == 1, ran.stderr
+    assert f"pg_cron job(s) not found: {intake} (as role guard_ro;" in ran.stderr
+    assert "--cron-user" in ran.stderr
+    assert active(db, intake)
+
+
+def test_with_the_intake_identity_the_read_only_guard_holds_and_gives_back(db, intake):
+    ran = leaseguard(
+        db,
+        "drain",
+        *FACTS,
+        "--pause-cron-job",
+        intake,
+        "--cron-database",
+        "postgres",
+        "--cron-user",
+        "postgres",
+        "--",
+        "true",
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert f"intake paused pg_cron job={intake}" in ran.stderr
+    assert active(db, intake)
+
+
+def test_a_leftover_hold_is_named_and_resumed_only_as_the_jobs_owner(db, intake):
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+    as_owner = ("--cron-database", "postgres", "--cron-user", "postgres")
+    blind = leaseguard(db, "check", *FACTS, "--cron-database", "postgres")
+    assert intake not in blind.stderr  # pg_cron hides the record from the guard role
+    seen = leaseguard(db, "check", *FACTS, *as_owner)
+    assert f"pg_cron job {intake} is still paused" in seen.stderr
+    assert "by fab drain pid 42 on ctl (for: restart app1)" in seen.stderr
+    refused = leaseguard(db, "resume", "--cron-database", "postgres")
+    assert refused.returncode == 1
+    assert (
+        "role guard_ro sees no pg_cron job in database postgres" in refused.stdout + refused.stderr
+    )
+    assert not active(db, intake)
+    resumed = leaseguard(db, "resume", *as_owner)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"job={intake} state=resumed" in resumed.stdout
+    assert active(db, intake)

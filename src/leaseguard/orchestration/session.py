@@ -277,12 +277,17 @@ class GuardSession:
         with self.shared.database(self._database, wanted) as known:
             yield known
 
+    def _reads_own_cron(self) -> bool:
+        """Whether cron.job is read on the guard's own connection: in its database, and as
+        its role (pg_cron shows each role only its own jobs: an intake role reads its own)."""
+        return self.cron_database is None and self.cron_user is None
+
     def _facts_wanted(self) -> list[str]:
         """What this poll reads once per connection ("schema") or per session (the rest)."""
         wanted = [] if self._status_column else ["schema"]
         if not self.plan_checked:
             wanted.append("plan")
-        if self._leftovers is None and self.cron_database is None:
+        if self._leftovers is None and self._reads_own_cron():
             wanted.append("leftovers")
         return wanted
 
@@ -305,7 +310,7 @@ class GuardSession:
 
     def leftover_pauses(self) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
-        if self._leftovers is None and self.cron_database is None and self._conn is not None:
+        if self._leftovers is None and self._reads_own_cron() and self._conn is not None:
             # cron.job is in this database: read on the guard's connection, not a new one.
             self._leftovers = tuple(leftover_warnings(self._conn, exclude_by=self.pause_owner))
         if self._leftovers is None:
