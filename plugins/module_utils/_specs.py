@@ -274,7 +274,6 @@ def intake_hold_argument_spec():
         resume_command=dict(type="list", elements="str", default=[]),
         resume_retry_s=dict(type="float", default=60.0),
         quiet_timeout_s=dict(type="float", default=120.0),
-        connect_timeout_s=dict(type="int", default=10),
         **intake_identity_spec(),
         **connection_spec(),
         from_role_vars=dict(type="bool", default=False),

@@ -86,10 +86,6 @@ options:
     description: How long to wait for runs of the held jobs already in progress to end.
     type: float
     default: 120.0
-  connect_timeout_s:
-    description: libpq's connect_timeout for each connection to C(cron.job).
-    type: int
-    default: 10
   from_role_vars:
     description: Fill the options the task does not set from the roles' C(leaseguard_*) variables.
     type: bool

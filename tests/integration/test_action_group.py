@@ -46,6 +46,12 @@ MEMBER_TASKS: list[dict[str, Any]] = [
         "register": "budgets",
     },
     {
+        "name": "hold",
+        # No intake configured: it holds nothing and says so, without connecting.
+        "leaseguard.deploy.intake_hold": {"state": "held"},
+        "register": "hold",
+    },
+    {
         "name": "restart",
         "leaseguard.deploy.runtime_restart": {
             "method": "command",
@@ -109,6 +115,7 @@ def test_the_groups_connection_options_reach_every_member(db: PgDatabase, tmp_pa
     assert (guard["decision"], guard["counts"]["live"]) == ("defer", 1)
     assert run.result("budgets", "ctl")["records"] == []
     assert run.result("restart", "ctl")["changed"] is True
+    assert run.result("hold", "ctl")["hold"] is None
 
 
 def test_a_database_the_group_does_not_name_is_not_judged(db: PgDatabase, tmp_path: Path):

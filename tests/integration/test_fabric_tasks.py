@@ -295,7 +295,7 @@ def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend, app_host_pg
     claim(runs, 1, "running", "0 seconds")
     done = fab("drain", "--poll-s", "0.2", "--deadline-s", "1", "--json")
     assert done.returncode == 75, done.stdout + done.stderr
-    [result] = json.loads(done.stdout)  # a list, one object per host, as guard --json
+    [result] = [json.loads(line) for line in done.stdout.splitlines()]  # one object a line
     assert (result["host"], result["drained"]) == (f"root@{app_host_pg.addr}", False)
 
 
