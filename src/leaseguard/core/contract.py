@@ -34,6 +34,7 @@ from leaseguard.core.presets import (
     ROW_EXPIRY_RULE,
     RULE_COLUMNS,
     STATUS_COLUMN_RULES,
+    VISIBILITY_RULE,
     KindTimeouts,
     claim_rule,
     kind_column,
@@ -152,9 +153,10 @@ class Contract:
     def rows_carry_expiry(self) -> bool:
         """Each row says when its claim expires: no task timeout, no multiplier needed.
 
-        Not so with `lease.expires_at_column`: a row whose expiry is NULL ("no lease known")
-        is judged by the task-timeout lease, so the task timeout is still looked up."""
-        return self.claim_rule == ROW_EXPIRY_RULE
+        pg-boss computes it from its own NOT NULL columns, and pgmq's `vt` is NOT NULL in its
+        own schema. Not so with `lease.expires_at_column`: a row whose expiry is NULL ("no
+        lease known") is judged by the task-timeout lease, so the task timeout is looked up."""
+        return self.claim_rule in (ROW_EXPIRY_RULE, VISIBILITY_RULE)
 
     @property
     def has_status_column(self) -> bool:
