@@ -67,12 +67,13 @@ class ActionModule(LeaseguardAction):
             "command": bool(args["pause_command"]),
             "what": held,
         }
-        return {"changed": bool(held), "hold": hold, "msg": intake_line(tuple(held))}
+        paused = list(cron.hold.switched) if cron and cron.hold else []
+        result = {"hold": hold, "paused": paused, "msg": intake_line(tuple(held))}
+        return {"changed": bool(held), **result}
 
     def _release(self, args, host):
         hold = args["hold"] or {}
-        given_back = []
-        failures = []
+        given_back, failures, resumed = [], [], []
         if hold.get("command") and args["resume_command"]:
             command = CommandPause(AnsibleRunner(self, host), ["true"], args["resume_command"])
             command.paused = True
@@ -81,9 +82,15 @@ class ActionModule(LeaseguardAction):
             cron = self._cron(args, host)
             cron.adopt(Hold.from_dict(hold["cron"]))
             given_back += self._attempt(cron, failures)
+            resumed = list(cron.resumed)
         if failures:
             raise failures[0]
-        return {"changed": bool(given_back), "released": given_back, "msg": "intake given back"}
+        return {
+            "changed": bool(given_back),
+            "released": given_back,
+            "resumed": resumed,
+            "msg": "intake given back",
+        }
 
     @staticmethod
     def _attempt(part, failures):

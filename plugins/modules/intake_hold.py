@@ -157,6 +157,18 @@ hold:
       not_held: []
     command: false
     what: ["pg_cron:claim"]
+paused:
+  description: The pg_cron jobs this hold switched off (the others were held already, or an operator's).
+  returned: O(state=held)
+  type: list
+  elements: str
+  sample: [claim]
+resumed:
+  description: The pg_cron jobs this release switched back on (none while another holder still holds them).
+  returned: O(state=released)
+  type: list
+  elements: str
+  sample: [claim]
 released:
   description: What this task let go of; a job other holders still hold stays paused.
   returned: O(state=released)

@@ -80,6 +80,7 @@ class CronJobsPause:
         self.sleep = sleep
         self.clock = clock
         self.hold: Hold | None = None
+        self.resumed: tuple[str, ...] = ()  # what the last release reactivated
 
     @property
     def paused(self) -> list[str]:
@@ -133,6 +134,7 @@ class CronJobsPause:
                 )
                 self.sleep(delay)
                 delay = min(delay * 2, 5.0)
+        self.resumed = released.resumed
         for name in released.resumed:
             log.info("intake resumed pg_cron job=%s", name)
         for name, holders in released.still_held.items():
