@@ -22,7 +22,7 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
         name=exc.name,
     ) from exc
 
-from leaseguard.adapters.ssh_client import AeadFirstTransport, trust_known_hosts
+from leaseguard.adapters.ssh_client import trust_known_hosts
 from leaseguard.core.errors import TunnelError
 
 # paramiko sends a keepalive after this many seconds without sending anything, so a dead
@@ -78,8 +78,7 @@ def _connection(
     }
     if options.key_filename:
         connect_kwargs["key_filename"] = options.key_filename
-    connect_kwargs["transport_factory"] = AeadFirstTransport
-    return Connection(
+    return _Connection(
         host,
         user=options.user,
         port=options.port,
@@ -88,6 +87,16 @@ def _connection(
         connect_timeout=bound,
         connect_kwargs=connect_kwargs,
     )
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    """Fabric's Connection, whose close() also closes its jump hosts' connections (Fabric
+    leaves a gateway Connection open, with its socket and paramiko's thread)."""
+
+    def close(self) -> None:
+        super().close()
+        if isinstance(self.gateway, Connection):
+            self.gateway.close()
 
 
 def _configured_connect_kwargs(config: Config | None) -> dict[str, Any]:
