@@ -86,8 +86,7 @@ def _hosts_started(
         yield starts
     finally:
         for untaken in starts.values():
-            untaken.lookup.cancel()
-            untaken.connection.close()
+            untaken.abandon()
 
 
 def _guard_one(
