@@ -278,9 +278,7 @@ def _status_lists(contract: Contract) -> tuple[tuple[str, tuple[str, ...]], ...]
 
 def _status_in(contract: Contract, *lists: tuple[str, tuple[str, ...]]) -> sql.Composable:
     """`status IN (%(claimed_0)s, ...)`: whether the status is one of these lists' (false
-    for none). One parameter per status rather than an array: psycopg sends a string from
-    C code, while it inspects and dumps a list in Python at every execution (~15 µs a list,
-    a third of a loopback round trip; benchmarks, item 1c)."""
+    for none). One bound parameter per status."""
     names = [_status_param(stem, i) for stem, statuses in lists for i in range(len(statuses))]
     if not names:
         return sql.SQL("false")
