@@ -203,8 +203,7 @@ def _tune(connection: Connection) -> None:
 
     Nagle: each guard query is a few small request/response packets through the tunnel.
     With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
-    delayed ACK (~40 ms a round trip): a drain poll took 59 ms instead of 15 ms
-    (benchmarks/RESULTS.md).
+    delayed ACK (~40 ms a round trip, several per poll).
 
     Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
     giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT

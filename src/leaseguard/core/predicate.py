@@ -228,8 +228,7 @@ def judged_condition(contract: Contract) -> sql.Composable:
     """The rows the predicate reads: claimed or queued.
 
     With a status column, one IN over both lists together, the same rows as two ORed: the
-    planner then makes one scan of the status index, not a BitmapOr of two, and a drain's
-    poll plans and runs ~30 µs faster (benchmarks, item 1c).
+    planner then makes one scan of the status index, not a BitmapOr of two.
     """
     if contract.has_status_column:
         return _status_in(contract, *_status_lists(contract))
@@ -328,7 +327,7 @@ def counts_query(contract: Contract) -> sql.Composed:
     nothing is claimed or queued, so the clock comes with it: no second round trip for it.
     OFFSET 0 keeps the judged rows a subquery of their own, so that each row's class is
     computed once; inlined, the CASE (with Que's and good_job's lock tests) would run once
-    per FILTER. ~20 µs less planning and execution than GROUP BY (benchmarks, item 1c).
+    per FILTER.
     """
     return sql.SQL(
         """
