@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the 
 T = TypeVar("T")
 
 
-@dataclass
+@dataclass(frozen=True)
 class HostStart:
     """A host's connection, `opened` once its SSH handshake is done, then its lookups.
 
@@ -37,15 +37,13 @@ class HostStart:
     runner: FabricRunner
     opened: Future[None] = field(default_factory=Future)
     lookup: Future[HostLookup] = field(default_factory=Future)
-    thread: threading.Thread | None = None
 
     def abandon(self) -> None:
-        """Nobody takes this host over: cancel its lookup, close its connection (which ends
-        a lookup or a handshake in flight) and wait for its thread, bounded."""
+        """Nobody takes this host over: cancel its lookup and close its connection, which
+        ends a lookup in flight. Not waited for: closing does not interrupt a TCP connect
+        in flight, which only the host's connect timeout ends (a usage error exits at once)."""
         self.lookup.cancel()
         self.connection.close()
-        if self.thread is not None:
-            self.thread.join(timeout=float(self.connection.connect_timeout or 10))
 
 
 def start_host(connection: Connection, contract: Contract, **given: Unpack[Given]) -> HostStart:
@@ -53,15 +51,14 @@ def start_host(connection: Connection, contract: Contract, **given: Unpack[Given
 
     The two run one after the other: the connection is opened once, before its second user
     (the tunnel, which waits for `opened`) starts. Neither is waited for here; a failure is
-    raised by the future that failed (a failed open fails the lookup too). A start nobody
-    takes over is `abandon`ed. A daemon thread, so that one stuck past that bounded wait
-    never holds the process at exit.
+    raised by the future that failed (a failed open fails the lookup too). A daemon
+    thread: a start nobody takes over is `abandon`ed, and a run that ends early (a usage
+    error) never waits at exit for a host still connecting.
     """
     start = HostStart(connection, FabricRunner(connection))
-    start.thread = threading.Thread(
+    threading.Thread(
         target=_run, args=(start, contract, given), name="leaseguard-start", daemon=True
-    )
-    start.thread.start()
+    ).start()
     return start
 
 
