@@ -128,7 +128,7 @@ def sent(
     query: str | bytes | sql.SQL | sql.Composed,
     params: Any = None,
 ) -> psycopg.Cursor[tuple[object, ...]]:
-    """`query` executed on a cursor of its own, its rows fetched (conn.execute)."""
+    """conn.execute(query, params); kept for adapters.pauses, which still calls it."""
     return conn.execute(query, params)
 
 
