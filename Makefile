@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 LINT_PATHS := $(wildcard src sandbox tests plugins benchmarks scripts)
 PYTEST_ARGS ?=
 
-.PHONY: venv bootstrap collection-link collection lint typecheck test demo demo-down molecule sanity bench clean
+.PHONY: venv bootstrap collection-link collection lint typecheck test test-fast demo demo-down molecule sanity bench clean
 
 venv bootstrap:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -32,6 +32,12 @@ typecheck: bootstrap
 
 test: bootstrap lint typecheck collection-link sanity
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Pure and single-service tests (PostgreSQL only: no sandbox hosts, podman, molecule or
+# injected faults), a few minutes on 2 cores; `make test` runs everything.
+FAST_MARKS := not slow and not molecule and not faults and not hosts
+test-fast: bootstrap collection-link
+	$(BIN)/pytest -m "$(FAST_MARKS)" tests/unit tests/integration $(PYTEST_ARGS)
 
 # The story on a throw-away local sandbox (root, well under 2 min). KEEP=1 leaves the sandbox
 # running (its directory is recorded in build/demo-sandbox); `make demo-down` removes it.

@@ -16,20 +16,14 @@ more polls into the run than a 10-minute drain at the default 5 s interval makes
 
 from __future__ import annotations
 
-import gc
 import json
 import subprocess
 import threading
 import time
-import tracemalloc
 from collections.abc import Callable
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import paramiko
-
-from benchmarks.bench_predicate import set_nodelay
 from benchmarks.common import Finding, Section, fmt_s, median, rss_kib, spread
 from benchmarks.infra import (
     FAB_CWD,
@@ -43,11 +37,7 @@ from benchmarks.infra import (
     vacuum_and_index,
     write_fabric_config,
 )
-from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection, open_connection
-from leaseguard.core.contract import Contract
-from leaseguard.orchestration.drain import DEFAULT_POLL_S, DrainCounters, DrainState
-from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.orchestration.drain import DEFAULT_POLL_S
 from sandbox.hosts import AppHost
 
 DBNAME = "bench_drain"
@@ -156,14 +146,8 @@ def run_bench(
             section, found = _reaction(host, base, 2 if quick else 4, log)
             sections.append(section)
             findings += found
-            sections.append(_poll_cost(host, 10 if quick else 40, log))
-            section, finding = _observer_cost(host, workdir, 20 if quick else 60, log)
-            sections.append(section)
-            findings.append(finding)
         more, found = _idle_and_memory(host, base, 10 if quick else 45, log)
         sections += more
-        if "6" in only:
-            sections.append(_retained(host, 50 if quick else 200, log))
         findings += found if "6" in only else [f for f in found if f.item.startswith("4")]
         return sections, findings
     finally:
@@ -244,124 +228,6 @@ def _reaction(
         f"spread {spread(reactions)}",
     )
     return section, [finding]
-
-
-def _poll_cost(host: AppHost, polls: int, log: Callable[[str], None]) -> Section:
-    """One drain poll (GuardSession.judge through the tunnel), in-process, side by side:
-    as leaseguard opens the SSH connection, and with TCP_NODELAY set on its socket."""
-    options = SshOptions(
-        key_filename=str(host.client_key_path), known_hosts=str(host.known_hosts_path)
-    )
-    times: dict[str, list[float]] = {"as shipped": [], "with TCP_NODELAY": []}
-    with ExitStack() as stack:
-        sessions = {}
-        for name in times:
-            connection = make_connection(f"root@{host.addr}", options)
-            stack.callback(connection.close)
-            open_connection(connection)  # as leaseguard opens it (TCP_NODELAY on)
-            if name == "with TCP_NODELAY":
-                set_nodelay(connection)
-            sessions[name] = stack.enter_context(
-                ssh_session(
-                    connection, Contract(), f"dbname={DBNAME} user=postgres", DatabaseAddress()
-                )
-            )
-            sessions[name].judge()  # the first judgment measures the clocks: not a poll
-        for i in range(polls):
-            for name in list(times) if i % 2 == 0 else list(reversed(times)):
-                start = time.perf_counter()
-                sessions[name].judge()
-                times[name].append(time.perf_counter() - start)
-    log("  poll cost: " + ", ".join(f"{n} {fmt_s(median(v))}" for n, v in times.items()))
-    return Section(
-        "4b. What one drain poll costs (in-process, through the tunnel)",
-        ["SSH socket", "polls", "median", "p90", "max"],
-        rows=[
-            [
-                name,
-                str(len(v)),
-                fmt_s(median(v)),
-                fmt_s(sorted(v)[int(len(v) * 0.9)]),
-                fmt_s(max(v)),
-            ]
-            for name, v in times.items()
-        ],
-        notes=[
-            "A poll after the first: a new database connection through the open tunnel, "
-            "the check, disconnect. `as shipped` is leaseguard.adapters.ssh's connection, which "
-            "sets TCP_NODELAY on the SSH socket as OpenSSH does (paramiko does not); `with "
-            "TCP_NODELAY` sets it again explicitly, alternating with it, so the two should "
-            "agree. Before leaseguard set it, requests that left as two SSH packets waited "
-            "for the server's delayed ACK (~40 ms; a poll took ~60 ms instead of ~15 ms).",
-        ],
-    )
-
-
-def _observer_cost(
-    host: AppHost, workdir: Path, polls: int, log: Callable[[str], None]
-) -> tuple[Section, Finding]:
-    """One drain poll with and without rewriting --status-file and --metrics-file, side by
-    side on one session (alternating), plus the two writes alone."""
-    options = SshOptions(
-        key_filename=str(host.client_key_path), known_hosts=str(host.known_hosts_path)
-    )
-    board = StatusBoard(workdir / "drain-status.json", workdir / "drain.prom")
-    board.check_writable()
-    observer = board.observer(host.addr)
-    counters = DrainCounters()
-    times: dict[str, list[float]] = {"poll": [], "poll + status and metrics files": []}
-    writes: list[float] = []
-    connection = make_connection(f"root@{host.addr}", options)
-    try:
-        with ssh_session(
-            connection, Contract(), f"dbname={DBNAME} user=postgres", DatabaseAddress()
-        ) as session:
-            session.judge()  # the first judgment measures the clocks: not a poll
-            for i in range(polls):
-                for name in list(times) if i % 2 == 0 else list(reversed(times)):
-                    start = time.perf_counter()
-                    verdict = session.judge()
-                    if name != "poll":
-                        counters.polls += 1
-                        before_write = time.perf_counter()
-                        observer.after_poll(DrainState(verdict, counters, float(i), 600.0))
-                        writes.append(time.perf_counter() - before_write)
-                    times[name].append(time.perf_counter() - start)
-    finally:
-        connection.close()
-    plain, observed = (median(v) for v in times.values())
-    write = median(writes)
-    log(
-        f"  observer cost: poll {fmt_s(plain)}, with files {fmt_s(observed)}, "
-        f"writes alone {fmt_s(write)}"
-    )
-    rows = [
-        [name, str(len(v)), fmt_s(median(v)), fmt_s(sorted(v)[int(len(v) * 0.9)]), fmt_s(max(v))]
-        for name, v in [*times.items(), ("the observer call alone", writes)]
-    ]
-    section = Section(
-        "4c. What --status-file and --metrics-file add to a drain poll (in-process, tunnel)",
-        ["", "polls", "median", "p90", "max"],
-        rows=rows,
-        notes=[
-            "One GuardSession through the tunnel, the two variants alternating (A B, B A, ...). "
-            "The files are rewritten as the drain does after every poll: JSON snapshot and "
-            "Prometheus text, each into a temp file in the same directory, then renamed "
-            "over the old one (no fsync), on the board's writer thread. The observer call "
-            "renders both texts and hands them over; done inline, the two writes cost "
-            "2-8 ms here, mostly ext4 flushing a file's data before a rename over an "
-            "existing one (auto_da_alloc).",
-        ],
-    )
-    finding = Finding(
-        "4. drain",
-        "status + metrics files: time added to a poll (observer call, median)",
-        f"{fmt_s(write)} ({write / plain:.1%} of a {fmt_s(plain)} poll)",
-        "< 1 ms (under the poll's own spread)",
-        write < 1e-3,
-        f"poll {fmt_s(plain)} vs with files {fmt_s(observed)} (median, same run)",
-    )
-    return section, finding
 
 
 def _idle_and_memory(
@@ -494,104 +360,3 @@ def _slope(points: list[tuple[float, int]]) -> float:
     var = sum((t - mean_t) ** 2 for t, _ in points)
     cov = sum((t - mean_t) * (k - mean_k) for t, k in points)
     return cov / var if var else 0.0
-
-
-def _retained(host: AppHost, polls: int, log: Callable[[str], None]) -> Section:
-    """Where a drain's memory goes: polls in-process under tracemalloc, on one shared
-    connection and with the connection replaced before every poll (the recovery path)."""
-    rows = [
-        _retained_row(host, polls, replace=False, log=log),
-        _retained_row(host, polls // 2, replace=True, log=log),
-    ]
-    return Section(
-        "6b. Where the growth comes from (in-process, under tracemalloc)",
-        [
-            "polls",
-            "database connection",
-            "Python memory retained per poll",
-            "of which allocated under leaseguard/adapters/ssh.py or paramiko",
-            "paramiko Channels alive: before -> after",
-            "threads alive: before -> after",
-        ],
-        rows=rows,
-        notes=[
-            "One GuardSession over one leaseguard.adapters.ssh.DatabaseTunnel, as `fab drain` "
-            "holds it; memory traced across the polls after 20 warm-up polls. `shared`: the "
-            "session's polls share one database connection (one forwarded SSH channel). "
-            "`replaced every poll`: the guard's backend is terminated (pg_terminate_backend) "
-            "before each poll, so every poll opens a new connection through the tunnel - a "
-            "new channel and forwarding thread each time, the path a drain takes after a "
-            "database restart. Fabric's forward_local, used before, kept every finished "
-            "forwarder until the tunnel closed (~11 KiB a connection).",
-        ],
-    )
-
-
-def _retained_row(
-    host: AppHost, polls: int, *, replace: bool, log: Callable[[str], None]
-) -> list[str]:
-    assert host.pg is not None
-    options = SshOptions(
-        key_filename=str(host.client_key_path), known_hosts=str(host.known_hosts_path)
-    )
-    connection = make_connection(f"root@{host.addr}", options)
-    try:
-        with (
-            host.pg.connect(DBNAME, socket=True) as admin,
-            ssh_session(
-                connection, Contract(), f"dbname={DBNAME} user=postgres", DatabaseAddress()
-            ) as session,
-        ):
-
-            def poll() -> None:
-                if replace:
-                    admin.execute(
-                        "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
-                        "WHERE datname = %s AND application_name = 'leaseguard'",
-                        (DBNAME,),
-                    )
-                session.judge()
-
-            for _ in range(20):  # warm-up: first judgment, caches, pools
-                poll()
-            gc.collect()
-            channels_before, threads_before = _alive(paramiko.Channel), threading.active_count()
-            tracemalloc.start(30)
-            try:
-                before = tracemalloc.take_snapshot()
-                for _ in range(polls):
-                    poll()
-                gc.collect()
-                after = tracemalloc.take_snapshot()
-            finally:
-                tracemalloc.stop()
-            channels_after, threads_after = _alive(paramiko.Channel), threading.active_count()
-    finally:
-        connection.close()
-    stats = after.compare_to(before, "traceback")
-    total = sum(stat.size_diff for stat in stats)
-    in_tunnel = sum(
-        stat.size_diff
-        for stat in stats
-        if any(
-            "leaseguard/adapters/ssh.py" in frame.filename or "/paramiko/" in frame.filename
-            for frame in stat.traceback
-        )
-    )
-    label = "replaced every poll" if replace else "shared"
-    log(
-        f"  retained ({label}): {total / polls / 1024:.2f} KiB per poll, channels "
-        f"{channels_before} -> {channels_after}, threads {threads_before} -> {threads_after}"
-    )
-    return [
-        str(polls),
-        label,
-        f"{total / polls / 1024:.2f} KiB",
-        f"{in_tunnel / polls / 1024:.2f} KiB",
-        f"{channels_before} -> {channels_after}",
-        f"{threads_before} -> {threads_after}",
-    ]
-
-
-def _alive(kind: type) -> int:
-    return sum(1 for obj in gc.get_objects() if isinstance(obj, kind))

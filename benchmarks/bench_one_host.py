@@ -3,7 +3,7 @@
 Both do the same work on the harness host `pg1` (real sshd in a namespace, the podman
 engine behind `docker`, PostgreSQL on the host's own loopback): look up the task timeout
 and the container's start time with `docker inspect backend`, open an SSH tunnel, judge
-the table. The runs rotate (fab, shell, in-process; then shell, in-process, fab; ...) so
+the table. The runs rotate (fab, shell, control; then shell, control, fab; ...) so
 that drift in the machine's load hits all of them, and the guards' decisions are compared
 on a table that must defer and on one that must proceed.
 """
@@ -29,9 +29,6 @@ from benchmarks.infra import (
     vacuum_and_index,
     write_fabric_config,
 )
-from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
-from leaseguard.core.contract import Contract
-from leaseguard.orchestration.ssh_session import ssh_session
 from sandbox.hosts import AppHost
 from sandbox.netns import free_port
 from sandbox.subprocess_env import clean_env
@@ -40,7 +37,7 @@ DBNAME = "bench_guard"
 SHELL_GUARD = REPO / "benchmarks" / "shell_guard.sh"
 HISTORY_ROWS = 100_000
 DECISIONS = {0: "proceed", 75: "defer"}
-# As a fabfile loads them: collection() also has the exit skip the garbage collector.
+# As a fabfile loads them.
 IMPORTS = "import fabric.main, leaseguard.fabric.tasks; leaseguard.fabric.tasks.collection()"
 SHELL_SAME_KEX = "shell guard, fab's kex"
 
@@ -89,9 +86,7 @@ def run_bench(
         "connection, one exec running `docker inspect backend` and `date` for the clock "
         "offset while the tunnel is set up, the check, the once-per-session plan check). "
         "Shell guard: benchmarks/shell_guard.sh "
-        "(`ssh host docker inspect`, `ssh -f -N -M -L`, `psql`, `ssh -O exit`). "
-        "In-process: the same session as fab guard inside an already running Python "
-        "(what a long-lived controller such as Ansible's pays).",
+        "(`ssh host docker inspect`, `ssh -f -N -M -L`, `psql`, `ssh -O exit`).",
         f"{SHELL_SAME_KEX} (a control): the same script, its ssh given "
         f"`KexAlgorithms {PARAMIKO_KEX}`, the kex fab's paramiko negotiates with this "
         "OpenSSH 9.2 sshd. The shell guard as written gets OpenSSH 9.2's default, the "
@@ -133,7 +128,6 @@ def _measure(
     guards: dict[str, Guard] = {
         "fab guard": _fab_guard(config, host),
         "shell guard": _shell_guard(host.ssh_config_path, host),
-        "leaseguard in-process": _in_process_guard(host),
         SHELL_SAME_KEX: _shell_guard(_same_kex_config(workdir, host), host),
     }
     times: dict[str, list[float]] = {name: [] for name in guards}
@@ -152,7 +146,7 @@ def _measure(
                 times[name].append(time.perf_counter() - start)
                 decisions.setdefault((name, expected), set()).add(decision)
     log(f"  one host ({label}): " + ", ".join(f"{n} {fmt_s(median(times[n]))}" for n in names))
-    fab, shell, inproc, same_kex = (median(times[n]) for n in names)
+    fab, shell, same_kex = (median(times[n]) for n in names)
     agree = all(decisions[(n, e)] == {e} for n in names for e in ("defer", "proceed"))
     for name in names:
         section.rows.append(
@@ -172,9 +166,8 @@ def _measure(
             f"{fmt_s(fab)} vs {fmt_s(shell)} ({fmt_ratio(fab / shell)})",
             "<= 1.00x",
             fab <= shell,
-            f"in-process leaseguard {fmt_s(inproc)} ({fmt_ratio(inproc / shell)}); python "
-            f"start + the collection's imports {fmt_s(imports_s)}, psycopg imported once "
-            "the host started",
+            f"python start + the collection's imports {fmt_s(imports_s)}, psycopg imported "
+            "once the host started",
         ),
         Finding(
             "2. one host",
@@ -189,7 +182,7 @@ def _measure(
         ),
         Finding(
             "2. one host",
-            f"decisions agree: fab, shell, in-process; defer and proceed ({label})",
+            f"decisions agree: fab, shell; defer and proceed ({label})",
             "yes" if agree else "NO",
             "all agree",
             agree,
@@ -220,29 +213,6 @@ def _shell_guard(ssh_config: Path, host: AppHost) -> Guard:
         argv = ["bash", str(SHELL_GUARD), str(ssh_config), host.sshd.alias, DBNAME]
         done = run([*argv, str(free_port())], env=clean_env(), timeout=120)
         return DECISIONS.get(done.returncode, f"failed({done.returncode})")
-
-    return guard
-
-
-def _in_process_guard(host: AppHost) -> Guard:
-    options = SshOptions(
-        key_filename=str(host.client_key_path), known_hosts=str(host.known_hosts_path)
-    )
-    contract = Contract()
-
-    def guard() -> str:
-        connection = make_connection(f"root@{host.addr}", options)
-        try:
-            with ssh_session(
-                connection,
-                contract,
-                f"dbname={DBNAME} user=postgres",
-                DatabaseAddress(),
-                judge_at_once=True,  # as fab guard
-            ) as session:
-                return session.judge().decision.value
-        finally:
-            connection.close()
 
     return guard
 

@@ -1,6 +1,10 @@
 """`make bench`: run every benchmark, write benchmarks/RESULTS.md, print the same text.
 
-    python -m benchmarks.run [--only 1,2,3,4,6,7] [--quick] [--fronts fab] [--output FILE]
+    python -m benchmarks.run [--only 2,3,4,5,6] [--quick] [--fronts fab] [--output FILE]
+
+What users feel: seconds per host (2), a fleet against one host (3), a drain's reaction
+when the last lease ends and its idle logs (4), Ansible's gated restart against a plain one
+(5), a drain's memory (6).
 
 Needs root (network namespaces, sshd, PostgreSQL run through runuser, podman), like the
 integration tests whose hosts (the sandbox package) it reuses. --quick is a smoke run with
@@ -20,19 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from benchmarks import (
-    bench_ansible,
-    bench_cli_startup,
-    bench_drain,
-    bench_fleet,
-    bench_one_host,
-    bench_predicate,
-)
+from benchmarks import bench_ansible, bench_drain, bench_fleet, bench_one_host
 from benchmarks.common import REPO, Finding, Section, markdown_table, stopwatch
 from benchmarks.common import machine as describe_machine
 from benchmarks.infra import engine_with_backend, fleet, harness_host
 
-ITEMS = ("1", "2", "3", "4", "5", "6", "7")
+ITEMS = ("2", "3", "4", "5", "6")
 DEFAULT_OUTPUT = REPO / "benchmarks" / "RESULTS.md"
 
 
@@ -97,24 +94,15 @@ def run_all(
     fleet_size = 5 if quick else 50
     with tempfile.TemporaryDirectory(prefix="lg-bench-") as tmp, ExitStack() as stack:
         work = Path(tmp)
-        if "7" in only:  # its own PostgreSQL, no engine: first, before the machine is busy
-            with stopwatch("7. cli start-up", log):
-                add(bench_cli_startup.run_bench(5 if quick else 15, log))
-        if not only - {"7"}:
-            return sections, findings
         with stopwatch("podman engine + backend container", log):
             engine = stack.enter_context(engine_with_backend(work / "podman"))
-        if only & {"1", "3"}:
+        if "3" in only:
             with ExitStack() as fleet_stack:
                 with stopwatch(f"fleet of {fleet_size} hosts + shared PostgreSQL", log):
                     # Lightweight hosts (sshd only): 50 of them fit on 2 cores.
                     hosts = fleet_stack.enter_context(fleet(work / "fleet", None, fleet_size))
-                if "1" in only:
-                    with stopwatch("1. predicate at scale", log):
-                        add(bench_predicate.run_bench(hosts, quick=quick, log=log))
-                if "3" in only:
-                    with stopwatch("3. fleet", log):
-                        add(bench_fleet.run_bench(hosts, work, quick=quick, log=log, fronts=fronts))
+                with stopwatch("3. fleet", log):
+                    add(bench_fleet.run_bench(hosts, work, quick=quick, log=log, fronts=fronts))
         if "5" in only:
             with stopwatch("5. ansible overhead", log):
                 add(bench_ansible.run_bench(work, 3 if quick else 5, log))
@@ -133,7 +121,7 @@ def run_all(
                     with stopwatch("4 + 6. drain reaction, idle logs, memory", log):
                         add(bench_drain.run_bench(host, work, only, quick=quick, log=log))
     order = {item: i for i, item in enumerate(ITEMS)}
-    # Stable sorts by the item's digit: "1b." stays right after "1.".
+    # Stable sorts by the item's digit: "4b." stays right after "4.".
     sections.sort(key=lambda s: order.get(s.title[0], 99))
     findings.sort(key=lambda f: order.get(f.item[0], 99))
     return sections, findings

@@ -6,7 +6,7 @@ podman storage and concurrent test sessions do not share state. The ``docker`` C
 through :attr:`PodmanEngine.docker_env` (``DOCKER_HOST=unix://...``); the ``podman`` CLI
 through :attr:`PodmanEngine.podman_env`.
 
-Machine quirks this works around (see docs DESIGN.md, "What these machines can run"):
+Machine quirks this works around:
 crun fails on this kernel's limits, so the runtime is runc with explicit ulimits; there is no
 registry, so the test image is imported from a busybox-static rootfs; netavark would add
 iptables/nft chains and turn on ip_forward machine-wide, so the engine uses the CNI backend

@@ -18,6 +18,19 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Order matters: hosts_fixtures imports pg_fixtures.
 pytest_plugins = ["tests.support.pg_fixtures", "tests.support.hosts_fixtures"]
 
+# Fixtures that start more than PostgreSQL (sandbox hosts, podman): a test that uses one is
+# marked `hosts`, and `make test-fast` leaves it out.
+HOST_FIXTURES = frozenset(
+    {"podman_engine", "backend", "app_host_factory", "app_host", "app_host_pg", "app_db"}
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HOST_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.hosts)
+
+
 # Sandboxes (molecule's /tmp/lgm-*, the demo's /tmp/lgdemo-*) hold throw-away SSH private keys:
 # the run that created one must remove it. Only directories that appear during this session
 # count, so other runs' sandboxes on the same machine are not blamed for existing before, and

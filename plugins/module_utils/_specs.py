@@ -25,7 +25,7 @@ def str_lists(*names):
 
 
 def contract_spec():
-    """The contract keys of DESIGN.md (plus `schema` and the timeouts), as module options."""
+    """The contract keys (README.md, "The contract keys"), as module options."""
     return dict(
         **typed(table="str", schema="str", id_column="str", status_column="str"),
         relation_kind=dict(type="str", choices=["table", "view"], default="table"),

@@ -7,7 +7,6 @@ import time
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect, guard_transaction
 from leaseguard.adapters.guard import check, judge_table
@@ -21,7 +20,6 @@ from leaseguard.core.errors import (
 from leaseguard.core.verdict import TaskTimeout
 from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
-from tests.support.round_trips import round_trip_relay
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -49,8 +47,6 @@ def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):
         assert cur.fetchone()[0] == "leaseguard"
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             cur.execute("CREATE TABLE should_not_exist (x int)")
-            with cur.connection.pipeline() as pipeline:  # pipelined: it raises with its batch
-                pipeline.sync()
 
 
 def test_a_table_name_with_a_space_works(db):
@@ -224,19 +220,14 @@ def test_a_drains_polls_share_one_connection_which_closes_with_the_session(db):
     assert wait_until(lambda: leaseguard_backends(db) == [], timeout_s=10)
 
 
-def test_a_session_prepares_its_statements_from_its_second_poll_on(db):
-    """A one-shot check pays no prepare nor pooler probe; a drain plans its polls once."""
+def test_a_session_never_prepares_a_statement_however_many_polls(db):
+    """A pooler in transaction mode would lose it (test_pgbouncer)."""
     with db.connect() as conn:
         create_runs_table(conn)
     with local_session(NO_RUNTIME, db.dsn, task_timeout_s=3600.0) as session:
-        first = session.judge()
-        assert session._conn is not None and session._conn.prepare_threshold is None
-        assert prepared_statements(session._conn) == 0
-        second, third = session.judge(), session.judge()
-        assert session._conn.prepare_threshold == 0
-        assert prepared_statements(session._conn) > 0
-    assert first.decision == second.decision == third.decision
-    assert first.counts == second.counts == third.counts
+        verdicts = [session.judge() for _ in range(6)]
+        assert session._conn is not None and prepared_statements(session._conn) == 0
+    assert {v.decision for v in verdicts} == {"proceed"}
 
 
 def prepared_statements(conn: psycopg.Connection) -> int:
@@ -315,19 +306,12 @@ def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
         assert session.judge().decision == "proceed"
 
 
-# The statements a poll sends on cursors of their own (adapters.guard.judge_table).
-KEPT_CURSORS = ("guard", "status", "counts")
-
-
-def test_a_sessions_polls_keep_their_cursors_and_each_judges_the_table_afresh(db):
-    """The session's connection keeps a cursor per statement for all its polls (a new
-    cursor costs ~25 µs). Each poll still judges the table as it is, both ways and after a
-    failed poll, and the cursors go when the connection closes."""
+def test_each_poll_of_a_session_judges_the_table_afresh(db):
+    """Both ways, and after a failed poll; the connection closes with the session."""
     with db.connect() as conn:
         create_runs_table(conn)
     with _session(db, lock_timeout_ms=1500) as session:
         assert session.judge().decision == "proceed"
-        kept = {name: session._conn.kept_cursor(name) for name in KEPT_CURSORS}
         with db.connect() as conn:
             conn.execute(
                 "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
@@ -342,9 +326,8 @@ def test_a_sessions_polls_keep_their_cursors_and_each_judges_the_table_afresh(db
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
         assert session.judge().decision == "proceed"
-        assert {name: session._conn.kept_cursor(name) for name in KEPT_CURSORS} == kept
         guard_conn = session._conn
-    assert guard_conn.closed and guard_conn._kept_cursors is None
+    assert guard_conn.closed
 
 
 def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
@@ -392,50 +375,6 @@ def test_a_terminated_backend_that_cannot_reconnect_fails_closed(db):
                 admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(database))
 
 
-def _round_trips(relay, judge):
-    count = relay.counted()
-    verdict = judge()
-    return verdict.decision, count.value
-
-
-def _session_polls(db, relay):
-    """The round trips (and decisions) of a drain's session through `relay`: three polls of
-    a table with nothing live, then two with a live claim."""
-    dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
-    contract = contract_from_mapping({"runtime": {"source": "none"}})
-    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
-        polls = [_round_trips(relay, session.judge) for _ in range(3)]
-        with db.connect() as conn:
-            conn.execute(
-                "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
-            )
-        live_polls = [_round_trips(relay, session.judge) for _ in range(2)]
-    return polls, live_polls
-
-
-def test_a_check_and_each_poll_wait_for_few_round_trips(db):
-    """Through an SSH tunnel or a real network every round trip a check waits for costs
-    its latency once more: statements that do not depend on each other are sent together
-    (`read_transaction`), both when nothing is live and when a live claim must be listed."""
-    with db.connect() as conn:
-        create_runs_table(conn)
-    with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
-        dsn = make_conninfo(db.dsn, host="127.0.0.1", port=relay.port)
-        one_shot = _round_trips(relay, lambda: run_check(dsn, runtime={"source": "none"}))
-        polls, live_polls = _session_polls(db, relay)
-    # Connecting is two (libpq's SSL request, the start-up); the check three: BEGIN with the
-    # settings and the schema pre-flight, the status check with the counts, COMMIT.
-    assert one_shot == ("proceed", 5)
-    # A drain's first poll also reads the plan and the leftover pauses, its second probes
-    # for a pooler once; from then on every poll is the status check with the counts, and
-    # COMMIT (before pipelining: 5, and 6 with a live claim).
-    first, second, *steady = polls
-    assert first[1] <= 9 and second[1] == 3
-    assert steady == [("proceed", 2)]
-    # A live claim is listed by one more statement, after the counts said there is one.
-    assert live_polls == [("defer", 3)] * 2
-
-
 def _judged(conn, contract, column=None):
     return judge_table(
         conn,
@@ -448,10 +387,9 @@ def _judged(conn, contract, column=None):
 
 
 def test_a_failed_check_leaves_its_connection_as_it_found_it_and_psycopg_silent(db, caplog):
-    """BEGIN and COMMIT are statements of the check's pipeline (read_transaction): a database
-    error in the middle of it, an error of the guard's own, and a backend that dies under it
-    each end the transaction, give the connection back in its own mode, and leave no
-    driver text in the logs (psycopg warns when a pipeline cannot be closed)."""
+    """A database error in the middle of a check, an error of the guard's own, and a backend
+    that dies under it each end the transaction, give the connection back in its own mode,
+    and leave no driver text in the logs (psycopg warns when a rollback fails)."""
     with db.connect() as conn:
         create_runs_table(conn)
     contract = contract_from_mapping({"runtime": {"source": "none"}, "lock_timeout_ms": 300})
@@ -477,17 +415,3 @@ def test_a_failed_check_leaves_its_connection_as_it_found_it_and_psycopg_silent(
         with pytest.raises(DatabaseUnavailable, match="connection lost"):
             _judged(guard, contract, column)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
-
-
-def test_without_libpq_pipeline_mode_the_same_statements_run_one_by_one(db, monkeypatch):
-    """libpq before 14 has no pipeline mode: read_transaction falls back to psycopg's own
-    transaction(), and the check judges alike, only with a round trip per statement."""
-    monkeypatch.setattr("leaseguard.adapters.db._PIPELINE_SUPPORTED", False)
-    with db.connect() as conn:
-        create_runs_table(conn)
-    with round_trip_relay(db.cluster.host, db.cluster.port) as relay:
-        polls, live = _session_polls(db, relay)
-    assert [decision for decision, _ in polls] == ["proceed"] * 3
-    assert polls[-1][1] == 5  # BEGIN, settings, status check, counts, COMMIT
-    # One by one, a statement's first run on a drain's connection prepares it on its own.
-    assert live == [("defer", 7), ("defer", 6)]

@@ -1,4 +1,4 @@
-"""DESIGN.md's judgment table against a real PostgreSQL, in both directions.
+"""The judgment table (README.md, "The judgment") against a real PostgreSQL, in both directions.
 
 Every rule is checked as "alive but left unprotected" AND "dead or queued but protected".
 Boundary cases pin the database clock with `as_of` so they hold to the microsecond.

@@ -2,8 +2,7 @@
 
 The sandbox's PgBouncer hands its two server connections out in turn, so each transaction of
 a client runs in another server session: anything kept across transactions (a prepared
-statement, a SET) goes missing, as on a busy pooler. A drain's prepared-statement speed-up
-must detect it and stay off; directly connected it must be on.
+statement, a SET) goes missing, as on a busy pooler: leaseguard never prepares a statement.
 """
 
 import re
@@ -14,7 +13,7 @@ import threading
 import psycopg
 import pytest
 
-from leaseguard.adapters.db import behind_pooler, connect
+from leaseguard.adapters.db import connect
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.orchestration.session import local_session
 from sandbox.pgbouncer import pgbouncer
@@ -61,7 +60,7 @@ def test_the_pooler_really_moves_a_client_between_server_sessions(bouncer, db):
 
 
 def test_a_forced_prepare_breaks_behind_the_pooler(bouncer, db):
-    """Why the speed-up must be off there: the statement is gone in the next transaction."""
+    """Why leaseguard never prepares: the statement is gone in the next transaction."""
     with psycopg.connect(bouncer.dsn(db.name)) as conn:
         conn.prepare_threshold = 0
         with pytest.raises(psycopg.errors.InvalidSqlStatementName):
@@ -70,15 +69,14 @@ def test_a_forced_prepare_breaks_behind_the_pooler(bouncer, db):
                     conn.execute("SELECT %s::int", (1,))
 
 
-def test_prepared_statements_are_on_directly_and_off_behind_the_pooler(bouncer, db):
-    with connect(db.dsn, 5, prepare=True) as direct:
-        assert not behind_pooler(direct)
-        assert direct.prepare_threshold == 0
-    with connect(bouncer.dsn(db.name), 5, prepare=True) as pooled:
-        assert behind_pooler(pooled)
-        assert pooled.prepare_threshold is None
-    with connect(db.dsn, 5) as one_shot:
-        assert one_shot.prepare_threshold is None  # not even psycopg's automatic prepare
+@pytest.mark.parametrize("writable", [False, True])
+def test_no_connection_ever_prepares(bouncer, db, writable):
+    """Not even psycopg's automatic prepare after 5 executions."""
+    with connect(bouncer.dsn(db.name), 5, writable=writable) as conn:
+        assert conn.prepare_threshold is None
+        for _ in range(8):
+            with conn.transaction():
+                assert conn.execute("SELECT %s::int", (1,)).fetchone() == (1,)
 
 
 def test_a_session_behind_the_pooler_never_prepares_however_many_polls(bouncer, busy):

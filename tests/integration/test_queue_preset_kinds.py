@@ -101,8 +101,8 @@ def test_kinds_not_listed_keep_the_client_wide_lease(river):
     assert judge(river.dsn, kind_timeouts=KINDS).decision is Decision.DEFER
 
 
-def test_a_drain_s_prepared_polls_judge_the_kinds_alike(river):
-    """From the second poll on the statements are prepared on the server (a drain)."""
+def test_a_drain_s_polls_judge_the_kinds_alike(river):
+    """A drain's session judges poll after poll on one connection."""
     running(river, "report", timedelta(hours=2))
     running(river, "sync", timedelta(hours=4))
     running(river, "other", timedelta(hours=2))

@@ -1,6 +1,7 @@
 """The SSH connection the guard opens: Nagle off (as OpenSSH sets it), for small queries."""
 
 import socket
+import threading
 
 import pytest
 
@@ -105,3 +106,31 @@ def test_a_session_that_judges_at_once_judges_on_its_early_connection(app_host_p
             assert session._conn is early  # judged on it, and kept: it did not break
     finally:
         connection.close()
+
+
+def tunnel_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("leaseguard-tunnel-")]
+
+
+def test_a_closed_tunnel_leaves_no_thread_and_a_closed_connection_no_jump_host(app_host_pg):
+    """Every forwarding thread is joined at close, and the jump host's own SSH connection
+    (which Fabric leaves open) closes with the connection made through it."""
+    options = SshOptions(
+        user="root",
+        key_filename=str(app_host_pg.client_key_path),
+        known_hosts=str(app_host_pg.known_hosts_path),
+        gateway=f"root@{app_host_pg.addr}",
+    )
+    connection = make_connection(app_host_pg.addr, options)
+    try:
+        with database_tunnel(connection, DatabaseAddress()) as port:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+                client.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # SSLRequest
+                assert client.recv(1) in (b"N", b"S")  # PostgreSQL answered through it
+                assert len(tunnel_threads()) == 2  # the accept loop, this forward
+            assert connection.gateway.is_connected
+        assert tunnel_threads() == []
+    finally:
+        connection.close()
+    assert not connection.is_connected
+    assert not connection.gateway.is_connected

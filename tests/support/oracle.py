@@ -1,4 +1,5 @@
-"""A plain-Python statement of DESIGN.md's judgment table, to cross-check the SQL."""
+"""A plain-Python statement of the judgment table (README.md, "The judgment"), to
+cross-check the SQL."""
 
 from __future__ import annotations
 

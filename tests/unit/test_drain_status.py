@@ -67,7 +67,6 @@ class Snapshots:
         class Copying:
             def after_poll(self, *args):
                 observer.after_poll(*args)
-                outer.board.flush()  # the writes happen on the board's writer thread
                 outer.seen.append(status(outer.tmp_path))
 
             def finished(self, result):
@@ -157,7 +156,6 @@ def test_several_hosts_share_one_file_with_the_worst_decision_and_summed_counter
     busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 0.0, 600.0))
     busy.counters.polls = 2
     busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 5.0, 600.0))
-    board.flush()
     snapshot = status(tmp_path)
     assert snapshot["hosts"] == ["app1", "app2"]
     assert snapshot["state"] == "running" and snapshot["exit_status"] is None
@@ -304,7 +302,6 @@ def finished_pid():
 def written(tmp_path, **changes):
     board = board_in(tmp_path)
     board.observer("app1").after_poll(DrainState(verdict("1"), DrainCounters(polls=1), 1.0, 600.0))
-    board.flush()
     snapshot = {**status(tmp_path), **changes}
     (tmp_path / "drain.json").write_text(json.dumps(snapshot))
     return tmp_path / "drain.json"

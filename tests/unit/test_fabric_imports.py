@@ -86,14 +86,3 @@ def test_starting_a_host_and_reading_its_ssh_settings_load_no_database_driver() 
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]"
-
-
-def test_the_import_hands_the_gil_over_sooner_and_the_interval_comes_back_even_on_error():
-    """guard's imports run beside the hosts' SSH threads (see _prompt_thread_switches)."""
-    from leaseguard.fabric.guard_task import _prompt_thread_switches
-
-    before = sys.getswitchinterval()
-    with pytest.raises(RuntimeError), _prompt_thread_switches():
-        assert sys.getswitchinterval() == pytest.approx(min(before, 0.0005))
-        raise RuntimeError("a usage error while importing")
-    assert sys.getswitchinterval() == before

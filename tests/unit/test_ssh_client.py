@@ -1,11 +1,10 @@
-"""known_hosts parsed once per content; each client trusts its own host's keys only."""
+"""Each client trusts its own host's keys from known_hosts, and nothing else."""
 
-import os
 from types import SimpleNamespace
 
 import paramiko
 
-from leaseguard.adapters.ssh_client import AeadFirstTransport, parsed_known_hosts, trust_known_hosts
+from leaseguard.adapters.ssh_client import trust_known_hosts
 
 KEY_A = paramiko.RSAKey.generate(1024)
 KEY_B = paramiko.RSAKey.generate(1024)
@@ -19,16 +18,15 @@ def _connection(host, port):
     return SimpleNamespace(host=host, port=port, client=paramiko.SSHClient(), ssh_config={})
 
 
-def test_a_file_is_parsed_once_and_again_when_it_changes(tmp_path):
+def test_an_edited_file_is_read_again(tmp_path):
     path = tmp_path / "known_hosts"
     path.write_text(_line("10.0.0.1", KEY_A))
-    first = parsed_known_hosts((path,))
-    assert parsed_known_hosts((path,)) is first
+    first = _connection("10.0.0.1", 22)
+    trust_known_hosts(first, str(path))
     path.write_text(_line("10.0.0.1", KEY_B))
-    os.utime(path, ns=(1, 1))  # a new mtime even within the clock's resolution
-    second = parsed_known_hosts((path,))
-    assert second is not first
-    assert second.lookup("10.0.0.1")["ssh-rsa"] == KEY_B
+    second = _connection("10.0.0.1", 22)
+    trust_known_hosts(second, str(path))
+    assert second.client.get_host_keys().lookup("10.0.0.1")["ssh-rsa"] == KEY_B
 
 
 def test_a_client_trusts_its_hosts_key_by_port_and_nothing_else(tmp_path):
@@ -42,9 +40,3 @@ def test_a_client_trusts_its_hosts_key_by_port_and_nothing_else(tmp_path):
     unknown = _connection("10.0.0.1", 22)  # the same address on another port is unknown
     trust_known_hosts(unknown, str(path))
     assert len(unknown.client.get_host_keys()) == 0
-
-
-def test_gcm_is_preferred_and_every_other_cipher_stays_negotiable():
-    preferred = AeadFirstTransport._preferred_ciphers
-    assert preferred[0] == "aes128-gcm@openssh.com"
-    assert sorted(preferred) == sorted(paramiko.Transport._preferred_ciphers)

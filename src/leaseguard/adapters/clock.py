@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from leaseguard.adapters.db import read_transaction, sent
+from leaseguard.adapters.db import read_transaction
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import LookupFailed
@@ -66,11 +66,8 @@ def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[],
     """Read the database's clock (clock_timestamp, not the transaction's now())."""
 
     def read() -> float:
-        # BEGIN, the reading and COMMIT in one round trip: the tighter the round trip, the
-        # tighter the offset's uncertainty.
         with read_transaction(conn):
-            cur = sent(conn, "SELECT extract(epoch FROM clock_timestamp())::float8")
-        row = cur.fetchone()
+            row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
         assert row is not None
         return float(row[0])  # type: ignore[arg-type]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -70,7 +70,6 @@ def connect(
     writable: bool = False,
     dbname: str | None = None,
     timeout_s: float | None = None,
-    prepare: bool = False,
     user: str | None = None,
     password: str | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
@@ -86,11 +85,10 @@ def connect(
     :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
     :param user: another role than the DSN's (the intake's: the owner of the pg_cron jobs);
         the DSN's password is then dropped, `password` or libpq's PGPASSWORD/.pgpass used.
-    :param prepare: server-side prepared statements from the first execution (a drain's
-        long-lived connection: each poll then skips planning), unless a transaction pooler
-        sits in between (`behind_pooler`). False: never prepared, not even psycopg's
-        automatic prepare after 5 executions, which a pooler in transaction mode breaks.
 
+    Statements are never prepared on the server (prepare_threshold=None, not even psycopg's
+    automatic prepare after 5 executions): a pooler in transaction mode (PgBouncer) may run
+    the next transaction on another server session, where a prepared statement is unknown.
     Failures name the target (host:port/db) and a fixed phrase, never the DSN or driver text.
     """
     try:
@@ -107,62 +105,22 @@ def connect(
     if timeout_s is not None and timeout_s < connect_timeout:
         connect_timeout = max(1, math.ceil(timeout_s))
     try:
-        conn = GuardConnection.connect(
+        conn = psycopg.Connection.connect(
             make_conninfo(conninfo, **liveness),
             application_name=APPLICATION_NAME,
             connect_timeout=connect_timeout,
-            # The pooler probe below runs in autocommit: one round trip, not BEGIN/COMMIT too.
-            autocommit=True,
+            autocommit=writable,
+            prepare_threshold=None,
         )
     except psycopg.Error as exc:
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_target(conninfo)}: "
             f"{_connect_cause(exc)} ({type(exc).__name__})"
         ) from None
-    conn.prepare_threshold = None
-    if prepare:
-        prepare_statements(conn)
-    conn.autocommit = writable
     if not writable:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         conn.read_only = True
     return conn
-
-
-class GuardConnection(psycopg.Connection[tuple[object, ...]]):
-    """A connection that keeps a cursor per guard statement for all of its transactions.
-
-    A drain runs the same few statements every poll for hours; a new cursor costs ~25 µs of
-    client CPU (measured here), and psycopg learns how to send a list value (the status
-    check's classified statuses) once per cursor, ~40 µs more per list. One cursor per
-    statement, not one for all: statements sent together (`read_transaction`) each keep their
-    result on their own cursor until it is read.
-    """
-
-    _kept_cursors: dict[str, psycopg.Cursor[tuple[object, ...]]] | None = None
-
-    def kept_cursor(self, statement: str = "guard") -> psycopg.Cursor[tuple[object, ...]]:
-        """The cursor kept for `statement` (a name of the caller's choosing)."""
-        if self._kept_cursors is None:
-            self._kept_cursors = {}
-        cursor = self._kept_cursors.get(statement)
-        if cursor is None or cursor.closed:
-            cursor = self._kept_cursors[statement] = self.cursor()
-        return cursor
-
-    def close(self) -> None:
-        # The cursors refer to their connection: let them go as soon as the connection does.
-        self._kept_cursors = None
-        super().close()
-
-
-def statement_cursor(
-    conn: psycopg.Connection[tuple[object, ...]], statement: str = "guard"
-) -> psycopg.Cursor[tuple[object, ...]]:
-    """A guard connection's kept cursor for `statement`, or a new cursor on any other."""
-    if isinstance(conn, GuardConnection):
-        return conn.kept_cursor(statement)
-    return conn.cursor()
 
 
 def sent(
@@ -170,109 +128,47 @@ def sent(
     query: str | bytes | sql.SQL | sql.Composed,
     params: Any = None,
 ) -> psycopg.Cursor[tuple[object, ...]]:
-    """`query` executed on a cursor of its own: inside `read_transaction`, queued until its
-    result (or any later one) is read."""
-    cur = conn.cursor()
-    cur.execute(query, params)
-    return cur
+    """conn.execute(query, params); kept for adapters.pauses, which still calls it."""
+    return conn.execute(query, params)
 
 
-# The guard only ever reads, and both queries of a check must see one snapshot.
-_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-_PIPELINE_SUPPORTED = psycopg.Pipeline.is_supported()
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+# What a guard connection (`connect`) begins by itself; said aloud on an autocommit one.
+_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 
 @contextmanager
 def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """A read-only, repeatable-read transaction whose statements are sent together.
+    """One read-only, repeatable-read transaction around the block: every statement in it
+    sees one snapshot. Inside a transaction already, a savepoint of it.
 
-    psycopg's pipeline mode: execute() only queues a statement; reading a result sends
-    everything queued so far, and COMMIT goes with the pipeline's closing sync. So BEGIN,
-    the settings and the statements that do not wait on each other's results cost one
-    round trip, and COMMIT one more. Through an SSH tunnel a round trip costs ~0.4 ms of
-    this process's CPU besides the wait; over a real network, its latency.
-
-    BEGIN and COMMIT are statements here, sent in autocommit: psycopg's own transaction()
-    syncs the pipeline at both of its ends, three round trips of its own. Any exception
-    rolls the transaction back before it propagates. Where libpq lacks pipeline mode
-    (before 14), psycopg's transaction() runs the same statements one by one.
+    Not psycopg's transaction(): when its rollback fails (the connection is gone) it logs
+    the driver's text as a warning. Here an exception rolls back quietly, or closes a
+    connection that cannot (the next check opens a new one); the exception on its way says
+    what failed, in leaseguard's words (`translate_errors`).
     """
-    if not _PIPELINE_SUPPORTED or conn.info.transaction_status != _IDLE:
+    if conn.info.transaction_status != _IDLE:
         with conn.transaction():
             yield
         return
-    was_autocommit = conn.autocommit
-    conn.autocommit = True
-    try:
-        with _pipeline(conn):
-            conn.execute(_BEGIN)
-            yield
-            conn.execute(b"COMMIT")
-    except BaseException:
-        _roll_back(conn)
-        raise
-    finally:
-        if not conn.closed and conn.info.transaction_status == _IDLE:
-            conn.autocommit = was_autocommit
-
-
-@contextmanager
-def _pipeline(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """conn.pipeline(), closed without a word of its own after an exception.
-
-    Closing a pipeline syncs it; when that fails too (the connection is gone) while an
-    exception is on its way out, psycopg logs the driver's text as a warning. The exception
-    on its way says what failed, in leaseguard's words (`translate_errors`).
-    """
-    manager = conn.pipeline()
-    manager.__enter__()
+    if conn.autocommit:
+        conn.execute(_BEGIN)
     try:
         yield
     except BaseException:
-        with suppress(psycopg.Error):
-            manager.__exit__(None, None, None)
+        _roll_back(conn)
         raise
-    manager.__exit__(None, None, None)
+    conn.commit()
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:
     """End a transaction an exception left open or failed; the exception says what failed."""
-    if conn.closed or conn.info.transaction_status == _IDLE:
+    if conn.closed:
         return
     try:
-        conn.execute(b"ROLLBACK")
+        conn.rollback()
     except psycopg.Error:
         conn.close()  # unusable: the next check opens a new connection
-
-
-def prepare_statements(conn: psycopg.Connection[Any]) -> None:
-    """From now on, prepare every statement at its first execution, unless a pooler sits
-    in between (`behind_pooler`, one probe). A drain turns it on from its second poll, so
-    that a one-shot check pays neither the probe nor a prepare."""
-    conn.prepare_threshold = None if behind_pooler(conn) else 0
-
-
-def behind_pooler(conn: psycopg.Connection[Any]) -> bool:
-    """True when a connection pooler (PgBouncer, pgcat, Odyssey...) answers for the server.
-
-    A prepared statement lives in one server session; a pooler in transaction mode (PgBouncer
-    1.18: Debian 12's) may run the next transaction on another one, where it does not exist.
-    Poolers route cancel requests themselves, so they hand the client a cancel key of their
-    own: the backend pid libpq received at login is not the pid of the server session that
-    answers. Direct, through an SSH tunnel or a NAT, both are the same process. A failed
-    probe counts as a pooler: prepared statements are only ever a speed-up.
-    """
-    # Nothing left open: in autocommit the statement alone, else its own transaction; one
-    # round trip either way.
-    scope = nullcontext() if conn.autocommit else read_transaction(conn)
-    try:
-        with scope:
-            probe = conn.execute("SELECT pg_backend_pid()")
-        row = probe.fetchone()
-    except psycopg.Error:
-        return True
-    return row is None or row[0] != conn.info.backend_pid
 
 
 def liveness_keywords(connect_timeout_s: int) -> dict[str, int]:
@@ -302,28 +198,6 @@ def _connect_cause(exc: psycopg.Error) -> str:
     return "connection failed"
 
 
-# What composing a statement made, per builder, arguments and client encoding. Composing
-# walks every identifier through libpq's escaping: ~70 µs for the counts query, about a
-# loopback round trip, paid at every execution, while a drain runs the same few statements
-# every poll for hours. The text depends on nothing else: values are bound parameters.
-_COMPOSED: dict[tuple[Hashable, ...], bytes] = {}
-_COMPOSED_KEPT = 256  # a long-lived controller judging ever new contracts starts over
-
-
-def composed(
-    conn: psycopg.Connection[Any], build: Callable[..., sql.Composable], *args: Hashable
-) -> bytes:
-    """`build(*args)` as the bytes psycopg sends on `conn`, composed once and kept."""
-    key = (build, args, conn.info.encoding)
-    statement = _COMPOSED.get(key)
-    if statement is None:
-        statement = build(*args).as_bytes(conn)
-        if len(_COMPOSED) >= _COMPOSED_KEPT:
-            _COMPOSED.clear()
-        _COMPOSED[key] = statement
-    return statement
-
-
 @contextmanager
 def guard_transaction(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract
@@ -332,10 +206,9 @@ def guard_transaction(
 
     A migration holding an ACCESS EXCLUSIVE lock on the table must make the check fail
     within its budget, not hang the deploy behind the very migration it guards.
-    BEGIN and the settings travel with the first statements read (`read_transaction`).
     """
     with translate_errors(contract), read_transaction(conn):
-        cur = statement_cursor(conn)
+        cur = conn.cursor()
         # Naive timestamps are read in the zone the contract declares, never in whatever
         # TimeZone the database or role happens to have (Oban, good_job write UTC). And no
         # parallel workers: the guard reads a handful of rows, and a misestimate (graphile's
@@ -363,7 +236,7 @@ def set_local(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **setting
 
     SET takes no bind parameters; set_config() does, so the setting's name and value are
     both bound values. The names are this module's callers' constants, never user input.
-    All settings go in one statement: through a tunnel every round trip counts.
+    All settings go in one statement.
     """
     call = sql.SQL("set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))

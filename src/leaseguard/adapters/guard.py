@@ -4,21 +4,20 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.db import composed, connect, guard_transaction, sent, statement_cursor
+from leaseguard.adapters.db import connect, guard_transaction
 from leaseguard.adapters.relation import (
+    check_relation,
+    check_rows_visible,
+    check_view_bases,
     naive_zone_refusal,
-    relation_check,
-    rows_visible_check,
     standby_message,
-    view_bases_check,
 )
-from leaseguard.adapters.statuses import StatusColumn, status_check, status_column_check
+from leaseguard.adapters.statuses import StatusColumn, check_statuses, read_status_column
 from leaseguard.core.catalog_queries import columns_query
 from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.contract import Contract
@@ -94,7 +93,7 @@ def judge_table(
 ) -> tuple[Verdict, StatusColumn]:
     """Judge on an open guard connection; also returns the status column's catalog facts.
 
-    Every status present in the table is checked against the contract's lists first
+    Every status present in the table is checked against the contract's lists
     (UnclassifiedStatus), in the same transaction and snapshot as the predicate.
     `status_column` (from an earlier check on this connection) skips the table/column
     pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
@@ -123,18 +122,12 @@ def judge_table(
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
                 status_column = verify_schema(conn, contract)
-            # Sent together, read in turn: one round trip for both (`read_transaction`).
-            statuses_classified = status_check(
-                statement_cursor(conn, "status"), contract, status_column
-            )
-            counted = statement_cursor(conn, "counts")
-            counted.execute(composed(conn, counts_query, contract), params)
             # The counts first: they say whether the server is a standby, named before all.
-            checked_at, counts = _read_counts(counted)
+            checked_at, counts = _read_counts(cur.execute(counts_query(contract), params))
             if as_of is None:  # now() ran between these two instants of this machine's clock
                 here = controller_offset(checked_at.timestamp(), sent_at, time.time())
                 warnings = (*warnings, *controller_warning(here))
-            statuses_classified()
+            check_statuses(cur, contract, status_column)
             # Only when something is live: the listing reads the queued rows again, and
             # a backlog can hold far more of them than there are workers.
             live = _live_claims(cur, contract, params) if counts.live else ()
@@ -166,30 +159,21 @@ def judge_table(
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail with a message naming the server, relation or column before the predicate runs.
 
-    Every catalog query is sent before any is read: in the guard's transaction
-    they are one round trip. They find the table by name (to_regclass: a table that is
-    gone yields no rows, never an error), and are read in the order the checks are listed
-    here, so the first failure is the one named: a standby first, then what the relation is.
+    The catalog queries find the table by name (to_regclass: a table that is gone yields
+    no rows, never an error) and run in the order listed here, so the first failure is the
+    one named: a standby first, then what the relation is.
     """
     table = table_identifier(contract).as_string(conn)
-    located = relation_check(conn, table, contract)
-    rows_visible = rows_visible_check(conn, table, contract.table_label)
-    bases_ok = _nothing
+    relation = check_relation(conn, table, contract)
+    check_rows_visible(conn, table, contract.table_label)
     if contract.relation_kind == "view":
-        bases_ok = view_bases_check(conn, table, contract.table_label)
+        check_view_bases(conn, table, contract.table_label)
     owners = OWNERS.get(contract.claim_rule)
-    owners_ok = _owners_check(conn, contract, owners) if owners else _no_owners
-    locks_ok = _nothing
+    if owners:
+        _check_owners(conn, contract, owners, relation.database_zone)
     if contract.claim_rule in ADVISORY_LOCK_RULES:
-        locks_ok = _locks_check(conn, contract)
-    columns = sent(conn, columns_query(), {"relation": table})
-    status_column = status_column_check(conn, contract, table)
-    relation = located()
-    rows_visible()
-    bases_ok()
-    owners_ok(relation.database_zone)
-    locks_ok()
-    types = _column_types(columns)
+        _check_locks(conn, contract)
+    types = _column_types(conn.execute(columns_query(), {"relation": table}))
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(
@@ -206,7 +190,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             raise SchemaMismatch(
                 naive_zone_refusal(time_column, key, contract.table_label, relation.database_zone)
             )
-    return status_column()
+    return read_status_column(conn, contract, table)
 
 
 def _naive_undeclared(contract: Contract, column_type: str) -> bool:
@@ -223,78 +207,55 @@ def _column_types(cur: Cursor) -> dict[str, str]:
     return {str(name): str(kind) for name, kind in cur.fetchall()}
 
 
-def _nothing() -> None:
-    return None
-
-
-def _no_owners(database_zone: str) -> None:
-    return None
-
-
-def _owners_check(conn: Connection, contract: Contract, owners: Owners) -> Callable[[str], None]:
+def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
     """Solid Queue, good_job: the owners' table is read too, so it must exist, have the
     columns that say an owner is alive, and show the guard every row: a hidden owner would
     make its live claim look owner-less, which the rule judges dead ("proceed" on live work).
-
-    Sends its queries now; what it returns reads them."""
+    """
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    located = sent(conn, "SELECT to_regclass(%s)::oid", (table,))
-    rows_visible = rows_visible_check(conn, table, label)
-    columns = sent(conn, columns_query(), {"relation": table})
-
-    def read(database_zone: str) -> None:
-        if _first(located) is None:
-            raise SchemaMismatch(
-                f"table {label} (the owners of the claims in {contract.table_label}) does "
-                "not exist (or is not visible)"
-            )
-        rows_visible()
-        types = _column_types(columns)
-        beat = owners.heartbeat_column
-        missing = [c for c in ("id", owners.lock_type_column) if c and c not in types]
-        if missing or not _TIME_TYPE.fullmatch(types.get(beat, "")):
-            needed = ", ".join(c for c in ("id", owners.lock_type_column) if c)
-            raise SchemaMismatch(
-                f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
-                f"whether the owner of a claim in {contract.table_label} is alive"
-            )
-        if _naive_undeclared(contract, types[beat]):
-            raise SchemaMismatch(
-                naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
-            )
-
-    return read
+    if _first(conn.execute("SELECT to_regclass(%s)::oid", (table,))) is None:
+        raise SchemaMismatch(
+            f"table {label} (the owners of the claims in {contract.table_label}) does "
+            "not exist (or is not visible)"
+        )
+    check_rows_visible(conn, table, label)
+    types = _column_types(conn.execute(columns_query(), {"relation": table}))
+    beat = owners.heartbeat_column
+    missing = [c for c in ("id", owners.lock_type_column) if c and c not in types]
+    if missing or not _TIME_TYPE.fullmatch(types.get(beat, "")):
+        needed = ", ".join(c for c in ("id", owners.lock_type_column) if c)
+        raise SchemaMismatch(
+            f"table {label} lacks {needed} or a timestamp column {beat}, which decide "
+            f"whether the owner of a claim in {contract.table_label} is alive"
+        )
+    if _naive_undeclared(contract, types[beat]):
+        refusal = naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
+        raise SchemaMismatch(refusal)
 
 
-def _locks_check(conn: Connection, contract: Contract) -> Callable[[], None]:
+def _check_locks(conn: Connection, contract: Contract) -> None:
     """Que, good_job: a job is claimed by an advisory lock, which only pg_locks shows.
 
     Without the right to read it the query would fail anyway; this names the grant. (A
     standby, whose pg_locks shows none of the primary's locks, is refused for every rule:
     adapters.relation.)
-    Sends its query now; what it returns reads it.
     """
-    asked = sent(
-        conn,
+    readable = conn.execute(
         "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
         "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')",
     )
-
-    def read() -> None:
-        if not _first(asked):
-            raise SchemaMismatch(
-                f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
-                f"{contract.table_label} are (advisory locks); GRANT SELECT ON "
-                "pg_catalog.pg_locks TO <guard role> (and EXECUTE ON FUNCTION "
-                "pg_catalog.pg_lock_status())"
-            )
-
-    return read
+    if not _first(readable):
+        raise SchemaMismatch(
+            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
+            f"{contract.table_label} are (advisory locks); GRANT SELECT ON "
+            "pg_catalog.pg_locks TO <guard role> (and EXECUTE ON FUNCTION "
+            "pg_catalog.pg_lock_status())"
+        )
 
 
 def _read_counts(cur: Cursor) -> tuple[datetime, Counts]:
-    """The counts query's one row (sent on `cur` by judge_table)."""
+    """The counts query's one row, on `cur`."""
     row = cur.fetchone()
     assert row is not None and cur.description is not None
     checked_at, in_recovery, *per_class = row
@@ -309,7 +270,7 @@ def _read_counts(cur: Cursor) -> tuple[datetime, Counts]:
 def _live_claims(
     cur: Cursor, contract: Contract, params: dict[str, object]
 ) -> tuple[LiveClaim, ...]:
-    cur.execute(composed(cur.connection, live_claims_query, contract), params)
+    cur.execute(live_claims_query(contract), params)
     return tuple(
         LiveClaim(
             id=str(row_id),

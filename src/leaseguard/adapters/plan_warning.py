@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from leaseguard.adapters.db import read_transaction, sent, set_local_limits
+from leaseguard.adapters.db import read_transaction, set_local_limits
 from leaseguard.adapters.indexing import index_name
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.contract import Contract
@@ -18,15 +18,13 @@ from leaseguard.core.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
 
-# Below this many rows a sequential scan costs a millisecond or two (benchmarks/RESULTS.md:
-# ~1 ms at 10^4 rows, ~10 ms at 10^5): not worth a warning.
+# Below this many rows a sequential scan costs a millisecond or two (~1 ms at 10^4 rows,
+# ~10 ms at 10^5, measured here): not worth a warning.
 LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
 # The plan check is advisory: it gets a small budget of its own, never the check's.
 _PLAN_CHECK_TIMEOUT_MS = 1000
-
-Cursor = psycopg.Cursor[tuple[object, ...]]
 
 
 def advisory_plan_warning(
@@ -65,16 +63,13 @@ def plan_warning(
         contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
     )
     lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
-    # The size, the plan and the COMMIT in one round trip: planning costs the server a
-    # fraction of one, so the plan is asked for before the size says whether it is needed.
     with read_transaction(conn):
         set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
-        sized = sent_size_query(conn, contract)
-        planned = sent(conn, sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract), params)
-    table = read_large_table(sized)
-    if table is None:
-        return None
-    row = planned.fetchone()
+        table = large_table(conn, contract)
+        if table is None:
+            return None
+        explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract)
+        row = conn.execute(explain, params).fetchone()
     rows, relations = table
     guard_scans = row is not None and bool(seq_scans(row[0], relations))
     status_scans = (
@@ -101,8 +96,10 @@ def plan_warning(
     )
 
 
-def sent_size_query(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> Cursor:
-    """The table's size, asked for on a cursor of its own (read by `read_large_table`).
+def large_table(
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract
+) -> tuple[float, frozenset[str]] | None:
+    """(estimated rows, names of the table and its partitions) when large, else None.
 
     reltuples is the planner's own estimate, kept by ANALYZE and autovacuum; a table never
     analysed (-1) counts as large by its size on disk. A partitioned table's rows live in
@@ -110,8 +107,7 @@ def sent_size_query(conn: psycopg.Connection[tuple[object, ...]], contract: Cont
     EXPLAIN names the partitions it scans, not the parent.
     """
     qualified = table_identifier(contract).as_string(conn)
-    return sent(
-        conn,
+    row = conn.execute(
         """
         SELECT coalesce(sum(greatest(c.reltuples, 0)), 0),
                bool_or(c.reltuples < 0),
@@ -122,12 +118,7 @@ def sent_size_query(conn: psycopg.Connection[tuple[object, ...]], contract: Cont
            OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%s)) WHERE isleaf)
         """,
         (qualified, qualified),
-    )
-
-
-def read_large_table(cur: Cursor) -> tuple[float, frozenset[str]] | None:
-    """(estimated rows, names of the table and its partitions) when large, else None."""
-    row = cur.fetchone()
+    ).fetchone()
     if row is None:
         return None
     reltuples, unanalysed, size, names = row

@@ -11,7 +11,7 @@ import select
 import shlex
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +41,8 @@ from leaseguard.core.lookups import CommandResult
 log = logging.getLogger("leaseguard.tunnel")
 
 _CHUNK = 32768
+# How long closing a tunnel waits for each of its threads.
+_JOIN_S = 2.0
 
 __all__ = [
     "KEEPALIVE_INTERVAL_S",
@@ -111,10 +113,10 @@ def forwarded(
     """
     open_connection(connection)
     tunnel = DatabaseTunnel(connection, address)
-    if probe:
-        tunnel.probe()
-    tunnel.start()
     try:
+        if probe:
+            tunnel.probe()
+        tunnel.start()
         yield tunnel
     finally:
         tunnel.close()
@@ -137,8 +139,11 @@ class DatabaseTunnel:
         self.host = str(connection.host)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
+        # Guards what the forwarding threads share with the session's: the open client
+        # sockets, the threads themselves and the last refusal.
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
+        self._threads: set[threading.Thread] = set()
         self._failure: TunnelError | None = None
 
     @property
@@ -146,12 +151,35 @@ class DatabaseTunnel:
         return f"{self.address.host}:{self.address.port}"
 
     def start(self) -> None:
-        name = f"leaseguard-tunnel-{self.host}"
-        threading.Thread(target=self._accept_loop, name=name, daemon=True).start()
+        self._thread(self._accept_loop)
 
     def close(self) -> None:
+        """Stop accepting, end every forwarded connection and wait for their threads."""
+        _shutdown(self._listener)  # wakes the accept() in flight (close alone would not)
         self._listener.close()
         self.abort()
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            # Bounded: a channel close stuck on a dead SSH connection must not hang the
+            # front; such a thread is a daemon and ends with the process.
+            thread.join(timeout=_JOIN_S)
+
+    def _thread(self, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(
+            target=self._tracked, args=(target, *args), name=f"leaseguard-tunnel-{self.host}"
+        )
+        thread.daemon = True
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _tracked(self, target: Callable[..., None], *args: object) -> None:
+        try:
+            target(*args)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
 
     def cut(self) -> None:
         """Give up on the link: end every forwarded connection and the SSH connection.
@@ -180,7 +208,8 @@ class DatabaseTunnel:
         room for a whole SSH connect; otherwise it is reported as lost, naming the SSH host,
         and reopened on a later call.
         """
-        self._failure = None
+        with self._lock:
+            self._failure = None
         transport = self.connection.client.get_transport()
         if transport is not None and transport.is_active():
             return
@@ -195,7 +224,8 @@ class DatabaseTunnel:
         transport = self.connection.client.get_transport()
         if transport is not None and not transport.is_active():
             return self._lost(transport)
-        return self._failure
+        with self._lock:
+            return self._failure
 
     def abort(self) -> None:
         """End every forwarded connection now (their database clients see the close)."""
@@ -214,7 +244,7 @@ class DatabaseTunnel:
                 client, _ = self._listener.accept()
             except OSError:  # the listener was closed: the tunnel is done
                 return
-            threading.Thread(target=self._forward, args=(client,), daemon=True).start()
+            self._thread(self._forward, client)
 
     def _forward(self, client: socket.socket) -> None:
         client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -223,7 +253,8 @@ class DatabaseTunnel:
         try:
             channel = self._open_channel()
         except TunnelError as exc:
-            self._failure = exc
+            with self._lock:
+                self._failure = exc
             log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
         else:
             try:

@@ -1,15 +1,11 @@
-"""The paramiko client's own settings: the host keys it may trust, the ciphers it prefers.
+"""The host keys a paramiko client may trust: its own host's entries in known_hosts.
 
-Both are about the controller's CPU per host, which `fab -H ... guard` pays once per host.
-Fabric's Connection reads no known_hosts, and paramiko's own loading
-(SSHClient.load_host_keys) parses every line of every file for every connection: ~25 ms per
-host with a 50-host known_hosts. Here the files are parsed once per content and each client
-gets its own host's entries only.
+Fabric's Connection reads no known_hosts; each client gets the keys the files list for
+its own host, nothing else.
 """
 
 from __future__ import annotations
 
-import threading
 from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,26 +16,6 @@ if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the 
     from fabric import Connection
 
 SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
-
-
-class AeadFirstTransport(paramiko.Transport):  # type: ignore[misc]
-    """paramiko's Transport, preferring AES-GCM over its default AES-CTR + HMAC-SHA2.
-
-    With CTR + HMAC, paramiko checks every packet's MAC in a pure-Python byte loop
-    (util.constant_time_bytes_eq), ~2.6 ms of the controller's CPU per `fab guard` host.
-    GCM authenticates in the cipher (OpenSSH has offered it since 6.2); a server without it
-    still negotiates the rest of the list, in paramiko's order.
-    """
-
-    _preferred_ciphers = (
-        "aes128-gcm@openssh.com",
-        "aes256-gcm@openssh.com",
-        *(name for name in paramiko.Transport._preferred_ciphers if "-gcm@" not in name),
-    )
-
-
-_lock = threading.Lock()
-_parsed: dict[tuple[tuple[str, int, int], ...], paramiko.HostKeys] = {}
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
@@ -65,26 +41,14 @@ def host_key_name(connection: Connection) -> str:
 
 
 def parsed_known_hosts(paths: tuple[Path, ...]) -> paramiko.HostKeys:
-    """The files' keys merged in order (as paramiko loads them), cached by path and mtime."""
-    stamps = []
+    """The files' keys merged in order, as paramiko loads them; a file that is absent or
+    unreadable is skipped, as paramiko's own loading skips it."""
+    keys = paramiko.HostKeys()
     for path in paths:
-        try:
-            stat = path.stat()
-        except OSError:
-            continue  # absent or unreadable: paramiko's own loading skips it too
         if path.is_file():
-            stamps.append((str(path), stat.st_mtime_ns, stat.st_size))
-    key = tuple(stamps)
-    with _lock:
-        if key not in _parsed:
-            keys = paramiko.HostKeys()
-            for path_name, _, _ in key:
-                with suppress(OSError):
-                    keys.load(path_name)
-            if len(_parsed) >= 8:  # files edited during a long drain
-                _parsed.clear()
-            _parsed[key] = keys
-        return _parsed[key]
+            with suppress(OSError):
+                keys.load(str(path))
+    return keys
 
 
 def _known_hosts_files(connection: Connection, known_hosts: str | None) -> list[Path]:

@@ -22,7 +22,7 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
         name=exc.name,
     ) from exc
 
-from leaseguard.adapters.ssh_client import AeadFirstTransport, trust_known_hosts
+from leaseguard.adapters.ssh_client import trust_known_hosts
 from leaseguard.core.errors import TunnelError
 
 # paramiko sends a keepalive after this many seconds without sending anything, so a dead
@@ -78,8 +78,7 @@ def _connection(
     }
     if options.key_filename:
         connect_kwargs["key_filename"] = options.key_filename
-    connect_kwargs["transport_factory"] = AeadFirstTransport
-    return Connection(
+    return _Connection(
         host,
         user=options.user,
         port=options.port,
@@ -88,6 +87,16 @@ def _connection(
         connect_timeout=bound,
         connect_kwargs=connect_kwargs,
     )
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    """Fabric's Connection, whose close() also closes its jump hosts' connections (Fabric
+    leaves a gateway Connection open, with its socket and paramiko's thread)."""
+
+    def close(self) -> None:
+        super().close()
+        if isinstance(self.gateway, Connection):
+            self.gateway.close()
 
 
 def _configured_connect_kwargs(config: Config | None) -> dict[str, Any]:
@@ -194,8 +203,7 @@ def _tune(connection: Connection) -> None:
 
     Nagle: each guard query is a few small request/response packets through the tunnel.
     With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
-    delayed ACK (~40 ms a round trip): a drain poll took 59 ms instead of 15 ms
-    (benchmarks/RESULTS.md).
+    delayed ACK (~40 ms a round trip, several per poll).
 
     Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
     giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT

@@ -18,12 +18,10 @@ the check still runs, as one sequential pass, and the session's plan warning
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 
-from leaseguard.adapters.db import composed, sent
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.status_queries import (
@@ -66,35 +64,30 @@ class StatusColumn:
 NO_STATUS_COLUMN = StatusColumn(enum_labels=None, not_null=True, index_key=None)
 
 
-def status_column_check(
+def read_status_column(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract, relation: str
-) -> Callable[[], StatusColumn]:
-    """Send the query for the column's facts now (`relation`: the table's qualified name);
-    what it returns reads them. An enum must have every status the contract names."""
+) -> StatusColumn:
+    """The column's catalog facts (`relation`: the table's qualified name). An enum must
+    have every status the contract names."""
     if not contract.has_status_column:
-        return lambda: NO_STATUS_COLUMN
+        return NO_STATUS_COLUMN
     column_of = {"relation": relation, "column": contract.status_column}
-    cur = sent(conn, status_column_query(), column_of)
-
-    def read() -> StatusColumn:
-        row = cur.fetchone()
-        if row is None:  # the schema pre-flight found the column; it vanished since
-            raise SchemaMismatch(
-                f"column {contract.status_column} (status_column) does not exist in table "
-                f"{contract.table_label}"
-            )
-        is_enum, labels, not_null, index_key, type_oid = row
-        column = StatusColumn(
-            enum_labels=tuple(str(label) for label in labels) if is_enum else None,  # type: ignore[attr-defined]
-            not_null=bool(not_null),
-            index_key=index_key if isinstance(index_key, str) else None,
-            type_oid=int(str(type_oid)) if is_enum else None,
+    row = conn.execute(status_column_query(), column_of).fetchone()
+    if row is None:  # the schema pre-flight found the column; it vanished since
+        raise SchemaMismatch(
+            f"column {contract.status_column} (status_column) does not exist in table "
+            f"{contract.table_label}"
         )
-        if column.enum_labels is not None:
-            _require_labels(contract, column.enum_labels)
-        return column
-
-    return read
+    is_enum, labels, not_null, index_key, type_oid = row
+    column = StatusColumn(
+        enum_labels=tuple(str(label) for label in labels) if is_enum else None,  # type: ignore[attr-defined]
+        not_null=bool(not_null),
+        index_key=index_key if isinstance(index_key, str) else None,
+        type_oid=int(str(type_oid)) if is_enum else None,
+    )
+    if column.enum_labels is not None:
+        _require_labels(contract, column.enum_labels)
+    return column
 
 
 def _require_labels(contract: Contract, labels: tuple[str, ...]) -> None:
@@ -119,14 +112,8 @@ def _require_labels(contract: Contract, labels: tuple[str, ...]) -> None:
 
 def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
     """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists."""
-    status_check(cur, contract, column)()
-
-
-def status_check(cur: Cursor, contract: Contract, column: StatusColumn) -> Callable[[], None]:
-    """Send the check's statement on `cur` now; what it returns reads it and raises
-    UnclassifiedStatus. The guard sends the predicate after it: one round trip for both."""
     if not contract.has_status_column:
-        return lambda: None
+        return
     classified = list(contract.classified_statuses)
     if column.enum_labels is not None:
         # The scan compares the column natively: a status that is no label of the enum
@@ -139,38 +126,16 @@ def status_check(cur: Cursor, contract: Contract, column: StatusColumn) -> Calla
         "not_null": column.not_null,
         "type_oid": column.type_oid,
     }
-    if column.reads_rows(contract):
-        _send_row_check(cur, contract, column, params)
-        return lambda: _read_row_check(cur, contract, column, params)
-    cur.execute(composed(cur.connection, unlisted_labels_query), params)
-
-    def read() -> None:
-        row = cur.fetchone()
+    if not column.reads_rows(contract):
+        row = cur.execute(unlisted_labels_query(), params).fetchone()
         if row is not None and row[0] is False:
             return
         # The enum gained a label the contract does not classify: the rows decide.
-        _send_row_check(cur, contract, column, params)
-        _read_row_check(cur, contract, column, params)
-
-    return read
-
-
-def _send_row_check(
-    cur: Cursor, contract: Contract, column: StatusColumn, params: dict[str, object]
-) -> None:
     if column.index_key is None:
-        cur.execute(composed(cur.connection, unclassified_scan_query, contract), params)
-    else:
-        walk = composed(cur.connection, unclassified_walk_query, contract, column.index_key)
-        cur.execute(walk, params)
-
-
-def _read_row_check(
-    cur: Cursor, contract: Contract, column: StatusColumn, params: dict[str, object]
-) -> None:
-    if column.index_key is None:
+        cur.execute(unclassified_scan_query(contract), params)
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
+        cur.execute(unclassified_walk_query(contract, column.index_key), params)
         walked = [v for (v,) in cur.fetchall()]
         found = _counted(cur, contract, column.index_key, walked, params)
     if found:

@@ -2,7 +2,7 @@
 
 A CI script that knows every app host's task timeout and runtime start (from its own
 lookups, or the registered results of leaseguard.deploy.task_timeout) judges a migration
-once for all of them with the fleet rule (`leaseguard.fleet`): oldest start, longest lease.
+once for all of them with the fleet rule (`leaseguard.core.fleet`): oldest start, longest lease.
 """
 
 from __future__ import annotations

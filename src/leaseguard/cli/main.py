@@ -25,7 +25,6 @@ from leaseguard.core.errors import (
     LeaseguardError,
     LookupFailed,
 )
-from leaseguard.orchestration.process import no_collection_at_exit
 
 # The handlers import the orchestration (psycopg and the rest) when they run, and a
 # command's parser its contract options when it is built: `--help` and `--version` need
@@ -80,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(in_full={command_named(argv)})
     args = parser.parse_args(argv)
-    no_collection_at_exit()
     try:
         return int(args.handler(args))
     except ConfigError as exc:

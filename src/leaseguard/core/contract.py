@@ -193,9 +193,10 @@ class Contract:
 def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     """Deep-merge config layers; later layers win key by key.
 
-    The order callers use is: built-in defaults < config file < environment < command-line
-    flags (or Ansible/Fabric options). A key missing from a later layer keeps the earlier
-    value; nested sections (lease, task_timeout, runtime) merge key by key too.
+    The order callers use is: a preset < the config file (or Fabric's config, itself
+    layered by Fabric) < command-line flags (or the Ansible module's options). A key
+    missing from a later layer keeps the earlier value; nested sections (lease,
+    task_timeout, runtime) merge key by key too.
     """
     merged: dict[str, Any] = {}
     for layer in layers:

@@ -228,8 +228,7 @@ def judged_condition(contract: Contract) -> sql.Composable:
     """The rows the predicate reads: claimed or queued.
 
     With a status column, one IN over both lists together, the same rows as two ORed: the
-    planner then makes one scan of the status index, not a BitmapOr of two, and a drain's
-    poll plans and runs ~30 µs faster (benchmarks, item 1c).
+    planner then makes one scan of the status index, not a BitmapOr of two.
     """
     if contract.has_status_column:
         return _status_in(contract, *_status_lists(contract))
@@ -278,9 +277,7 @@ def _status_lists(contract: Contract) -> tuple[tuple[str, tuple[str, ...]], ...]
 
 def _status_in(contract: Contract, *lists: tuple[str, tuple[str, ...]]) -> sql.Composable:
     """`status IN (%(claimed_0)s, ...)`: whether the status is one of these lists' (false
-    for none). One parameter per status rather than an array: psycopg sends a string from
-    C code, while it inspects and dumps a list in Python at every execution (~15 µs a list,
-    a third of a loopback round trip; benchmarks, item 1c)."""
+    for none). One bound parameter per status."""
     names = [_status_param(stem, i) for stem, statuses in lists for i in range(len(statuses))]
     if not names:
         return sql.SQL("false")
@@ -330,7 +327,7 @@ def counts_query(contract: Contract) -> sql.Composed:
     nothing is claimed or queued, so the clock comes with it: no second round trip for it.
     OFFSET 0 keeps the judged rows a subquery of their own, so that each row's class is
     computed once; inlined, the CASE (with Que's and good_job's lock tests) would run once
-    per FILTER. ~20 µs less planning and execution than GROUP BY (benchmarks, item 1c).
+    per FILTER.
     """
     return sql.SQL(
         """

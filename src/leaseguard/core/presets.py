@@ -247,7 +247,7 @@ UNLIMITED = "unlimited"
 
 class KindTimeouts(dict[str, float | None]):
     """{kind: seconds, or None for unlimited}. Hashable like every other part of a Contract
-    (the composed statements are cached per contract); never changed once validated."""
+    (a frozen dataclass); never changed once validated."""
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items(), key=lambda pair: pair[0])))

@@ -19,7 +19,7 @@ class Decision(enum.StrEnum):
 
 
 class RowClass(enum.StrEnum):
-    """How the judgment classes a claimed or queued row (DESIGN.md's table)."""
+    """How the judgment classes a claimed or queued row (README.md, "The judgment")."""
 
     QUEUED = "queued"  # nobody holds it: nothing to interrupt
     ORPHANED = "orphaned"  # claimed before the runtime started: its worker is gone
@@ -115,7 +115,7 @@ class Verdict:
         return EXIT_DEFER if self.decision is Decision.DEFER else EXIT_PROCEED
 
     def as_dict(self) -> dict[str, Any]:
-        """The JSON object of DESIGN.md (plus a few fields that only add information)."""
+        """The verdict's JSON object (README.md, "The CLI"; every front prints the same)."""
         timeout = self.task_timeout
         return {
             "decision": self.decision.value,

@@ -10,7 +10,7 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fabric import task
 from invoke.context import Context
@@ -35,9 +35,6 @@ from leaseguard.fabric.settings import (
 )
 from leaseguard.orchestration.host_start import HostStart, start_host
 
-if TYPE_CHECKING:  # imported with the judging code, once the hosts started
-    from leaseguard.orchestration.shared_facts import SharedFacts
-
 # The database code (psycopg with it): imported once the hosts started, not with the
 # collection, so that its ~150 ms of CPU runs while they work.
 JUDGING_CODE = "leaseguard.orchestration.ssh_session"
@@ -54,17 +51,9 @@ def guard(c: Context, json_: bool = False) -> None:
     with _hosts_started(hosts, c, host_settings) as starts:
         # Read only now: the DSN's validation imports psycopg, and the judging code with
         # it, ~150 ms of CPU that runs while the hosts started above do their part.
-        with _prompt_thread_switches():
-            settings = settings_or_exit(c, host_settings)
-            importlib.import_module(JUDGING_CODE)
-        # Loaded with JUDGING_CODE. Hosts reaching the same database read its catalog
-        # facts once (leaseguard.orchestration.shared_facts).
-        from leaseguard.orchestration.shared_facts import SharedFacts
-
-        shared = SharedFacts()
-        outcomes = for_each_host(
-            hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None), shared)
-        )
+        settings = settings_or_exit(c, host_settings)
+        importlib.import_module(JUDGING_CODE)
+        outcomes = for_each_host(hosts, lambda h: _guard_one(h, c, settings, starts.pop(h, None)))
     if json_:
         print(json.dumps([_outcome_dict(o) for o in outcomes]))
     else:
@@ -97,27 +86,11 @@ def _hosts_started(
         yield starts
     finally:
         for untaken in starts.values():
-            untaken.lookup.cancel()
-            untaken.connection.close()
-
-
-@contextmanager
-def _prompt_thread_switches() -> Iterator[None]:
-    """While this thread imports (pure CPU), hand the GIL over every 0.5 ms, not 5 ms.
-
-    The hosts' SSH threads mostly wait for their hosts; each packet that arrives needs the
-    GIL to be read, and at the default interval the import would hold every one up.
-    """
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, 0.0005))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
+            untaken.abandon()
 
 
 def _guard_one(
-    host: str, c: Context, settings: FabricSettings, started: HostStart | None, shared: SharedFacts
+    host: str, c: Context, settings: FabricSettings, started: HostStart | None
 ) -> Outcome:
     # Loaded already by guard (see JUDGING_CODE): this import only looks it up.
     from leaseguard.orchestration.ssh_session import ssh_session
@@ -132,7 +105,6 @@ def _guard_one(
             settings.address,
             judge_at_once=True,
             started=started,
-            shared=shared,
         ) as s:
             s.cron_database = settings.drain.cron_database
             s.cron_user, s.cron_password = settings.drain.cron_user, settings.drain.cron_password

@@ -20,7 +20,6 @@ from leaseguard.fabric.fleet import FleetExecutor
 from leaseguard.fabric.guard_task import guard
 from leaseguard.fabric.resume_task import resume
 from leaseguard.fabric.settings import CONNECTION_KEYS, env_defaults, settings_from_config
-from leaseguard.orchestration.process import no_collection_at_exit
 
 
 def collection() -> Collection:
@@ -34,7 +33,6 @@ def collection() -> Collection:
     environment variables reach them (invoke loads them after the collection's config).
     """
     _use_fleet_executor()
-    no_collection_at_exit()
     ns = Collection(guard, drain, resume)
     ns.configure(env_defaults())
     return ns

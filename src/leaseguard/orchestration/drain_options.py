@@ -1,7 +1,8 @@
 """Options beside the contract, shared by the fronts: where the database is, how to drain.
 
 Fabric config and Ansible vars hold them in sections next to the contract keys
-(`connection:` and `drain:`), so the contract itself stays exactly DESIGN.md's table.
+(`connection:` and `drain:`), so the contract itself stays the keys README.md's "The
+contract keys" lists.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from leaseguard.orchestration.drain_snapshot import (
     build_snapshot,
 )
 from leaseguard.orchestration.drain_status_read import process_start_ticks
-from leaseguard.orchestration.snapshot_files import BackgroundWriter, atomic_write
+from leaseguard.orchestration.snapshot_files import atomic_write
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -74,7 +74,6 @@ class HostObserver(DrainObserver):
                 self.row.exit_status = result.exit_status
             self.row.paused_intake = paused_intake(self.intake)
         self.board.publish()
-        self.board.flush()  # the process may exit right after: the last state must be on disk
 
 
 # --- the whole drain (one or several hosts), and its two files ----------------------------
@@ -103,7 +102,6 @@ class StatusBoard:
         self.pid = os.getpid()
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[str] = set()
-        self._writer = BackgroundWriter(self._write)
 
     @property
     def enabled(self) -> bool:
@@ -146,22 +144,16 @@ class StatusBoard:
         )
 
     def publish(self) -> None:
-        """Rewrite both files (soon, on the writer thread); a failed write never stops the
-        drain: it is logged once."""
+        """Rewrite both files now, under the board's lock (so an older snapshot never
+        overwrites a newer one); a failed write never stops the drain: it is logged once."""
         if not self.enabled:
             return
-        texts: dict[Path, str] = {}
         with self.lock:
             snapshot = self.snapshot()
             if self.status_path is not None:
-                texts[self.status_path] = json.dumps(snapshot, indent=1) + "\n"
+                self._write(self.status_path, json.dumps(snapshot, indent=1) + "\n")
             if self.metrics_path is not None:
-                texts[self.metrics_path] = render_metrics(snapshot)
-            self._writer.submit(texts)
-
-    def flush(self) -> None:
-        """Wait until what was published is on disk (or could not be written)."""
-        self._writer.flush()
+                self._write(self.metrics_path, render_metrics(snapshot))
 
     def _write(self, path: Path, text: str) -> None:
         try:

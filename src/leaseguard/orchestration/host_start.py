@@ -38,15 +38,22 @@ class HostStart:
     opened: Future[None] = field(default_factory=Future)
     lookup: Future[HostLookup] = field(default_factory=Future)
 
+    def abandon(self) -> None:
+        """Nobody takes this host over: cancel its lookup and close its connection, which
+        ends a lookup in flight. Not waited for: closing does not interrupt a TCP connect
+        in flight, which only the host's connect timeout ends (a usage error exits at once)."""
+        self.lookup.cancel()
+        self.connection.close()
+
 
 def start_host(connection: Connection, contract: Contract, **given: Unpack[Given]) -> HostStart:
     """Open `connection` and then run the lookups' one exec, on a thread of their own.
 
     The two run one after the other: the connection is opened once, before its second user
     (the tunnel, which waits for `opened`) starts. Neither is waited for here; a failure is
-    raised by the future that failed (a failed open fails the lookup too). A daemon thread:
-    a run that ends early (a usage error, a tunnel that failed) never waits at exit for a
-    host still connecting, and the caller's closing the connection ends a running lookup.
+    raised by the future that failed (a failed open fails the lookup too). A daemon
+    thread: a start nobody takes over is `abandon`ed, and a run that ends early (a usage
+    error) never waits at exit for a host still connecting.
     """
     start = HostStart(connection, FabricRunner(connection))
     threading.Thread(

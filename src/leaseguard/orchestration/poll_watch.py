@@ -36,6 +36,9 @@ class PollWatch:
             yield
         finally:
             timer.cancel()
+            # A timer that never fired ends at once; a cut in flight (closing the SSH
+            # connection) is given a moment, never the poll's budget again.
+            timer.join(timeout=1.0)
             self._ends_at = None
 
     def remaining_s(self) -> float:

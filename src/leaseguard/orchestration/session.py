@@ -24,7 +24,7 @@ from typing import Any, Protocol, Unpack
 
 import psycopg
 
-from leaseguard.adapters.db import connect, describe_target, prepare_statements
+from leaseguard.adapters.db import connect, describe_target
 from leaseguard.adapters.guard import judge_table, lease_seconds
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
@@ -38,7 +38,6 @@ from leaseguard.core.fleet import FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
 from leaseguard.orchestration.session_clock import FleetClocks, host_minus_database
-from leaseguard.orchestration.shared_facts import DatabaseKey, SharedFacts, database_key, once
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
 # transaction's few small statements, and a thread waking up.
@@ -74,7 +73,7 @@ class GuardSession:
     """Judges one host's table with the facts looked up on that host.
 
     With a fleet's facts (`FleetFacts`, see `fleet_session`) it judges by the fleet's combined
-    facts (`leaseguard.fleet`) and the verdict reports which host supplied each;
+    facts (`leaseguard.core.fleet`) and the verdict reports which host supplied each;
     `host_offsets` are then the hosts' clocks minus this machine's (`FleetClocks`).
     """
 
@@ -89,7 +88,6 @@ class GuardSession:
         label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
-        shared: SharedFacts | None = None,
     ) -> None:
         self.contract = contract
         self.conninfo = conninfo
@@ -107,7 +105,6 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        self._polls_on_conn = 0
         # The schema pre-flight (catalog queries) runs once per connection, not per poll;
         # the status check it prepares runs on every poll.
         self._status_column: StatusColumn | None = None
@@ -119,10 +116,6 @@ class GuardSession:
         self.cron_password: str | None = None
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
-        # A fleet run's per-database facts (shared_facts), and which database this
-        # session's connection reads (read once per connection).
-        self.shared = shared
-        self._database: DatabaseKey | None = None
 
     @property
     def host(self) -> str:
@@ -163,14 +156,12 @@ class GuardSession:
             self._conn.close()
             self._conn = None
             self._status_column = None
-            self._database = None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
             self._conn = self._open()
-            self._polls_on_conn = 0
         return self._conn
 
     def _open(
@@ -230,28 +221,20 @@ class GuardSession:
             shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self._polls_on_conn == 1:
-            # A second poll: this connection serves a drain, plan its queries once from now
-            # on. A one-shot check pays neither the pooler probe nor the prepares.
-            prepare_statements(conn)
-        self._polls_on_conn += 1
         if self.facts.runtime_started_at is not None and self.clock_offset is None:
             self.clock_offset = self._measure_clock(conn)
-        wanted = self._facts_wanted()
-        with self._database_facts(conn, wanted) as known:
-            verdict, self._status_column = judge_table(
-                conn,
-                self.contract,
-                task_timeout=self.facts.task_timeout,
-                lease_s=self.lease_s,
-                runtime_started_at=self.facts.runtime_started_at,
-                host=self.host,
-                clock_offset=self.clock_offset,
-                warnings=self.facts.warnings,
-                status_column=self._status_column or known.get("schema"),
-            )
-            known.setdefault("schema", self._status_column)
-            extra = self._advice(conn, verdict, known, wanted)
+        verdict, self._status_column = judge_table(
+            conn,
+            self.contract,
+            task_timeout=self.facts.task_timeout,
+            lease_s=self.lease_s,
+            runtime_started_at=self.facts.runtime_started_at,
+            host=self.host,
+            clock_offset=self.clock_offset,
+            warnings=self.facts.warnings,
+            status_column=self._status_column,
+        )
+        extra = self._advice(conn, verdict)
         if extra or self.fleet is not None or self.facts.replicas:
             verdict = dataclasses.replace(
                 verdict,
@@ -261,51 +244,18 @@ class GuardSession:
             )
         return verdict
 
-    @contextmanager
-    def _database_facts(self, conn: Conn, wanted: list[str]) -> Iterator[dict[str, Any]]:
-        """The catalog facts other hosts of this run already read from the same database
-        (`shared_facts`), to read the `wanted` ones once and add them; without a run to
-        share with (a drain, the CLI), facts of this session alone."""
-        if self.shared is None or not wanted:
-            yield {}
-            return
-        if self._database is None:
-            self._database = database_key(conn, self.contract) or ()
-        if not self._database:  # the server would not say which database this is
-            yield {}
-            return
-        with self.shared.database(self._database, wanted) as known:
-            yield known
-
     def _reads_own_cron(self) -> bool:
         """Whether cron.job is read on the guard's own connection: in its database, and as
         its role (pg_cron shows each role only its own jobs: an intake role reads its own)."""
         return self.cron_database is None and self.cron_user is None
 
-    def _facts_wanted(self) -> list[str]:
-        """What this poll reads once per connection ("schema") or per session (the rest)."""
-        wanted = [] if self._status_column else ["schema"]
-        if not self.plan_checked:
-            wanted.append("plan")
-        if self._leftovers is None and self._reads_own_cron():
-            wanted.append("leftovers")
-        return wanted
-
-    def _advice(
-        self, conn: Conn, verdict: Verdict, known: dict[str, Any], wanted: list[str]
-    ) -> tuple[str, ...]:
+    def _advice(self, conn: Conn, verdict: Verdict) -> tuple[str, ...]:
         """The warnings given once per session: the plan's, the leftover pauses'."""
         advice: tuple[str, ...] = ()
-        if "plan" in wanted:
+        if not self.plan_checked:
             self.plan_checked = True
-            column = self._status_column
-            plan = once(
-                known, "plan", lambda: advisory_plan_warning(conn, self.contract, verdict, column)
-            )
+            plan = advisory_plan_warning(conn, self.contract, verdict, self._status_column)
             advice = (plan,) if plan else ()
-        if "leftovers" in wanted:
-            # Read on this connection, or taken from a host that read the same database.
-            self._leftovers = once(known, "leftovers", self.leftover_pauses)
         return (*advice, *self.leftover_pauses())
 
     def leftover_pauses(self) -> tuple[str, ...]:
@@ -387,7 +337,7 @@ def fleet_session(
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
 ) -> Iterator[GuardSession]:
-    """One session judging once for every host, by the fleet rule (leaseguard.fleet).
+    """One session judging once for every host, by the fleet rule (leaseguard.core.fleet).
 
     `per_host` is every host's facts, already looked up; nothing is looked up again.
     `host_offsets` are the hosts' clocks minus this machine's (`clock.offset_from_here`,

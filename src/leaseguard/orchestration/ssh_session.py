@@ -25,7 +25,6 @@ from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
 from leaseguard.orchestration.host_start import HostStart, start_host
 from leaseguard.orchestration.session import Conn, GuardSession
-from leaseguard.orchestration.shared_facts import SharedFacts
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
     from fabric import Connection
@@ -40,7 +39,6 @@ def ssh_session(
     *,
     judge_at_once: bool = False,
     started: HostStart | None = None,
-    shared: SharedFacts | None = None,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
     """A session over SSH: lookups on the host, the database through a tunnel.
@@ -54,7 +52,6 @@ def ssh_session(
     (with `judge_at_once`, a database address the host cannot reach is found by that
     connection, not a probe). `started`: the host as `start_host(connection, contract,
     **given)` already started it (`fab guard` starts its hosts before it imports this).
-    `shared`: the run's per-database facts, read once for all its hosts (shared_facts).
     """
     host = started or start_host(connection, contract, **given)
     host.opened.result()  # the tunnel is the connection's second user
@@ -71,7 +68,6 @@ def ssh_session(
             host.runner,
             tunnel,
             host_minus_here=looked_up.clock,
-            shared=shared,
         )
         if opened is not None:
             session.adopt(opened)
@@ -86,8 +82,7 @@ def connect_early(
 ) -> Conn | LeaseguardError:
     """The guard's connection, opened while the lookups' exec runs (a login shell's time).
 
-    Opened as GuardSession opens it: read-only and not prepared (the session prepares from a
-    second poll, so a one-shot guard pays neither the pooler probe nor the prepares).
+    Opened as GuardSession opens it: read-only.
     A failure is returned, to be reported after the lookups' own (`await_lookup`), naming
     the tunnel's failure when there is one. Shared with the Ansible front.
     """
