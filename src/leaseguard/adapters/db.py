@@ -123,15 +123,6 @@ def connect(
     return conn
 
 
-def sent(
-    conn: psycopg.Connection[tuple[object, ...]],
-    query: str | bytes | sql.SQL | sql.Composed,
-    params: Any = None,
-) -> psycopg.Cursor[tuple[object, ...]]:
-    """conn.execute(query, params); kept for adapters.pauses, which still calls it."""
-    return conn.execute(query, params)
-
-
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 # What a guard connection (`connect`) begins by itself; said aloud on an autocommit one.
 _BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"

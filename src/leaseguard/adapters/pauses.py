@@ -45,7 +45,7 @@ from leaseguard.adapters.cron import (
     read_live_jobs,
     refused,
 )
-from leaseguard.adapters.db import read_transaction, sent
+from leaseguard.adapters.db import read_transaction
 from leaseguard.core.errors import DatabaseError
 
 log = logging.getLogger("leaseguard.pauses")
@@ -290,11 +290,11 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
     """
     try:
         with read_transaction(conn):
-            readable = sent(conn, _RECORDS_READABLE).fetchone()
+            readable = conn.execute(_RECORDS_READABLE).fetchone()
             if not readable or not readable[0]:
                 return []
-            cur = sent(conn, _RECORDS, (RECORD_PREFIX,))
-        records = _records(cur.fetchall())
+            rows = conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall()
+        records = _records(rows)
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
