@@ -31,6 +31,7 @@ requirements:
   - the leaseguard Python package on the controller
   - pg_cron in the database named by O(cron_database), for O(pause_cron_jobs)
 extends_documentation_fragment:
+  - leaseguard.deploy.intake
   - leaseguard.deploy.connection
   - leaseguard.deploy.attributes.action_group
 options:
@@ -55,18 +56,6 @@ options:
     default: []
   cron_database:
     description: The database holding C(cron.job) (pg_cron's C(cron.database_name)); default the DSN's.
-    type: str
-  cron_user:
-    description:
-      - The role that owns the intake pg_cron jobs, when the guard's role is another one
-        (the README recommends a read-only guard role). pg_cron shows and lets each role
-        alter only its own jobs.
-    type: str
-  cron_password:
-    description:
-      - The password of O(cron_user); never logged or returned.
-      - If not set, the E(LEASEGUARD_CRON_PASSWORD) environment variable, else libpq's
-        E(PGPASSWORD) or C(.pgpass).
     type: str
   pause_command:
     description: An argv run on the host to stop its own intake; needs O(resume_command).

@@ -28,6 +28,7 @@ author:
 requirements:
   - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller
 extends_documentation_fragment:
+  - leaseguard.deploy.intake
   - leaseguard.deploy.contract
   - leaseguard.deploy.lookup
   - leaseguard.deploy.lookup.check_vars
@@ -94,18 +95,6 @@ options:
     default: []
   cron_database:
     description: The database holding pg_cron's C(cron.job). If not set, O(db_name).
-    type: str
-  cron_user:
-    description:
-      - The role that owns the intake pg_cron jobs, when the guard's role is another one (a
-        read-only guard role). Pausing, recording, resuming and finding leftover holds run
-        as it, since pg_cron shows and lets each role alter only its own jobs.
-    type: str
-  cron_password:
-    description:
-      - The password of O(cron_user); never logged or returned.
-      - If not set, the E(LEASEGUARD_CRON_PASSWORD) environment variable, else libpq's
-        E(PGPASSWORD) or C(.pgpass).
     type: str
   pause_command:
     description: An argv run on the host to stop intake before waiting.

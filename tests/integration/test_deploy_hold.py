@@ -11,9 +11,9 @@ from datetime import datetime
 import pytest
 
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
-from sandbox.runs_table import create_runs_table
-from tests.integration.test_intake_hold import BusyIntake, active, claims_between
 from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.busy_intake import BusyIntake, active, claims_between
+from tests.support.busy_intake import intake_job as cron_intake
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -23,20 +23,8 @@ RESTART = "Restart the runtime and check that its start time moved forward"
 
 @pytest.fixture
 def intake_job(app_db):
-    job = f"claim_{app_db.name}"
-    with app_db.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
-            (job, app_db.name),
-        )
-    with app_db.connect(socket=True) as conn:
-        create_runs_table(conn)
-    yield job
-    with app_db.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
-            (f"leaseguard-paused:{job}@",),
-        )
+    with cron_intake(app_db) as job:
+        yield job
 
 
 @pytest.fixture

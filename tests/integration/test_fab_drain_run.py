@@ -10,7 +10,8 @@ from datetime import datetime
 import pytest
 
 from tests.integration.test_fabric_tasks import fab, runs
-from tests.integration.test_intake_hold import BusyIntake, active, claims_between
+from tests.support.busy_intake import BusyIntake, active, claims_between
+from tests.support.busy_intake import intake_job as cron_intake
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -19,17 +20,8 @@ __all__ = ["fab", "runs"]  # fixtures used here
 
 @pytest.fixture
 def intake_job(runs):
-    job = f"claim_{runs.name}"
-    with runs.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (job, runs.name)
-        )
-    yield job
-    with runs.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
-            (f"leaseguard-paused:{job}@",),
-        )
+    with cron_intake(runs, with_table=False) as job:  # `runs` made the table
+        yield job
 
 
 def clock_command(runs, out):

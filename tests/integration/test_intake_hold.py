@@ -14,11 +14,9 @@ import threading
 import time
 from datetime import datetime
 
-import psycopg
 import pytest
 
 from leaseguard.adapters.pauses import (
-    RECORD_PREFIX,
     hold_jobs,
     leftover_warnings,
     release_hold,
@@ -26,8 +24,8 @@ from leaseguard.adapters.pauses import (
     wait_quiet,
 )
 from leaseguard.core.errors import DatabaseError
-from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
+from tests.support.busy_intake import BusyIntake, active, claims_between, cron_conn, intake_job
 from tests.support.process_lines import Lines
 
 pytestmark = pytest.mark.integration
@@ -37,76 +35,8 @@ FACTS = ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:0
 
 @pytest.fixture
 def intake(db):
-    """pg_cron job `claim_<db>` (in the cron database, targeting the test's database)."""
-    job = f"claim_{db.name}"
-    with db.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (job, db.name)
-        )
-    with db.connect() as conn:
-        create_runs_table(conn)
-    yield job
-    with db.cluster.connect(socket=True) as conn:
-        conn.execute(
-            "SELECT cron.unschedule(jobid) FROM cron.job WHERE starts_with(jobname, %s)",
-            (f"{RECORD_PREFIX}{job}@",),
-        )
-
-
-def active(db, job: str) -> bool:
-    """cron.job.active, read on the test's own connection."""
-    with db.cluster.connect(socket=True) as conn:
-        row = conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (job,)).fetchone()
-    return bool(row[0])
-
-
-def cron_conn(db) -> psycopg.Connection:
-    return db.cluster.connect(socket=True)
-
-
-class BusyIntake(threading.Thread):
-    """Claims a row every `period_s` while `job` is active; finishes each 0.3 s later."""
-
-    def __init__(self, db, job: str, period_s: float = 0.1) -> None:
-        super().__init__(daemon=True)
-        self.db, self.job, self.halt = db, job, threading.Event()
-        self.period_s = period_s
-        self.claims = 0
-
-    def run(self) -> None:
-        with cron_conn(self.db) as cron, self.db.connect(socket=True) as app:
-            next_id, last_claim = 1000, 0.0
-            while not self.halt.wait(0.05):
-                app.execute(
-                    "UPDATE execution_runs SET status = 'done' WHERE status = 'running' "
-                    "AND claimed_at < clock_timestamp() - interval '0.3 s'"
-                )
-                if time.monotonic() - last_claim < self.period_s:
-                    continue
-                row = cron.execute(
-                    "SELECT active FROM cron.job WHERE jobname = %s", (self.job,)
-                ).fetchone()
-                if row and row[0]:
-                    next_id, last_claim = next_id + 1, time.monotonic()
-                    app.execute(
-                        "INSERT INTO execution_runs (id, status, claimed_at) "
-                        "VALUES (%s, 'running', clock_timestamp())",
-                        (next_id,),
-                    )
-                    self.claims += 1
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(timeout=10)
-
-
-def claims_between(db, start: datetime, end: datetime) -> int:
-    with db.connect(socket=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM execution_runs WHERE claimed_at > %s AND claimed_at <= %s",
-            (start, end),
-        ).fetchone()
-    return int(row[0])
+    with intake_job(db) as job:
+        yield job
 
 
 # A command that records the database clock when it starts and ends, and the verdict it got.
