@@ -5,6 +5,7 @@ metrics file is read with prometheus_client's text parser; the stale case comes 
 drain killed with SIGKILL, which cannot write its own end.
 """
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -175,3 +176,41 @@ def test_a_status_file_in_a_missing_directory_is_a_usage_error(busy, tmp_path):
     )
     assert done.returncode == 2
     assert "cannot write" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 256 KiB tmpfs of its own (a real filesystem that fills up), unmounted after."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(folder):
+    """Write until the filesystem says it is full (ENOSPC)."""
+    with (folder / "filler").open("wb", buffering=0) as out, contextlib.suppress(OSError):
+        while True:
+            out.write(b"x" * 4096)
+
+
+def test_a_drain_that_ends_on_a_full_filesystem_never_leaves_a_file_saying_running(busy, small_fs):
+    status_file, metrics_file = small_fs / "drain.json", small_fs / "drain.prom"
+    proc = start_drain(busy, status_file, metrics_file)
+    try:
+        assert wait_until(lambda: polls(status_file) >= 2)
+        fill(small_fs)
+        with busy.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    assert "drain status not written reason=status_write_failed" in stderr  # said, once
+    code, found = status(status_file)
+    # The last snapshot went into the old file's own space: finished, not a stale running.
+    assert (code, found["state"], found["decision"]) == (0, "finished", "proceed"), found

@@ -14,6 +14,7 @@ driver error that echoes a DSN or a password cannot leak into either file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,6 +30,7 @@ from leaseguard.orchestration.drain_metrics import render_metrics
 from leaseguard.orchestration.drain_snapshot import (
     FINISHED,
     INTERRUPTED,
+    RUNNING,
     HostDrain,
     build_snapshot,
 )
@@ -150,23 +152,49 @@ class StatusBoard:
             return
         with self.lock:
             snapshot = self.snapshot()
+            final = snapshot["state"] != RUNNING
             if self.status_path is not None:
-                self._write(self.status_path, json.dumps(snapshot, indent=1) + "\n")
+                self._write(self.status_path, json.dumps(snapshot, indent=1) + "\n", final)
             if self.metrics_path is not None:
-                self._write(self.metrics_path, render_metrics(snapshot))
+                self._write(self.metrics_path, render_metrics(snapshot), final)
 
-    def _write(self, path: Path, text: str) -> None:
+    def _write(self, path: Path, text: str, final: bool = False) -> None:
         try:
             atomic_write(path, text)
         except OSError as exc:
-            if str(path) not in self._failing:
-                self._failing.add(str(path))
-                log.warning(
-                    "drain status not written reason=status_write_failed path=%s exc_type=%s",
-                    path,
-                    type(exc).__name__,
-                )
+            if final and path.exists():  # a file saying `running` would outlive the drain
+                self._write_last(path, text, exc)
+            else:
+                self._warn_once(path, exc)
             return
         if str(path) in self._failing:
             self._failing.discard(str(path))
             log.info("drain status written again path=%s", path)
+
+    def _warn_once(self, path: Path, exc: OSError) -> None:
+        if str(path) not in self._failing:
+            self._failing.add(str(path))
+            log.warning(
+                "drain status not written reason=status_write_failed path=%s exc_type=%s",
+                path,
+                type(exc).__name__,
+            )
+
+    def _write_last(self, path: Path, text: str, exc: OSError) -> None:
+        """The final snapshot on a full (or failing) filesystem: over the old file's own
+        space, emptied first; failing that, no file rather than one saying `running`."""
+        try:
+            with path.open("r+", encoding="utf-8") as handle:
+                handle.truncate(0)
+                handle.write(text)
+            self._warn_once(path, exc)
+            log.info("drain status written in place at the end path=%s", path)
+        except OSError as last:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            log.error(
+                "drain status not written at the end reason=status_write_failed path=%s "
+                "exc_type=%s; the stale file was removed so that it does not say running",
+                path,
+                type(last).__name__,
+            )
