@@ -13,6 +13,8 @@ from __future__ import annotations
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     ConfigError,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     database_conninfo,
 )
 

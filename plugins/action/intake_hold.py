@@ -16,11 +16,13 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     intake_hold_role_variables,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
     RESUME_HINT,
+    drain_events,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     database_path,
-    drain_events,
 )
 
 try:

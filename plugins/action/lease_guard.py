@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
     RESUME_HINT,
-    contract_from,
     drain_events,
+    stop_on_signals,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    contract_from,
     drain_host,
     drain_options,
     fleet_guard_session,
@@ -23,7 +26,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     guard_session,
     host_lookup,
     intake_line,
-    stop_on_signals,
 )
 
 DRAIN_KEYS = (

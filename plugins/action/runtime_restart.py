@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    AnsibleRunner,
     contract_from,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
+    AnsibleRunner,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._runtime_restart import (
     checked,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    AnsibleRunner,
     contract_from,
     look_up,
+)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
+    AnsibleRunner,
 )
 
 

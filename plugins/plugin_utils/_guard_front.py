@@ -10,47 +10,38 @@ CLI and the Fabric tasks.
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-import os
-import secrets
-import shlex
 import sys
 import threading
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import CARRIED
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
+    AnsibleRunner,
+    database_path,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
     install_hint,
     install_warnings,
 )
 
 try:
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import make_conninfo
-
     from leaseguard.adapters.clock import offset_from_here
     from leaseguard.adapters.host_lookup import HostLookup, look_up_host
     from leaseguard.adapters.runtime import resolve_runtime_facts
-    from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
     from leaseguard.core.clock_offset import ClockOffset
     from leaseguard.core.contract import CONFIG_KEYS, load_contract
-    from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
     from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
     from leaseguard.core.fleet import facts_from_reports
-    from leaseguard.core.lookups import CommandResult
-    from leaseguard.core.one_exec import split_tty, tty_argv
-    from leaseguard.core.ssh_args import parse_openssh_args
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
     from leaseguard.core.verdict import failure_result
     from leaseguard.orchestration.drain import intake_line
     from leaseguard.orchestration.drain_options import drain_options
-    from leaseguard.orchestration.drain_run import drain_host, signals_set
+    from leaseguard.orchestration.drain_run import drain_host
     from leaseguard.orchestration.session import GuardSession, fleet_session
-    from leaseguard.orchestration.ssh_session import await_lookup, connect_early, tunnelled
+    from leaseguard.orchestration.ssh_session import await_lookup, connect_early
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
@@ -58,7 +49,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
     ConfigError = TunnelError = LookupFailed = LeaseguardError
-    drain_host = drain_options = signals_set = intake_line = None
+    drain_host = drain_options = intake_line = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -221,162 +212,6 @@ def given_facts(args):
     }
 
 
-class AnsibleRunner:
-    """Runs lookup commands on the host through the task's own Ansible connection.
-
-    So become, connection plugins and jump hosts apply to lookups exactly as to any other
-    task, and hosts need no Python for them.
-    """
-
-    def __init__(self, action, label):
-        self._action = action
-        self.label = label
-
-    @property
-    def becomes(self):
-        """Whether the task's connection runs commands through become (sudo, su, ...)."""
-        return getattr(self._action._connection, "become", None) is not None
-
-    def run(self, argv):
-        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
-        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
-        nonce = secrets.token_hex(8) if self.becomes else None
-        command = tty_argv(tuple(argv), nonce) if nonce else argv
-        try:
-            result = self._action._low_level_execute_command(
-                shlex.join(command), sudoable=nonce is not None
-            )
-        except (AnsibleConnectionFailure, AnsibleError) as exc:
-            cause = _ssh_failure_cause(exc, self.label)
-            raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
-        ran = CommandResult(
-            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
-        )
-        return split_tty(ran, nonce) if nonce else ran
-
-
-# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, each with what
-# the operator should do; the raw text itself is never repeated (it may quote the command).
-_HOST_KEY_CAUSES = (
-    (
-        "REMOTE HOST IDENTIFICATION HAS CHANGED",
-        "host key does not match known_hosts (it changed since it was recorded): if the "
-        "change is expected, verify the new key and replace the old one "
-        "(ssh-keygen -R {host}, then ssh-keyscan)",
-    ),
-    (
-        "host key mismatch",
-        "host key does not match known_hosts: if the change is expected, verify the new key "
-        "and replace the old one (ssh-keygen -R {host}, then ssh-keyscan)",
-    ),
-    (
-        "Host key verification failed",
-        "host key verification failed (not in known_hosts, or not matching it): add the "
-        "verified key to known_hosts (ssh-keyscan)",
-    ),
-)
-
-
-def _ssh_failure_cause(exc, host):
-    text = str(exc)
-    for needle, cause in _HOST_KEY_CAUSES:
-        if needle.lower() in text.lower():
-            return cause.format(host=host)
-    return "running a lookup failed"
-
-
-def conninfo_from(args):
-    """dbname/user/password (and any other libpq keywords of `dsn`) as one conninfo."""
-    given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
-    try:
-        conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
-    except ProgrammingError:
-        raise invalid_dsn(args["dsn"] or "") from None
-    reject_hostaddr(conninfo)
-    return conninfo
-
-
-def _transport(connection):
-    return str(getattr(connection, "transport", "") or "").rsplit(".", 1)[-1]
-
-
-def _connection_option(connection, name):
-    try:
-        return connection.get_option(name)
-    except KeyError:
-        return None
-
-
-def ssh_target(connection, play_context):
-    """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
-    ssh_args = " ".join(
-        str(_connection_option(connection, name) or "")
-        for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
-    )
-    parsed = parse_openssh_args(ssh_args)
-    if "proxycommand" in parsed:
-        raise ConfigError(
-            "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
-            "use ProxyJump (-J) instead"
-        )
-    strict = parsed.get("stricthostkeychecking", "").lower()
-    checking = _connection_option(connection, "host_key_checking")
-    host = _connection_option(connection, "host") or play_context.remote_addr
-    port = _connection_option(connection, "port") or parsed.get("port")
-    options = SshOptions(
-        user=_connection_option(connection, "remote_user") or parsed.get("user"),
-        port=int(port) if port else None,
-        key_filename=_connection_option(connection, "private_key_file")
-        or parsed.get("identityfile"),
-        known_hosts=parsed.get("userknownhostsfile"),
-        # Only the host's own Ansible settings can opt out of refusing unknown keys, as they
-        # do for ansible's ssh itself; a changed key is refused either way (paramiko).
-        accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
-        gateway=parsed.get("proxyjump"),
-        connect_timeout_s=int(_connection_option(connection, "timeout") or 10),
-    )
-    return str(host), options
-
-
-@contextmanager
-def database_conninfo(action, args):
-    """The database's conninfo as the controller reaches it: through the host, or directly.
-
-    A `local` connection or `tunnel: false` means the controller reaches the database address
-    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
-    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
-    database (leaseguard.core.dsn).
-    """
-    with database_path(action, args) as (conninfo, _tunnel):
-        yield conninfo
-
-
-@contextmanager
-def database_path(action, args, *, probe=True):
-    """database_conninfo's conninfo and its tunnel (None when reached directly).
-
-    Without `probe` the tunnel does not first try the database address: the caller's own
-    connection does, and names the tunnel's failure (`connect_early`).
-    """
-    conninfo = conninfo_from(args)
-    if not args["tunnel"] or _transport(action._connection) == "local":
-        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
-        return
-    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
-    host, options = ssh_target(action._connection, action._play_context)
-    if args.get("connect_timeout_s"):
-        # The tunnel's SSH connect fits in a poll's budget (connect_timeout_s + statement +
-        # margin), so a drain can reopen it after a partition within one poll.
-        timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
-        options = dataclasses.replace(options, connect_timeout_s=timeout)
-    connection = make_connection(host, options)
-    try:
-        with tunnelled(connection, conninfo, address, probe=probe) as path:
-            yield path
-    finally:
-        connection.close()
-
-
 @contextmanager
 def guard_session(action, args, contract, facts, label):
     """A session for this host, its lookups run through the task's connection.
@@ -445,108 +280,11 @@ def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
             yield session
 
 
-RESUME_HINT = (
-    "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
-    "the same database options)"
-)
-
-
-@contextmanager
-def stop_on_signals(label):
-    """SIGINT/SIGTERM/SIGHUP stop the drain and its `finally` resumes intake; the worker says so.
-
-    ansible-playbook forwards SIGINT and SIGTERM to its workers, whose own handler kills the
-    whole worker at once (no `finally` runs), and on SIGTERM the controller process exits
-    right away. So while a drain runs here, the signals only set `stop`; the drain's loop
-    notices it within a poll and resumes intake. A controller that dies without forwarding
-    anything (SIGHUP when its terminal closes, SIGKILL) leaves the worker orphaned: the worker
-    notices its parent is gone and stops the same way, instead of draining on unseen. The
-    message goes to the controller's stderr, opened before any signal (a worker's own stdio
-    is /dev/null, and the controller may be gone by the time the resume is done).
-    """
-    stop = threading.Event()
-    out = _controller_stderr()
-
-    def say(message):
-        line = f"leaseguard [{label}]: {message}"
-        # The controller may be gone already (SIGTERM): the resume matters, not the message.
-        with suppress(Exception):
-            if out is not None:
-                out.write(line + "\n")
-                out.flush()
-            else:
-                display.display(line, stderr=True)
-
-    done = threading.Event()
-    watcher = threading.Thread(
-        target=_stop_when_orphaned, args=(os.getppid(), stop, done, say), daemon=True
-    )
-    watcher.start()
-    try:
-        with signals_set(stop, say):
-            yield stop, say
-    finally:
-        done.set()
-        watcher.join()
-        if out is not None:
-            out.close()
-
-
-def _stop_when_orphaned(parent, stop, done, say):
-    """Set `stop` once the controller that forked this worker is gone."""
-    while not done.wait(0.5):
-        if os.getppid() != parent:
-            say("ansible-playbook is gone: stopping the drain and resuming intake")
-            stop.set()
-            return
-
-
-def _controller_stderr():
-    """The ansible-playbook process's stderr, for messages that must outlive it."""
-    try:
-        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
-    except OSError:
-        return None
-
-
-class DisplayedEvents(logging.Handler):
-    """The drain's state changes, shown as they happen and kept for the task result.
-
-    Idle polls log at DEBUG and never reach here: a long quiet wait prints nothing.
-    """
-
-    def __init__(self, label):
-        super().__init__(logging.INFO)
-        self.label = label
-        self.lines = []
-
-    def emit(self, record):
-        line = record.getMessage()
-        self.lines.append(line)
-        display.display(f"leaseguard [{self.label}]: {line}")
-
-
-@contextmanager
-def drain_events(label):
-    logger = logging.getLogger("leaseguard.drain")
-    handler = DisplayedEvents(label)
-    previous = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield handler.lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(previous)
-
-
 __all__ = [
     "ConfigError",
     "LeaseguardError",
     "clock_from_here",
     "contract_from",
-    "database_conninfo",
-    "drain_events",
     "drain_host",
     "drain_options",
     "failure",
@@ -558,5 +296,4 @@ __all__ = [
     "look_up",
     "lookup_result",
     "require_leaseguard",
-    "stop_on_signals",
 ]

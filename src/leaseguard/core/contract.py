@@ -386,13 +386,8 @@ def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
 
 
 # Which extra key each source cannot work without.
-_TASK_TIMEOUT_NEEDS = {
-    "systemd": "unit",
-    "process": "pid_file",
-    "env_file": "path",
-    "command": "command",
-    "fixed": "value_s",
-}
+_TASK_TIMEOUT_NEEDS = {"systemd": "unit", "process": "pid_file", "env_file": "path"}
+_TASK_TIMEOUT_NEEDS |= {"command": "command", "fixed": "value_s"}
 _RUNTIME_NEEDS = {"systemd": "unit", "process": "pid_file", "fixed": "started_at"}
 
 

@@ -1,0 +1,187 @@
+# Copyright: (c) 2026, leaseguard contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Private to leaseguard.deploy: how an action reaches its host and the host's database.
+
+Commands run through the task's own Ansible connection (become, connection plugins and jump
+hosts apply as to any task); the database is reached through an SSH tunnel opened with the
+host's own inventory settings, or directly for a `local` connection or `tunnel: false`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import shlex
+from contextlib import contextmanager
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
+
+try:
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import make_conninfo
+
+    from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+    from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
+    from leaseguard.core.errors import ConfigError, TunnelError
+    from leaseguard.core.lookups import CommandResult
+    from leaseguard.core.one_exec import split_tty, tty_argv
+    from leaseguard.core.ssh_args import parse_openssh_args
+    from leaseguard.orchestration.ssh_session import tunnelled
+except ImportError:  # require_leaseguard() (plugin_utils._guard_front) fails every task first
+    pass
+
+
+class AnsibleRunner:
+    """Runs lookup commands on the host through the task's own Ansible connection.
+
+    So become, connection plugins and jump hosts apply to lookups exactly as to any other
+    task, and hosts need no Python for them.
+    """
+
+    def __init__(self, action, label):
+        self._action = action
+        self.label = label
+
+    @property
+    def becomes(self):
+        """Whether the task's connection runs commands through become (sudo, su, ...)."""
+        return getattr(self._action._connection, "become", None) is not None
+
+    def run(self, argv):
+        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
+        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        nonce = secrets.token_hex(8) if self.becomes else None
+        command = tty_argv(tuple(argv), nonce) if nonce else argv
+        try:
+            result = self._action._low_level_execute_command(
+                shlex.join(command), sudoable=nonce is not None
+            )
+        except (AnsibleConnectionFailure, AnsibleError) as exc:
+            cause = _ssh_failure_cause(exc, self.label)
+            raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
+        ran = CommandResult(
+            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
+        )
+        return split_tty(ran, nonce) if nonce else ran
+
+
+# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, each with what
+# the operator should do; the raw text itself is never repeated (it may quote the command).
+_HOST_KEY_CAUSES = (
+    (
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        "host key does not match known_hosts (it changed since it was recorded): if the "
+        "change is expected, verify the new key and replace the old one "
+        "(ssh-keygen -R {host}, then ssh-keyscan)",
+    ),
+    (
+        "host key mismatch",
+        "host key does not match known_hosts: if the change is expected, verify the new key "
+        "and replace the old one (ssh-keygen -R {host}, then ssh-keyscan)",
+    ),
+    (
+        "Host key verification failed",
+        "host key verification failed (not in known_hosts, or not matching it): add the "
+        "verified key to known_hosts (ssh-keyscan)",
+    ),
+)
+
+
+def _ssh_failure_cause(exc, host):
+    text = str(exc)
+    for needle, cause in _HOST_KEY_CAUSES:
+        if needle.lower() in text.lower():
+            return cause.format(host=host)
+    return "running a lookup failed"
+
+
+def conninfo_from(args):
+    """dbname/user/password (and any other libpq keywords of `dsn`) as one conninfo."""
+    given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
+    try:
+        conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+    except ProgrammingError:
+        raise invalid_dsn(args["dsn"] or "") from None
+    reject_hostaddr(conninfo)
+    return conninfo
+
+
+def _transport(connection):
+    return str(getattr(connection, "transport", "") or "").rsplit(".", 1)[-1]
+
+
+def _connection_option(connection, name):
+    try:
+        return connection.get_option(name)
+    except KeyError:
+        return None
+
+
+def ssh_target(connection, play_context):
+    """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
+    ssh_args = " ".join(
+        str(_connection_option(connection, name) or "")
+        for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
+    )
+    parsed = parse_openssh_args(ssh_args)
+    if "proxycommand" in parsed:
+        raise ConfigError(
+            "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
+            "use ProxyJump (-J) instead"
+        )
+    strict = parsed.get("stricthostkeychecking", "").lower()
+    checking = _connection_option(connection, "host_key_checking")
+    host = _connection_option(connection, "host") or play_context.remote_addr
+    port = _connection_option(connection, "port") or parsed.get("port")
+    options = SshOptions(
+        user=_connection_option(connection, "remote_user") or parsed.get("user"),
+        port=int(port) if port else None,
+        key_filename=_connection_option(connection, "private_key_file")
+        or parsed.get("identityfile"),
+        known_hosts=parsed.get("userknownhostsfile"),
+        # Only the host's own Ansible settings can opt out of refusing unknown keys, as they
+        # do for ansible's ssh itself; a changed key is refused either way (paramiko).
+        accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
+        gateway=parsed.get("proxyjump"),
+        connect_timeout_s=int(_connection_option(connection, "timeout") or 10),
+    )
+    return str(host), options
+
+
+@contextmanager
+def database_conninfo(action, args):
+    """The database's conninfo as the controller reaches it: through the host, or directly.
+
+    A `local` connection or `tunnel: false` means the controller reaches the database address
+    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
+    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
+    database (leaseguard.core.dsn).
+    """
+    with database_path(action, args) as (conninfo, _tunnel):
+        yield conninfo
+
+
+@contextmanager
+def database_path(action, args, *, probe=True):
+    """database_conninfo's conninfo and its tunnel (None when reached directly).
+
+    Without `probe` the tunnel does not first try the database address: the caller's own
+    connection does, and names the tunnel's failure (`connect_early`).
+    """
+    conninfo = conninfo_from(args)
+    if not args["tunnel"] or _transport(action._connection) == "local":
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
+        return
+    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
+    host, options = ssh_target(action._connection, action._play_context)
+    if args.get("connect_timeout_s"):
+        # The tunnel's SSH connect fits in a poll's budget (connect_timeout_s + statement +
+        # margin), so a drain can reopen it after a partition within one poll.
+        timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
+        options = dataclasses.replace(options, connect_timeout_s=timeout)
+    connection = make_connection(host, options)
+    try:
+        with tunnelled(connection, conninfo, address, probe=probe) as path:
+            yield path
+    finally:
+        connection.close()
