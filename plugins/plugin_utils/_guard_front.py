@@ -32,7 +32,7 @@ try:
     from leaseguard.adapters.runtime import resolve_runtime_facts
     from leaseguard.core.clock_offset import ClockOffset
     from leaseguard.core.contract import CONFIG_KEYS, load_contract
-    from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed, TunnelError
+    from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
     from leaseguard.core.fleet import facts_from_reports
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
@@ -48,7 +48,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
-    ConfigError = TunnelError = LookupFailed = LeaseguardError
+    ConfigError = LookupFailed = LeaseguardError
     drain_host = drain_options = intake_line = None
     CONFIG_KEYS = frozenset()
 else:
