@@ -276,6 +276,14 @@ def test_a_partition_lifted_mid_drain_is_reconnected_and_intake_resumed(db_host,
         )
     assert "SSH" in fab.stderr.split("drain poll failed", 1)[1]
     wait_for(lambda: "SSH connection reopened" in fab.stderr, what="the tunnel to reconnect")
+    # The backend the partition left open (the host's sshd still holds its channel) is
+    # ended by the reconnect that replaced it: one leaseguard backend, not two.
+    wait_for(
+        lambda: len(guard_backends(db_host)) == 1,
+        timeout=10,
+        what="the left-behind backend to be ended",
+        fab=fab,
+    )
     finish_claims(db_host)
     status = fab.wait(timeout=30)
     assert status == 0, fab.stdout + fab.stderr

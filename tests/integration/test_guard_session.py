@@ -1,6 +1,7 @@
 """The guard's own session: read-only, time-boxed, named, safe with hostile identifiers."""
 
 import logging
+import os
 import threading
 import time
 
@@ -415,3 +416,32 @@ def test_a_failed_check_leaves_its_connection_as_it_found_it_and_psycopg_silent(
         with pytest.raises(DatabaseUnavailable, match="connection lost"):
             _judged(guard, contract, column)
     assert not [r for r in caplog.records if r.name.startswith("psycopg")]
+
+
+def backend_alive(db, pid: int) -> bool:
+    with db.connect() as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,))
+        return row.fetchone()[0] == 1
+
+
+def test_a_reconnect_ends_the_backend_a_lost_connection_left_open(db):
+    """A partition loses the client side only: the server (behind the host's sshd) keeps the
+    old backend open, idle, for hours; the connection that replaces it ends it."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    with local_session(NO_RUNTIME, db.dsn, task_timeout_s=3600.0) as session:
+        session.judge()
+        assert session._conn is not None
+        lost, fd = session._conn.info.backend_pid, session._conn.pgconn.socket
+        kept = os.dup(fd)  # the socket stays open: the server never hears of the loss
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, fd)  # the client side is gone, as behind a dead link
+        os.close(null)
+        try:
+            assert backend_alive(db, lost)
+            # The poll meets the lost connection and replaces it (once, within the poll).
+            assert session.judge().decision.value == "proceed"
+            assert session._conn.info.backend_pid != lost
+            assert wait_until(lambda: not backend_alive(db, lost), timeout_s=10)
+        finally:
+            os.close(kept)

@@ -7,6 +7,7 @@ target (host, port, database), the table or column, the exception class and SQLS
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from leaseguard.core.errors import (
     SchemaMismatch,
 )
 
+log = logging.getLogger("leaseguard.db")
 APPLICATION_NAME = "leaseguard"
 
 # Where each front takes the database password from (README, "Point it at your own hosts").
@@ -150,6 +152,25 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
         _roll_back(conn)
         raise
     conn.commit()
+
+
+# A connection this session lost, still open on the server: a partition leaves it there, the
+# host's sshd holding the tunnel's channel until its own keepalive notices, hours later.
+_END_LEFT_BEHIND = (
+    "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
+    "WHERE pid = %s AND pid <> pg_backend_pid() AND application_name = %s "
+    "AND usename = current_user AND state IN ('idle', 'idle in transaction')"
+)
+
+
+def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
+    """End the server side of the connection `conn` replaces, so that reconnects after a
+    partition do not pile up idle backends. Advisory: a failure changes nothing else."""
+    try:
+        with read_transaction(conn):
+            conn.execute(_END_LEFT_BEHIND, (pid, APPLICATION_NAME))
+    except psycopg.Error as exc:
+        log.debug("left-behind backend %d not ended (%s)", pid, type(exc).__name__)
 
 
 def _roll_back(conn: psycopg.Connection[Any]) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Protocol, Unpack
 
 import psycopg
 
-from leaseguard.adapters.db import connect, describe_target
+from leaseguard.adapters.db import connect, describe_target, end_left_behind
 from leaseguard.adapters.guard import judge_table, lease_seconds
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
@@ -116,6 +116,7 @@ class GuardSession:
         self.cron_password: str | None = None
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
+        self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
 
     @property
     def host(self) -> str:
@@ -145,7 +146,7 @@ class GuardSession:
         """Judge on `conn`, opened along the session's path while the lookups ran
         (ssh_session); like any shared connection, it is replaced once if it broke."""
         self.close()
-        self._conn = conn
+        self._conn, self._backend_pid = conn, conn.info.backend_pid
 
     def _connection_broke(self) -> bool:
         """True when the connection itself is gone (server restart, terminated, idle cut)."""
@@ -153,6 +154,10 @@ class GuardSession:
 
     def close(self) -> None:
         if self._conn is not None:
+            # Lost, or closed by a failed rollback, rather than ended here: its server side
+            # may still be open (a partition), for the next connection to end.
+            if self._conn.broken or self._conn.closed:
+                self._left_behind = self._backend_pid
             self._conn.close()
             self._conn = None
             self._status_column = None
@@ -162,6 +167,10 @@ class GuardSession:
             self.close()
         if self._conn is None:
             self._conn = self._open()
+            self._backend_pid = self._conn.info.backend_pid
+            if self._left_behind:  # each reconnect ends what it replaces
+                end_left_behind(self._conn, self._left_behind)
+                self._left_behind = 0
         return self._conn
 
     def _open(
