@@ -139,3 +139,18 @@ def test_a_signal_to_ansible_playbook_leaves_intake_active_and_says_so(db, fleet
     stderr = err.text()
     assert "drain interrupted by a signal; intake was resumed" in stderr, stderr[-3000:]
     assert job in stderr
+
+
+def test_a_fleet_judgment_that_fails_names_its_cause_once_and_no_host_fails_on_a_template(
+    db, fleet, tmp_path
+):
+    inventory, job = fleet
+    claim(db, 1, "0 seconds")
+    proc, out, err = start_playbook(inventory, tmp_path, leaseguard_pause_cron_jobs=["no_such"])
+    proc.wait(timeout=120)
+    stdout, stderr = out.text(), err.text()
+    assert proc.returncode == 2, stdout[-3000:]
+    assert "pg_cron job(s) not found: no_such" in stdout
+    assert "app2 was not judged: the fleet's one judgment failed" in stdout
+    assert "HostVarsVars" not in stdout + stderr and "has no attribute" not in stdout + stderr
+    assert active(db, job) == "t"
