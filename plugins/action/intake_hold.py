@@ -29,7 +29,7 @@ try:
     from leaseguard.adapters.db import connect
     from leaseguard.adapters.pauses import Hold, drain_identity
     from leaseguard.orchestration.drain import intake_line
-    from leaseguard.orchestration.intake import CommandPause, CronJobsPause
+    from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intakes
 except ImportError:  # reported by require_leaseguard() before act() runs
     pass
 
@@ -53,17 +53,14 @@ class ActionModule(LeaseguardAction):
         parts = self._parts(args, host)
         if not parts:
             return {"changed": False, "hold": None, "msg": intake_line(None)}
-        taken = []
+        intake = Intakes(parts)
         try:
-            for part in parts:
-                taken.append(part)
-                part.pause()
+            intake.pause()
         except BaseException:
-            for part in reversed(taken):
-                part.resume()
+            intake.resume()  # what was taken before the failure; then the failure itself
             raise
         cron = next((p for p in parts if isinstance(p, CronJobsPause)), None)
-        held = [name for part in parts for name in part.paused_intake()]
+        held = intake.paused_intake()
         hold = {
             "cron": cron.hold.as_dict() if cron and cron.hold else None,
             "command": bool(args["pause_command"]),
@@ -75,34 +72,25 @@ class ActionModule(LeaseguardAction):
 
     def _release(self, args, host):
         hold = args["hold"] or {}
-        given_back, failures, resumed = [], [], []
-        if hold.get("command") and args["resume_command"]:
-            command = CommandPause(AnsibleRunner(self, host), ["true"], args["resume_command"])
-            command.paused = True
-            given_back += self._attempt(command, failures)
+        parts = []
         if hold.get("cron"):
             cron = self._cron(args, host)
             cron.adopt(Hold.from_dict(hold["cron"]))
-            given_back += self._attempt(cron, failures)
-            resumed = list(cron.resumed)
-        if failures:
-            raise failures[0]
+            parts.append(cron)
+        if hold.get("command") and args["resume_command"]:
+            command = CommandPause(AnsibleRunner(self, host), [], args["resume_command"])
+            command.adopt()
+            parts.append(command)
+        intake = Intakes(parts, held=True)
+        given_back = intake.paused_intake()
+        intake.resume()  # every part attempted, in reverse; the first failure raised
+        resumed = list(parts[0].resumed) if hold.get("cron") else []
         return {
             "changed": bool(given_back),
             "released": given_back,
             "resumed": resumed,
             "msg": "intake given back",
         }
-
-    @staticmethod
-    def _attempt(part, failures):
-        names = part.paused_intake()
-        try:
-            part.resume()
-        except Exception as exc:  # every part is attempted; the first failure is reported
-            failures.append(exc)
-            return []
-        return names
 
     def _parts(self, args, host):
         parts = []

@@ -172,6 +172,10 @@ class CommandPause:
         self._run(self.pause_argv, "pause")
         self.paused = True
 
+    def adopt(self) -> None:
+        """Give back later a pause another task made (the Ansible front's release task)."""
+        self.paused = True
+
     def resume(self) -> None:
         if self.paused:
             self._run(self.resume_argv, "resume")
@@ -189,9 +193,10 @@ class CommandPause:
 class Intakes:
     """Several intake pauses as one: resumed in reverse order, each attempted."""
 
-    def __init__(self, parts: Sequence[Intake]) -> None:
+    def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
+        """`held`: the parts already hold (adopted from another task); resume() gives back."""
         self.parts = list(parts)
-        self.active: list[Intake] = []
+        self.active: list[Intake] = list(parts) if held else []
 
     def paused_intake(self) -> list[str]:
         return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
