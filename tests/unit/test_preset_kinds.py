@@ -13,11 +13,12 @@ def river(**keys):
     return contract_from_mapping({"preset": "river", **keys})
 
 
-def test_a_kind_s_lease_is_the_longer_of_its_timeout_and_the_rescue_horizon():
+def test_each_kind_s_timeout_is_bound_and_the_longer_of_it_and_the_lease_is_taken_in_sql():
     contract = river(kind_timeouts={"long": 10800, "short": 60, "free": "unlimited"})
     params = predicate_params(contract, lease_s=3600.0, runtime_started_at=None)
     assert params["kinds"] == ["long", "short"]
-    assert params["kind_leases"] == [timedelta(hours=3), timedelta(hours=1)]
+    assert params["kind_timeouts"] == [timedelta(hours=3), timedelta(minutes=1)]
+    assert "greatest(k.kind_timeout, lg_subject.lg_lease)" in expiry(contract).as_string(None)
     assert params["unlimited_kinds"] == ["free"]
 
 

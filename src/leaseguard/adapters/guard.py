@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,8 +28,9 @@ from leaseguard.core.fleet import in_database_clock
 from leaseguard.core.predicate import (
     counts_query,
     live_claims_query,
+    orphan_cutoff,
     owners_table,
-    predicate_params,
+    subjects_params,
     table_identifier,
 )
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
@@ -78,6 +81,37 @@ def evaluate(conn: Connection, contract: Contract, **judged: Any) -> Verdict:
     return judge_table(conn, contract, **judged)[0]
 
 
+@dataclass(frozen=True)
+class Subject:
+    """Whom a verdict is for (a host, or a fleet by the fleet rule) and its facts.
+
+    `clock_offset` (host minus database clock) moves the runtime's start into the database
+    clock, as the fleet rule does (one cut-off for the same row and clocks, whichever front
+    judges); its uncertainty widens the orphan tolerance.
+    """
+
+    host: str | None
+    task_timeout: TaskTimeout | None
+    lease_s: float | None
+    runtime_started_at: datetime | None
+    clock_offset: ClockOffset | None = None
+    warnings: tuple[str, ...] = ()
+
+    def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
+        """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
+        started, tolerance_s = self.runtime_started_at, None
+        if self.clock_offset is not None:
+            started = in_database_clock(started, self.clock_offset.offset_s)
+            tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
+        return self.lease_s, orphan_cutoff(contract, started, tolerance_s)
+
+    def clock_warnings(self, contract: Contract) -> tuple[str, ...]:
+        offset = self.clock_offset
+        if offset is None or not offset.exceeds(contract.clock_skew_s):
+            return ()
+        return (offset.warning(self.host or "-", contract.clock_skew_s),)
+
+
 def judge_table(
     conn: Connection,
     contract: Contract,
@@ -91,32 +125,34 @@ def judge_table(
     warnings: tuple[str, ...] = (),
     status_column: StatusColumn | None = None,
 ) -> tuple[Verdict, StatusColumn]:
-    """Judge on an open guard connection; also returns the status column's catalog facts.
+    """`judge_subjects` for one subject built from these keywords."""
+    subject = Subject(host, task_timeout, lease_s, runtime_started_at, clock_offset, warnings)
+    verdicts, status_column = judge_subjects(
+        conn, contract, [subject], as_of=as_of, status_column=status_column
+    )
+    return verdicts[0], status_column
+
+
+def judge_subjects(
+    conn: Connection,
+    contract: Contract,
+    subjects: Sequence[Subject],
+    *,
+    as_of: datetime | None = None,
+    status_column: StatusColumn | None = None,
+) -> tuple[list[Verdict], StatusColumn]:
+    """Every subject's verdict from one snapshot (one transaction, the table read once per
+    query whatever the number of subjects); also the status column's catalog facts.
 
     Every status present in the table is checked against the contract's lists
     (UnclassifiedStatus), in the same transaction and snapshot as the predicate.
     `status_column` (from an earlier check on this connection) skips the table/column
     pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
-    from the query itself), and a status that appeared since is still found.
-
-    `clock_offset` (host minus database clock) moves the runtime's start into the database
-    clock, as the fleet rule does (one cut-off for the same row and clocks, whichever front
-    judges); its uncertainty widens the orphan tolerance. `as_of` replaces the database's
-    now() for tests that pin a boundary to the microsecond; production callers leave it None.
+    from the query itself), and a status that appeared since is still found. `as_of`
+    replaces the database's now() for tests that pin a boundary to the microsecond;
+    production callers leave it None.
     """
-    cutoff_start, tolerance_s = runtime_started_at, contract.clock_skew_s
-    if clock_offset is not None:
-        cutoff_start = in_database_clock(runtime_started_at, clock_offset.offset_s)
-        tolerance_s = clock_offset.tolerance_s(contract.clock_skew_s)
-        if clock_offset.exceeds(contract.clock_skew_s):
-            warnings = (*warnings, clock_offset.warning(host or "-", contract.clock_skew_s))
-    params = predicate_params(
-        contract,
-        lease_s=lease_s,
-        runtime_started_at=cutoff_start,
-        as_of=as_of,
-        tolerance_s=tolerance_s,
-    )
+    params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
@@ -124,13 +160,16 @@ def judge_table(
                 status_column = verify_schema(conn, contract)
             # The counts first: they say whether the server is a standby, named before all.
             checked_at, counts = _read_counts(cur.execute(counts_query(contract), params))
+            here: tuple[str, ...] = ()
             if as_of is None:  # now() ran between these two instants of this machine's clock
-                here = controller_offset(checked_at.timestamp(), sent_at, time.time())
-                warnings = (*warnings, *controller_warning(here))
+                here = controller_warning(
+                    controller_offset(checked_at.timestamp(), sent_at, time.time())
+                )
             check_statuses(cur, contract, status_column)
             # Only when something is live: the listing reads the queued rows again, and
             # a backlog can hold far more of them than there are workers.
-            live = _live_claims(cur, contract, params) if counts.live else ()
+            any_live = any(c.live for c in counts)
+            live = _live_claims(cur, contract, params) if any_live else {}
     except SchemaMismatch:
         if status_column is None:
             raise
@@ -138,22 +177,37 @@ def judge_table(
         with guard_transaction(conn, contract):
             verify_schema(conn, contract)
         raise
-    bound, bound_known = _wait_upper_bound(live, lease_s, counts.live)
-    verdict = Verdict(
+    verdicts = [
+        _verdict(contract, subject, counts[n], live.get(n + 1, ()), checked_at, here)
+        for n, subject in enumerate(subjects)
+    ]
+    return verdicts, status_column
+
+
+def _verdict(
+    contract: Contract,
+    subject: Subject,
+    counts: Counts,
+    live: tuple[LiveClaim, ...],
+    checked_at: datetime,
+    controller: tuple[str, ...],
+) -> Verdict:
+    bound, bound_known = _wait_upper_bound(live, subject.lease_s, counts.live)
+    warnings = (*subject.warnings, *subject.clock_warnings(contract), *controller)
+    return Verdict(
         counts=counts,
         live=live,
         checked_at=checked_at,
-        lease_s=lease_s,
-        task_timeout=task_timeout,
-        runtime_started_at=runtime_started_at,
+        lease_s=subject.lease_s,
+        task_timeout=subject.task_timeout,
+        runtime_started_at=subject.runtime_started_at,
         wait_upper_bound_s=bound,
         table=contract.table_label,
-        host=host,
-        clock_offset_s=clock_offset.offset_s if clock_offset else None,
-        warnings=(*warnings, *expiry_warnings(contract, live, lease_s)),
+        host=subject.host,
+        clock_offset_s=subject.clock_offset.offset_s if subject.clock_offset else None,
+        warnings=(*warnings, *expiry_warnings(contract, live, subject.lease_s)),
         wait_upper_bound_known=bound_known,
     )
-    return verdict, status_column
 
 
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
@@ -254,34 +308,39 @@ def _check_locks(conn: Connection, contract: Contract) -> None:
         )
 
 
-def _read_counts(cur: Cursor) -> tuple[datetime, Counts]:
-    """The counts query's one row, on `cur`."""
-    row = cur.fetchone()
-    assert row is not None and cur.description is not None
-    checked_at, in_recovery, *per_class = row
+def _read_counts(cur: Cursor) -> tuple[datetime, list[Counts]]:
+    """The counts query's rows (one per subject, in order), on `cur`."""
+    rows = cur.fetchall()
+    assert rows and cur.description is not None
+    checked_at, in_recovery = rows[0][0], rows[0][1]
     assert isinstance(checked_at, datetime)
     if in_recovery:
         raise NotPrimary(standby_message("the guard's connection"))
-    names = [column.name for column in cur.description[2:]]
-    counts = {name: int(str(n)) for name, n in zip(names, per_class, strict=True)}
-    return checked_at, Counts(**counts)
+    names = [column.name for column in cur.description[3:]]
+    return checked_at, [
+        Counts(**{name: int(str(n)) for name, n in zip(names, row[3:], strict=True)})
+        for row in rows
+    ]
 
 
 def _live_claims(
     cur: Cursor, contract: Contract, params: dict[str, object]
-) -> tuple[LiveClaim, ...]:
+) -> dict[int, tuple[LiveClaim, ...]]:
+    """Each subject's live rows, by its number (1, 2, ...)."""
     cur.execute(live_claims_query(contract), params)
-    return tuple(
-        LiveClaim(
-            id=str(row_id),
-            claimed_at=claimed_at,  # type: ignore[arg-type]
-            lease_expires_at=expires,  # type: ignore[arg-type]
-            remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
-            never_expires=bool(never),
-            expiry_null=bool(null),
+    listed: dict[int, list[LiveClaim]] = {}
+    for n, row_id, claimed_at, expires, remaining, never, null in cur.fetchall():
+        listed.setdefault(int(str(n)), []).append(
+            LiveClaim(
+                id=str(row_id),
+                claimed_at=claimed_at,  # type: ignore[arg-type]
+                lease_expires_at=expires,  # type: ignore[arg-type]
+                remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
+                never_expires=bool(never),
+                expiry_null=bool(null),
+            )
         )
-        for row_id, claimed_at, expires, remaining, never, null in cur.fetchall()
-    )
+    return {n: tuple(claims) for n, claims in listed.items()}
 
 
 def expiry_warnings(

@@ -8,6 +8,7 @@ would add the controller's skew to every judgment.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -37,9 +38,22 @@ def table_identifier(contract: Contract) -> sql.Identifier:
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
 
+# Whom the rows are judged for: one row per subject (a host by its own facts, or a fleet by
+# the fleet rule), its lease and orphan cut-off bound as arrays. A fleet's hosts are judged
+# by one query per poll, each with its own facts; one host is the one-subject case. The
+# columns are named apart from any job table's.
+_SUBJECTS = sql.SQL(
+    "unnest(%(subject_leases)s::interval[], %(subject_cutoffs)s::timestamptz[]) "
+    "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
+)
+# The subject's lease and orphan cut-off, as the judged rows read them.
+LEASE = sql.SQL("lg_subject.lg_lease")
+_CUTOFF = sql.SQL("lg_subject.lg_orphan_cutoff")
+
 
 def _judged_rows(contract: Contract) -> sql.Composed:
-    """Every claimed or queued row, classed queued / orphaned / stale / live: the predicate.
+    """Every claimed or queued row, classed queued / orphaned / stale / live for each
+    subject: the predicate. The table is read once; each row is classed per subject.
 
     A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
     through to live: the guard errs on the side of the work. A row whose lock a live
@@ -55,18 +69,19 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     _, queued = claim_conditions(contract)
     return sql.SQL(
         """
-        SELECT {id}::text AS id,
+        SELECT lg_subject.lg_n,
+               {id}::text AS id,
                {claimed_at} AS claimed_at,
                {expires} AS lease_expires_at,
                {expiry_null} AS expiry_null,
                CASE
                    WHEN {queued} THEN 'queued'
                    WHEN {held} THEN 'live'
-                   WHEN {claimed_at} < %(orphan_cutoff)s::timestamptz THEN 'orphaned'
+                   WHEN {claimed_at} < {cutoff} THEN 'orphaned'
                    WHEN {expires} <= {now} THEN 'stale'
                    ELSE 'live'
                END AS class
-        FROM {table}
+        FROM {table} CROSS JOIN {subjects}
         WHERE {judged}
         """
     ).format(
@@ -79,6 +94,8 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         expiry_null=_expiry_null(contract),
         now=_NOW,
         table=table_identifier(contract),
+        cutoff=_CUTOFF,
+        subjects=_SUBJECTS,
     )
 
 
@@ -105,8 +122,8 @@ def expiry(contract: Contract) -> sql.Composable:
     """
     claimed_at = sql.Identifier(contract.claimed_at_column)
     if contract.lease.expires_at_column:
-        return sql.SQL("coalesce({}::timestamptz, {}::timestamptz + %(lease)s::interval)").format(
-            sql.Identifier(contract.lease.expires_at_column), claimed_at
+        return sql.SQL("coalesce({}::timestamptz, {}::timestamptz + {})").format(
+            sql.Identifier(contract.lease.expires_at_column), claimed_at, LEASE
         )
     if contract.claim_rule == ROW_EXPIRY_RULE:
         # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes
@@ -133,8 +150,8 @@ def expiry(contract: Contract) -> sql.Composable:
             beat=_owner_heartbeat_expiry(contract, OWNERS[PROCESS_LOCK_RULE]),
         )
     if contract.kind_timeouts:
-        return kind_expiry(contract)
-    return sql.SQL("{}::timestamptz + %(lease)s::interval").format(claimed_at)
+        return kind_expiry(contract, LEASE)
+    return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
 
 
 def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
@@ -162,8 +179,9 @@ def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composabl
         )
     return sql.SQL(
         "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
-        "'-infinity'::timestamptz) + %(lease)s::interval"
+        "'-infinity'::timestamptz) + {lease}"
     ).format(
+        lease=LEASE,
         beat=beat,
         owners=owners_table(contract, owners),
         owner=_own_column(contract, owners.column),
@@ -319,12 +337,11 @@ def _lock_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """The clock used, whether the server is a standby (asked on every poll: a server can
-    be demoted under a long drain), and the rows per class, named as `Counts`' fields:
-    always one row.
+    """Per subject, in the order bound: the clock used, whether the server is a standby
+    (asked on every poll: a server can be demoted under a long drain), the subject's number
+    and its rows per class, named as `Counts`' fields. One row per subject, also when
+    nothing is claimed or queued, so the clock comes with it.
 
-    Counting with FILTERs needs no sort (GROUP BY class did) and answers with a row even when
-    nothing is claimed or queued, so the clock comes with it: no second round trip for it.
     OFFSET 0 keeps the judged rows a subquery of their own, so that each row's class is
     computed once; inlined, the CASE (with Que's and good_job's lock tests) would run once
     per FILTER.
@@ -333,24 +350,30 @@ def counts_query(contract: Contract) -> sql.Composed:
         """
         SELECT {now} AS checked_at,
                pg_catalog.pg_is_in_recovery() AS in_recovery,
-               count(*) FILTER (WHERE j.class = 'live') AS live,
-               count(*) FILTER (WHERE j.class = 'stale') AS stale,
-               count(*) FILTER (WHERE j.class = 'orphaned') AS orphaned,
-               count(*) FILTER (WHERE j.class = 'queued') AS queued
-        FROM ({judged} OFFSET 0) AS j
+               lg_subject.lg_n AS subject,
+               count(j.class) FILTER (WHERE j.class = 'live') AS live,
+               count(j.class) FILTER (WHERE j.class = 'stale') AS stale,
+               count(j.class) FILTER (WHERE j.class = 'orphaned') AS orphaned,
+               count(j.class) FILTER (WHERE j.class = 'queued') AS queued
+        FROM {subjects}
+        LEFT JOIN ({judged} OFFSET 0) AS j ON j.lg_n = lg_subject.lg_n
+        GROUP BY lg_subject.lg_n
+        ORDER BY lg_subject.lg_n
         """
-    ).format(now=_NOW, judged=_judged_rows(contract))
+    ).format(now=_NOW, judged=_judged_rows(contract), subjects=_SUBJECTS)
 
 
 def live_claims_query(contract: Contract) -> sql.Composed:
-    """The live rows, longest remaining lease first (NULL expiry first: unbounded).
+    """Each subject's live rows, longest remaining lease first (NULL expiry first:
+    unbounded), at most `live_limit` per subject.
 
     An infinite time is no Python datetime and no interval: 'infinity' - now() is SQLSTATE
     22008. Such a time is listed as NULL, and `never_expires` says which rows it concerns.
     """
     return sql.SQL(
         """
-        SELECT j.id,
+        SELECT j.lg_n,
+               j.id,
                CASE WHEN isfinite(j.claimed_at) THEN j.claimed_at END,
                CASE WHEN isfinite(j.lease_expires_at) THEN j.lease_expires_at END,
                CASE WHEN isfinite(j.lease_expires_at)
@@ -358,12 +381,28 @@ def live_claims_query(contract: Contract) -> sql.Composed:
                    AS remaining_s,
                j.lease_expires_at = 'infinity' AS never_expires,
                j.expiry_null
-        FROM ({judged}) AS j
-        WHERE j.class = 'live'
-        ORDER BY j.lease_expires_at DESC NULLS FIRST, j.id
-        LIMIT %(live_limit)s
+        FROM (SELECT l.*, row_number() OVER (PARTITION BY l.lg_n
+                  ORDER BY l.lease_expires_at DESC NULLS FIRST, l.id) AS lg_rank
+              FROM ({judged}) AS l
+              WHERE l.class = 'live') AS j
+        WHERE j.lg_rank <= %(live_limit)s
+        ORDER BY j.lg_n, j.lg_rank
         """
     ).format(now=_NOW, judged=_judged_rows(contract))
+
+
+def orphan_cutoff(
+    contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
+) -> datetime | None:
+    """Claims before this are orphans (None: the start is unknown, so none is).
+
+    `tolerance_s` defaults to the contract's clock_skew_s; callers that measured the
+    host-vs-database offset pass a wider one.
+    """
+    if runtime_started_at is None:
+        return None
+    tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
+    return runtime_started_at - timedelta(seconds=tolerance)
 
 
 def predicate_params(
@@ -375,15 +414,20 @@ def predicate_params(
     tolerance_s: float | None = None,
     live_limit: int = 100,
 ) -> dict[str, Any]:
-    """Bind values for both queries; the orphan cut-off is computed here, once.
+    """Bind values for both queries, for one subject."""
+    cutoff = orphan_cutoff(contract, runtime_started_at, tolerance_s)
+    return subjects_params(contract, [(lease_s, cutoff)], as_of=as_of, live_limit=live_limit)
 
-    `tolerance_s` defaults to the contract's clock_skew_s; callers that measured the
-    host-vs-database offset pass a wider one.
-    """
-    cutoff = None
-    if runtime_started_at is not None:
-        tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
-        cutoff = runtime_started_at - timedelta(seconds=tolerance)
+
+def subjects_params(
+    contract: Contract,
+    subjects: Sequence[tuple[float | None, datetime | None]],
+    *,
+    as_of: datetime | None = None,
+    live_limit: int = 100,
+) -> dict[str, Any]:
+    """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in the
+    order its rows come back (`subject` 1, 2, ...)."""
     return {
         "as_of": as_of,
         **{
@@ -391,8 +435,10 @@ def predicate_params(
             for stem, statuses in _status_lists(contract)
             for i, status in enumerate(statuses)
         },
-        "lease": timedelta(seconds=lease_s) if lease_s is not None else None,
-        "orphan_cutoff": cutoff,
+        "subject_leases": [
+            timedelta(seconds=lease_s) if lease_s is not None else None for lease_s, _ in subjects
+        ],
+        "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
-        **kind_params(contract, lease_s),
+        **kind_params(contract),
     }

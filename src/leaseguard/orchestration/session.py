@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol, Unpack
 
 import psycopg
 
 from leaseguard.adapters.db import connect, describe_target, end_left_behind
-from leaseguard.adapters.guard import judge_table, lease_seconds
+from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import advisory_plan_warning
@@ -33,7 +35,7 @@ from leaseguard.adapters.runtime import Given, LocalRunner, Runner, resolve_runt
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
+from leaseguard.core.errors import ConfigError, DatabaseUnavailable, LeaseguardError, TunnelError
 from leaseguard.core.fleet import FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
@@ -55,11 +57,13 @@ class Link(Protocol):
     def cut(self) -> None: ...
 
 
-def _bounded(judge: Callable[[GuardSession], Verdict]) -> Callable[[GuardSession], Verdict]:
+def _bounded(
+    judge: Callable[[GuardSession], list[Verdict]],
+) -> Callable[[GuardSession], list[Verdict]]:
     """A poll within the session's budget, failing with the cause it met (a lost link first)."""
 
     @functools.wraps(judge)
-    def bounded(self: GuardSession) -> Verdict:
+    def bounded(self: GuardSession) -> list[Verdict]:
         with self.watch.poll():
             try:
                 return judge(self)
@@ -81,26 +85,34 @@ class GuardSession:
         self,
         contract: Contract,
         conninfo: str,
-        facts: RuntimeFacts | FleetFacts,
+        facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
         runner: Runner,
         link: Link | None = None,
         *,
         label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
+        fallbacks: Sequence[tuple[str, Link]] = (),
     ) -> None:
         self.contract = contract
-        self.conninfo = conninfo
+        # The paths to the database, tried in turn: one host's tunnel, then the others'.
+        self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
+        self._path = 0
         self.fleet = facts if isinstance(facts, FleetFacts) else None
-        self.facts = facts.facts if isinstance(facts, FleetFacts) else facts
+        # Several hosts, each judged by its own facts, in one query per poll (judge_each).
+        self.each = _each_host(contract, facts) if isinstance(facts, Mapping) else None
+        if isinstance(facts, FleetFacts):
+            facts = facts.facts
+        self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
         self.runner = runner
-        self.link = link
         self.label = label
         self.fleet_clocks = FleetClocks(host_offsets)
         # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
         self.host_minus_here = host_minus_here
         self.watch = PollWatch(self.poll_budget_s, self._cut)
-        self.lease_s = lease_seconds(contract, self.facts.task_timeout)
+        self.lease_s = (
+            None if self.each is not None else lease_seconds(contract, self.facts.task_timeout)
+        )
         self.clock_offset: ClockOffset | None = None  # measured once (session_clock)
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
@@ -117,6 +129,16 @@ class GuardSession:
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
+        self._shared: _SharedPoll | None = None  # judge_each's last poll, for host_view()
+        self._shared_lock = threading.Lock()
+
+    @property
+    def conninfo(self) -> str:
+        return self._paths[self._path][0]
+
+    @property
+    def link(self) -> Link | None:
+        return self._paths[self._path][1]
 
     @property
     def host(self) -> str:
@@ -128,9 +150,19 @@ class GuardSession:
         contract = self.contract
         return contract.connect_timeout_s + contract.statement_timeout_ms / 1000 + POLL_MARGIN_S
 
-    @_bounded
     def judge(self) -> Verdict:
         """One check on the session's connection (replaced once if it broke meanwhile)."""
+        if self.each is not None:
+            raise TypeError("a session of several hosts judges with judge_each()")
+        return self._poll()[0]
+
+    def judge_each(self) -> dict[str, Verdict]:
+        """Every host's verdict, each by its own facts, from ONE query over one connection."""
+        assert self.each is not None
+        return dict(zip(sorted(self.each), self._poll(), strict=True))
+
+    @_bounded
+    def _poll(self) -> list[Verdict]:
         reused = self._conn is not None
         try:
             return self._judge_on(self._connection())
@@ -141,6 +173,32 @@ class GuardSession:
                 raise
         self.close()
         return self._judge_on(self._connection())
+
+    def host_view(self, host: str, fresh_s: float) -> HostView:
+        """One host of a judge_each session, judged as if alone: its drain's polls share the
+        fleet's (at most one query per `fresh_s`, whatever the number of hosts)."""
+        return HostView(self, host, fresh_s)
+
+    def verdict_for(self, host: str, fresh_s: float) -> Verdict:
+        """`host`'s verdict from the fleet's last poll when that poll began after this
+        host's previous answer and within `fresh_s`; else from a new poll (one for all).
+
+        The lock makes the hosts that ask meanwhile wait for the poll in flight, so their
+        drains fall into step: one query per poll interval for the whole fleet.
+        """
+        with self._shared_lock:
+            now = time.monotonic()
+            shared = self._shared
+            if shared is None or shared.stale_for(host, now, fresh_s):
+                try:
+                    shared = _SharedPoll(now, self.judge_each())
+                except LeaseguardError as exc:
+                    shared = _SharedPoll(now, exc)
+                self._shared = shared
+            shared.served[host] = now
+        if isinstance(shared.outcome, LeaseguardError):
+            raise shared.outcome
+        return shared.outcome[host]
 
     def adopt(self, conn: Conn) -> None:
         """Judge on `conn`, opened along the session's path while the lookups ran
@@ -176,15 +234,32 @@ class GuardSession:
     def _open(
         self, *, writable: bool = False, dbname: str | None = None, as_intake: bool = False
     ) -> Conn:
-        """A new connection along the session's path, within what is left of the poll."""
+        """A new connection within what is left of the poll: along the current path, else
+        along each other path in turn (another host's tunnel to the same database); the
+        path that answers stays the current one."""
+        failure: LeaseguardError | None = None
+        for _ in self._paths:
+            try:
+                return self._open_via(*self._paths[self._path], writable, dbname, as_intake)
+            except (DatabaseUnavailable, TunnelError) as exc:
+                failure = failure or exc
+                self._path = (self._path + 1) % len(self._paths)
+                if self.watch.expired:
+                    break
+        assert failure is not None
+        raise failure
+
+    def _open_via(
+        self, conninfo: str, link: Link | None, writable: bool, dbname: str | None, as_intake: bool
+    ) -> Conn:
         remaining = self.watch.remaining_s()
         if self.watch.expired or remaining <= 0:
             raise self._expired()
-        if self.link is not None:
-            self.link.ensure(within_s=remaining)
+        if link is not None:
+            link.ensure(within_s=remaining)
         try:
             return connect(
-                self.conninfo,
+                conninfo,
                 self.contract.connect_timeout_s,
                 writable=writable,
                 dbname=dbname,
@@ -193,7 +268,7 @@ class GuardSession:
                 password=self.cron_password if as_intake else None,
             )
         except DatabaseUnavailable:
-            failure = self.link.failure() if self.link is not None else None
+            failure = link.failure() if link is not None else None
             if failure is not None:
                 raise failure from None
             raise
@@ -229,29 +304,59 @@ class GuardSession:
         if conn is not None and not conn.closed:
             shutdown_socket(conn)
 
-    def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> Verdict:
-        if self.facts.runtime_started_at is not None and self.clock_offset is None:
+    def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> list[Verdict]:
+        if self.clock_offset is None and self._needs_clock():
             self.clock_offset = self._measure_clock(conn)
-        verdict, self._status_column = judge_table(
-            conn,
-            self.contract,
-            task_timeout=self.facts.task_timeout,
-            lease_s=self.lease_s,
-            runtime_started_at=self.facts.runtime_started_at,
-            host=self.host,
-            clock_offset=self.clock_offset,
-            warnings=self.facts.warnings,
-            status_column=self._status_column,
+        verdicts, self._status_column = judge_subjects(
+            conn, self.contract, self._subjects(), status_column=self._status_column
         )
-        extra = self._advice(conn, verdict)
-        if extra or self.fleet is not None or self.facts.replicas:
-            verdict = dataclasses.replace(
-                verdict,
-                warnings=(*verdict.warnings, *extra),
-                fleet=self._fleet_report() if self.fleet is not None else None,
-                replicas=self.facts.replicas,
+        extra = self._advice(conn, verdicts[0])
+        return [self._with_advice(verdict, extra) for verdict in verdicts]
+
+    def _needs_clock(self) -> bool:
+        if self.each is not None:
+            return any(f.runtime_started_at is not None for f, _ in self.each.values())
+        return self.facts.runtime_started_at is not None
+
+    def _subjects(self) -> list[Subject]:
+        """Whom one poll judges: this host (or the fleet by the fleet rule), or each host."""
+        if self.each is None:
+            facts = self.facts
+            return [
+                Subject(
+                    self.host,
+                    facts.task_timeout,
+                    self.lease_s,
+                    facts.runtime_started_at,
+                    self.clock_offset,
+                    facts.warnings,
+                )
+            ]
+        offsets = self.fleet_clocks.minus_database
+        return [
+            Subject(
+                host,
+                facts.task_timeout,
+                lease_s,
+                facts.runtime_started_at,
+                offsets.get(host),
+                facts.warnings,
             )
-        return verdict
+            for host, (facts, lease_s) in sorted(self.each.items())
+        ]
+
+    def _with_advice(self, verdict: Verdict, extra: tuple[str, ...]) -> Verdict:
+        replicas = (
+            self.facts.replicas if self.each is None else self.each[str(verdict.host)][0].replicas
+        )
+        if not (extra or self.fleet is not None or replicas):
+            return verdict
+        return dataclasses.replace(
+            verdict,
+            warnings=(*verdict.warnings, *extra),
+            fleet=self._fleet_report() if self.fleet is not None else None,
+            replicas=replicas,
+        )
 
     def _reads_own_cron(self) -> bool:
         """Whether cron.job is read on the guard's own connection: in its database, and as
@@ -283,6 +388,10 @@ class GuardSession:
     def _measure_clock(self, conn: Conn) -> ClockOffset:
         """The clock offset that widens the orphan tolerance; a fleet's facts move into the
         database clock on the way (leaseguard.orchestration.session_clock)."""
+        if self.each is not None:
+            per_host = {host: facts for host, (facts, _) in self.each.items()}
+            self.fleet_clocks.measure(conn, per_host)
+            return ClockOffset(0.0, 0.0)  # each host's own offset is in fleet_clocks
         if self.fleet is None:
             return host_minus_database(conn, self.runner, self.host_minus_here)
         skew_s = self.contract.clock_skew_s
@@ -301,6 +410,43 @@ class GuardSession:
         """A normal (not read-only) connection through the same path, for intake holds: as
         the intake's own role when one is configured (`cron_user`)."""
         return self._open(writable=True, dbname=dbname, as_intake=True)
+
+
+def _each_host(
+    contract: Contract, per_host: Mapping[str, RuntimeFacts]
+) -> dict[str, tuple[RuntimeFacts, float | None]]:
+    """Every host's facts and its own lease (a host without a task timeout is named)."""
+    if not per_host:
+        raise ConfigError("a fleet judgment needs the facts of at least one host")
+    each = {}
+    for host, facts in per_host.items():
+        try:
+            each[host] = (facts, lease_seconds(contract, facts.task_timeout))
+        except ConfigError as exc:
+            raise ConfigError(f"host {host}: {exc}") from None
+    return each
+
+
+@dataclasses.dataclass
+class _SharedPoll:
+    """A judge_each poll (its verdicts or its failure), and when each host last took it."""
+
+    started: float
+    outcome: dict[str, Verdict] | LeaseguardError
+    served: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def stale_for(self, host: str, now: float, fresh_s: float) -> bool:
+        return now - self.started > fresh_s or self.started < self.served.get(host, -1.0)
+
+
+class HostView:
+    """One host of a judge_each session, as a drain sees a session of its own."""
+
+    def __init__(self, session: GuardSession, host: str, fresh_s: float) -> None:
+        self.session, self.host, self.fresh_s = session, host, fresh_s
+
+    def judge(self) -> Verdict:
+        return self.session.verdict_for(self.host, self.fresh_s)
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from leaseguard.adapters.runtime import Runner
 from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
+from leaseguard.core.verdict import RuntimeFacts
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -50,14 +51,18 @@ class FleetClocks:
     ) -> tuple[FleetFacts, ClockOffset]:
         """The fleet's facts with every start time in the database clock, and the offset
         left to allow for (the largest uncertainty of the measurements)."""
+        self.measure(conn, fleet.per_host)
+        moved = combine_facts(in_database_clocks(fleet.per_host, self.minus_database, clock_skew_s))
+        return moved, ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
+
+    def measure(self, conn: Conn, per_host: Mapping[str, RuntimeFacts]) -> None:
+        """Every host's clock minus the database's (those whose start time matters)."""
         here_minus_db = measure_offset(time.time, database_clock(conn))
         self.minus_database = {
             host: chained(self._from_here(host), here_minus_db)
-            for host, facts in sorted(fleet.per_host.items())
+            for host, facts in sorted(per_host.items())
             if facts.runtime_started_at is not None
         }
-        moved = combine_facts(in_database_clocks(fleet.per_host, self.minus_database, clock_skew_s))
-        return moved, ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
 
     def report(self) -> dict[str, float]:
         """Each host's own offset, for the verdict; start times taken as read here (the CLI)
