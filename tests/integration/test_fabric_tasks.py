@@ -335,6 +335,9 @@ def test_a_tunnel_dropped_mid_drain_fails_closed_with_exit_1(app_host_factory, t
             "drain",
             "--poll-s",
             "0.2",
+            # Failed polls end a drain after a tenth of its deadline: 0.5 s here.
+            "--deadline-s",
+            "5",
         ],
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -49,11 +49,7 @@ def test_an_address_the_host_cannot_reach_fails_before_the_tunnel_opens(app_host
         connection.close()
 
 
-@pytest.mark.parametrize("judge_at_once", [False, True])
-def test_an_unreachable_address_is_named_at_once_with_or_without_the_probe(
-    app_host_pg, judge_at_once
-):
-    """judge_at_once skips the probe: the early connection meets the refusal instead."""
+def test_an_unreachable_address_is_named_at_once(app_host_pg):
     import time
     from datetime import UTC, datetime
 
@@ -70,7 +66,6 @@ def test_an_unreachable_address_is_named_at_once_with_or_without_the_probe(
                 Contract(),
                 "dbname=postgres user=postgres",
                 DatabaseAddress(port=5999),
-                judge_at_once=judge_at_once,
                 task_timeout_s=60.0,
                 runtime_started_at=datetime.now(UTC),
             ) as session,
@@ -79,33 +74,6 @@ def test_an_unreachable_address_is_named_at_once_with_or_without_the_probe(
     finally:
         connection.close()
     assert time.monotonic() - began < Contract().connect_timeout_s
-
-
-def test_a_session_that_judges_at_once_judges_on_its_early_connection(app_host_pg):
-    from datetime import UTC, datetime
-
-    from leaseguard.core.contract import Contract
-    from leaseguard.core.errors import LeaseguardError
-    from leaseguard.orchestration.ssh_session import ssh_session
-
-    connection = connect_to(app_host_pg)
-    try:
-        with ssh_session(
-            connection,
-            Contract(),
-            "dbname=postgres user=postgres",
-            DatabaseAddress(),
-            judge_at_once=True,
-            task_timeout_s=60.0,
-            runtime_started_at=datetime.now(UTC),
-        ) as session:
-            early = session._conn  # opened while the lookups ran
-            assert early is not None and not early.closed
-            with pytest.raises(LeaseguardError, match="execution_runs"):  # no table here
-                session.judge()
-            assert session._conn is early  # judged on it, and kept: it did not break
-    finally:
-        connection.close()
 
 
 def tunnel_threads():

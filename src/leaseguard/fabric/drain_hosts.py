@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.clock import offset_from_here
-from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.adapters.pauses import drain_identity
 from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_PROCEED,
@@ -21,17 +20,19 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.core.verdict import failure_result
+from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.drain_task import DrainFlags
 from leaseguard.fabric.fleet import (
     exit_with,
     failure_line,
     fleet_hosts,
     for_each_host,
+    run_all,
     say,
     worst_status,
 )
-from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
+from leaseguard.fabric.hosts import OpenedHosts, judging_session, not_judged, opened_hosts
+from leaseguard.fabric.settings import FabricSettings, settings_or_exit
 from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
 from leaseguard.orchestration.drain_options import DrainOptions, drain_options
 from leaseguard.orchestration.drain_run import (
@@ -43,17 +44,18 @@ from leaseguard.orchestration.drain_run import (
 )
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.progress import progress_for
-from leaseguard.orchestration.session import GuardSession, fleet_session
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.orchestration.session import GuardSession
 
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
-# A host's (or the fleet's) exit status and, with --json, its object in the printed list.
-Report = tuple[int, dict[str, Any] | None]
+# A host's (or the fleet's) exit status, with --json its object, else its lines (True: to
+# stdout, the timeline; False: to stderr).
+Report = tuple[int, dict[str, Any] | None, list[tuple[bool, str]]]
 
 
 def drain_hosts(c: Context, flags: DrainFlags) -> None:
-    """`fab drain` (leaseguard.fabric.drain_task): a drain per host, or one for the fleet."""
+    """`fab drain` (leaseguard.fabric.drain_task): each host drained by its own facts, or the
+    fleet drained as one; either way judged by one query per poll over one connection."""
     settings = settings_or_exit(c)
     options = _drain_overrides(settings.drain, flags)
     options = _observed(options, flags.status_file, flags.metrics_file)
@@ -65,18 +67,20 @@ def drain_hosts(c: Context, flags: DrainFlags) -> None:
         c, settings, options, progress, flags.json_, threading.Event(), board, flags.run
     )
     with signals_set(run.stop, say):
-        if options.pause_cron_jobs:
-            reports = _drain_fleet(hosts, run)
-        else:
-            reports = for_each_host(hosts, lambda host: _drain_one(host, run))
-    if flags.json_:  # one complete object per line (per host, or the fleet's), never interleaved
-        for _, obj in reports:
-            if obj is not None:
-                print(json.dumps(obj))
+        drain = _drain_fleet if options.pause_cron_jobs else _drain_each
+        reports = drain(hosts, run)
+    for _, obj, lines in reports:  # grouped by host, never interleaved
+        if flags.json_ and obj is not None:
+            print(json.dumps(obj))  # one complete object per line
+        for to_stdout, line in lines:
+            if to_stdout:
+                print(line)
+            else:
+                say(line)
     if run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with(worst_status([status for status, _ in reports]))
+    exit_with(worst_status([status for status, _, _ in reports]))
 
 
 def _drain_overrides(base: DrainOptions, flags: DrainFlags) -> DrainOptions:
@@ -125,109 +129,94 @@ class _DrainRun:
     command: str | None = None  # --run: run on the hosts once drained, intake still held
 
 
-def _drain_one(host: str, run: _DrainRun) -> Report:
-    settings = run.settings
-    connection = connection_to(host, run.c, settings)
+def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
+    """Every host's own drain (its facts, its intake), all polled by ONE query per poll."""
+    reports: dict[str, Report] = {}
+    with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
+        reports.update((h, _failed(h, e, run.json_output)) for h, e in opened.failed.items())
+        if opened.sessions:
+            reports.update(_drain_opened(opened, run))
+    return [reports[host] for host in hosts]  # a host named twice: reported twice
+
+
+def _drain_opened(opened: OpenedHosts, run: _DrainRun) -> dict[str, Report]:
+    names = sorted(opened.sessions)
     try:
-        with ssh_session(
-            connection, settings.contract, settings.conninfo, settings.address, judge_at_once=True
-        ) as s:
-            result = drain_host(
-                s,
-                run.options,
-                run.progress,
-                run.board,
-                front="fab drain",
-                resume_hint=RESUME_HINT,
-                stop=run.stop,
-                act=_command_on({host: s.runner}, run.command) if run.command else None,
-                action=f"command on {host}" if run.command else "drain",
+        with judging_session(opened, run.settings) as shared:
+            shared.pause_owner = drain_identity("fab drain")
+            fresh_s = run.options.poll_s / 2
+            drained = run_all(
+                names,
+                lambda h: _drain_host(opened.sessions[h], shared.host_view(h, fresh_s).judge, run),
             )
-    except LeaseguardError as exc:
-        return _failed(host, exc, run.json_output)
-    finally:
-        connection.close()
-    return _report_drain(host, result, run.json_output)
+    except LeaseguardError as exc:  # the fleet's session itself (a host without a timeout)
+        unjudged = not_judged(names, exc)
+        return {h: _failed(h, e, run.json_output) for h, e in unjudged.items()}
+    results = dict(zip(names, drained, strict=True))
+    _name_shared_failures_once(results)
+    return {host: _report_drain(host, result, run.json_output) for host, result in results.items()}
+
+
+def _drain_host(session: GuardSession, judge: Callable[[], Verdict], run: _DrainRun) -> DrainResult:
+    host = session.host
+    return drain_host(
+        session,
+        run.options,
+        run.progress,
+        run.board,
+        front="fab drain",
+        resume_hint=RESUME_HINT,
+        stop=run.stop,
+        act=_command_on({host: session.runner}, run.command) if run.command else None,
+        action=f"command on {host}" if run.command else "drain",
+        judge=judge,
+    )
+
+
+def _name_shared_failures_once(results: dict[str, DrainResult]) -> None:
+    """A failure of the fleet's one poll ended several hosts' drains: its cause is said
+    once, and each of those hosts says it was not judged because of it."""
+    by_cause: dict[int, list[str]] = {}
+    for host, result in results.items():
+        if result.error is not None:
+            by_cause.setdefault(id(result.error), []).append(host)
+    for hosts in by_cause.values():
+        if len(hosts) > 1:
+            cause = results[hosts[0]].error
+            assert cause is not None
+            for host, error in not_judged(hosts, cause).items():
+                results[host] = replace(results[host], error=error)
 
 
 def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
     """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
-    settings = run.settings
-    with contextlib.ExitStack() as stack:
-        opened = for_each_host(hosts, lambda host: _open_session(host, run.c, settings))
-        for _, result in opened:
-            if isinstance(result, _Opened):
-                stack.enter_context(result.stack)
-        failed = [(host, r) for host, r in opened if isinstance(r, LeaseguardError)]
-        if failed:
-            reports = [_failed(host, error, run.json_output) for host, error in failed]
+    with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
+        if opened.failed:
+            reports = [_failed(h, e, run.json_output) for h, e in sorted(opened.failed.items())]
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return reports
-        sessions = {host: r.session for host, r in opened}
+        sessions = opened.sessions
         for s in sessions.values():  # any host's path may carry the intake's hold
             s.cron_user, s.cron_password = run.options.cron_user, run.options.cron_password
         runners = {host: s.runner for host, s in sessions.items()}
-        # The judgment runs through one host's tunnel (the database is shared); each host's
-        # start time is compared in the database clock through its measured offset.
-        first = sessions[min(sessions)]
         try:
-            fleet = stack.enter_context(
-                fleet_session(
-                    settings.contract,
-                    first.conninfo,
-                    {host: s.facts for host, s in sessions.items()},
-                    runner=first.runner,
-                    link=first.link,
-                    host_offsets={host: r.clock for host, r in opened if r.clock is not None},
+            with judging_session(opened, run.settings, fleet_rule=True) as fleet:
+                result = drain_host(
+                    fleet,
+                    run.options,
+                    run.progress,
+                    run.board,
+                    front=f"fab drain ({','.join(hosts)})",
+                    resume_hint=RESUME_HINT,
+                    stop=run.stop,
+                    runners=list(runners.values()),
+                    connect=first_that_connects([s.connect_writable for _, s in opened.paths()]),
+                    act=_command_on(runners, run.command) if run.command else None,
+                    action=f"command on {','.join(hosts)}" if run.command else "drain",
                 )
-            )
-            result = drain_host(
-                fleet,
-                run.options,
-                run.progress,
-                run.board,
-                front=f"fab drain ({','.join(hosts)})",
-                resume_hint=RESUME_HINT,
-                stop=run.stop,
-                runners=[s.runner for s in sessions.values()],
-                connect=first_that_connects([s.connect_writable for s in sessions.values()]),
-                act=_command_on(runners, run.command) if run.command else None,
-                action=f"command on {','.join(hosts)}" if run.command else "drain",
-            )
         except LeaseguardError as exc:
             return [_failed("fleet", exc, run.json_output)]
     return [_report_drain("fleet", result, run.json_output)]
-
-
-@dataclass
-class _Opened:
-    """A host's session, its clock minus ours, and the stack that closes it (and its SSH
-    connection)."""
-
-    session: GuardSession
-    stack: contextlib.ExitStack
-    clock: ClockOffset | None
-
-
-def _open_session(host: str, c: Context, settings: FabricSettings) -> tuple[str, Any]:
-    """(host, _Opened) or (host, the LeaseguardError that kept it from opening)."""
-    stack = contextlib.ExitStack()
-    try:
-        connection = connection_to(host, c, settings)
-        stack.callback(connection.close)
-        session = stack.enter_context(
-            ssh_session(connection, settings.contract, settings.conninfo, settings.address)
-        )
-        # Measured here, in parallel with the other hosts, only when a start time matters.
-        started = session.facts.runtime_started_at is not None
-        clock = (session.host_minus_here or offset_from_here(session.runner)) if started else None
-    except LeaseguardError as exc:
-        stack.close()
-        return host, exc
-    except BaseException:
-        stack.close()
-        raise
-    return host, _Opened(session, stack, clock)
 
 
 def _command_on(runners: dict[str, Any], command: str) -> Action:
@@ -266,22 +255,21 @@ _OUTPUT = threading.Lock()  # one host's lines together
 def _failed(host: str, error: LeaseguardError, json_output: bool) -> Report:
     """A host whose drain could not run: its failure line, or its object with --json."""
     if json_output:
-        return EXIT_FAILED, failure_result(error, host)
-    print(failure_line(host, error))
-    return EXIT_FAILED, None
+        return EXIT_FAILED, failure_result(error, host), []
+    return EXIT_FAILED, None, [(True, failure_line(host, error))]
 
 
 def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
-    """The drain's result; a failed drain prints only its failure, never a stale verdict."""
+    """The drain's result; a failed drain reports only its failure, never a stale verdict."""
     if json_output:
-        return result.exit_status, {"host": host, **result.as_dict()}
+        return result.exit_status, {"host": host, **result.as_dict()}, []
+    lines: list[tuple[bool, str]] = []
     if result.error is None and result.verdict is not None:
-        print(result.verdict.timeline())
+        lines.append((True, result.verdict.timeline()))
     if result.error is not None:
-        print(failure_line(host, result.error))
+        lines.append((True, failure_line(host, result.error)))
     if result.verdict is not None:
-        for warning in result.verdict.warnings:
-            say(f"warning: {warning}")
-    if result.action is not None and not json_output:
-        say(f"{result.action.description}; {result.intake_line}")
-    return result.exit_status, None
+        lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
+    if result.action is not None:
+        lines.append((False, f"{result.action.description}; {result.intake_line}"))
+    return result.exit_status, None, lines

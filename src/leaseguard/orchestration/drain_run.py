@@ -17,6 +17,7 @@ import psycopg
 from leaseguard.adapters.pauses import drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import LeaseguardError
+from leaseguard.core.verdict import Verdict
 from leaseguard.orchestration.drain import Action, Drainer, DrainResult, NoProgress, Progress
 from leaseguard.orchestration.drain_options import DrainOptions, build_intake
 from leaseguard.orchestration.drain_status import StatusBoard
@@ -36,6 +37,7 @@ def drain_host(
     connect: Callable[[str | None], psycopg.Connection[Any]] | None = None,
     act: Action | None = None,
     action: str = "drain",
+    judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
     """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
 
@@ -44,6 +46,8 @@ def drain_host(
     `fleet_session`, `runners` every host's (their pause commands) and `connect` reaches the
     shared database through any host that still can. `act` runs once drained, with intake
     still held (`action` names it in the hold's record); intake is given back after it.
+    `judge` replaces session.judge: one host of a fleet judged by the fleet's shared poll
+    (GuardSession.host_view).
     """
     by = drain_identity(front)
     session.pause_owner = by
@@ -59,7 +63,7 @@ def drain_host(
     )
     board = board or status_board(options)
     drainer = Drainer(
-        session.judge,
+        judge or session.judge,
         poll_s=options.poll_s,
         deadline_s=options.deadline_s,
         progress=progress or NoProgress(),

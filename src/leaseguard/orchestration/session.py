@@ -93,8 +93,11 @@ class GuardSession:
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
         fallbacks: Sequence[tuple[str, Link]] = (),
+        host_labels: Mapping[str, str] | None = None,
     ) -> None:
         self.contract = contract
+        # How each host of `facts` is named in its verdict (its SSH host, not the -H string).
+        self.host_labels = dict(host_labels or {})
         # The paths to the database, tried in turn: one host's tunnel, then the others'.
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
         self._path = 0
@@ -195,7 +198,7 @@ class GuardSession:
                 except LeaseguardError as exc:
                     shared = _SharedPoll(now, exc)
                 self._shared = shared
-            shared.served[host] = now
+            shared.served[host] = time.monotonic()  # after the poll it took
         if isinstance(shared.outcome, LeaseguardError):
             raise shared.outcome
         return shared.outcome[host]
@@ -311,7 +314,13 @@ class GuardSession:
             conn, self.contract, self._subjects(), status_column=self._status_column
         )
         extra = self._advice(conn, verdicts[0])
-        return [self._with_advice(verdict, extra) for verdict in verdicts]
+        facts = (
+            [self.facts] if self.each is None else [f for _, (f, _) in sorted(self.each.items())]
+        )
+        return [
+            self._with_advice(verdict, extra, f.replicas)
+            for verdict, f in zip(verdicts, facts, strict=True)
+        ]
 
     def _needs_clock(self) -> bool:
         if self.each is not None:
@@ -335,7 +344,7 @@ class GuardSession:
         offsets = self.fleet_clocks.minus_database
         return [
             Subject(
-                host,
+                self.host_labels.get(host, host),
                 facts.task_timeout,
                 lease_s,
                 facts.runtime_started_at,
@@ -345,10 +354,9 @@ class GuardSession:
             for host, (facts, lease_s) in sorted(self.each.items())
         ]
 
-    def _with_advice(self, verdict: Verdict, extra: tuple[str, ...]) -> Verdict:
-        replicas = (
-            self.facts.replicas if self.each is None else self.each[str(verdict.host)][0].replicas
-        )
+    def _with_advice(
+        self, verdict: Verdict, extra: tuple[str, ...], replicas: tuple[str, ...]
+    ) -> Verdict:
         if not (extra or self.fleet is not None or replicas):
             return verdict
         return dataclasses.replace(
@@ -491,6 +499,7 @@ def fleet_session(
     runner: Runner | None = None,
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
+    fallbacks: Sequence[tuple[str, Link]] = (),
 ) -> Iterator[GuardSession]:
     """One session judging once for every host, by the fleet rule (leaseguard.core.fleet).
 
@@ -500,7 +509,8 @@ def fleet_session(
     the session chains them with this machine's offset from the database, so every start
     time is compared in the database clock. Without them the start times are taken as read
     in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
-    judgment runs through (the database is shared: that is why its intake is global).
+    judgment runs through (the database is shared: that is why its intake is global);
+    `fallbacks` the other hosts' paths to it, tried in turn when that one fails.
     """
     session = GuardSession(
         contract,
@@ -510,6 +520,7 @@ def fleet_session(
         link,
         label="fleet",
         host_offsets=host_offsets,
+        fallbacks=fallbacks,
     )
     try:
         yield session

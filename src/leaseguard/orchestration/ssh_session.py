@@ -13,17 +13,12 @@ from typing import TYPE_CHECKING, Unpack
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.host_lookup import HostLookup
+from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.runtime import Given
-from leaseguard.adapters.ssh import (
-    DatabaseAddress,
-    DatabaseTunnel,
-    forwarded,
-)
+from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
-from leaseguard.orchestration.host_start import HostStart, start_host
 from leaseguard.orchestration.session import Conn, GuardSession
 
 if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
@@ -36,41 +31,26 @@ def ssh_session(
     contract: Contract,
     conninfo: str,
     address: DatabaseAddress,
-    *,
-    judge_at_once: bool = False,
-    started: HostStart | None = None,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session over SSH: lookups on the host, the database through a tunnel.
+    """A session over SSH: the tunnel to the database, then the lookups (one exec).
 
-    The lookups' one exec (`look_up_host`) runs while the tunnel is set up (its probe of
-    the database address) and, with `judge_at_once` (the caller judges on this session
-    next, not a fleet session built from its facts), the guard's database connection opens
-    through it, all over the same SSH connection: the judgment needs the facts only when
-    its query is bound. Failures are reported in the order the steps had when they ran one
-    after another: the connection's, the tunnel's, the lookups', the database connection's
-    (with `judge_at_once`, a database address the host cannot reach is found by that
-    connection, not a probe). `started`: the host as `start_host(connection, contract,
-    **given)` already started it (`fab guard` starts its hosts before it imports this).
+    Failures come in the order of the steps: the SSH connection's, the tunnel's (its probe
+    of the database address from the host), the lookups'. No database connection is opened
+    here: a fleet judges its hosts over one connection (`GuardSession` with every host's
+    facts), a host alone on its first judgment.
     """
-    host = started or start_host(connection, contract, **given)
-    host.opened.result()  # the tunnel is the connection's second user
-    with tunnelled(connection, conninfo, address, probe=not judge_at_once) as (
-        tunnelled_dsn,
-        tunnel,
-    ):
-        early = connect_early(contract, tunnelled_dsn, tunnel) if judge_at_once else None
-        looked_up, opened = await_lookup(host.lookup.result, early)
+    with tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel):
+        runner = FabricRunner(connection)
+        looked_up = look_up_host(contract, runner, **given)
         session = GuardSession(
             contract,
             tunnelled_dsn,
             looked_up.facts,
-            host.runner,
+            runner,
             tunnel,
             host_minus_here=looked_up.clock,
         )
-        if opened is not None:
-            session.adopt(opened)
         try:
             yield session
         finally:
@@ -82,9 +62,9 @@ def connect_early(
 ) -> Conn | LeaseguardError:
     """The guard's connection, opened while the lookups' exec runs (a login shell's time).
 
-    Opened as GuardSession opens it: read-only.
-    A failure is returned, to be reported after the lookups' own (`await_lookup`), naming
-    the tunnel's failure when there is one. Shared with the Ansible front.
+    Opened as GuardSession opens it: read-only. A failure is returned, to be reported after
+    the lookups' own (`await_lookup`), naming the tunnel's failure when there is one. The
+    Ansible front's one-host check.
     """
     try:
         return connect(dsn, contract.connect_timeout_s)

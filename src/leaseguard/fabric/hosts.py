@@ -1,0 +1,152 @@
+"""The hosts of one `fab` run, opened once, and the one session that judges them all.
+
+Each host is opened in parallel (its SSH connection, its tunnel to the database, its
+lookups' one exec), at most MAX_PARALLEL_HOSTS at once. The judgment is then ONE query per
+poll for the whole fleet, over ONE database connection: through the first host's tunnel,
+falling over to the next host's when that one breaks. Every host is judged from the first
+poll; the database sees one backend and one query per poll, whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from invoke.context import Context
+
+from leaseguard.adapters.clock import offset_from_here
+from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.errors import LeaseguardError
+from leaseguard.core.verdict import Verdict
+from leaseguard.fabric.fleet import for_each_host, say
+from leaseguard.fabric.settings import FabricSettings, connection_to
+from leaseguard.orchestration.session import GuardSession, fleet_session
+from leaseguard.orchestration.ssh_session import ssh_session
+
+
+@dataclass
+class OpenedHosts:
+    """The hosts that opened (their sessions: lookups done, tunnel up, no database
+    connection yet) and those that failed, with why."""
+
+    sessions: dict[str, GuardSession] = field(default_factory=dict)
+    failed: dict[str, LeaseguardError] = field(default_factory=dict)
+    clocks: dict[str, ClockOffset] = field(default_factory=dict)
+
+    def paths(self) -> list[tuple[str, GuardSession]]:
+        return sorted(self.sessions.items())
+
+
+@contextlib.contextmanager
+def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[OpenedHosts]:
+    """Every host opened in parallel; all closed (tunnels and SSH connections) at the end."""
+    opened = OpenedHosts()
+    with contextlib.ExitStack() as stack:
+        for host, result in for_each_host(hosts, lambda h: _open(h, c, settings)):
+            if isinstance(result, LeaseguardError):
+                opened.failed[host] = result
+                continue
+            session, clock, closing = result
+            stack.enter_context(closing)
+            opened.sessions[host] = session
+            if clock is not None:
+                opened.clocks[host] = clock
+        yield opened
+
+
+def _open(
+    host: str, c: Context, settings: FabricSettings
+) -> tuple[str, tuple[GuardSession, ClockOffset | None, contextlib.ExitStack] | LeaseguardError]:
+    stack = contextlib.ExitStack()
+    try:
+        connection = connection_to(host, c, settings)
+        stack.callback(connection.close)
+        session = stack.enter_context(
+            ssh_session(connection, settings.contract, settings.conninfo, settings.address)
+        )
+        # The host's clock minus ours, only when a start time makes it matter.
+        clock = None
+        if session.facts.runtime_started_at is not None:
+            clock = session.host_minus_here or offset_from_here(session.runner)
+    except LeaseguardError as exc:
+        stack.close()
+        return host, exc
+    except BaseException:
+        stack.close()
+        raise
+    return host, (session, clock, stack)
+
+
+@contextlib.contextmanager
+def judging_session(
+    opened: OpenedHosts, settings: FabricSettings, *, fleet_rule: bool = False
+) -> Iterator[GuardSession]:
+    """The one session judging every opened host: each by its own facts (judge_each), or
+    the fleet as one by the fleet rule (judge). Its paths are every host's tunnel."""
+    (_, through), *others = opened.paths()
+    per_host = {host: s.facts for host, s in opened.sessions.items()}
+    fallbacks = [(s.conninfo, s.link) for _, s in others if s.link is not None]
+    if fleet_rule:
+        with fleet_session(
+            settings.contract,
+            through.conninfo,
+            per_host,
+            runner=through.runner,
+            link=through.link,
+            host_offsets=opened.clocks,
+            fallbacks=fallbacks,
+        ) as session:
+            _as_intake(session, settings)
+            yield session
+        return
+    session = GuardSession(
+        settings.contract,
+        through.conninfo,
+        per_host,
+        through.runner,
+        through.link,
+        label="fleet",
+        host_offsets=opened.clocks,
+        fallbacks=fallbacks,
+        host_labels={host: s.host for host, s in opened.sessions.items()},
+    )
+    _as_intake(session, settings)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def _as_intake(session: GuardSession, settings: FabricSettings) -> None:
+    drain = settings.drain
+    session.cron_database = drain.cron_database
+    session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
+
+
+def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
+    """The fleet's one judgment failed: its cause said once, each host not judged by it."""
+    say(f"the fleet's judgment failed ({cause.kind}): {cause}")
+    return {host: not_judged_error(host, cause) for host in hosts}
+
+
+def not_judged_error(host: str, cause: LeaseguardError) -> LeaseguardError:
+    return type(cause)(
+        f"host {host} was not judged: the fleet's judgment failed ({cause.kind}), "
+        "its cause named once above"
+    )
+
+
+def judge_opened(
+    opened: OpenedHosts, settings: FabricSettings
+) -> dict[str, Verdict | LeaseguardError]:
+    """Every host's verdict (each by its own facts) from one query, or why it has none."""
+    outcomes: dict[str, Verdict | LeaseguardError] = dict(opened.failed)
+    if not opened.sessions:
+        return outcomes
+    try:
+        with judging_session(opened, settings) as session:
+            outcomes.update(session.judge_each())
+    except LeaseguardError as exc:
+        outcomes.update(not_judged(sorted(opened.sessions), exc))
+    return outcomes
