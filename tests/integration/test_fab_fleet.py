@@ -1,0 +1,197 @@
+"""`fab` over a real fleet of 50 sshd hosts sharing one PostgreSQL: one backend, one query per
+poll, every host judged from the start, output fit for tools, a fleet failure named once."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sandbox.fleet import fleet
+from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.hosts]
+
+REPO = Path(__file__).resolve().parents[2]
+SIZE = 50
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    with fleet(tmp_path_factory.mktemp("fleet"), None, SIZE) as f:
+        with f.db.connect(socket=True) as conn:
+            create_runs_table(conn)
+        yield f
+
+
+@pytest.fixture
+def claims(hosts):
+    """The fleet's table, emptied; returns a function that runs SQL on it."""
+
+    def run(statement, *params):
+        with hosts.db.connect(socket=True) as conn:
+            conn.execute(statement, params)
+
+    run("TRUNCATE execution_runs")
+    return run
+
+
+def fab(hosts, tmp_path, targets, *args, table="execution_runs", background=False):
+    config = tmp_path / "fabric.yaml"
+    connection = {
+        "dsn": "dbname=postgres user=postgres",
+        "known_hosts": str(hosts.known_hosts),
+        "db_host": hosts.db_addr,
+        "db_port": hosts.db.port,
+    }
+    section = {
+        "connection": connection,
+        "table": table,
+        "task_timeout": {"source": "fixed", "value_s": 3600},
+        "runtime": {"source": "none"},
+    }
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = [sys.executable, "-m", "fabric", "-f", str(config), "-i", str(hosts.key_path)]
+    argv += ["-H", ",".join(targets), *args]
+    if background:
+        return subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    return subprocess.run(
+        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def guard_backends(hosts):
+    return len(guard_clients(hosts))
+
+
+def guard_clients(hosts):
+    """The addresses the guard's backends came from (a host's, through its tunnel)."""
+    with hosts.db.connect(socket=True) as conn:
+        rows = conn.execute(
+            "SELECT host(client_addr) FROM pg_stat_activity WHERE application_name = 'leaseguard'"
+        ).fetchall()
+    return [addr for (addr,) in rows]
+
+
+class Sampler(threading.Thread):
+    """The guard's backends on the database, sampled until stopped."""
+
+    def __init__(self, hosts):
+        super().__init__(daemon=True)
+        self.hosts, self.seen, self.done = hosts, [], threading.Event()
+
+    def run(self):
+        while not self.done.wait(0.05):
+            self.seen.append(guard_backends(self.hosts))
+
+
+def test_fifty_hosts_drain_over_one_backend_and_print_one_object_a_line(hosts, claims, tmp_path):
+    claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")
+    sampler = Sampler(hosts)
+    sampler.start()
+    try:
+        done = fab(
+            hosts,
+            tmp_path,
+            hosts.targets(),
+            "drain",
+            "--poll-s",
+            "0.3",
+            "--deadline-s",
+            "3",
+            "--json",
+        )
+    finally:
+        sampler.done.set()
+        sampler.join()
+    assert done.returncode == 75, done.stderr[-3000:]
+    results = [json.loads(line) for line in done.stdout.splitlines()]  # each line parses
+    assert sorted(r["host"] for r in results) == sorted(hosts.targets())
+    assert all(r["verdict"]["counts"]["live"] == 1 for r in results)
+    # Every host was judged from the first poll, and the polls were the fleet's, not a host's:
+    # the drains of 50 hosts made about as many polls as one host's would.
+    polls = [r["counters"]["polls"] for r in results]
+    assert min(polls) >= 5 and max(polls) <= 3 / 0.3 + 2, polls
+    assert max(sampler.seen) == 1 and 1 in sampler.seen, sampler.seen
+
+
+def test_fifty_hosts_are_guarded_by_one_query(hosts, claims, tmp_path):
+    claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")
+    done = fab(hosts, tmp_path, hosts.targets(), "guard", "--json")
+    assert done.returncode == 75, done.stderr[-3000:]
+    results = json.loads(done.stdout)
+    assert len(results) == SIZE and all(r["decision"] == "defer" for r in results)
+    claims("UPDATE execution_runs SET status = 'done'")
+    done = fab(hosts, tmp_path, hosts.targets(), "guard")
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert sum("decision=proceed" in line for line in done.stdout.splitlines()) == SIZE
+
+
+def test_a_bad_setting_is_named_once_and_each_host_says_it_was_not_judged(hosts, claims, tmp_path):
+    targets = hosts.targets(20)
+    done = fab(hosts, tmp_path, targets, "guard", table="no_such_table")
+    assert done.returncode == 1
+    assert done.stderr.count("does not exist") == 1, done.stderr
+    assert "the fleet's judgment failed (SchemaMismatch)" in done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 20
+    assert all("error=SchemaMismatch" in line and "was not judged" in line for line in lines)
+    drained = fab(hosts, tmp_path, targets, "drain", "--json", table="no_such_table")
+    assert drained.returncode == 1
+    assert drained.stderr.count("the fleet's judgment failed (SchemaMismatch)") == 1
+    results = [json.loads(line) for line in drained.stdout.splitlines()]
+    assert len(results) == 20
+    assert all("was not judged" in r["error"]["message"] for r in results)
+
+
+def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_down(
+    hosts, claims, tmp_path
+):
+    """The judgment runs through the first host's tunnel; that host's sshd is killed mid-drain:
+    the next poll connects through the second host's, and the drain ends when the claim does."""
+    claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")
+    targets = sorted(hosts.targets(3))
+    first = next(h for h in hosts.hosts if f"root@{h.addr}" == targets[0])
+    proc = fab(
+        hosts,
+        tmp_path,
+        targets,
+        "drain",
+        "--poll-s",
+        "0.3",
+        "--deadline-s",
+        "60",
+        "--json",
+        background=True,
+    )
+    try:
+        assert wait_until(lambda: guard_clients(hosts) == [first.addr], timeout_s=60)
+        first.sshd.stop()
+        # The next poll's connection comes through another host's tunnel.
+        moved = wait_until(lambda: guard_clients(hosts) not in ([], [first.addr]), timeout_s=30)
+        if not moved:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError((guard_clients(hosts), first.addr, targets, err[-3000:]))
+        assert len(guard_clients(hosts)) == 1
+        claims("UPDATE execution_runs SET status = 'done'")
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        first.sshd.start()
+    assert proc.returncode == 0, stdout + stderr[-3000:]
+    results = [json.loads(line) for line in stdout.splitlines()]
+    assert [r["decision"] for r in results] == ["proceed"] * 3
