@@ -6,10 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.command import (
     COMMAND_TEMPLATE,
+    MAX_BUDGET_MS,
+    FunctionName,
     ParsedCommand,
     UnparseableCommand,
+    format_budget,
+    parse_budget_ms,
+    parse_function_name,
     parse_live_command,
     render_command,
 )
@@ -18,10 +24,7 @@ from leaseguard.core.budgets.config import (
     budget_config_from_mapping,
     load_budget_config,
 )
-from leaseguard.core.budgets.live import LiveJob
-from leaseguard.core.budgets.names import FunctionName, parse_function_name
 from leaseguard.core.budgets.planning import Action, plan_budgets
-from leaseguard.core.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms
 from leaseguard.core.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"
