@@ -107,7 +107,7 @@ def _refused(plan, host):
         "declare the live budget as an override for this environment (overrides, "
         "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
         "with on_drift=apply"
-        if any(not d.applied for d in plan.drift)
+        if any(not d["applied"] for d in plan.drift)
         else "fix or remove the job by hand; leaseguard never rewrites a command it does not "
         "fully understand"
     )

@@ -115,10 +115,6 @@ EXAMPLES = r"""
     msg: "{{ budgets.msg }}"
   when: budgets is failed and budgets.drift | default([]) | length > 0
 
-- name: Show which jobs were created or updated
-  ansible.builtin.debug:
-    msg: "{{ budgets.jobs | default([]) | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
-
 - name: Pause the claim job during a migration
   leaseguard.deploy.cron_budget:
     active: {claim: false}
@@ -158,20 +154,13 @@ jobs:
   type: list
   elements: dict
   sample:
-    - job: publish
-      state: unchanged
-      live_budget: 6s
-      declared_budget: 6s
-      default_budget: 3s
-      source: override:production
-      function: public.publish_stats_projection_job_v1
-      schedule: "* * * * *"
-      changes: []
-      reason: ""
-      before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
-      after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-              command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
+    - {job: publish, state: unchanged, live_budget: 6s, declared_budget: 6s, default_budget: 3s,
+       source: "override:production", function: public.publish_stats_projection_job_v1,
+       schedule: "* * * * *", changes: [], reason: "",
+       before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+                command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"},
+       after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}}
 drift:
   description:
     - Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).

@@ -11,7 +11,7 @@ from leaseguard.adapters.budgets import converge_budgets
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
-from leaseguard.core.budgets.command import format_budget
+from leaseguard.core.budgets.command import format_budget, format_optional
 from leaseguard.core.budgets.config import load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -118,7 +118,8 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"checked_at": now.isoformat(), **plan.as_dict()}))
     for job in [] if as_json else plan.jobs:
-        live = "-" if job.live is None else "?" if job.refused else _or_none(job.live_budget_ms)
+        live = format_optional(job.live_budget_ms) or "none"
+        live = "-" if job.live is None else "?" if job.refused else live
         state = (_DONE if plan.applied else _PENDING)[job.action] if job.writes else job.action
         print(
             f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets job={job.job.name} "
@@ -126,10 +127,10 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
             f"source={job.job.source_label} state={state}"
         )
     for drift in plan.drift:
-        if not drift.applied:
+        if not drift["applied"]:
             print(
-                f"leaseguard: drift: job {drift.job} live={_or_none(drift.live_budget_ms)} "
-                f"declared={format_budget(drift.declared_budget_ms)} ({drift.source}): left "
+                f"leaseguard: drift: job {drift['job']} live={drift['live'] or 'none'} "
+                f"declared={drift['declared']} ({drift['source']}): left "
                 "untouched; declare an override for this environment, or converge it "
                 "deliberately with --apply --on-drift apply",
                 file=sys.stderr,
@@ -148,7 +149,3 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
             f"leaseguard: not applied (read-only run): {', '.join(pending)}; rerun with --apply",
             file=sys.stderr,
         )
-
-
-def _or_none(budget_ms: int | None) -> str:
-    return "none" if budget_ms is None else format_budget(budget_ms)

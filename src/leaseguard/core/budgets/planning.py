@@ -74,19 +74,16 @@ class JobPlan:
             )
         return f"job {self.job.name}: {self.reason}" if self.refused else None
 
+    # What to write; None leaves the live value (and its spelling) as it is.
     @property
     def new_schedule(self) -> str | None:
-        """The schedule to write, None when it stays."""
-        if self.action is Action.CREATE or "schedule" in self.changes:
-            return self.job.schedule
-        return None
+        new = self.action is Action.CREATE or "schedule" in self.changes
+        return self.job.schedule if new else None
 
     @property
     def new_command(self) -> str | None:
-        """The rendered command to write, None when the live one stays."""
-        if self.action is Action.CREATE or {"function", "budget"} & set(self.changes):
-            return self.job.command
-        return None
+        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
+        return self.job.command if new else None
 
     @property
     def new_database(self) -> str | None:
@@ -149,26 +146,6 @@ class JobPlan:
 
 
 @dataclass(frozen=True)
-class Drift:
-    """A live budget that differs from a default-sourced declaration."""
-
-    job: str
-    live_budget_ms: int | None  # None: the live command sets no statement_timeout
-    declared_budget_ms: int
-    source: str
-    applied: bool  # True when on_drift="apply" overwrites it
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "live": format_optional(self.live_budget_ms),
-            "declared": format_budget(self.declared_budget_ms),
-            "source": self.source,
-            "applied": self.applied,
-        }
-
-
-@dataclass(frozen=True)
 class BudgetPlan:
     """Per-job decisions; `applied` False: nothing written (check mode, or `refusals`)."""
 
@@ -178,9 +155,16 @@ class BudgetPlan:
     applied: bool = False
 
     @property
-    def drift(self) -> tuple[Drift, ...]:
+    def drift(self) -> tuple[dict[str, Any], ...]:
+        """Live budgets differing from a default; `applied` when on_drift="apply" writes."""
         return tuple(
-            Drift(j.job.name, j.live_budget_ms, j.job.budget_ms, j.job.source_label, j.writes)
+            {
+                "job": j.job.name,
+                "live": format_optional(j.live_budget_ms),
+                "declared": format_budget(j.job.budget_ms),
+                "source": j.job.source_label,
+                "applied": j.writes,
+            }
             for j in self.jobs
             if "budget" in j.changes and j.job.source == "default"
         )
@@ -221,7 +205,7 @@ class BudgetPlan:
         return {
             **{key: getattr(self, key) for key in summary},
             "jobs": [job.as_dict() for job in self.jobs],
-            "drift": [drift.as_dict() for drift in self.drift],
+            "drift": list(self.drift),
             "refusals": list(self.refusals),
             "warnings": list(self.warnings),
         }
