@@ -244,18 +244,16 @@ def parse_live_command(command: str) -> ParsedCommand:
         return text[1:-1].replace('""', '"')
 
     budget_ms = None
-    if peek() == "set" and tokens[-1][0] == "word":
+    if peek() == "set":  # only a word's text is these words: quoted ones keep their quotes
         tokens.pop()
-        kind, text, _ = take("statement_timeout")
-        if kind == "word" and text.lower() == "local":
+        text = take("statement_timeout")[1]
+        if text.lower() == "local":
             _refuse("SET LOCAL is not understood")
-        if kind == "word" and text.lower() == "session":
-            kind, text, _ = take("statement_timeout")
-        if kind != "word" or text.lower() != "statement_timeout":
+        if text.lower() == "session":
+            text = take("statement_timeout")[1]
+        if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
-        operator = take("'=' or TO")
-        if operator[1] != "=" and (operator[0], operator[1].lower()) != ("word", "to"):
-            unexpected(operator, "'=' or TO")
+        take("'=' or TO", "=", "to")
         kind, text, _ = value = take("a statement_timeout value")
         if kind == "string":
             text = text[1:-1].replace("''", "'")
