@@ -54,14 +54,8 @@ class ActionModule(LeaseguardAction):
                     conninfo, cron_database=cron_database, connect_timeout_s=timeout
                 )
             resumed = outcome["resumed"]
-            return {
-                "changed": bool(outcome["records"]),
-                "host": host,
-                **outcome,
-                "msg": f"resumed {', '.join(resumed)}"
-                if resumed
-                else "no recorded pause to resume",
-            }
+            msg = f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
+            return {"changed": bool(outcome["records"]), "host": host, **outcome, "msg": msg}
         declared = _declared(args)
         active = validate_active(args["active"]) if args["active"] else {}
         plan = switched = None

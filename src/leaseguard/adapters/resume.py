@@ -70,12 +70,8 @@ def resume_lines(outcome: dict[str, Any]) -> str:
     lines = []
     for record in outcome["records"]:
         job = record["job"]
-        state = (
-            "resumed"
-            if job in outcome["resumed"]
-            else "already_active"
-            if job in outcome["already_active"]
-            else "missing"
+        state = next(
+            (key for key in ("resumed", "already_active") if job in outcome[key]), "missing"
         )
         lines.append(
             f"{stamp} leaseguard resume job={job} state={state} "
