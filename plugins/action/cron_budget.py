@@ -3,9 +3,8 @@
 """Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/).
 
 Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
-decisions (create / update / drift / refuse, lowering warnings) and the all-or-nothing policy
-(a run that finds drift or a refused job writes nothing at all) are the core's
-(`leaseguard.core.budgets`); this front maps the task's options and turns refusals into a failure.
+decisions and the all-or-nothing policy are the core's; this front maps the options and
+turns refusals into a failure. Check mode computes the same plan and skips the writes.
 """
 
 from __future__ import annotations
@@ -25,27 +24,40 @@ try:
     from leaseguard.adapters.pauses import read_records
     from leaseguard.adapters.resume import resume_pauses
     from leaseguard.core.budgets.config import budget_config_from_mapping
-    from leaseguard.core.budgets.planning import Action
 except ImportError:  # require_leaseguard() reports it
     pass
+
+_DONE = {"create": "created", "update": "updated"}
+_TO_DO = {"create": "to create", "update": "to update"}
 
 
 class ActionModule(LeaseguardAction):
     module = "cron_budget"
-    # Check mode computes the plan the same way; only the writes are skipped.
     failure_what = "cron_budget"
 
     def act(self, args, host, task_vars):
-        return self._converge(args, host)
-
-    def _converge(self, args, host):
-        if args["resume_recorded"]:
-            return self._resume_recorded(args, host)
-        declared = _declared(args)
-        active = validate_active(args["active"]) if args["active"] else {}
         check_mode = bool(self._task.check_mode)
         cron_database = args["cron_database"] or None
         timeout = args["connect_timeout_s"]
+        if args["resume_recorded"]:
+            with database_conninfo(self, args) as conninfo:
+                if check_mode:
+                    with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
+                        records = [r.as_dict() for r in read_records(conn)]
+                    return {
+                        "changed": bool(records),
+                        "host": host,
+                        "records": records,
+                        "resumed": [],
+                    }
+                outcome = resume_pauses(
+                    conninfo, cron_database=cron_database, connect_timeout_s=timeout
+                )
+            resumed = outcome["resumed"]
+            msg = f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
+            return {"changed": bool(outcome["records"]), "host": host, **outcome, "msg": msg}
+        declared = _declared(args)
+        active = validate_active(args["active"]) if args["active"] else {}
         plan = switched = None
         with database_conninfo(self, args) as conninfo:
             if declared is not None:
@@ -63,30 +75,6 @@ class ActionModule(LeaseguardAction):
                 with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
                     switched = set_jobs_active(conn, active, check_mode=check_mode)
         return _result(plan, switched, check_mode, host)
-
-    def _resume_recorded(self, args, host):
-        with database_conninfo(self, args) as conninfo:
-            if self._task.check_mode:
-                with connect(
-                    conninfo,
-                    args["connect_timeout_s"],
-                    writable=True,
-                    dbname=args["cron_database"] or None,
-                ) as conn:
-                    records = [r.as_dict() for r in read_records(conn)]
-                return {"changed": bool(records), "host": host, "records": records, "resumed": []}
-            outcome = resume_pauses(
-                conninfo,
-                cron_database=args["cron_database"] or None,
-                connect_timeout_s=args["connect_timeout_s"],
-            )
-        resumed = outcome["resumed"]
-        return {
-            "changed": bool(outcome["records"]),
-            "host": host,
-            **outcome,
-            "msg": f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume",
-        }
 
 
 def _declared(args):
@@ -109,12 +97,11 @@ def _declared(args):
 
 def _refused(plan, host):
     """The core wrote nothing (plan.refusals); the task fails saying why and how to go on."""
-    drift = [d for d in plan.drift if not d.applied]
     guidance = (
         "declare the live budget as an override for this environment (overrides, "
         "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
         "with on_drift=apply"
-        if drift
+        if any(not d["applied"] for d in plan.drift)
         else "fix or remove the job by hand; leaseguard never rewrites a command it does not "
         "fully understand"
     )
@@ -137,41 +124,18 @@ def _plan_fields(plan):
 
 
 def _result(plan, switched, check_mode, host):
-    result = {
-        "changed": bool((plan and plan.changed) or (switched and switched.changed)),
-        "host": host,
-        "applied": not check_mode,
-        "warnings": [*(plan.warnings if plan else ()), *(switched.warnings if switched else ())],
-        "diff": _diff(plan, switched),
-    }
-    if plan is not None:
-        result.update(_plan_fields(plan))
-    if switched is not None:
-        result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)
-    result["msg"] = _summary(plan, switched, check_mode)
-    return result
-
-
-def _diff(plan, switched):
     diff = plan.diff() if plan is not None else {"before": {}, "after": {}}
-    if switched is not None:
-        for side, values in switched.diff().items():
-            for job, flags in values.items():
-                diff[side][job] = {**diff[side].get(job, {}), **flags}
-    return diff
-
-
-def _summary(plan, switched, check_mode):
     parts = []
     if plan is not None:
         counts = {}
         for job in plan.jobs:
             counts[str(job.action)] = counts.get(str(job.action), 0) + 1
-        done = {str(Action.CREATE): "created", str(Action.UPDATE): "updated"}
-        if check_mode:
-            done = {str(Action.CREATE): "to create", str(Action.UPDATE): "to update"}
+        done = _TO_DO if check_mode else _DONE
         parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
     if switched is not None:
+        for side, values in switched.diff().items():
+            for job, flags in values.items():
+                diff[side][job] = {**diff[side].get(job, {}), **flags}
         verb = "would " if check_mode else ""
         if switched.paused:
             parts.append(f"{verb}paused {', '.join(switched.paused)}")
@@ -179,4 +143,16 @@ def _summary(plan, switched, check_mode):
             parts.append(f"{verb}resumed {', '.join(switched.resumed)}")
         if not switched.changed:
             parts.append("active flags unchanged")
-    return "; ".join(parts)
+    result = {
+        "changed": bool((plan and plan.changed) or (switched and switched.changed)),
+        "host": host,
+        "applied": not check_mode,
+        "warnings": [*(plan.warnings if plan else ()), *(switched.warnings if switched else ())],
+        "diff": diff,
+    }
+    if plan is not None:
+        result.update(_plan_fields(plan))
+    if switched is not None:
+        result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)
+    result["msg"] = "; ".join(parts)
+    return result

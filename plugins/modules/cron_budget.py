@@ -9,28 +9,22 @@ module: cron_budget
 short_description: Declare pg_cron jobs' statement budgets per environment, without silent reverts
 version_added: 0.1.0
 description:
-  - Creates or updates pg_cron jobs whose command is rendered from one template, which sets
-    C(statement_timeout) to the job's budget, then selects the job's function without
-    arguments; so every job of a claim / compute / publish pipeline runs with its budget.
-  - An environment's O(overrides) win over the budgets of O(jobs) and are written, so
-    production keeps C(publish=6s) while staging and the code keep C(3s).
-  - A live budget that differs from a default (no override declares it) is B(drift). By
-    default the task B(fails) with a message listing each drifted job with its live and
-    declared budget, and changes nothing at all, also for the other jobs; O(on_drift=apply)
-    overwrites it deliberately.
-  - Lowering a live budget is always reported as a warning, also when it is applied.
-  - A live command outside the template's narrow grammar, or several jobs sharing a name,
-    is refused the same way; the task fails and nothing is written.
+  - Creates or updates pg_cron jobs whose command sets C(statement_timeout) to the job's
+    budget, then selects the job's function without arguments.
+  - An environment's O(overrides) win over the budgets of O(jobs), so production keeps
+    C(publish=6s) while staging and the code keep C(3s).
+  - A live budget that differs from a default no override declares is B(drift); the task
+    B(fails) listing each drifted job and writes nothing at all, also for the other jobs,
+    unless O(on_drift=apply). Lowering a live budget always warns.
+  - A live command outside the template's grammar, or several jobs sharing a name, is
+    refused the same way.
   - O(active) pauses or resumes jobs by name; RV(paused) lists the jobs this run
-    deactivated, so that exactly those are resumed later (see the migrate role).
-  - Runs on the controller and reaches the database as M(leaseguard.deploy.lease_guard)
-    does, through an SSH tunnel opened with the host's own inventory settings. Writing
-    cron jobs needs a role allowed to call C(cron.schedule)/C(cron.alter_job) (and
-    C(cron.schedule_in_database) when O(cron_database) differs from O(db_name)), not the
-    guard's read-only role.
-  - Invalid input (a function name with a semicolon or quotes, a budget of V(0), V(-1s) or
-    V(abc)) fails with a message naming the job and key before anything is read or
-    written. Messages never contain a DSN or password.
+    deactivated, so that exactly those are resumed later.
+  - Runs on the controller, reaching the database through an SSH tunnel as
+    M(leaseguard.deploy.lease_guard) does, with a role allowed to call
+    C(cron.schedule)/C(cron.alter_job) (and C(cron.schedule_in_database)).
+  - Invalid input (a function name with a semicolon, a budget of V(0) or V(abc)) fails
+    naming the job and key before anything is read. Messages never contain a secret.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -42,67 +36,58 @@ extends_documentation_fragment:
 options:
   jobs:
     description:
-      - The jobs as the code declares them, by name; each is C(schedule) (a cron schedule),
-        C(function) (C(schema.name), lower-case identifiers) and C(budget) (the default
-        statement budget, such as V(3s), V(1500ms), V(1min), or a bare number of milliseconds).
+      - The jobs by name, each C(schedule), C(function) (C(schema.name), lower case) and
+        C(budget) (the default, such as V(3s), V(1500ms), V(1min) or a number of ms).
       - Jobs not named here are left alone.
     type: dict
   overrides:
     description:
-      - This environment's budgets, by job name (e.g. C(publish=6s) in production's
-        group_vars, as C(leaseguard_cron_budget_overrides)). They win over O(jobs).
-      - Needs O(environment), the label every report and warning names them by.
+      - This environment's budgets by job name (e.g. C(publish=6s)); they win over O(jobs).
+      - Needs O(environment).
     type: dict
   environment:
     description: The environment whose O(overrides) these are, e.g. V(production).
     type: str
   on_drift:
     description:
-      - What to do when a live budget differs from a default that no override declares.
-      - V(report) fails the task with the list of drifted jobs and changes nothing.
-      - V(apply) overwrites the live budgets (a lowered one still warns).
+      - A live budget differing from an undeclared default. V(report) fails the task and
+        changes nothing; V(apply) overwrites it.
     type: str
     choices: [report, apply]
     default: report
   cron_database:
     description:
-      - The database holding pg_cron's C(cron.job) (its C(cron.database_name)). The jobs
-        run in O(db_name).
+      - The database holding C(cron.job) (C(cron.database_name)); the jobs run in O(db_name).
       - If not set, O(db_name).
     type: str
   active:
     description:
-      - Set jobs' active flag by name (V(false) pauses, V(true) resumes), after O(jobs).
-      - A job that does not exist is skipped with a warning; several jobs sharing a name fail
-        the task.
+      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs).
+      - A missing job is skipped with a warning; a name shared by several jobs fails.
     type: dict
   resume_recorded:
     description:
-      - Give back the intake pauses that drains recorded and never resumed (a drain killed
-        before its resume, or whose resume could not reach the database), that is reactivate exactly
-        the recorded jobs and delete their records, in one transaction. A job disabled
-        without a drain has no record and is never touched. The C(leaseguard resume) of the CLI.
-      - Ignored in check mode except for reporting RV(records).
+      - Give back the intake pauses drains recorded and never resumed (reactivate exactly
+        those jobs and delete their records, in one transaction), as C(leaseguard resume) does.
+      - In check mode only RV(records) is reported.
     type: bool
     default: false
 attributes:
   check_mode:
     support: full
     description:
-      - The plan is computed exactly as it would be, in a read-only transaction, and
-        C(changed) is the same; nothing is written. Drift fails in check mode too.
+      - The same plan and C(changed), read-only; drift fails in check mode too.
   diff_mode:
     support: full
-    description: Before and after of each declared job (jobid, schedule, command, budget, database, active).
+    description: Before and after of each declared job.
   platform:
     support: full
     platforms: posix
     description: Runs on the controller; the database is reached through the host.
 notes:
   - Concurrent runs are serialised by an advisory lock while they write.
-  - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]), with the same
-    jobs and overrides in a C(cron_budgets) section and the same all-or-nothing policy
-    (it exits 3 where this task fails).
+  - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]) (exit 3 where this
+    task fails).
 seealso:
   - module: leaseguard.deploy.lease_guard
   - name: PostgreSQL statement_timeout
@@ -129,10 +114,6 @@ EXAMPLES = r"""
   ansible.builtin.fail:
     msg: "{{ budgets.msg }}"
   when: budgets is failed and budgets.drift | default([]) | length > 0
-
-- name: Show which jobs were created or updated
-  ansible.builtin.debug:
-    msg: "{{ budgets.jobs | default([]) | selectattr('state', 'in', ['create', 'update']) | map(attribute='job') }}"
 
 - name: Pause the claim job during a migration
   leaseguard.deploy.cron_budget:
@@ -167,30 +148,22 @@ applied:
   sample: true
 jobs:
   description:
-    - One entry per declared job. C(state) is V(create), V(update), V(unchanged), V(drift),
-      V(unparseable) or V(ambiguous); C(source) is V(default) or C(override:<environment>).
+    - One entry per declared job; C(state) is V(create), V(update), V(unchanged), V(drift),
+      V(unparseable) or V(ambiguous).
   returned: when O(jobs) is given
   type: list
   elements: dict
   sample:
-    - job: publish
-      state: unchanged
-      live_budget: 6s
-      declared_budget: 6s
-      default_budget: 3s
-      source: override:production
-      function: public.publish_stats_projection_job_v1
-      schedule: "* * * * *"
-      changes: []
-      reason: ""
-      before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
-      after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-              command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}
+    - {job: publish, state: unchanged, live_budget: 6s, declared_budget: 6s, default_budget: 3s,
+       source: "override:production", function: public.publish_stats_projection_job_v1,
+       schedule: "* * * * *", changes: [], reason: "",
+       before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+                command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"},
+       after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
+               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}}
 drift:
   description:
-    - Live budgets that differ from a default no override declares; C(applied) is true when
-      O(on_drift=apply) overwrote them. With V(report) the task fails and lists them.
+    - Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).
   returned: when O(jobs) is given
   type: list
   elements: dict

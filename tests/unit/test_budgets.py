@@ -6,10 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.command import (
     COMMAND_TEMPLATE,
+    MAX_BUDGET_MS,
+    FunctionName,
     ParsedCommand,
     UnparseableCommand,
+    format_budget,
+    parse_budget_ms,
+    parse_function_name,
     parse_live_command,
     render_command,
 )
@@ -18,10 +24,7 @@ from leaseguard.core.budgets.config import (
     budget_config_from_mapping,
     load_budget_config,
 )
-from leaseguard.core.budgets.live import LiveJob
-from leaseguard.core.budgets.names import FunctionName, parse_function_name
 from leaseguard.core.budgets.planning import Action, plan_budgets
-from leaseguard.core.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms
 from leaseguard.core.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"
@@ -507,7 +510,7 @@ class TestPlan:
         assert publish.action is Action.DRIFT
         assert not publish.writes and not plan.changed and not plan.converged
         assert publish.after() == publish.before()
-        assert [d.as_dict() for d in plan.drift] == [
+        assert list(plan.drift) == [
             {
                 "job": "publish",
                 "live": "6s",
@@ -527,7 +530,7 @@ class TestPlan:
         plan = plan_budgets(config.declare(None), converged_live(publish="6s"), on_drift="apply")
         publish = plan.job("publish")
         assert publish.action is Action.UPDATE and plan.changed
-        assert plan.drift[0].applied is True
+        assert plan.drift[0]["applied"] is True
         assert plan.warnings == (
             "job publish: lowering the live statement budget 6s -> 3s (source default)",
         )
@@ -555,7 +558,7 @@ class TestPlan:
     def test_a_live_command_without_a_budget_is_drift_and_applying_it_warns(self, config):
         bare = live("claim", command="select public.claim_stats_projection_job_v1()")
         plan = plan_budgets(config.declare(None), [bare], on_drift="apply")
-        assert plan.drift[0].as_dict()["live"] is None
+        assert plan.drift[0]["live"] is None
         assert plan.warnings == (
             "job claim: lowering the live statement budget none -> 3s (source default)",
         )

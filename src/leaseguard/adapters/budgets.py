@@ -1,9 +1,5 @@
-"""Converging cron.job on a declaration: connect, read, plan, and write in one transaction.
-
-The I/O half of the budgets; the decisions are `leaseguard.core.budgets.planning`'s, including
-the all-or-nothing policy (`BudgetPlan.refusals`), which `apply_budgets` enforces for every
-front.
-"""
+"""Converging cron.job on a declaration: read, plan (`leaseguard.core.budgets.planning`) and
+write in one transaction, enforcing the plan's all-or-nothing `refusals` for every front."""
 
 from __future__ import annotations
 
@@ -32,12 +28,12 @@ def converge_budgets(
     check_mode: bool = False,
     connect_timeout_s: int = 10,
 ) -> BudgetPlan:
-    """Connect and `apply_budgets`: the whole run for a front that holds a DSN.
+    """Plan, and unless `check_mode` or refused, write; the result's `applied` says which.
 
-    :param conninfo: libpq DSN of the application database (the one the jobs run in).
-    :param cron_database: the database holding cron.job (pg_cron's ``cron.database_name``)
-        when it is not the DSN's; the jobs then run in `declared.database`, else in the
-        DSN's own database.
+    :param conninfo: libpq DSN of the database the jobs run in (unless `declared.database`).
+    :param cron_database: the database holding cron.job (``cron.database_name``) when it is
+        not the DSN's. Check mode reads in a READ ONLY transaction; any failure rolls all
+        back and raises a DatabaseError naming the job.
     """
     if cron_database and declared.database is None:
         with connect(conninfo, connect_timeout_s, writable=True) as conn:
@@ -49,30 +45,13 @@ def converge_budgets(
                 ) from None
             if row is not None:
                 declared = replace(declared, database=str(row[0]))
-    with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
-        return apply_budgets(conn, declared, on_drift=on_drift, check_mode=check_mode)
-
-
-def apply_budgets(
-    conn: psycopg.Connection[Any],
-    declared: DeclaredBudgets,
-    *,
-    on_drift: str = "report",
-    check_mode: bool = False,
-) -> BudgetPlan:
-    """Read cron.job, plan, and write the plan in one transaction: all of it or nothing.
-
-    `conn` is a writable connection to the database holding pg_cron's cron.job
-    (`leaseguard.adapters.db.connect(..., writable=True)`). Jobs are created in `declared.database`,
-    or in that same database when it is None. Nothing is written in check mode (the
-    transaction is READ ONLY, the plan computed exactly as it would be) nor when the plan
-    has `refusals` (drift left as it is, a refused live job): the result's `applied` says
-    which. Any failure rolls everything back and raises a DatabaseError naming the job.
-    """
     privilege = "grant the role EXECUTE on cron.schedule/alter_job" + (
         "/schedule_in_database" if declared.database else ""
     )
-    with cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step:
+    with (
+        connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn,
+        cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step,
+    ):
         if not check_mode:
             step.doing = "waiting for another leaseguard run on cron.job"
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
@@ -83,26 +62,23 @@ def apply_budgets(
         live = read_live_jobs(conn, [job.name for job in declared.jobs])
         plan = plan_budgets(target, live, on_drift=on_drift)
         writing = not check_mode and not plan.refusals
-        if writing:
-            for job in plan.jobs:
-                step.doing = f"writing pg_cron job {job.job.name}"
-                _write(conn, job, here)
+        for job in plan.jobs if writing else ():
+            step.doing = f"writing pg_cron job {job.job.name}"
+            _write(conn, job, here)
     return replace(plan, applied=writing)
 
 
 def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
     """One job's write; every value a bind parameter."""
-    if job.action is Action.CREATE:
-        if job.database in (None, here):
-            conn.execute(
-                "SELECT cron.schedule(%s, %s, %s)",
-                (job.job.name, job.job.schedule, job.job.command),
-            )
-        else:
-            conn.execute(
-                "SELECT cron.schedule_in_database(%s, %s, %s, %s)",
-                (job.job.name, job.job.schedule, job.job.command, job.database),
-            )
+    if job.action is Action.CREATE and job.database in (None, here):
+        conn.execute(
+            "SELECT cron.schedule(%s, %s, %s)", (job.job.name, job.job.schedule, job.job.command)
+        )
+    elif job.action is Action.CREATE:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, %s, %s, %s)",
+            (job.job.name, job.job.schedule, job.job.command, job.database),
+        )
     elif job.action is Action.UPDATE and job.live is not None:
         # NULL leaves a field as it is: an unchanged command keeps its live spelling.
         conn.execute(

@@ -1,20 +1,14 @@
 """pg_cron's cron.job: reading jobs, one time-boxed transaction on them, pausing and resuming.
 
-Shared by the budgets (`leaseguard.core.budgets`, which plans commands), the drain's intake
-pause (`leaseguard.orchestration.intake.CronJobsPause`) and the migrate role's pause (the
-cron_budget module's `active` option), so every writer of cron.job runs with the same time
-limits and reports failures the same way.
-
-Pausing and resuming: the state is declared (``{job: active}``) and the result says which
-jobs this run actually switched, so resuming exactly those, and no job an operator had
-disabled on purpose, is the caller's one line. A job that does not exist is reported and
-skipped (nothing runs it, so there is nothing to pause: a first deploy declares it later);
-several jobs sharing a name are refused, because switching either could be the wrong one.
+Every writer of cron.job (the budgets, the drain's intake holds, the cron_budget module's
+`active`) runs in `cron_transaction`, with the same limits and failure messages. A paused
+job is reported as switched only when this run switched it, so a caller resumes exactly
+those and never a job an operator disabled on purpose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +17,7 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from leaseguard.adapters.db import set_local_limits
-from leaseguard.core.budgets.live import LiveJob
+from leaseguard.core.budgets import LiveJob
 from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
@@ -31,26 +25,16 @@ STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
 
 
-_LIVE_JOBS = (
-    "SELECT jobid, jobname, schedule, command, active, database, username "
-    "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid"
-)
-
-
 def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
     """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
-    rows = conn.execute(_LIVE_JOBS, (list(names),)).fetchall()
+    rows = conn.execute(
+        "SELECT jobid, jobname, schedule, command, active, database "
+        "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
+        (list(names),),
+    ).fetchall()
     return [
-        LiveJob(
-            jobid=int(row[0]),
-            name=str(row[1]),
-            schedule=str(row[2]),
-            command=str(row[3]),
-            active=bool(row[4]),
-            database=None if row[5] is None else str(row[5]),
-            username=None if row[6] is None else str(row[6]),
-        )
-        for row in rows
+        LiveJob(int(r[0]), str(r[1]), str(r[2]), str(r[3]), bool(r[4]), r[5] and str(r[5]))
+        for r in rows
     ]
 
 
@@ -65,12 +49,8 @@ class CronStep:
 def cron_transaction(
     conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
-    """One time-boxed transaction on cron.job; failures become errors naming the step.
-
-    Read-only in check mode. Any failure rolls everything back, so every message ends with
-    "nothing was changed". Messages name the step, the database and the SQLSTATE, never
-    driver text.
-    """
+    """One time-boxed transaction on cron.job (read-only in check mode). Any failure rolls
+    it all back; messages name the step, the database and the SQLSTATE, never driver text."""
     dbname = conn.info.dbname
     step = CronStep()
     try:
@@ -137,14 +117,10 @@ class ActiveChange:
     def changed(self) -> bool:
         return self.exists and self.before != self.wanted
 
-    @property
-    def after(self) -> bool | None:
-        return self.wanted if self.exists else None
-
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """What `set_jobs_active` found and did; `applied` False: nothing written (check mode)."""
+    """What a switch of active flags found and did; `applied` False: check mode."""
 
     jobs: tuple[ActiveChange, ...]
     applied: bool = False
@@ -169,24 +145,17 @@ class ActivePlan:
     @property
     def warnings(self) -> list[str]:
         return [
-            f"pg_cron job {name} does not exist; nothing to {'resume' if wanted else 'pause'}"
-            for name, wanted in ((job.job, job.wanted) for job in self.jobs if not job.exists)
+            f"pg_cron job {job.job} does not exist; nothing to "
+            f"{'resume' if job.wanted else 'pause'}"
+            for job in self.jobs
+            if not job.exists
         ]
 
     def diff(self) -> dict[str, dict[str, Any]]:
+        existing = [job for job in self.jobs if job.exists]
         return {
-            "before": {job.job: {"active": job.before} for job in self.jobs if job.exists},
-            "after": {job.job: {"active": job.after} for job in self.jobs if job.exists},
-        }
-
-    def as_dict(self) -> dict[str, Any]:
-        summary = ("applied", "changed", "paused", "resumed", "missing")
-        return {
-            **{key: getattr(self, key) for key in summary},
-            "jobs": [
-                {"job": job.job, "jobid": job.jobid, "before": job.before, "after": job.after}
-                for job in self.jobs
-            ],
+            "before": {job.job: {"active": job.before} for job in existing},
+            "after": {job.job: {"active": job.wanted} for job in existing},
         }
 
 
@@ -194,59 +163,39 @@ def validate_active(wanted: object) -> dict[str, bool]:
     """``{job name: bool}``; ConfigError naming the job otherwise."""
     if not isinstance(wanted, Mapping):
         raise ConfigError("active must map a pg_cron job name to true or false")
-    checked: dict[str, bool] = {}
     for name, value in wanted.items():
         if not isinstance(name, str) or not name:
             raise ConfigError("active: job names must be non-empty strings")
         if not isinstance(value, bool):
             raise ConfigError(f"active.{name} must be true or false")
-        checked[name] = value
-    return checked
+    return dict(wanted)
 
 
 def set_jobs_active(
-    conn: psycopg.Connection[Any],
-    wanted: Mapping[str, bool],
-    *,
-    check_mode: bool = False,
-    require_all: bool = False,
-    also: Callable[[psycopg.Connection[Any], list[ActiveChange]], None] | None = None,
+    conn: psycopg.Connection[Any], wanted: Mapping[str, bool], *, check_mode: bool = False
 ) -> ActivePlan:
-    """Set each named job's active flag in one transaction (read-only in check mode).
-
-    `conn` is an autocommit connection to the database holding cron.job
-    (`leaseguard.adapters.db.connect` with writable=True). With `require_all`, a name that
-    matches no job fails the whole call before anything is written. `also` runs in the same
-    transaction after the switches, with the changes made (the drain records its pauses
-    there, so a pause and its record commit together or not at all).
-    """
-    wanted = validate_active(wanted)
+    """Set each named job's active flag in one transaction (read-only in check mode); a job
+    that does not exist is skipped (nothing runs it, so nothing to pause)."""
     hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
         with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
             changes = plan_changes(read_live_jobs(conn, list(wanted)), wanted)
-            missing = [change.job for change in changes if not change.exists]
-            if require_all and missing:
-                raise _Refused(f"pg_cron job(s) not found: {', '.join(missing)}")
-            if not check_mode:
-                for change in changes:
-                    if change.changed:
-                        verb = "resuming" if change.wanted else "pausing"
-                        step.doing = f"{verb} pg_cron job {change.job}"
-                        conn.execute(
-                            "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
-                            (change.jobid, change.wanted),
-                        )
-                if also is not None:
-                    step.doing = "recording the switch in cron.job"
-                    also(conn, [change for change in changes if change.changed])
+            for change in changes:
+                if change.changed and not check_mode:
+                    verb = "resuming" if change.wanted else "pausing"
+                    step.doing = f"{verb} pg_cron job {change.job}"
+                    conn.execute(
+                        "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
+                        (change.jobid, change.wanted),
+                    )
     except _Refused as exc:
         raise DatabaseError(str(exc)) from None
     return ActivePlan(tuple(changes), applied=not check_mode)
 
 
 def plan_changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
-    """Each wanted job's change; several jobs sharing a name are refused (DatabaseError)."""
+    """Each wanted job's change; several jobs sharing a name are refused: switching either
+    could be the wrong one."""
     changes = []
     for name, active in wanted.items():
         rows = [row for row in live if row.name == name]
@@ -264,19 +213,7 @@ def plan_changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[Active
 
 
 class _Refused(DatabaseError):
-    """Leaves the transaction, rolling it back (a DatabaseError, named as such)."""
+    """Raised inside a cron.job transaction: it rolls back, nothing is changed."""
 
 
-def refused(message: str) -> DatabaseError:
-    """An error raised inside a cron.job transaction: it rolls back, nothing is changed."""
-    return _Refused(message)
-
-
-__all__ = [
-    "ActiveChange",
-    "ActivePlan",
-    "plan_changes",
-    "refused",
-    "set_jobs_active",
-    "validate_active",
-]
+refused = _Refused  # the drain's holds raise it too

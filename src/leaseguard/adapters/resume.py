@@ -1,16 +1,11 @@
-"""Give back the intake pauses drains recorded and never resumed (`leaseguard resume`).
-
-Shared by the CLI, `fab resume` and the Ansible front: connect to the database holding
-cron.job, reactivate exactly the recorded jobs and delete their records, in one transaction.
-"""
+"""`leaseguard resume`, `fab resume` and cron_budget's resume_recorded: give back the intake
+pauses drains recorded and never resumed (reactivate exactly those jobs, delete the records)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
-
-import psycopg
 
 from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
@@ -42,13 +37,21 @@ def resume_pauses(
     ) as conn:
         records, plan = resume_recorded(conn, jobs)
         if not records:
-            refuse_blind_resume(conn)
+            hint = "connect as the jobs' owner"
+            with cron_transaction(conn, read_only=True, privilege_hint=hint):
+                row = conn.execute(_SEES_JOBS).fetchone()
+            if not (row and row[0]):
+                raise DatabaseError(
+                    f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+                    "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+                    "intake is still held: run resume as the jobs' owner (--cron-user, "
+                    "drain.cron_user, leaseguard_cron_user)"
+                )
+    seen = plan.jobs if plan else ()
     return {
         "records": [record.as_dict() for record in records],
         "resumed": plan.resumed if plan else [],
-        "already_active": [
-            job.job for job in (plan.jobs if plan else ()) if job.exists and not job.changed
-        ],
+        "already_active": [job.job for job in seen if job.exists and not job.changed],
         "missing": plan.missing if plan else [],
     }
 
@@ -59,19 +62,6 @@ SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
 """
 
 
-def refuse_blind_resume(conn: psycopg.Connection[Any]) -> None:
-    """A role that sees no pg_cron job cannot tell "nothing to give back": fail, naming it."""
-    with cron_transaction(conn, read_only=True, privilege_hint="connect as the jobs' owner"):
-        row = conn.execute(_SEES_JOBS).fetchone()
-    if not (row and row[0]):
-        raise DatabaseError(
-            f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
-            "(pg_cron shows each role only its own jobs), so it cannot tell whether intake "
-            "is still held: run resume as the jobs' owner (--cron-user, drain.cron_user, "
-            "leaseguard_cron_user)"
-        )
-
-
 def resume_lines(outcome: dict[str, Any]) -> str:
     """One timeline line per recorded job: what `resume` did with it."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -80,12 +70,8 @@ def resume_lines(outcome: dict[str, Any]) -> str:
     lines = []
     for record in outcome["records"]:
         job = record["job"]
-        state = (
-            "resumed"
-            if job in outcome["resumed"]
-            else "already_active"
-            if job in outcome["already_active"]
-            else "missing"
+        state = next(
+            (key for key in ("resumed", "already_active") if job in outcome[key]), "missing"
         )
         lines.append(
             f"{stamp} leaseguard resume job={job} state={state} "

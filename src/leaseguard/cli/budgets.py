@@ -1,10 +1,4 @@
-"""`leaseguard budgets`: compare pg_cron statement budgets with their declaration.
-
-Read-only unless ``--apply``: it prints, per job, the live budget, the declared budget, where
-the declared one comes from (``default`` or ``override:<environment>``) and the job's state.
-Exit status: 0 converged, 3 not converged (drift, a refused job, or changes not applied),
-1 failed (fail closed), 2 usage error.
-"""
+"""`leaseguard budgets`: per job, the live and declared budget, its source and state."""
 
 from __future__ import annotations
 
@@ -12,15 +6,14 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Any
 
 from leaseguard.adapters.budgets import converge_budgets
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
+from leaseguard.core.budgets.command import format_budget, format_optional
 from leaseguard.core.budgets.config import load_budget_config
-from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan, JobPlan
-from leaseguard.core.budgets.units import format_budget
+from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (
     EXIT_DRIFT,
@@ -40,12 +33,12 @@ Exit status: 0 converged, 3 not converged (drift, refused job, or changes not ap
 1 failed, 2 usage.
 """
 
+# What a person reads for a job to write: before --apply, and after.
 _PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
 _DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Register `leaseguard budgets` on the CLI's subcommands."""
     parser = commands.add_parser(
         "budgets",
         help="compare (or with --apply, converge) pg_cron jobs' statement budgets; "
@@ -92,9 +85,10 @@ def run_budgets(args: argparse.Namespace) -> int:
     if not args.config:
         raise ConfigError("budgets needs --config FILE with a cron_budgets section")
     declared = load_budget_config(args.config).declare(args.environment)
+    conninfo = resolve_dsn(args)
     try:
         plan = converge_budgets(
-            resolve_dsn(args),
+            conninfo,
             declared,
             cron_database=args.cron_database,
             on_drift=args.on_drift,
@@ -102,11 +96,16 @@ def run_budgets(args: argparse.Namespace) -> int:
         )
     except ConfigError:
         raise
-    except LeaseguardError as exc:
-        report_budgets_failure(exc, as_json=args.json)
+    except LeaseguardError as exc:  # fail closed; the message never shows the DSN
+        now = datetime.now(UTC)
+        if args.json:
+            error = {"type": exc.kind, "message": str(exc)}
+            print(json.dumps({"state": "failed", "checked_at": now.isoformat(), "error": error}))
+        else:
+            print(f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets state=failed error={exc.kind}")
+        print(f"leaseguard: budgets failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    report_plan(plan, as_json=args.json)
-    conninfo = resolve_dsn(args)
+    report_plan(plan, datetime.now(UTC), as_json=args.json)
     timeout_s = Contract.connect_timeout_s
     for warning in scan_leftovers(
         lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
@@ -115,31 +114,23 @@ def run_budgets(args: argparse.Namespace) -> int:
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 
-def state_label(job: JobPlan, *, applied: bool) -> str:
-    """What a person reads: `missing`/`differs` before --apply, `created`/`updated` after."""
-    if job.writes:
-        return (_DONE if applied else _PENDING)[job.action]
-    return str(job.action)
-
-
-def report_plan(plan: BudgetPlan, *, as_json: bool) -> None:
-    now = datetime.now(UTC)
+def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps({"checked_at": now.isoformat(), **plan.as_dict()}))
-    else:
-        stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        for job in plan.jobs:
-            print(
-                f"{stamp} leaseguard budgets job={job.job.name} "
-                f"live={_budget(job.live_budget_ms, job)} "
-                f"declared={format_budget(job.job.budget_ms)} source={job.job.source_label} "
-                f"state={state_label(job, applied=plan.applied)}"
-            )
+    for job in [] if as_json else plan.jobs:
+        live = format_optional(job.live_budget_ms) or "none"
+        live = "-" if job.live is None else "?" if job.refused else live
+        state = (_DONE if plan.applied else _PENDING)[job.action] if job.writes else job.action
+        print(
+            f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets job={job.job.name} "
+            f"live={live} declared={format_budget(job.job.budget_ms)} "
+            f"source={job.job.source_label} state={state}"
+        )
     for drift in plan.drift:
-        if not drift.applied:
+        if not drift["applied"]:
             print(
-                f"leaseguard: drift: job {drift.job} live={_or_none(drift.live_budget_ms)} "
-                f"declared={format_budget(drift.declared_budget_ms)} ({drift.source}): left "
+                f"leaseguard: drift: job {drift['job']} live={drift['live'] or 'none'} "
+                f"declared={drift['declared']} ({drift['source']}): left "
                 "untouched; declare an override for this environment, or converge it "
                 "deliberately with --apply --on-drift apply",
                 file=sys.stderr,
@@ -158,32 +149,3 @@ def report_plan(plan: BudgetPlan, *, as_json: bool) -> None:
             f"leaseguard: not applied (read-only run): {', '.join(pending)}; rerun with --apply",
             file=sys.stderr,
         )
-
-
-def _budget(budget_ms: int | None, job: JobPlan) -> str:
-    if job.live is None:
-        return "-"
-    if job.action in (Action.UNPARSEABLE, Action.AMBIGUOUS):
-        return "?"
-    return _or_none(budget_ms)
-
-
-def _or_none(budget_ms: int | None) -> str:
-    return "none" if budget_ms is None else format_budget(budget_ms)
-
-
-def report_budgets_failure(exc: LeaseguardError, *, as_json: bool) -> None:
-    """Fail closed: the state is 'failed'; the message names what failed, never the DSN."""
-    now = datetime.now(UTC)
-    if as_json:
-        failure: dict[str, Any] = {
-            "state": "failed",
-            "checked_at": now.isoformat(),
-            "error": {"type": exc.kind, "message": str(exc)},
-        }
-        print(json.dumps(failure))
-    else:
-        print(
-            f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')} leaseguard budgets state=failed error={exc.kind}"
-        )
-    print(f"leaseguard: budgets failed: {exc}", file=sys.stderr)

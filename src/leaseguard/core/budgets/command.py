@@ -1,42 +1,179 @@
-"""One pg_cron job's command: rendered from one template, and read back from cron.job.
-
-Every job of the pipeline runs as ONE command from ONE template::
+"""Budgets, function names and schedules, and the one command every job runs::
 
     set statement_timeout = '3s'; select "public"."claim_stats_projection_job_v1"();
 
-`render_command` fills it; `parse_live_command` reads a live command back through a small
-tokenizer and a recursive-descent parser of the same two-statement grammar, refusing
-anything else (such a job is reported and never rewritten). Pure: no I/O.
+Budgets are whole milliseconds as statement_timeout reads them (a bare number is ms; units
+ms, s, min, h, d, case-sensitive), spelt ``3s`` when whole seconds, else ``1500ms``. A live
+command is read back through a small parser of that two-statement grammar; anything else is
+refused (reported, never rewritten).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import NoReturn
 
 from psycopg import sql
-from psycopg.abc import AdaptContext
 
-from leaseguard.core.budgets.names import FunctionName
-from leaseguard.core.budgets.units import MAX_BUDGET_MS, format_budget, parse_budget_ms, shown
+from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.errors import ConfigError
 
-# The one template every job's command is rendered from, composed by psycopg.sql (the library
-# made for SQL from parts): the budget as a quoted literal, the function as a quoted identifier.
+# A cron step's budget beyond a day is a unit mistake (ms written as s), not a budget.
+MAX_BUDGET_MS = 86_400_000
+_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_BUDGET = re.compile(
+    r"\s*(?P<sign>[-+]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[A-Za-z]*)\s*",
+    re.ASCII,
+)
+_EXAMPLES = "such as 3s, 1500ms or 1min"
+
+
+def shown(value: object) -> str:
+    """`value` as a message shows it: repr, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "...'"
+
+
+def parse_budget_ms(value: object, *, where: str) -> int:
+    """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms; ConfigError naming `where`."""
+    expected = f"{where}: expected a statement budget {_EXAMPLES}, got {shown(value)}"
+    whole = f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(expected)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ConfigError(expected)
+        if value != int(value):
+            raise ConfigError(whole)
+        value = int(value)
+    if isinstance(value, int):
+        ms = Decimal(value)
+    else:
+        if not value.strip():
+            raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
+        match = _BUDGET.fullmatch(value)
+        if match is None:
+            raise ConfigError(expected)
+        unit = match["unit"]
+        if unit and unit not in _UNITS_MS:
+            raise ConfigError(
+                f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
+            )
+        number = Decimal(match["number"])
+        if not unit and number != number.to_integral_value():
+            raise ConfigError(whole)
+        if match["sign"] == "-" and number:
+            raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
+        ms = number * _UNITS_MS[unit or "ms"]
+    if ms < 0:
+        raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
+    if ms == 0:
+        raise ConfigError(f"{where} must be greater than 0 (0 would disable statement_timeout)")
+    if ms > MAX_BUDGET_MS:
+        raise ConfigError(f"{where}: {shown(value)} exceeds the maximum budget of 24h")
+    if ms != ms.to_integral_value():
+        raise ConfigError(f"{where}: {shown(value)} is not a whole number of milliseconds")
+    return int(ms)
+
+
+def format_budget(budget_ms: int) -> str:
+    return f"{budget_ms // 1000}s" if budget_ms % 1000 == 0 else f"{budget_ms}ms"
+
+
+def format_optional(budget_ms: int | None) -> str | None:
+    return None if budget_ms is None else format_budget(budget_ms)
+
+
+@dataclass(frozen=True)
+class FunctionName:
+    """A function, schema-qualified when declared; `schema` is None only for a live command."""
+
+    schema: str | None
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
+_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
+
+
+def parse_function_name(value: object, *, where: str) -> FunctionName:
+    """`schema.name` in lower case: only such names mean the same quoted and unquoted, so
+    anything else (quotes, spaces, parentheses, semicolons) is refused, not quoted."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
+        )
+    for char in value:
+        if not re.fullmatch(r"[a-z0-9_.]", char, re.ASCII):
+            raise ConfigError(
+                f"{where} = {shown(value)} contains {char!r}: a function name is schema.name "
+                "in lower-case letters, digits and _ (no quotes, spaces, parentheses or "
+                "semicolons)"
+            )
+    parts = value.split(".")
+    if len(parts) != 2:
+        raise ConfigError(
+            f"{where} = {shown(value)} must be schema-qualified as schema.name, "
+            f"e.g. {_FUNCTION_EXAMPLE}"
+        )
+    for part in parts:
+        if not _IDENTIFIER.fullmatch(part):
+            raise ConfigError(
+                f"{where} = {shown(value)}: {part!r} is not an identifier "
+                "(a lower-case letter or _ first, then letters, digits or _)"
+            )
+        if len(part.encode()) > MAX_IDENTIFIER_BYTES:
+            raise ConfigError(
+                f"{where} = {shown(value)}: {part[:20]!r}... is longer than "
+                f"{MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would truncate it"
+            )
+    return FunctionName(parts[0], parts[1])
+
+
+def parse_job_name(value: object, *, where: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
+        or len(value) > MAX_IDENTIFIER_BYTES
+    ):
+        raise ConfigError(
+            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
+            "and _ . : - (not starting with . : -)"
+        )
+    return value
+
+
+def parse_schedule(value: object, *, where: str) -> str:
+    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
+    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
+        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
+    return normalise_schedule(value)
+
+
+def normalise_schedule(schedule: str) -> str:
+    return " ".join(schedule.split())
+
+
+# psycopg.sql quotes both parts: the budget as a literal, the function as an identifier.
 COMMAND_TEMPLATE = sql.SQL("set statement_timeout = {budget}; select {function}();")
 
 
-def render_command(
-    function: FunctionName, budget_ms: int, context: AdaptContext | None = None
-) -> str:
-    """The job's command from COMMAND_TEMPLATE, with psycopg quoting both parts."""
+def render_command(function: FunctionName, budget_ms: int) -> str:
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
+    parts = (function.schema, function.name) if function.schema else (function.name,)
     command = COMMAND_TEMPLATE.format(
-        budget=sql.Literal(format_budget(budget_ms)), function=function.identifier()
+        budget=sql.Literal(format_budget(budget_ms)), function=sql.Identifier(*parts)
     )
-    return command.as_string(context)
+    return command.as_string(None)
 
 
 @dataclass(frozen=True)
@@ -48,7 +185,7 @@ class ParsedCommand:
 
 
 class UnparseableCommand(ValueError):
-    """A live command outside the narrow grammar this module understands; never rewritten."""
+    """A live command outside the grammar below; such a job is never rewritten."""
 
 
 _TOKEN = re.compile(
@@ -63,127 +200,80 @@ _TOKEN = re.compile(
 _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is understood"
 
 
-@dataclass(frozen=True)
-class _Token:
-    kind: str
-    text: str
-    offset: int
-
-    @property
-    def word(self) -> str | None:
-        return self.text.lower() if self.kind == "word" else None
+def _refuse(reason: str) -> NoReturn:
+    raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
 
 
-def _tokens(command: str) -> list[_Token]:
-    tokens: list[_Token] = []
+def parse_live_command(command: str) -> ParsedCommand:
+    """(budget, function) of ``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``.
+
+    Tolerated: keyword case, spacing, a quoted or bare value, quoted or bare identifiers.
+    Refused (UnparseableCommand): other SETs, more statements, arguments, comments.
+    """
+    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset)
     pos = 0
     while pos < len(command):
         match = _TOKEN.match(command, pos)
         if match is None:
-            raise UnparseableCommand(
-                f"unexpected character {command[pos]!r} at offset {pos}: {_GRAMMAR}"
-            )
-        kind = match.lastgroup or ""
-        if kind != "ws":
-            tokens.append(_Token(kind, match.group(), pos))
+            _refuse(f"unexpected character {command[pos]!r} at offset {pos}")
+        if match.lastgroup != "ws":
+            tokens.append((match.lastgroup or "", match.group(), pos))
         pos = match.end()
-    return tokens
+    tokens.reverse()
 
+    def peek() -> str | None:
+        return tokens[-1][1].lower() if tokens else None
 
-class _Parser:
-    """Recursive descent over the two-statement grammar; anything else is refused."""
-
-    def __init__(self, command: str) -> None:
-        self.tokens = _tokens(command)
-        self.pos = 0
-
-    def peek(self) -> _Token | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def take(self, what: str) -> _Token:
-        token = self.peek()
-        if token is None:
-            raise UnparseableCommand(f"the command ends where {what} was expected: {_GRAMMAR}")
-        self.pos += 1
+    def take(what: str, *accept: str) -> tuple[str, str, int]:
+        if not tokens:
+            _refuse(f"the command ends where {what} was expected")
+        token = tokens.pop()
+        if accept and token[1].lower() not in accept:
+            unexpected(token, what)
         return token
 
-    def expect(self, kind: str, text: str, what: str) -> None:
-        token = self.take(what)
-        if token.kind != kind or token.text.lower() != text:
-            self.unexpected(token, what)
+    def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
+        _refuse(f"expected {what} at offset {token[2]}, found {shown(token[1])}")
 
-    def unexpected(self, token: _Token, what: str) -> NoReturn:
-        raise UnparseableCommand(
-            f"expected {what} at offset {token.offset}, found {shown(token.text)}: {_GRAMMAR}"
-        )
+    def identifier() -> str:
+        kind, text, _ = token = take("a function name")
+        if kind == "word":
+            return text.lower()  # PostgreSQL folds unquoted names
+        if kind != "qident":
+            unexpected(token, "a function name")
+        return text[1:-1].replace('""', '"')
 
-    def parse(self) -> ParsedCommand:
-        budget_ms = None
-        first = self.peek()
-        if first is not None and first.word == "set":
-            budget_ms = self.set_statement()
-        self.expect("word", "select", "SELECT")
-        function = self.function_name()
-        self.expect("punct", "(", "'(' (a call without arguments)")
-        self.expect("punct", ")", "')' (a call without arguments)")
-        token = self.peek()
-        if token is not None and token.text == ";":
-            self.pos += 1
-        token = self.peek()
-        if token is not None:
-            self.unexpected(token, "the end of the command")
-        return ParsedCommand(budget_ms, function)
-
-    def set_statement(self) -> int:
-        self.pos += 1
-        token = self.take("statement_timeout")
-        if token.word == "local":
-            raise UnparseableCommand(f"SET LOCAL is not understood: {_GRAMMAR}")
-        if token.word == "session":
-            token = self.take("statement_timeout")
-        if token.word != "statement_timeout":
-            raise UnparseableCommand(
-                f"the command sets {shown(token.text)}, not statement_timeout: {_GRAMMAR}"
-            )
-        token = self.take("'=' or TO")
-        if token.text != "=" and token.word != "to":
-            self.unexpected(token, "'=' or TO")
-        value = self.take("a statement_timeout value")
-        if value.kind == "string":
-            text = value.text[1:-1].replace("''", "'")
-        elif value.kind == "number":
-            text = value.text
-        else:
-            self.unexpected(value, "a statement_timeout value")
+    budget_ms = None
+    if peek() == "set":  # only a word's text is these words: quoted ones keep their quotes
+        tokens.pop()
+        text = take("statement_timeout")[1]
+        if text.lower() == "local":
+            _refuse("SET LOCAL is not understood")
+        if text.lower() == "session":
+            text = take("statement_timeout")[1]
+        if text.lower() != "statement_timeout":
+            _refuse(f"the command sets {shown(text)}, not statement_timeout")
+        take("'=' or TO", "=", "to")
+        kind, text, _ = value = take("a statement_timeout value")
+        if kind == "string":
+            text = text[1:-1].replace("''", "'")
+        elif kind != "number":
+            unexpected(value, "a statement_timeout value")
         try:
             budget_ms = parse_budget_ms(text, where="statement_timeout")
         except ConfigError as exc:
             raise UnparseableCommand(str(exc)) from None
-        self.expect("punct", ";", "';' after SET")
-        return budget_ms
-
-    def function_name(self) -> FunctionName:
-        first = self.identifier()
-        token = self.peek()
-        if token is None or token.text != ".":
-            return FunctionName(None, first)
-        self.pos += 1
-        return FunctionName(first, self.identifier())
-
-    def identifier(self) -> str:
-        token = self.take("a function name")
-        if token.kind == "word":
-            return token.text.lower()  # PostgreSQL folds unquoted names
-        if token.kind == "qident":
-            return token.text[1:-1].replace('""', '"')
-        self.unexpected(token, "a function name")
-
-
-def parse_live_command(command: str) -> ParsedCommand:
-    """(budget, function) of a pg_cron command; UnparseableCommand for anything else.
-
-    Tolerated: keyword case, spacing, ``=`` or ``TO``, a quoted or bare value, quoted or bare
-    identifiers, a trailing semicolon. Refused: other SETs, more statements, arguments,
-    comments, anything not in the grammar -- such a job is reported and left untouched.
-    """
-    return _Parser(command).parse()
+        take("';' after SET", ";")
+    take("SELECT", "select")
+    name = identifier()
+    function = FunctionName(None, name)
+    if peek() == ".":
+        tokens.pop()
+        function = FunctionName(name, identifier())
+    take("'(' (a call without arguments)", "(")
+    take("')' (a call without arguments)", ")")
+    if peek() == ";":
+        tokens.pop()
+    if tokens:
+        unexpected(tokens[-1], "the end of the command")
+    return ParsedCommand(budget_ms, function)

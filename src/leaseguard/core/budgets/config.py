@@ -1,46 +1,33 @@
-"""The ``cron_budgets`` section: declared jobs, per-environment overrides, validation.
-
-`budget_config_from_mapping` validates the section (ConfigError naming the job and key);
-`BudgetConfig.declare` applies one environment's overrides, giving the budgets a run would
-write and where each comes from. Pure apart from reading the YAML file in
-`load_budget_config`.
-"""
+"""The ``cron_budgets`` section: declared jobs and per-environment overrides, validated with
+messages naming the job and key; `BudgetConfig.declare` gives one environment's budgets."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from leaseguard.core.budgets.command import render_command
-from leaseguard.core.budgets.names import (
+from leaseguard.core.budgets.command import (
     FunctionName,
+    parse_budget_ms,
     parse_function_name,
     parse_job_name,
     parse_schedule,
+    render_command,
 )
-from leaseguard.core.budgets.units import parse_budget_ms
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES, reject_unknown
 from leaseguard.core.contract import CRON_BUDGETS_SECTION, load_config_file
 from leaseguard.core.errors import ConfigError
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION
-
-
-@dataclass(frozen=True)
-class JobSpec:
-    """One job as the code declares it (the default budget)."""
-
-    name: str
-    schedule: str
-    function: FunctionName
-    budget_ms: int
+SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
+JOB_KEYS = frozenset({"schedule", "function", "budget"})
 
 
 @dataclass(frozen=True)
 class DeclaredJob:
-    """A job with the budget this run would write, and where that budget comes from."""
+    """A job with the budget a run would write, and where that budget comes from."""
 
     name: str
     schedule: str
@@ -71,58 +58,38 @@ class DeclaredBudgets:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """The ``cron_budgets`` section: default jobs plus per-environment budget overrides."""
+    """The section: jobs with their default budgets, plus per-environment overrides."""
 
-    jobs: tuple[JobSpec, ...]
+    jobs: tuple[DeclaredJob, ...]
     overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     database: str | None = None
 
     def declare(self, environment: str | None = None) -> DeclaredBudgets:
-        """The jobs with `environment`'s overrides applied (they win over the defaults).
-
-        An environment without overrides (e.g. staging) simply keeps the defaults.
-        """
+        """The jobs with `environment`'s overrides applied; without any, the defaults."""
         if environment is not None and (not isinstance(environment, str) or not environment):
             raise ConfigError("environment must be a non-empty string")
         chosen = self.overrides.get(environment, {}) if environment else {}
-        jobs = []
-        for spec in self.jobs:
-            override = chosen.get(spec.name)
-            jobs.append(
-                DeclaredJob(
-                    name=spec.name,
-                    schedule=spec.schedule,
-                    function=spec.function,
-                    budget_ms=spec.budget_ms if override is None else override,
-                    default_budget_ms=spec.budget_ms,
-                    source="default" if override is None else "override",
-                    environment=environment if override is not None else None,
-                )
-            )
-        return DeclaredBudgets(tuple(jobs), environment, self.database)
-
-
-SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
-JOB_KEYS = frozenset({"schedule", "function", "budget"})
+        jobs = tuple(
+            replace(job, budget_ms=chosen[job.name], source="override", environment=environment)
+            if job.name in chosen
+            else job
+            for job in self.jobs
+        )
+        return DeclaredBudgets(jobs, environment, self.database)
 
 
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
-    """Validate a ``cron_budgets`` mapping; every message names the job and the key.
-
-    ``jobs`` is a mapping of job name to ``{schedule, function, budget}`` (or a list of such
-    mappings with a ``name``); ``overrides`` maps an environment to ``{job: budget}``;
-    ``database`` optionally names the database the jobs run in.
-    """
+    """``jobs``: job name -> ``{schedule, function, budget}`` (or a list of such with a
+    ``name``); ``overrides``: environment -> ``{job: budget}``; ``database``: where jobs run."""
     prefix = CONFIG_SECTION
-    if data is None:
-        data = {}
+    data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
-    specs = tuple(_job_specs(data.get("jobs"), f"{prefix}.jobs"))
-    if not specs:
+    jobs = tuple(_jobs(data.get("jobs"), f"{prefix}.jobs"))
+    if not jobs:
         raise ConfigError(f"{prefix}.jobs must declare at least one job")
-    names = {spec.name for spec in specs}
+    names = {job.name for job in jobs}
     overrides: dict[str, dict[str, int]] = {}
     raw_overrides = data.get("overrides") or {}
     if not isinstance(raw_overrides, Mapping):
@@ -132,11 +99,9 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
         if not isinstance(env, str) or not env:
             raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
         overrides[env] = {}
-        if budgets is None:
-            continue
-        if not isinstance(budgets, Mapping):
+        if budgets is not None and not isinstance(budgets, Mapping):
             raise ConfigError(f"{where} must map a job name to a budget")
-        for job, budget in budgets.items():
+        for job, budget in (budgets or {}).items():
             if job not in names:
                 raise ConfigError(
                     f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
@@ -150,10 +115,10 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
         or len(database.encode()) > MAX_IDENTIFIER_BYTES
     ):
         raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
-    return BudgetConfig(specs, overrides, database)
+    return BudgetConfig(jobs, overrides, database)
 
 
-def _job_specs(jobs: object, prefix: str) -> Iterable[JobSpec]:
+def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
     if jobs is None:
         return
     items: list[tuple[object, object]]
@@ -180,12 +145,10 @@ def _job_specs(jobs: object, prefix: str) -> Iterable[JobSpec]:
         for key in ("schedule", "function", "budget"):
             if spec.get(key) is None:
                 raise ConfigError(f"{where}.{key} is required")
-        yield JobSpec(
-            name=name,
-            schedule=parse_schedule(spec["schedule"], where=f"{where}.schedule"),
-            function=parse_function_name(spec["function"], where=f"{where}.function"),
-            budget_ms=parse_budget_ms(spec["budget"], where=f"{where}.budget"),
-        )
+        schedule = parse_schedule(spec["schedule"], where=f"{where}.schedule")
+        function = parse_function_name(spec["function"], where=f"{where}.function")
+        budget_ms = parse_budget_ms(spec["budget"], where=f"{where}.budget")
+        yield DeclaredJob(name, schedule, function, budget_ms, default_budget_ms=budget_ms)
 
 
 def load_budget_config(path: str | Path) -> BudgetConfig:

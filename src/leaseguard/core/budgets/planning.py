@@ -1,14 +1,11 @@
-"""The pure decision: per declared job, create / update / unchanged / drift / refuse.
+"""The pure decision per declared job, and the one budget policy every front applies:
 
-* a budget declared by a per-environment override wins over the default and is written;
+* an environment's declared override wins over the default and is written;
 * a live budget that differs from a *default* is drift: reported, never overwritten unless
-  the caller asks for it (``on_drift="apply"``), because nothing tells us whether the live
-  value is an accident or a production fix nobody declared yet;
-* lowering a live budget is always reported, also when it is applied;
-* a live command this package does not fully understand is refused, never rewritten;
-* all or nothing: a plan with unapplied drift or a refused job writes no job at all
-  (`BudgetPlan.refusals`), so a declaration is never half applied. The CLI and the Ansible
-  module apply this one policy, through `leaseguard.adapters.budgets.apply_budgets`.
+  asked (``on_drift="apply"``), since it may be a production fix nobody declared yet;
+* lowering a live budget is always reported, also when applied;
+* a live command outside the template's grammar, or a name shared by several jobs, is refused;
+* all or nothing: unapplied drift or a refused job means no job is written (`refusals`).
 """
 
 from __future__ import annotations
@@ -18,11 +15,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from leaseguard.core.budgets.command import ParsedCommand, UnparseableCommand, parse_live_command
+from leaseguard.core.budgets import LiveJob
+from leaseguard.core.budgets.command import (
+    ParsedCommand,
+    UnparseableCommand,
+    format_budget,
+    format_optional,
+    normalise_schedule,
+    parse_live_command,
+)
 from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
-from leaseguard.core.budgets.live import LiveJob
-from leaseguard.core.budgets.names import normalise_schedule
-from leaseguard.core.budgets.units import format_budget, format_optional
 from leaseguard.core.errors import ConfigError
 
 OnDrift = Literal["report", "apply"]
@@ -36,10 +38,6 @@ class Action(enum.StrEnum):
     DRIFT = "drift"  # live budget differs from a default: reported, left as it is
     UNPARSEABLE = "unparseable"  # live command not understood: refused, left as it is
     AMBIGUOUS = "ambiguous"  # several live jobs share the name: refused, left as they are
-
-
-_WRITES = (Action.CREATE, Action.UPDATE)
-_REFUSED = (Action.UNPARSEABLE, Action.AMBIGUOUS)
 
 
 @dataclass(frozen=True)
@@ -60,34 +58,32 @@ class JobPlan:
 
     @property
     def writes(self) -> bool:
-        return self.action in _WRITES
+        return self.action in (Action.CREATE, Action.UPDATE)
+
+    @property
+    def refused(self) -> bool:
+        return self.action in (Action.UNPARSEABLE, Action.AMBIGUOUS)
 
     @property
     def refusal(self) -> str | None:
         """Why this job keeps the whole plan from being written; None when it does not."""
-        name = self.job.name
         if self.action is Action.DRIFT:
             return (
-                f"job {name}: live={format_optional(self.live_budget_ms) or 'none'} "
+                f"job {self.job.name}: live={format_optional(self.live_budget_ms) or 'none'} "
                 f"declared={format_budget(self.job.budget_ms)} ({self.job.source_label})"
             )
-        if self.action in _REFUSED:
-            return f"job {name}: {self.reason}"
-        return None
+        return f"job {self.job.name}: {self.reason}" if self.refused else None
 
+    # What to write; None leaves the live value (and its spelling) as it is.
     @property
     def new_schedule(self) -> str | None:
-        """The schedule to write, None when it stays."""
-        if self.action is Action.CREATE or "schedule" in self.changes:
-            return self.job.schedule
-        return None
+        new = self.action is Action.CREATE or "schedule" in self.changes
+        return self.job.schedule if new else None
 
     @property
     def new_command(self) -> str | None:
-        """The rendered command to write, None when the live one stays."""
-        if self.action is Action.CREATE or {"function", "budget"} & set(self.changes):
-            return self.job.command
-        return None
+        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
+        return self.job.command if new else None
 
     @property
     def new_database(self) -> str | None:
@@ -134,38 +130,48 @@ class JobPlan:
             "after": self.after(),
         }
 
-
-@dataclass(frozen=True)
-class Drift:
-    """A live budget that differs from a default-sourced declaration."""
-
-    job: str
-    live_budget_ms: int | None  # None: the live command sets no statement_timeout
-    declared_budget_ms: int
-    source: str
-    applied: bool  # True when on_drift="apply" overwrites it
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "live": format_optional(self.live_budget_ms),
-            "declared": format_budget(self.declared_budget_ms),
-            "source": self.source,
-            "applied": self.applied,
-        }
+    def warning(self) -> str | None:
+        name, live = self.job.name, self.live_budget_ms
+        if self.action is Action.UNPARSEABLE:
+            return f"job {name}: live command not understood ({self.reason}); left untouched"
+        if self.action is Action.AMBIGUOUS:
+            return f"job {name}: {self.reason}; left untouched"
+        if self.writes and "budget" in self.changes and (live is None or self.job.budget_ms < live):
+            return (
+                f"job {name}: lowering the live statement budget "
+                f"{format_optional(live) or 'none'} -> {format_budget(self.job.budget_ms)} "
+                f"(source {self.job.source_label})"
+            )
+        return None
 
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """Per-job decisions; `applied` is False for a plan that wrote nothing (check mode, or
-    a plan with `refusals`)."""
+    """Per-job decisions; `applied` False: nothing written (check mode, or `refusals`)."""
 
     jobs: tuple[JobPlan, ...]
-    drift: tuple[Drift, ...]
-    warnings: tuple[str, ...]
     environment: str | None = None
     on_drift: OnDrift = "report"
     applied: bool = False
+
+    @property
+    def drift(self) -> tuple[dict[str, Any], ...]:
+        """Live budgets differing from a default; `applied` when on_drift="apply" writes."""
+        return tuple(
+            {
+                "job": j.job.name,
+                "live": format_optional(j.live_budget_ms),
+                "declared": format_budget(j.job.budget_ms),
+                "source": j.job.source_label,
+                "applied": j.writes,
+            }
+            for j in self.jobs
+            if "budget" in j.changes and j.job.source == "default"
+        )
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return tuple(warning for job in self.jobs if (warning := job.warning()))
 
     @property
     def changed(self) -> bool:
@@ -174,12 +180,7 @@ class BudgetPlan:
 
     @property
     def refusals(self) -> tuple[str, ...]:
-        """The budget policy, decided here once: all or nothing.
-
-        Unapplied drift or a refused live job (unparseable, ambiguous) means the whole plan
-        is written by nobody, also the jobs that would be created or updated; a declaration
-        is never half applied. Empty: the plan may be written.
-        """
+        """All or nothing: while this is not empty, no job is written, not even a new one."""
         return tuple(refusal for job in self.jobs if (refusal := job.refusal))
 
     @property
@@ -190,10 +191,7 @@ class BudgetPlan:
         )
 
     def job(self, name: str) -> JobPlan:
-        for job in self.jobs:
-            if job.job.name == name:
-                return job
-        raise KeyError(name)
+        return next(job for job in self.jobs if job.job.name == name)
 
     def diff(self) -> dict[str, dict[str, Any]]:
         """Ansible's diff: ``before``/``after`` keyed by job name (absent job: empty)."""
@@ -207,7 +205,7 @@ class BudgetPlan:
         return {
             **{key: getattr(self, key) for key in summary},
             "jobs": [job.as_dict() for job in self.jobs],
-            "drift": [drift.as_dict() for drift in self.drift],
+            "drift": list(self.drift),
             "refusals": list(self.refusals),
             "warnings": list(self.warnings),
         }
@@ -216,34 +214,15 @@ class BudgetPlan:
 def plan_budgets(
     declared: DeclaredBudgets, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
-    """Decide, per declared job, create / update / unchanged / drift / refuse. Pure.
-
-    :param declared: the jobs with the budgets this run would write (`BudgetConfig.declare`).
-    :param live: cron.job rows; rows of undeclared names are ignored.
-    :param on_drift: ``"report"`` leaves a drifted job untouched; ``"apply"`` overwrites it.
-    """
+    """Decide per declared job; live rows of undeclared names are ignored. Pure."""
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
     policy: OnDrift = "apply" if on_drift == "apply" else "report"
-    jobs: list[JobPlan] = []
-    drift: list[Drift] = []
-    warnings: list[str] = []
-    for job in declared.jobs:
-        matches = [row for row in live if row.name == job.name]
-        plan = _plan_job(job, matches, declared.database, policy)
-        jobs.append(plan)
-        if "budget" in plan.changes and job.source == "default":
-            drift.append(
-                Drift(
-                    job.name,
-                    plan.live_budget_ms,
-                    job.budget_ms,
-                    job.source_label,
-                    applied=plan.writes,
-                )
-            )
-        warnings.extend(_warnings(plan))
-    return BudgetPlan(tuple(jobs), tuple(drift), tuple(warnings), declared.environment, policy)
+    jobs = tuple(
+        _plan_job(job, [row for row in live if row.name == job.name], declared.database, policy)
+        for job in declared.jobs
+    )
+    return BudgetPlan(jobs, declared.environment, policy)
 
 
 def _plan_job(
@@ -254,65 +233,33 @@ def _plan_job(
     live = matches[0]
     if len(matches) > 1:
         ids = ", ".join(str(row.jobid) for row in matches)
-        return JobPlan(
-            job,
-            Action.AMBIGUOUS,
-            live,
-            database=live.database,
-            reason=f"{len(matches)} live pg_cron jobs share this name (jobids {ids})",
-        )
+        reason = f"{len(matches)} live pg_cron jobs share this name (jobids {ids})"
+        return JobPlan(job, Action.AMBIGUOUS, live, database=live.database, reason=reason)
     try:
         parsed = parse_live_command(live.command)
     except UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
-    changes = []
-    if normalise_schedule(live.schedule) != job.schedule:
-        changes.append("schedule")
-    if parsed.function != job.function:
-        changes.append("function")
-    if parsed.budget_ms != job.budget_ms:
-        changes.append("budget")
-    if database is not None and live.database != database:
-        changes.append("database")
+    changes = tuple(
+        change
+        for change, differs in (
+            ("schedule", normalise_schedule(live.schedule) != job.schedule),
+            ("function", parsed.function != job.function),
+            ("budget", parsed.budget_ms != job.budget_ms),
+            ("database", database is not None and live.database != database),
+        )
+        if differs
+    )
     target = database if database is not None else live.database
     if not changes:
         return JobPlan(job, Action.UNCHANGED, live, parsed, database=target)
     if "budget" in changes and job.source == "default" and on_drift == "report":
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
-        return JobPlan(
-            job,
-            Action.DRIFT,
-            live,
-            parsed,
-            tuple(changes),
-            reason=f"live budget {format_optional(parsed.budget_ms) or 'none'} differs from "
-            f"the default {format_budget(job.budget_ms)} and no override declares it; "
-            f"left untouched{pending}",
-            database=live.database,
+        reason = (
+            f"live budget {format_optional(parsed.budget_ms) or 'none'} differs from the "
+            f"default {format_budget(job.budget_ms)} and no override declares it; "
+            f"left untouched{pending}"
         )
-    return JobPlan(
-        job,
-        Action.UPDATE,
-        live,
-        parsed,
-        tuple(changes),
-        reason=f"{', '.join(changes)} differ(s)",
-        database=target,
-    )
-
-
-def _warnings(plan: JobPlan) -> list[str]:
-    name = plan.job.name
-    if plan.action is Action.UNPARSEABLE:
-        return [f"job {name}: live command not understood ({plan.reason}); left untouched"]
-    if plan.action is Action.AMBIGUOUS:
-        return [f"job {name}: {plan.reason}; left untouched"]
-    live = plan.live_budget_ms
-    if plan.writes and "budget" in plan.changes and (live is None or plan.job.budget_ms < live):
-        return [
-            f"job {name}: lowering the live statement budget "
-            f"{format_optional(live) or 'none'} -> {format_budget(plan.job.budget_ms)} "
-            f"(source {plan.job.source_label})"
-        ]
-    return []
+        return JobPlan(job, Action.DRIFT, live, parsed, changes, reason, live.database)
+    reason = f"{', '.join(changes)} differ(s)"
+    return JobPlan(job, Action.UPDATE, live, parsed, changes, reason, target)
