@@ -5,7 +5,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -184,7 +183,7 @@ def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_
         moved = wait_until(lambda: guard_clients(hosts) not in ([], [first.addr]), timeout_s=30)
         if not moved:
             proc.kill()
-            out, err = proc.communicate()
+            _, err = proc.communicate()
             raise AssertionError((guard_clients(hosts), first.addr, targets, err[-3000:]))
         assert len(guard_clients(hosts)) == 1
         claims("UPDATE execution_runs SET status = 'done'")
