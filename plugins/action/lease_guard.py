@@ -10,6 +10,8 @@ only ever want to stop).
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
@@ -18,14 +20,19 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front imp
     stop_on_signals,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+    ConfigError,
     contract_from,
+    drain_each,
     drain_host,
     drain_options,
+    each_host_session,
+    failure,
     fleet_guard_session,
     given_facts,
     guard_session,
     host_lookup,
     intake_line,
+    shared_failures,
 )
 
 DRAIN_KEYS = (
@@ -49,7 +56,45 @@ class ActionModule(LeaseguardAction):
     # The check is read-only and check mode never pauses intake (see _guard).
 
     def act(self, args, host, task_vars):
+        if args["each_host"]:
+            return self._guard_each(args, host, task_vars.get("ansible_play_batch", ()))
         return self._guard(args, host, task_vars.get("ansible_play_hosts_all", ()))
+
+    def _guard_each(self, args, host, batch):
+        """Every host of the batch judged by its own facts in ONE query per poll, over one
+        connection through this host; with wait, every host drained at once."""
+        if args["fleet_lookups"] is None:
+            raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+        holds = args["held_intakes"]
+        if holds is None and (args["pause_cron_jobs"] or args["pause_command"]):
+            raise ConfigError(
+                "each_host drains hold no intake of their own: hold each host's with "
+                "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
+            )
+        # Each host's intake is the caller's (held_intakes): the drains pause nothing.
+        drain_args = {key: args[key] for key in DRAIN_KEYS}
+        drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
+        options = drain_options(drain_args)
+        holds = holds or {}
+        waiting = args["wait"] and not self._task.check_mode
+        contract = contract_from(args)
+        with each_host_session(self, args, contract, args["fleet_lookups"], batch, host) as s:
+            s.cron_database = options.cron_database
+            if not waiting:
+                judged = {h: _report(v.as_dict(), args) for h, v in s.judge_each().items()}
+                return _each_result(judged, holds, host)
+            with drain_events(host) as events, stop_on_signals("fleet") as (stop, say):
+                try:
+                    drained = drain_each(s, options, stop=stop)
+                finally:
+                    if stop.is_set():
+                        say("drain interrupted by a signal")
+        shared = shared_failures(drained)
+        for cause_hosts in shared.values():
+            cause = drained[cause_hosts[0]].error
+            raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
+        judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
+        return _each_result(judged, holds, host)
 
     def _guard(self, args, host, play_hosts):
         contract = contract_from(args)
@@ -89,6 +134,26 @@ class ActionModule(LeaseguardAction):
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _drained(host, drained, args, events):
+    """One host's drain as its task result would be (a failure: failed, named)."""
+    if drained.error is not None:
+        return failure(drained.error, host)
+    drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
+    return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
+
+
+def _each_result(judged, holds, host):
+    """Every host's result under `hosts`, each with what held its intake. The task's own
+    result is its host's (as without each_host: its failure fails the task), and `summary`
+    counts the decisions."""
+    for name, result in judged.items():
+        result["intake"] = _intake(_held(holds.get(name)))
+    decisions = Counter(result["decision"] for result in judged.values())
+    summary = ", ".join(f"{decision} {n}" for decision, n in sorted(decisions.items()))
+    own = judged.get(host, {"changed": False, "decision": "proceed", "msg": ""})
+    return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
 
 
 def _held(registered):

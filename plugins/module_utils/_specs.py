@@ -161,6 +161,8 @@ def lease_guard_argument_spec():
         fail_on_defer=dict(type="bool", default=False),
         force=dict(type="bool", default=False),
         held_intake=dict(type="dict"),
+        each_host=dict(type="bool", default=False),
+        held_intakes=dict(type="dict"),
         **check_vars_option(),
         from_role_vars=dict(type="bool", default=False),
     )
@@ -171,6 +173,7 @@ def lease_guard_argument_spec():
 NOT_ROLE_VARIABLES = frozenset(
     {"lookup", "task_timeout_s", "runtime_started_at"}  # this host's facts
     | {"wait", "force", "fail_on_defer", "check_vars", "from_role_vars", "held_intake"}
+    | {"each_host", "held_intakes"}
 )
 # A drain's own timing and files are leaseguard_drain_<option> in the roles.
 DRAIN_ROLE_VARIABLES = frozenset(

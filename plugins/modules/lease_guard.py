@@ -161,6 +161,28 @@ options:
       - Without it, a drain pauses and resumes the intake it is given, and a verdict
         without any says the intake was not held.
     type: dict
+  each_host:
+    description:
+      - With O(fleet_lookups), judge B(each host) of the batch (C(ansible_play_batch)) by its
+        B(own) facts - not the fleet rule - in B(one) query per poll over B(one) database
+        connection (through the host this task runs on); run it with C(run_once). Every host
+        of the batch needs a successful lookup in O(fleet_lookups).
+      - Each host's result is under RV(hosts), as the task would return it for that host
+        alone. With O(wait) every host drains at once, the fleet's one query serving them
+        all; one status file (O(status_file)) shows every host.
+      - A failure of the fleet's one judgment (bad settings, the database unreachable)
+        fails the task once, naming the cause.
+      - Intake is the caller's to hold, each host's (M(leaseguard.deploy.intake_hold)); pass
+        the registered results as O(held_intakes). Without O(held_intakes), O(pause_cron_jobs)
+        and O(pause_command) are refused here.
+    type: bool
+    default: false
+  held_intakes:
+    description:
+      - With O(each_host), each host's registered M(leaseguard.deploy.intake_hold) result by
+        host name (as O(held_intake) for one host); a host without one reports its intake as
+        not held.
+    type: dict
 attributes:
   check_mode:
     support: partial
@@ -223,8 +245,22 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+hosts:
+  description:
+    - With O(each_host), every host's own result (its RV(decision), RV(counts), RV(live), ...
+      and, with O(wait), RV(drain)), by host name; a host whose check failed has C(failed)
+      and its RV(error).
+  returned: with each_host
+  type: dict
+  sample: {"app1": {"decision": "proceed", "counts": {"live": 0, "stale": 0, "orphaned": 1, "queued": 3}}}
+summary:
+  description: With O(each_host), how many hosts got each decision.
+  returned: with each_host
+  type: str
+  sample: "hosts: defer 1, proceed 19"
 decision:
-  description: C(proceed), C(defer) (a live lease remains) or C(failed).
+  description: C(proceed), C(defer) (a live lease remains) or C(failed); with O(each_host)
+    the decision of the host the task ran on (every host's is under RV(hosts)).
   returned: always
   type: str
   sample: defer

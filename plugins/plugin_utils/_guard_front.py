@@ -39,7 +39,7 @@ try:
     from leaseguard.core.verdict import failure_result
     from leaseguard.orchestration.drain import intake_line
     from leaseguard.orchestration.drain_options import drain_options
-    from leaseguard.orchestration.drain_run import drain_host
+    from leaseguard.orchestration.drain_run import drain_each, drain_host, shared_failures
     from leaseguard.orchestration.session import GuardSession, fleet_session
     from leaseguard.orchestration.ssh_session import await_lookup, connect_early
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
@@ -49,7 +49,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
     ConfigError = LookupFailed = LeaseguardError
-    drain_host = drain_options = intake_line = None
+    drain_each = drain_host = drain_options = intake_line = shared_failures = None
     CONFIG_KEYS = frozenset()
 else:
     LEASEGUARD_IMPORT_ERROR = None
@@ -280,13 +280,31 @@ def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
             yield session
 
 
+@contextmanager
+def each_host_session(action, args, contract, lookups, batch, label):
+    """One session judging each host of the batch by its own facts (one query per poll),
+    from this host's database path; its tunnel is the session's link."""
+    per_host, offsets = fleet_facts({h: lookups.get(h) for h in batch}, batch)
+    with database_path(action, args) as (conninfo, tunnel):
+        runner = AnsibleRunner(action, label)
+        session = GuardSession(
+            contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
+        )
+        try:
+            yield session
+        finally:
+            session.close()
+
+
 __all__ = [
     "ConfigError",
     "LeaseguardError",
     "clock_from_here",
     "contract_from",
+    "drain_each",
     "drain_host",
     "drain_options",
+    "each_host_session",
     "failure",
     "fleet_guard_session",
     "given_facts",
@@ -296,4 +314,5 @@ __all__ = [
     "look_up",
     "lookup_result",
     "require_leaseguard",
+    "shared_failures",
 ]

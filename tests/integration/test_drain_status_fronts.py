@@ -187,33 +187,36 @@ def start_drain_playbook(inventory, tmp_path, *args):
     return proc, Lines(proc.stdout)
 
 
-def test_drain_yml_each_host_draining_writes_its_own_file(db, two_hosts, tmp_path):
+def test_drain_yml_every_host_draining_at_once_is_in_one_file(db, two_hosts, tmp_path):
+    """One task drains every host (one query per poll): one file, at the path as the first
+    host of the play reads it, with a row per host."""
     with db.connect() as conn:
         claim(conn, 1)
     proc, out = start_drain_playbook(two_hosts, tmp_path)
-    files = {h: tmp_path / f"drain-{h}.json" for h in ("app1", "app2")}
+    path = tmp_path / "drain-app1.json"
     try:
-        for host, path in files.items():
-            assert wait_until(lambda path=path: polls(path) >= 2), out.lines[-20:]
-            code, first = status(path)
-            assert code == 0 and first["hosts"] == [host] and first["state"] == "running"
-            assert first["decision"] == "defer" and first["counts"]["live"] == 1
-        moved = {h: status(p)[1]["counters"]["polls"] for h, p in files.items()}
-        for host, path in files.items():
-            assert wait_until(lambda p=path, h=host: polls(p) > moved[h])
-        metrics = samples(tmp_path / "drain-app2.prom")
+        assert wait_until(lambda: polls(path) >= 4), out.lines[-20:]
+        code, first = status(path)
+        assert code == 0 and first["hosts"] == ["app1", "app2"] and first["state"] == "running"
+        assert [row["counts"]["live"] for row in first["drains"]] == [1, 1]
+        assert wait_until(lambda: polls(path) > first["counters"]["polls"])
+        metrics = samples(tmp_path / "drain-app1.prom")
         assert metrics[("leaseguard_drain_running", (("host", "app2"),))] == 1
+        assert not (tmp_path / "drain-app2.json").exists()
         with db.connect() as conn:
             finish(conn, 1)
         proc.wait(timeout=120)
     finally:
         terminate(proc)
     assert proc.returncode == 0, out.text()[-3000:]
-    for host, path in files.items():
-        code, final = status(path)
-        assert code == 0, final
-        assert (final["hosts"], final["state"], final["exit_status"]) == ([host], "finished", 0)
-        assert final["counters"]["leases_ended"] == 1
+    code, final = status(path)
+    assert code == 0, final
+    assert (final["hosts"], final["state"], final["exit_status"]) == (
+        ["app1", "app2"],
+        "finished",
+        0,
+    )
+    assert [row["counters"]["leases_ended"] for row in final["drains"]] == [1, 1]
 
 
 def test_drain_yml_draining_the_fleet_once_writes_one_file_for_the_fleet(
@@ -257,15 +260,3 @@ def test_drain_yml_draining_the_fleet_once_writes_one_file_for_the_fleet(
     assert samples(tmp_path / "drain-app1.prom")[("leaseguard_drain_running", label)] == 0
     assert not (tmp_path / "drain-app2.prom").exists()
     assert job_active(db.cluster, intake_job) == "t"
-
-
-def test_drain_yml_refuses_one_file_for_hosts_draining_at_the_same_time(db, two_hosts, tmp_path):
-    shared = tmp_path / "drain.json"
-    proc, out = start_drain_playbook(
-        two_hosts, tmp_path, "-e", f"leaseguard_drain_status_file={shared}"
-    )
-    proc.wait(timeout=120)
-    stdout = out.text()
-    assert proc.returncode == 2, stdout[-3000:]
-    assert "leaseguard_drain_status_file names one file for several hosts" in stdout
-    assert not shared.exists()

@@ -39,6 +39,7 @@ from leaseguard.orchestration.drain_run import (
     configure_logging,
     drain_host,
     first_that_connects,
+    shared_failures,
     signals_set,
     status_board,
 )
@@ -176,16 +177,11 @@ def _drain_host(session: GuardSession, judge: Callable[[], Verdict], run: _Drain
 def _name_shared_failures_once(results: dict[str, DrainResult]) -> None:
     """A failure of the fleet's one poll ended several hosts' drains: its cause is said
     once, and each of those hosts says it was not judged because of it."""
-    by_cause: dict[int, list[str]] = {}
-    for host, result in results.items():
-        if result.error is not None:
-            by_cause.setdefault(id(result.error), []).append(host)
-    for hosts in by_cause.values():
-        if len(hosts) > 1:
-            cause = results[hosts[0]].error
-            assert cause is not None
-            for host, error in not_judged(hosts, cause).items():
-                results[host] = replace(results[host], error=error)
+    for hosts in shared_failures(results).values():
+        cause = results[hosts[0]].error
+        assert cause is not None
+        for host, error in not_judged(hosts, cause).items():
+            results[host] = replace(results[host], error=error)
 
 
 def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:

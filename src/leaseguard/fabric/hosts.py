@@ -125,7 +125,10 @@ def _as_intake(session: GuardSession, settings: FabricSettings) -> None:
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
-    """The fleet's one judgment failed: its cause said once, each host not judged by it."""
+    """The fleet's one judgment failed: its cause said once, each host not judged by it
+    (a fleet of one host: the failure is that host's own)."""
+    if len(hosts) == 1:
+        return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")
     return {host: not_judged_error(host, cause) for host in hosts}
 

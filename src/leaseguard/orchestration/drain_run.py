@@ -7,7 +7,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any
@@ -72,6 +73,51 @@ def drain_host(
         label=session.host,
     )
     return drainer.run(intake, act)
+
+
+def drain_each(
+    session: GuardSession,
+    options: DrainOptions,
+    board: StatusBoard | None = None,
+    *,
+    stop: threading.Event | None = None,
+) -> dict[str, DrainResult]:
+    """Every host of a judge_each session drained by its own facts, all at once, their polls
+    the fleet's one query per poll interval. Intake is the caller's to hold (each host's).
+
+    A failure of the fleet's poll ends each host's drain with that same error object:
+    `shared_failures` tells it apart from a host's own.
+    """
+    assert session.each is not None
+    board = board or status_board(options)
+    stop = stop or threading.Event()
+    fresh_s = options.poll_s / 2
+
+    def drain(host: str) -> DrainResult:
+        label = session.host_labels.get(host, host)
+        drainer = Drainer(
+            session.host_view(host, fresh_s).judge,
+            poll_s=options.poll_s,
+            deadline_s=options.deadline_s,
+            observer=board.observer(label, None),
+            stop=stop,
+            label=label,
+        )
+        return drainer.run()
+
+    hosts = sorted(session.each)
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        return dict(zip(hosts, pool.map(drain, hosts), strict=True))
+
+
+def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
+    """The failures that ended several hosts' drains at once (the fleet's one poll failed),
+    each with its hosts; a host's own failure is not among them."""
+    by_cause: dict[int, list[str]] = {}
+    for host, result in results.items():
+        if result.error is not None:
+            by_cause.setdefault(id(result.error), []).append(host)
+    return {cause: hosts for cause, hosts in by_cause.items() if len(hosts) > 1}
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
