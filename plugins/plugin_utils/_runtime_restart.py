@@ -136,7 +136,8 @@ def _restart_and_read(runner, argv, contract, verify):
         ran = runner.run(list(argv))
         return ran, (_read_start(Lookups(runner), contract) if verify else None)
     plan = planned_commands(contract, timeout_given=True, start_given=False)
-    results, _clock = run_together(runner, [argv, *plan.commands], plan.on_pid)
+    plan.commands.insert(0, argv)
+    results, _clock = run_together(runner, plan)
     ran = results[argv]
     return ran, (_read_start(Lookups(runner, results), contract) if ran.exit_code == 0 else None)
 
