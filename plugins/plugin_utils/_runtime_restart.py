@@ -18,11 +18,10 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import (  # noqa
 )
 
 try:
-    from leaseguard.adapters.host_lookup import run_together
+    from leaseguard.adapters.host_lookup import planned_commands, run_together
     from leaseguard.adapters.runtime import Lookups
     from leaseguard.core.errors import ConfigError, LookupFailed
     from leaseguard.core.lookups import exit_meaning, first_stderr_line
-    from leaseguard.core.one_exec import planned_commands
     from leaseguard.core.restart import (
         RestartSpec,
         missing_target,

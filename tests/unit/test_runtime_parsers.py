@@ -283,15 +283,17 @@ def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_pa
 
 
 def test_a_pid_command_is_kept_under_the_pid_the_script_read():
-    from leaseguard.core.lookups import process_env_argv
-    from leaseguard.core.one_exec import PidCommand, Plan, split_batch
+    from leaseguard.adapters.host_lookup import planned_commands
+    from leaseguard.core.lookups import pid_argv, process_env_argv, process_start_argv
+    from leaseguard.core.one_exec import split_batch
 
-    plan = Plan([], [PidCommand("/run/app.pid", lambda pid: process_env_argv(pid, "T"))])
-    out = "\n@@leaseguard n@@ 0 pid\n7\n@@leaseguard n@@ 0\nT=5\x00\n@@leaseguard n@@ 0 rc\n0\n"
+    contract = _process_contract("/run/app.pid")
+    plan = planned_commands(contract, timeout_given=False, start_given=False)
+    assert plan.commands[0] == pid_argv("/run/app.pid") and len(plan.commands) == 3
+    out = "\n@@leaseguard n@@ 1 pid\n7\n@@leaseguard n@@ 1\nT=5\x00\n@@leaseguard n@@ 1 rc\n0\n"
     split, _ = split_batch(plan, "n", CommandResult(0, out, ""))
-    assert split == {process_env_argv(7, "T"): CommandResult(0, "T=5\x00", "")}
-    # Not run (no pid in the file) or cut: nothing kept, the lookup runs it alone.
-    assert split_batch(plan, "n", CommandResult(124, "", ""))[0] == {}
+    assert split[process_env_argv(7, "APP_TASK_TIMEOUT_S")] == CommandResult(0, "T=5\x00", "")
+    assert process_start_argv(7) not in split  # not run: its lookup runs it alone
 
 
 def test_one_exec_output_that_is_not_ours_is_no_result():
