@@ -43,7 +43,7 @@ EXAMPLES = r"""
       variable: APP_TASK_TIMEOUT_S
   register: timeout_lookup
 
-- name: Every running replica of a compose service (the oldest start, the longest timeout)
+- name: Every running replica of a compose service
   leaseguard.deploy.task_timeout:
     task_timeout:
       source: docker
@@ -72,7 +72,7 @@ task_timeout_s:
   type: float
   sample: 3600.0
 source:
-  description: Where the value came from; C(default:...) when O(task_timeout.default_s) was assumed.
+  description: Where the value came from; C(default:...) when assumed.
   returned: success
   type: str
   sample: docker:backend/APP_TASK_TIMEOUT_S
@@ -95,7 +95,7 @@ runtime_started_at:
   type: str
   sample: "2026-09-09T04:00:00.123456+00:00"
 runtime_started_epoch_s:
-  description: The same moment in seconds since the epoch, for comparisons in playbooks.
+  description: The same moment in seconds since the epoch.
   returned: success
   type: float
   sample: 1788926400.123456

@@ -211,13 +211,13 @@ def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_ow
     assert ran[missing].exit_code == 127
 
 
-def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
-    from leaseguard.core.one_exec import Plan, split_batch
+def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():
+    from leaseguard.adapters.host_lookup import look_up_host
 
-    cut = CommandResult(124, "\n@@leaseguard n@@ 0\npartial", "")
-    ran, clock = split_batch(Plan([("docker", "inspect")]), "n", cut)
-    assert ran[("docker", "inspect")].exit_code == 124
-    assert clock is None
+    runner = ScriptedRunner({("sh", "-c"): CommandResult(124, "\n@@leaseguard partial")})
+    with pytest.raises(LookupFailed, match="docker container backend: `docker inspect` timed out"):
+        look_up_host(contract_from_mapping({}), runner)
+    assert len(runner.calls) == 1
 
 
 def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
@@ -280,31 +280,6 @@ def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_pa
     with pytest.raises(LookupFailed, match="holds no pid"):
         look_up_host(_process_contract(tmp_path / "app.pid"), runner)
     assert runner.calls == 1
-
-
-def test_a_pid_command_is_kept_under_the_pid_the_script_read():
-    from leaseguard.adapters.host_lookup import planned_commands
-    from leaseguard.core.lookups import pid_argv, process_env_argv, process_start_argv
-    from leaseguard.core.one_exec import split_batch
-
-    contract = _process_contract("/run/app.pid")
-    plan = planned_commands(contract, timeout_given=False, start_given=False)
-    assert plan.commands[0] == pid_argv("/run/app.pid") and len(plan.commands) == 3
-    out = "\n@@leaseguard n@@ 1 pid\n7\n@@leaseguard n@@ 1\nT=5\x00\n@@leaseguard n@@ 1 rc\n0\n"
-    split, _ = split_batch(plan, "n", CommandResult(0, out, ""))
-    assert split[process_env_argv(7, "APP_TASK_TIMEOUT_S")] == CommandResult(0, "T=5\x00", "")
-    assert process_start_argv(7) not in split  # not run: its lookup runs it alone
-
-
-def test_one_exec_output_that_is_not_ours_is_no_result():
-    from leaseguard.core.one_exec import Plan, split_batch
-
-    plan = Plan([("a",)])
-    bad_status = "\n@@leaseguard n@@ 0\nx\n@@leaseguard n@@ 0 rc\nzz\n"
-    assert split_batch(plan, "n", CommandResult(3, bad_status))[0][("a",)].exit_code == 3
-    for reading, clock in [("12.5 13", None), ("nan-ish", None), ("1700000000.25", 1700000000.25)]:
-        out = f"\n@@leaseguard n@@ clock\n{reading}\n"
-        assert split_batch(plan, "n", CommandResult(0, out))[1] == clock
 
 
 def on_a_tty(argv):

@@ -15,39 +15,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Protocol, TypedDict, Unpack
 
+from leaseguard.core import lookups, replicas
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
-from leaseguard.core.lookups import (
-    Argv,
-    CommandResult,
-    SystemdUnit,
-    checked_env_name,
-    command_argv,
-    env_file_argv,
-    env_value,
-    exit_meaning,
-    first_stderr_line,
-    parse_env_file_line,
-    parse_process_start,
-    parse_systemctl_glob,
-    parse_systemctl_show,
-    pid_argv,
-    process_env_argv,
-    process_start_argv,
-    systemd_argv,
-    task_timeout_source,
-)
-from leaseguard.core.replicas import (
-    Containers,
-    Replica,
-    container_argv,
-    container_filter,
-    is_unit_glob,
-    read_containers,
-    shared_variable,
-    shown_command,
-    sibling_warning,
-)
+from leaseguard.core.lookups import Argv, CommandResult, SystemdUnit, task_timeout_source
+from leaseguard.core.replicas import Containers, Replica, container_filter, is_unit_glob
 from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.core.timestamps import parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
@@ -97,8 +69,8 @@ def resolve_runtime_facts(
     return resolve(contract, Lookups(runner), given)
 
 
-def resolve(contract: Contract, lookups: Lookups, given: Given) -> RuntimeFacts:
-    """The facts: those given, the rest from `lookups` (defaults where configured)."""
+def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
+    """The facts: those given, the rest from `lookup` (defaults where configured)."""
     warnings: list[str] = []
     spec = contract.task_timeout
     seconds = given.get("task_timeout_s")
@@ -108,7 +80,7 @@ def resolve(contract: Contract, lookups: Lookups, given: Given) -> RuntimeFacts:
         timeout = TaskTimeout(seconds, source, assumed=source.startswith("default:"))
     elif not contract.rows_carry_expiry:
         try:
-            timeout = lookups.task_timeout(spec)
+            timeout = lookup.task_timeout(spec)
         except LookupFailed as exc:
             if spec.default_s is None:
                 raise
@@ -117,15 +89,15 @@ def resolve(contract: Contract, lookups: Lookups, given: Given) -> RuntimeFacts:
     started = given.get("runtime_started_at")
     if started is None:
         looked_up = seconds is None and not contract.rows_carry_expiry
-        variable = shared_variable(contract, timeout_looked_up=looked_up)
+        variable = replicas.shared_variable(contract, timeout_looked_up=looked_up)
         try:
-            started = lookups.runtime_start(contract.runtime, variable)
+            started = lookup.runtime_start(contract.runtime, variable)
         except LookupFailed as exc:  # no start known: no claim is classed orphaned (safe)
             if spec.default_s is None:
                 raise
             warnings.append(f"{exc}; no runtime start known, so no claim is classed orphaned")
-    replicas = {*lookups.replicas, *(given.get("replicas") or ())}
-    return RuntimeFacts(timeout, started, (*lookups.warnings, *warnings), tuple(sorted(replicas)))
+    matched = {*lookup.replicas, *(given.get("replicas") or ())}
+    return RuntimeFacts(timeout, started, (*lookup.warnings, *warnings), tuple(sorted(matched)))
 
 
 class Lookups:
@@ -162,13 +134,16 @@ class Lookups:
         """(replica, raw value) for each replica read; the replica is None for a single one."""
         match spec.source:
             case "docker" | "podman":
-                variable = checked_env_name(spec.variable)
+                variable = lookups.checked_env_name(spec.variable)
                 found = self._containers(spec.source, spec.container, variable)
                 return [(self._replica(spec.container, r.name), r.value(variable)) for r in found]
             case "systemd":
                 assert spec.unit is not None
                 return [
-                    (self._unit(spec.unit, unit), env_value(unit.environment, spec.variable))
+                    (
+                        self._unit(spec.unit, unit),
+                        lookups.env_value(unit.environment, spec.variable),
+                    )
                     for unit in self._systemd(spec.unit)
                 ]
             case "command":
@@ -178,18 +153,20 @@ class Lookups:
                         f"container, not in those a filter matches ({spec.container})"
                     )
                 what = f"command in {spec.engine} container {spec.container}"
-                return [(None, self._run(command_argv(spec), what))]
+                return [(None, self._run(lookups.command_argv(spec), what))]
             case "process":
                 assert spec.pid_file is not None
-                pid, name = self._pid(spec.pid_file), checked_env_name(spec.variable)
+                pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
                 what = f"environment of pid {pid} ({spec.pid_file})"
-                out = self._run_or_none(process_env_argv(pid, name), what)
+                out = self._run_or_none(lookups.process_env_argv(pid, name), what)
                 return [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
             case _:
                 assert spec.path is not None
-                name = checked_env_name(spec.variable)
-                out = self._run_or_none(env_file_argv(spec.path, name), f"env file {spec.path}")
-                return [(None, None if out is None else parse_env_file_line(out, name))]
+                name = lookups.checked_env_name(spec.variable)
+                out = self._run_or_none(
+                    lookups.env_file_argv(spec.path, name), f"env file {spec.path}"
+                )
+                return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
         """The start time; over several replicas the OLDEST (a claim older than every
@@ -211,8 +188,8 @@ class Lookups:
                 assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
                 what = f"start time of pid {pid} ({spec.pid_file})"
-                out = self._run(process_start_argv(pid), what)
-                return parse_process_start(out, f"pid {pid} ({spec.pid_file})")
+                out = self._run(lookups.process_start_argv(pid), what)
+                return lookups.parse_process_start(out, f"pid {pid} ({spec.pid_file})")
             case "fixed":
                 assert spec.started_at is not None
                 return parse_timestamp(spec.started_at, what="runtime.started_at")
@@ -221,13 +198,13 @@ class Lookups:
 
     def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
         """The containers `container` names (one, or a filter's running matches), read once."""
-        argv = container_argv(engine, container, variable)
+        argv = replicas.container_argv(engine, container, variable)
         if argv not in self._containers_seen:
             what = f"{engine} container {container}"
-            out = self._run(argv, what, shown=shown_command(argv))
-            found = read_containers(out, container, f"{self.host}: {what}")
+            out = self._run(argv, what, shown=replicas.shown_command(argv))
+            found = replicas.read_containers(out, container, f"{self.host}: {what}")
             if found.siblings:
-                self.warnings.append(sibling_warning(self.host, found))
+                self.warnings.append(replicas.sibling_warning(self.host, found))
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
@@ -246,16 +223,16 @@ class Lookups:
 
     def _systemd(self, unit: str) -> list[SystemdUnit]:
         """The unit, or every ACTIVE unit a glob matches (`systemctl show` takes globs)."""
-        out = self._run(systemd_argv(unit), f"systemd unit {unit}")
+        out = self._run(lookups.systemd_argv(unit), f"systemd unit {unit}")
         if not is_unit_glob(unit):
-            return [parse_systemctl_show(out, unit)]
+            return [lookups.parse_systemctl_show(out, unit)]
         try:
-            return parse_systemctl_glob(out, unit)
+            return lookups.parse_systemctl_glob(out, unit)
         except LookupFailed as exc:
             raise LookupFailed(f"{self.host}: {exc}") from None
 
     def _pid(self, pid_file: str) -> int:
-        text = self._run(pid_argv(pid_file), f"pid file {pid_file}").strip()
+        text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
         if not text.isdigit() or int(text) <= 0:
             raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
         return int(text)
@@ -275,8 +252,8 @@ class Lookups:
             return result.stdout
         if result.exit_code == not_found:
             return None
-        said = "" if argv[1:2] == ("exec",) else first_stderr_line(result.stderr)
+        said = "" if argv[1:2] == ("exec",) else lookups.first_stderr_line(result.stderr)
         raise LookupFailed(
             f"{self.host}: {what}: `{shown or shlex.join(argv[:3])}` "
-            f"{exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
+            f"{lookups.exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )

@@ -27,19 +27,13 @@ class CommandResult:
 
 def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     """The source string reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    match spec.source:
-        case "docker" | "podman":
-            return f"{spec.source}:{spec.container}/{spec.variable}"
-        case "command":
-            return f"command:{spec.container}"
-        case "systemd":
-            return f"systemd:{spec.unit}/{spec.variable}"
-        case "process":
-            return f"process:{spec.pid_file}/{spec.variable}"
-        case "env_file":
-            return f"env_file:{spec.path}/{spec.variable}"
-        case _:
-            return "fixed"
+    if spec.source == "command":
+        return f"command:{spec.container}"
+    where = {"docker": spec.container, "podman": spec.container, "systemd": spec.unit}
+    where.update(process=spec.pid_file, env_file=spec.path)
+    if spec.source in where:
+        return f"{spec.source}:{where[spec.source]}/{spec.variable}"
+    return "fixed"
 
 
 def command_argv(spec: TaskTimeoutLookup) -> Argv:
