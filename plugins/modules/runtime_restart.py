@@ -60,7 +60,7 @@ options:
   lookup:
     description:
       - The registered result of M(leaseguard.deploy.task_timeout) (or the C(lookup) of
-        M(leaseguard.deploy.lease_guard)) from before the restart: its C(runtime_started_at)
+        M(leaseguard.deploy.lease_guard)) from before the restart; its C(runtime_started_at)
         must move (any start time does, if there was none).
       - Required unless the runtime source is V(none) or V(fixed).
     type: dict
