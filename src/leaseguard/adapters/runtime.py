@@ -136,15 +136,14 @@ class Lookups:
             case "docker" | "podman":
                 variable = lookups.checked_env_name(spec.variable)
                 found = self._containers(spec.source, spec.container, variable)
-                return [(self._replica(spec.container, r.name), r.value(variable)) for r in found]
+                named = container_filter(spec.container) is not None  # a filter's matches
+                return [(r.name if named else None, r.value(variable)) for r in found]
             case "systemd":
                 assert spec.unit is not None
+                named = is_unit_glob(spec.unit)
                 return [
-                    (
-                        self._unit(spec.unit, unit),
-                        lookups.env_value(unit.environment, spec.variable),
-                    )
-                    for unit in self._systemd(spec.unit)
+                    (u.name if named else None, lookups.env_value(u.environment, spec.variable))
+                    for u in self._systemd(spec.unit)
                 ]
             case "command":
                 if container_filter(spec.container) is not None:
@@ -175,15 +174,10 @@ class Lookups:
         match spec.source:
             case "docker" | "podman":
                 found = self._containers(spec.source, spec.container, variable)
-                for replica in found:
-                    self._replica(spec.container, replica.name)
                 return min(replica.started_at for replica in found)
             case "systemd":
                 assert spec.unit is not None
-                units = self._systemd(spec.unit)
-                for unit in units:
-                    self._unit(spec.unit, unit)
-                return min(unit.active_since for unit in units)
+                return min(unit.active_since for unit in self._systemd(spec.unit))
             case "process":
                 assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
@@ -197,7 +191,8 @@ class Lookups:
                 return None
 
     def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
-        """The containers `container` names (one, or a filter's running matches), read once."""
+        """The containers `container` names (one, or a filter's running matches, listed in
+        the verdict), read once."""
         argv = replicas.container_argv(engine, container, variable)
         if argv not in self._containers_seen:
             what = f"{engine} container {container}"
@@ -205,31 +200,22 @@ class Lookups:
             found = replicas.read_containers(out, container, f"{self.host}: {what}")
             if found.siblings:
                 self.warnings.append(replicas.sibling_warning(self.host, found))
+            if container_filter(container) is not None:
+                self.replicas += [replica.name for replica in found.matches]
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
-    def _replica(self, container: str, name: str) -> str | None:
-        """A filter's match is named (and listed in the verdict); a named container is not."""
-        if container_filter(container) is None:
-            return None
-        self.replicas.append(name)
-        return name
-
-    def _unit(self, pattern: str, unit: SystemdUnit) -> str | None:
-        if not is_unit_glob(pattern):
-            return None
-        self.replicas.append(unit.name)
-        return unit.name
-
     def _systemd(self, unit: str) -> list[SystemdUnit]:
-        """The unit, or every ACTIVE unit a glob matches (`systemctl show` takes globs)."""
+        """The unit, or every ACTIVE unit a glob matches (listed in the verdict)."""
         out = self._run(lookups.systemd_argv(unit), f"systemd unit {unit}")
         if not is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
         try:
-            return lookups.parse_systemctl_glob(out, unit)
+            units = lookups.parse_systemctl_glob(out, unit)
         except LookupFailed as exc:
             raise LookupFailed(f"{self.host}: {exc}") from None
+        self.replicas += [u.name for u in units]
+        return units
 
     def _pid(self, pid_file: str) -> int:
         text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
