@@ -1,12 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.runtime_restart (documented in plugins/modules/).
-
-The restart is a command run on the host through the task's connection (become applies; the
-host needs no Python), then the runtime's start time is looked up again until it moved
-forward: one task where the restart role had five (each Ansible task costs 40-150 ms, each
-exec the host's login shell).
-"""
+"""Action plugin for leaseguard.deploy.runtime_restart (documented in plugins/modules/): the
+restart through the task's connection, then the runtime's start time read until it moved."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.task_timeout (documented in plugins/modules/).
-
-The lookups are commands run on the host through the task's connection, all of them and the
-clock reading in one exec; their output is parsed here by the leaseguard core, the same
-parsers the CLI and Fabric use.
-"""
+"""Action plugin for leaseguard.deploy.task_timeout (documented in plugins/modules/): the
+lookups and a clock reading in one exec through the task's connection, parsed here by the
+leaseguard core as the CLI and Fabric parse them."""
 
 from __future__ import annotations
 

@@ -9,18 +9,16 @@ module: runtime_restart
 short_description: Restart a host's worker runtime with a stop budget and check that it restarted
 version_added: 0.1.0
 description:
-  - Restarts the runtime (a C(docker) or C(podman) container, a systemd unit, or a command)
-    giving it O(stop_timeout_s) between SIGTERM and SIGKILL, then looks its start time up
-    again, as M(leaseguard.deploy.task_timeout) does, until it moved forward past the one in
-    O(lookup) or O(verify_timeout_s) passed. A start time that did not move fails the task.
-  - The restart and the lookups are commands run on the host through the task's own connection
-    (so C(become) applies); the host needs no Python. Without become, the restart and the
-    first lookup are one command on the host.
-  - V(systemd) carries the stop budget in a runtime drop-in (C(TimeoutStopSec) under
-    C(/run/systemd/system/<unit>.d)) for this one restart; the drop-in is removed whether or
-    not the restart succeeds.
-  - It does not judge the claims; run M(leaseguard.deploy.lease_guard) first (the
-    C(leaseguard.deploy.restart) role does both).
+  - Restarts the runtime (a container, a systemd unit, or a command) giving it
+    O(stop_timeout_s) between SIGTERM and SIGKILL, then looks its start time up again until
+    it moved forward past the one in O(lookup); one that did not within O(verify_timeout_s)
+    fails the task.
+  - Runs on the host through the task's connection (C(become) applies); the host needs no
+    Python. Without become, the restart and the first lookup are one command.
+  - V(systemd) carries the stop budget in a drop-in under C(/run/systemd/system/<unit>.d),
+    removed whether or not the restart succeeds.
+  - It does not judge the claims; M(leaseguard.deploy.lease_guard) does (the
+    C(leaseguard.deploy.restart) role runs both).
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -63,8 +61,7 @@ options:
     description:
       - The registered result of M(leaseguard.deploy.task_timeout) (or the C(lookup) of
         M(leaseguard.deploy.lease_guard)) from before the restart; its C(runtime_started_at)
-        is the start time that must move. A runtime that was not running then has moved by
-        any start time at all.
+        must move (any start time does, if there was none).
       - Required unless the runtime source is V(none) or V(fixed).
     type: dict
 attributes:
@@ -94,11 +91,6 @@ EXAMPLES = r"""
     container: backend
     stop_timeout_s: 30
     lookup: "{{ before }}"
-  register: restarted
-
-- name: Tell the operator when it came back
-  ansible.builtin.debug:
-    msg: "backend started {{ restarted.after.runtime_started_at }}"
 
 - name: Restart a systemd unit
   leaseguard.deploy.runtime_restart:

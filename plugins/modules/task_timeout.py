@@ -10,14 +10,10 @@ short_description: Look up a host's configured task timeout and its runtime star
 version_added: 0.1.0
 description:
   - Reads the task timeout the protected system is configured with on this host (by default
-    the variable E(APP_TASK_TIMEOUT_S) of container C(backend)) and the time its worker
-    runtime started.
-  - The lookups are commands run on the host through the task's own connection (so
-    C(become) applies); their output is parsed on the controller by the leaseguard core.
-    The host needs no Python.
-  - Only the one variable is returned, never the environment it was read from.
-  - A lookup that finds nothing fails the task (fail closed) unless
-    O(task_timeout.default_s) is set.
+    E(APP_TASK_TIMEOUT_S) of container C(backend)) and when its worker runtime started.
+  - The lookups run on the host through the task's connection (C(become) applies), one
+    command in all; the host needs no Python. Only the one variable is returned.
+  - A lookup that finds nothing fails the task unless O(task_timeout.default_s) is set.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -47,11 +43,7 @@ EXAMPLES = r"""
       variable: APP_TASK_TIMEOUT_S
   register: timeout_lookup
 
-- name: Tell the operator what lease the guard will use
-  ansible.builtin.debug:
-    msg: "lease = 2 x {{ timeout_lookup.task_timeout_s }} s (from {{ timeout_lookup.source }})"
-
-- name: Every running replica of a compose service (the oldest start, the longest timeout)
+- name: Every running replica of a compose service
   leaseguard.deploy.task_timeout:
     task_timeout:
       source: docker
@@ -80,7 +72,7 @@ task_timeout_s:
   type: float
   sample: 3600.0
 source:
-  description: Where the value came from; C(default:...) when O(task_timeout.default_s) was assumed.
+  description: Where the value came from; C(default:...) when assumed.
   returned: success
   type: str
   sample: docker:backend/APP_TASK_TIMEOUT_S
@@ -91,9 +83,8 @@ assumed:
   sample: false
 replicas:
   description:
-    - Every container a C(container) filter matched and every unit a C(unit) glob matched
-      (the facts are the oldest start and the longest timeout over them); empty when the
-      lookups named one container or unit.
+    - What a C(container) filter or C(unit) glob matched (the facts are the oldest start
+      and the longest timeout over them); empty for one named container or unit.
   returned: success
   type: list
   elements: str
@@ -104,17 +95,16 @@ runtime_started_at:
   type: str
   sample: "2026-09-09T04:00:00.123456+00:00"
 runtime_started_epoch_s:
-  description: The same moment in seconds since the epoch, for comparisons in playbooks.
+  description: The same moment in seconds since the epoch.
   returned: success
   type: float
   sample: 1788926400.123456
 clock:
   description:
-    - This host's clock compared with the controller's, measured when a start time was found
-      (one C(date) on the host). A fleet judgment (O(leaseguard.deploy.lease_guard#module:fleet_lookups))
-      runs from one host but widens the orphan tolerance by every host's offset.
-    - C(offset_s) is the host clock minus the controller clock; C(uncertainty_s) bounds the
-      measurement error (half the round trip).
+    - This host's clock minus the controller's (C(offset_s)), read with the lookups when a
+      start time was found; C(uncertainty_s) is half the round trip. A fleet judgment
+      (O(leaseguard.deploy.lease_guard#module:fleet_lookups)) widens its orphan tolerance by
+      every host's offset.
   returned: success, when RV(runtime_started_at) is known
   type: dict
   sample: {"offset_s": 0.004, "uncertainty_s": 0.012}

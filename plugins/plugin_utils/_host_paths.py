@@ -32,11 +32,8 @@ except ImportError:  # require_leaseguard() (plugin_utils._guard_front) fails ev
 
 
 class AnsibleRunner:
-    """Runs lookup commands on the host through the task's own Ansible connection.
-
-    So become, connection plugins and jump hosts apply to lookups exactly as to any other
-    task, and hosts need no Python for them.
-    """
+    """Runs commands on the host through the task's own Ansible connection (become,
+    connection plugins and jump hosts apply as to any task; the host needs no Python)."""
 
     def __init__(self, action, label):
         self._action = action
@@ -44,7 +41,6 @@ class AnsibleRunner:
 
     @property
     def becomes(self):
-        """Whether the task's connection runs commands through become (sudo, su, ...)."""
         return getattr(self._action._connection, "become", None) is not None
 
     def run(self, argv):
@@ -65,34 +61,25 @@ class AnsibleRunner:
         return split_tty(ran, nonce) if nonce else ran
 
 
-# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, each with what
-# the operator should do; the raw text itself is never repeated (it may quote the command).
-_HOST_KEY_CAUSES = (
-    (
-        "REMOTE HOST IDENTIFICATION HAS CHANGED",
-        "host key does not match known_hosts (it changed since it was recorded): if the "
-        "change is expected, verify the new key and replace the old one "
-        "(ssh-keygen -R {host}, then ssh-keyscan)",
-    ),
-    (
-        "host key mismatch",
-        "host key does not match known_hosts: if the change is expected, verify the new key "
-        "and replace the old one (ssh-keygen -R {host}, then ssh-keyscan)",
-    ),
-    (
-        "Host key verification failed",
-        "host key verification failed (not in known_hosts, or not matching it): add the "
-        "verified key to known_hosts (ssh-keyscan)",
-    ),
+# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, and what the
+# operator should do; the raw text is never repeated (it may quote the command).
+_REPLACE_KEY = (
+    "if the change is expected, verify the new key and replace the old one "
+    "(ssh-keygen -R {host}, then ssh-keyscan)"
 )
+_HOST_KEY_CAUSES = {
+    "remote host identification has changed": "host key does not match known_hosts (it "
+    "changed since it was recorded): " + _REPLACE_KEY,
+    "host key mismatch": "host key does not match known_hosts: " + _REPLACE_KEY,
+    "host key verification failed": "host key verification failed (not in known_hosts, or "
+    "not matching it): add the verified key to known_hosts (ssh-keyscan)",
+}
 
 
 def _ssh_failure_cause(exc, host):
-    text = str(exc)
-    for needle, cause in _HOST_KEY_CAUSES:
-        if needle.lower() in text.lower():
-            return cause.format(host=host)
-    return "running a lookup failed"
+    text = str(exc).lower()
+    causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
+    return next(causes, "running a lookup failed").format(host=host)
 
 
 def conninfo_from(args):
@@ -104,10 +91,6 @@ def conninfo_from(args):
         raise invalid_dsn(args["dsn"] or "") from None
     reject_hostaddr(conninfo)
     return conninfo
-
-
-def _transport(connection):
-    return str(getattr(connection, "transport", "") or "").rsplit(".", 1)[-1]
 
 
 def _connection_option(connection, name):
@@ -150,26 +133,21 @@ def ssh_target(connection, play_context):
 
 @contextmanager
 def database_conninfo(action, args):
-    """The database's conninfo as the controller reaches it: through the host, or directly.
-
-    A `local` connection or `tunnel: false` means the controller reaches the database address
-    itself: the DSN's own host and port, as the CLI would use them. Otherwise a tunnel is
-    opened with the host's own SSH settings and closed on exit. Either way one DSN means one
-    database (leaseguard.core.dsn).
-    """
     with database_path(action, args) as (conninfo, _tunnel):
         yield conninfo
 
 
 @contextmanager
 def database_path(action, args, *, probe=True):
-    """database_conninfo's conninfo and its tunnel (None when reached directly).
-
-    Without `probe` the tunnel does not first try the database address: the caller's own
-    connection does, and names the tunnel's failure (`connect_early`).
+    """The database's conninfo as the controller reaches it, and its tunnel (None when
+    reached directly: a `local` connection or `tunnel: false`, the DSN's own host and port,
+    as the CLI would use them). Else a tunnel with the host's own SSH settings, closed on
+    exit. Without `probe` the tunnel does not first try the database address: the caller's
+    own connection does, and names the tunnel's failure.
     """
     conninfo = conninfo_from(args)
-    if not args["tunnel"] or _transport(action._connection) == "local":
+    transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
+    if not args["tunnel"] or transport == "local":
         yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
         return
     address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))

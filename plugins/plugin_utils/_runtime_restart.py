@@ -2,10 +2,9 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: runtime_restart's restart, its check and its messages.
 
-The restart is one command run through the task's connection (`leaseguard.core.restart`
-builds it); the check looks the runtime's start time up again as task_timeout does, until it
-moved forward or the verify timeout passed. The messages are the restart role's, word for
-word (they used to be its `fail` and `debug` tasks).
+The restart is one command through the task's connection (leaseguard.core.restart builds
+it); then the runtime's start time is read again until it moved forward or the verify
+timeout passed. The messages are the restart role's, word for word.
 """
 
 from __future__ import annotations
@@ -19,11 +18,10 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import (  # noqa
 )
 
 try:
-    from leaseguard.adapters.host_lookup import run_together
+    from leaseguard.adapters.host_lookup import planned_commands, run_together
     from leaseguard.adapters.runtime import Lookups
     from leaseguard.core.errors import ConfigError, LookupFailed
     from leaseguard.core.lookups import exit_meaning, first_stderr_line
-    from leaseguard.core.one_exec import planned_commands
     from leaseguard.core.restart import (
         RestartSpec,
         missing_target,
@@ -34,11 +32,7 @@ try:
 except ImportError:  # require_leaseguard() fails every task first, naming the install
     pass
 
-# The runtime's start time is read again every POLL_S until it moved (as the role's `until`
-# loop did, with delay: 2); the first reading, right after the restart, usually has it.
-POLL_S = 2.0
-# Runtime sources that read no start time from the host: nothing to check after a restart.
-UNVERIFIED_SOURCES = ("none", "fixed")
+POLL_S = 2.0  # as the role's `until` loop did (delay: 2)
 
 
 @dataclass(frozen=True)
@@ -51,6 +45,11 @@ class Restart:
     verify_timeout_s: int
     source: str  # the runtime lookup's source, named in the messages
 
+    @property
+    def verifies(self):
+        """Sources `none` and `fixed` read no start time: nothing to check after a restart."""
+        return self.source not in ("none", "fixed")
+
 
 @dataclass(frozen=True)
 class StartReading:
@@ -61,12 +60,12 @@ class StartReading:
 
 
 def restart_from(args, host, contract):
-    """The restart runtime_restart's validated `args` ask for on `host`."""
     spec = RestartSpec(
         args["method"], args["container"] or "", args["unit"] or "", tuple(args["command"])
     )
-    source = contract.runtime.source
-    return Restart(host, spec, args["stop_timeout_s"], args["verify_timeout_s"], source)
+    return Restart(
+        host, spec, args["stop_timeout_s"], args["verify_timeout_s"], contract.runtime.source
+    )
 
 
 def checked(restart, lookup):
@@ -77,22 +76,18 @@ def checked(restart, lookup):
             f"restart method {restart.spec.method} needs `{missing}` naming one container "
             "or unit (a filter or a glob names replicas, not what to restart)"
         )
-    if verifies(restart) and "runtime_started_at" not in (lookup or {}):
+    if restart.verifies and "runtime_started_at" not in (lookup or {}):
         raise ConfigError(
             "`lookup` (the registered lookup from before the restart) is needed to check "
             "that the restart moved the runtime's start time"
         )
 
 
-def verifies(restart):
-    return restart.source not in UNVERIFIED_SOURCES
-
-
 def would_restart(restart):
     """Check mode: what the real run would do; nothing runs on the host."""
     return {
         "changed": True,
-        "restarted": _restarted(restart, argv=None, rc=None),
+        "restarted": _restarted(restart, None, None),
         "stop_timeout_s": restart.stop_timeout_s,
         "msg": f"leaseguard (check mode): would restart {restart.host}: "
         f"{restart_target(restart.spec)} with a stop budget of {restart.stop_timeout_s} s",
@@ -102,7 +97,15 @@ def would_restart(restart):
 def restart_runtime(runner, restart, contract, lookup):
     """Restart, then wait for the start time to move forward; the task's result."""
     argv = restart_argv(restart.spec, restart.stop_timeout_s)
-    ran, first = _restart_and_read(runner, argv, contract, verifies(restart))
+    if not restart.verifies or runner.becomes:
+        # Through become every command runs alone (its tty merges the streams the one
+        # exec's output is split by).
+        ran, results = runner.run(list(argv)), {}
+    else:  # the restart and the first reading in one exec: each exec pays the login shell
+        plan = planned_commands(contract, timeout_given=True, start_given=False)
+        plan.commands.insert(0, argv)
+        results, _clock = run_together(runner, plan)
+        ran = results[argv]
     result = {
         "changed": True,
         "restarted": _restarted(restart, argv, ran.exit_code),
@@ -111,13 +114,18 @@ def restart_runtime(runner, restart, contract, lookup):
     if ran.exit_code != 0:
         return {**result, "failed": True, "msg": restart_failed_message(restart, ran)}
     before = _start_of(lookup)
-    if not verifies(restart):
+    if not restart.verifies:
         return {**result, "before": before, "msg": restarted_message(restart, before, None)}
-    after = _wait_until_moved(runner, contract, before, first, restart.verify_timeout_s)
-    result.update(before=before, after=_start_of(after))
-    if start_moved(before["runtime_started_epoch_s"], result["after"]["runtime_started_epoch_s"]):
-        return {**result, "msg": restarted_message(restart, before, result["after"])}
-    return {**result, "failed": True, "msg": not_moved_message(restart, before, after)}
+    reading = _read_start(Lookups(runner, results), contract)
+    ends_at = time.monotonic() + restart.verify_timeout_s
+    while not _moved(before, reading) and (left := ends_at - time.monotonic()) > 0:
+        time.sleep(min(POLL_S, left))
+        reading = _read_start(Lookups(runner), contract)
+    after = _start_of(reading)
+    result.update(before=before, after=after)
+    if _moved(before, reading):
+        return {**result, "msg": restarted_message(restart, before, after)}
+    return {**result, "failed": True, "msg": not_moved_message(restart, before, reading)}
 
 
 def _restarted(restart, argv, rc):
@@ -125,36 +133,11 @@ def _restarted(restart, argv, rc):
     return {"method": spec.method, "target": restart_target(spec), "cmd": argv, "rc": rc}
 
 
-def _restart_and_read(runner, argv, contract, verify):
-    """The restart's result and, when checked, the first reading of the new start time.
-
-    Both in one exec when the host's own shell runs them (each exec pays the login shell);
-    through become each runs alone, as every lookup does there (its tty merges the streams
-    the one exec's output is split by). No reading after a failed restart.
-    """
-    if not verify or runner.becomes:
-        ran = runner.run(list(argv))
-        return ran, (_read_start(Lookups(runner), contract) if verify else None)
-    plan = planned_commands(contract, timeout_given=True, start_given=False)
-    results, _clock = run_together(runner, [argv, *plan.commands], plan.on_pid)
-    ran = results[argv]
-    return ran, (_read_start(Lookups(runner, results), contract) if ran.exit_code == 0 else None)
-
-
 def _read_start(lookups, contract):
     try:
         return StartReading(lookups.runtime_start(contract.runtime))
     except LookupFailed as exc:  # e.g. still starting: read again until the deadline
         return StartReading(error=exc)
-
-
-def _wait_until_moved(runner, contract, before, reading, timeout_s):
-    """Read the start time every POLL_S until it moved forward or `timeout_s` passed."""
-    ends_at = time.monotonic() + timeout_s
-    while not _moved(before, reading) and (left := ends_at - time.monotonic()) > 0:
-        time.sleep(min(POLL_S, left))
-        reading = _read_start(Lookups(runner), contract)
-    return reading
 
 
 def _moved(before, reading):
@@ -170,16 +153,14 @@ def _start_of(source):
             "runtime_started_at": started.isoformat() if started else None,
             "runtime_started_epoch_s": started.timestamp() if started else None,
         }
-    source = source or {}
-    epoch = source.get("runtime_started_epoch_s")
+    epoch = (source or {}).get("runtime_started_epoch_s")
     return {
-        "runtime_started_at": source.get("runtime_started_at"),
+        "runtime_started_at": (source or {}).get("runtime_started_at"),
         "runtime_started_epoch_s": None if epoch is None else float(epoch),
     }
 
 
-# --- messages (the restart role's own texts) -------------------------------------------------
-# A missing start time reads `None` in them, as the role's templates showed it.
+# The restart role's own texts; a missing start time reads `None`, as its templates showed it.
 
 
 def restarted_message(restart, before, after):
@@ -194,9 +175,9 @@ def restarted_message(restart, before, after):
 
 def not_moved_message(restart, before, reading):
     after = reading.started.isoformat() if reading.started else None
-    if reading.error is not None:
-        after = "unknown"  # the lookup failed until the deadline: its words follow
-    said = f" The last lookup failed: {reading.error}" if reading.error is not None else ""
+    said = ""
+    if reading.error is not None:  # the lookup failed until the deadline: its words follow
+        after, said = "unknown", f" The last lookup failed: {reading.error}"
     return (
         f"leaseguard: restarted {restart.host} with method {restart.spec.method} "
         f"({restart_target(restart.spec)}), but the runtime start time read from "
@@ -208,8 +189,8 @@ def not_moved_message(restart, before, reading):
 
 
 def restart_failed_message(restart, ran):
-    """Names method, target and exit status; only an engine's or systemctl's own first line
-    of complaint (masked), never a user command's output."""
+    """Only an engine's or systemctl's own first line of complaint (masked), never a user
+    command's output."""
     spec = restart.spec
     said = "" if spec.method == "command" else first_stderr_line(ran.stderr)
     meaning = exit_meaning(ran.exit_code)

@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from leaseguard.adapters.host_lookup import planned_commands
 from leaseguard.adapters.runtime import resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import CommandResult, parse_systemctl_glob
-from leaseguard.core.one_exec import planned_commands
 from leaseguard.core.replicas import container_argv, container_filter, read_containers
 
 

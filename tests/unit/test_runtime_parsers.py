@@ -197,25 +197,27 @@ def test_given_facts_skip_the_lookups():
 def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_own():
     from leaseguard.adapters.host_lookup import run_together
     from leaseguard.adapters.runtime import LocalRunner
+    from leaseguard.core.one_exec import Plan
 
     ok, failing, missing = (
         ("printf", "a b"),
         ("sh", "-c", "printf hi; echo oops >&2; exit 3"),
         ("no-such-tool-lg",),
     )
-    ran, clock = run_together(LocalRunner(), [ok, failing, missing])
+    ran, clock = run_together(LocalRunner(), Plan([ok, failing, missing]))
     assert clock is not None and 0 <= clock.uncertainty_s < 5
     assert ran[ok] == CommandResult(0, "a b", "")
     assert ran[failing] == CommandResult(3, "hi", "oops\n")
     assert ran[missing].exit_code == 127
 
 
-def test_a_command_the_one_exec_never_finished_fails_with_the_exec_status():
-    from leaseguard.core.one_exec import batch_clock, split_batch
+def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():
+    from leaseguard.adapters.host_lookup import look_up_host
 
-    cut = CommandResult(124, "\n@@leaseguard n out 0@@\npartial", "")
-    assert split_batch([("docker", "inspect")], "n", cut)[("docker", "inspect")].exit_code == 124
-    assert batch_clock(cut.stdout, "n") is None
+    runner = ScriptedRunner({("sh", "-c"): CommandResult(124, "\n@@leaseguard partial")})
+    with pytest.raises(LookupFailed, match="docker container backend: `docker inspect` timed out"):
+        look_up_host(contract_from_mapping({}), runner)
+    assert len(runner.calls) == 1
 
 
 def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
@@ -278,28 +280,6 @@ def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_pa
     with pytest.raises(LookupFailed, match="holds no pid"):
         look_up_host(_process_contract(tmp_path / "app.pid"), runner)
     assert runner.calls == 1
-
-
-def test_a_pid_command_is_kept_under_the_pid_the_script_read():
-    from leaseguard.core.lookups import process_env_argv
-    from leaseguard.core.one_exec import PidCommand, split_batch
-
-    follow = PidCommand("/run/app.pid", lambda pid: process_env_argv(pid, "T"))
-    out = "\n@@leaseguard n out 0@@\n7\nT=5\x00\n@@leaseguard n end 0@@ 0\n"
-    split = split_batch([], "n", CommandResult(0, out, ""), [follow])
-    assert split == {process_env_argv(7, "T"): CommandResult(0, "T=5\x00", "")}
-    # Not run (no pid in the file) or cut: nothing kept, the lookup runs it alone.
-    assert split_batch([], "n", CommandResult(124, "", ""), [follow]) == {}
-
-
-def test_one_exec_output_that_is_not_ours_is_no_result():
-    from leaseguard.core.one_exec import batch_clock, split_batch
-
-    bad_status = "\n@@leaseguard n out 0@@\nx\n@@leaseguard n end 0@@ zz\n"
-    assert split_batch([("a",)], "n", CommandResult(3, bad_status))[("a",)].exit_code == 3
-    assert batch_clock("\n@@leaseguard n clock@@\n12.5 13\n", "n") is None
-    assert batch_clock("\n@@leaseguard n clock@@\nnan-ish\n", "n") is None
-    assert batch_clock("\n@@leaseguard n clock@@\n1700000000.25\n", "n") == 1700000000.25
 
 
 def on_a_tty(argv):

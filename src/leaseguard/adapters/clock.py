@@ -1,11 +1,10 @@
 """Host-vs-database clock offset, for the orphan cut-off.
 
-The runtime's start time comes from the host's clock, claimed_at from the database's.
-If they disagree by more than clock_skew_s, a claim made just after the restart could
-look older than the restart and be called an orphan: alive but unprotected. So the
-offset is measured on every check, reported, and the start time is moved into the
-database clock (leaseguard.adapters.guard.judge_table); the measurement's uncertainty
-widens the cut-off tolerance (never narrows it).
+The runtime's start time comes from the host's clock, claimed_at from the database's. If
+they disagree by more than clock_skew_s, a claim made just after the restart could look
+older than the restart and be called an orphan: alive but unprotected. So the offset is
+measured on every check and the start time moved into the database clock; the
+measurement's uncertainty widens the cut-off tolerance (never narrows it).
 """
 
 from __future__ import annotations
@@ -21,29 +20,22 @@ from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import LookupFailed
 
 
-def _sample(read: Callable[[], float]) -> tuple[float, float]:
-    """(reading minus the local midpoint, half the round trip)."""
-    before = time.time()
-    reading = read()
-    after = time.time()
-    return reading - (before + after) / 2, (after - before) / 2
-
-
 def measure_offset(host_clock: Callable[[], float], db_clock: Callable[[], float]) -> ClockOffset:
-    """Compare both clocks against the local one; the round trips bound the error."""
-    host_rel, host_err = _sample(host_clock)
-    db_rel, db_err = _sample(db_clock)
-    return ClockOffset(host_rel - db_rel, host_err + db_err)
+    """Both clocks against the local one, each reading minus the local midpoint; half of
+    each round trip bounds the error."""
+    offsets, error = [], 0.0
+    for read in (host_clock, db_clock):
+        before = time.time()
+        reading = read()
+        after = time.time()
+        offsets.append(reading - (before + after) / 2)
+        error += (after - before) / 2
+    return ClockOffset(offsets[0] - offsets[1], error)
 
 
 def offset_from_here(runner: Runner) -> ClockOffset:
-    """The host's clock minus this machine's.
-
-    For a fleet judgment, measured on every host while its facts are looked up (one `date`,
-    over whatever connection the front has), then chained with this machine's offset from
-    the database (`chained`): the judgment runs through one database path, but every host's
-    start time is compared in the database clock.
-    """
+    """The host's clock minus this machine's (one `date` over the front's connection); a
+    fleet judgment chains it with this machine's offset from the database."""
     return measure_offset(host_clock(runner), time.time)
 
 

@@ -1,15 +1,17 @@
 """SSH connections: to a host and through its jump hosts, with Fabric's own config, the
 host-key policy and the connect budget; their failures named with what to try next.
 
-Fabric's Connection accepts any host key by default (paramiko's AutoAddPolicy) and never
-reads known_hosts. A guard that decides whether to kill work must know which host it
-asked, so leaseguard verifies host keys against known_hosts unless told otherwise.
+Fabric's Connection accepts any host key by default and never reads known_hosts. A guard
+that decides whether to kill work must know which host it asked, so host keys are checked
+against known_hosts unless told otherwise.
 """
 
 from __future__ import annotations
 
 import socket
+from contextlib import suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 try:
@@ -22,12 +24,12 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
         name=exc.name,
     ) from exc
 
-from leaseguard.adapters.ssh_client import trust_known_hosts
 from leaseguard.core.errors import TunnelError
 
 # paramiko sends a keepalive after this many seconds without sending anything, so a dead
 # link always has unacknowledged data in flight, which TCP_USER_TIMEOUT then bounds.
 KEEPALIVE_INTERVAL_S = 1
+SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,13 @@ class SshOptions:
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection whose host keys are verified (unless explicitly accepted).
 
-    The gateway: `options.gateway` when given, else ssh_config's ProxyJump for this host as
-    Fabric's SSHConfig resolves it (ProxyCommand is left to Fabric), each hop with the same
-    connect budget and authentication as the host.
+    Its gateway: `options.gateway`, else ssh_config's ProxyJump for this host (ProxyCommand
+    is left to Fabric), each hop with the host's connect budget and authentication.
     """
     if options.gateway:
-        gateway: Connection | None = _jump_chain(options.gateway, options, config)
-        connection = _connection(host, options, config, gateway)
+        connection = _connection(
+            host, options, config, _jump_chain(options.gateway, options, config)
+        )
     else:
         connection = _connection(host, options, config, None)
         jumps = connection.ssh_config.get("proxyjump")
@@ -68,16 +70,22 @@ def _connection(
     host: str, options: SshOptions, config: Config | None, gateway: Connection | None
 ) -> Connection:
     # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
-    # over a dead link each of those would outlast the connect timeout the user configured.
+    # over a dead link each would outlast the connect timeout the user configured. The
+    # config's own connect_kwargs (password, passphrase, ...) are used by Fabric only when
+    # the Connection is given none, so they are merged here; its key files Fabric merges
+    # itself, and its `timeout` (fab -t) is the connect budget already chosen.
     bound = options.connect_timeout_s
-    connect_kwargs: dict[str, Any] = {
+    configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
+    configured.pop("key_filename", None)
+    configured.pop("timeout", None)
+    kwargs: dict[str, Any] = {
         "banner_timeout": bound,
         "auth_timeout": bound,
         "channel_timeout": bound,
-        **_configured_connect_kwargs(config),
+        **configured,
     }
     if options.key_filename:
-        connect_kwargs["key_filename"] = options.key_filename
+        kwargs["key_filename"] = options.key_filename
     return _Connection(
         host,
         user=options.user,
@@ -85,7 +93,7 @@ def _connection(
         config=config,
         gateway=gateway,
         connect_timeout=bound,
-        connect_kwargs=connect_kwargs,
+        connect_kwargs=kwargs,
     )
 
 
@@ -99,89 +107,92 @@ class _Connection(Connection):  # type: ignore[misc]
             self.gateway.close()
 
 
-def _configured_connect_kwargs(config: Config | None) -> dict[str, Any]:
-    """The config's `connect_kwargs` (password, passphrase, allow_agent, ...).
-
-    Fabric uses them only when the Connection is given none of its own, and ours always
-    are. Its key files are merged by Fabric itself, and its `timeout` (`fab -t`) is the
-    connect budget the front already chose (`connect_timeout`; both at once are refused).
-    """
-    if config is None:
-        return {}
-    given = dict(config.get("connect_kwargs") or {})
-    given.pop("key_filename", None)
-    given.pop("timeout", None)
-    return given
-
-
 def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
     """ProxyJump's "a,b", as OpenSSH walks it: a is reached first (through its own
     ssh_config ProxyJump, if any), b through a, and the host (the caller's) through b."""
     first, *rest = (hop.strip() for hop in jumps.split(","))
-    hop_options = _gateway_options(options)
+    hop_options = SshOptions(
+        key_filename=options.key_filename,
+        known_hosts=options.known_hosts,
+        accept_unknown_host_keys=options.accept_unknown_host_keys,
+        connect_timeout_s=options.connect_timeout_s,
+    )
     gateway = make_connection(first, hop_options, config)
     for hop in rest:
         gateway = _connection(hop, hop_options, config, gateway)
     return gateway
 
 
-def _gateway_options(options: SshOptions) -> SshOptions:
-    return SshOptions(
-        key_filename=options.key_filename,
-        known_hosts=options.known_hosts,
-        accept_unknown_host_keys=options.accept_unknown_host_keys,
-        connect_timeout_s=options.connect_timeout_s,
-    )
-
-
 def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Trust only the keys known_hosts lists for this host (`ssh_client`), reject others."""
+    """Trust only the keys known_hosts lists for this host, reject others (or warn, when
+    unknown keys are explicitly accepted), on the connection and every jump host."""
     trust_known_hosts(connection, options.known_hosts)
-    client = connection.client
-    if options.accept_unknown_host_keys:
-        client.set_missing_host_key_policy(paramiko.WarningPolicy())
-    else:
-        client.set_missing_host_key_policy(paramiko.RejectPolicy())
-    gateway = connection.gateway
-    if isinstance(gateway, Connection):
-        apply_host_key_policy(gateway, options)
+    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    if isinstance(connection.gateway, Connection):
+        apply_host_key_policy(connection.gateway, options)
+
+
+def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
+    """Give the client the keys known_hosts lists for its own host, nothing else.
+
+    The files: the system one, ssh_config's UserKnownHostsFile, then `known_hosts` (paths
+    as ssh's UserKnownHostsFile). paramiko's precedence is kept: the system file's entry
+    if it has one, else the other files'. An absent or unreadable file is skipped.
+    """
+    port = int(connection.port)
+    name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
+    configured = f"{connection.ssh_config.get('userknownhostsfile', '')} {known_hosts or ''}"
+    entry = None
+    for paths in ([SYSTEM_KNOWN_HOSTS], configured.split()):
+        keys = paramiko.HostKeys()
+        for path in (Path(p).expanduser() for p in paths):
+            if path.is_file():
+                with suppress(OSError):
+                    keys.load(str(path))
+        entry = entry or keys.lookup(name)
+    for keytype, key in (entry or {}).items():
+        connection.client.get_host_keys().add(name, keytype, key)
 
 
 def open_connection(connection: Connection) -> None:
-    """Connect now, translating SSH failures into a TunnelError that names the host and
-    what to try next."""
+    """Connect now; an SSH failure is a TunnelError naming the host and what to try next."""
+    named = _named(connection)
     try:
         if not connection.is_connected:
             connection.open()
             _tune(connection)
     except paramiko.BadHostKeyException:
         raise TunnelError(
-            f"host {_named(connection)}: host key does not match known_hosts "
-            "(BadHostKeyException); if the host was reinstalled, check its new key's "
-            "fingerprint and replace its known_hosts line"
+            f"host {named}: host key does not match known_hosts (BadHostKeyException); if "
+            "the host was reinstalled, check its new key's fingerprint and replace its "
+            "known_hosts line"
         ) from None
     except paramiko.AuthenticationException as exc:
         raise TunnelError(
-            f"host {_named(connection)}: SSH authentication failed ({type(exc).__name__}); "
+            f"host {named}: SSH authentication failed ({type(exc).__name__}); "
             "check the user and the key (fab -i, connect_kwargs.key_filename, IdentityFile) "
             "or its passphrase (connect_kwargs.passphrase, fab --prompt-for-passphrase)"
         ) from None
     except paramiko.SSHException as exc:
         if "not found in known_hosts" in str(exc):
             raise TunnelError(
-                f"host {_named(connection)}: host key is not in known_hosts; add it "
+                f"host {named}: host key is not in known_hosts; add it "
                 "(ssh-keyscan) or set accept_unknown_host_keys explicitly"
             ) from None
         raise TunnelError(
-            f"host {_named(connection)}: SSH failed ({type(exc).__name__}); "
+            f"host {named}: SSH failed ({type(exc).__name__}); "
             f"check that `ssh {connection.original_host}` works from here"
         ) from None
     except (OSError, EOFError) as exc:
+        gateway = connection.gateway
+        through = (
+            f" (through the jump host {_named(gateway)})" if isinstance(gateway, Connection) else ""
+        )
         raise TunnelError(
-            f"host {_named(connection)} unreachable: cannot connect over SSH "
-            f"({type(exc).__name__}); check that it is up, that sshd answers on port "
-            f"{connection.port}{_through(connection)} and the connect timeout (fab -t), "
-            "or run with -H excluding it"
+            f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
+            f"check that it is up, that sshd answers on port {connection.port}{through} and "
+            "the connect timeout (fab -t), or run with -H excluding it"
         ) from None
 
 
@@ -191,26 +202,11 @@ def _named(connection: Connection) -> str:
     return f"{given} ({connection.host}:{connection.port})"
 
 
-def _through(connection: Connection) -> str:
-    gateway = connection.gateway
-    if isinstance(gateway, Connection):
-        return f" (through the jump host {_named(gateway)})"
-    return ""
-
-
 def _tune(connection: Connection) -> None:
-    """Nagle off, and a bound on how long the link may stay silent before it counts as dead.
-
-    Nagle: each guard query is a few small request/response packets through the tunnel.
-    With Nagle on (paramiko's default; OpenSSH turns it off), they wait for the peer's
-    delayed ACK (~40 ms a round trip, several per poll).
-
-    Liveness: with every packet to the host dropped, TCP retransmits for ~15 minutes before
-    giving up. Keepalives make sure something is always in flight, and TCP_USER_TIMEOUT
-    drops the connection once data stays unacknowledged for the connect timeout, so a dead
-    link is detected in that time (plus one keepalive interval) and every wait on it ends.
-    Behind a jump host the transport runs over a channel, not a socket, and the gateway's
-    own connection is the one to tune.
+    """Nagle off (each guard query is a few small packets; Nagle waits ~40 ms for the
+    peer's delayed ACK), keepalives, and TCP_USER_TIMEOUT: a link whose data stays
+    unacknowledged for the connect timeout is dead, so every wait on it ends (TCP alone
+    retransmits for ~15 minutes). Behind a jump host the gateway's socket is the one tuned.
     """
     transport = connection.client.get_transport()
     if transport is not None:
@@ -220,6 +216,5 @@ def _tune(connection: Connection) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         silent_ms = int(float(connection.connect_timeout or 10) * 1000)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
-    gateway = connection.gateway
-    if isinstance(gateway, Connection) and gateway.is_connected:
-        _tune(gateway)
+    if isinstance(connection.gateway, Connection) and connection.gateway.is_connected:
+        _tune(connection.gateway)

@@ -1,12 +1,6 @@
-"""The pure half of a host lookup: the command each source runs, and how its output is read.
-
-Running a command is the adapters' part (leaseguard.adapters.runtime: a local subprocess, an
-SSH exec, an Ansible module); what to run and what the answer means is the same for all
-three fronts, so it is decided here, once.
-
-Nothing here keeps a container's or process's whole environment: it holds the protected
-system's secrets. Only the one configured variable is extracted, host-side where the
-command allows it.
+"""The pure half of a host lookup: the command each source runs, and how its output is read
+(leaseguard.adapters.runtime runs it). Only the one configured variable is ever extracted,
+on the host where the command allows it: the rest of an environment holds secrets.
 """
 
 from __future__ import annotations
@@ -33,22 +27,13 @@ class CommandResult:
 
 def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     """The source string reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    match spec.source:
-        case "docker" | "podman":
-            return f"{spec.source}:{spec.container}/{spec.variable}"
-        case "command":
-            return f"command:{spec.container}"
-        case "systemd":
-            return f"systemd:{spec.unit}/{spec.variable}"
-        case "process":
-            return f"process:{spec.pid_file}/{spec.variable}"
-        case "env_file":
-            return f"env_file:{spec.path}/{spec.variable}"
-        case _:
-            return "fixed"
-
-
-# --- what each source runs ----------------------------------------------------------------
+    if spec.source == "command":
+        return f"command:{spec.container}"
+    where = {"docker": spec.container, "podman": spec.container, "systemd": spec.unit}
+    where.update(process=spec.pid_file, env_file=spec.path)
+    if spec.source in where:
+        return f"{spec.source}:{where[spec.source]}/{spec.variable}"
+    return "fixed"
 
 
 def command_argv(spec: TaskTimeoutLookup) -> Argv:
@@ -88,9 +73,6 @@ def checked_env_name(variable: str) -> str:
     return variable
 
 
-# --- what a failed command said -----------------------------------------------------------
-
-
 def exit_meaning(code: int) -> str:
     return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
 
@@ -102,11 +84,8 @@ _MAX_STDERR_CHARS = 200
 
 
 def first_stderr_line(stderr: str) -> str:
-    """The tool's own first line of complaint (`Cannot connect to the Docker daemon ...`).
-
-    Only the engine's or systemctl's stderr is shown (never that of a command run inside the
-    container): printable characters, credentials masked, cut at 200 characters.
-    """
+    """The tool's own first line of complaint (`Cannot connect to the Docker daemon ...`):
+    printable characters, credentials masked, cut at 200 characters."""
     line = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
     line = "".join(ch if ch.isprintable() else " " for ch in line)
     line = _URL_CREDENTIALS.sub(r"\1***@", line)
@@ -114,9 +93,6 @@ def first_stderr_line(stderr: str) -> str:
     if len(line) > _MAX_STDERR_CHARS:
         line = line[: _MAX_STDERR_CHARS - 3] + "..."
     return line
-
-
-# --- how each output is read --------------------------------------------------------------
 
 
 def env_value(env: Sequence[str], variable: str) -> str | None:
@@ -142,10 +118,8 @@ def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
 
 
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
-    """`systemctl show PATTERN` output: one block per loaded unit; the ACTIVE ones, read.
-
-    A glob over no active unit fails, naming the glob: nothing to judge is not "nothing runs".
-    """
+    """`systemctl show PATTERN` output, one block per loaded unit: the ACTIVE ones. None
+    active fails, naming the glob: nothing to judge is not "nothing runs"."""
     blocks = [_properties(block) for block in text.split("\n\n")]
     active = [props for props in blocks if props.get("ActiveState") == "active"]
     if not active:

@@ -1,16 +1,13 @@
 """Lookups that may match several replicas: a docker filter, a systemd unit glob.
 
-A worker often runs as several containers (`docker compose up --scale worker=3`) or template
-units (worker@1..N) on one host; a claim may be running on any of them. So a lookup may name
-all of them: `container: label=KEY=VALUE` or `name=REGEX` (over RUNNING containers, as
-`docker ps --filter` matches), `unit: worker@*.service` (over ACTIVE units). The orphan
-cut-off is then the OLDEST start among the matches, the task timeout the LONGEST.
+A worker often runs as several containers (`--scale worker=3`) or template units (worker@N),
+and a claim may run on any of them: `container: label=KEY=VALUE` or `name=REGEX` matches
+RUNNING containers, `unit: worker@*.service` ACTIVE units. The orphan cut-off is then the
+OLDEST start among them, the task timeout the LONGEST.
 
-Only the one configured variable leaves the host: the engine prints it through a Go template
-(`inspect --format`), never the container's whole environment (it holds the system's
-secrets, and one 10 MB variable took 13 s to bring over). `inspect` rather than
-`exec printenv`: it reads the container's configuration, so it answers for a stopped
-container too, needs nothing inside the image (busybox has no printenv) and starts no exec
+Only the one configured variable leaves the host, printed by `inspect --format`'s Go
+template: never the whole environment (it holds secrets; one 10 MB variable took 13 s to
+bring over). `inspect`, not `exec printenv`: it needs nothing in the image and starts no exec
 session (podman keeps a conmon process per exec for minutes).
 """
 
@@ -48,12 +45,8 @@ def is_unit_glob(unit: str) -> bool:
 
 
 def _template(variable: str | None) -> str:
-    """One JSON line per container: name, state, start, compose labels, the ONE variable.
-
-    `len`/`slice`/`eq` are Go's own template builtins (docker and podman both have them);
-    the entries are compared by their `NAME=` prefix on the host, and only matching ones
-    are printed, escaped by `json`.
-    """
+    """One JSON line per container: name, state, start, compose labels, and only the
+    entries of the ONE variable (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
     env = ""
     if variable is not None:
         prefix = f"{variable}="
@@ -95,8 +88,7 @@ ids=$("$1" ps -q --no-trunc --filter "$2") || exit
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
     """The variable the runtime's container command prints too, so that one command serves
-    both lookups when they read the same container; None when the timeout is not read there.
-    """
+    both lookups of the same container; None when the timeout is not read there."""
     timeout, runtime = contract.task_timeout, contract.runtime
     same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
     if timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable):
@@ -122,7 +114,7 @@ def shown_command(argv: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Replica:
-    """One container as the template printed it: only the one variable's entries."""
+    """One container as the template printed it."""
 
     name: str
     running: bool
@@ -136,14 +128,14 @@ class Replica:
 
 @dataclass(frozen=True)
 class Containers:
-    """What one container lookup found: the containers judged, and a named one's siblings."""
+    """The containers judged, and a named one's running compose siblings."""
 
     matches: tuple[Replica, ...]
     siblings: tuple[str, ...] = ()
 
 
 def read_containers(text: str, container: str, what: str) -> Containers:
-    """The output of `container_argv`'s command, judged: matches, and siblings to warn of."""
+    """The output of `container_argv`'s command, judged."""
     replicas = [_replica(line, what) for line in text.splitlines() if line.strip()]
     if container_filter(container) is not None:
         running = tuple(r for r in replicas if r.running)
@@ -173,7 +165,6 @@ def _replica(line: str, what: str) -> Replica:
 
 
 def sibling_warning(what: str, found: Containers) -> str:
-    """A named container has running compose siblings: claims may be running there."""
     named = found.matches[0]
     return (
         f"{what}: container {named.name} has running compose siblings "

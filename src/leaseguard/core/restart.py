@@ -1,9 +1,5 @@
-"""Restarting a runtime on a host with a stop budget, and telling whether it restarted.
-
-Pure: the argv that restarts each kind of runtime, how the restart is named in messages,
-and whether the runtime's start time moved forward. The Ansible front runs the argv through
-the task's own connection (no Python on the host) and looks the start time up again.
-"""
+"""Restarting a runtime with a stop budget (pure): the argv for each kind of runtime, how
+messages name it, and whether its start time moved forward."""
 
 from __future__ import annotations
 
@@ -11,6 +7,7 @@ import shlex
 from dataclasses import dataclass
 
 from leaseguard.core.lookups import Argv
+from leaseguard.core.replicas import is_unit_glob
 
 # TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run,
 # gone at reboot) carries the stop budget for this one restart. It is removed whether or not
@@ -37,7 +34,7 @@ systemctl restart "$1" || rc=$?
 
 @dataclass(frozen=True)
 class RestartSpec:
-    """What to restart: `method` and the one of container, unit or command it needs."""
+    """What to restart: `method` and the container, unit or command it needs."""
 
     method: str
     container: str = ""
@@ -69,24 +66,20 @@ def restart_target(spec: RestartSpec) -> str:
 
 
 def missing_target(spec: RestartSpec) -> str | None:
-    """The setting `spec.method` needs and `spec` lacks, or names only as several replicas
-    (a docker filter, a unit glob: `docker restart label=...` restarts nothing, and one
-    `systemctl restart` of a glob restarts them all at once, its stop budget lost), if any.
-    """
-    needed = {"docker": "container", "podman": "container", "systemd": "unit"}
-    name = needed.get(spec.method, "command")
+    """The setting `spec.method` needs and `spec` lacks or names only as replicas, if any:
+    `docker restart label=...` restarts nothing, and one `systemctl restart` of a glob
+    restarts them all at once, its stop budget lost."""
+    name = {"docker": "container", "podman": "container", "systemd": "unit"}.get(
+        spec.method, "command"
+    )
     target = getattr(spec, name)
     if not target or (name == "container" and target.startswith(("label=", "name="))):
         return name
-    return name if name == "unit" and not _GLOB_CHARS.isdisjoint(target) else None
-
-
-_GLOB_CHARS = frozenset("*?[")
+    return name if name == "unit" and is_unit_glob(target) else None
 
 
 def start_moved(before_epoch_s: float | None, after_epoch_s: float | None) -> bool:
-    """Whether the runtime started after `before`: a runtime not running before (no start
-    time) has moved by any start time at all; an unknown start afterwards never has."""
+    """A runtime not running before has moved by any start time; an unknown one never has."""
     if after_epoch_s is None:
         return False
     return before_epoch_s is None or after_epoch_s > before_epoch_s
