@@ -233,7 +233,7 @@ def test_the_three_lists_must_not_overlap():
 
 def test_the_status_walk_uses_the_index(runs):
     """EXPLAIN: no sequential scan of the table in the walk once the index exists."""
-    from leaseguard.core.status_queries import status_rows_query, unclassified_walk_query
+    from leaseguard.adapters.statuses import status_rows_query, unclassified_walk_query
 
     status_index(runs)
     with runs.connect() as conn:
