@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from leaseguard.core.config_values import (
     choice,
@@ -54,66 +54,104 @@ RELATION_KINDS = ("table", "view")
 DEFAULT_FINISHED_STATUSES = ("done", "failed")
 
 
+Reader = Callable[..., Any]  # (data, key, default, prefix=) -> the value, validated
+
+
+def _read(read: Reader) -> dict[str, Reader]:
+    """A field's metadata: the reader that validates its config key."""
+    return {"read": read}
+
+
+def _choice(choices: tuple[str, ...]) -> dict[str, Reader]:
+    return _read(partial(choice, choices=choices))
+
+
+def _read_section(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
+    """A nested section (lease, task_timeout, runtime) as its dataclass, `type(default)`."""
+    cls, values, prefix = type(default), section(data, key), f"{key}."
+    reject_unknown(values, _keys(cls), prefix=prefix)
+    lookup = cls(**_read_fields(cls, values, prefix))
+    source = getattr(lookup, "source", "")
+    need = getattr(cls, "NEEDS", {}).get(source)
+    if need and not getattr(lookup, need):
+        raise ConfigError(f"{prefix}{need} is required when {prefix}source is {source!r}")
+    return lookup
+
+
+_TEXT, _OPTIONAL_TEXT = _read(text_value), _read(optional_text)
+_IDENTIFIER, _OPTIONAL_IDENTIFIER = _read(identifier), _read(optional_identifier)
+_SECTION, _WHOLE = _read(_read_section), _read(whole_number)
+
+
 @dataclass(frozen=True)
 class LeaseRule:
     """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
 
-    multiplier: float = 2.0
-    expires_at_column: str | None = None
+    multiplier: float = field(default=2.0, metadata=_read(partial(number_value, minimum=1.0)))
+    expires_at_column: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
 
 
 @dataclass(frozen=True)
 class TaskTimeoutLookup:
     """Where the protected system's configured task timeout is read on each host."""
 
-    source: str = "docker"
-    container: str = "backend"
-    variable: str = "APP_TASK_TIMEOUT_S"
-    default_s: float | None = None
-    value_s: float | None = None
-    unit: str | None = None
-    pid_file: str | None = None
-    path: str | None = None
-    command: tuple[str, ...] = ()
-    engine: str = "docker"  # the container CLI that runs `command` (docker or podman)
+    # The key each source cannot work without.
+    NEEDS: ClassVar = dict(
+        systemd="unit", process="pid_file", env_file="path", command="command", fixed="value_s"
+    )
+
+    source: str = field(default="docker", metadata=_choice(TASK_TIMEOUT_SOURCES))
+    container: str = field(default="backend", metadata=_TEXT)
+    variable: str = field(default="APP_TASK_TIMEOUT_S", metadata=_TEXT)
+    default_s: float | None = field(default=None, metadata=_read(optional_number))
+    value_s: float | None = field(default=None, metadata=_read(optional_number))
+    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    path: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    command: tuple[str, ...] = field(default=(), metadata=_read(parse_command))
+    # The container CLI that runs `command`.
+    engine: str = field(default="docker", metadata=_choice(("docker", "podman")))
 
 
 @dataclass(frozen=True)
 class RuntimeLookup:
     """Where the start time of the worker runtime (the orphan cut-off) is read."""
 
-    source: str = "docker"
-    container: str = "backend"
-    unit: str | None = None
-    pid_file: str | None = None
-    started_at: str | None = None
+    NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
+
+    source: str = field(default="docker", metadata=_choice(RUNTIME_SOURCES))
+    container: str = field(default="backend", metadata=_TEXT)
+    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    started_at: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
 
 
 @dataclass(frozen=True)
 class Contract:
-    """Everything the guard needs to know about the protected system's work table."""
+    """Everything the guard needs to know about the protected system's work table; the
+    fields with a reader are validated in this order, after the status lists."""
 
-    table: str = "execution_runs"
-    schema: str | None = None
-    relation_kind: str = "table"
-    id_column: str = "id"
-    status_column: str = "status"
+    table: str = field(default="execution_runs", metadata=_IDENTIFIER)
+    schema: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
+    relation_kind: str = field(default="table", metadata=_choice(RELATION_KINDS))
+    id_column: str = field(default="id", metadata=_IDENTIFIER)
+    status_column: str = field(default="status", metadata=_IDENTIFIER)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
     # None: DEFAULT_FINISHED_STATUSES minus any classed as claimed or queued. Kept apart from
     # an explicit list so that only statuses someone wrote are checked against an enum's labels.
     finished_statuses: tuple[str, ...] | None = None
-    claimed_at_column: str = "claimed_at"
-    lease: LeaseRule = field(default_factory=LeaseRule)
-    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
-    runtime: RuntimeLookup = field(default_factory=RuntimeLookup)
-    clock_skew_s: float = 0.0
-    statement_timeout_ms: int = 5000
-    lock_timeout_ms: int = 2000
-    connect_timeout_s: int = 10
+    claimed_at_column: str = field(default="claimed_at", metadata=_IDENTIFIER)
+    lease: LeaseRule = field(default_factory=LeaseRule, metadata=_SECTION)
+    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup, metadata=_SECTION)
+    runtime: RuntimeLookup = field(default_factory=RuntimeLookup, metadata=_SECTION)
+    clock_skew_s: float = field(default=0.0, metadata=_read(number_value))
+    statement_timeout_ms: int = field(default=5000, metadata=_WHOLE)
+    lock_timeout_ms: int = field(default=2000, metadata=_WHOLE)
+    connect_timeout_s: int = field(default=10, metadata=_WHOLE)
     # The zone a `timestamp without time zone` column was written in. None: a naive time
     # column fails the check, since a wrong zone shifts every claim by hours.
-    timestamp_zone: str | None = None
+    timestamp_zone: str | None = field(default=None, metadata=_read(optional_zone))
     # The job queue whose stock schema and liveness rule the keys above came from, if any.
     preset: str | None = None
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
@@ -219,84 +257,20 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
 
 # --- validation: one reader per key, each section's keys its dataclass's fields --------------
 
-Reader = Callable[..., Any]  # (data, key, default, prefix=) -> value
-
 
 def _keys(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
-def _build(cls: type, data: Mapping[str, Any], readers: dict[str, Reader], prefix: str) -> Any:
-    reject_unknown(data, _keys(cls), prefix=prefix)
+def _read_fields(cls: type, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Every field of `cls` that has a reader, read from `data` in field order."""
     default = cls()
-    return cls(
-        **{k: read(data, k, getattr(default, k), prefix=prefix) for k, read in readers.items()}
-    )
+    return {
+        f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
+        for f in fields(cls)
+        if "read" in f.metadata
+    }
 
-
-def _lookup(cls: type, readers: dict[str, Reader], needs: dict[str, str]) -> Reader:
-    """A section's reader; `needs`: the key each source cannot work without."""
-
-    def read(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
-        lookup = _build(cls, section(data, key), readers, f"{key}.")
-        source = getattr(lookup, "source", None)
-        need = needs.get(source or "")
-        if need and not getattr(lookup, need):
-            raise ConfigError(f"{key}.{need} is required when {key}.source is {source!r}")
-        return lookup
-
-    return read
-
-
-_READERS: dict[str, Reader] = {  # in the order they are checked
-    "table": identifier,
-    "schema": optional_identifier,
-    "relation_kind": partial(choice, choices=RELATION_KINDS),
-    "id_column": identifier,
-    "status_column": identifier,
-    "claimed_at_column": identifier,
-    "lease": _lookup(
-        LeaseRule,
-        {
-            "multiplier": partial(number_value, minimum=1.0),
-            "expires_at_column": optional_identifier,
-        },
-        {},
-    ),
-    "task_timeout": _lookup(
-        TaskTimeoutLookup,
-        {
-            "source": partial(choice, choices=TASK_TIMEOUT_SOURCES),
-            "container": text_value,
-            "variable": text_value,
-            "default_s": optional_number,
-            "value_s": optional_number,
-            "unit": optional_text,
-            "pid_file": optional_text,
-            "path": optional_text,
-            "command": parse_command,
-            "engine": partial(choice, choices=("docker", "podman")),
-        },
-        {"systemd": "unit", "process": "pid_file", "env_file": "path", "command": "command"}
-        | {"fixed": "value_s"},
-    ),
-    "runtime": _lookup(
-        RuntimeLookup,
-        {
-            "source": partial(choice, choices=RUNTIME_SOURCES),
-            "container": text_value,
-            "unit": optional_text,
-            "pid_file": optional_text,
-            "started_at": optional_text,
-        },
-        {"systemd": "unit", "process": "pid_file", "fixed": "started_at"},
-    ),
-    "clock_skew_s": number_value,
-    "statement_timeout_ms": whole_number,
-    "lock_timeout_ms": whole_number,
-    "connect_timeout_s": whole_number,
-    "timestamp_zone": optional_zone,
-}
 
 CONFIG_KEYS = frozenset(
     {k for k in _keys(Contract) if k not in ("lease", "task_timeout", "runtime")}
@@ -339,7 +313,6 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
                     "never two of these"
                 )
             seen[status] = key
-    default = Contract()
-    values = {k: read(data, k, getattr(default, k), prefix="") for k, read in _READERS.items()}
+    values = _read_fields(Contract, data, "")
     kinds = kind_timeouts(data.get("kind_timeouts"), preset)
     return Contract(**statuses, **values, preset=preset, kind_timeouts=kinds)
