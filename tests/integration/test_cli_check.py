@@ -1,14 +1,12 @@
 """`leaseguard check` as a user runs it: flags, config file, env, exit statuses, JSON."""
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -27,17 +25,6 @@ class Facts:
 
 
 FACTS = Facts()
-
-
-def leaseguard(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "leaseguard", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(**(env or {})),
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -7,8 +7,6 @@ special case. Rows are written the way the system writes them (Oban: naive UTC).
 
 import contextlib
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,7 +27,7 @@ from sandbox.queues import (
     create_river,
     create_solid_queue,
 )
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 from tests.support.pg_fixtures import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -855,15 +853,7 @@ def test_every_explicit_key_overrides_the_preset():
 # --- every front takes the preset ------------------------------------------------------------
 
 
-def run_cli(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "leaseguard", *argv],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
-    )
+run_cli = leaseguard
 
 
 def test_cli_check_takes_preset_and_a_yaml_preset_with_flags_over_it(river, tmp_path):
