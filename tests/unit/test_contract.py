@@ -1,7 +1,6 @@
 import pytest
 
 from leaseguard.core.contract import (
-    CONFIG_KEYS,
     Contract,
     contract_from_mapping,
     load_config_file,
@@ -120,29 +119,6 @@ def test_config_file_errors_name_the_file_but_not_its_content(tmp_path):
         load_config_file(path)
     assert str(path) in str(caught.value)
     assert "hunter2" not in str(caught.value)
-
-
-def test_every_documented_key_is_known():
-    for key in (
-        "table",
-        "id_column",
-        "status_column",
-        "claimed_statuses",
-        "queued_statuses",
-        "finished_statuses",
-        "claimed_at_column",
-        "lease.multiplier",
-        "lease.expires_at_column",
-        "task_timeout.source",
-        "task_timeout.container",
-        "task_timeout.variable",
-        "task_timeout.default_s",
-        "runtime.source",
-        "runtime.container",
-        "clock_skew_s",
-        "statement_timeout_ms",
-    ):
-        assert key in CONFIG_KEYS
 
 
 # --- preset and timestamp_zone --------------------------------------------------------------

@@ -1,12 +1,8 @@
 """The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`).
 
-The guard reads only claimed and queued rows (bounded by the workers) while the table grows
-with history, and its status check asks for each distinct status. One btree index leading
-with the plain status column (the predicate compares it uncast) serves both; a partial index
-over the claimed and queued statuses (earlier versions' `*_leaseguard_claims`) cannot show a
-status it does not hold. Without a status column (graphile-worker) the index is partial,
-over the rows the guard reads. A partitioned table (pg-boss) refuses CREATE INDEX
-CONCURRENTLY on its parent: an index ON ONLY the parent, one per partition, then ATTACH.
+One btree index leading with the plain status column (the predicate compares it uncast)
+serves both the guard query and the status check's walk; a partial one over the claimed and
+queued statuses (earlier versions' `*_leaseguard_claims`) cannot show a status it lacks.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""What the guard reads must be the primary's live rows, all of them.
-
-Three ways a check could see fewer rows than the workers hold, each refused by name: a
-standby (it replays the primary late, or not at all while replay is paused), a relation that
-is not the table (a materialized view is a snapshot; a view reads base tables whose row-level
-security may hide rows), and row-level security on the table itself. Each check runs in the
-guard's transaction; every value is a bound parameter.
+"""What the guard reads must be the primary's live rows, all of them: a standby (replaying
+late, or not at all while paused), a relation that is not the table (a materialized view is a
+snapshot; a view's base tables may hide rows) and row-level security are refused by name.
 """
 
 from __future__ import annotations

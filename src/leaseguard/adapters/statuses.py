@@ -1,14 +1,9 @@
 """Every status in the table is classified: claimed, queued or finished.
 
-The judgment reads only claimed and queued rows, so a typo in the contract (`runing`,
-`Running`) or a status the protected system grew later would make live work invisible:
-"nothing is live", proceed. So on every check, in the guard's READ ONLY transaction, any
-status present in none of the contract's three lists fails the check, named with its rows.
-
-It stays cheap on a large table: a NOT NULL enum column whose every label is classified
-reads no row at all (River's, Oban's, pg-boss's stock schemas); an index leading with the
-status column lets a loose index scan visit each distinct status once; without one the
-check is one sequential pass (and the plan warning names the index to build).
+The judgment reads only claimed and queued rows, so a typo (`runing`) or a status the system
+grew later would hide live work. On every check a status in none of the three lists fails,
+named with its rows; cheaply: a NOT NULL enum whose labels are all classified reads no row,
+an index leading with the status is walked once per distinct status, else one seq scan.
 """
 
 from __future__ import annotations
@@ -106,8 +101,8 @@ def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
 def status_rows_query(
     contract: Contract, index_key: str, statuses: list[str | None]
 ) -> sql.Composed:
-    """(position, rows up to %(count_cap)s) per status: one branch each, the status its own
-    bound value, so the planner picks the index for a rare one, a short scan for a common one."""
+    """(position, rows up to %(count_cap)s) per status, each its own branch and bound value:
+    the planner picks the index for a rare one, a short scan for a common one."""
     key = _key(contract, index_key)
     return sql.SQL(" UNION ALL ").join(
         sql.SQL(

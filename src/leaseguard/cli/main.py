@@ -30,7 +30,6 @@ from leaseguard.core.errors import (
 # `--version` load no psycopg, `check` no budgets code (tests/unit/test_cli_startup.py).
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
-    from leaseguard.core.verdict import Verdict
     from leaseguard.orchestration.session import GuardSession
 
 DESCRIPTION = """\
@@ -244,14 +243,10 @@ def run_check(args: argparse.Namespace) -> int:
         raise
     except LeaseguardError as exc:
         return report_failure(exc, host, as_json=args.json)
-    report_verdict(verdict, as_json=args.json)
-    return verdict.exit_status
-
-
-def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
-    print(json.dumps(verdict.as_dict()) if as_json else verdict.timeline())
+    print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:
         print(f"leaseguard: warning: {warning}", file=sys.stderr)
+    return verdict.exit_status
 
 
 def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> int:
