@@ -90,9 +90,8 @@ def _convert(
     """`convert` (int or float) of the value; bools, other types and non-ASCII text refused."""
     what = "a number" if convert is float else "a whole number"
     value = _given(data, key, default)
-    if isinstance(value, bool) or not isinstance(
-        value, (int, str, float if convert is float else int)
-    ):
+    kinds = (int, float, str) if convert is float else (int, str)
+    if isinstance(value, bool) or not isinstance(value, kinds):
         raise ConfigError(f"{prefix}{key} must be {what}")
     if isinstance(value, str) and not value.isascii():
         raise ConfigError(f"{prefix}{key} {NOT_ASCII}")
