@@ -53,7 +53,7 @@ def test_invalid_configs_are_rejected_naming_the_key(data, message):
     assert str(caught.value).startswith(message)
 
 
-def test_defaults_are_design_md_s_contract():
+def test_the_defaults_are_the_documented_contract():
     contract = contract_from_mapping({})
     assert contract == Contract()
     assert contract.table == "execution_runs"
@@ -142,10 +142,6 @@ def test_a_preset_in_a_later_layer_still_sits_below_an_earlier_explicit_key():
 def test_an_unknown_preset_is_a_config_error_naming_the_choices():
     with pytest.raises(ConfigError, match=r"preset must be one of .*graphile_worker.*river"):
         contract_from_mapping({"preset": "sidekiq"})
-
-
-def test_without_a_preset_nothing_changes():
-    assert contract_from_mapping({}) == Contract()
 
 
 def test_graphile_worker_reads_attempts_not_a_status_column():
