@@ -1,14 +1,12 @@
 """`leaseguard check` as a user runs it: flags, config file, env, exit statuses, JSON."""
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -29,17 +27,6 @@ class Facts:
 FACTS = Facts()
 
 
-def leaseguard(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "leaseguard", *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(**(env or {})),
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.fixture
 def runs(db):
     with db.connect() as conn:
@@ -57,45 +44,21 @@ def add(db, *rows):
         )
 
 
-@pytest.mark.parametrize(
-    ("row", "exit_status", "counts"),
-    [
-        (
-            (1, "running", "30 min", "30 min"),
-            75,
-            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
-        ),
-        (
-            (1, "running", "2 hours 1 minute", "0"),
-            0,
-            {"live": 0, "stale": 1, "orphaned": 0, "queued": 0},
-        ),
-        (
-            (1, "running", "181 minutes", "0"),
-            0,
-            {"live": 0, "stale": 0, "orphaned": 1, "queued": 0},
-        ),
-        ((1, "open", None, "0"), 0, {"live": 0, "stale": 0, "orphaned": 0, "queued": 1}),
-        (
-            (1, "running", "1 min", "5 hours"),
-            75,
-            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
-        ),
-        (
-            (1, "running", "119 minutes", "119 minutes"),
-            75,
-            {"live": 1, "stale": 0, "orphaned": 0, "queued": 0},
-        ),
-    ],
-    ids=[
-        "silent-30-min-defers",
-        "past-lease-proceeds",
-        "orphan-proceeds",
-        "open-proceeds",
-        "fresh-claim-old-activity-defers",
-        "just-inside-lease-defers",
-    ],
-)
+def counts(live=0, stale=0, orphaned=0, queued=0):
+    return {"live": live, "stale": stale, "orphaned": orphaned, "queued": queued}
+
+
+RULES = {
+    "silent-30-min-defers": ((1, "running", "30 min", "30 min"), 75, counts(live=1)),
+    "past-lease-proceeds": ((1, "running", "2 hours 1 minute", "0"), 0, counts(stale=1)),
+    "orphan-proceeds": ((1, "running", "181 minutes", "0"), 0, counts(orphaned=1)),
+    "open-proceeds": ((1, "open", None, "0"), 0, counts(queued=1)),
+    "fresh-claim-old-activity-defers": ((1, "running", "1 min", "5 hours"), 75, counts(live=1)),
+    "just-inside-lease-defers": ((1, "running", "119 minutes", "119 minutes"), 75, counts(live=1)),
+}
+
+
+@pytest.mark.parametrize(("row", "exit_status", "counts"), RULES.values(), ids=RULES)
 def test_every_rule_of_the_table_through_the_cli(runs, row, exit_status, counts):
     add(runs, row)
     done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
@@ -110,15 +73,8 @@ def test_json_shape_of_a_deferral(runs):
     done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
     verdict = json.loads(done.stdout)
     assert set(verdict) >= {
-        "decision",
-        "lease_s",
-        "task_timeout_s",
-        "task_timeout_source",
-        "runtime_started_at",
-        "checked_at",
-        "counts",
-        "live",
-        "wait_upper_bound_s",
+        *("decision", "lease_s", "task_timeout_s", "task_timeout_source", "runtime_started_at"),
+        *("checked_at", "counts", "live", "wait_upper_bound_s"),
     }
     assert verdict["lease_s"] == 7200.0
     assert verdict["task_timeout_s"] == 3600.0
@@ -146,14 +102,8 @@ def test_dsn_from_leaseguard_dsn_and_contract_from_a_config_file(runs, tmp_path)
     add(runs, (1, "busy", "30 min", None))
     config = tmp_path / "leaseguard.yaml"
     config.write_text("claimed_statuses: [busy]\nqueued_statuses: []\nruntime:\n  source: none\n")
-    done = leaseguard(
-        "check",
-        "--config",
-        str(config),
-        "--task-timeout-s",
-        "3600",
-        env={"LEASEGUARD_DSN": runs.dsn},
-    )
+    argv = ["check", "--config", str(config), "--task-timeout-s", "3600"]
+    done = leaseguard(*argv, env={"LEASEGUARD_DSN": runs.dsn})
     assert done.returncode == 75, done.stderr
 
 
@@ -249,20 +199,9 @@ def test_help_explains_every_option():
     done = leaseguard("check", "--help")
     assert done.returncode == 0
     for option in (
-        "--config",
-        "--dsn",
-        "--table",
-        "--status-column",
-        "--claimed-status",
-        "--queued-status",
-        "--id-column",
-        "--claimed-at-column",
-        "--lease-multiplier",
-        "--lease-expires-column",
-        "--task-timeout-s",
-        "--runtime-started-at",
-        "--clock-skew-s",
-        "--json",
+        *("--config", "--dsn", "--table", "--status-column", "--claimed-status", "--json"),
+        *("--queued-status", "--id-column", "--claimed-at-column", "--lease-multiplier"),
+        *("--lease-expires-column", "--task-timeout-s", "--runtime-started-at", "--clock-skew-s"),
     ):
         assert option in done.stdout
     top = leaseguard("--help")

@@ -7,8 +7,6 @@ read in the wrong zone a live claim looks hours old.
 """
 
 import json
-import subprocess
-import sys
 
 import pytest
 from psycopg import sql
@@ -18,7 +16,7 @@ from leaseguard.core.errors import SchemaMismatch
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -99,17 +97,9 @@ def test_a_minus_infinite_expiry_has_expired_and_proceeds(runs):
 
 def test_the_cli_reports_an_infinite_expiry_in_json_with_exit_75(runs):
     claim(runs, "1 minute", "'infinity'")
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "leaseguard", "check", "--dsn", runs.dsn),
-            *("--lease-expires-column", "lease_expires_at", "--task-timeout-s", "3600"),
-            *("--runtime-started-at", "2026-01-01T00:00:00Z", "--json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
+    done = leaseguard(
+        *("check", "--dsn", runs.dsn, "--lease-expires-column", "lease_expires_at"),
+        *("--task-timeout-s", "3600", "--runtime-started-at", "2026-01-01T00:00:00Z", "--json"),
     )
     assert done.returncode == 75, done.stderr
     data = json.loads(done.stdout)

@@ -6,8 +6,6 @@ second.
 """
 
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,7 +18,7 @@ from leaseguard.core.predicate import counts_query, predicate_params
 from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import PgClusterError
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -57,14 +55,7 @@ def fill(db, rows, table="execution_runs", status_type=None):
 
 
 def index_sql(*flags):
-    done = subprocess.run(
-        [sys.executable, "-m", "leaseguard", "index-sql", *flags],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
-    )
+    done = leaseguard("index-sql", *flags)
     if done.returncode != 0:
         raise PgClusterError(f"index-sql failed: {done.stderr}")
     return done.stdout
@@ -134,10 +125,9 @@ def test_a_small_table_does_not_warn_even_with_a_seq_scan(db):
 
 def test_check_prints_the_warning_once_on_stderr_and_in_json(db):
     fill(db, LARGE)
-    argv = [sys.executable, "-m", "leaseguard", "check", "--dsn", db.dsn, "--json"]
-    argv += ["--task-timeout-s", "3600", "--runtime-started-at", STARTED.isoformat()]
-    done = subprocess.run(
-        argv, capture_output=True, text=True, env=clean_env(), timeout=60, check=False
+    done = leaseguard(
+        *("check", "--dsn", db.dsn, "--json", "--task-timeout-s", "3600"),
+        *("--runtime-started-at", STARTED.isoformat()),
     )
     assert done.returncode == 75, done.stderr
     verdict = json.loads(done.stdout)

@@ -7,8 +7,6 @@ claim and proceeds once it is gone; the standby is refused either way, by every 
 core (the session) and through the CLI (exit 1, the standby named).
 """
 
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +16,7 @@ from leaseguard.core.errors import NotPrimary
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 from tests.support.standby import primary_with_standby
 from tests.support.waiting import wait_until
 
@@ -102,17 +100,9 @@ def test_with_nothing_live_the_primary_proceeds_and_the_standby_is_still_refused
 
 def test_the_cli_refuses_a_standby_with_exit_1_naming_it(clusters):
     _, standby = clusters
-    done = subprocess.run(
-        [
-            *(sys.executable, "-m", "leaseguard", "check", "--dsn", standby.dsn(DB)),
-            *("--task-timeout-s", "3600", "--runtime-started-at", "2026-01-01T00:00:00Z"),
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
+    done = leaseguard(
+        *("check", "--dsn", standby.dsn(DB), "--task-timeout-s", "3600", "--json"),
+        *("--runtime-started-at", "2026-01-01T00:00:00Z"),
     )
     assert done.returncode == 1, done.stderr
     assert "NotPrimary" in done.stdout and "connected to a standby" in done.stderr

@@ -7,8 +7,6 @@ special case. Rows are written the way the system writes them (Oban: naive UTC).
 
 import contextlib
 import json
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,7 +27,7 @@ from sandbox.queues import (
     create_river,
     create_solid_queue,
 )
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 from tests.support.pg_fixtures import fresh_database
 
 pytestmark = pytest.mark.integration
@@ -44,14 +42,22 @@ def judge(dsn, preset, started_ago=RESTART, **keys):
         return session.judge()
 
 
+def queue_schema(create, *args):
+    """A fixture: the test database holding the queue's stock schema."""
+
+    @pytest.fixture
+    def with_schema(db):
+        with db.connect() as conn:
+            create(conn, *args)
+        return db
+
+    return with_schema
+
+
 # --- river ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def river(db):
-    with db.connect() as conn:
-        create_river(conn)
-    return db
+river = queue_schema(create_river)
 
 
 def river_job(db, state, attempted_ago=None):
@@ -103,11 +109,7 @@ def test_river_a_rescue_after_set_explicitly_overrides_the_preset(river):
 # --- oban ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def oban(db):
-    with db.connect() as conn:
-        create_oban(conn)
-    return db
+oban = queue_schema(create_oban)
 
 
 def oban_job(db, state, attempted_ago=None):
@@ -186,11 +188,7 @@ def test_oban_queued_only_proceeds_and_an_orphan_proceeds(oban):
 # --- graphile-worker -----------------------------------------------------------------------
 
 
-@pytest.fixture
-def graphile(db):
-    with db.connect() as conn:
-        create_graphile_worker(conn)
-    return db
+graphile = queue_schema(create_graphile_worker)
 
 
 def graphile_job(db, *, locked_ago=None, attempts=0, max_attempts=25):
@@ -273,11 +271,7 @@ def test_rls_forced_on_the_owner_fails_closed_too(graphile):
 # --- pg-boss --------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def pg_boss(db):
-    with db.connect() as conn:
-        create_pg_boss(conn, ("q1", "q2"))
-    return db
+pg_boss = queue_schema(create_pg_boss, ("q1", "q2"))
 
 
 def pg_boss_job(db, state, *, started_ago=None, expire_s=900, beat_ago=None, beat_s=None):
@@ -353,11 +347,7 @@ def test_pg_boss_index_sql_gives_the_partition_recipe(pg_boss):
 # --- solid_queue -----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def solid_queue(db):
-    with db.connect() as conn:
-        create_solid_queue(conn)
-    return db
+solid_queue = queue_schema(create_solid_queue)
 
 
 def solid_queue_process(db, beat_ago):
@@ -475,11 +465,7 @@ def test_solid_queue_without_its_owners_table_fails_closed_naming_it(solid_queue
 # --- que -------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def que(db):
-    with db.connect() as conn:
-        create_que(conn)
-    return db
+que = queue_schema(create_que)
 
 
 def que_job(db, *, run_ago=timedelta(hours=3), done=None, error_count=0):
@@ -608,11 +594,7 @@ def test_que_without_pg_locks_fails_closed_naming_the_grant(que):
 GOOD_JOB_KEY = "('x' || substr(md5(%s || '-' || %s::text), 1, 16))::bit(64)::bigint"
 
 
-@pytest.fixture
-def good_job(db):
-    with db.connect() as conn:
-        create_good_job(conn)
-    return db
+good_job = queue_schema(create_good_job)
 
 
 def good_job_process(db, beat_ago, *, advisory=False):
@@ -855,15 +837,7 @@ def test_every_explicit_key_overrides_the_preset():
 # --- every front takes the preset ------------------------------------------------------------
 
 
-def run_cli(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "leaseguard", *argv],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
-    )
+run_cli = leaseguard
 
 
 def test_cli_check_takes_preset_and_a_yaml_preset_with_flags_over_it(river, tmp_path):

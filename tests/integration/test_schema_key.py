@@ -5,13 +5,10 @@ the real one, in schema `jobs`, holds a live claim: named with its schema the gu
 found through search_path it would read the decoy and proceed.
 """
 
-import subprocess
-import sys
-
 import pytest
 
 from sandbox.runs_table import create_runs_table
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -34,14 +31,7 @@ def two_schemas(db):
 
 
 def check(dsn, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "leaseguard", "check", "--dsn", dsn, *FACTS, *args],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
-    )
+    return leaseguard("check", "--dsn", dsn, *FACTS, *args)
 
 
 def test_the_schema_flag_reads_that_schema_s_table_and_defers_on_its_live_claim(two_schemas):

@@ -4,8 +4,6 @@ A status in none of claimed_statuses, queued_statuses and finished_statuses fail
 (exit 1) and is named with its row count; correct lists still proceed or defer as before.
 """
 
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,7 +16,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, UnclassifiedStatus
 from leaseguard.core.verdict import Decision, TaskTimeout
 from sandbox.runs_table import create_runs_table, insert_runs
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +51,8 @@ def status_index(db, expression="status"):
 
 
 def cli_check(db, *flags):
-    argv = [sys.executable, "-m", "leaseguard", "check", "--dsn", db.dsn]
-    argv += ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:00Z", *flags]
-    return subprocess.run(
-        argv, capture_output=True, text=True, env=clean_env(), timeout=60, check=False
-    )
+    facts = ["--task-timeout-s", "3600", "--runtime-started-at", "2000-01-01T00:00:00Z"]
+    return leaseguard("check", "--dsn", db.dsn, *facts, *flags)
 
 
 @pytest.mark.parametrize("typo", ["runing", "Running"])
@@ -233,7 +228,7 @@ def test_the_three_lists_must_not_overlap():
 
 def test_the_status_walk_uses_the_index(runs):
     """EXPLAIN: no sequential scan of the table in the walk once the index exists."""
-    from leaseguard.core.status_queries import status_rows_query, unclassified_walk_query
+    from leaseguard.adapters.statuses import status_rows_query, unclassified_walk_query
 
     status_index(runs)
     with runs.connect() as conn:

@@ -3,9 +3,6 @@ Arabic-Indic and full-width digits as numbers, so either spelling of 3600 would 
 3600 s timeout. Every front refuses them as a usage or lookup error that never repeats the
 value (a misnamed variable could point at a secret)."""
 
-import subprocess
-import sys
-
 import pytest
 
 from leaseguard.cli.contract import number_arg
@@ -14,7 +11,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, TimeoutValueError
 from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.orchestration.drain_options import drain_options
-from sandbox.subprocess_env import clean_env
+from tests.support.leaseguard_cli import leaseguard
 
 ARABIC_INDIC = "\u0663\u0666\u0660\u0660"  # 3600
 FULL_WIDTH = "\uff13\uff16\uff10\uff10"  # 3600
@@ -96,14 +93,7 @@ def test_a_cli_number_flag_refuses_other_digits():
     ],
 )
 def test_the_cli_exits_2_without_echoing_the_value(args):
-    done = subprocess.run(
-        [sys.executable, "-m", "leaseguard", *args, "--dsn", "dbname=none"],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-        check=False,
-    )
+    done = leaseguard(*args, "--dsn", "dbname=none")
     assert done.returncode == 2, done.stderr
     assert FULL_WIDTH not in done.stderr + done.stdout
     assert ARABIC_INDIC not in done.stderr + done.stdout

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from leaseguard.cli.main import COMMANDS, build_parser, command_named
+from leaseguard.cli.main import COMMANDS, build_parser
 
 # What the base install (no extras) lacks, and the budgets machinery `check` never uses.
 NOT_FOR_CHECK = (
@@ -94,20 +94,6 @@ def test_the_top_level_help_is_the_same_whether_commands_are_loaded_or_not() -> 
     """Each one-line help in COMMANDS is the one its parser gives (no drift between them)."""
     assert build_parser(in_full=set()).format_help() == build_parser().format_help()
     assert list(COMMANDS) == ["check", "drain", "resume", "budgets", "index-sql", "status"]
-
-
-@pytest.mark.parametrize(
-    ("argv", "command"),
-    [
-        (["check", "--dsn", "x"], "check"),
-        (["--version"], ""),
-        ([], ""),
-        (["-h"], ""),
-        (["budgets", "--apply"], "budgets"),
-    ],
-)
-def test_the_command_is_the_first_word(argv: list[str], command: str) -> None:
-    assert command_named(argv) == command
 
 
 def test_a_named_command_gets_its_options_and_the_others_only_their_name() -> None:

@@ -1,10 +1,6 @@
-"""What the guard reads must be the primary's live rows, all of them.
-
-Three ways a check could see fewer rows than the workers hold, each refused by name:
-a standby (it replays the primary late, or not at all while replay is paused), a relation
-that is not the table (a materialized view is a snapshot; a view reads base tables whose
-row-level security may hide rows from the view's owner or from the guard), and
-row-level security on the table itself. Each check runs in the guard's transaction.
+"""What the guard reads must be the primary's live rows, all of them: a standby (replaying
+late, or not at all while paused), a relation that is not the table (a materialized view is a
+snapshot; a view's base tables may hide rows) and row-level security are refused by name.
 """
 
 from __future__ import annotations
@@ -12,13 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
-from leaseguard.core.catalog_queries import (
-    policies_show_all_query,
-    relation_query,
-    rls_query,
-    view_bases_query,
-)
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import NotPrimary, SchemaMismatch
 
@@ -37,6 +28,86 @@ _KIND_NAMES = {
     "t": "a TOAST table",
 }
 
+# Always one row (oid and kind NULL when no relation has the name): the kind, whether the
+# server is a standby, and the TimeZone a session starts with, for the naive-timestamp message.
+_RELATION = sql.SQL(
+    """
+    SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
+           (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
+           current_database(), host(inet_server_addr()), inet_server_port()
+    FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
+    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid
+    """
+)
+
+
+def _shows_all(role: str) -> sql.Composed:
+    """Whether the policies on `c` show `role` every row: a permissive `FOR SELECT ... USING
+    (true)` that applies to it (polroles {0} is PUBLIC), and no restrictive policy beside."""
+    return sql.SQL(
+        """
+        EXISTS (
+            SELECT FROM pg_catalog.pg_policy AS p
+            WHERE p.polrelid = c.oid AND p.polpermissive AND p.polcmd IN ('r', '*')
+              AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+              AND (p.polroles = '{{0}}'::oid[]
+                   OR EXISTS (SELECT FROM unnest(p.polroles) AS pr(oid)
+                              WHERE pg_has_role({role}, pr.oid, 'USAGE')))
+        ) AND NOT EXISTS (
+            SELECT FROM pg_catalog.pg_policy AS p WHERE p.polrelid = c.oid AND NOT p.polpermissive
+        )
+        """
+    ).format(role=sql.SQL(role))
+
+
+# row_security_active() is PostgreSQL's own answer (RLS enabled, and the role neither a
+# superuser, nor BYPASSRLS, nor the owner of a table that does not FORCE it); the second
+# column words the message (the role owns the table, so the table forces RLS).
+_ROW_SECURITY = sql.SQL(
+    """
+    SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows}
+    FROM pg_catalog.pg_class AS c
+    WHERE c.oid = to_regclass(%(relation)s)
+    """
+).format(shows=_shows_all("current_user"))
+
+# Every relation a view reads, through the views it reads in turn (pg_rewrite's dependencies),
+# other than views, with each role that reads it: the guard's own, and the owner of every view
+# on the way that is not security_invoker. Checking every owner against every base table asks
+# more than PostgreSQL would: more refusals, never fewer.
+_VIEW_BASES = sql.SQL(
+    """
+    WITH RECURSIVE rel(oid) AS (
+        SELECT to_regclass(%(relation)s)::oid
+      UNION
+        SELECT d.refobjid
+        FROM rel
+        JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = rel.oid
+        JOIN pg_catalog.pg_depend AS d
+          ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+         AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid <> rel.oid
+    ), readers(oid) AS (
+        SELECT a.oid FROM pg_catalog.pg_roles AS a WHERE a.rolname = current_user
+      UNION
+        SELECT c.relowner FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+        WHERE c.relkind = 'v' AND NOT EXISTS (
+            SELECT FROM pg_catalog.pg_options_to_table(c.reloptions) AS o
+            WHERE o.option_name = 'security_invoker'
+              AND lower(o.option_value) IN ('true', 'on', 'yes', '1', 't', 'y'))
+    )
+    SELECT c.oid::regclass::text, c.relkind::text, a.rolname::text,
+           c.relrowsecurity AND NOT a.rolsuper AND NOT a.rolbypassrls
+             AND (c.relforcerowsecurity OR NOT pg_has_role(a.oid, c.relowner, 'USAGE')),
+           {shows}
+    FROM rel
+    JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+    CROSS JOIN readers
+    JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
+    WHERE c.relkind <> 'v'
+    ORDER BY 1, 3
+    """
+).format(shows=_shows_all("a.oid"))
+
 
 @dataclass(frozen=True)
 class Relation:
@@ -54,10 +125,14 @@ def standby_message(where: str) -> str:
     )
 
 
+def _kind_name(kind: object) -> str:
+    return _KIND_NAMES.get(str(kind), f"a relation of kind {kind!r}")
+
+
 def check_relation(conn: Connection, relation: str, contract: Contract) -> Relation:
     """The relation's kind and the server's role: a standby, a missing relation, or a kind
     the contract does not allow fails."""
-    row = conn.execute(relation_query(), {"relation": relation}).fetchone()
+    row = conn.execute(_RELATION, {"relation": relation}).fetchone()
     assert row is not None
     oid, kind, standby, zone, database, address, port = row
     if standby:
@@ -67,38 +142,34 @@ def check_relation(conn: Connection, relation: str, contract: Contract) -> Relat
     if oid is None:
         raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
     kind = str(kind)
-    if kind not in TABLE_KINDS and not (kind == "v" and contract.relation_kind == "view"):
-        raise SchemaMismatch(_kind_refusal(label, kind))
-    return Relation(kind=kind, database_zone=str(zone))
-
-
-def _kind_refusal(label: str, kind: str) -> str:
-    what = _KIND_NAMES.get(kind, f"a relation of kind {kind!r}")
+    if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
+        return Relation(kind=kind, database_zone=str(zone))
     if kind == "v":
-        return (
+        raise SchemaMismatch(
             f"table {label} is a view, not the table that holds the rows; name the table, or "
             "set relation_kind: view to judge through the view on purpose (its base tables' "
             "row-level security is then checked)"
         )
     if kind == "m":
-        return (
+        raise SchemaMismatch(
             f"table {label} is a materialized view: a snapshot from its last refresh, not the "
             "live rows; name the table that holds them"
         )
-    return f"table {label} is {what}, not a table that holds the rows; name that table"
+    raise SchemaMismatch(
+        f"table {label} is {_kind_name(kind)}, not a table that holds the rows; name that table"
+    )
 
 
 def check_view_bases(conn: Connection, relation: str, label: str) -> None:
     """relation_kind: view. Every relation the view reads must be a table whose rows every
-    role that reads it sees: the guard's role, and the owner of each view on the way that is
-    not security_invoker."""
-    bases = conn.execute(view_bases_query(), {"relation": relation}).fetchall()
-    for base, kind, reader, limited, shows_all in bases:
+    role that reads it sees."""
+    for base, kind, reader, limited, shows_all in conn.execute(
+        _VIEW_BASES, {"relation": relation}
+    ).fetchall():
         if kind not in TABLE_KINDS:
-            what = _KIND_NAMES.get(str(kind), f"a relation of kind {kind!r}")
             raise SchemaMismatch(
-                f"view {label} reads {base}, {what}, whose rows may not be the live ones; "
-                "judge a view only over tables"
+                f"view {label} reads {base}, {_kind_name(kind)}, whose rows may not be the live "
+                "ones; judge a view only over tables"
             )
         if limited and not shows_all:
             raise SchemaMismatch(
@@ -110,21 +181,12 @@ def check_view_bases(conn: Connection, relation: str, label: str) -> None:
 
 
 def check_rows_visible(conn: Connection, relation: str, label: str) -> None:
-    """Fail when row-level security would hide rows of `relation` (a qualified name) from
-    the guard's role.
-
-    A hidden claimed row is a live job the guard never sees: "proceed" on live work.
-    graphile-worker enables RLS on its jobs table with no policy at all. Superusers and
-    BYPASSRLS roles see every row; so does the owner, unless the table FORCEs RLS; so does
-    a role a `USING (true)` policy shows every row (asked only where RLS applies: rare).
-    """
-    row = conn.execute(rls_query(), {"relation": relation}).fetchone()
-    if row is None or not row[0]:
+    """Fail when row-level security would hide rows of `relation` from the guard's role: a
+    hidden claimed row is live work never seen, "proceed" on live work (graphile-worker
+    enables RLS on its jobs table with no policy at all)."""
+    row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
+    if row is None or not row[0] or row[2]:
         return
-    shown = conn.execute(policies_show_all_query(), {"relation": relation}).fetchone()
-    if shown is not None and shown[0]:
-        return
-    # Where RLS applies to its owner, the table forces it.
     why = "forces row-level security on its owner too" if row[1] else "has row-level security"
     raise SchemaMismatch(
         f"table {label} {why}, so the guard's role could see only some of its rows and "

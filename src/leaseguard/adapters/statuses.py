@@ -1,18 +1,9 @@
 """Every status in the table is classified: claimed, queued or finished.
 
-The judgment reads only claimed and queued rows, so without this check a typo in the
-contract (`runing`, `Running`) or a status the protected system grew later would make live
-work invisible: "nothing is live", proceed. Here the statuses present in the table are
-compared with the contract's three lists, in the guard's own READ ONLY transaction, on
-every check, and any status in none of them fails the check and is named with its rows.
-
-It stays cheap on a large table through the catalog: a NOT NULL enum column whose every
-label is classified cannot hold an unclassified status, so the check reads no row at all
-(the stock schemas of River, Oban and pg-boss); otherwise an index leading with the status
-column lets a loose index scan visit each distinct status once (predicate.py); without one
-the check still runs, as one sequential pass, and the session's plan warning
-(indexing.py) says which index to build. A contract without a status column
-(graphile-worker's locked_at rule) has nothing to classify.
+The judgment reads only claimed and queued rows, so a typo (`runing`) or a status the system
+grew later would hide live work. On every check a status in none of the three lists fails,
+named with its rows; cheaply: a NOT NULL enum whose labels are all classified reads no row,
+an index leading with the status is walked once per distinct status, else one seq scan.
 """
 
 from __future__ import annotations
@@ -21,16 +12,11 @@ import json
 from dataclasses import dataclass
 
 import psycopg
+from psycopg import sql
 
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
-from leaseguard.core.status_queries import (
-    status_column_query,
-    status_rows_query,
-    unclassified_scan_query,
-    unclassified_walk_query,
-    unlisted_labels_query,
-)
+from leaseguard.core.predicate import table_identifier
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
@@ -40,6 +26,111 @@ MAX_NAMED = 10
 COUNT_CAP = 10_000
 # Status values are data, not secrets, but one can be any length.
 _MAX_SHOWN_CHARS = 64
+
+# The status column's facts: enum labels, NOT NULL, its type, and an index that can walk it:
+# a valid, non-partial, default-opclass btree whose first key is the column ('column') or
+# `status::text` ('text') in the comparison's collation, the plain column preferred.
+_COLUMN = sql.SQL(
+    """
+    SELECT t.typtype = 'e' AS is_enum,
+           ARRAY(SELECT e.enumlabel::text FROM pg_enum e
+                 WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder) AS labels,
+           a.attnotnull,
+           (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END
+            FROM pg_index i
+            JOIN pg_class ic ON ic.oid = i.indexrelid
+            JOIN pg_am am ON am.oid = ic.relam
+            JOIN pg_opclass oc ON oc.oid = i.indclass[0]
+            WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
+              AND i.indisvalid AND i.indisready AND i.indpred IS NULL
+              AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
+                   OR (i.indkey[0] = 0
+                       AND pg_get_indexdef(i.indexrelid, 1, false)
+                           = format('(%%I)::text', a.attname)
+                       AND i.indcollation[0] = CASE a.attcollation WHEN 0
+                           THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
+            ORDER BY i.indkey[0] = a.attnum DESC
+            LIMIT 1) AS index_key,
+           t.oid AS type_oid
+    FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s
+                       AND NOT a.attisdropped
+    JOIN pg_type t ON t.oid = a.atttypid
+    WHERE c.oid = to_regclass(%(relation)s)
+    """
+)
+
+# Whether the enum has a label in none of the lists (read on every check: a label added
+# since the connection's pre-flight could already be on a row).
+_UNLISTED_LABELS = sql.SQL(
+    "SELECT EXISTS (SELECT FROM pg_enum WHERE enumtypid = %(type_oid)s "
+    "AND enumlabel <> ALL(%(classified)s::text[]))"
+)
+
+
+def _key(contract: Contract, index_key: str | None) -> sql.Composable:
+    """The status as the walking index keys it: the column, or its ::text."""
+    status = sql.Identifier(contract.status_column)
+    return status if index_key == "column" else sql.SQL("{}::text").format(status)
+
+
+def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
+    """The statuses (as text; NULL for NULL) in none of the lists, by a recursive loose index
+    scan: each step asks the index for the next greater status, and it stops after
+    %(max_named)s + 1 unclassified ones, whatever the table's size."""
+    return sql.SQL(
+        """
+        WITH RECURSIVE walk(v, unknown) AS (
+            (SELECT {key}, 0 FROM {table} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {key} FROM {table} WHERE {key} > w.v ORDER BY {key} LIMIT 1),
+                   w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
+            FROM walk AS w
+            WHERE w.v IS NOT NULL
+              AND w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
+                  <= %(max_named)s
+        )
+        SELECT w.v::text FROM walk AS w
+        WHERE w.v IS NOT NULL AND w.v::text <> ALL(%(classified)s::text[])
+        UNION ALL
+        SELECT NULL WHERE NOT %(not_null)s AND EXISTS (SELECT FROM {table} WHERE {key} IS NULL)
+        """
+    ).format(key=_key(contract, index_key), table=table_identifier(contract))
+
+
+def status_rows_query(
+    contract: Contract, index_key: str, statuses: list[str | None]
+) -> sql.Composed:
+    """(position, rows up to %(count_cap)s) per status, each its own branch and bound value:
+    the planner picks the index for a rare one, a short scan for a common one."""
+    key = _key(contract, index_key)
+    return sql.SQL(" UNION ALL ").join(
+        sql.SQL(
+            "SELECT {i}, count(*) FROM (SELECT FROM {table} WHERE {match} LIMIT %(count_cap)s) AS r"
+        ).format(
+            i=sql.Literal(i),
+            table=table_identifier(contract),
+            match=sql.SQL("{} IS NULL").format(key)
+            if status is None
+            else sql.SQL("{} = {}").format(key, sql.Placeholder(f"s{i}")),
+        )
+        for i, status in enumerate(statuses)
+    )
+
+
+def _scan_query(contract: Contract) -> sql.Composed:
+    """The same answer without a usable index, with exact counts: one pass over the table.
+    The column is compared natively: %(classified)s holds only values of its type."""
+    return sql.SQL(
+        """
+        SELECT {status}::text, count(*)
+        FROM {table}
+        WHERE {status} IS NULL OR {status} <> ALL(%(classified)s)
+        GROUP BY 1
+        ORDER BY 2 DESC, 1
+        LIMIT %(max_named)s + 1
+        """
+    ).format(status=sql.Identifier(contract.status_column), table=table_identifier(contract))
 
 
 @dataclass(frozen=True)
@@ -60,19 +151,16 @@ class StatusColumn:
         return not set(self.enum_labels) <= set(contract.classified_statuses)
 
 
-# The status facts of a contract that has no status column (graphile-worker's rule).
-NO_STATUS_COLUMN = StatusColumn(enum_labels=None, not_null=True, index_key=None)
-
-
 def read_status_column(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract, relation: str
 ) -> StatusColumn:
-    """The column's catalog facts (`relation`: the table's qualified name). An enum must
-    have every status the contract names."""
+    """The column's catalog facts (`relation`: the table's qualified name). A configured
+    status an enum cannot hold is a typo, a usage error (not the default finished ones: an
+    enum without a 'failed' label simply has no failed rows)."""
     if not contract.has_status_column:
-        return NO_STATUS_COLUMN
+        return StatusColumn(enum_labels=None, not_null=True, index_key=None)
     column_of = {"relation": relation, "column": contract.status_column}
-    row = conn.execute(status_column_query(), column_of).fetchone()
+    row = conn.execute(_COLUMN, column_of).fetchone()
     if row is None:  # the schema pre-flight found the column; it vanished since
         raise SchemaMismatch(
             f"column {contract.status_column} (status_column) does not exist in table "
@@ -85,29 +173,20 @@ def read_status_column(
         index_key=index_key if isinstance(index_key, str) else None,
         type_oid=int(str(type_oid)) if is_enum else None,
     )
-    if column.enum_labels is not None:
-        _require_labels(contract, column.enum_labels)
-    return column
-
-
-def _require_labels(contract: Contract, labels: tuple[str, ...]) -> None:
-    """A configured status an enum cannot hold is a typo: a usage error, named.
-
-    The default finished statuses are not checked: an enum without a 'failed' label
-    simply has no failed rows.
-    """
+    labels = column.enum_labels
     for key, statuses in (
         ("claimed_statuses", contract.claimed_statuses),
         ("queued_statuses", contract.queued_statuses),
         ("finished_statuses", contract.finished_statuses or ()),
     ):
-        missing = [s for s in statuses if s not in labels]
+        missing = [s for s in statuses if labels is not None and s not in labels]
         if missing:
             raise ConfigError(
                 f"{key} names {_shown(missing)}, not a label of the enum type of column "
                 f"{contract.status_column} in table {contract.table_label} "
-                f"(its labels: {_shown(list(labels))})"
+                f"(its labels: {_shown(list(labels or ()))})"
             )
+    return column
 
 
 def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
@@ -116,8 +195,7 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
         return
     classified = list(contract.classified_statuses)
     if column.enum_labels is not None:
-        # The scan compares the column natively: a status that is no label of the enum
-        # (a default finished one) is no value of its type, and no row can hold it.
+        # Compared natively, a status that is no label of the enum is no value of its type.
         classified = [s for s in classified if s in column.enum_labels]
     params: dict[str, object] = {
         "classified": classified,
@@ -127,47 +205,31 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
         "type_oid": column.type_oid,
     }
     if not column.reads_rows(contract):
-        row = cur.execute(unlisted_labels_query(), params).fetchone()
+        row = cur.execute(_UNLISTED_LABELS, params).fetchone()
         if row is not None and row[0] is False:
             return
         # The enum gained a label the contract does not classify: the rows decide.
+    found: list[tuple[object, int]] = []
     if column.index_key is None:
-        cur.execute(unclassified_scan_query(contract), params)
+        cur.execute(_scan_query(contract), params)
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)
-        walked = [v for (v,) in cur.fetchall()]
-        found = _counted(cur, contract, column.index_key, walked, params)
+        walked = [None if v is None else str(v) for (v,) in cur.fetchall()]
+        if walked:  # rows per status (only ever counted when the check fails anyway)
+            values = {f"s{i}": s for i, s in enumerate(walked) if s is not None}
+            query = status_rows_query(contract, column.index_key, walked)
+            rows = {int(str(i)): int(str(n)) for i, n in cur.execute(query, params | values)}
+            found = sorted(((s, rows[i]) for i, s in enumerate(walked)), key=lambda f: -f[1])
     if found:
-        raise UnclassifiedStatus(_message(contract, found))
-
-
-def _counted(
-    cur: Cursor,
-    contract: Contract,
-    index_key: str,
-    statuses: list[object],
-    params: dict[str, object],
-) -> list[tuple[object, int]]:
-    """Rows per status found by the walk (only ever run when the check fails anyway)."""
-    if not statuses:
-        return []
-    named = [None if s is None else str(s) for s in statuses]
-    values = {f"s{i}": s for i, s in enumerate(named) if s is not None}
-    cur.execute(status_rows_query(contract, index_key, named), {**params, **values})
-    rows = {int(str(i)): int(str(n)) for i, n in cur.fetchall()}
-    return sorted(((status, rows[i]) for i, status in enumerate(named)), key=lambda f: -f[1])
-
-
-def _message(contract: Contract, found: list[tuple[object, int]]) -> str:
-    named = [f"{_value(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
-    more = ", and more" if len(found) > MAX_NAMED else ""
-    return (
-        f"table {contract.table_label} holds rows whose {contract.status_column} is in none "
-        f"of claimed_statuses, queued_statuses or finished_statuses: {', '.join(named)}{more}; "
-        "the guard cannot tell whether they are live, so it does not proceed. Add each to "
-        "the list it belongs to"
-    )
+        named = [f"{_value(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
+        more = ", and more" if len(found) > MAX_NAMED else ""
+        raise UnclassifiedStatus(
+            f"table {contract.table_label} holds rows whose {contract.status_column} is in "
+            f"none of claimed_statuses, queued_statuses or finished_statuses: "
+            f"{', '.join(named)}{more}; the guard cannot tell whether they are live, so it "
+            "does not proceed. Add each to the list it belongs to"
+        )
 
 
 def _value(value: object) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 
 from leaseguard.core.config_values import NOT_ASCII
 from leaseguard.core.contract import (
+    CONFIG_KEYS,
     CRON_BUDGETS_SECTION,
     RELATION_KINDS,
     Contract,
@@ -64,6 +65,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     table.add_argument("--status-column", help="column holding the row's status (default status)")
     table.add_argument(
         "--claimed-status",
+        dest="claimed_statuses",
         nargs="+",
         action="extend",
         metavar="S",
@@ -71,6 +73,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--queued-status",
+        dest="queued_statuses",
         nargs="*",
         action="extend",
         metavar="S",
@@ -79,6 +82,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--finished-status",
+        dest="finished_statuses",
         nargs="*",
         action="extend",
         metavar="S",
@@ -90,12 +94,14 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--lease-multiplier",
+        dest="lease.multiplier",
         type=number_arg,
         metavar="X",
         help="lease = X times the task timeout (default 2.0)",
     )
     table.add_argument(
         "--lease-expires-column",
+        dest="lease.expires_at_column",
         metavar="C",
         help="per-row lease expiry column; replaces the multiplier rule",
     )
@@ -128,32 +134,13 @@ def contract_from_args(args: argparse.Namespace) -> Contract:
 
 
 def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
+    """The contract keys given as flags (each flag's dest is its key)."""
     layer: dict[str, Any] = {}
-    for flag, key in (
-        ("table", "table"),
-        ("schema", "schema"),
-        ("relation_kind", "relation_kind"),
-        ("id_column", "id_column"),
-        ("status_column", "status_column"),
-        ("claimed_status", "claimed_statuses"),
-        ("queued_status", "queued_statuses"),
-        ("finished_status", "finished_statuses"),
-        ("claimed_at_column", "claimed_at_column"),
-        ("clock_skew_s", "clock_skew_s"),
-        ("statement_timeout_ms", "statement_timeout_ms"),
-        ("preset", "preset"),
-        ("timestamp_zone", "timestamp_zone"),
-    ):
-        value = getattr(args, flag)
+    for key in CONFIG_KEYS:
+        section, _, name = key.rpartition(".")
+        value = getattr(args, key, None)
         if value is not None:
-            layer[key] = value
-    lease: dict[str, Any] = {}
-    if args.lease_multiplier is not None:
-        lease["multiplier"] = args.lease_multiplier
-    if args.lease_expires_column is not None:
-        lease["expires_at_column"] = args.lease_expires_column
-    if lease:
-        layer["lease"] = lease
+            (layer.setdefault(section, {}) if section else layer)[name] = value
     return layer
 
 

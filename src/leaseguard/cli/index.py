@@ -1,11 +1,5 @@
-"""`leaseguard index-sql`: print the index the guard's checks want, for a contract.
-
-It needs no database: the statement is derived from the contract alone (table, status
-column, claimed_at and expiry columns), so it can be reviewed and shipped as a migration
-like any other; with --dsn it reads the table first (existing indexes, partitions). It
-takes `leaseguard check`'s contract flags and --config file unchanged; the ones that do
-not shape the index are accepted and ignored.
-"""
+"""`leaseguard index-sql`: print the index the guard's checks want, for a contract (with
+`check`'s contract flags and --config; those that do not shape the index are ignored)."""
 
 from __future__ import annotations
 
@@ -33,7 +27,6 @@ is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is re
 
 
 def add_index_sql_command(commands: Any) -> None:
-    """Register `index-sql` on the subparsers of `leaseguard`'s parser."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "index-sql",
         help="print the index that keeps the guard's checks flat (no database needed)",
@@ -52,16 +45,16 @@ def add_index_sql_command(commands: Any) -> None:
 def run_index_sql(args: argparse.Namespace) -> int:
     """Print the statement; a bad contract is a ConfigError (exit 2, printed by main)."""
     contract = contract_from_args(args)
-    if args.dsn:
-        try:
-            with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
-                lines = index_advice(conn, contract)
-        except ConfigError:
-            raise
-        except LeaseguardError as exc:
-            print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
-            return EXIT_FAILED
-        print("\n".join(lines))
+    if not args.dsn:
+        print("\n".join(offline_advice(contract)))
         return 0
-    print("\n".join(offline_advice(contract)))
+    try:
+        with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
+            lines = index_advice(conn, contract)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print("\n".join(lines))
     return 0

@@ -1,7 +1,7 @@
 """`leaseguard` command line: a thin front over the core.
 
-It translates flags into contract layers and the core's results into exit statuses:
-0 proceed, 75 defer (EX_TEMPFAIL), 1 check failed (fail closed), 2 usage error.
+Flags become contract layers, and the core's results exit statuses: 0 proceed, 75 defer
+(EX_TEMPFAIL), 1 check failed (fail closed), 2 usage error.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import json
 import os
 import socket
 import sys
-from collections.abc import Container, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Container, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +26,10 @@ from leaseguard.core.errors import (
     LookupFailed,
 )
 
-# The handlers import the orchestration (psycopg and the rest) when they run, and a
-# command's parser its contract options when it is built: `--help` and `--version` need
-# neither (nor the contract and verdict dataclasses they define).
+# A command's parser imports its options, and its handler the rest, when used: `--help` and
+# `--version` load no psycopg, `check` no budgets code (tests/unit/test_cli_startup.py).
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
-    from leaseguard.core.verdict import Verdict
     from leaseguard.orchestration.session import GuardSession
 
 DESCRIPTION = """\
@@ -40,12 +38,8 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-
 # Every subcommand, in `leaseguard --help` order: the function that adds its parser (a name in
-# this module, or "module:function" imported only then) and its one-line help. Only the
-# subcommand named on the command line gets its parser and imports: `leaseguard check` never
-# loads the budgets machinery nor `--help` psycopg (tests/unit/test_cli_startup.py checks it,
-# and that each help line here is the one its parser gives).
+# this module, or "module:function" imported only when the command is named) and its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": (
         "add_check_command",
@@ -77,8 +71,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(in_full={command_named(argv)})
-    args = parser.parse_args(argv)
+    args = build_parser(in_full={command_named(argv)}).parse_args(argv)
     try:
         return int(args.handler(args))
     except ConfigError as exc:
@@ -98,30 +91,25 @@ class Parser(argparse.ArgumentParser):
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as exc:
-            choices = [str(c) for c in action.choices or ()]
-            hint = _did_you_mean(value, choices)
+            hint = _did_you_mean(value, [str(c) for c in action.choices or ()])
             raise argparse.ArgumentError(action, exc.message + hint) from None
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
+            # This parser's options and those of the subcommands built in full.
+            names = [n for a in self._actions for n in a.option_strings]
+            for action in self._actions:
+                if isinstance(action, argparse._SubParsersAction):
+                    for sub in action.choices.values():
+                        names += [n for a in sub._actions for n in a.option_strings]
             hint = "".join(
-                _did_you_mean(word.partition("=")[0], self._option_names())
+                _did_you_mean(word.partition("=")[0], names)
                 for word in extras
                 if word.startswith("--")
             )
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed
-
-    def _option_names(self) -> list[str]:
-        """Every option string of this parser and of the subcommands built in full."""
-        names: list[str] = []
-        for action in self._actions:
-            names += action.option_strings
-            if isinstance(action, argparse._SubParsersAction):
-                for sub in action.choices.values():
-                    names += [n for a in sub._actions for n in a.option_strings]
-        return names
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
@@ -204,51 +192,39 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
-    """Facts given as flags win over lookups; what no flag gives is looked up here."""
+    """Facts given as flags win over lookups; a bad value is a usage error."""
     from leaseguard.core.timeouts import parse_timeout_s
+    from leaseguard.core.timestamps import parse_timestamp
 
-    task_timeout_s = None
+    task_timeout_s = started_at = None
     if args.task_timeout_s is not None:
         try:
             task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
         except LeaseguardError as exc:
             raise ConfigError(str(exc)) from None
-    started_at = parse_started_at(args.runtime_started_at) if args.runtime_started_at else None
+    if args.runtime_started_at:
+        try:
+            started_at = parse_timestamp(args.runtime_started_at, what="the value")
+        except LookupFailed as exc:
+            raise ConfigError(
+                "--runtime-started-at needs a timezone (an ISO 8601 time such as "
+                f"2026-01-01T12:00:00Z): {exc}"
+            ) from None
     return {"task_timeout_s": task_timeout_s, "runtime_started_at": started_at}
 
 
-def parse_started_at(text: str) -> datetime:
-    """The flag's value, read as every lookup reads one; a bad value is a usage error here."""
-    from leaseguard.core.timestamps import parse_timestamp
-
-    try:
-        return parse_timestamp(text, what="the value")
-    except LookupFailed as exc:
-        raise ConfigError(
-            "--runtime-started-at needs a timezone (an ISO 8601 time such as "
-            f"2026-01-01T12:00:00Z): {exc}"
-        ) from None
-
-
-@contextmanager
 def open_session(
     args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
-) -> Iterator[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file one judgment for the fleet.
-
-    A fleet's start times are taken as read in this machine's clock, and moved into the
-    database clock with this machine's measured offset from it.
-    """
+) -> AbstractContextManager[GuardSession]:
+    """This host's session, or with --host-facts/--facts-file one judgment for the fleet
+    (its start times read in this machine's clock, moved into the database's)."""
     from leaseguard.cli.fleet import fleet_from_args
     from leaseguard.orchestration.session import fleet_session, local_session
 
     fleet = fleet_from_args(args)
     if fleet is None:
-        with local_session(contract, dsn, **facts) as session:
-            yield session
-        return
-    with fleet_session(contract, dsn, fleet) as session:
-        yield session
+        return local_session(contract, dsn, **facts)
+    return fleet_session(contract, dsn, fleet)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -267,14 +243,10 @@ def run_check(args: argparse.Namespace) -> int:
         raise
     except LeaseguardError as exc:
         return report_failure(exc, host, as_json=args.json)
-    report_verdict(verdict, as_json=args.json)
-    return verdict.exit_status
-
-
-def report_verdict(verdict: Verdict, *, as_json: bool) -> None:
-    print(json.dumps(verdict.as_dict()) if as_json else verdict.timeline())
+    print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:
         print(f"leaseguard: warning: {warning}", file=sys.stderr)
+    return verdict.exit_status
 
 
 def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> int:

@@ -1,10 +1,5 @@
-"""`leaseguard status PATH`: read a running (or finished) drain's status file.
-
-The other half of a quiet drain: a second process (an operator's shell, a CI step, a
-monitoring check) reads the snapshot the drain rewrites after every poll. A file that
-cannot tell the truth (missing, unreadable, not a drain status, or left behind by a
-writer that died before finishing) is `available: false` with a reason and exit 1.
-"""
+"""`leaseguard status PATH`: read the status file a running (or finished) drain rewrites
+after every poll; one that cannot tell the truth is `available: false` with a reason, exit 1."""
 
 from __future__ import annotations
 
@@ -25,7 +20,6 @@ unreadable, or stale: its writer is gone and the drain did not finish).
 
 
 def add_status_command(commands: Any) -> None:
-    """Register `status` on the subparsers of `leaseguard`'s parser."""
     parser: argparse.ArgumentParser = commands.add_parser(
         "status",
         help="print a drain's status file (written with drain --status-file)",

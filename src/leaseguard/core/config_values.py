@@ -1,23 +1,24 @@
 """Reading one value of a config mapping: its type, its bounds, and the key named on error.
 
-Every message names the offending key with its section prefix (`lease.multiplier`,
-`drain.poll_s`), so a misspelt or mistyped key never turns into a traceback or a default.
+Every message names the key with its section prefix (`lease.multiplier`, `drain.poll_s`), so
+a misspelt or mistyped key never turns into a traceback or a default.
 """
 
 from __future__ import annotations
 
 import math
 import zoneinfo
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from leaseguard.core.errors import ConfigError
 
+T = TypeVar("T")
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
 # address another column, so it is refused instead.
 MAX_IDENTIFIER_BYTES = 63
-# int() and float() read any script's digits (Arabic-Indic, full-width: 3600): a number in a
-# config is written in ASCII digits, and a message never repeats the value it refuses.
+# int() and float() read any script's digits (Arabic-Indic, full-width): a number in a config
+# is written in ASCII digits, and a message never repeats the value it refuses.
 NOT_ASCII = "must be a number written in ASCII digits (0-9, an optional decimal point)"
 
 
@@ -34,14 +35,16 @@ def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: st
     """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
-        names = ", ".join(prefix + k for k in unknown)
-        raise ConfigError(f"unknown config key(s): {names}")
+        raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}")
 
 
-def text_value(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
+def _given(data: Mapping[str, Any], key: str, default: Any) -> Any:
     value = data.get(key, default)
-    if value is None:
-        value = default
+    return default if value is None else value
+
+
+def text_value(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
+    value = _given(data, key, default)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{prefix}{key} must be a non-empty string")
     if "\x00" in value:
@@ -49,13 +52,7 @@ def text_value(data: Mapping[str, Any], key: str, default: str, *, prefix: str =
     return value
 
 
-def optional_text(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
-    if data.get(key) is None:
-        return None
-    return text_value(data, key, "", prefix=prefix)
-
-
-def identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str = "") -> str:
+def identifier(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
     name = text_value(data, key, default, prefix=prefix)
     if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise ConfigError(
@@ -65,23 +62,13 @@ def identifier(data: Mapping[str, Any], key: str, default: str, *, prefix: str =
     return name
 
 
-def optional_zone(data: Mapping[str, Any], key: str) -> str | None:
-    """An IANA zone name (UTC, Europe/Berlin), or None when not given; PostgreSQL knows the
-    same database of zones."""
-    if data.get(key) is None:
-        return None
-    name = text_value(data, key, "")
-    try:
-        zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
-    return name
-
-
-def optional_identifier(data: Mapping[str, Any], key: str, *, prefix: str = "") -> str | None:
-    if data.get(key) is None:
-        return None
-    return identifier(data, key, "", prefix=prefix)
+def choice(
+    data: Mapping[str, Any], key: str, default: Any, *, choices: tuple[str, ...], prefix: str = ""
+) -> str:
+    value = text_value(data, key, default, prefix=prefix)
+    if value not in choices:
+        raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
+    return value
 
 
 def status_list(
@@ -90,97 +77,105 @@ def status_list(
     value = data.get(key, default)
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list | tuple) or not all(
-        isinstance(v, str) and v != "" for v in value
-    ):
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
         raise ConfigError(f"{key} must be a list of non-empty strings")
     if not value and not allow_empty:
         raise ConfigError(f"{key} must name at least one status")
     return tuple(dict.fromkeys(value))
 
 
-def number_value(
-    data: Mapping[str, Any], key: str, default: float, *, prefix: str = "", minimum: float
-) -> float:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConfigError(f"{prefix}{key} must be a number")
+def _convert(
+    data: Mapping[str, Any], key: str, default: Any, prefix: str, convert: Callable[[Any], T]
+) -> T:
+    """`convert` (int or float) of the value; bools, other types and non-ASCII text refused."""
+    what = "a number" if convert is float else "a whole number"
+    value = _given(data, key, default)
+    kinds = (int, float, str) if convert is float else (int, str)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise ConfigError(f"{prefix}{key} must be {what}")
     if isinstance(value, str) and not value.isascii():
         raise ConfigError(f"{prefix}{key} {NOT_ASCII}")
     try:
-        number = float(value)
+        return convert(value)
     except ValueError:
-        raise ConfigError(f"{prefix}{key} must be a number") from None
+        raise ConfigError(f"{prefix}{key} must be {what}") from None
+
+
+def number_value(
+    data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "", minimum: float = 0.0
+) -> float:
+    number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
     return number
 
 
-def optional_number(data: Mapping[str, Any], key: str, *, prefix: str = "") -> float | None:
-    if data.get(key) is None:
-        return None
-    number = number_value(data, key, 0.0, prefix=prefix, minimum=0.0)
-    if number == 0:
-        raise ConfigError(f"{prefix}{key} must be greater than 0")
-    return number
-
-
-def whole_number(data: Mapping[str, Any], key: str, default: int, *, prefix: str = "") -> int:
-    value = data.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ConfigError(f"{prefix}{key} must be a whole number")
-    if isinstance(value, str) and not value.isascii():
-        raise ConfigError(f"{prefix}{key} {NOT_ASCII}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigError(f"{prefix}{key} must be a whole number") from None
+def whole_number(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> int:
+    number = _convert(data, key, default, prefix, int)
     if number <= 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
 
-def flag(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "") -> bool:
-    """A YAML boolean; a string such as "false" is refused rather than read as true."""
-    value = data.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{prefix}{key} must be true or false")
-    return value
+def _positive(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> float:
+    number = number_value(data, key, default, prefix=prefix)
+    if number == 0:
+        raise ConfigError(f"{prefix}{key} must be greater than 0")
+    return number
 
 
-def optional_port(data: Mapping[str, Any], key: str, *, prefix: str = "") -> int | None:
-    if data.get(key) is None:
-        return None
-    port = whole_number(data, key, 0, prefix=prefix)
+def _port(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> int:
+    port = whole_number(data, key, default, prefix=prefix)
     if port > 65535:
         raise ConfigError(f"{prefix}{key} must be a port number (1-65535)")
     return port
 
 
-def choice(
-    data: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...], *, prefix: str
-) -> str:
-    value = text_value(data, key, default, prefix=prefix)
-    if value not in choices:
-        raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
+def _zone(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
+    """An IANA zone name (UTC, Europe/Berlin): PostgreSQL knows the same database of zones."""
+    name = text_value(data, key, default)
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
+    return name
+
+
+def _optional(read: Callable[..., T]) -> Callable[..., T | None]:
+    """`read`, or None when the key is missing or null."""
+
+    def read_optional(
+        data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
+    ) -> T | None:
+        return None if data.get(key) is None else read(data, key, None, prefix=prefix)
+
+    return read_optional
+
+
+optional_text = _optional(text_value)
+optional_identifier = _optional(identifier)
+optional_number = _optional(_positive)
+optional_port = _optional(_port)
+optional_zone = _optional(_zone)
+
+
+def flag(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "") -> bool:
+    """A YAML boolean; a string such as "false" is refused rather than read as true."""
+    value = _given(data, key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{prefix}{key} must be true or false")
     return value
 
 
-def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[str, ...]:
+def parse_command(
+    data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
+) -> tuple[str, ...]:
     value = data.get(key)
     if value is None or (isinstance(value, list | tuple) and not value):
         return ()
     if isinstance(value, str):
         value = ["sh", "-c", value]
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
-    if not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{prefix}{key} must be a command string or a list of arguments")
     return tuple(value)
 
@@ -188,13 +183,10 @@ def parse_command(data: Mapping[str, Any], key: str, *, prefix: str) -> tuple[st
 def refuse_non_ascii_numbers(
     args: Mapping[str, Any], spec: Mapping[str, Any], *, prefix: str = ""
 ) -> None:
-    """ConfigError naming the first int/float option of `spec` given as text that is not in
-    ASCII digits. For fronts whose own type conversion (Ansible's float()) would read any
-    script's digits before leaseguard sees the value."""
+    """ConfigError naming the first int/float option of `spec` given as non-ASCII text: for
+    fronts whose own conversion (Ansible's float()) would read any script's digits first."""
     for name, option in spec.items():
         value = args.get(name) if isinstance(args, Mapping) else None
-        if value is None:
-            continue
         kind = option.get("type")
         if kind in ("float", "int") and isinstance(value, str) and not value.isascii():
             raise ConfigError(f"{prefix}{name} {NOT_ASCII}")

@@ -1,17 +1,17 @@
 """The contract: which table holds the work, and how the protected system defines a lease.
 
 The keys are the same everywhere (a YAML file, Fabric config under ``leaseguard:``, Ansible
-``leaseguard_*`` variables). Layers are merged in a fixed, written-down order by
-`merge_layers`; `contract_from_mapping` then validates the result and names the offending
-key in every message.
+``leaseguard_*`` variables). `merge_layers` merges the layers in order; `contract_from_mapping`
+validates the result, naming the offending key in every message.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from leaseguard.core.config_values import (
     choice,
@@ -43,80 +43,115 @@ from leaseguard.core.presets import (
 )
 
 # The section of a config file that declares pg_cron budgets (leaseguard.core.budgets reads it);
-# the contract itself ignores it, so one file can serve `check`, `drain` and `budgets`.
+# the contract ignores it, so one file can serve `check`, `drain` and `budgets`.
 CRON_BUDGETS_SECTION = "cron_budgets"
 TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
-# What `table` names: a table (plain or partitioned) holds the live rows; a view reads them
-# from its base tables and is taken only when the contract says so on purpose. Materialized
-# views (a snapshot, stale by design) and anything else are never judged.
+# A table (plain or partitioned) holds the live rows; a view is taken only when the contract
+# says so on purpose. Materialized views (a snapshot, stale by design) are never judged.
 RELATION_KINDS = ("table", "view")
 # Statuses that are neither claimed nor queued when the contract does not say otherwise.
 DEFAULT_FINISHED_STATUSES = ("done", "failed")
+
+
+Reader = Callable[..., Any]  # (data, key, default, prefix=) -> the value, validated
+
+
+def _read(read: Reader) -> dict[str, Reader]:
+    """A field's metadata: the reader that validates its config key."""
+    return {"read": read}
+
+
+def _choice(choices: tuple[str, ...]) -> dict[str, Reader]:
+    return _read(partial(choice, choices=choices))
+
+
+def _read_section(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
+    """A nested section (lease, task_timeout, runtime) as its dataclass, `type(default)`."""
+    cls, values, prefix = type(default), section(data, key), f"{key}."
+    reject_unknown(values, _keys(cls), prefix=prefix)
+    lookup = cls(**_read_fields(cls, values, prefix))
+    source = getattr(lookup, "source", "")
+    need = getattr(cls, "NEEDS", {}).get(source)
+    if need and not getattr(lookup, need):
+        raise ConfigError(f"{prefix}{need} is required when {prefix}source is {source!r}")
+    return lookup
+
+
+_TEXT, _OPTIONAL_TEXT = _read(text_value), _read(optional_text)
+_IDENTIFIER, _OPTIONAL_IDENTIFIER = _read(identifier), _read(optional_identifier)
+_SECTION, _WHOLE = _read(_read_section), _read(whole_number)
 
 
 @dataclass(frozen=True)
 class LeaseRule:
     """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
 
-    multiplier: float = 2.0
-    expires_at_column: str | None = None
+    multiplier: float = field(default=2.0, metadata=_read(partial(number_value, minimum=1.0)))
+    expires_at_column: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
 
 
 @dataclass(frozen=True)
 class TaskTimeoutLookup:
     """Where the protected system's configured task timeout is read on each host."""
 
-    source: str = "docker"
-    container: str = "backend"
-    variable: str = "APP_TASK_TIMEOUT_S"
-    default_s: float | None = None
-    value_s: float | None = None
-    unit: str | None = None
-    pid_file: str | None = None
-    path: str | None = None
-    command: tuple[str, ...] = ()
-    engine: str = "docker"  # the container CLI that runs `command` (docker or podman)
+    # The key each source cannot work without.
+    NEEDS: ClassVar = dict(
+        systemd="unit", process="pid_file", env_file="path", command="command", fixed="value_s"
+    )
+
+    source: str = field(default="docker", metadata=_choice(TASK_TIMEOUT_SOURCES))
+    container: str = field(default="backend", metadata=_TEXT)
+    variable: str = field(default="APP_TASK_TIMEOUT_S", metadata=_TEXT)
+    default_s: float | None = field(default=None, metadata=_read(optional_number))
+    value_s: float | None = field(default=None, metadata=_read(optional_number))
+    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    path: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    command: tuple[str, ...] = field(default=(), metadata=_read(parse_command))
+    # The container CLI that runs `command`.
+    engine: str = field(default="docker", metadata=_choice(("docker", "podman")))
 
 
 @dataclass(frozen=True)
 class RuntimeLookup:
     """Where the start time of the worker runtime (the orphan cut-off) is read."""
 
-    source: str = "docker"
-    container: str = "backend"
-    unit: str | None = None
-    pid_file: str | None = None
-    started_at: str | None = None
+    NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
+
+    source: str = field(default="docker", metadata=_choice(RUNTIME_SOURCES))
+    container: str = field(default="backend", metadata=_TEXT)
+    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    started_at: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
 
 
 @dataclass(frozen=True)
 class Contract:
-    """Everything the guard needs to know about the protected system's work table."""
+    """Everything the guard needs to know about the protected system's work table; the
+    fields with a reader are validated in this order, after the status lists."""
 
-    table: str = "execution_runs"
-    schema: str | None = None
-    relation_kind: str = "table"
-    id_column: str = "id"
-    status_column: str = "status"
+    table: str = field(default="execution_runs", metadata=_IDENTIFIER)
+    schema: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
+    relation_kind: str = field(default="table", metadata=_choice(RELATION_KINDS))
+    id_column: str = field(default="id", metadata=_IDENTIFIER)
+    status_column: str = field(default="status", metadata=_IDENTIFIER)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
-    # None: DEFAULT_FINISHED_STATUSES minus any the contract classes as claimed or queued.
-    # Kept apart from an explicit list so that only statuses someone wrote are checked
-    # against an enum's labels (an enum without a 'failed' label needs no config for it).
+    # None: DEFAULT_FINISHED_STATUSES minus any classed as claimed or queued. Kept apart from
+    # an explicit list so that only statuses someone wrote are checked against an enum's labels.
     finished_statuses: tuple[str, ...] | None = None
-    claimed_at_column: str = "claimed_at"
-    lease: LeaseRule = field(default_factory=LeaseRule)
-    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
-    runtime: RuntimeLookup = field(default_factory=RuntimeLookup)
-    clock_skew_s: float = 0.0
-    statement_timeout_ms: int = 5000
-    lock_timeout_ms: int = 2000
-    connect_timeout_s: int = 10
-    # The zone a `timestamp without time zone` column was written in. None: not declared,
-    # and a naive time column then fails the check (adapters.guard): the session's TimeZone
-    # was chosen by nobody for this, and a wrong zone shifts every claim by hours.
-    timestamp_zone: str | None = None
+    claimed_at_column: str = field(default="claimed_at", metadata=_IDENTIFIER)
+    lease: LeaseRule = field(default_factory=LeaseRule, metadata=_SECTION)
+    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup, metadata=_SECTION)
+    runtime: RuntimeLookup = field(default_factory=RuntimeLookup, metadata=_SECTION)
+    clock_skew_s: float = field(default=0.0, metadata=_read(number_value))
+    statement_timeout_ms: int = field(default=5000, metadata=_WHOLE)
+    lock_timeout_ms: int = field(default=2000, metadata=_WHOLE)
+    connect_timeout_s: int = field(default=10, metadata=_WHOLE)
+    # The zone a `timestamp without time zone` column was written in. None: a naive time
+    # column fails the check, since a wrong zone shifts every claim by hours.
+    timestamp_zone: str | None = field(default=None, metadata=_read(optional_zone))
     # The job queue whose stock schema and liveness rule the keys above came from, if any.
     preset: str | None = None
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
@@ -137,7 +172,6 @@ class Contract:
 
     @property
     def classified_statuses(self) -> tuple[str, ...]:
-        """Every status the contract classes: claimed, queued, finished."""
         return (*self.claimed_statuses, *self.queued_statuses, *self.finished)
 
     @property
@@ -151,25 +185,16 @@ class Contract:
 
     @property
     def rows_carry_expiry(self) -> bool:
-        """Each row says when its claim expires: no task timeout, no multiplier needed.
-
-        pg-boss computes it from its own NOT NULL columns, and pgmq's `vt` is NOT NULL in its
-        own schema. Not so with `lease.expires_at_column`: a row whose expiry is NULL ("no
-        lease known") is judged by the task-timeout lease, so the task timeout is looked up."""
+        """Each row says when its claim expires, so no task timeout is looked up (pg-boss,
+        pgmq: NOT NULL in their schemas; not `lease.expires_at_column`, which may be NULL)."""
         return self.claim_rule in (ROW_EXPIRY_RULE, VISIBILITY_RULE)
 
     @property
     def has_status_column(self) -> bool:
-        """Rows are classed by a status column (graphile-worker's are not, by locked_at, nor
-        Solid Queue's: every row of its claims table is a claim, nor Que's and good_job's,
-        claimed by a lock, nor pgmq's, by read_ct); pg-boss's and procrastinate's are, with
-        a per-row expiry beside."""
         return self.claim_rule in STATUS_COLUMN_RULES
 
     @property
     def has_claimed_at(self) -> bool:
-        """Whether a claim records when it was made (Que's advisory lock and procrastinate's
-        job do not)."""
         return self.claim_rule not in NO_CLAIM_TIME_RULES
 
     def columns(self) -> dict[str, str]:
@@ -187,16 +212,11 @@ class Contract:
         return named
 
 
-# --- layering -----------------------------------------------------------------------------
-
-
 def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Deep-merge config layers; later layers win key by key.
+    """Deep-merge config layers; later layers win key by key, nested sections too.
 
-    The order callers use is: a preset < the config file (or Fabric's config, itself
-    layered by Fabric) < command-line flags (or the Ansible module's options). A key
-    missing from a later layer keeps the earlier value; nested sections (lease,
-    task_timeout, runtime) merge key by key too.
+    The order callers use: a preset < the config file (or Fabric's config) < command-line
+    flags (or the Ansible module's options).
     """
     merged: dict[str, Any] = {}
     for layer in layers:
@@ -214,8 +234,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path} ({type(exc).__name__})") from None
-    # Imported here: a run given no config file (a check on a DSN) does not load PyYAML.
-    import yaml
+    import yaml  # a check given no config file does not load PyYAML
 
     try:
         data = yaml.safe_load(text)
@@ -225,10 +244,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {path} must hold a mapping of contract keys")
-    section = data.get("leaseguard", data)
-    if not isinstance(section, Mapping):
+    found = data.get("leaseguard", data)
+    if not isinstance(found, Mapping):
         raise ConfigError(f"config file {path}: 'leaseguard' must be a mapping")
-    return dict(section)
+    return dict(found)
 
 
 def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
@@ -236,7 +255,29 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
     return contract_from_mapping(merge_layers(*layers))
 
 
-# --- validation ---------------------------------------------------------------------------
+# --- validation: one reader per key, each section's keys its dataclass's fields --------------
+
+
+def _keys(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def _read_fields(cls: type, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
+    """Every field of `cls` that has a reader, read from `data` in field order."""
+    default = cls()
+    return {
+        f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
+        for f in fields(cls)
+        if "read" in f.metadata
+    }
+
+
+CONFIG_KEYS = frozenset(
+    {k for k in _keys(Contract) if k not in ("lease", "task_timeout", "runtime")}
+    | {f"lease.{k}" for k in _keys(LeaseRule)}
+    | {f"task_timeout.{k}" for k in _keys(TaskTimeoutLookup)}
+    | {f"runtime.{k}" for k in _keys(RuntimeLookup)}
+)
 
 
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
@@ -245,90 +286,26 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     A `preset` is the lowest layer above the built-in defaults: every key set explicitly,
     in any layer, overrides the preset's value for it.
     """
-    reject_unknown(data, _TOP_KEYS, prefix="")
+    reject_unknown(data, _keys(Contract), prefix="")
     preset = optional_text(data, "preset")
     if preset is not None:
         data = merge_layers(preset_layer(preset, data), data)
-    lease = section(data, "lease")
-    task_timeout = section(data, "task_timeout")
-    runtime = section(data, "runtime")
-    default = Contract()
-    claimed = status_list(data, "claimed_statuses", default.claimed_statuses, allow_empty=False)
-    queued = status_list(data, "queued_statuses", default.queued_statuses, allow_empty=True)
-    finished = None
-    if data.get("finished_statuses") is not None:
-        finished = status_list(data, "finished_statuses", (), allow_empty=True)
-    _reject_overlap(claimed_statuses=claimed, queued_statuses=queued, finished_statuses=finished)
-    return Contract(
-        table=identifier(data, "table", default.table),
-        schema=optional_identifier(data, "schema"),
-        relation_kind=choice(
-            data, "relation_kind", default.relation_kind, RELATION_KINDS, prefix=""
+    for key in ("lease", "task_timeout", "runtime"):
+        section(data, key)
+    statuses: dict[str, Any] = {
+        "claimed_statuses": status_list(
+            data, "claimed_statuses", Contract.claimed_statuses, allow_empty=False
         ),
-        id_column=identifier(data, "id_column", default.id_column),
-        status_column=identifier(data, "status_column", default.status_column),
-        claimed_statuses=claimed,
-        queued_statuses=queued,
-        finished_statuses=finished,
-        claimed_at_column=identifier(data, "claimed_at_column", default.claimed_at_column),
-        lease=_lease_rule(lease),
-        task_timeout=_task_timeout_lookup(task_timeout),
-        runtime=_runtime_lookup(runtime),
-        clock_skew_s=number_value(data, "clock_skew_s", default.clock_skew_s, minimum=0.0),
-        statement_timeout_ms=whole_number(
-            data, "statement_timeout_ms", default.statement_timeout_ms
+        "queued_statuses": status_list(
+            data, "queued_statuses", Contract.queued_statuses, allow_empty=True
         ),
-        lock_timeout_ms=whole_number(data, "lock_timeout_ms", default.lock_timeout_ms),
-        connect_timeout_s=whole_number(data, "connect_timeout_s", default.connect_timeout_s),
-        timestamp_zone=optional_zone(data, "timestamp_zone"),
-        preset=preset,
-        kind_timeouts=kind_timeouts(data.get("kind_timeouts"), preset),
-    )
-
-
-_TOP_KEYS = frozenset(
-    {
-        "table",
-        "schema",
-        "relation_kind",
-        "id_column",
-        "status_column",
-        "claimed_statuses",
-        "queued_statuses",
-        "finished_statuses",
-        "claimed_at_column",
-        "lease",
-        "task_timeout",
-        "runtime",
-        "clock_skew_s",
-        "statement_timeout_ms",
-        "lock_timeout_ms",
-        "connect_timeout_s",
-        "timestamp_zone",
-        "preset",
-        "kind_timeouts",
+        "finished_statuses": None
+        if data.get("finished_statuses") is None
+        else status_list(data, "finished_statuses", (), allow_empty=True),
     }
-)
-_LEASE_KEYS = frozenset({"multiplier", "expires_at_column"})
-_TASK_TIMEOUT_KEYS = frozenset(
-    {"source", "container", "variable", "default_s", "value_s", "unit", "pid_file", "path"}
-    | {"command", "engine"}
-)
-_RUNTIME_KEYS = frozenset({"source", "container", "unit", "pid_file", "started_at"})
-
-CONFIG_KEYS = frozenset(
-    _TOP_KEYS
-    | {f"lease.{k}" for k in _LEASE_KEYS}
-    | {f"task_timeout.{k}" for k in _TASK_TIMEOUT_KEYS}
-    | {f"runtime.{k}" for k in _RUNTIME_KEYS}
-) - {"lease", "task_timeout", "runtime"}
-
-
-def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
-    """A status belongs to one class: claimed (someone holds it), queued, or finished."""
-    seen: dict[str, str] = {}
-    for key, statuses in lists.items():
-        for status in statuses or ():
+    seen: dict[str, str] = {}  # a status is claimed (someone holds it), queued, or finished
+    for key, listed in statuses.items():
+        for status in listed or ():
             if status in seen:
                 raise ConfigError(
                     f"status {status!r} is in both {seen[status]} and {key}: a status is "
@@ -336,62 +313,6 @@ def _reject_overlap(**lists: tuple[str, ...] | None) -> None:
                     "never two of these"
                 )
             seen[status] = key
-
-
-def _lease_rule(data: Mapping[str, Any]) -> LeaseRule:
-    reject_unknown(data, _LEASE_KEYS, prefix="lease.")
-    multiplier = number_value(
-        data, "multiplier", LeaseRule.multiplier, prefix="lease.", minimum=1.0
-    )
-    return LeaseRule(
-        multiplier=multiplier,
-        expires_at_column=optional_identifier(data, "expires_at_column", prefix="lease."),
-    )
-
-
-def _task_timeout_lookup(data: Mapping[str, Any]) -> TaskTimeoutLookup:
-    prefix = "task_timeout."
-    reject_unknown(data, _TASK_TIMEOUT_KEYS, prefix=prefix)
-    default = TaskTimeoutLookup()
-    source = choice(data, "source", default.source, TASK_TIMEOUT_SOURCES, prefix=prefix)
-    lookup = TaskTimeoutLookup(
-        source=source,
-        container=text_value(data, "container", default.container, prefix=prefix),
-        variable=text_value(data, "variable", default.variable, prefix=prefix),
-        default_s=optional_number(data, "default_s", prefix=prefix),
-        value_s=optional_number(data, "value_s", prefix=prefix),
-        unit=optional_text(data, "unit", prefix=prefix),
-        pid_file=optional_text(data, "pid_file", prefix=prefix),
-        path=optional_text(data, "path", prefix=prefix),
-        command=parse_command(data, "command", prefix=prefix),
-        engine=choice(data, "engine", default.engine, ("docker", "podman"), prefix=prefix),
-    )
-    _require_for_source(lookup.source, _TASK_TIMEOUT_NEEDS, lookup, prefix)
-    return lookup
-
-
-def _runtime_lookup(data: Mapping[str, Any]) -> RuntimeLookup:
-    prefix = "runtime."
-    reject_unknown(data, _RUNTIME_KEYS, prefix=prefix)
-    default = RuntimeLookup()
-    lookup = RuntimeLookup(
-        source=choice(data, "source", default.source, RUNTIME_SOURCES, prefix=prefix),
-        container=text_value(data, "container", default.container, prefix=prefix),
-        unit=optional_text(data, "unit", prefix=prefix),
-        pid_file=optional_text(data, "pid_file", prefix=prefix),
-        started_at=optional_text(data, "started_at", prefix=prefix),
-    )
-    _require_for_source(lookup.source, _RUNTIME_NEEDS, lookup, prefix)
-    return lookup
-
-
-# Which extra key each source cannot work without.
-_TASK_TIMEOUT_NEEDS = {"systemd": "unit", "process": "pid_file", "env_file": "path"}
-_TASK_TIMEOUT_NEEDS |= {"command": "command", "fixed": "value_s"}
-_RUNTIME_NEEDS = {"systemd": "unit", "process": "pid_file", "fixed": "started_at"}
-
-
-def _require_for_source(source: str, needs: dict[str, str], lookup: object, prefix: str) -> None:
-    key = needs.get(source)
-    if key and not getattr(lookup, key):
-        raise ConfigError(f"{prefix}{key} is required when {prefix}source is {source!r}")
+    values = _read_fields(Contract, data, "")
+    kinds = kind_timeouts(data.get("kind_timeouts"), preset)
+    return Contract(**statuses, **values, preset=preset, kind_timeouts=kinds)

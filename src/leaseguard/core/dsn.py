@@ -1,16 +1,15 @@
 """One DSN means one database, in every front.
 
-A DSN's host and port are never silently replaced: connecting directly, they are used as
-given (db_host / db_port add an address only where the DSN has none); through a tunnel, the
-tunnel's far end is db_host / db_port, else the DSN's host and port, else 127.0.0.1:5432 (a
-database beside the app). A DSN host and a different explicit db_host (or port) name two
-databases: a usage error naming both keys. Host names and ports are not secrets; the rest
-of the DSN never appears in a message.
+A DSN's host and port are never silently replaced: db_host / db_port add an address only
+where the DSN has none, and a different one names two databases (a usage error naming both
+keys). A tunnel's far end defaults to 127.0.0.1:5432, a database beside the app. Host names
+and ports are not secrets; the rest of the DSN never appears in a message.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import psycopg
 from psycopg import pq
@@ -22,18 +21,14 @@ DEFAULT_TUNNEL_HOST = "127.0.0.1"
 DEFAULT_PORT = 5432
 
 
-# One `keyword = value` pair of a key/value DSN; a value is a single-quoted string (with
-# backslash escapes) or a run of non-blanks.
+# One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
 _KEYWORD = re.compile(r"[A-Za-z_]+")
 
 
 def invalid_dsn(conninfo: str) -> ConfigError:
-    """Why libpq refused a DSN, naming the keyword at fault and never any value.
-
-    libpq's own message may quote a value (a password with a space), so it is not used;
-    the key/value form is scanned here instead. Keywords are libpq's names, never secrets.
-    """
+    """Why libpq refused a DSN, naming the keyword at fault and never any value (libpq's
+    own message may quote one: a password with a space). Keywords are never secrets."""
     if re.match(r"\s*postgres(?:ql)?://", conninfo):
         return ConfigError("the DSN is not a valid postgresql:// URI")
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
@@ -71,14 +66,18 @@ def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> t
     return host, port or DEFAULT_PORT
 
 
+def _params(conninfo: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise invalid_dsn(conninfo) from None
+
+
 def _address(
     conninfo: str, db_host: str | None, db_port: int | None
 ) -> tuple[str | None, int | None]:
     """(host, port) agreed by the DSN and the explicit options; None where neither says."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        raise invalid_dsn(conninfo) from None
+    params = _params(conninfo)
     dsn_host = params.get("host") or None
     dsn_port = _port(params.get("port"))
     if dsn_host and db_host and dsn_host != db_host:
@@ -105,9 +104,5 @@ def _port(value: object) -> int | None:
 
 def reject_hostaddr(conninfo: str) -> None:
     """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
-    try:
-        params = conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        raise invalid_dsn(conninfo) from None
-    if "hostaddr" in params:
+    if "hostaddr" in _params(conninfo):
         raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

@@ -16,12 +16,7 @@ _FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 
 
 def parse_openssh_args(text: str) -> dict[str, str]:
-    """The `-o` options (and -J/-i/-p/-l) in an ssh command line, by lower-cased name.
-
-    Ansible keeps a host's jump host, known_hosts file and host-key policy in
-    ansible_ssh_common_args / ansible_ssh_extra_args; the tunnel must honour the same ones.
-    Like ssh itself, the first value given for an option wins.
-    """
+    """The options by lower-cased name; as in ssh itself, the first value given wins."""
     try:
         words = shlex.split(text)
     except ValueError:

@@ -7,24 +7,19 @@ import re
 
 from leaseguard.core.errors import TimeoutValueError
 
-# Plain decimal notation in ASCII digits only: float() alone would also take "inf", "nan",
-# "1_000" and "0x10"-like oddities that no operator means as a timeout, and both float() and
-# a regex's \d read Arabic-Indic or full-width digits as numbers (tests/unit/test_timeouts.py).
+# Plain decimal notation in ASCII digits only: float() alone also takes "inf", "nan" and
+# "1_000", and both float() and a regex's \d read Arabic-Indic or full-width digits.
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-_WHOLE = re.compile(r"[+-]?[0-9]+")
 
 
-def is_decimal_text(text: str, *, whole: bool = False) -> bool:
+def is_decimal_text(text: str) -> bool:
     """Whether `text` (surrounding whitespace aside) is a number in plain ASCII notation."""
-    return bool((_WHOLE if whole else _DECIMAL).fullmatch(text.strip()))
+    return bool(_DECIMAL.fullmatch(text.strip()))
 
 
 def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:
-    """Return `value` as a positive finite number of seconds, or raise TimeoutValueError.
-
-    `value` is usually text read from a host ("3600", "3600.0", " 3600 \\n"). The message
-    never repeats the value itself: a mis-configured variable name could point at a secret.
-    """
+    """`value` (usually text read from a host) as seconds > 0, else TimeoutValueError. The
+    message never repeats the value: a mis-configured variable name could point at a secret."""
     if isinstance(value, bool):
         raise TimeoutValueError(f"{what} is a boolean, not a number of seconds")
     if isinstance(value, int | float):
