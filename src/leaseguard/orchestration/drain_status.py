@@ -17,7 +17,6 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,24 +47,6 @@ def _seconds(value: float | None) -> float:
     return round(max(float(value or 0.0), 0.0), 3)
 
 
-def _paused_intake(intake: Intake | None) -> list[str]:
-    return [str(name) for name in intake.paused_intake()] if intake is not None else []
-
-
-def _take_state(row: dict[str, Any], state: DrainState) -> None:
-    if state.verdict is not None:
-        row["counts"] = {name: _count(n) for name, n in state.verdict.counts.as_dict().items()}
-        row["wait_upper_bound_s"] = _seconds(state.verdict.wait_upper_bound_s)
-        row["decision"] = state.verdict.decision.value
-    row["elapsed_s"] = _seconds(state.elapsed_s)
-    row["deadline_s"] = _seconds(state.deadline_s)
-    counters = state.counters.snapshot()
-    row["counters"] = {
-        **{name: _count(counters[name]) for name in COUNTER_NAMES},
-        "errors": {str(kind): _count(n) for kind, n in counters["errors"].items()},
-    }
-
-
 class HostObserver(DrainObserver):
     """The Drainer's observer for one host: updates its row, then rewrites the files."""
 
@@ -73,24 +54,36 @@ class HostObserver(DrainObserver):
         self.board, self.row, self.intake = board, row, intake
 
     def after_poll(self, state: DrainState) -> None:
-        with self.board.lock:
-            _take_state(self.row, state)
-            self.row["paused_intake"] = _paused_intake(self.intake)
-        self.board.publish()
+        self._update(state)
 
     def finished(self, result: DrainResult | None) -> None:
         """The drain is over; None: it ended by an exception (an interrupt, a crash)."""
+        if result is None:
+            self._update(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
+        else:
+            ended = {"decision": result.decision.value, "exit_status": result.exit_status}
+            self._update(result, state=FINISHED, **ended)
+
+    def _update(self, drain: DrainState | None, **ended: Any) -> None:
         with self.board.lock:
-            if result is None:
-                self.row.update(state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
-            else:
-                _take_state(self.row, result)
-                self.row.update(
-                    state=FINISHED,
-                    decision=result.decision.value,
-                    exit_status=result.exit_status,
+            row = self.row
+            verdict = drain.verdict if drain is not None else None
+            if verdict is not None:
+                row["counts"] = {name: _count(n) for name, n in verdict.counts.as_dict().items()}
+                row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
+                row["decision"] = verdict.decision.value
+            if drain is not None:
+                counters = drain.counters.snapshot()
+                row.update(
+                    elapsed_s=_seconds(drain.elapsed_s),
+                    deadline_s=_seconds(drain.deadline_s),
+                    counters={
+                        **{name: _count(counters[name]) for name in COUNTER_NAMES},
+                        "errors": {str(kind): _count(n) for kind, n in counters["errors"].items()},
+                    },
                 )
-            self.row["paused_intake"] = _paused_intake(self.intake)
+            paused = self.intake.paused_intake() if self.intake is not None else []
+            row.update(ended, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
@@ -106,15 +99,12 @@ class StatusBoard:
         self,
         status_file: str | Path | None,
         metrics_file: str | Path | None,
-        *,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.status_path = Path(status_file) if status_file else None
         self.metrics_path = Path(metrics_file) if metrics_file else None
         self.lock = threading.RLock()
         self.rows: dict[str, dict[str, Any]] = {}
-        self.wall_clock = wall_clock
-        self.started_at = wall_clock()
+        self.started_at = time.time()
         self.pid = os.getpid()
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
@@ -141,7 +131,7 @@ class StatusBoard:
         """The status file's JSON: the totals over every host, then each host's row."""
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
-        updated_at = self.wall_clock()
+        updated_at = time.time()
         errors: Counter[str] = Counter()
         for row in rows:
             errors.update(row["counters"]["errors"])
