@@ -1,10 +1,7 @@
 """A running drain, observable from outside: `--status-file` (JSON, read back by `leaseguard
-status`) and `--metrics-file` (Prometheus text, for node_exporter's textfile collector).
-
-Both are rewritten after every poll, atomically (temp file, then rename), without fsync: a
-snapshot matters only while its writer lives, and a reader judges a dead writer's file stale
-anyway. Errors appear as exception class names only, so a driver error echoing a DSN or a
-password cannot leak into either file.
+status`) and `--metrics-file` (Prometheus text, for node_exporter's textfile collector),
+rewritten atomically after every poll. No fsync: a snapshot matters only while its writer
+lives. Errors appear as class names only: a driver error echoing a DSN cannot leak.
 """
 
 from __future__ import annotations
@@ -192,7 +189,23 @@ class StatusBoard:
             atomic_write(path, text)
         except OSError as exc:
             if final and path.exists():  # a file saying `running` would outlive the drain
-                self._write_last(path, text, exc)
+                try:  # the final snapshot over the old file's own space, emptied first
+                    with path.open("r+", encoding="utf-8") as handle:
+                        handle.truncate(0)
+                        handle.write(text)
+                except OSError as last:  # then no file rather than one saying `running`
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                    log.error(
+                        "drain status not written at the end reason=status_write_failed "
+                        "path=%s exc_type=%s; the stale file was removed so that it does not "
+                        "say running",
+                        path,
+                        type(last).__name__,
+                    )
+                    return
+                self._warn_once(path, exc)
+                log.info("drain status written in place at the end path=%s", path)
             else:
                 self._warn_once(path, exc)
             return
@@ -207,25 +220,6 @@ class StatusBoard:
                 "drain status not written reason=status_write_failed path=%s exc_type=%s",
                 path,
                 type(exc).__name__,
-            )
-
-    def _write_last(self, path: Path, text: str, exc: OSError) -> None:
-        """The final snapshot on a full (or failing) filesystem: over the old file's own
-        space, emptied first; failing that, no file rather than one saying `running`."""
-        try:
-            with path.open("r+", encoding="utf-8") as handle:
-                handle.truncate(0)
-                handle.write(text)
-            self._warn_once(path, exc)
-            log.info("drain status written in place at the end path=%s", path)
-        except OSError as last:
-            with contextlib.suppress(OSError):
-                path.unlink()
-            log.error(
-                "drain status not written at the end reason=status_write_failed path=%s "
-                "exc_type=%s; the stale file was removed so that it does not say running",
-                path,
-                type(last).__name__,
             )
 
 
