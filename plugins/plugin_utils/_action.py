@@ -13,7 +13,7 @@ from types import MappingProxyType
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import MODULE_SPECS
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import module_spec
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     LeaseguardError,
     failure,
@@ -31,9 +31,15 @@ class LeaseguardAction(ActionBase):
     # carries `decision: failed`.
     failure_what = "check"
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
-    module = ""  # plugins/modules/<module>.py; its spec is MODULE_SPECS's
+    module = ""  # plugins/modules/<module>.py, whose DOCUMENTATION gives the spec
     # Option -> the role variable that fills it with from_role_vars (unless the task sets it).
     role_variables: Mapping[str, str] = MappingProxyType({})
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Read in ansible-playbook's own process, which imports the action plugins before it
+        # forks a worker per task and host: every worker inherits the parsed DOCUMENTATION.
+        module_spec(cls.module)
 
     def act(self, args, host, task_vars):
         """The task's result for these validated `args`; a LeaseguardError fails it."""
@@ -45,7 +51,7 @@ class LeaseguardAction(ActionBase):
             require_leaseguard()
         task_vars = task_vars or {}
         self._fill_from_role_variables(task_vars)
-        spec, options = MODULE_SPECS[self.module]()
+        spec, options = module_spec(self.module)
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         if self.needs_leaseguard:
             # Before the spec's float()/int(), which read any script's digits as numbers.
