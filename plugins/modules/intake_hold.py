@@ -131,14 +131,8 @@ hold:
   returned: O(state=held)
   type: dict
   sample:
-    cron:
-      token: 9f1c2a7b3d4e
-      jobs: [claim]
-      jobids: [3]
-      by: ansible-playbook restart (app1) pid 4242 on ctl
-      action: restart (app1)
-      switched: [claim]
-      not_held: []
+    cron: {token: 9f1c2a7b3d4e, jobs: [claim], jobids: [3], action: restart (app1),
+           by: ansible-playbook restart (app1) pid 4242 on ctl, switched: [claim], not_held: []}
     command: false
     what: ["pg_cron:claim"]
 paused:
