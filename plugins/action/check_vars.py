@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/).
 
-The known names are the collection's own (plugin_utils/_known_vars). With `restart`, the
-restart role's settings are checked in the same task: a restart that cannot run must fail
-before the guard judges (or drains) anything, and a task of its own costs every host a
-worker.
+With `restart`, the restart role's settings are checked in the same task: a restart that
+cannot run must fail before the guard judges (or drains) anything.
 """
 
 from __future__ import annotations
@@ -38,11 +36,8 @@ class ActionModule(LeaseguardAction):
 
 
 def restart_missing(restart):
-    """The restart's missing setting, said as the restart role's variable (or None).
-
-    What each method needs is runtime_restart's own rule (leaseguard.core.restart): the
-    restart role, the one caller with `restart`, needs the leaseguard package anyway.
-    """
+    """The restart's missing setting, said as the restart role's variable (or None), by
+    runtime_restart's own rule (leaseguard.core.restart)."""
     require_leaseguard()
     spec = RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])

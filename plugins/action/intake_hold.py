@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.intake_hold (documented in plugins/modules/).
 
-A verdict is true for an instant: the restart and migrate roles hold intake from before
-their final verdict until their action is verified done. `state: held` takes the hold (and
-waits until runs already in progress have ended), `state: released` lets go of exactly that
-hold; the pg_cron job comes back only when its last holder lets go.
+`state: held` takes the hold (and waits for runs already in progress), `state: released`
+lets go of exactly that hold; a pg_cron job comes back only when its last holder lets go.
 """
 
 from __future__ import annotations
@@ -43,14 +41,17 @@ class ActionModule(LeaseguardAction):
         if self._task.check_mode:
             return {"changed": False, "hold": None, "msg": "check mode: intake not held"}
         with drain_events(host) as events:
-            if args["state"] == "held":
-                result = self._hold(args, host)
-            else:
-                result = self._release(args, host)
+            held = args["state"] == "held"
+            result = self._hold(args, host) if held else self._release(args, host)
         return {**result, "events": events}
 
     def _hold(self, args, host):
-        parts = self._parts(args, host)
+        parts = []
+        if args["pause_cron_jobs"]:
+            parts.append(self._cron(args, host))
+        if args["pause_command"]:
+            runner = AnsibleRunner(self, host)
+            parts.append(CommandPause(runner, args["pause_command"], args["resume_command"]))
         if not parts:
             return {"changed": False, "hold": None, "msg": intake_line(None)}
         intake = Intakes(parts)
@@ -59,16 +60,18 @@ class ActionModule(LeaseguardAction):
         except BaseException:
             intake.resume()  # what was taken before the failure; then the failure itself
             raise
-        cron = next((p for p in parts if isinstance(p, CronJobsPause)), None)
+        cron = parts[0].hold if args["pause_cron_jobs"] else None
         held = intake.paused_intake()
-        hold = {
-            "cron": cron.hold.as_dict() if cron and cron.hold else None,
-            "command": bool(args["pause_command"]),
-            "what": held,
+        return {
+            "changed": bool(held),
+            "hold": {
+                "cron": cron.as_dict() if cron else None,
+                "command": bool(args["pause_command"]),
+                "what": held,
+            },
+            "paused": list(cron.switched) if cron else [],
+            "msg": intake_line(tuple(held)),
         }
-        paused = list(cron.hold.switched) if cron and cron.hold else []
-        result = {"hold": hold, "paused": paused, "msg": intake_line(tuple(held))}
-        return {"changed": bool(held), **result}
 
     def _release(self, args, host):
         hold = args["hold"] or {}
@@ -91,15 +94,6 @@ class ActionModule(LeaseguardAction):
             "resumed": resumed,
             "msg": "intake given back",
         }
-
-    def _parts(self, args, host):
-        parts = []
-        if args["pause_cron_jobs"]:
-            parts.append(self._cron(args, host))
-        if args["pause_command"]:
-            runner = AnsibleRunner(self, host)
-            parts.append(CommandPause(runner, args["pause_command"], args["resume_command"]))
-        return parts
 
     def _cron(self, args, host):
         action = f"{args['action']} ({host})"

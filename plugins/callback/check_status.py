@@ -12,17 +12,15 @@ version_added: 0.1.0
 author:
   - leaseguard maintainers (@leaseguard)
 description:
-  - "ansible-playbook exits 2 for every failed host: a dry run (C(--check)) of
-    C(leaseguard.deploy.deploy) whose real run would defer
-    looks the same as one that found pg_cron budget drift or a broken host."
-  - "With this callback enabled, a C(--check) run that did not pass exits with the reason
-    instead, the most serious first: C(2) a host failed for another reason (ansible's own
-    status), C(4) a host, its jump host or its database tunnel was unreachable, C(3) a
-    pg_cron budget drifted from what this environment declares, C(75) a live claim would
-    defer the run (EX_TEMPFAIL, as C(leaseguard check)). C(0) is the real run proceeding."
+  - "ansible-playbook exits 2 for every failed host. With this callback enabled, a C(--check)
+    run of C(leaseguard.deploy.deploy) that did not pass exits with the reason instead, the
+    most serious first: C(2) a host failed for another reason, C(4) a host, its jump host or
+    its database tunnel was unreachable, C(3) a pg_cron budget drifted from what this
+    environment declares, C(75) a live claim would defer the run (EX_TEMPFAIL, as
+    C(leaseguard check)). C(0) is the real run proceeding."
   - Runs without C(--check) keep ansible-playbook's own exit statuses.
-  - "The status is set when the run's recap has been printed. List this callback last in
-    C(callbacks_enabled): callbacks listed after it do not see the recap."
+  - "The status is set after the recap is printed: list this callback last in
+    C(callbacks_enabled), or callbacks after it do not see the recap."
 requirements:
   - "Enabled in ansible.cfg (C(callbacks_enabled = leaseguard.deploy.check_status)) or with
     C(ANSIBLE_CALLBACKS_ENABLED=leaseguard.deploy.check_status)."
@@ -33,9 +31,7 @@ import sys  # noqa: E402 (DOCUMENTATION first, as in every plugin)
 from ansible import context  # noqa: E402
 from ansible.plugins.callback import CallbackBase  # noqa: E402
 
-# The reasons, most serious first, and the status each exits with.
-EXIT_STATUSES = (("failed", 2), ("unreachable", 4), ("drift", 3), ("defer", 75))
-
+EXIT_STATUSES = (("failed", 2), ("unreachable", 4), ("drift", 3), ("defer", 75))  # worst first
 # The roles' tasks that fail a host because a live claim defers it.
 DEFER_TASKS = frozenset(
     {"Defer the restart while work is in flight", "Defer the migration while work is in flight"}

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # Attributes the collection's modules share; each module keeps the ones only it can
-    # describe (check_mode, diff_mode, platform).
+    # Attributes the modules share; each keeps those only it can describe.
     DOCUMENTATION = r"""
 options: {}
 """
 
-    # The modules that change nothing (check_vars, task_timeout); each says where it runs.
     READ_ONLY = r"""
 options: {}
 attributes:
@@ -23,7 +21,6 @@ attributes:
     description: Nothing is changed, so there is nothing to diff.
 """
 
-    # The modules of the group/leaseguard.deploy.leaseguard action group (meta/runtime.yml).
     ACTION_GROUP = r"""
 options: {}
 attributes:

@@ -5,62 +5,51 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # How the controller reaches a host's database. The SSH side is the host's own inventory
-    # connection settings; only the database side is configured here. Every member of the
-    # action group (meta/runtime.yml) takes these options (module_utils/_specs.py's
-    # connection_spec), so module_defaults for the group can set them once.
+    # How the controller reaches a host's database (the SSH side is the host's inventory).
     DOCUMENTATION = r"""
 options:
   dsn:
     description:
-      - A libpq connection string for any further keywords (C(sslmode), C(options), ...).
-      - Its host and port, when given, name the database; they are never silently replaced.
-        Without a tunnel they are used as given. Through the tunnel they are the tunnel's
-        far end (as the host sees it) unless O(db_host)/O(db_port) give it; a different
-        O(db_host) or O(db_port) beside them is a usage error naming both options.
-      - Never logged or returned.
-      - If not set, the E(LEASEGUARD_DSN) environment variable on the controller is used.
+      - A libpq connection string for any further keywords (C(sslmode), C(options), ...); never
+        logged or returned. If not set, E(LEASEGUARD_DSN) on the controller.
+      - Its host and port, when given, are never silently replaced; through the tunnel they
+        are its far end (as the host sees it); a different O(db_host) or O(db_port) beside
+        them is a usage error naming both.
     type: str
   db_host:
     description:
-      - The database address as seen from the host (with O(tunnel=true)) or from the
-        controller (with O(tunnel=false)).
-      - If not set, the host in O(dsn); through the tunnel, else V(127.0.0.1); without it,
-        else libpq's default (E(PGHOST) or the local socket), as for the CLI.
+      - The database address as seen from the host (O(tunnel=true)) or the controller.
+      - If not set, the host in O(dsn); else V(127.0.0.1) through the tunnel, libpq's default
+        (E(PGHOST) or the local socket) without it.
     type: str
   db_port:
     description:
-      - The database port at O(db_host).
-      - If not set, the port in O(dsn), else V(5432) (libpq's default, E(PGPORT), without a
-        tunnel).
+      - The database port at O(db_host). If not set, the port in O(dsn), else V(5432)
+        (libpq's default, E(PGPORT), without a tunnel).
     type: int
   db_name:
     description:
-      - The database holding the work table.
-      - If not set, the E(PGDATABASE) environment variable on the controller is used.
+      - The database holding the work table. If not set, E(PGDATABASE) on the controller.
     type: str
   db_user:
     description:
-      - The role the guard logs in as; a read-only role is enough (see the README).
-      - If not set, the E(PGUSER) environment variable on the controller is used.
+      - The role the guard logs in as; a read-only role is enough. If not set, E(PGUSER) on
+        the controller.
     type: str
   db_password:
     description:
-      - The password of O(db_user). Never logged or returned.
-      - If not set, E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), on the controller is used;
-        libpq's C(.pgpass) also works.
+      - The password of O(db_user); never logged or returned. If not set,
+        E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), on the controller, or libpq's C(.pgpass).
     type: str
   tunnel:
     description:
-      - Reach the database through an SSH tunnel to the host, opened with the host's own
-        inventory connection settings (C(ansible_host), C(ansible_port), C(ansible_user),
+      - Reach the database through an SSH tunnel to the host, opened with its inventory
+        settings (C(ansible_host), C(ansible_port), C(ansible_user),
         C(ansible_ssh_private_key_file), C(ProxyJump) and C(UserKnownHostsFile) in the ssh
-        arguments, C(host_key_checking)). Host keys are verified against known_hosts and an
-        unknown key is refused, unless the host's own Ansible settings opt out
-        (C(host_key_checking=false), or C(StrictHostKeyChecking=no) or C(accept-new) in its ssh
-        arguments); a key that differs from known_hosts is always refused.
-      - V(false) connects from the controller to the database directly (the host and port of
-        O(dsn), or O(db_host)/O(db_port)); so does a C(local) connection.
+        arguments). An unknown host key is refused unless the host opts out
+        (C(host_key_checking=false), C(StrictHostKeyChecking=no) or C(accept-new)); a key
+        that differs from known_hosts always is.
+      - V(false) (or a C(local) connection) connects from the controller directly.
     type: bool
     default: true
   connect_timeout_s:
@@ -69,13 +58,11 @@ options:
     default: 10
 """
 
-    # The group's members that reach no database: they take the shared options only so that
-    # the group's module_defaults apply to them too.
+    # The group's members that reach no database.
     UNUSED = r"""
 options: {}
 notes:
-  - The database connection options (O(dsn), O(db_host), O(db_port), O(db_name), O(db_user),
-    O(db_password), O(tunnel), O(connect_timeout_s)) are shared by every module of the
-    C(group/leaseguard.deploy.leaseguard) action group, so that C(module_defaults) for the
-    group can set them once; this module reaches no database and ignores them.
+  - The database connection options are shared by every module of the
+    C(group/leaseguard.deploy.leaseguard) action group, so that C(module_defaults) can set
+    them once; this module reaches no database and ignores them.
 """

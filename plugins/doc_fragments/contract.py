@@ -5,10 +5,8 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The claim contract of the protected system. The leaseguard core owns the defaults (so
-    # the CLI, Fabric and Ansible can never disagree about them); each `default:` here is the
-    # core's, and tests/unit/test_doc_defaults.py fails when one drifts. A key a preset can
-    # set has no `default:` (it would override the preset); its description states it.
+    # The claim contract. Each `default:` is the core's (tests/unit/test_doc_defaults.py); a
+    # key a preset can set has none (it would override the preset): its description says it.
     DOCUMENTATION = r"""
 options:
   table:
@@ -16,15 +14,15 @@ options:
     type: str
   schema:
     description:
-      - Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
-      - When set, the table is named C(schema.table), never looked up through C(search_path).
+      - Schema of O(table), never looked up through C(search_path) when set. If not set, the
+        O(preset)'s, else the connection's C(search_path) finds the table.
     type: str
   relation_kind:
     description:
-      - What O(table) names. V(table) refuses a view, a materialized view or a foreign table by name.
-      - V(view) judges through a view on purpose; every relation it reads must then be a table on
-        which row-level security hides no row from the guard's role, nor from the owner of each
-        view on the way that is not C(security_invoker). A materialized view is never accepted.
+      - What O(table) names. V(table) refuses a view, a materialized view or a foreign table.
+      - V(view) judges through a view; every relation it reads must be a table whose row-level
+        security hides no row from the guard's role, nor from the owner of each view on the
+        way that is not C(security_invoker). A materialized view is never accepted.
     type: str
     choices: [table, view]
     default: table
@@ -44,12 +42,11 @@ options:
     elements: str
   finished_statuses:
     description:
-      - Statuses of rows nobody will run again.
-      - If not set, the O(preset)'s, else V([done, failed]) minus any status named in
-        O(claimed_statuses) or O(queued_statuses); only a list given here is checked against
-        an enum's labels.
-      - A status present in the table that is in none of O(claimed_statuses), O(queued_statuses) and O(finished_statuses) fails the check, naming it.
-      - The three lists must not overlap.
+      - Statuses of rows nobody will run again. If not set, the O(preset)'s, else
+        V([done, failed]) minus any status in O(claimed_statuses) or O(queued_statuses); only
+        a list given here is checked against an enum's labels.
+      - A status in the table that is in none of the three lists fails the check, naming it;
+        the lists must not overlap.
     type: list
     elements: str
   claimed_at_column:
@@ -64,9 +61,9 @@ options:
         type: float
       expires_at_column:
         description:
-          - A per-row lease expiry column; replaces the multiplier rule. If not set, the multiplier rule applies.
-          - A NULL expiry is judged by the task-timeout lease (C(claimed_at) + lease), named in the warnings;
-            C(infinity) never expires (live, wait bound unknown).
+          - A per-row lease expiry column, instead of the multiplier rule (if not set). A NULL
+            expiry is judged by C(claimed_at) + the lease, named in the warnings; C(infinity)
+            never expires (live, wait bound unknown).
         type: str
   clock_skew_s:
     description: Tolerance when comparing the runtime start with C(claimed_at).
@@ -82,10 +79,9 @@ options:
     default: 2000
   timestamp_zone:
     description:
-      - The IANA zone naive (C(timestamp without time zone)) columns were written in
-        (if not set, the O(preset)'s); never the session's C(TimeZone).
-      - Not set and a naive claimed-at, expiry or heartbeat column read, the check fails,
-        naming the column and the database's C(TimeZone).
+      - The IANA zone naive (C(timestamp without time zone)) columns were written in, never
+        the session's C(TimeZone). If not set, the O(preset)'s; with none, a naive column
+        read fails the check, naming it and the database's C(TimeZone).
     type: str
   preset:
     description:
@@ -96,7 +92,7 @@ options:
   kind_timeouts:
     description:
       - River (O(preset=river)) only, the job kinds whose worker sets its own C(Timeout()),
-        each mapped to its seconds or V(unlimited) (River's V(-1)); other kinds take the lease.
+        each mapped to its seconds or V(unlimited) (River's V(-1)); others take the lease.
     type: dict
     default: {}
 """

@@ -10,14 +10,13 @@ class ModuleDocFragment:
 options:
   cron_user:
     description:
-      - The role that owns the intake pg_cron jobs, when the guard's role is another one (a
-        read-only guard role). Holding, recording, resuming and finding leftover holds run
-        as it, since pg_cron shows and lets each role alter only its own jobs.
+      - The role that owns the intake pg_cron jobs, when the guard's is another (read-only)
+        one. Holds, resumes and leftover checks run as it, since pg_cron lets each role see
+        and alter only its own jobs.
     type: str
   cron_password:
     description:
-      - The password of O(cron_user); never logged or returned.
-      - If not set, the E(LEASEGUARD_CRON_PASSWORD) environment variable, else libpq's
-        E(PGPASSWORD) or C(.pgpass).
+      - The password of O(cron_user); never logged or returned. If not set,
+        E(LEASEGUARD_CRON_PASSWORD), else libpq's E(PGPASSWORD) or C(.pgpass).
     type: str
 """

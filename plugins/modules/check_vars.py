@@ -10,18 +10,15 @@ short_description: Fail on a leaseguard_* variable that the collection does not 
 version_added: 0.1.0
 description:
   - Ansible ignores a variable that nothing reads, so a mistyped C(leaseguard_on_bussy=wait)
-    would otherwise be silently dropped and the restart would defer (or worse) as if it had
-    never been set. The roles run this first, before anything else happens.
-  - Every C(leaseguard_*) variable the task sees (inventory, group and host vars, extra vars,
-    role and play vars) must be one the collection knows. An unknown one fails the task,
-    naming it and the nearest known name.
-  - The known names come from the collection itself, from every role's C(meta/argument_specs.yml),
-    its C(defaults) and C(vars), the results its tasks register, and the variables the
-    playbooks read. A variable documented in an argument spec is known everywhere.
+    would be silently dropped. The roles run this first.
+  - Every C(leaseguard_*) variable the task sees must be one the collection knows (from its
+    roles' C(meta/argument_specs.yml), C(defaults), C(vars) and registered results, and the
+    variables its playbooks read). An unknown one fails the task, naming it and the nearest
+    known name.
   - With O(restart), the restart role's settings are checked in the same task, so a restart
     that cannot run fails before anything is judged, drained or restarted.
-  - M(leaseguard.deploy.lease_guard) runs the same name check first with its O(leaseguard.deploy.lease_guard#module:check_vars)
-    option (the guard role does), saving a task per host.
+  - M(leaseguard.deploy.lease_guard) runs the same check with its
+    O(leaseguard.deploy.lease_guard#module:check_vars) option.
 author:
   - leaseguard maintainers (@leaseguard)
 options:
@@ -32,10 +29,10 @@ options:
     default: []
   restart:
     description:
-      - The restart the C(restart) role will run; a method that needs a setting which is
-        empty fails the task (C(docker) and C(podman) need O(restart.container), C(command)
-        needs O(restart.command), C(systemd) needs O(restart.unit)), named by the role's
-        variable. Needs the leaseguard package on the controller, as the restart does.
+      - The restart the C(restart) role will run; an empty setting its method needs fails the
+        task, naming the role's variable (C(docker) and C(podman) need O(restart.container),
+        C(command) O(restart.command), C(systemd) O(restart.unit)). Needs the leaseguard
+        package on the controller.
     type: dict
     suboptions:
       method:

@@ -9,22 +9,20 @@ module: intake_hold
 short_description: Hold intake from before a verdict until the action is verified done
 version_added: 0.1.0
 description:
-  - A verdict is true for an instant. Between a V(proceed) and a restart or a migration, a
-    busy intake claims new work that the action then kills. This module takes a hold on
-    the intake before the final verdict (O(state=held)) and lets go of exactly that hold
-    after the action has been verified (O(state=released)).
+  - A verdict is true for an instant; between a V(proceed) and a restart or migration a busy
+    intake claims work the action then kills. This module holds the intake from before the
+    final verdict (O(state=held)) and lets go of exactly that hold once the action is
+    verified (O(state=released)).
   - The intake is pg_cron jobs (O(pause_cron_jobs)), shared by the fleet, and/or a command
     run on the host (O(pause_command), then O(resume_command)).
-  - Holds are counted. Each holder writes its own record in C(cron.job), and a job is
-    reactivated only when its last holder lets go, never while another still waits (two
-    drains, the batches of a rolling deploy, a migration beside a restart). A job that was
-    inactive with no record (an operator's pause) is neither held nor resumed.
-  - After pausing, runs of the jobs already in progress are waited for (a pause stops new
-    runs, not a running claim loop), up to O(quiet_timeout_s); then the hold fails closed.
-  - A hold that is never released (the play was killed) is named by every later check and
-    given back by C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
-  - With no intake configured the module holds nothing and says so
-    (the C(intake) line says not held), and nothing then stops claims between the verdict and the action.
+  - Holds are counted, one record per holder in C(cron.job); a job comes back only when its
+    last holder lets go. A job inactive with no record (an operator's pause) is neither
+    held nor resumed.
+  - Runs already in progress are waited for, up to O(quiet_timeout_s); then the hold fails
+    closed.
+  - A hold never released (the play was killed) is named by every later check and given
+    back by C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
+  - With no intake configured nothing is held, and the C(intake) line says so.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -36,14 +34,12 @@ extends_documentation_fragment:
   - leaseguard.deploy.attributes.action_group
 options:
   state:
-    description:
-      - V(held) takes the hold; V(released) lets go of the hold given in O(hold).
+    description: V(held) takes the hold; V(released) lets go of the hold given in O(hold).
     type: str
     required: true
     choices: [held, released]
   hold:
-    description:
-      - With O(state=released), the RV(hold) returned by the O(state=held) task, as it is.
+    description: With O(state=released), the RV(hold) the O(state=held) task returned.
     type: dict
   action:
     description: What the hold is for, recorded with it (shown by later leftover warnings).
@@ -129,21 +125,14 @@ EXAMPLES = r"""
 RETURN = r"""
 hold:
   description:
-    - What this task holds, to pass as O(hold) to the O(state=released) task; null when
-      nothing is held (no intake configured, or check mode).
-    - C(cron) is the pg_cron hold (its token, the jobs it counts on, who and for what);
-      C(command) whether the host's pause command ran; C(what) names everything held.
+    - What this task holds, to pass as O(hold) when released; null when nothing is held.
+    - C(cron) is the pg_cron hold, C(command) whether the host's pause command ran, C(what)
+      names everything held.
   returned: O(state=held)
   type: dict
   sample:
-    cron:
-      token: 9f1c2a7b3d4e
-      jobs: [claim]
-      jobids: [3]
-      by: ansible-playbook restart (app1) pid 4242 on ctl
-      action: restart (app1)
-      switched: [claim]
-      not_held: []
+    cron: {token: 9f1c2a7b3d4e, jobs: [claim], jobids: [3], action: restart (app1),
+           by: ansible-playbook restart (app1) pid 4242 on ctl, switched: [claim], not_held: []}
     command: false
     what: ["pg_cron:claim"]
 paused:

@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: the one run() every leaseguard action plugin shares.
 
-As community.docker's action plugins share a base: the task's arguments are validated
-against the module's argument spec, the host is named, and a LeaseguardError becomes a
-failed task naming what failed (never a traceback, never a passing result). A plugin says
-only which module it runs and what it does (`act`).
+The task's arguments are validated against the module's argument spec, and a LeaseguardError
+becomes a failed task naming the host and what failed (never a traceback, never a pass).
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ from types import MappingProxyType
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import MODULE_SPECS
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import module_spec
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     LeaseguardError,
     failure,
@@ -32,19 +30,16 @@ class LeaseguardAction(ActionBase):
     # How a failure reads: "leaseguard: check failed on app1 (...)"; only a check's failure
     # carries `decision: failed`.
     failure_what = "check"
-    # False for a plugin that runs without the leaseguard package (check_vars).
-    needs_leaseguard = True
-
-    # The module this plugin runs (plugins/modules/<module>.py): its spec is MODULE_SPECS's.
-    module = ""
-
-    # Option -> the role variable that fills it when the task sets from_role_vars (and does
-    # not set the option itself); empty for a plugin without that option.
+    needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
+    module = ""  # plugins/modules/<module>.py, whose DOCUMENTATION gives the spec
+    # Option -> the role variable that fills it with from_role_vars (unless the task sets it).
     role_variables: Mapping[str, str] = MappingProxyType({})
 
-    def argument_spec(self):
-        """The module's argument spec and validate_argument_spec's other keyword options."""
-        return MODULE_SPECS[self.module]()
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # Read in ansible-playbook's own process, which imports the action plugins before it
+        # forks a worker per task and host: every worker inherits the parsed DOCUMENTATION.
+        module_spec(cls.module)
 
     def act(self, args, host, task_vars):
         """The task's result for these validated `args`; a LeaseguardError fails it."""
@@ -56,7 +51,7 @@ class LeaseguardAction(ActionBase):
             require_leaseguard()
         task_vars = task_vars or {}
         self._fill_from_role_variables(task_vars)
-        spec, options = self.argument_spec()
+        spec, options = module_spec(self.module)
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         if self.needs_leaseguard:
             # Before the spec's float()/int(), which read any script's digits as numbers.
@@ -70,8 +65,9 @@ class LeaseguardAction(ActionBase):
         args = self.validate_argument_spec(spec, **options)[1]
         if args.get("check_vars"):  # check_vars' own check, first, in this same task
             checked = checked_variables(task_vars)
-            if checked.get("failed"):
-                result.update(self._refused(checked))
+            if checked.get("failed"):  # before anything ran
+                refused = self.failure_what == "check"
+                result.update({**checked, "decision": "failed"} if refused else checked)
                 return result
         try:
             result.update(self.act(args, host, task_vars))
@@ -82,10 +78,9 @@ class LeaseguardAction(ActionBase):
     def _fill_from_role_variables(self, task_vars):
         """With from_role_vars, the options the task left unset, from the role's variables.
 
-        Why not one `"{{ leaseguard_x | default(omit) }}"` argument per option in the role's
-        task: a forked worker compiles every argument's template anew for every task and
-        host (~4 ms each here; the guard's ~40 options cost ~0.2 s of controller CPU per
-        host). Only the variables that are set are templated here, each as itself.
+        Rather than one `{{ leaseguard_x | default(omit) }}` argument per option in the role:
+        a worker templates every argument anew per task and host (~0.2 s per host for the
+        guard's ~40 options); only the variables that are set are templated here.
         """
         given = self._task.args
         if not boolean(given.get("from_role_vars", False), strict=False):
@@ -96,7 +91,3 @@ class LeaseguardAction(ActionBase):
             if option not in given and variable in task_vars
         }
         self._task.args = {**filled, **given}
-
-    def _refused(self, checked):
-        """An unknown variable fails the task before anything ran; a check decides nothing."""
-        return {**checked, "decision": "failed"} if self.failure_what == "check" else checked

@@ -4,10 +4,8 @@
 
 Ansible ignores a variable nothing reads, so a mistyped one would be dropped silently. The
 known names are read from the collection's own files (argument specs, defaults, vars,
-registered results, playbooks), so a variable another role or playbook documents is known
-here without a second list to keep in step. check_vars runs this as its own task;
-lease_guard runs it first (its `check_vars` option) so the guard role needs no extra task.
-Needs only PyYAML: it runs before anything proves the leaseguard package is installed.
+registered results, playbooks): no second list to keep in step. Needs only PyYAML: it runs
+before anything proves the leaseguard package is installed.
 """
 
 from __future__ import annotations
@@ -22,33 +20,28 @@ import yaml
 PREFIX = "leaseguard_"
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 _NAME_RE = re.compile(r"\bleaseguard_[a-z0-9_]+\b")
-# libyaml's loader when PyYAML has it: the role files are read on every check.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def checked_variables(task_vars, allow=()):
     """The task's leaseguard_* variables, and a failure naming every unknown one (or None)."""
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith(PREFIX))
-    unknown = {name: nearest(name, known) for name in checked if name not in known}
+    unknown = {name: _nearest(name, known) for name in checked if name not in known}
     result = {"changed": False, "checked": checked}
     if unknown:
-        result.update(failed=True, unknown=unknown, msg=_message(unknown))
+        parts = [
+            f"{name} (did you mean {near}?)" if near else f"{name} (no known name is close)"
+            for name, near in sorted(unknown.items())
+        ]
+        msg = (
+            f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
+            "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
+        )
+        result.update(failed=True, unknown=unknown, msg=msg)
     return result
 
 
-def _message(unknown):
-    parts = [
-        f"{name} (did you mean {near}?)" if near else f"{name} (no known name is close)"
-        for name, near in sorted(unknown.items())
-    ]
-    return (
-        f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
-        "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
-    )
-
-
-def nearest(name, known):
+def _nearest(name, known):
     close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
     return close[0] if close else None
 
@@ -71,7 +64,7 @@ def known_variables(root=COLLECTION_ROOT):
 
 
 def _load(path):
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=_LOADER) or {}  # noqa: S506
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def _registered(node):
@@ -89,8 +82,6 @@ def _registered(node):
             yield from _registered(node.get(key))
 
 
-# Read once here: ansible-playbook imports the action plugins that import this in its own
-# process (the strategy asks each class whether it bypasses the host loop) before it forks a
-# worker for each task and host, so every worker inherits the cache instead of reading every
-# role file again.
+# Read once, in ansible-playbook's own process (it imports the action plugins before it forks
+# a worker per task and host): every worker inherits the cache.
 known_variables()

@@ -1,9 +1,9 @@
 """The defaults `ansible-doc` shows are the core's, and the argument specs apply the same.
 
 The core (`leaseguard.core.contract.Contract` and its nested lookups, `DrainOptions`) owns
-every default; the modules' DOCUMENTATION and the argument specs in
-plugins/module_utils/_specs.py repeat them so users see them. These tests keep the three
-equal, and keep a default from hiding in a description again (`default: null` on screen).
+every default; the modules' DOCUMENTATION repeats them so users see them, and the argument
+specs (plugins/module_utils/_specs.py) are read from it. These tests keep the three equal,
+and keep a default from hiding in a description again (`default: null` on screen).
 A key a preset can set has no spec default, which would override the preset.
 """
 
@@ -106,7 +106,7 @@ def argument_spec(module: str) -> dict[str, Any]:
     assert spec is not None and spec.loader is not None
     specs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(specs)
-    result: dict[str, Any] = getattr(specs, f"{module}_argument_spec")()
+    result: dict[str, Any] = specs.module_spec(module)[0]
     return result
 
 

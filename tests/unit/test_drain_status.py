@@ -17,11 +17,9 @@ from leaseguard.adapters.pauses import Hold
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainState
-from leaseguard.orchestration.drain_metrics import render_metrics
-from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.drain_status import StatusBoard, atomic_write, render_metrics
 from leaseguard.orchestration.drain_status_read import read_status, writer_alive
 from leaseguard.orchestration.intake import CronJobsPause, Intakes
-from leaseguard.orchestration.snapshot_files import atomic_write
 from tests.unit.test_drain_loop import RecordingIntake, drainer, verdict
 
 SECRET = "hunter2-sentinel-5ecret"

@@ -57,7 +57,7 @@ def test_fabric_reads_both_from_its_leaseguard_section():
 
 
 def test_ansible_has_both_options_and_role_variables():
-    spec = specs.lease_guard_argument_spec()
+    spec = specs.module_spec("lease_guard")[0]
     assert spec["relation_kind"]["choices"] == ["table", "view"]
     assert spec["schema"]["type"] == "str"
     variables = specs.role_variables()

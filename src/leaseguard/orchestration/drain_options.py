@@ -1,9 +1,5 @@
-"""Options beside the contract, shared by the fronts: where the database is, how to drain.
-
-Fabric config and Ansible vars hold them in sections next to the contract keys
-(`connection:` and `drain:`), so the contract itself stays the keys README.md's "The
-contract keys" lists.
-"""
+"""How to drain (the `drain:` config section beside the contract keys), shared by the fronts,
+and the intake those options pause."""
 
 from __future__ import annotations
 
@@ -37,8 +33,7 @@ class DrainOptions:
     deadline_s: float | None = None
     pause_cron_jobs: tuple[str, ...] = ()
     cron_database: str | None = None
-    # The role that owns the intake pg_cron jobs (pg_cron shows each role only its own).
-    cron_user: str | None = None
+    cron_user: str | None = None  # the jobs' owner: pg_cron shows each role only its own
     cron_password: str | None = field(default=None, repr=False)
     pause_command: tuple[str, ...] = ()
     resume_command: tuple[str, ...] = ()
@@ -47,13 +42,10 @@ class DrainOptions:
     resume_retry_s: float = DEFAULT_RESUME_RETRY_S
 
 
-_DRAIN_KEYS = frozenset(DrainOptions.__dataclass_fields__)
-
-
 def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
     """Validate the `drain:` section; messages name the key."""
     data = dict(data or {})
-    reject_unknown(data, _DRAIN_KEYS, prefix="drain.")
+    reject_unknown(data, frozenset(DrainOptions.__dataclass_fields__), prefix="drain.")
     jobs = data.get("pause_cron_jobs") or ()
     if isinstance(jobs, str):
         jobs = (jobs,)
@@ -111,11 +103,8 @@ def build_intake(
     action: str = "drain",
     resume_hint: str | None = None,
 ) -> Intake | None:
-    """The intake pauses the options ask for, as one; None when none is asked for.
-
-    The pg_cron jobs are shared intake: paused once, through `connect`, whatever the number
-    of hosts. A pause command is a host's own intake: run on each of `runners`.
-    """
+    """The intake pauses the options ask for, as one; None when none is asked for. The pg_cron
+    jobs are shared: paused once, through `connect`; a pause command runs on each runner."""
     parts: list[Intake] = []
     if options.pause_cron_jobs:
         parts.append(

@@ -1,7 +1,7 @@
 """Reading a drain's status file back (`leaseguard status`): the snapshot, or why not.
 
 A file whose writer is gone while it still says `running` is stale; a reused pid is told
-apart by the process's start time.
+apart by the process's start time. drain_status writes the file.
 """
 
 from __future__ import annotations
@@ -10,10 +10,12 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from leaseguard.orchestration.drain import COUNTER_NAMES
-from leaseguard.orchestration.drain_snapshot import FINISHED, INTERRUPTED, RUNNING, SCOPE
+
+SCOPE = "process_lifetime"
+RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 
 
 def read_status(path: str | Path) -> dict[str, Any]:
@@ -22,24 +24,20 @@ def read_status(path: str | Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return unavailable(path, "no status file (no drain has written one here)")
+        return _unavailable(path, "no status file (no drain has written one here)")
     except (OSError, UnicodeDecodeError) as exc:
-        return unavailable(path, f"status file unreadable ({type(exc).__name__})")
+        return _unavailable(path, f"status file unreadable ({type(exc).__name__})")
     try:
         snapshot = json.loads(text)
     except ValueError:
-        return unavailable(path, "status file is not valid JSON")
+        return _unavailable(path, "status file is not valid JSON")
     problem = _shape_problem(snapshot)
     if problem:
-        return unavailable(path, f"status file is not a leaseguard drain status ({problem})")
-    if snapshot["state"] == RUNNING and not writer_alive(
-        snapshot["pid"], snapshot.get("pid_started")
-    ):
-        return unavailable(
-            path,
-            f"stale: writer pid {snapshot['pid']} is gone and the drain did not finish",
-            last=snapshot,
-        )
+        return _unavailable(path, f"status file is not a leaseguard drain status ({problem})")
+    pid = snapshot["pid"]
+    if snapshot["state"] == RUNNING and not writer_alive(pid, snapshot.get("pid_started")):
+        stale = f"stale: writer pid {pid} is gone and the drain did not finish"
+        return {**_unavailable(path, stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}
 
 
@@ -51,25 +49,22 @@ def _shape_problem(snapshot: Any) -> str | None:
     if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
         return "unknown state"
     pid = snapshot.get("pid")
-    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+    if not _whole(pid) or pid <= 0:
         return "no writer pid"
     counters = snapshot.get("counters")
     if not isinstance(counters, dict) or not all(
-        _non_negative(counters.get(name)) for name in COUNTER_NAMES
+        _whole(n := counters.get(name)) and n >= 0 for name in COUNTER_NAMES
     ):
         return "counters missing or negative"
     return None
 
 
-def _non_negative(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _whole(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def unavailable(path: Path, reason: str, last: dict[str, Any] | None = None) -> dict[str, Any]:
-    found: dict[str, Any] = {"available": False, "reason": reason, "path": str(path)}
-    if last is not None:
-        found["last_snapshot"] = {**last, "available": False}
-    return found
+def _unavailable(path: Path, reason: str) -> dict[str, Any]:
+    return {"available": False, "reason": reason, "path": str(path)}
 
 
 def writer_alive(pid: int, started: Any = None) -> bool:

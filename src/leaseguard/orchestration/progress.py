@@ -10,7 +10,7 @@ from leaseguard.core.verdict import Verdict
 _WIDTH = 24
 
 
-def _clock(seconds: float) -> str:
+def _clock(seconds: float) -> str:  # H:MM:SS
     seconds = max(int(seconds), 0)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
