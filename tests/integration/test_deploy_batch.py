@@ -1,0 +1,148 @@
+"""deploy.yml with several hosts per batch (serial > 1): the batch is judged by ONE task, each
+host by its own facts, one database connection for them all; every host then restarts.
+
+Real ansible-playbook on local-connection hosts, each with its own worker process (its task
+timeout in its environment, its start time the process's), restarted by a command.
+"""
+
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from leaseguard.core.lookups import parse_process_start, process_start_argv
+from sandbox.runs_table import create_runs_table
+from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+JUDGE = "Judge the claims by the system's own lease"
+RESTART = "Restart the runtime and check that its start time moved forward"
+HOSTS = ("app1", "app2", "app3")
+# The play's serial is read from the play's own variables (extra vars), not the inventory.
+SERIAL = {"leaseguard_deploy_serial": len(HOSTS)}
+WORKER = "APP_TASK_TIMEOUT_S=3600 setsid sleep 600 >/dev/null 2>&1 & echo $! > {pid}"
+
+
+@pytest.fixture
+def batch(db, tmp_path):
+    with db.connect() as conn:
+        create_runs_table(conn)
+    hosts = {}
+    for host in HOSTS:
+        pid = tmp_path / f"{host}.pid"
+        subprocess.run(["sh", "-c", WORKER.format(pid=pid)], check=True)
+        source = {"source": "process", "pid_file": str(pid)}
+        hosts[host] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "leaseguard_task_timeout": source,
+            "leaseguard_runtime": source,
+            "leaseguard_restart_method": "command",
+            "leaseguard_restart_command": [
+                "sh",
+                "-c",
+                f"kill $(cat {pid}); " + WORKER.format(pid=pid),
+            ],
+        }
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        hosts,
+        leaseguard_db_host=db.cluster.host,
+        leaseguard_db_port=db.cluster.port,
+        leaseguard_db_name=db.name,
+        leaseguard_db_user="postgres",
+        leaseguard_drain_poll_s=0.2,
+    )
+    yield inventory
+    for host in HOSTS:
+        subprocess.run(["sh", "-c", f"kill $(cat {tmp_path / host}.pid)"], check=False)
+
+
+def guard_backends(db):
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'leaseguard'"
+        ).fetchone()
+    return row[0]
+
+
+def test_a_batch_waits_as_one_judgment_over_one_connection_then_every_host_restarts(
+    db, batch, tmp_path
+):
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    seen, done = [], threading.Event()
+
+    def watch_then_finish():
+        began = time.monotonic()
+        while not done.wait(0.05):
+            seen.append(guard_backends(db))
+            if seen[-1] and time.monotonic() - began > 1:  # the drain is waiting
+                with db.connect() as conn:
+                    conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+    watcher = threading.Thread(target=watch_then_finish)
+    watcher.start()
+    try:
+        run = run_playbook(
+            "leaseguard.deploy.deploy",
+            batch,
+            tmp_path,
+            extra_vars={"leaseguard_on_busy": "wait", **SERIAL},
+        )
+    finally:
+        done.set()
+        watcher.join()
+    assert run.returncode == 0, run.stdout[-5000:]
+    judged = {h: r for h, r in run.results(JUDGE).items() if not r.get("skipped")}
+    assert list(judged) == ["app1"]  # one task for the whole batch
+    verdicts = judged["app1"]["hosts"]
+    assert sorted(verdicts) == list(HOSTS)
+    for verdict in verdicts.values():
+        assert verdict["decision"] == "proceed"
+        assert verdict["drain"]["counters"]["leases_ended"] == 1  # each host waited for it
+    assert max(seen) == 1, seen  # one connection for the batch, not one per fork
+    restarted = run.results(RESTART)
+    assert sorted(restarted) == list(HOSTS)
+    assert all(r["changed"] for r in restarted.values())
+
+
+def started(pid_file):
+    pid = pid_file.read_text().strip()
+    return parse_process_start(
+        subprocess.check_output(["sh", "-c", process_start_argv(int(pid))[2]], text=True), "pid"
+    )
+
+
+def test_a_batch_defers_each_host_by_its_own_facts(db, batch, tmp_path):
+    """A claim made before app2's worker started but after the others': live on app1 and
+    app3 (defer), an orphan on app2 (it restarts). A process's start is known to a second
+    (/proc/stat's btime): the claim is taken over two seconds from either start."""
+    pid = tmp_path / "app2.pid"
+    apart = timedelta(seconds=2.5)
+    assert wait_until(lambda: datetime.now(UTC) - started(tmp_path / "app1.pid") > apart)
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    claimed = datetime.now(UTC)
+    assert wait_until(lambda: datetime.now(UTC) - claimed > apart)
+    subprocess.run(["sh", "-c", f"kill $(cat {pid}); " + WORKER.format(pid=pid)], check=True)
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_clock_skew_s": 0, **SERIAL},
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    verdicts = run.result(JUDGE, "app1")["hosts"]
+    decisions = {host: v["decision"] for host, v in verdicts.items()}
+    assert decisions == {"app1": "defer", "app2": "proceed", "app3": "defer"}
+    assert verdicts["app2"]["counts"]["orphaned"] == 1
+    assert sorted(run.results(RESTART)) == ["app2"]
