@@ -1,14 +1,19 @@
-"""Item 3: a fleet - `fab -H h1..hN guard` and `ansible-playbook` (guard role, forks 25) over
-1, 20 and 50 hosts, side by side in one run.
+"""Item 3: a fleet - what a deploy guard costs the protected database and the operator, for
+1, 20 and 50 hosts, on both fronts, side by side in one run.
 
-Every host is its own network namespace with its own sshd and nothing else: no container per
-host, so that 2 cores can hold 50 of them. The per-host lookups are real and run on each host
-over SSH - the task timeout from an env file, the runtime's start from a pid file's process
-(`env_file` and `process` sources) - and every host judges the one shared PostgreSQL (in the
-root namespace) through its own SSH tunnel, as the app servers of a fleet share a database.
-The fronts and the sizes rotate within every repetition, so load drift hits them all alike.
-Besides wall time, each run's controller CPU (user + system of the `fab` or
-`ansible-playbook` process and everything it waited for) is recorded.
+Every host is its own network namespace with its own sshd and nothing else (2 cores hold 50
+of them); the lookups are real and run on each host over SSH (the task timeout from an env
+file, the runtime's start from a pid file's process), and one PostgreSQL in the root
+namespace serves the whole fleet, as the app servers of a fleet share a database.
+
+Measured, per front and fleet size:
+- backends held on the database while a drain waits (sampled from pg_stat_activity);
+- polls per second at the database (its committed transactions in the drain's database,
+  over the drain's span: the fleet's one query per poll, whatever the number of hosts);
+- time from the start until every host has its first verdict (the status file, read as the
+  drain writes it), beside the time Fabric alone takes to reach every host;
+- the per-extra-host cost of `fab guard` and `fab drain` against Fabric alone running `true`
+  on the same hosts (a fabric ThreadingGroup).
 """
 
 from __future__ import annotations
@@ -16,51 +21,41 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median, spread
+from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median
 from benchmarks.infra import (
     FAB_CWD,
-    LIVE_ROWS,
     Fleet,
     create_active_rows,
     create_database,
     drop_database,
     fab_argv,
     fab_env,
-    grow_history,
-    vacuum_and_index,
 )
 from sandbox.ansible_env import ansible_env
 
 DBNAME = "bench_fleet"
-HISTORY_ROWS = 100_000
-FORKS = 25
 FRONTS = ("fab", "ansible")
-TARGETS = {20: 2.0, 50: 3.0}
-JUDGE_TASK = "Judge the claims by the system's own lease"
-
-GATE_PLAY = """
-- name: The gate over the fleet
-  hosts: app
-  gather_facts: false
-  roles:
-    - role: leaseguard.deploy.guard
+POLL_S = 0.5
+DRAIN_S = 4.0  # each measured drain waits this long on a live claim, then ends (exit 75)
+FORKS = 25
+FABRIC_ALONE = """
+import sys
+from fabric import ThreadingGroup
+hosts, key, known_hosts = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+group = ThreadingGroup(*hosts, connect_kwargs={"key_filename": key})
+for connection in group:
+    connection.client.load_host_keys(known_hosts)
+group.run("true", hide=True)
 """
-
-
-@dataclass
-class Run:
-    wall_s: float
-    cpu_s: float  # the controller process and every child it waited for
 
 
 def run_bench(
@@ -71,23 +66,18 @@ def run_bench(
     log: Callable[[str], None],
     fronts: tuple[str, ...] = FRONTS,
 ) -> tuple[Section, list[Finding]]:
-    """`fronts`: a subset of FRONTS, e.g. ("fab",) to measure one front's change alone."""
     create_database(fleet.db, DBNAME)
     try:
         with fleet.db.connect(DBNAME, socket=True) as conn:
             create_active_rows(conn)
-            grow_history(conn, HISTORY_ROWS)
-            vacuum_and_index(conn)
-        return _measure(fleet, workdir, 2 if quick else 4, log, fronts)
+        return _measure(fleet, workdir, 2 if quick else 3, log, fronts)
     finally:
         drop_database(fleet.db, DBNAME)
 
 
 def _lookups(workdir: Path) -> dict[str, Any]:
-    """An env file and a pid file every host reads over SSH (namespaces share the files).
-
-    The runtime is this benchmark's own process, started before the live claims were made.
-    """
+    """An env file and a pid file every host reads over SSH (namespaces share the files);
+    the runtime is this process, started before the live claims were made."""
     env_file, pid_file = workdir / "app.env", workdir / "app.pid"
     env_file.write_text("APP_TASK_TIMEOUT_S=3600\n")
     pid_file.write_text(f"{os.getpid()}\n")
@@ -119,31 +109,82 @@ def _inventory(fleet: Fleet, workdir: Path, lookups: dict[str, Any], n: int) -> 
         "leaseguard_db_user": "postgres",
         "leaseguard_task_timeout": lookups["task_timeout"],
         "leaseguard_runtime": lookups["runtime"],
+        "leaseguard_drain_poll_s": POLL_S,
+        "leaseguard_drain_deadline_s": DRAIN_S,
+        "leaseguard_drain_status_file": str(workdir / f"ansible-status-{n}.json"),
     }
     path.write_text(yaml.safe_dump({"app": {"hosts": hosts, "vars": group}}))
     return path
 
 
-def measured(
-    argv: list[str], *, cwd: Path, env: dict[str, str], timeout: float
-) -> tuple[Run, int, str, str]:
-    """Run `argv` to its end: wall time and its CPU time (wait4's rusage)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        start = time.perf_counter()
-        process = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
-        killer = threading.Timer(timeout, process.kill)
-        killer.start()
-        try:
-            # wait4, not Popen.wait: it returns the child's resource usage too.
-            _, status, usage = os.wait4(process.pid, 0)
-        finally:
-            killer.cancel()
-        process.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        run = Run(wall, usage.ru_utime + usage.ru_stime)
-        return run, process.returncode, out.read(), err.read()
+class DatabaseWatch(threading.Thread):
+    """While a drain runs: the guard's backends (every 50 ms) and the drain database's
+    committed transactions, read from another database so the watch adds none."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        super().__init__(daemon=True)
+        self.fleet, self.stop, self.backends = fleet, threading.Event(), [0]
+
+    def commits(self) -> int:
+        with self.fleet.db.connect(socket=True) as conn:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", (DBNAME,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def run(self) -> None:
+        with self.fleet.db.connect(socket=True) as conn:
+            while not self.stop.wait(0.05):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                    "AND application_name LIKE 'leaseguard%%'",
+                    (DBNAME,),
+                ).fetchone()
+                self.backends.append(int(row[0]) if row else 0)
+
+
+def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, str]:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return time.perf_counter() - start, done.stdout
+
+
+def _drain(
+    argv: list[str], cwd: Path, env: dict[str, str], status: Path, fleet: Fleet, n: int
+) -> dict[str, float]:
+    """One drain on a live claim: its figures at the database and its first verdicts."""
+    status.unlink(missing_ok=True)
+    watch = DatabaseWatch(fleet)
+    before = watch.commits()
+    watch.start()
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    first = None
+    while process.poll() is None:
+        if first is None and _every_host_judged(status, n):
+            first = time.perf_counter() - start
+        time.sleep(0.02)
+    wall = time.perf_counter() - start
+    watch.stop.set()
+    watch.join()
+    commits = watch.commits() - before
+    return {
+        "backends": max(watch.backends),
+        "polls_per_s": commits / wall,
+        "first_verdicts_s": first if first is not None else float("nan"),
+        "wall_s": wall,
+    }
+
+
+def _every_host_judged(status: Path, n: int) -> bool:
+    try:
+        rows = json.loads(status.read_text())["drains"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return len(rows) == n and all(row["counters"]["polls"] >= 1 for row in rows)
 
 
 def _measure(
@@ -151,134 +192,176 @@ def _measure(
 ) -> tuple[Section, list[Finding]]:
     lookups = _lookups(workdir)
     config = _fab_config(fleet, workdir, lookups)
-    playbook = workdir / "gate_fleet.yml"
-    playbook.write_text(GATE_PLAY)
     sizes = sorted({1, min(20, len(fleet.hosts)), len(fleet.hosts)})
     inventories = {n: _inventory(fleet, workdir, lookups, n) for n in sizes}
-    runs: dict[tuple[str, int], list[Run]] = {(f, n): [] for f in fronts for n in sizes}
-    problems: list[str] = []
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {}
 
-    def fab(n: int) -> Run:
+    def alone(n: int) -> dict[str, float]:
+        argv = [
+            sys.executable,
+            "-c",
+            FABRIC_ALONE,
+            ",".join(fleet.targets(n)),
+            str(fleet.key_path),
+            str(fleet.known_hosts),
+        ]
+        return {"wall_s": _timed(argv, FAB_CWD, fab_env())[0]}
+
+    def fab_guard(n: int) -> dict[str, float]:
         argv = fab_argv(config, fleet.key_path, fleet.targets(n), "guard")
-        run, code, out, err = measured(argv, cwd=FAB_CWD, env=fab_env(), timeout=300)
-        defers = sum("decision=defer" in line for line in out.splitlines())
-        if code != 75 or defers != n:
-            others = [line for line in out.splitlines() if "decision=defer" not in line]
-            said = " | ".join([*others[-3:], err[-300:]])
-            problems.append(f"fab, {n} hosts: exit {code}, {defers}/{n} defer: {said}")
-        return run
+        return {"wall_s": _timed(argv, FAB_CWD, fab_env())[0]}
 
-    def ansible(n: int) -> Run:
-        work = Path(tempfile.mkdtemp(prefix="ansible-", dir=workdir))
-        argv = ["ansible-playbook", "-f", str(FORKS), "-i", str(inventories[n]), str(playbook)]
-        run, code, out, _ = measured(argv, cwd=REPO, env=ansible_env(work), timeout=600)
-        decisions = _decisions(work / "results.json")
-        defers = sum(d == "defer" for d in decisions.values())
-        if code != 0 or defers != n:
-            problems.append(f"ansible, {n} hosts: exit {code}, {defers}/{n} defer: {out[-300:]}")
-        return run
-
-    run_front = {"fab": fab, "ansible": ansible}
-    for front in fronts:  # warm-up: caches, ansible's collection loading
-        run_front[front](sizes[-1])
-    for rep in range(reps):
-        order = [(f, n) for n in sizes for f in fronts]
-        for front, n in order if rep % 2 == 0 else list(reversed(order)):
-            runs[(front, n)].append(run_front[front](n))
-        log(f"  fleet: round {rep + 1}/{reps}")
-    log(
-        "  fleet: "
-        + ", ".join(
-            f"{f} {n} hosts {fmt_s(median([r.wall_s for r in runs[(f, n)]]))}"
-            for f in fronts
-            for n in sizes
+    def fab_drain(n: int) -> dict[str, float]:
+        status = workdir / f"fab-status-{n}.json"
+        argv = fab_argv(
+            config,
+            fleet.key_path,
+            fleet.targets(n),
+            "drain",
+            "--poll-s",
+            str(POLL_S),
+            "--deadline-s",
+            str(DRAIN_S),
+            "--status-file",
+            str(status),
         )
-    )
-    return _report(runs, sizes, reps, problems, fronts)
+        return _drain(argv, FAB_CWD, fab_env(), status, fleet, n)
+
+    def ansible_drain(n: int) -> dict[str, float]:
+        work = Path(workdir / f"ansible-{n}")
+        work.mkdir(exist_ok=True)
+        argv = [
+            "ansible-playbook",
+            "-f",
+            str(FORKS),
+            "-i",
+            str(inventories[n]),
+            "playbooks/drain.yml",
+        ]
+        status = workdir / f"ansible-status-{n}.json"
+        return _drain(argv, REPO, ansible_env(work), status, fleet, n)
+
+    kinds: dict[str, Callable[[int], dict[str, float]]] = {"fabric alone": alone}
+    if "fab" in fronts:
+        kinds.update({"fab guard": fab_guard, "fab drain": fab_drain})
+    if "ansible" in fronts:
+        kinds["ansible drain.yml"] = ansible_drain
+    for measure in kinds.values():  # warm-up: caches, ansible's collection loading
+        measure(sizes[-1])
+    for rep in range(reps):
+        order = [(kind, n) for n in sizes for kind in kinds]
+        for kind, n in order if rep % 2 == 0 else list(reversed(order)):
+            runs.setdefault((kind, n), []).append(kinds[kind](n))
+        log(f"  fleet: round {rep + 1}/{reps}")
+    return _report(runs, sizes, reps, list(kinds))
 
 
-def _decisions(results: Path) -> dict[str, str]:
-    """Each host's decision from the results_file callback's report of the judge task."""
-    found: dict[str, str] = {}
-    try:
-        report = json.loads(results.read_text())
-    except (OSError, ValueError):
-        return found
-    for play in report.get("plays", []):
-        for task in play.get("tasks", []):
-            if task["task"]["name"].rpartition(" : ")[2] == JUDGE_TASK:
-                for host, result in task["hosts"].items():
-                    found[host] = str(result.get("decision"))
-    return found
+def _med(runs: list[dict[str, float]], key: str) -> float:
+    return median([r[key] for r in runs])
+
+
+def _per_extra_host(
+    runs: dict[tuple[str, int], list[dict[str, float]]], kind: str, n: int
+) -> float:
+    return (_med(runs[(kind, n)], "wall_s") - _med(runs[(kind, 1)], "wall_s")) / (n - 1)
 
 
 def _report(
-    runs: dict[tuple[str, int], list[Run]],
+    runs: dict[tuple[str, int], list[dict[str, float]]],
     sizes: list[int],
     reps: int,
-    problems: list[str],
-    fronts: tuple[str, ...],
+    kinds: list[str],
 ) -> tuple[Section, list[Finding]]:
     section = Section(
-        f"3. A fleet: `fab guard` and `ansible-playbook` (guard role, forks {FORKS}) over "
-        "1..N hosts",
+        "3. A fleet: the database's load and the operator's wait, 1..N hosts",
         [
-            "front",
+            "run",
             "hosts",
             "median wall time",
-            "min..max",
-            "vs 1 host",
-            "per extra host",
-            "controller CPU",
+            "per extra host (vs Fabric alone)",
+            "backends held",
+            "polls/s at the database",
+            "every host's first verdict",
         ],
     )
     findings: list[Finding] = []
-    for front in fronts:
-        one = median([r.wall_s for r in runs[(front, 1)]])
+    for kind in kinds:
         for n in sizes:
-            got = runs[(front, n)]
-            wall = median([r.wall_s for r in got])
-            cpu = median([r.cpu_s for r in got])
-            extra = fmt_s((wall - one) / (n - 1)) if n > 1 else "-"
+            got = runs[(kind, n)]
+            per_host = "-"
+            if n > 1:
+                mine, plain = (
+                    _per_extra_host(runs, kind, n),
+                    _per_extra_host(runs, "fabric alone", n),
+                )
+                per_host = (
+                    f"{fmt_s(mine)} ({fmt_ratio(mine / plain)})"
+                    if kind != "fabric alone"
+                    else fmt_s(mine)
+                )
+            drained = "backends" in got[0]
             section.rows.append(
                 [
-                    front,
+                    kind,
                     str(n),
-                    fmt_s(wall),
-                    spread([r.wall_s for r in got]),
-                    fmt_ratio(wall / one),
-                    extra,
-                    f"{fmt_s(cpu)} ({cpu / wall:.2f} CPUs)",
+                    fmt_s(_med(got, "wall_s")),
+                    per_host,
+                    str(max(int(r["backends"]) for r in got)) if drained else "-",
+                    f"{_med(got, 'polls_per_s'):.2f}" if drained else "-",
+                    fmt_s(_med(got, "first_verdicts_s")) if drained else "-",
                 ]
             )
-            target = TARGETS.get(n)
-            if target is None:
-                continue
-            bad = [p for p in problems if p.startswith(f"{front}, {n} hosts")]
+            if drained:
+                findings += _drain_findings(runs, kind, n)
+        if kind.startswith("fab ") and sizes[-1] > 1:
+            n = sizes[-1]
+            ratio = _per_extra_host(runs, kind, n) / _per_extra_host(runs, "fabric alone", n)
             findings.append(
                 Finding(
                     "3. fleet",
-                    f"{front}: {n} hosts vs 1 host (median wall time)",
-                    f"{fmt_s(wall)} vs {fmt_s(one)} ({fmt_ratio(wall / one)})",
-                    f"<= {target:.2f}x",
-                    wall / one <= target and not bad,
-                    f"controller CPU {fmt_s(cpu)} on {os.cpu_count() or 1} CPUs shared with "
-                    "every host's sshd and the database"
-                    + ("; all decisions as expected" if not bad else "; unexpected decisions"),
+                    f"{kind}: per extra host vs Fabric alone running `true` ({n} hosts)",
+                    fmt_ratio(ratio),
+                    "<= 1.20x",
+                    ratio <= 1.2,
                 )
             )
     section.notes += [
-        f"{reps} repetitions, every front and size rotated within each repetition (order "
-        "reversed every other one), after one warm-up run of each front. `fab`: a whole "
-        "`python -m fabric -H h1,...,hN guard` process (SSH connection, the lookups, a tunnel "
-        "and one check per host). `ansible`: a whole `ansible-playbook -f "
-        f"{FORKS}` process running the guard role (one lease_guard task per host: the "
-        "lookups as one command on the host, the check through its tunnel). Every host's "
-        f"decision must be defer ({LIVE_ROWS} live claims).",
-        "Hosts: a network namespace with sshd only; lookups `env_file` (the task timeout) and "
-        "`process` (the runtime's start from a pid file) run on each host over SSH. One "
-        "PostgreSQL for all, reached through each host's own tunnel.",
+        f"{reps} repetitions, every run and size rotated within each repetition (order reversed "
+        f"every other one), after one warm-up of each. Drains wait {DRAIN_S:g} s on a live claim "
+        f"(poll {POLL_S:g} s) and end at their deadline. Fabric alone: a ThreadingGroup running "
+        "`true` on the same hosts with the same key and known_hosts.",
+        "Polls/s at the database: the drain database's committed transactions over the drain's "
+        f"wall time (one poll is one transaction; one poll interval is {1 / POLL_S:g}/s), the "
+        "session's one-time reads included. Every host's first verdict: from the process start "
+        "until the status file has a row with a poll for every host.",
     ]
-    if problems:
-        section.notes.append("Unexpected outcomes: " + "; ".join(sorted(set(problems))[:6]))
     return section, findings
+
+
+def _drain_findings(
+    runs: dict[tuple[str, int], list[dict[str, float]]], kind: str, n: int
+) -> list[Finding]:
+    got = runs[(kind, n)]
+    backends = max(int(r["backends"]) for r in got)
+    polls = _med(got, "polls_per_s")
+    first = _med(got, "first_verdicts_s")
+    reach = _med(runs[("fabric alone", n)], "wall_s")
+    fab = kind.startswith("fab")
+    return [
+        Finding("3. fleet", f"{kind}, {n} hosts: backends held", str(backends), "1", backends == 1),
+        Finding(
+            "3. fleet",
+            f"{kind}, {n} hosts: polls/s at the database",
+            f"{polls:.2f}",
+            f"about {1 / POLL_S:g}/s (one per poll interval)",
+            polls <= 1.5 / POLL_S,
+        ),
+        Finding(
+            "3. fleet",
+            f"{kind}, {n} hosts: every host's first verdict",
+            fmt_s(first),
+            f"<= Fabric alone reaching every host ({fmt_s(reach)}) + one poll",
+            first <= reach + POLL_S if fab else None,
+            "" if fab else "ansible-playbook's own start and its lookup task come first",
+        ),
+    ]

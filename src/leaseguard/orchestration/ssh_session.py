@@ -35,12 +35,12 @@ def ssh_session(
 ) -> Iterator[GuardSession]:
     """A session over SSH: the tunnel to the database, then the lookups (one exec).
 
-    Failures come in the order of the steps: the SSH connection's, the tunnel's (its probe
-    of the database address from the host), the lookups'. No database connection is opened
-    here: a fleet judges its hosts over one connection (`GuardSession` with every host's
-    facts), a host alone on its first judgment.
+    No database connection is opened here, nor probed: a fleet judges its hosts over one
+    connection, through one host's tunnel (`GuardSession` with every host's facts), and a
+    host alone on its first judgment. A database address the host cannot reach fails that
+    connection at once, naming the tunnel's cause (`DatabaseTunnel.failure`).
     """
-    with tunnelled(connection, conninfo, address) as (tunnelled_dsn, tunnel):
+    with tunnelled(connection, conninfo, address, probe=False) as (tunnelled_dsn, tunnel):
         runner = FabricRunner(connection)
         looked_up = look_up_host(contract, runner, **given)
         session = GuardSession(
