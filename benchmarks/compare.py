@@ -11,6 +11,8 @@ same hosts, databases and sandbox, alternately: which goes first flips every rou
 from __future__ import annotations
 
 import argparse
+import operator
+import os
 import subprocess
 import sys
 import tempfile
@@ -53,14 +55,18 @@ def prepare(rev: str) -> Install:
     return Install(root)
 
 
-def alternate(
-    reps: int, names: list[str], measure: Callable[[str], float]
-) -> dict[str, list[float]]:
-    """`reps` rounds of measure(name) for every name; which goes first flips every round."""
-    got: dict[str, list[float]] = {name: [] for name in names}
-    for rep in range(reps):
+Runs = dict[str, list[tuple[float, float]]]  # install -> one (x, y) per round
+
+
+def alternate(reps: int, names: list[str], measure: Callable[[str], tuple[float, float]]) -> Runs:
+    """A warm-up round, then `reps` rounds of measure(name) for every name; which goes first
+    flips every round."""
+    got: Runs = {name: [] for name in names}
+    for rep in range(reps + 1):
         for name in names[:: 1 if rep % 2 == 0 else -1]:
-            got[name].append(measure(name))
+            result = measure(name)
+            if rep:  # round 0 warms up caches, ssh masters, the page cache
+                got[name].append(result)
     return got
 
 
@@ -69,48 +75,40 @@ def measure_all(installs: dict[str, Install], reps: int, work: Path) -> dict[str
     names = list(installs)
     figures: dict[str, dict[str, float]] = {}
 
-    def ratio(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, float]:
-        return {k: median(a[k]) / median(b[k]) for k in names}
+    def add(figure: str, runs: Runs, of: Callable[[float, float], float]) -> None:
+        # Ratios are per round, of two runs made back to back: a burst of load hits both.
+        figures[figure] = {k: median([of(x, y) for x, y in runs[k]]) for k in names}
+        log(f"  {figure}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures[figure].items()))
 
-    def add(figure: str, values: dict[str, float]) -> None:
-        figures[figure] = values
-        log(f"  {figure}: " + ", ".join(f"{k} {v:.3f}" for k, v in values.items()))
-
-    with ExitStack() as stack:
-        with stopwatch(f"fleet of {FLEET_SIZE} hosts; `fab drain` over it and over one", log):
-            hosts = stack.enter_context(fleet(work / "fleet", None, FLEET_SIZE))
-            stack.enter_context(runs_database(hosts.db, FLEET_DB, live=0))
+    ratio, first = operator.truediv, lambda x, y: x
+    with stopwatch(f"fleet of {FLEET_SIZE} hosts: `fab drain` over it and over one", log):
+        with (
+            fleet(work / "fleet", None, FLEET_SIZE) as hosts,
+            runs_database(hosts.db, FLEET_DB, live=0),
+        ):
             config = fleet_fab_config(hosts, work, FLEET_DB)
 
-            def drain(n: int) -> Callable[[str], float]:
-                def timed(name: str) -> float:
-                    fab = installs[name].fab(config, hosts.key_path, hosts.targets(n), "drain")
-                    start = time.perf_counter()
-                    run(fab, cwd=installs[name].root, env=installs[name].env(), check=True)
-                    return time.perf_counter() - start
+            def drain(name: str, n: int) -> float:
+                fab = installs[name].fab(config, hosts.key_path, hosts.targets(n), "drain")
+                start = time.perf_counter()
+                run(fab, cwd=installs[name].root, env=installs[name].env(), check=True)
+                return time.perf_counter() - start
 
-                return timed
+            drains = alternate(reps, names, lambda k: (drain(k, FLEET_SIZE), drain(k, 1)))
+        add(f"`fab drain` {FLEET_SIZE} hosts / 1 host", drains, ratio)
+        add(f"`fab drain` {FLEET_SIZE} hosts (s)", drains, first)
 
-            drain(FLEET_SIZE)("after")  # warm-up
-            one, many = alternate(reps, names, drain(1)), alternate(reps, names, drain(FLEET_SIZE))
-        add(f"`fab drain` {FLEET_SIZE} hosts / 1 host", ratio(many, one))
-        add(f"`fab drain` {FLEET_SIZE} hosts (s)", {k: median(many[k]) for k in names})
-
-    with stopwatch("Ansible gated restart vs a plain restart", log), ExitStack() as stack:
-        inventory, password = stack.enter_context(bench_ansible.ansible_sandbox(work))
-        (work / "plain.yml").write_text(bench_ansible.PLAIN)
-        plays = {k: bench_ansible.player(i, work, inventory, password) for k, i in installs.items()}
-        plain: dict[str, list[float]] = {k: [] for k in names}
-
-        def gated(name: str) -> float:  # each right after a plain restart
-            plain[name].append(plays[name](work / "plain.yml"))
-            return plays[name](installs[name].root / "playbooks" / "deploy.yml")
-
-        alternate(1, names, gated)  # warm-up: ssh's ControlPersist master, caches
-        for values in plain.values():
-            values.clear()
-        gates = alternate(reps, names, gated)
-        add("Ansible gated restart / plain restart", ratio(gates, plain))
+    with stopwatch("Ansible gated restart vs a plain restart", log):
+        with bench_ansible.ansible_sandbox(work) as (inventory, password):
+            (work / "plain.yml").write_text(bench_ansible.PLAIN)
+            play = {
+                k: bench_ansible.player(i, work, inventory, password) for k, i in installs.items()
+            }
+            deploy = {k: i.root / "playbooks" / "deploy.yml" for k, i in installs.items()}
+            plays = alternate(
+                reps, names, lambda k: (play[k](deploy[k]), play[k](work / "plain.yml"))
+            )
+        add("Ansible gated restart / plain restart", plays, ratio)
 
     with ExitStack() as stack:
         with stopwatch("podman engine, backend container, harness host", log):
@@ -122,24 +120,28 @@ def measure_all(installs: dict[str, Install], reps: int, work: Path) -> dict[str
             guards["shell"] = bench_one_host.shell_guard(host, work)
             with runs_database(host.pg, bench_one_host.DBNAME):
                 times, decisions = bench_one_host.race(host, guards, reps)
-            wrong = {k: v for k, v in decisions.items() if v != {k[1]}}
-            if wrong:
+            if wrong := {k: v for k, v in decisions.items() if v != {k[1]}}:
                 raise RuntimeError(f"unexpected guard decisions: {wrong}")
-        add("`fab guard` / shell guard", ratio(times, {k: times["shell"] for k in names}))
-        add("`fab guard` (s)", {k: median(times[k]) for k in names})
+        pairs = {k: list(zip(times[k], times["shell"], strict=True)) for k in names}
+        add("`fab guard` / shell guard", pairs, ratio)
+        add("`fab guard` (s)", pairs, first)
         with (
             stopwatch("drain reaction after a lease ends", log),
             runs_database(host.pg, bench_drain.DBNAME, live=1),
         ):
-            ends = alternate(reps, names, lambda k: bench_drain.reaction(installs[k], host, work))
-        add("drain reaction after a lease ends (s)", {k: median(ends[k]) for k in names})
+            # A poll interval's sleep dominates it, and it varies little: a third of the rounds.
+            reaction = bench_drain.reaction
+            ends = alternate(
+                max(2, reps // 3), names, lambda k: (reaction(installs[k], host, work), 0)
+            )
+        add("drain reaction after a lease ends (s)", ends, first)
     return figures
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__)
     parser.add_argument("--before", required=True, help="git revision to compare against")
-    parser.add_argument("--reps", type=int, default=5, help="rounds per figure")
+    parser.add_argument("--reps", type=int, default=9, help="rounds per figure")
     parser.add_argument("--output", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     interrupt_on_sigterm()
@@ -154,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     head = (
         f"Before: {args.before}; after: this checkout. Medians of {args.reps} alternating rounds "
-        f"in one run of {(time.time() - started) / 60:.1f} min."
+        f"({max(2, args.reps // 3)} for the reaction) in one run of "
+        f"{(time.time() - started) / 60:.1f} min; load average at the end "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs."
     )
     text = head + "\n\n" + markdown_table(["figure", "before", "after", "change"], rows) + "\n"
     if args.output:
