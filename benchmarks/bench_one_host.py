@@ -1,17 +1,13 @@
-"""Item 2: one host end to end - `fab guard` against the hand-written shell guard.
-
-Both do the same work on the harness host `pg1` (sshd in a namespace, the podman engine
-behind `docker`, PostgreSQL on the host's own loopback): look up the task timeout and the
-container's start with `docker inspect backend`, open an SSH tunnel, judge the table. The
-runs rotate so that drift in the machine's load hits all guards alike, and their decisions
-are compared on a table that must defer and on one that must proceed.
-"""
+"""Item 2: one host end to end - `fab guard` against the hand-written shell guard, both
+doing the same work on the harness host `pg1` (`docker inspect backend`, an SSH tunnel, the
+judgment), rotated, on a table that must defer and on one that must proceed."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median, run, spread
 from benchmarks.infra import PARAMIKO_KEX, Install, fab_on_host, runs_database, set_live
@@ -28,14 +24,17 @@ SAME_KEX = "shell guard, fab's kex"
 Guard = Callable[[], str]  # runs one guard, returns its decision
 
 
-def fab_guard(install: Install, host: AppHost, workdir: Path) -> Guard:
-    argv = fab_on_host(install, host, DBNAME, workdir, "guard")
-
+def _guard(argv: Callable[[], list[str]], **kwargs: Any) -> Guard:
     def guard() -> str:
-        done = run(argv, cwd=install.root, env=install.env(), timeout=120)
-        return DECISIONS.get(done.returncode, f"failed({done.returncode})")
+        code = run(argv(), timeout=120, **kwargs).returncode
+        return DECISIONS.get(code, f"failed({code})")
 
     return guard
+
+
+def fab_guard(install: Install, host: AppHost, workdir: Path) -> Guard:
+    argv = fab_on_host(install, host, DBNAME, workdir, "guard")
+    return _guard(lambda: argv, cwd=install.root, env=install.env())
 
 
 def shell_guard(host: AppHost, workdir: Path, kex: str | None = None) -> Guard:
@@ -44,12 +43,8 @@ def shell_guard(host: AppHost, workdir: Path, kex: str | None = None) -> Guard:
         ssh_config = workdir / f"ssh-config-{kex}-{host.sshd.alias}"
         ssh_config.write_text(f"KexAlgorithms {kex}\nInclude {host.ssh_config_path}\n")
 
-    def guard() -> str:
-        argv = ["bash", str(SHELL_GUARD), str(ssh_config), host.sshd.alias, DBNAME]
-        done = run([*argv, str(free_port())], env=clean_env(), timeout=120)
-        return DECISIONS.get(done.returncode, f"failed({done.returncode})")
-
-    return guard
+    argv = ["bash", str(SHELL_GUARD), str(ssh_config), host.sshd.alias, DBNAME]
+    return _guard(lambda: [*argv, str(free_port())], env=clean_env())
 
 
 def race(

@@ -31,8 +31,6 @@ def spread(values: Sequence[float]) -> str:
 def fmt_s(seconds: float) -> str:
     if seconds != seconds:  # NaN
         return "-"
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.0f} µs"
     if seconds < 1:
         return f"{seconds * 1e3:.1f} ms" if seconds < 0.1 else f"{seconds * 1e3:.0f} ms"
     return f"{seconds:.2f} s"

@@ -1,11 +1,8 @@
-"""Issue 35's before/after table: the figures users feel, measured side by side in one run
-for the product at a git revision (before) and for this checkout (after).
+"""The figures users feel, for the product at a git revision (before; `git archive` into
+/tmp/lg-compare-<commit> with the venv and collection link its own scripts make, kept for
+the next run) and this checkout (after), alternately on the same hosts in one run (as root):
 
-    python -m benchmarks.compare --before REV [--reps N] [--output FILE]     # as root
-
-The before tree is `git archive REV` in /tmp/lg-compare-<commit>, with the venv and the
-collection link its own scripts make (kept for the next run). Both installs run against the
-same hosts, databases and sandbox, alternately: which goes first flips every round.
+    python -m benchmarks.compare --before REV [--reps N] [--output FILE]
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from __future__ import annotations
 import argparse
 import operator
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -39,16 +36,14 @@ FLEET_SIZE = 20
 
 def prepare(rev: str) -> Install:
     """The product at `rev`, installed beside this checkout."""
-    commit = run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO, check=True)
-    root = Path(tempfile.gettempdir()) / f"lg-compare-{commit.stdout.strip()[:12]}"
+    git = run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=REPO, check=True)
+    root = Path(tempfile.gettempdir()) / f"lg-compare-{git.stdout.strip()[:12]}"
     if not (root / ".compare-ready").exists():
         root.mkdir(exist_ok=True)
-        archive = subprocess.Popen(
-            ["git", "archive", commit.stdout.strip()], cwd=REPO, stdout=subprocess.PIPE
-        )
-        run(["tar", "-x", "-C", str(root)], stdin=archive.stdout, check=True)
-        if archive.wait() != 0:
-            raise RuntimeError(f"git archive {rev} failed")
+        tar = f"{root}.tar"
+        run(["git", "archive", "-o", tar, git.stdout.strip()], cwd=REPO, check=True)
+        run(["tar", "-xf", tar], cwd=root, check=True)
+        os.remove(tar)
         for script in ("bootstrap.sh", "collection-link.sh"):
             run(["bash", f"scripts/{script}"], cwd=root, check=True, timeout=1800)
         (root / ".compare-ready").touch()
@@ -77,7 +72,11 @@ def measure_all(installs: dict[str, Install], reps: int, work: Path) -> dict[str
 
     def add(figure: str, runs: Runs, of: Callable[[float, float], float]) -> None:
         # Ratios are per round, of two runs made back to back: a burst of load hits both.
-        figures[figure] = {k: median([of(x, y) for x, y in runs[k]]) for k in names}
+        values = {k: [of(x, y) for x, y in runs[k]] for k in names}
+        figures[figure] = {k: median(values[k]) for k in names}
+        # The noise: half the interquartile range of one install's rounds, the wider one.
+        quartiles = map(statistics.quantiles, values.values())
+        figures[figure]["noise"] = max((q3 - q1) / 2 / q2 for q1, q2, q3 in quartiles)
         log(f"  {figure}: " + ", ".join(f"{k} {v:.3f}" for k, v in figures[figure].items()))
 
     ratio, first = operator.truediv, lambda x, y: x
@@ -141,7 +140,7 @@ def measure_all(installs: dict[str, Install], reps: int, work: Path) -> dict[str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__)
     parser.add_argument("--before", required=True, help="git revision to compare against")
-    parser.add_argument("--reps", type=int, default=9, help="rounds per figure")
+    parser.add_argument("--reps", type=int, default=9, help="rounds per figure (2 or more)")
     parser.add_argument("--output", type=Path, help="also write the table here")
     args = parser.parse_args(argv)
     interrupt_on_sigterm()
@@ -151,16 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="lg-cmp-run-") as tmp:
         figures = measure_all({"before": before, "after": Install()}, args.reps, Path(tmp))
     rows = [
-        [figure, f"{v['before']:.3f}", f"{v['after']:.3f}", f"{v['after'] / v['before'] - 1:+.1%}"]
+        [figure, f"{v['before']:.3f}", f"{v['after']:.3f}", f"{v['after'] / v['before'] - 1:+.1%}",
+         f"±{v['noise']:.1%}"]
         for figure, v in figures.items()
-    ]
+    ]  # fmt: skip
     head = (
         f"Before: {args.before}; after: this checkout. Medians of {args.reps} alternating rounds "
         f"({max(2, args.reps // 3)} for the reaction) in one run of "
         f"{(time.time() - started) / 60:.1f} min; load average at the end "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs."
     )
-    text = head + "\n\n" + markdown_table(["figure", "before", "after", "change"], rows) + "\n"
+    text = f"{head}\n\n{markdown_table(['figure', 'before', 'after', 'change', 'noise'], rows)}\n"
     if args.output:
         args.output.write_text(text)
     print(text)

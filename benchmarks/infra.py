@@ -175,10 +175,11 @@ TABLE = "execution_runs"
 
 def create_database(cluster: PgCluster, name: str, *, drop_only: bool = False) -> None:
     with cluster.connect(socket=True) as admin:
-        ident = sql.Identifier(name)
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
+        admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         if not drop_only:
-            admin.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def drop_database(cluster: PgCluster, name: str) -> None:
@@ -204,11 +205,8 @@ def runs_database(
 def create_active_rows(
     conn: psycopg.Connection[Any], *, live: int = LIVE_ROWS, table: str = TABLE
 ) -> None:
-    """The runs table's active set: live and stale claims, queued rows (ids 1..100).
-
-    Live rows are claimed now, after the container started (older claims are orphans);
-    autovacuum is off so that it cannot start in the middle of a measurement.
-    """
+    """The runs table's active set (ids 1..100): live claims (claimed now, after the runtime
+    started), stale ones, queued rows. No autovacuum in the middle of a measurement."""
     ident = sql.Identifier(table)
     create_runs_table(conn, table)
     conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(ident))
@@ -259,9 +257,9 @@ def set_live(cluster: PgCluster, dbname: str, live: bool) -> None:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id <= %s", (LIVE_ROWS,))
 
 
-def vacuum_and_index(conn: psycopg.Connection[Any], contract: Contract | None = None) -> None:
+def vacuum_and_index(conn: psycopg.Connection[Any]) -> None:
     """VACUUM ANALYZE, then the recommended index (as `leaseguard index-sql` prints)."""
-    contract = contract or Contract()
+    contract = Contract()
     ident = sql.Identifier(contract.table)
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(ident))
     conn.execute(recommended_index_sql(contract))
