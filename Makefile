@@ -12,7 +12,7 @@ export PATH := $(BIN):$(PATH)
 LINT_PATHS := $(wildcard src sandbox tests plugins benchmarks scripts)
 PYTEST_ARGS ?=
 
-.PHONY: venv bootstrap collection-link collection lint typecheck test test-fast demo demo-down molecule sanity bench clean
+.PHONY: venv bootstrap collection-link collection lint typecheck test test-fast demo demo-down molecule sanity bench bench-compare clean
 
 venv bootstrap:
 	@VENV=$(VENV) bash scripts/bootstrap.sh
@@ -67,8 +67,12 @@ sanity: bootstrap
 	ANSIBLE_CORE="$(SANITY_ANSIBLE_CORE)" PYTHON=$(PY) bash scripts/ansible-test-sanity.sh
 
 # Benchmarks (root, ~5-10 min on 2 cores): writes benchmarks/RESULTS.md, prints the same.
-bench: bootstrap
+bench: bootstrap collection-link
 	$(PY) -m benchmarks.run
+
+# The figures users feel, before (BEFORE=<git rev>, installed under /tmp) and after, in one run.
+bench-compare: bootstrap collection-link
+	$(PY) -m benchmarks.compare --before $(BEFORE)
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis tests/output

@@ -2,64 +2,55 @@
 
     python -m benchmarks.bench_hold [--runs N]
 
-What a user of a busy intake feels: while a `leaseguard drain ... -- COMMAND` holds the
-pg_cron intake, nothing is claimed. Measured on a private PostgreSQL with pg_cron: the span
-the job is inactive (watched every 10 ms by an independent connection), the command's own
-duration (it records its start and end), and the gap between the command's end and the
-job's coming back. The restart role's figures come from `make demo`, step 5 (the same
-hold, taken and given back by two Ansible tasks around the verified restart).
+While `leaseguard drain ... -- COMMAND` holds the pg_cron intake, nothing is claimed. On a
+private PostgreSQL with pg_cron: the span the job is inactive (watched every 10 ms by an
+independent connection), the command's own duration (it records its start and end), and
+the gap between the command's end and the job's coming back. The restart role's figures
+come from `make demo`, step 5.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from benchmarks.common import median, spread
+from benchmarks.common import median, run, spread
 from sandbox.pgcluster import PG_BASE_DIR, PgCluster
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 
 JOB = "bench_intake"
 COMMAND_S = 1.0
-# The command: the wall clock (this machine's) when it starts and ends, into a file.
+# The command: the wall clock when it starts and ends, into a file.
 TIMED = (
     "import sys, time, json; t0 = time.time(); time.sleep(float(sys.argv[2])); "
     "json.dump([t0, time.time()], open(sys.argv[1], 'w'))"
 )
 
 
-class Watcher(threading.Thread):
-    """Every span the intake job is inactive, in wall-clock seconds (time.time)."""
+def one_run(cluster: PgCluster, work: Path) -> tuple[float, float, float]:
+    """(held_s, command_s, back_after_end_s) of one `leaseguard drain -- COMMAND`."""
+    out, done = work / "ran.json", threading.Event()
+    spans: list[tuple[float, float]] = []
 
-    def __init__(self, cluster: PgCluster) -> None:
-        super().__init__(daemon=True)
-        self.cluster, self.done, self.spans = cluster, threading.Event(), []
-
-    def run(self) -> None:
+    def watch() -> None:  # every span the job is inactive, in wall-clock seconds
         since = None
-        with self.cluster.connect(socket=True) as conn:
-            while not self.done.wait(0.01):
+        with cluster.connect(socket=True) as conn:
+            while not done.wait(0.01):
                 row = conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (JOB,))
-                active = bool(row.fetchone()[0])
-                now = time.time()
+                active, now = row.fetchone() == (True,), time.time()
                 if not active and since is None:
                     since = now
                 elif active and since is not None:
-                    self.spans.append((since, now))
+                    spans.append((since, now))
                     since = None
 
-
-def one_run(cluster: PgCluster, work: Path) -> tuple[float, float, float]:
-    """(held_s, command_s, back_after_end_s) of one `leaseguard drain -- COMMAND`."""
-    out = work / "ran.json"
-    watcher = Watcher(cluster)
+    watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     argv = [
         sys.executable, "-m", "leaseguard", "drain", "--dsn", cluster.dsn(dbname="app"),
@@ -67,13 +58,13 @@ def one_run(cluster: PgCluster, work: Path) -> tuple[float, float, float]:
         "--pause-cron-job", JOB, "--cron-database", "postgres",
         "--", sys.executable, "-c", TIMED, str(out), str(COMMAND_S),
     ]  # fmt: skip
-    subprocess.run(argv, env=clean_env(), check=True, capture_output=True, timeout=120)
+    run(argv, env=clean_env(), check=True, timeout=120)
     deadline = time.monotonic() + 5
-    while not watcher.spans and time.monotonic() < deadline:
+    while not spans and time.monotonic() < deadline:
         time.sleep(0.01)
-    watcher.done.set()
+    done.set()
     watcher.join()
-    (start, end), (paused, resumed) = json.loads(out.read_text()), watcher.spans[0]
+    (start, end), (paused, resumed) = json.loads(out.read_text()), spans[0]
     return resumed - paused, end - start, resumed - end
 
 

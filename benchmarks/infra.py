@@ -1,24 +1,18 @@
-"""The benchmark machinery, built from the local sandbox (sandbox/): real PostgreSQL
-clusters, sshd in network namespaces ("hosts") and a podman engine behind the docker CLI.
-
-Two kinds of hosts:
-
-* the harness host `pg1`: its own PostgreSQL on the namespace's 127.0.0.1:5432, reachable
-  only through SSH - exactly the integration tests' `app_host_pg`;
-* a fleet of plain hosts `app1..appN` sharing one PostgreSQL in the root namespace, which
-  listens on the first fleet host's veth peer address; a /32 route inside every other
-  fleet namespace (and nothing outside our own namespaces) makes that address reachable
-  from all of them, as one database is reachable from every app server of a real fleet.
+"""The benchmarks' machinery from the sandbox (sandbox/): the harness host `pg1` (sshd in a
+network namespace, its own PostgreSQL on the namespace's 127.0.0.1:5432, the podman engine
+behind `docker`), and fleets of plain hosts sharing one PostgreSQL in the root namespace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -36,6 +30,57 @@ from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 
 BACKEND = "backend"
+# The kex paramiko negotiates with this machine's OpenSSH 9.2 sshd (it has no sntrup761x25519,
+# OpenSSH 9.2's default, ~90 ms of client CPU per connection here): item 2's control.
+PARAMIKO_KEX = "curve25519-sha256"
+# This machine's /root/.bashrc runs `pyenv init` (~160 ms) for every command sshd runs,
+# unless SHLVL is already set; app servers do not run pyenv in root's rc file.
+SKIP_BASHRC = {"SHLVL": "1"}
+FAB_CWD = REPO
+
+
+@dataclass(frozen=True)
+class Install:
+    """A tree of the product with its venv in `root/.venv`: this checkout, or the one
+    benchmarks.compare prepares for --before."""
+
+    root: Path = REPO
+
+    @property
+    def bin(self) -> Path:
+        return self.root / ".venv" / "bin"
+
+    def fab(self, config: Path, key: Path, hosts: Sequence[str], *args: str) -> list[str]:
+        return fab_argv(config, key, hosts, *args, python=str(self.bin / "python"))
+
+    def env(self) -> dict[str, str]:
+        return clean_env(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def fab_argv(
+    config: Path, key: Path, hosts: Sequence[str], *args: str, python: str = sys.executable
+) -> list[str]:
+    """`fab -f CONFIG -i KEY -H hosts TASK ...` as a user runs it (python -m fabric)."""
+    return [python, "-m", "fabric", "-f", str(config), "-i", str(key), "-H", ",".join(hosts), *args]
+
+
+def fab_env() -> dict[str, str]:
+    return clean_env()
+
+
+def fab_config(path: Path, dbname: str, known_hosts: Path, **more: Any) -> Path:
+    """A `fab` config judging `dbname` as postgres (at each host's 127.0.0.1:5432 through its
+    tunnel unless `more` says where: db_host, db_port), with `more`'s lookups."""
+    connection = {"dsn": f"dbname={dbname} user=postgres", "known_hosts": str(known_hosts)}
+    connection |= {k: more.pop(k) for k in ("db_host", "db_port") if k in more}
+    path.write_text(yaml.safe_dump({"leaseguard": {"connection": connection, **more}}))
+    return path
+
+
+def fab_on_host(install: Install, host: AppHost, db: str, workdir: Path, *args: str) -> list[str]:
+    """`fab -H host TASK ...` judging `db` on the host's own PostgreSQL."""
+    config = fab_config(workdir / f"fabric-{db}.yaml", db, host.known_hosts_path)
+    return install.fab(config, host.client_key_path, [f"root@{host.addr}"], *args)
 
 
 @dataclass
@@ -63,78 +108,36 @@ def engine_with_backend(base: Path) -> Iterator[PodmanEngine]:
             engine.remove(BACKEND)
 
 
-class SessionEnv:
-    """The engine as a host's sshd sees it, with extra variables for every SSH session.
-
-    Passed to `open_app_host` in place of the engine: sshd's SetEnv line is built from
-    `session_env`; everything else is the engine's.
-    """
-
-    def __init__(self, engine: PodmanEngine | None, extra: dict[str, str]) -> None:
-        self._engine = engine
-        self._extra = extra
-
-    @property
-    def session_env(self) -> dict[str, str]:
-        engine_env = self._engine.session_env if self._engine is not None else {}
-        return {**engine_env, **self._extra}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
-
-
-# The kex paramiko (fab guard, leaseguard's tunnels) negotiates with this machine's OpenSSH 9.2
-# sshd: paramiko's post-quantum kex (mlkem768x25519) needs OpenSSH 9.9, and it has no
-# sntrup761x25519, the post-quantum kex OpenSSH 9.2's client picks by default (its reference
-# implementation: ~90 ms of client CPU per connection here). Controls that give an OpenSSH
-# client this kex compare like for like.
-PARAMIKO_KEX = "curve25519-sha256"
-
-
-# This machine's /root/.bashrc runs `pyenv init` (~160 ms), and bash sources ~/.bashrc for
-# every command sshd runs - unless SHLVL is already set, which sshd's SetEnv can do. App
-# servers do not run pyenv in root's rc file: the benchmark hosts skip it, and item 2
-# also measures a host that keeps it, to show what it costs.
-SKIP_BASHRC = {"SHLVL": "1"}
+def _seen(engine: PodmanEngine | None) -> Any:
+    """What open_app_host reads of an engine: the variables every SSH session gets."""
+    return SimpleNamespace(session_env={**(engine.session_env if engine else {}), **SKIP_BASHRC})
 
 
 @contextlib.contextmanager
-def harness_host(
-    base: Path, engine: PodmanEngine, alias: str = "pg1", *, skip_bashrc: bool = True
-) -> Iterator[AppHost]:
+def harness_host(base: Path, engine: PodmanEngine, alias: str = "pg1") -> Iterator[AppHost]:
     """A harness host: namespace + sshd + a PostgreSQL on its own 127.0.0.1:5432."""
     base.mkdir(parents=True, exist_ok=True)
-    seen: Any = SessionEnv(engine, SKIP_BASHRC) if skip_bashrc else engine
-    with open_app_host(base, alias, engine=seen, pg=True) as host:
+    with open_app_host(base, alias, engine=_seen(engine), pg=True) as host:
         yield host
 
 
 @contextlib.contextmanager
 def fleet(base: Path, engine: PodmanEngine | None, size: int) -> Iterator[Fleet]:
     """`size` hosts and the root-namespace database they all reach; torn down on exit.
-
-    engine None: lightweight hosts (a namespace and sshd, no container engine), for lookups
-    that read the host itself (env_file, process).
-    """
+    engine None: sshd only, for lookups that read the host itself (env_file, process)."""
     with contextlib.ExitStack() as stack:
         hosts: list[AppHost] = []
         for i in range(1, size + 1):
-            host_dir = base / f"app{i}"
-            host_dir.mkdir(parents=True, exist_ok=True)
-            seen: Any = SessionEnv(engine, SKIP_BASHRC)
-            hosts.append(stack.enter_context(open_app_host(host_dir, f"app{i}", engine=seen)))
+            (base / f"app{i}").mkdir(parents=True, exist_ok=True)
+            opened = open_app_host(base / f"app{i}", f"app{i}", engine=_seen(engine))
+            hosts.append(stack.enter_context(opened))
         first = hosts[0]
         db_addr = first.netns.addr_host
         for host in hosts[1:]:
             # Only inside our own namespaces: the root namespace owns db_addr already.
-            gateway = host.netns.addr_host
-            subprocess.run(
-                [IP, "-n", host.netns.name, "route", "add", f"{db_addr}/32", "via", gateway],
-                check=True,
-                capture_output=True,
-            )
-            # One client key for the whole fleet, as an operator's key would be.
-            with host.sshd.authorized_keys_path.open("a") as fh:
+            route = ["route", "add", f"{db_addr}/32", "via", host.netns.addr_host]
+            subprocess.run([IP, "-n", host.netns.name, *route], check=True, capture_output=True)
+            with host.sshd.authorized_keys_path.open("a") as fh:  # one operator key
                 fh.write(first.sshd.client_public_key + "\n")
         known_hosts = base / "known_hosts"
         known_hosts.write_text("".join(h.known_hosts_path.read_text() for h in hosts))
@@ -147,41 +150,63 @@ def fleet(base: Path, engine: PodmanEngine | None, size: int) -> Iterator[Fleet]
         yield Fleet(hosts, db, db_addr, first.client_key_path, known_hosts)
 
 
+def fleet_fab_config(fleet: Fleet, workdir: Path, dbname: str) -> Path:
+    """`fab` config for a fleet: the shared database, and lookups reading an env file and a
+    pid file (this process, started before any live claim) on each host."""
+    env_file, pid_file = workdir / "app.env", workdir / "app.pid"
+    env_file.write_text("APP_TASK_TIMEOUT_S=3600\n")
+    pid_file.write_text(f"{os.getpid()}\n")
+    return fab_config(
+        workdir / f"fabric-fleet-{dbname}.yaml",
+        dbname,
+        fleet.known_hosts,
+        db_host=fleet.db_addr,
+        db_port=fleet.db.port,
+        task_timeout={"source": "env_file", "path": str(env_file)},
+        runtime={"source": "process", "pid_file": str(pid_file)},
+    )
+
+
 # --- the protected system's table ---------------------------------------------------------
 
-# The claimed/queued set is bounded by the number of workers, not by the history: 10
-# running (8 live, 2 stale) and 20 open rows whatever the size of the table.
-LIVE_ROWS = 8
-STALE_ROWS = 2
-OPEN_ROWS = 20
+LIVE_ROWS = 8  # the claimed and queued sets are bounded by the workers, not the history
 TABLE = "execution_runs"
 
 
-def create_database(cluster: PgCluster, name: str) -> None:
+def create_database(cluster: PgCluster, name: str, *, drop_only: bool = False) -> None:
     with cluster.connect(socket=True) as admin:
         admin.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        if not drop_only:
+            admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
 def drop_database(cluster: PgCluster, name: str) -> None:
-    with cluster.connect(socket=True) as admin:
-        admin.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-        )
+    create_database(cluster, name, drop_only=True)
+
+
+@contextlib.contextmanager
+def runs_database(
+    cluster: PgCluster, name: str, *, live: int = LIVE_ROWS, history: int = 100_000
+) -> Iterator[None]:
+    """A database with the runs table (active set, history, recommended index); dropped on exit."""
+    create_database(cluster, name)
+    try:
+        with cluster.connect(name, socket=True) as conn:
+            create_active_rows(conn, live=live)
+            grow_history(conn, history)
+            vacuum_and_index(conn)
+        yield
+    finally:
+        drop_database(cluster, name)
 
 
 def create_active_rows(
     conn: psycopg.Connection[Any], *, live: int = LIVE_ROWS, table: str = TABLE
 ) -> None:
-    """The runs table with its active set: live and stale claims, queued rows; no history.
-
-    Ids 1..100 are reserved for the active set; history rows start at 101. Live rows are
-    claimed now, after the container started (older claims would be orphans); autovacuum
-    is off for the table so that it cannot start in the middle of a measurement (the
-    benchmarks VACUUM ANALYZE it themselves after every load).
-    """
+    """The runs table's active set (ids 1..100): live claims (claimed now, after the runtime
+    started), stale ones, queued rows. No autovacuum in the middle of a measurement."""
     ident = sql.Identifier(table)
     create_runs_table(conn, table)
     conn.execute(sql.SQL("ALTER TABLE {} SET (autovacuum_enabled = false)").format(ident))
@@ -189,8 +214,7 @@ def create_active_rows(
         sql.SQL(
             """
             INSERT INTO {} (id, status, claimed_at, updated_at)
-            SELECT g, 'running', now(), now()
-            FROM generate_series(1, %(live)s) g
+            SELECT g, 'running', now(), now() FROM generate_series(1, %(live)s) g
             UNION ALL
             SELECT 50 + g, 'running', now() - interval '3 hours', now() - interval '3 hours'
             FROM generate_series(1, %(stale)s) g
@@ -198,7 +222,7 @@ def create_active_rows(
             SELECT 60 + g, 'open', NULL, now() FROM generate_series(1, %(open)s) g
             """
         ).format(ident),
-        {"live": live, "stale": STALE_ROWS, "open": OPEN_ROWS},
+        {"live": live, "stale": 2, "open": 20},
     )
 
 
@@ -221,42 +245,21 @@ def grow_history(conn: psycopg.Connection[Any], total_rows: int, table: str = TA
     )
 
 
-# --- running the fronts -------------------------------------------------------------------
-
-
-def write_fabric_config(path: Path, *, dsn: str, known_hosts: Path, **connection: Any) -> Path:
-    section = {"connection": {"dsn": dsn, "known_hosts": str(known_hosts), **connection}}
-    path.write_text(yaml.safe_dump({"leaseguard": section}))
-    return path
-
-
-def fab_argv(config: Path, key: Path, hosts: Sequence[str], *args: str) -> list[str]:
-    """`fab -f CONFIG -i KEY -H hosts TASK ...` as a user runs it (python -m fabric)."""
-    fab = [sys.executable, "-m", "fabric"]
-    return [*fab, "-f", str(config), "-i", str(key), "-H", ",".join(hosts), *args]
-
-
-def fab_env() -> dict[str, str]:
-    return clean_env()
-
-
-FAB_CWD = REPO
-
-
-def set_live(conn: psycopg.Connection[Any], live: bool) -> None:
+def set_live(cluster: PgCluster, dbname: str, live: bool) -> None:
     """Make the live claims (ids 1..LIVE_ROWS) live again (claimed now) or done."""
-    if live:
-        conn.execute(
-            "UPDATE execution_runs SET status = 'running', claimed_at = now() WHERE id <= %s",
-            (LIVE_ROWS,),
-        )
-    else:
-        conn.execute("UPDATE execution_runs SET status = 'done' WHERE id <= %s", (LIVE_ROWS,))
+    with cluster.connect(dbname, socket=True) as conn:
+        if live:
+            conn.execute(
+                "UPDATE execution_runs SET status = 'running', claimed_at = now() WHERE id <= %s",
+                (LIVE_ROWS,),
+            )
+        else:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id <= %s", (LIVE_ROWS,))
 
 
-def vacuum_and_index(conn: psycopg.Connection[Any], contract: Contract | None = None) -> None:
+def vacuum_and_index(conn: psycopg.Connection[Any]) -> None:
     """VACUUM ANALYZE, then the recommended index (as `leaseguard index-sql` prints)."""
-    contract = contract or Contract()
+    contract = Contract()
     ident = sql.Identifier(contract.table)
     conn.execute(sql.SQL("VACUUM ANALYZE {}").format(ident))
     conn.execute(recommended_index_sql(contract))
