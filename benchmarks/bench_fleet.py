@@ -19,28 +19,27 @@ Measured, per front and fleet size:
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from benchmarks.common import REPO, Finding, Section, fmt_ratio, fmt_s, median
 from benchmarks.infra import (
     FAB_CWD,
-    Fleet,
     create_active_rows,
     create_database,
     drop_database,
     fab_argv,
     fab_env,
+    fleet_fab_config,
 )
 from sandbox.ansible_env import ansible_env
+from sandbox.fleet import Fleet
 
 DBNAME = "bench_fleet"
 FRONTS = ("fab", "ansible")
@@ -75,31 +74,9 @@ def run_bench(
         drop_database(fleet.db, DBNAME)
 
 
-def _lookups(workdir: Path) -> dict[str, Any]:
-    """An env file and a pid file every host reads over SSH (namespaces share the files);
-    the runtime is this process, started before the live claims were made."""
-    env_file, pid_file = workdir / "app.env", workdir / "app.pid"
-    env_file.write_text("APP_TASK_TIMEOUT_S=3600\n")
-    pid_file.write_text(f"{os.getpid()}\n")
-    return {
-        "task_timeout": {"source": "env_file", "path": str(env_file)},
-        "runtime": {"source": "process", "pid_file": str(pid_file)},
-    }
-
-
-def _fab_config(fleet: Fleet, workdir: Path, lookups: dict[str, Any]) -> Path:
-    path = workdir / "fabric-fleet.yaml"
-    connection = {
-        "dsn": f"dbname={DBNAME} user=postgres",
-        "known_hosts": str(fleet.known_hosts),
-        "db_host": fleet.db_addr,
-        "db_port": fleet.db.port,
-    }
-    path.write_text(yaml.safe_dump({"leaseguard": {"connection": connection, **lookups}}))
-    return path
-
-
-def _inventory(fleet: Fleet, workdir: Path, lookups: dict[str, Any], n: int) -> Path:
+def _inventory(fleet: Fleet, workdir: Path, config: Path, n: int) -> Path:
+    """The same hosts, database and lookups as `config` (fab's), as an Ansible inventory."""
+    lookups = yaml.safe_load(config.read_text())["leaseguard"]
     path = workdir / f"fleet-{n}.yml"
     hosts = {h.alias: h.ansible_host_vars() for h in fleet.hosts[:n]}
     group = {
@@ -190,10 +167,9 @@ def _every_host_judged(status: Path, n: int) -> bool:
 def _measure(
     fleet: Fleet, workdir: Path, reps: int, log: Callable[[str], None], fronts: tuple[str, ...]
 ) -> tuple[Section, list[Finding]]:
-    lookups = _lookups(workdir)
-    config = _fab_config(fleet, workdir, lookups)
+    config = fleet_fab_config(fleet, workdir, DBNAME)
     sizes = sorted({1, min(20, len(fleet.hosts)), len(fleet.hosts)})
-    inventories = {n: _inventory(fleet, workdir, lookups, n) for n in sizes}
+    inventories = {n: _inventory(fleet, workdir, config, n) for n in sizes}
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
 
     def alone(n: int) -> dict[str, float]:

@@ -23,12 +23,12 @@ from benchmarks.common import REPO, log, markdown_table, median, run, stopwatch
 from benchmarks.infra import (
     Install,
     engine_with_backend,
-    fleet,
     fleet_fab_config,
     harness_host,
     runs_database,
 )
 from benchmarks.run import interrupt_on_sigterm
+from sandbox.fleet import fleet
 
 FLEET_DB = "bench_compare_fleet"
 FLEET_SIZE = 20

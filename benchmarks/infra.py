@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import psycopg
@@ -22,9 +20,9 @@ from psycopg import sql
 from benchmarks.common import REPO
 from leaseguard.adapters.indexing import recommended_index_sql
 from leaseguard.core.contract import Contract
+from sandbox.fleet import Fleet, session_env
 from sandbox.hosts import AppHost, open_app_host
-from sandbox.netns import IP
-from sandbox.pgcluster import PG_BASE_DIR, PgCluster
+from sandbox.pgcluster import PgCluster
 from sandbox.podman import PodmanEngine
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
@@ -33,9 +31,6 @@ BACKEND = "backend"
 # The kex paramiko negotiates with this machine's OpenSSH 9.2 sshd (it has no sntrup761x25519,
 # OpenSSH 9.2's default, ~90 ms of client CPU per connection here): item 2's control.
 PARAMIKO_KEX = "curve25519-sha256"
-# This machine's /root/.bashrc runs `pyenv init` (~160 ms) for every command sshd runs,
-# unless SHLVL is already set; app servers do not run pyenv in root's rc file.
-SKIP_BASHRC = {"SHLVL": "1"}
 FAB_CWD = REPO
 
 
@@ -83,20 +78,6 @@ def fab_on_host(install: Install, host: AppHost, db: str, workdir: Path, *args: 
     return install.fab(config, host.client_key_path, [f"root@{host.addr}"], *args)
 
 
-@dataclass
-class Fleet:
-    """Plain hosts sharing one database at `db_addr:db.port`, one client key, one known_hosts."""
-
-    hosts: list[AppHost]
-    db: PgCluster
-    db_addr: str
-    key_path: Path
-    known_hosts: Path
-
-    def targets(self, n: int) -> list[str]:
-        return [f"root@{h.addr}" for h in self.hosts[:n]]
-
-
 @contextlib.contextmanager
 def engine_with_backend(base: Path) -> Iterator[PodmanEngine]:
     """The harness's podman engine with container `backend` (APP_TASK_TIMEOUT_S=3600)."""
@@ -108,46 +89,12 @@ def engine_with_backend(base: Path) -> Iterator[PodmanEngine]:
             engine.remove(BACKEND)
 
 
-def _seen(engine: PodmanEngine | None) -> Any:
-    """What open_app_host reads of an engine: the variables every SSH session gets."""
-    return SimpleNamespace(session_env={**(engine.session_env if engine else {}), **SKIP_BASHRC})
-
-
 @contextlib.contextmanager
 def harness_host(base: Path, engine: PodmanEngine, alias: str = "pg1") -> Iterator[AppHost]:
     """A harness host: namespace + sshd + a PostgreSQL on its own 127.0.0.1:5432."""
     base.mkdir(parents=True, exist_ok=True)
-    with open_app_host(base, alias, engine=_seen(engine), pg=True) as host:
+    with open_app_host(base, alias, engine=session_env(engine), pg=True) as host:
         yield host
-
-
-@contextlib.contextmanager
-def fleet(base: Path, engine: PodmanEngine | None, size: int) -> Iterator[Fleet]:
-    """`size` hosts and the root-namespace database they all reach; torn down on exit.
-    engine None: sshd only, for lookups that read the host itself (env_file, process)."""
-    with contextlib.ExitStack() as stack:
-        hosts: list[AppHost] = []
-        for i in range(1, size + 1):
-            (base / f"app{i}").mkdir(parents=True, exist_ok=True)
-            opened = open_app_host(base / f"app{i}", f"app{i}", engine=_seen(engine))
-            hosts.append(stack.enter_context(opened))
-        first = hosts[0]
-        db_addr = first.netns.addr_host
-        for host in hosts[1:]:
-            # Only inside our own namespaces: the root namespace owns db_addr already.
-            route = ["route", "add", f"{db_addr}/32", "via", host.netns.addr_host]
-            subprocess.run([IP, "-n", host.netns.name, *route], check=True, capture_output=True)
-            with host.sshd.authorized_keys_path.open("a") as fh:  # one operator key
-                fh.write(first.sshd.client_public_key + "\n")
-        known_hosts = base / "known_hosts"
-        known_hosts.write_text("".join(h.known_hosts_path.read_text() for h in hosts))
-        db = stack.enter_context(PgCluster(PG_BASE_DIR, listen=f"127.0.0.1,{db_addr}"))
-        # The guard's connections arrive from the hosts' own addresses, through their sshd.
-        with (db.data_dir / "pg_hba.conf").open("a") as fh:
-            fh.writelines(f"host all postgres {h.addr}/32 trust\n" for h in hosts)
-        with db.connect(socket=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
-        yield Fleet(hosts, db, db_addr, first.client_key_path, known_hosts)
 
 
 def fleet_fab_config(fleet: Fleet, workdir: Path, dbname: str) -> Path:

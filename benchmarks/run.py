@@ -23,7 +23,8 @@ from types import FrameType
 from benchmarks import bench_ansible, bench_drain, bench_fleet, bench_one_host
 from benchmarks.common import REPO, Finding, Section, log, markdown_table, stopwatch
 from benchmarks.common import machine as describe_machine
-from benchmarks.infra import engine_with_backend, fleet, harness_host
+from benchmarks.infra import engine_with_backend, harness_host
+from sandbox.fleet import fleet
 
 ITEMS = ("2", "3", "4", "5", "6")
 DEFAULT_OUTPUT = REPO / "benchmarks" / "RESULTS.md"

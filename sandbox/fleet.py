@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from sandbox.hosts import AppHost, open_app_host
@@ -25,21 +26,10 @@ from sandbox.pgcluster import PG_BASE_DIR, PgCluster
 SKIP_BASHRC = {"SHLVL": "1"}
 
 
-class SessionEnv:
-    """A container engine as a host's sshd sees it, with extra variables for every SSH
-    session (engine None: a host without one). Passed to `open_app_host` as its engine."""
-
-    def __init__(self, engine: Any, extra: dict[str, str]) -> None:
-        self._engine = engine
-        self._extra = extra
-
-    @property
-    def session_env(self) -> dict[str, str]:
-        engine_env = self._engine.session_env if self._engine is not None else {}
-        return {**engine_env, **self._extra}
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+def session_env(engine: Any) -> Any:
+    """What open_app_host reads of an engine: the variables every SSH session gets (engine
+    None: a host without one)."""
+    return SimpleNamespace(session_env={**(engine.session_env if engine else {}), **SKIP_BASHRC})
 
 
 @dataclass
@@ -68,8 +58,8 @@ def fleet(base: Path, engine: Any, size: int) -> Iterator[Fleet]:
         for i in range(1, size + 1):
             host_dir = base / f"app{i}"
             host_dir.mkdir(parents=True, exist_ok=True)
-            seen: Any = SessionEnv(engine, SKIP_BASHRC)
-            hosts.append(stack.enter_context(open_app_host(host_dir, f"app{i}", engine=seen)))
+            opened = open_app_host(host_dir, f"app{i}", engine=session_env(engine))
+            hosts.append(stack.enter_context(opened))
         first = hosts[0]
         db_addr = first.netns.addr_host
         for host in hosts[1:]:

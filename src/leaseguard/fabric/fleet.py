@@ -21,7 +21,7 @@ from leaseguard.core.errors import EXIT_DEFER, EXIT_FAILED, EXIT_PROCEED, EXIT_U
 from leaseguard.core.verdict import failure_timeline
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
-MAX_PARALLEL_HOSTS = 32
+MAX_PARALLEL_HOSTS = 64
 T = TypeVar("T")
 
 
