@@ -33,6 +33,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
     host_lookup,
     intake_line,
     shared_failures,
+    shares_one_database,
 )
 
 DRAIN_KEYS = (
@@ -65,6 +66,7 @@ class ActionModule(LeaseguardAction):
         connection through this host; with wait, every host drained at once."""
         if args["fleet_lookups"] is None:
             raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+        _one_database(self, args)
         holds = args["held_intakes"]
         if holds is None and (args["pause_cron_jobs"] or args["pause_command"]):
             raise ConfigError(
@@ -134,6 +136,18 @@ class ActionModule(LeaseguardAction):
         if args["fleet_lookups"] is None:
             return guard_session(self, args, contract, given_facts(args), host)
         return fleet_guard_session(self, args, contract, args["fleet_lookups"], play_hosts, host)
+
+
+def _one_database(action, args):
+    """each_host judges every host through this host's path: refused where each host may
+    reach a database of its own (its loopback, through its own tunnel)."""
+    if shares_one_database(action, args):
+        return
+    raise ConfigError(
+        "each_host judges every host over this host's tunnel, but the database address is "
+        "each host's own loopback (db_host), where each host may have a database of its own: "
+        "set leaseguard_db_host to the shared database's address as the hosts see it"
+    )
 
 
 def _drained(host, drained, args, events):

@@ -19,6 +19,7 @@ from ansible.utils.display import Display
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import CARRIED
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
+    conninfo_from,
     database_path,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
@@ -32,6 +33,7 @@ try:
     from leaseguard.adapters.runtime import resolve_runtime_facts
     from leaseguard.core.clock_offset import ClockOffset
     from leaseguard.core.contract import CONFIG_KEYS, load_contract
+    from leaseguard.core.dsn import each_hosts_own, tunnel_far_end
     from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
     from leaseguard.core.fleet import facts_from_reports
     from leaseguard.core.timeouts import parse_timeout_s
@@ -280,6 +282,16 @@ def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
             yield session
 
 
+def shares_one_database(action, args):
+    """Whether every host reaches one database the way this task does: directly from the
+    controller, or through a tunnel to an address other than each host's own loopback."""
+    transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
+    if not args["tunnel"] or transport == "local":
+        return True
+    far_end, _ = tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])
+    return not each_hosts_own(far_end)
+
+
 @contextmanager
 def each_host_session(action, args, contract, lookups, batch, label):
     """One session judging each host of the batch by its own facts (one query per poll),
@@ -315,4 +327,5 @@ __all__ = [
     "lookup_result",
     "require_leaseguard",
     "shared_failures",
+    "shares_one_database",
 ]

@@ -13,11 +13,13 @@ import yaml
 from sandbox.fleet import fleet
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
+from tests.support.ansible_run import run_playbook, write_inventory
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.hosts]
 
 REPO = Path(__file__).resolve().parents[2]
+JUDGE = "Judge the claims by the system's own lease"
 SIZE = 50
 
 
@@ -70,6 +72,13 @@ def fab(hosts, tmp_path, targets, *args, table="execution_runs", background=Fals
     return subprocess.run(
         argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=180, check=False
     )
+
+
+def polls(status):
+    try:
+        return json.loads(status.read_text())["counters"]["polls"]
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def guard_backends(hosts):
@@ -164,6 +173,7 @@ def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_
     claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")
     targets = sorted(hosts.targets(3))
     first = next(h for h in hosts.hosts if f"root@{h.addr}" == targets[0])
+    status = tmp_path / "drain.json"
     proc = fab(
         hosts,
         tmp_path,
@@ -174,10 +184,13 @@ def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_
         "--deadline-s",
         "60",
         "--json",
+        "--status-file",
+        str(status),
         background=True,
     )
     try:
-        assert wait_until(lambda: guard_clients(hosts) == [first.addr], timeout_s=60)
+        assert wait_until(lambda: polls(status) >= 2, timeout_s=60)  # mid-drain
+        assert guard_clients(hosts) == [first.addr]
         first.sshd.stop()
         # The next poll's connection comes through another host's tunnel.
         moved = wait_until(lambda: guard_clients(hosts) not in ([], [first.addr]), timeout_s=30)
@@ -194,3 +207,70 @@ def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_
     assert proc.returncode == 0, stdout + stderr[-3000:]
     results = [json.loads(line) for line in stdout.splitlines()]
     assert [r["decision"] for r in results] == ["proceed"] * 3
+
+
+def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on_it(
+    app_host_factory, tmp_path
+):
+    """The default database address, each host's own 127.0.0.1, may be a database per host:
+    each host's is identified, and each host is judged on its own, never on another's."""
+    busy, idle = app_host_factory("own1", pg=True), app_host_factory("own2", pg=True)
+    for host, live in ((busy, True), (idle, False)):
+        with host.pg.connect(socket=True) as conn:
+            create_runs_table(conn)
+            if live:
+                conn.execute(
+                    "INSERT INTO execution_runs (id, status, claimed_at) "
+                    "VALUES (1, 'running', now())"
+                )
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(busy.known_hosts_path.read_text() + idle.known_hosts_path.read_text())
+    config = tmp_path / "fabric.yaml"
+    section = {
+        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
+        "task_timeout": {"source": "fixed", "value_s": 3600},
+        "runtime": {"source": "none"},
+    }
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = [sys.executable, "-m", "fabric", "-f", str(config)]
+    argv += ["-i", str(busy.client_key_path), "-i", str(idle.client_key_path)]
+    argv += ["-H", f"root@{busy.addr},root@{idle.addr}", "guard", "--json"]
+    done = subprocess.run(
+        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 75, done.stdout + done.stderr[-3000:]
+    decisions = {r["host"]: r["decision"] for r in json.loads(done.stdout)}
+    assert decisions == {busy.addr: "defer", idle.addr: "proceed"}
+
+
+def test_drain_yml_over_twenty_hosts_holds_one_backend(hosts, claims, tmp_path):
+    """The same in Ansible: one task drains every host of the play, over one connection."""
+    claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")
+    chosen = hosts.hosts[:20]
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {h.alias: h.ansible_host_vars() for h in chosen},
+        leaseguard_db_host=hosts.db_addr,
+        leaseguard_db_port=hosts.db.port,
+        leaseguard_db_name="postgres",
+        leaseguard_db_user="postgres",
+        leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
+        leaseguard_runtime={"source": "none"},
+        leaseguard_drain_poll_s=0.3,
+        leaseguard_drain_deadline_s=3,
+    )
+    sampler = Sampler(hosts)
+    sampler.start()
+    try:
+        run = run_playbook("leaseguard.deploy.drain", inventory, tmp_path, "-f", "25")
+    finally:
+        sampler.done.set()
+        sampler.join()
+    assert run.returncode == 2, run.stdout[-3000:]  # the claim outlives the deadline
+    judged = {h: r for h, r in run.results(JUDGE).items() if not r.get("skipped")}
+    assert len(judged) == 1  # one task for the play
+    verdicts = next(iter(judged.values()))["hosts"]
+    assert sorted(verdicts) == sorted(h.alias for h in chosen)
+    assert all(v["counts"]["live"] == 1 for v in verdicts.values())
+    assert max(sampler.seen) == 1 and 1 in sampler.seen, sampler.seen
+    assert all(run.stats[h.alias]["failures"] == 1 for h in chosen)

@@ -66,6 +66,12 @@ def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> t
     return host, port or DEFAULT_PORT
 
 
+def each_hosts_own(host: str) -> bool:
+    """Whether a tunnel's far end is each host's own loopback: every host may reach a
+    database of its own there (a shared address reaches one database from every host)."""
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
 def _params(conninfo: str) -> dict[str, Any]:
     try:
         return conninfo_to_dict(conninfo)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
@@ -31,7 +32,7 @@ from leaseguard.fabric.fleet import (
     say,
     worst_status,
 )
-from leaseguard.fabric.hosts import OpenedHosts, judging_session, not_judged, opened_hosts
+from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
 from leaseguard.fabric.settings import FabricSettings, settings_or_exit
 from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
 from leaseguard.orchestration.drain_options import DrainOptions, drain_options
@@ -131,31 +132,29 @@ class _DrainRun:
 
 
 def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
-    """Every host's own drain (its facts, its intake), all polled by ONE query per poll."""
+    """Every host's own drain (its facts, its intake), all polled by ONE query per poll per
+    database."""
     reports: dict[str, Report] = {}
     with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
+        groups = by_database(opened, run.settings) if opened.sessions else []
         reports.update((h, _failed(h, e, run.json_output)) for h, e in opened.failed.items())
-        if opened.sessions:
-            reports.update(_drain_opened(opened, run))
+        with contextlib.ExitStack() as stack:
+            judges: dict[str, Callable[[], Verdict]] = {}
+            for group in groups:
+                try:
+                    shared = stack.enter_context(judging_session(opened, run.settings, hosts=group))
+                except LeaseguardError as exc:  # a host without a timeout
+                    unjudged = not_judged(group, exc)
+                    reports.update((h, _failed(h, e, run.json_output)) for h, e in unjudged.items())
+                    continue
+                shared.pause_owner = drain_identity("fab drain")
+                judges.update((h, shared.host_view(h, run.options.poll_s / 2).judge) for h in group)
+            names = sorted(judges)
+            drained = run_all(names, lambda h: _drain_host(opened.sessions[h], judges[h], run))
+        results = dict(zip(names, drained, strict=True))
+        _name_shared_failures_once(results)
+        reports.update((h, _report_drain(h, r, run.json_output)) for h, r in results.items())
     return [reports[host] for host in hosts]  # a host named twice: reported twice
-
-
-def _drain_opened(opened: OpenedHosts, run: _DrainRun) -> dict[str, Report]:
-    names = sorted(opened.sessions)
-    try:
-        with judging_session(opened, run.settings) as shared:
-            shared.pause_owner = drain_identity("fab drain")
-            fresh_s = run.options.poll_s / 2
-            drained = run_all(
-                names,
-                lambda h: _drain_host(opened.sessions[h], shared.host_view(h, fresh_s).judge, run),
-            )
-    except LeaseguardError as exc:  # the fleet's session itself (a host without a timeout)
-        unjudged = not_judged(names, exc)
-        return {h: _failed(h, e, run.json_output) for h, e in unjudged.items()}
-    results = dict(zip(names, drained, strict=True))
-    _name_shared_failures_once(results)
-    return {host: _report_drain(host, result, run.json_output) for host, result in results.items()}
 
 
 def _drain_host(session: GuardSession, judge: Callable[[], Verdict], run: _DrainRun) -> DrainResult:

@@ -1,10 +1,16 @@
-"""The hosts of one `fab` run, opened once, and the one session that judges them all.
+"""The hosts of one `fab` run, opened once, and the sessions that judge them: one per
+database.
 
 Each host is opened in parallel (its SSH connection, its tunnel to the database, its
 lookups' one exec), at most MAX_PARALLEL_HOSTS at once. The judgment is then ONE query per
-poll for the whole fleet, over ONE database connection: through the first host's tunnel,
-falling over to the next host's when that one breaks. Every host is judged from the first
-poll; the database sees one backend and one query per poll, whatever the fleet's size.
+poll for every host of a database, over ONE connection to it: through the first host's
+tunnel, falling over to the next host's when that one breaks. Every host is judged from the
+first poll; a database sees one backend and one query per poll, whatever the fleet's size.
+
+Which hosts share a database: a database address other than a loopback is one database
+for every host. Reached at each host's own loopback (the default), it may be each
+host's own, so each host's is identified once, over a short-lived connection through its
+tunnel (the server's start time and the database's name), and hosts are grouped by it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from invoke.context import Context
 
 from leaseguard.adapters.clock import offset_from_here
 from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import LeaseguardError
 from leaseguard.core.verdict import Verdict
 from leaseguard.fabric.fleet import for_each_host, say
@@ -78,14 +85,43 @@ def _open(
     return host, (session, clock, stack)
 
 
+def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
+    """The opened hosts grouped by the database each reaches (see the module docstring); a
+    host whose database could not be identified is moved to `opened.failed`."""
+    hosts = sorted(opened.sessions)
+    if not each_hosts_own(settings.address.host) or len(hosts) == 1:
+        return [hosts]
+    groups: dict[object, list[str]] = {}
+    for host, identity in for_each_host(hosts, lambda h: (h, _identity(opened.sessions[h]))):
+        if isinstance(identity, LeaseguardError):
+            opened.failed[host] = identity
+            del opened.sessions[host]
+        else:
+            groups.setdefault(identity, []).append(host)
+    return list(groups.values())
+
+
+def _identity(session: GuardSession) -> tuple[object, ...] | LeaseguardError:
+    try:
+        return session.database_identity()
+    except LeaseguardError as exc:
+        return exc
+
+
 @contextlib.contextmanager
 def judging_session(
-    opened: OpenedHosts, settings: FabricSettings, *, fleet_rule: bool = False
+    opened: OpenedHosts,
+    settings: FabricSettings,
+    *,
+    fleet_rule: bool = False,
+    hosts: list[str] | None = None,
 ) -> Iterator[GuardSession]:
-    """The one session judging every opened host: each by its own facts (judge_each), or
-    the fleet as one by the fleet rule (judge). Its paths are every host's tunnel."""
-    (_, through), *others = opened.paths()
-    per_host = {host: s.facts for host, s in opened.sessions.items()}
+    """The one session judging `hosts` (default: every opened host; one database): each by
+    its own facts (judge_each), or the fleet as one by the fleet rule (judge). Its paths are
+    every such host's tunnel."""
+    chosen = sorted(hosts or opened.sessions)
+    (_, through), *others = [(h, opened.sessions[h]) for h in chosen]
+    per_host = {host: opened.sessions[host].facts for host in chosen}
     fallbacks = [(s.conninfo, s.link) for _, s in others if s.link is not None]
     if fleet_rule:
         with fleet_session(
@@ -109,7 +145,7 @@ def judging_session(
         label="fleet",
         host_offsets=opened.clocks,
         fallbacks=fallbacks,
-        host_labels={host: s.host for host, s in opened.sessions.items()},
+        host_labels={host: opened.sessions[host].host for host in chosen},
     )
     _as_intake(session, settings)
     try:
@@ -144,12 +180,12 @@ def judge_opened(
     opened: OpenedHosts, settings: FabricSettings
 ) -> dict[str, Verdict | LeaseguardError]:
     """Every host's verdict (each by its own facts) from one query, or why it has none."""
+    groups = by_database(opened, settings) if opened.sessions else []
     outcomes: dict[str, Verdict | LeaseguardError] = dict(opened.failed)
-    if not opened.sessions:
-        return outcomes
-    try:
-        with judging_session(opened, settings) as session:
-            outcomes.update(session.judge_each())
-    except LeaseguardError as exc:
-        outcomes.update(not_judged(sorted(opened.sessions), exc))
+    for hosts in groups:
+        try:
+            with judging_session(opened, settings, hosts=hosts) as session:
+                outcomes.update(session.judge_each())
+        except LeaseguardError as exc:
+            outcomes.update(not_judged(hosts, exc))
     return outcomes

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, Unpack
+from typing import Any, Protocol, TypeVar, Unpack
 
 import psycopg
 
@@ -45,6 +45,7 @@ from leaseguard.orchestration.session_clock import FleetClocks, host_minus_datab
 # transaction's few small statements, and a thread waking up.
 POLL_MARGIN_S = 2.0
 Conn = psycopg.Connection[tuple[object, ...]]
+T = TypeVar("T")
 
 
 class Link(Protocol):
@@ -57,13 +58,11 @@ class Link(Protocol):
     def cut(self) -> None: ...
 
 
-def _bounded(
-    judge: Callable[[GuardSession], list[Verdict]],
-) -> Callable[[GuardSession], list[Verdict]]:
+def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
     """A poll within the session's budget, failing with the cause it met (a lost link first)."""
 
     @functools.wraps(judge)
-    def bounded(self: GuardSession) -> list[Verdict]:
+    def bounded(self: GuardSession) -> T:
         with self.watch.poll():
             try:
                 return judge(self)
@@ -172,10 +171,34 @@ class GuardSession:
         except LeaseguardError:
             # The next poll re-reads the catalog: the error may come from a schema change.
             self._status_column = None
-            if not (reused and self._connection_broke()):
+            # A connection lost under the poll is replaced once: a shared one that broke
+            # meanwhile, or one whose path died while other hosts' paths remain.
+            if not (self._connection_broke() and (reused or len(self._paths) > 1)):
                 raise
         self.close()
         return self._judge_on(self._connection())
+
+    @_bounded
+    def database_identity(self) -> tuple[object, ...]:
+        """Which database this session reaches (the server's start time and the database's
+        name), read over a connection closed right after: hosts whose tunnels reach the
+        same one are judged over one connection."""
+        try:
+            row = (
+                self._connection()
+                .execute(
+                    "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
+                )
+                .fetchone()
+            )
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(
+                f"host {self.host}: its database could not be identified ({type(exc).__name__})"
+            ) from None
+        finally:
+            self.close()
+        assert row is not None
+        return tuple(row)
 
     def host_view(self, host: str, fresh_s: float) -> HostView:
         """One host of a judge_each session, judged as if alone: its drain's polls share the
