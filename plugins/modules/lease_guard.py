@@ -163,18 +163,14 @@ options:
     type: dict
   each_host:
     description:
-      - With O(fleet_lookups), judge B(each host) of the batch (C(ansible_play_batch)) by its
-        B(own) facts - not the fleet rule - in B(one) query per poll over B(one) database
-        connection (through the host this task runs on); run it with C(run_once). Every host
-        of the batch needs a successful lookup in O(fleet_lookups).
-      - Each host's result is under RV(hosts), as the task would return it for that host
-        alone. With O(wait) every host drains at once, the fleet's one query serving them
-        all; one status file (O(status_file)) shows every host.
-      - A failure of the fleet's one judgment (bad settings, the database unreachable)
-        fails the task once, naming the cause.
-      - Intake is the caller's to hold, each host's (M(leaseguard.deploy.intake_hold)); pass
-        the registered results as O(held_intakes). Without O(held_intakes), O(pause_cron_jobs)
-        and O(pause_command) are refused here.
+      - With O(fleet_lookups) and C(run_once), judge B(each host) of C(ansible_play_batch) by
+        its B(own) facts (not the fleet rule) in B(one) query per poll over B(one) database
+        connection, through this task's host; each host's result is under RV(hosts). With
+        O(wait) every host drains at once; one O(status_file) shows them all.
+      - Every host must reach the same database (not each its own loopback through its own
+        tunnel), and each host's intake is the caller's to hold (pass the
+        M(leaseguard.deploy.intake_hold) results as O(held_intakes)). A failure of the one
+        judgment fails the task once, naming the cause.
     type: bool
     default: false
   held_intakes:

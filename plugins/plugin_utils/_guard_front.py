@@ -165,7 +165,7 @@ def look_up(runner, contract):
 
 def host_lookup(session):
     """A one-host session's facts and clock reading, shaped as task_timeout's result."""
-    return lookup_result(session.facts, session.host_minus_here)
+    return lookup_result(session.facts, session.judged.host_minus_here)
 
 
 def fleet_facts(lookups, play_hosts):

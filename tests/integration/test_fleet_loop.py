@@ -13,6 +13,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.shared_poll import SharedPoll
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.oracle import Row, classify
 
@@ -136,7 +137,7 @@ def test_each_host_judged_in_one_query_agrees_with_it_judged_alone_and_the_oracl
 
 
 def session_of(db, per_host, **kw):
-    return GuardSession(contract_from_mapping({}), db.dsn, per_host, runner=None, **kw)
+    return GuardSession(contract_from_mapping({}), db.dsn, per_host, None, label="fleet", **kw)
 
 
 def facts(started=None, timeout_s=HOUR):
@@ -165,18 +166,19 @@ def test_twenty_hosts_draining_at_once_share_one_backend_and_one_query_per_poll(
         return judge_each()
 
     session.judge_each = counted
-    views = [session.host_view(host, fresh_s=0.5) for host in per_host]
+    shared = SharedPoll(session, fresh_s=0.5)
     rounds = 3
-    start = threading.Barrier(len(views))
+    start = threading.Barrier(len(per_host))
     seen = {}
 
-    def drain(view):
+    def drain(host):
+        judge = shared.judge_for(host)
         for _ in range(rounds):
             start.wait()
-            seen.setdefault(view.host, []).append(view.judge().counts.live)
+            seen.setdefault(host, []).append(judge().counts.live)
             start.wait()
 
-    threads = [threading.Thread(target=drain, args=(v,)) for v in views]
+    threads = [threading.Thread(target=drain, args=(h,)) for h in per_host]
     for t in threads:
         t.start()
     for t in threads:
@@ -194,12 +196,12 @@ def test_a_host_that_already_took_the_last_poll_gets_a_new_one(runs):
     fill(runs, [(1, "running", now - timedelta(minutes=5), None)])
     session = session_of(runs, {"app1": facts(now - timedelta(hours=1)), "app2": facts(None)})
     try:
-        view = session.host_view("app1", fresh_s=60)
-        assert view.judge().counts.live == 1
+        judge = SharedPoll(session, fresh_s=60).judge_for("app1")
+        assert judge().counts.live == 1
         with runs.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done'")
         # Within the freshness window, but app1 saw that poll already: it is judged anew.
-        assert view.judge().counts.live == 0
+        assert judge().counts.live == 0
     finally:
         session.close()
 

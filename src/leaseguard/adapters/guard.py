@@ -25,13 +25,12 @@ from leaseguard.core.clock_offset import ClockOffset, controller_offset, control
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
 from leaseguard.core.fleet import in_database_clock
+from leaseguard.core.lock_rules import owners_table, table_identifier
 from leaseguard.core.predicate import (
     counts_query,
     live_claims_query,
     orphan_cutoff,
-    owners_table,
     subjects_params,
-    table_identifier,
 )
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict

@@ -47,6 +47,7 @@ from leaseguard.orchestration.drain_run import (
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.progress import progress_for
 from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.shared_poll import SharedPoll
 
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
@@ -148,7 +149,8 @@ def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
                     reports.update((h, _failed(h, e, run.json_output)) for h, e in unjudged.items())
                     continue
                 shared.pause_owner = drain_identity("fab drain")
-                judges.update((h, shared.host_view(h, run.options.poll_s / 2).judge) for h in group)
+                polls = SharedPoll(shared, run.options.poll_s / 2)
+                judges.update((h, polls.judge_for(h)) for h in group)
             names = sorted(judges)
             drained = run_all(names, lambda h: _drain_host(opened.sessions[h], judges[h], run))
         results = dict(zip(names, drained, strict=True))

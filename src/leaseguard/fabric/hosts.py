@@ -75,7 +75,7 @@ def _open(
         # The host's clock minus ours, only when a start time makes it matter.
         clock = None
         if session.facts.runtime_started_at is not None:
-            clock = session.host_minus_here or offset_from_here(session.runner)
+            clock = session.judged.host_minus_here or offset_from_here(session.runner)
     except LeaseguardError as exc:
         stack.close()
         return host, exc

@@ -23,6 +23,7 @@ from leaseguard.orchestration.drain import Action, Drainer, DrainResult, NoProgr
 from leaseguard.orchestration.drain_options import DrainOptions, build_intake
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.shared_poll import SharedPoll
 
 
 def drain_host(
@@ -48,7 +49,7 @@ def drain_host(
     shared database through any host that still can. `act` runs once drained, with intake
     still held (`action` names it in the hold's record); intake is given back after it.
     `judge` replaces session.judge: one host of a fleet judged by the fleet's shared poll
-    (GuardSession.host_view).
+    (leaseguard.orchestration.shared_poll).
     """
     by = drain_identity(front)
     session.pause_owner = by
@@ -88,15 +89,16 @@ def drain_each(
     A failure of the fleet's poll ends each host's drain with that same error object:
     `shared_failures` tells it apart from a host's own.
     """
-    assert session.each is not None
+    each = session.judged.each
+    assert each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
-    fresh_s = options.poll_s / 2
+    shared = SharedPoll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
-        label = session.host_labels.get(host, host)
+        label = session.judged.host_labels.get(host, host)
         drainer = Drainer(
-            session.host_view(host, fresh_s).judge,
+            shared.judge_for(host),
             poll_s=options.poll_s,
             deadline_s=options.deadline_s,
             observer=board.observer(label, None),
@@ -105,7 +107,7 @@ def drain_each(
         )
         return drainer.run()
 
-    hosts = sorted(session.each)
+    hosts = sorted(each)
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         return dict(zip(hosts, pool.map(drain, hosts), strict=True))
 

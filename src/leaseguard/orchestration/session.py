@@ -1,13 +1,12 @@
-"""A guard session on one host: look up once, then judge as often as needed.
+"""A guard session: look up once, then judge as often as needed, over one connection.
 
-The same session serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over
-SSH with a tunnel) and the Ansible action plugin. A drain's polls share one database
-connection: a connection per poll costs a login each time, and through Fabric's tunnel each
-one leaves a finished forwarder behind until the tunnel closes (memory grew with the polls).
-A shared connection that broke meanwhile (server idle timeout, restart, dropped tunnel) is
-replaced once, at once; a poll fails only when a fresh connection fails too. Any other
-failure (a lock or statement timeout, a schema error) is the answer: retrying it would
-spend its budget twice.
+It serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over SSH with a
+tunnel) and the Ansible action plugin; whom it judges (one host, a fleet by the fleet rule,
+or each host of a fleet in one query) is leaseguard.orchestration.subjects'. A drain's polls
+share one connection (a login per poll cost each poll a forwarder through Fabric's tunnel).
+A connection that broke (server idle timeout, restart, dropped tunnel) is replaced once, at
+once, along the next path if its own died; any other failure (a lock or statement timeout,
+a schema error) is the answer: retrying it would spend its budget twice.
 
 Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
 + a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
@@ -16,18 +15,15 @@ and a poll through a tunnel whose SSH connection died says so, naming the SSH ho
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar, Unpack
+from typing import Protocol, TypeVar, Unpack
 
 import psycopg
 
 from leaseguard.adapters.db import connect, describe_target, end_left_behind
-from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
+from leaseguard.adapters.guard import judge_subjects
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import advisory_plan_warning
@@ -35,11 +31,11 @@ from leaseguard.adapters.runtime import Given, LocalRunner, Runner, resolve_runt
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, DatabaseUnavailable, LeaseguardError, TunnelError
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
 from leaseguard.core.fleet import FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
-from leaseguard.orchestration.session_clock import FleetClocks, host_minus_database
+from leaseguard.orchestration.subjects import Judged
 
 # What a poll may take beyond connect timeout + statement budget: round trips, the
 # transaction's few small statements, and a thread waking up.
@@ -95,27 +91,14 @@ class GuardSession:
         host_labels: Mapping[str, str] | None = None,
     ) -> None:
         self.contract = contract
-        # How each host of `facts` is named in its verdict (its SSH host, not the -H string).
-        self.host_labels = dict(host_labels or {})
+        # Whom it judges: this host, the fleet by the fleet rule, or each host of a fleet.
+        self.judged = Judged(contract, facts, host_offsets, host_minus_here, host_labels)
         # The paths to the database, tried in turn: one host's tunnel, then the others'.
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
         self._path = 0
-        self.fleet = facts if isinstance(facts, FleetFacts) else None
-        # Several hosts, each judged by its own facts, in one query per poll (judge_each).
-        self.each = _each_host(contract, facts) if isinstance(facts, Mapping) else None
-        if isinstance(facts, FleetFacts):
-            facts = facts.facts
-        self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
         self.runner = runner
         self.label = label
-        self.fleet_clocks = FleetClocks(host_offsets)
-        # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
-        self.host_minus_here = host_minus_here
         self.watch = PollWatch(self.poll_budget_s, self._cut)
-        self.lease_s = (
-            None if self.each is not None else lease_seconds(contract, self.facts.task_timeout)
-        )
-        self.clock_offset: ClockOffset | None = None  # measured once (session_clock)
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
@@ -131,8 +114,6 @@ class GuardSession:
         self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
-        self._shared: _SharedPoll | None = None  # judge_each's last poll, for host_view()
-        self._shared_lock = threading.Lock()
 
     @property
     def conninfo(self) -> str:
@@ -152,16 +133,20 @@ class GuardSession:
         contract = self.contract
         return contract.connect_timeout_s + contract.statement_timeout_ms / 1000 + POLL_MARGIN_S
 
+    @property
+    def facts(self) -> RuntimeFacts:
+        return self.judged.facts
+
     def judge(self) -> Verdict:
         """One check on the session's connection (replaced once if it broke meanwhile)."""
-        if self.each is not None:
+        if self.judged.each is not None:
             raise TypeError("a session of several hosts judges with judge_each()")
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
         """Every host's verdict, each by its own facts, from ONE query over one connection."""
-        assert self.each is not None
-        return dict(zip(sorted(self.each), self._poll(), strict=True))
+        assert self.judged.each is not None
+        return dict(zip(sorted(self.judged.each), self._poll(), strict=True))
 
     @_bounded
     def _poll(self) -> list[Verdict]:
@@ -199,32 +184,6 @@ class GuardSession:
             self.close()
         assert row is not None
         return tuple(row)
-
-    def host_view(self, host: str, fresh_s: float) -> HostView:
-        """One host of a judge_each session, judged as if alone: its drain's polls share the
-        fleet's (at most one query per `fresh_s`, whatever the number of hosts)."""
-        return HostView(self, host, fresh_s)
-
-    def verdict_for(self, host: str, fresh_s: float) -> Verdict:
-        """`host`'s verdict from the fleet's last poll when that poll began after this
-        host's previous answer and within `fresh_s`; else from a new poll (one for all).
-
-        The lock makes the hosts that ask meanwhile wait for the poll in flight, so their
-        drains fall into step: one query per poll interval for the whole fleet.
-        """
-        with self._shared_lock:
-            now = time.monotonic()
-            shared = self._shared
-            if shared is None or shared.stale_for(host, now, fresh_s):
-                try:
-                    shared = _SharedPoll(now, self.judge_each())
-                except LeaseguardError as exc:
-                    shared = _SharedPoll(now, exc)
-                self._shared = shared
-            shared.served[host] = time.monotonic()  # after the poll it took
-        if isinstance(shared.outcome, LeaseguardError):
-            raise shared.outcome
-        return shared.outcome[host]
 
     def adopt(self, conn: Conn) -> None:
         """Judge on `conn`, opened along the session's path while the lookups ran
@@ -331,63 +290,11 @@ class GuardSession:
             shutdown_socket(conn)
 
     def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> list[Verdict]:
-        if self.clock_offset is None and self._needs_clock():
-            self.clock_offset = self._measure_clock(conn)
+        subjects = self.judged.subjects(conn, self.runner, self.host)
         verdicts, self._status_column = judge_subjects(
-            conn, self.contract, self._subjects(), status_column=self._status_column
+            conn, self.contract, subjects, status_column=self._status_column
         )
-        extra = self._advice(conn, verdicts[0])
-        facts = (
-            [self.facts] if self.each is None else [f for _, (f, _) in sorted(self.each.items())]
-        )
-        return [
-            self._with_advice(verdict, extra, f.replicas)
-            for verdict, f in zip(verdicts, facts, strict=True)
-        ]
-
-    def _needs_clock(self) -> bool:
-        if self.each is not None:
-            return any(f.runtime_started_at is not None for f, _ in self.each.values())
-        return self.facts.runtime_started_at is not None
-
-    def _subjects(self) -> list[Subject]:
-        """Whom one poll judges: this host (or the fleet by the fleet rule), or each host."""
-        if self.each is None:
-            facts = self.facts
-            return [
-                Subject(
-                    self.host,
-                    facts.task_timeout,
-                    self.lease_s,
-                    facts.runtime_started_at,
-                    self.clock_offset,
-                    facts.warnings,
-                )
-            ]
-        offsets = self.fleet_clocks.minus_database
-        return [
-            Subject(
-                self.host_labels.get(host, host),
-                facts.task_timeout,
-                lease_s,
-                facts.runtime_started_at,
-                offsets.get(host),
-                facts.warnings,
-            )
-            for host, (facts, lease_s) in sorted(self.each.items())
-        ]
-
-    def _with_advice(
-        self, verdict: Verdict, extra: tuple[str, ...], replicas: tuple[str, ...]
-    ) -> Verdict:
-        if not (extra or self.fleet is not None or replicas):
-            return verdict
-        return dataclasses.replace(
-            verdict,
-            warnings=(*verdict.warnings, *extra),
-            fleet=self._fleet_report() if self.fleet is not None else None,
-            replicas=replicas,
-        )
+        return self.judged.finish(verdicts, self._advice(conn, verdicts[0]))
 
     def _reads_own_cron(self) -> bool:
         """Whether cron.job is read on the guard's own connection: in its database, and as
@@ -416,68 +323,10 @@ class GuardSession:
             )
         return self._leftovers
 
-    def _measure_clock(self, conn: Conn) -> ClockOffset:
-        """The clock offset that widens the orphan tolerance; a fleet's facts move into the
-        database clock on the way (leaseguard.orchestration.session_clock)."""
-        if self.each is not None:
-            per_host = {host: facts for host, (facts, _) in self.each.items()}
-            self.fleet_clocks.measure(conn, per_host)
-            return ClockOffset(0.0, 0.0)  # each host's own offset is in fleet_clocks
-        if self.fleet is None:
-            return host_minus_database(conn, self.runner, self.host_minus_here)
-        skew_s = self.contract.clock_skew_s
-        self.fleet, offset = self.fleet_clocks.into_database_clock(conn, self.fleet, skew_s)
-        self.facts = self.fleet.facts
-        return offset
-
-    def _fleet_report(self) -> dict[str, Any]:
-        assert self.fleet is not None
-        report = self.fleet.as_dict()
-        if offsets := self.fleet_clocks.report():
-            report["clock_offsets_s"] = offsets
-        return report
-
     def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
         """A normal (not read-only) connection through the same path, for intake holds: as
         the intake's own role when one is configured (`cron_user`)."""
         return self._open(writable=True, dbname=dbname, as_intake=True)
-
-
-def _each_host(
-    contract: Contract, per_host: Mapping[str, RuntimeFacts]
-) -> dict[str, tuple[RuntimeFacts, float | None]]:
-    """Every host's facts and its own lease (a host without a task timeout is named)."""
-    if not per_host:
-        raise ConfigError("a fleet judgment needs the facts of at least one host")
-    each = {}
-    for host, facts in per_host.items():
-        try:
-            each[host] = (facts, lease_seconds(contract, facts.task_timeout))
-        except ConfigError as exc:
-            raise ConfigError(f"host {host}: {exc}") from None
-    return each
-
-
-@dataclasses.dataclass
-class _SharedPoll:
-    """A judge_each poll (its verdicts or its failure), and when each host last took it."""
-
-    started: float
-    outcome: dict[str, Verdict] | LeaseguardError
-    served: dict[str, float] = dataclasses.field(default_factory=dict)
-
-    def stale_for(self, host: str, now: float, fresh_s: float) -> bool:
-        return now - self.started > fresh_s or self.started < self.served.get(host, -1.0)
-
-
-class HostView:
-    """One host of a judge_each session, as a drain sees a session of its own."""
-
-    def __init__(self, session: GuardSession, host: str, fresh_s: float) -> None:
-        self.session, self.host, self.fresh_s = session, host, fresh_s
-
-    def judge(self) -> Verdict:
-        return self.session.verdict_for(self.host, self.fresh_s)
 
 
 @contextmanager
