@@ -195,8 +195,7 @@ attributes:
     platforms: posix
     description: Runs on the controller; lookups run on the host through the task's connection.
 notes:
-  - Status values are compared as text, so enum status columns work; see C(leaseguard index-sql)
-    for the index that keeps the query cheap on large tables.
+  - C(leaseguard index-sql) prints the index that keeps the query cheap on large tables.
 seealso:
   - module: leaseguard.deploy.task_timeout
   - module: leaseguard.deploy.cron_budget
@@ -242,10 +241,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hosts:
-  description:
-    - With O(each_host), every host's own result (its RV(decision), RV(counts), RV(live), ...
-      and, with O(wait), RV(drain)), by host name; a host whose check failed has C(failed)
-      and its RV(error).
+  description: With O(each_host), every host's own result by name (with O(wait), its
+    RV(drain)); a host whose check failed has C(failed) and its RV(error).
   returned: with each_host
   type: dict
   sample: {"app1": {"decision": "proceed", "counts": {"live": 0, "stale": 0, "orphaned": 1, "queued": 3}}}
