@@ -1,24 +1,19 @@
 """Item 3: a fleet - what a deploy guard costs the protected database and the operator, for
-1, 20 and 50 hosts, on both fronts, side by side in one run.
+1, 20 and 50 hosts, on both fronts, side by side in one run. The hosts are sandbox/fleet.py's
+(sshd in namespaces, one shared PostgreSQL); the lookups are real and run on each host.
 
-Every host is its own network namespace with its own sshd and nothing else (2 cores hold 50
-of them); the lookups are real and run on each host over SSH (the task timeout from an env
-file, the runtime's start from a pid file's process), and one PostgreSQL in the root
-namespace serves the whole fleet, as the app servers of a fleet share a database.
-
-Measured, per front and fleet size:
-- backends held on the database while a drain waits (sampled from pg_stat_activity);
-- polls per second at the database (its committed transactions in the drain's database,
-  over the drain's span: the fleet's one query per poll, whatever the number of hosts);
-- time from the start until every host has its first verdict (the status file, read as the
-  drain writes it), beside the time Fabric alone takes to reach every host;
-- the per-extra-host cost of `fab guard` and `fab drain` against Fabric alone running `true`
-  on the same hosts (a fabric ThreadingGroup).
+Measured, per front and fleet size: backends held on the database while a drain waits
+(pg_stat_activity); polls per second at the database (the drain database's committed
+transactions over the drain's span); the time until every host has its first verdict (the
+status file); the per-extra-host cost of `fab guard` and `fab drain` against Fabric alone
+running `true`, and running the lookups' own one exec (the control), on the same hosts.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import shlex
 import subprocess
 import sys
 import threading
@@ -38,6 +33,9 @@ from benchmarks.infra import (
     fab_env,
     fleet_fab_config,
 )
+from leaseguard.adapters.host_lookup import planned_commands
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.core.one_exec import batch_script
 from sandbox.ansible_env import ansible_env
 from sandbox.fleet import Fleet
 
@@ -46,14 +44,15 @@ FRONTS = ("fab", "ansible")
 POLL_S = 0.5
 DRAIN_S = 4.0  # each measured drain waits this long on a live claim, then ends (exit 75)
 FORKS = 25
+# Fabric alone: a ThreadingGroup running a command on the same hosts, key and known_hosts.
 FABRIC_ALONE = """
 import sys
 from fabric import ThreadingGroup
-hosts, key, known_hosts = sys.argv[1].split(","), sys.argv[2], sys.argv[3]
+hosts, key, known_hosts, command = sys.argv[1].split(","), *sys.argv[2:5]
 group = ThreadingGroup(*hosts, connect_kwargs={"key_filename": key})
 for connection in group:
     connection.client.load_host_keys(known_hosts)
-group.run("true", hide=True)
+group.run(command, hide=True)
 """
 
 
@@ -172,15 +171,15 @@ def _measure(
     inventories = {n: _inventory(fleet, workdir, config, n) for n in sizes}
     runs: dict[tuple[str, int], list[dict[str, float]]] = {}
 
-    def alone(n: int) -> dict[str, float]:
-        argv = [
-            sys.executable,
-            "-c",
-            FABRIC_ALONE,
-            ",".join(fleet.targets(n)),
-            str(fleet.key_path),
-            str(fleet.known_hosts),
-        ]
+    lookups = yaml.safe_load(config.read_text())["leaseguard"]
+    contract = contract_from_mapping({k: v for k, v in lookups.items() if k != "connection"})
+    plan = planned_commands(contract, timeout_given=False, start_given=False)
+    script = "sh -c " + shlex.quote(batch_script(plan, "0"))  # the lookups' own one exec
+    commands = {"fabric alone": "true", "fabric running the lookups": script}
+
+    def alone(kind: str, n: int) -> dict[str, float]:
+        argv = [sys.executable, "-c", FABRIC_ALONE, ",".join(fleet.targets(n))]
+        argv += [str(fleet.key_path), str(fleet.known_hosts), commands[kind]]
         return {"wall_s": _timed(argv, FAB_CWD, fab_env())[0]}
 
     def fab_guard(n: int) -> dict[str, float]:
@@ -217,7 +216,9 @@ def _measure(
         status = workdir / f"ansible-status-{n}.json"
         return _drain(argv, REPO, ansible_env(work), status, fleet, n)
 
-    kinds: dict[str, Callable[[int], dict[str, float]]] = {"fabric alone": alone}
+    kinds: dict[str, Callable[[int], dict[str, float]]] = {
+        kind: functools.partial(alone, kind) for kind in commands
+    }
     if "fab" in fronts:
         kinds.update({"fab guard": fab_guard, "fab drain": fab_drain})
     if "ansible" in fronts:
@@ -270,11 +271,7 @@ def _report(
                     _per_extra_host(runs, kind, n),
                     _per_extra_host(runs, "fabric alone", n),
                 )
-                per_host = (
-                    f"{fmt_s(mine)} ({fmt_ratio(mine / plain)})"
-                    if kind != "fabric alone"
-                    else fmt_s(mine)
-                )
+                per_host = f"{fmt_s(mine)} ({fmt_ratio(mine / plain)})"
             drained = "backends" in got[0]
             section.rows.append(
                 [
@@ -291,7 +288,9 @@ def _report(
                 findings += _drain_findings(runs, kind, n)
         if kind.startswith("fab ") and sizes[-1] > 1:
             n = sizes[-1]
-            ratio = _per_extra_host(runs, kind, n) / _per_extra_host(runs, "fabric alone", n)
+            mine = _per_extra_host(runs, kind, n)
+            ratio = mine / _per_extra_host(runs, "fabric alone", n)
+            control = mine / _per_extra_host(runs, "fabric running the lookups", n)
             findings.append(
                 Finding(
                     "3. fleet",
@@ -299,13 +298,15 @@ def _report(
                     fmt_ratio(ratio),
                     "<= 1.20x",
                     ratio <= 1.2,
+                    f"{fmt_ratio(control)} Fabric alone running the lookups' own one exec: the "
+                    "hosts' lookups (grep, cat, /proc reads, date) share the 2 cores",
                 )
             )
     section.notes += [
         f"{reps} repetitions, every run and size rotated within each repetition (order reversed "
         f"every other one), after one warm-up of each. Drains wait {DRAIN_S:g} s on a live claim "
         f"(poll {POLL_S:g} s) and end at their deadline. Fabric alone: a ThreadingGroup running "
-        "`true` on the same hosts with the same key and known_hosts.",
+        "`true` (or the lookups' one exec, the control) on the same hosts, key and known_hosts.",
         "Polls/s at the database: the drain database's committed transactions over the drain's "
         f"wall time (one poll is one transaction; one poll interval is {1 / POLL_S:g}/s), the "
         "session's one-time reads included. Every host's first verdict: from the process start "

@@ -14,7 +14,7 @@ import pytest
 
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.ansible_run import db_vars, run_playbook, write_inventory
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,13 +49,7 @@ def batch(db, tmp_path):
             ],
         }
     inventory = write_inventory(
-        tmp_path / "inventory.yml",
-        hosts,
-        leaseguard_db_host=db.cluster.host,
-        leaseguard_db_port=db.cluster.port,
-        leaseguard_db_name=db.name,
-        leaseguard_db_user="postgres",
-        leaseguard_drain_poll_s=0.2,
+        tmp_path / "inventory.yml", hosts, **db_vars(db), leaseguard_drain_poll_s=0.2
     )
     yield inventory
     for host in HOSTS:

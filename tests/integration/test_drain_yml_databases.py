@@ -6,7 +6,7 @@ all on the first host's database."""
 import pytest
 
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.ansible_run import FIXED_FACTS, run_playbook, write_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,8 +30,7 @@ def own_databases(app_host_factory, tmp_path):
         {name: host.ansible_host_vars() for name, host in hosts.items()},
         leaseguard_db_name="postgres",
         leaseguard_db_user="postgres",
-        leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
-        leaseguard_runtime={"source": "none"},
+        **FIXED_FACTS,
         leaseguard_drain_poll_s=0.2,
         leaseguard_drain_deadline_s=1,
     )

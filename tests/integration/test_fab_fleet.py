@@ -13,7 +13,7 @@ import yaml
 from sandbox.fleet import fleet
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
-from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.ansible_run import FIXED_FACTS, run_playbook, write_inventory
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.hosts]
@@ -254,8 +254,7 @@ def test_drain_yml_over_twenty_hosts_holds_one_backend(hosts, claims, tmp_path):
         leaseguard_db_port=hosts.db.port,
         leaseguard_db_name="postgres",
         leaseguard_db_user="postgres",
-        leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
-        leaseguard_runtime={"source": "none"},
+        **FIXED_FACTS,
         leaseguard_drain_poll_s=0.3,
         leaseguard_drain_deadline_s=3,
     )

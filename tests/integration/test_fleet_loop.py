@@ -14,7 +14,7 @@ from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.shared_poll import SharedPoll
-from sandbox.runs_table import create_runs_table, insert_runs
+from sandbox.runs_table import insert_runs
 from tests.support.oracle import Row, classify
 
 pytestmark = pytest.mark.integration
@@ -25,10 +25,8 @@ CLAIMED = T0 - timedelta(minutes=10)
 
 
 @pytest.fixture
-def runs(db):
-    with db.connect() as conn:
-        create_runs_table(conn)
-    return db
+def runs(runs_db):
+    return runs_db
 
 
 def fill(db, rows):

@@ -52,6 +52,24 @@ class PlaybookRun:
         return dict(self.report["stats"])
 
 
+# Facts every host reports the same without looking anything up: an hour's task timeout,
+# no runtime start (no claim is an orphan).
+FIXED_FACTS = {
+    "leaseguard_task_timeout": {"source": "fixed", "value_s": 3600},
+    "leaseguard_runtime": {"source": "none"},
+}
+
+
+def db_vars(db: Any, user: str = "postgres") -> dict[str, Any]:
+    """The guard role's variables reaching a test database (`db` fixture) directly."""
+    return {
+        "leaseguard_db_host": db.cluster.host,
+        "leaseguard_db_port": db.cluster.port,
+        "leaseguard_db_name": db.name,
+        "leaseguard_db_user": user,
+    }
+
+
 def write_inventory(path: Path, hosts: dict[str, dict[str, Any]], **group_vars: Any) -> Path:
     path.write_text(yaml.safe_dump({"app": {"hosts": hosts, "vars": group_vars}}))
     return path

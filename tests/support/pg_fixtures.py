@@ -77,6 +77,14 @@ def db(pg_cluster: PgCluster) -> Iterator[PgDatabase]:
 
 
 @pytest.fixture
+def runs_db(db: PgDatabase) -> PgDatabase:
+    """`db` with an empty execution_runs table."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    return db
+
+
+@pytest.fixture
 def busy(db: PgDatabase) -> PgDatabase:
     """execution_runs with one live claim (id 1, claimed 30 minutes ago, silent since) and
     one queued row: the drain tests' starting point."""
