@@ -288,7 +288,7 @@ def shares_one_database(action, args):
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
     if not args["tunnel"] or transport == "local":
         return True
-    far_end, _ = tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])
+    far_end = tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
     return not each_hosts_own(far_end)
 
 
