@@ -11,7 +11,6 @@ CLI and the Fabric tasks.
 from __future__ import annotations
 
 import sys
-import threading
 from contextlib import contextmanager
 
 from ansible.errors import AnsibleActionFail
@@ -43,7 +42,7 @@ try:
     from leaseguard.orchestration.drain_options import drain_options
     from leaseguard.orchestration.drain_run import drain_each, drain_host, shared_failures
     from leaseguard.orchestration.session import GuardSession, fleet_session
-    from leaseguard.orchestration.ssh_session import await_lookup, connect_early
+    from leaseguard.orchestration.ssh_session import Background, await_lookup, connect_early
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 
@@ -226,7 +225,7 @@ def guard_session(action, args, contract, facts, label):
     `host_lookup(session)` is what task_timeout would have returned for the same lookups.
     """
     runner = AnsibleRunner(action, label)
-    lookup = _Background(look_up_facts, contract, runner, **facts)
+    lookup = Background(look_up_facts, contract, runner, **facts)
     try:
         with database_path(action, args, probe=False) as (conninfo, tunnel):
             early = connect_early(contract, conninfo, tunnel)
@@ -243,28 +242,6 @@ def guard_session(action, args, contract, facts, label):
                 session.close()
     finally:
         lookup.join()
-
-
-class _Background(threading.Thread):
-    """One call run in a thread; result() joins it and returns or raises what it did."""
-
-    def __init__(self, call, *args, **kwargs):
-        super().__init__(name="leaseguard-lookup", daemon=True)
-        self._call = lambda: call(*args, **kwargs)
-        self._value = self._error = None
-        self.start()
-
-    def run(self):
-        try:
-            self._value = self._call()
-        except BaseException as exc:  # handed to result(), in the caller's thread
-            self._error = exc
-
-    def result(self):
-        self.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 @contextmanager

@@ -50,7 +50,9 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
     """Every host opened in parallel; all closed (tunnels and SSH connections) at the end."""
     opened = OpenedHosts()
     with contextlib.ExitStack() as stack:
-        for host, result in for_each_host(hosts, lambda h: _open(h, c, settings)):
+        # One host alone: its guard connection opens while its lookups run.
+        alone = len(hosts) == 1
+        for host, result in for_each_host(hosts, lambda h: _open(h, c, settings, alone)):
             if isinstance(result, LeaseguardError):
                 opened.failed[host] = result
                 continue
@@ -63,14 +65,16 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 
 
 def _open(
-    host: str, c: Context, settings: FabricSettings
+    host: str, c: Context, settings: FabricSettings, connect: bool
 ) -> tuple[str, tuple[GuardSession, ClockOffset | None, contextlib.ExitStack] | LeaseguardError]:
     stack = contextlib.ExitStack()
     try:
         connection = connection_to(host, c, settings)
         stack.callback(connection.close)
         session = stack.enter_context(
-            ssh_session(connection, settings.contract, settings.conninfo, settings.address)
+            ssh_session(
+                connection, settings.contract, settings.conninfo, settings.address, connect=connect
+            )
         )
         # The host's clock minus ours, only when a start time makes it matter.
         clock = None
@@ -133,7 +137,7 @@ def judging_session(
             host_offsets=opened.clocks,
             fallbacks=fallbacks,
         ) as session:
-            _as_intake(session, settings)
+            _take_over(session, through, settings)
             yield session
         return
     session = GuardSession(
@@ -147,14 +151,18 @@ def judging_session(
         fallbacks=fallbacks,
         host_labels={host: opened.sessions[host].host for host in chosen},
     )
-    _as_intake(session, settings)
+    _take_over(session, through, settings)
     try:
         yield session
     finally:
         session.close()
 
 
-def _as_intake(session: GuardSession, settings: FabricSettings) -> None:
+def _take_over(session: GuardSession, through: GuardSession, settings: FabricSettings) -> None:
+    """The judging session's intake identity, and the connection its first path's host
+    opened already (one host alone), if any."""
+    if (opened := through.handover()) is not None:
+        session.adopt(opened)
     drain = settings.drain
     session.cron_database = drain.cron_database
     session.cron_user, session.cron_password = drain.cron_user, drain.cron_password

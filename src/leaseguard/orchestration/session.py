@@ -165,17 +165,11 @@ class GuardSession:
 
     @_bounded
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (the server's start time and the database's
-        name), read over a connection closed right after: hosts whose tunnels reach the
-        same one are judged over one connection."""
+        """Which database this session reaches (server start time, database), read over a
+        connection closed right after: hosts reaching the same one share one connection."""
+        query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
         try:
-            row = (
-                self._connection()
-                .execute(
-                    "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
-                )
-                .fetchone()
-            )
+            row = self._connection().execute(query).fetchone()
         except psycopg.Error as exc:
             raise DatabaseUnavailable(
                 f"host {self.host}: its database could not be identified ({type(exc).__name__})"
@@ -184,6 +178,11 @@ class GuardSession:
             self.close()
         assert row is not None
         return tuple(row)
+
+    def handover(self) -> Conn | None:
+        """This session's open connection, for another session along the same path."""
+        conn, self._conn = self._conn, None
+        return conn
 
     def adopt(self, conn: Conn) -> None:
         """Judge on `conn`, opened along the session's path while the lookups ran
@@ -297,8 +296,8 @@ class GuardSession:
         return self.judged.finish(verdicts, self._advice(conn, verdicts[0]))
 
     def _reads_own_cron(self) -> bool:
-        """Whether cron.job is read on the guard's own connection: in its database, and as
-        its role (pg_cron shows each role only its own jobs: an intake role reads its own)."""
+        """Whether cron.job is read on the guard's own connection, in its database and as its
+        role (pg_cron shows each role its own jobs only)."""
         return self.cron_database is None and self.cron_user is None
 
     def _advice(self, conn: Conn, verdict: Verdict) -> tuple[str, ...]:

@@ -6,9 +6,11 @@ never imports Fabric or paramiko.
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 from psycopg.conninfo import make_conninfo
 
@@ -31,18 +33,25 @@ def ssh_session(
     contract: Contract,
     conninfo: str,
     address: DatabaseAddress,
+    *,
+    connect: bool = False,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
     """A session over SSH: the tunnel to the database, then the lookups (one exec).
 
-    No database connection is opened here, nor probed: a fleet judges its hosts over one
-    connection, through one host's tunnel (`GuardSession` with every host's facts), and a
-    host alone on its first judgment. A database address the host cannot reach fails that
-    connection at once, naming the tunnel's cause (`DatabaseTunnel.failure`).
+    With `connect` (the host whose tunnel the judgment runs through first) the guard's
+    connection opens through the tunnel while the lookups run; otherwise none is opened, nor
+    probed. A database address the host cannot reach fails that connection at once, naming
+    the tunnel's cause (`DatabaseTunnel.failure`), after a failed lookup's own error.
     """
     with tunnelled(connection, conninfo, address, probe=False) as (tunnelled_dsn, tunnel):
         runner = FabricRunner(connection)
-        looked_up = look_up_host(contract, runner, **given)
+        if connect:
+            lookup = Background(look_up_host, contract, runner, **given)
+            early = connect_early(contract, tunnelled_dsn, tunnel)
+            looked_up, opened = await_lookup(lookup.result, early)
+        else:
+            looked_up, opened = look_up_host(contract, runner, **given), None
         session = GuardSession(
             contract,
             tunnelled_dsn,
@@ -51,10 +60,35 @@ def ssh_session(
             tunnel,
             host_minus_here=looked_up.clock,
         )
+        if opened is not None:
+            session.adopt(opened)
         try:
             yield session
         finally:
             session.close()
+
+
+class Background(threading.Thread):
+    """One call run in a thread; result() joins it and returns or raises what it did."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        super().__init__(name="leaseguard-lookup", daemon=True)
+        self._call = functools.partial(call, *args, **kwargs)
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to result(), in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 def connect_early(
