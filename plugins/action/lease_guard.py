@@ -166,7 +166,9 @@ def _each_result(judged, holds, host):
         result["intake"] = _intake(_held(holds.get(name)))
     decisions = Counter(result["decision"] for result in judged.values())
     summary = ", ".join(f"{decision} {n}" for decision, n in sorted(decisions.items()))
-    own = judged.get(host, {"changed": False, "decision": "proceed", "msg": ""})
+    # Not among them (never in a batch it runs for): the worst decision, never a bare proceed.
+    worst = next(d for d in ("failed", "defer", "proceed") if decisions[d] or d == "proceed")
+    own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
     return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
 
 
