@@ -28,7 +28,6 @@ from leaseguard.fabric.fleet import (
     failure_line,
     fleet_hosts,
     for_each_host,
-    run_all,
     say,
     worst_status,
 )
@@ -152,7 +151,9 @@ def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
                 polls = SharedPoll(shared, run.options.poll_s / 2)
                 judges.update((h, polls.judge_for(h)) for h in group)
             names = sorted(judges)
-            drained = run_all(names, lambda h: _drain_host(opened.sessions[h], judges[h], run))
+            drained = for_each_host(
+                names, lambda h: _drain_host(opened.sessions[h], judges[h], run), len(names)
+            )
         results = dict(zip(names, drained, strict=True))
         _name_shared_failures_once(results)
         reports.update((h, _report_drain(h, r, run.json_output)) for h, r in results.items())

@@ -59,16 +59,12 @@ def fleet_hosts(c: Context) -> list[str]:
     return hosts
 
 
-def for_each_host(hosts: list[str], work: Callable[[str], T]) -> list[T]:
-    """`work` on every host, at most MAX_PARALLEL_HOSTS at once (SSH handshakes, lookups)."""
-    with ThreadPoolExecutor(max_workers=min(len(hosts), MAX_PARALLEL_HOSTS)) as pool:
-        return list(pool.map(work, hosts))
-
-
-def run_all(hosts: list[str], work: Callable[[str], T]) -> list[T]:
-    """`work` on every host at once, none waiting for a slot: each host's drain mostly
-    waits for the fleet's shared poll (leaseguard.fabric.hosts)."""
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+def for_each_host(
+    hosts: list[str], work: Callable[[str], T], at_once: int = MAX_PARALLEL_HOSTS
+) -> list[T]:
+    """`work` on every host, at most `at_once` at a time (SSH handshakes and lookups are
+    bounded; a drain, which mostly waits for the fleet's shared poll, passes every host)."""
+    with ThreadPoolExecutor(max_workers=min(len(hosts), at_once)) as pool:
         return list(pool.map(work, hosts))
 
 

@@ -174,14 +174,13 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
     if len(hosts) == 1:
         return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")
-    return {host: not_judged_error(host, cause) for host in hosts}
-
-
-def not_judged_error(host: str, cause: LeaseguardError) -> LeaseguardError:
-    return type(cause)(
-        f"host {host} was not judged: the fleet's judgment failed ({cause.kind}), "
-        "its cause named once above"
-    )
+    return {
+        host: type(cause)(
+            f"host {host} was not judged: the fleet's judgment failed ({cause.kind}), "
+            "its cause named once above"
+        )
+        for host in hosts
+    }
 
 
 def judge_opened(
