@@ -20,7 +20,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars impo
 
 # The name check runs without the package; with `restart`, require_leaseguard() names it.
 with suppress(ImportError):
-    from leaseguard.core.restart import RestartSpec, missing_target
+    from leaseguard.api import RestartSpec, missing_target
 
 
 class ActionModule(LeaseguardAction):

@@ -55,7 +55,7 @@ class LeaseguardAction(ActionBase):
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         if self.needs_leaseguard:
             # Before the spec's float()/int(), which read any script's digits as numbers.
-            from leaseguard.core.config_values import refuse_non_ascii_numbers
+            from leaseguard.api import refuse_non_ascii_numbers
 
             try:
                 refuse_non_ascii_numbers(self._task.args, spec)

@@ -18,7 +18,7 @@ from ansible.utils.display import Display
 # Without the leaseguard package require_leaseguard() (plugin_utils._guard_front) fails
 # every task before anything here runs.
 with suppress(ImportError):
-    from leaseguard.orchestration.drain_run import signals_set
+    from leaseguard.api import signals_set
 
 display = Display()
 

@@ -27,22 +27,34 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check i
 )
 
 try:
-    from leaseguard.adapters.clock import offset_from_here
-    from leaseguard.adapters.host_lookup import HostLookup, look_up_host
-    from leaseguard.adapters.runtime import resolve_runtime_facts
-    from leaseguard.core.clock_offset import ClockOffset
-    from leaseguard.core.contract import CONFIG_KEYS, load_contract
-    from leaseguard.core.dsn import each_hosts_own, tunnel_far_end
-    from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
-    from leaseguard.core.fleet import facts_from_reports
-    from leaseguard.core.timeouts import parse_timeout_s
-    from leaseguard.core.timestamps import parse_timestamp
-    from leaseguard.core.verdict import failure_result
-    from leaseguard.orchestration.drain import intake_line
-    from leaseguard.orchestration.drain_options import drain_options
-    from leaseguard.orchestration.drain_run import drain_each, drain_host, shared_failures
-    from leaseguard.orchestration.session import GuardSession, fleet_session
-    from leaseguard.orchestration.ssh_session import Background, await_lookup, connect_early
+    from leaseguard.api import (
+        CONFIG_KEYS,
+        Background,
+        ClockOffset,
+        ConfigError,
+        GuardSession,
+        HostLookup,
+        LeaseguardError,
+        LookupFailed,
+        await_lookup,
+        connect_early,
+        drain_each,
+        drain_host,
+        drain_options,
+        each_hosts_own,
+        facts_from_reports,
+        failure_result,
+        fleet_session,
+        intake_line,
+        load_contract,
+        look_up_host,
+        offset_from_here,
+        parse_timeout_s,
+        parse_timestamp,
+        resolve_runtime_facts,
+        shared_failures,
+        tunnel_far_end,
+    )
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
 

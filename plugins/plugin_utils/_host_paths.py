@@ -20,13 +20,22 @@ try:
     from psycopg import ProgrammingError
     from psycopg.conninfo import make_conninfo
 
-    from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
-    from leaseguard.core.dsn import direct_conninfo, invalid_dsn, reject_hostaddr, tunnel_far_end
-    from leaseguard.core.errors import ConfigError, TunnelError
-    from leaseguard.core.lookups import CommandResult
-    from leaseguard.core.one_exec import split_tty, tty_argv
-    from leaseguard.core.ssh_args import parse_openssh_args
-    from leaseguard.orchestration.ssh_session import tunnelled
+    from leaseguard.api import (
+        CommandResult,
+        ConfigError,
+        DatabaseAddress,
+        SshOptions,
+        TunnelError,
+        direct_conninfo,
+        invalid_dsn,
+        make_connection,
+        parse_openssh_args,
+        reject_hostaddr,
+        split_tty,
+        tty_argv,
+        tunnel_far_end,
+        tunnelled,
+    )
 except ImportError:  # require_leaseguard() (plugin_utils._guard_front) fails every task first
     pass
 

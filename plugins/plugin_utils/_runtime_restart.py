@@ -17,16 +17,19 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import (  # noqa
     _core,
 )
 
-try:
-    from leaseguard.adapters.host_lookup import planned_commands, run_together
-    from leaseguard.adapters.runtime import Lookups
-    from leaseguard.core.errors import ConfigError, LookupFailed
-    from leaseguard.core.lookups import exit_meaning, first_stderr_line
-    from leaseguard.core.restart import (
+try:  # noqa: SIM105 (ansible-test's import check reads this form)
+    from leaseguard.api import (
+        ConfigError,
+        LookupFailed,
+        Lookups,
         RestartSpec,
+        exit_meaning,
+        first_stderr_line,
         missing_target,
+        planned_commands,
         restart_argv,
         restart_target,
+        run_together,
         start_moved,
     )
 except ImportError:  # require_leaseguard() fails every task first, naming the install

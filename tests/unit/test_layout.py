@@ -150,3 +150,32 @@ def test_the_core_opens_no_connection_and_starts_no_process() -> None:
         if (found := _reaches_out(ast.parse(path.read_text())))
     }
     assert offenders == {}
+
+
+def _leaseguard_imports(tree: ast.AST) -> list[str]:
+    modules = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules.append(node.module)
+    return [m for m in modules if m == "leaseguard" or m.startswith("leaseguard.")]
+
+
+def test_the_collection_reaches_the_package_only_through_its_public_api() -> None:
+    """plugins/ import leaseguard.api and nothing else of the package, so its insides can
+    change shape without breaking the collection; every name the api lists resolves."""
+    import leaseguard.api
+
+    plugins = sorted((REPO / "plugins").rglob("*.py"))
+    assert len(plugins) > 10
+    used = {
+        f"{path.relative_to(REPO)}: {module}"
+        for path in plugins
+        for module in _leaseguard_imports(ast.parse(path.read_text()))
+        if module != "leaseguard.api"
+    }
+    assert used == set()
+    assert _leaseguard_imports(ast.parse("from leaseguard.adapters.db import connect"))
+    for name in leaseguard.api.__all__:
+        assert getattr(leaseguard.api, name) is not None, name

@@ -1,0 +1,91 @@
+"""The one public API the Ansible collection (plugins/) reaches the package through.
+
+The plugins translate task options into these calls and their results into Ansible's
+return values; they never import leaseguard's modules directly, so the package can reshape
+its insides without breaking the collection. Each name here is a use case or a plain value
+type. tests/unit/test_layout.py holds the plugins to this module.
+
+Names load on first use (PEP 562): a lease_guard task must not pay for the budgets' imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_HOME = {
+    # budgets (cron_budget)
+    "budget_config_from_mapping": "leaseguard.core.budgets.config",
+    "converge_budgets": "leaseguard.adapters.budgets",
+    "set_jobs_active": "leaseguard.adapters.cron",
+    "validate_active": "leaseguard.adapters.cron",
+    "connect": "leaseguard.adapters.db",
+    "read_records": "leaseguard.adapters.pauses",
+    "resume_pauses": "leaseguard.adapters.resume",
+    # intake holds (intake_hold)
+    "Hold": "leaseguard.adapters.pauses",
+    "drain_identity": "leaseguard.adapters.pauses",
+    "CommandPause": "leaseguard.orchestration.intake",
+    "CronJobsPause": "leaseguard.orchestration.intake",
+    "Intakes": "leaseguard.orchestration.intake",
+    # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
+    "offset_from_here": "leaseguard.adapters.clock",
+    "HostLookup": "leaseguard.adapters.host_lookup",
+    "look_up_host": "leaseguard.adapters.host_lookup",
+    "planned_commands": "leaseguard.adapters.host_lookup",
+    "run_together": "leaseguard.adapters.host_lookup",
+    "Lookups": "leaseguard.adapters.runtime",
+    "resolve_runtime_facts": "leaseguard.adapters.runtime",
+    "ClockOffset": "leaseguard.core.clock_offset",
+    "CommandResult": "leaseguard.core.lookups",
+    "exit_meaning": "leaseguard.core.lookups",
+    "first_stderr_line": "leaseguard.core.lookups",
+    "RestartSpec": "leaseguard.core.restart",
+    "missing_target": "leaseguard.core.restart",
+    "restart_argv": "leaseguard.core.restart",
+    "restart_target": "leaseguard.core.restart",
+    "start_moved": "leaseguard.core.restart",
+    # SSH paths to the database
+    "DatabaseAddress": "leaseguard.adapters.ssh",
+    "SshOptions": "leaseguard.adapters.ssh",
+    "make_connection": "leaseguard.adapters.ssh",
+    "direct_conninfo": "leaseguard.core.dsn",
+    "each_hosts_own": "leaseguard.core.dsn",
+    "invalid_dsn": "leaseguard.core.dsn",
+    "reject_hostaddr": "leaseguard.core.dsn",
+    "tunnel_far_end": "leaseguard.core.dsn",
+    "split_tty": "leaseguard.core.one_exec",
+    "tty_argv": "leaseguard.core.one_exec",
+    "parse_openssh_args": "leaseguard.core.ssh_args",
+    "Background": "leaseguard.orchestration.ssh_session",
+    "await_lookup": "leaseguard.orchestration.ssh_session",
+    "connect_early": "leaseguard.orchestration.ssh_session",
+    "tunnelled": "leaseguard.orchestration.ssh_session",
+    # judgment and drains (lease_guard)
+    "refuse_non_ascii_numbers": "leaseguard.core.config_values",
+    "CONFIG_KEYS": "leaseguard.core.contract",
+    "load_contract": "leaseguard.core.contract",
+    "ConfigError": "leaseguard.core.errors",
+    "LeaseguardError": "leaseguard.core.errors",
+    "LookupFailed": "leaseguard.core.errors",
+    "TunnelError": "leaseguard.core.errors",
+    "facts_from_reports": "leaseguard.core.fleet",
+    "parse_timeout_s": "leaseguard.core.timeouts",
+    "parse_timestamp": "leaseguard.core.timestamps",
+    "failure_result": "leaseguard.core.verdict",
+    "intake_line": "leaseguard.orchestration.drain",
+    "drain_options": "leaseguard.orchestration.drain_options",
+    "drain_each": "leaseguard.orchestration.drain_run",
+    "drain_host": "leaseguard.orchestration.drain_run",
+    "shared_failures": "leaseguard.orchestration.drain_run",
+    "signals_set": "leaseguard.orchestration.drain_run",
+    "GuardSession": "leaseguard.orchestration.session",
+    "fleet_session": "leaseguard.orchestration.session",
+}
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'leaseguard.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME[name]), name)
