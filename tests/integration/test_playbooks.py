@@ -1,5 +1,6 @@
 """playbooks/drain.yml run by its collection name, against a real host and database."""
 
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -38,16 +39,22 @@ def drain(tmp_path, app_host_pg, app_db, backend):
     return run
 
 
-def finish_claim_once_paused(app_db, intake_log):
-    """End the claim a second after intake was paused: the drain is waiting by then."""
+def finish_claim_once_judged_live(app_db, status_file):
+    """End the claim once the drain's status file shows it judged live: the drain holds
+    intake from before its first verdict, so the claim must outlive that verdict."""
+
+    def judged_live():
+        try:
+            return json.loads(status_file.read_text())["counts"]["live"] > 0
+        except (OSError, ValueError, KeyError):  # not written yet, or mid-rewrite
+            return False
 
     def finish():
         deadline = time.monotonic() + 120
-        while "paused" not in (intake_log.read_text() if intake_log.exists() else ""):
+        while not judged_live():
             if time.monotonic() > deadline:
                 return
             time.sleep(0.1)
-        time.sleep(1.0)
         with app_db.connect(socket=True) as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
 
@@ -58,8 +65,10 @@ def finish_claim_once_paused(app_db, intake_log):
 
 def test_drain_waits_for_the_claim_to_end_and_pauses_intake_meanwhile(drain, app_db, tmp_path):
     log = tmp_path / "intake.log"
-    worker = finish_claim_once_paused(app_db, log)
+    status_file = tmp_path / "drain-status.json"
+    worker = finish_claim_once_judged_live(app_db, status_file)
     run = drain(
+        leaseguard_drain_status_file=str(status_file),
         leaseguard_pause_command=["sh", "-c", f"echo paused >> {log}"],
         leaseguard_resume_command=["sh", "-c", f"echo resumed >> {log}"],
     )
