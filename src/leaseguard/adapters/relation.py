@@ -92,7 +92,6 @@ _VIEW_BASES = sql.SQL(
 
 @dataclass(frozen=True)
 class Relation:
-    kind: str
     database_zone: str  # the TimeZone a session starts with on this database
 
 
@@ -121,7 +120,7 @@ def check_relation(conn: Connection, relation: str, contract: Contract) -> Relat
         raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
     kind = str(kind)
     if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
-        return Relation(kind=kind, database_zone=str(zone))
+        return Relation(database_zone=str(zone))
     if kind == "v":
         raise SchemaMismatch(
             f"table {label} is a view, not the table that holds the rows; name the table, or "
