@@ -1,8 +1,7 @@
 """The guard's own database session: read-only, time-boxed, named, and leak-proof.
 
-psycopg's messages can carry a DSN fragment or a password hint, so no driver text ever
-leaves this module: errors are translated into leaseguard's own messages naming the
-target (host, port, database), the table or column, the exception class and SQLSTATE.
+psycopg's messages can quote a DSN or a password hint, so no driver text leaves this module:
+errors name the target (host:port/db), the table or column, the exception class and SQLSTATE.
 """
 
 from __future__ import annotations
@@ -21,24 +20,19 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import invalid_dsn
-from leaseguard.core.errors import (
-    DatabaseUnavailable,
-    GuardQueryFailed,
-    SchemaMismatch,
-)
+from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
 
 log = logging.getLogger("leaseguard.db")
 APPLICATION_NAME = "leaseguard"
 
-# Where each front takes the database password from (README, "Point it at your own hosts").
 _PASSWORD_FROM = (  # where a password is set, not one
     "PGPASSWORD or ~/.pgpass on the controller, password= in the DSN (--dsn, "  # noqa: S105
     "LEASEGUARD_DSN, fabric.yaml's connection.dsn) or, under Ansible, "
     "leaseguard_db_password (LEASEGUARD_DB_PASSWORD)"
 )
 
-# libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase,
-# so that the operator learns the cause without the raw text (which may quote the DSN).
+# libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase:
+# the raw text may quote the DSN.
 _CONNECT_CAUSES = (
     ("password authentication failed", "authentication failed; check " + _PASSWORD_FROM),
     ("no password supplied", "a password is required but none was given; set " + _PASSWORD_FROM),
@@ -75,23 +69,14 @@ def connect(
     user: str | None = None,
     password: str | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """Open a connection named leaseguard; the one way every part of leaseguard connects.
+    """Open a connection named leaseguard: the one way every part of leaseguard connects.
 
-    :param connect_timeout_s: libpq's connect_timeout, and the liveness bound of a
-        connection that stopped answering (`liveness_keywords`).
-    :param writable: False (the guard's connection): read-only and repeatable-read, so both
-        queries of a check see one snapshot and one now(). True (writers of cron.job: the
-        budgets and the intake pause): autocommit, so each caller opens the one transaction
-        it means (`leaseguard.adapters.cron.cron_transaction`) and nothing stays open between them.
-    :param dbname: another database than the DSN's (pg_cron's cron.database_name).
-    :param timeout_s: shortens the connect timeout (what is left of a poll's budget).
-    :param user: another role than the DSN's (the intake's: the owner of the pg_cron jobs);
-        the DSN's password is then dropped, `password` or libpq's PGPASSWORD/.pgpass used.
-
-    Statements are never prepared on the server (prepare_threshold=None, not even psycopg's
-    automatic prepare after 5 executions): a pooler in transaction mode (PgBouncer) may run
-    the next transaction on another server session, where a prepared statement is unknown.
-    Failures name the target (host:port/db) and a fixed phrase, never the DSN or driver text.
+    Not writable (the guard's): read-only and repeatable-read, so a check's queries see one
+    snapshot and one now(). Writable (cron.job's writers): autocommit, each caller opening
+    the one transaction it means. `dbname`/`user` replace the DSN's (pg_cron's database, the
+    jobs' owner: the DSN's password is then dropped); `timeout_s` shortens the connect timeout.
+    Never prepared on the server: a pooler in transaction mode (PgBouncer) may run the next
+    transaction on another server session, where a prepared statement is unknown.
     """
     try:
         given = conninfo_to_dict(conninfo)
@@ -102,22 +87,32 @@ def connect(
             conninfo = make_conninfo("", **{**as_user, "user": user, "password": password})
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
-    liveness = {k: v for k, v in liveness_keywords(connect_timeout_s).items() if k not in given}
+    # A database that stops answering ends the wait within the connect timeout, not TCP's
+    # ~15 minutes: keepalives after 1 s of silence, tcp_user_timeout for unacknowledged data.
+    liveness = {
+        "keepalives": 1,
+        "keepalives_idle": 1,
+        "keepalives_interval": 1,
+        "keepalives_count": max(1, connect_timeout_s),
+        "tcp_user_timeout": connect_timeout_s * 1000,
+    }
     connect_timeout = connect_timeout_s
     if timeout_s is not None and timeout_s < connect_timeout:
         connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
-            make_conninfo(conninfo, **liveness),
+            make_conninfo(conninfo, **{k: v for k, v in liveness.items() if k not in given}),
             application_name=APPLICATION_NAME,
             connect_timeout=connect_timeout,
             autocommit=writable,
             prepare_threshold=None,
         )
     except psycopg.Error as exc:
+        text = str(exc).lower()
+        cause = next((p for n, p in _CONNECT_CAUSES if n in text), "connection failed")
         raise DatabaseUnavailable(
             f"cannot connect to PostgreSQL at {describe_target(conninfo)}: "
-            f"{_connect_cause(exc)} ({type(exc).__name__})"
+            f"{cause} ({type(exc).__name__})"
         ) from None
     if not writable:
         conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
@@ -125,106 +120,56 @@ def connect(
     return conn
 
 
-_IDLE = psycopg.pq.TransactionStatus.IDLE
-# What a guard connection (`connect`) begins by itself; said aloud on an autocommit one.
-_BEGIN = b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-
 @contextmanager
 def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """One read-only, repeatable-read transaction around the block: every statement in it
-    sees one snapshot. Inside a transaction already, a savepoint of it.
+    """One read-only, repeatable-read transaction around the block (a savepoint inside one).
 
-    Not psycopg's transaction(): when its rollback fails (the connection is gone) it logs
-    the driver's text as a warning. Here an exception rolls back quietly, or closes a
-    connection that cannot (the next check opens a new one); the exception on its way says
-    what failed, in leaseguard's words (`translate_errors`).
+    Not psycopg's transaction(): when its rollback fails it logs the driver's text. Here a
+    failed rollback closes the connection (the next check opens a new one), quietly.
     """
-    if conn.info.transaction_status != _IDLE:
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         with conn.transaction():
             yield
         return
     if conn.autocommit:
-        conn.execute(_BEGIN)
+        conn.execute(b"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
         yield
     except BaseException:
-        _roll_back(conn)
+        if not conn.closed:
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                conn.close()
         raise
     conn.commit()
 
 
-# A connection this session lost, still open on the server: a partition leaves it there, the
-# host's sshd holding the tunnel's channel until its own keepalive notices, hours later.
-_END_LEFT_BEHIND = (
-    "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
-    "WHERE pid = %s AND pid <> pg_backend_pid() AND application_name = %s "
-    "AND usename = current_user AND state IN ('idle', 'idle in transaction')"
-)
-
-
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
-    """End the server side of the connection `conn` replaces, so that reconnects after a
-    partition do not pile up idle backends. Advisory: a failure changes nothing else."""
+    """End the server side of the lost connection `conn` replaces (a partition leaves it open
+    for hours), so reconnects do not pile up idle backends. Advisory: failures are ignored."""
     try:
         with read_transaction(conn):
-            conn.execute(_END_LEFT_BEHIND, (pid, APPLICATION_NAME))
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
+                "WHERE pid = %s AND pid <> pg_backend_pid() AND application_name = %s "
+                "AND usename = current_user AND state IN ('idle', 'idle in transaction')",
+                (pid, APPLICATION_NAME),
+            )
     except psycopg.Error as exc:
         log.debug("left-behind backend %d not ended (%s)", pid, type(exc).__name__)
-
-
-def _roll_back(conn: psycopg.Connection[Any]) -> None:
-    """End a transaction an exception left open or failed; the exception says what failed."""
-    if conn.closed:
-        return
-    try:
-        conn.rollback()
-    except psycopg.Error:
-        conn.close()  # unusable: the next check opens a new connection
-
-
-def liveness_keywords(connect_timeout_s: int) -> dict[str, int]:
-    """libpq keywords that end a wait on a database that stopped answering.
-
-    With every packet dropped, a read would otherwise wait for TCP to give up (~15
-    minutes). Keepalive probes start after a second of silence, and tcp_user_timeout
-    drops the connection once data (a query or a probe) stays unacknowledged for the
-    connect timeout. Through the SSH tunnel the socket is the local forwarder's and the
-    SSH connection carries the same bound (leaseguard.adapters.ssh). Values the DSN sets win.
-    """
-    silent_s = connect_timeout_s
-    return {
-        "keepalives": 1,
-        "keepalives_idle": 1,
-        "keepalives_interval": 1,
-        "keepalives_count": max(1, silent_s),
-        "tcp_user_timeout": silent_s * 1000,
-    }
-
-
-def _connect_cause(exc: psycopg.Error) -> str:
-    text = str(exc).lower()
-    for needle, phrase in _CONNECT_CAUSES:
-        if needle in text:
-            return phrase
-    return "connection failed"
 
 
 @contextmanager
 def guard_transaction(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract
 ) -> Iterator[psycopg.Cursor[tuple[object, ...]]]:
-    """A read-only transaction with the guard's own statement and lock budgets.
-
-    A migration holding an ACCESS EXCLUSIVE lock on the table must make the check fail
-    within its budget, not hang the deploy behind the very migration it guards.
-    """
+    """A read-only transaction with the guard's own statement and lock budgets: a migration
+    holding an ACCESS EXCLUSIVE lock must fail the check in time, not hang the deploy."""
     with translate_errors(contract), read_transaction(conn):
         cur = conn.cursor()
-        # Naive timestamps are read in the zone the contract declares, never in whatever
-        # TimeZone the database or role happens to have (Oban, good_job write UTC). And no
-        # parallel workers: the guard reads a handful of rows, and a misestimate (graphile's
-        # attempts < max_attempts) would make it pay their start-up on every check.
+        # Naive timestamps are read in the contract's zone, never the database's or role's.
+        # No parallel workers: their start-up would cost more than reading a handful of rows.
         set_local(
             cur,
             statement_timeout=f"{contract.statement_timeout_ms}ms",
@@ -236,24 +181,17 @@ def guard_transaction(
         yield cur
 
 
-def set_local_limits(
-    executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **limits_ms: int
-) -> None:
-    """Time limits for the current transaction only, in milliseconds (`set_local`)."""
-    set_local(executor, **{name: f"{ms}ms" for name, ms in limits_ms.items()})
+def set_local_limits(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **ms: int) -> None:
+    """Time limits (milliseconds) for the current transaction only."""
+    set_local(executor, **{name: f"{value}ms" for name, value in ms.items()})
 
 
 def set_local(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: str) -> None:
-    """Settings for the current transaction only (set_config's is_local = true).
-
-    SET takes no bind parameters; set_config() does, so the setting's name and value are
-    both bound values. The names are this module's callers' constants, never user input.
-    All settings go in one statement.
-    """
+    """Settings for the current transaction only, in one statement: set_config() binds the
+    name and value (SET binds nothing); the names are callers' constants, never user input."""
     call = sql.SQL("set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))
-    params = [part for name, value in settings.items() for part in (name, value)]
-    executor.execute(query, params)
+    executor.execute(query, [part for item in settings.items() for part in item])
 
 
 @contextmanager

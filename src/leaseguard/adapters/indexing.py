@@ -1,13 +1,11 @@
-"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`).
-
-One btree index leading with the plain status column (the predicate compares it uncast)
-serves both the guard query and the status check's walk; a partial one over the claimed and
-queued statuses (earlier versions' `*_leaseguard_claims`) cannot show a status it lacks.
-"""
+"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`):
+one btree leading with the plain status column serves the guard query and the status walk
+(a partial one, as earlier versions' `*_leaseguard_claims`, cannot show a status it lacks)."""
 
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -31,8 +29,7 @@ _OWN_PARTIAL_INDEX = (
     "-- leaseguard: this preset reads only the jobs that are not done, through the queue's "
     "own partial index over them ({}); no index needed"
 )
-# Why a claim rule needs no index of leaseguard's (the locks come from pg_locks, which no
-# index serves).
+# Why a claim rule needs no index of leaseguard's (locks come from pg_locks, no index's).
 _NO_INDEX_REASONS = {
     OWNER_HEARTBEAT_RULE: "-- leaseguard: this preset's claims table holds only the current "
     "claims (rows are deleted when a job ends); no index needed",
@@ -43,19 +40,25 @@ _NO_INDEX_REASONS = {
 }
 _CONCURRENTLY = sql.SQL("CONCURRENTLY IF NOT EXISTS")
 
-# Valid indexes that serve the guard: leaseguard's own (by name), or a non-partial btree
-# whose first key is the lead column (River's and Oban's fetching indexes are).
-_SERVING_INDEXES = sql.SQL(
+# The table's kind; the valid indexes that serve the guard: leaseguard's own (by name), or a
+# non-partial btree whose first key is the lead column (River's and Oban's fetching indexes
+# are); and its leaf partitions (schema, name).
+_TABLE = sql.SQL(
     """
-    SELECT i.indexrelid::regclass::text
-    FROM pg_index i
-    JOIN pg_class c ON c.oid = i.indexrelid
-    JOIN pg_am am ON am.oid = c.relam
-    LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-    WHERE i.indrelid = %(relation)s AND i.indisvalid
-      AND ((i.indpred IS NULL AND am.amname = 'btree' AND a.attname = %(column)s)
-           OR c.relname = %(own)s)
-    ORDER BY 1
+    SELECT t.relkind::text,
+      ARRAY(SELECT i.indexrelid::regclass::text
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid
+            JOIN pg_am am ON am.oid = c.relam
+            LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+            WHERE i.indrelid = t.oid AND i.indisvalid
+              AND ((i.indpred IS NULL AND am.amname = 'btree' AND a.attname = %(column)s)
+                   OR c.relname = %(own)s)
+            ORDER BY 1),
+      ARRAY(SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_partition_tree(t.oid) p
+            JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE p.isleaf ORDER BY 1)
+    FROM pg_class t WHERE t.oid = to_regclass(%(table)s)
     """
 )
 
@@ -76,13 +79,13 @@ def index_name(contract: Contract) -> str:
 
 
 def _lead_column(contract: Contract) -> str:
-    """The column the guard's WHERE clause filters on: status, or locked_at (graphile)."""
+    """The column the guard filters on: status, or locked_at (graphile)."""
     return contract.status_column if contract.has_status_column else contract.claimed_at_column
 
 
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
-    """CREATE INDEX over (lead, claimed_at when claims record one, the expiry column), over
-    every row so the status check sees every status; partial only without a status column."""
+    """CREATE INDEX over (lead, claimed_at when recorded, the expiry column), over every row
+    so the status check sees every status; partial only without a status column."""
     lead = _lead_column(contract)
     columns = [lead]
     if contract.has_claimed_at and lead != contract.claimed_at_column:
@@ -100,8 +103,7 @@ def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql
 
 
 def recommended_index_sql(contract: Contract) -> str:
-    """CREATE INDEX CONCURRENTLY (building it must not block the claim loop it serves), so
-    the statement runs alone, outside a transaction block."""
+    """CREATE INDEX CONCURRENTLY: building it must not block the claim loop it serves."""
     return _create_index(contract, _CONCURRENTLY, index_name(contract), table_identifier(contract))
 
 
@@ -111,8 +113,8 @@ def no_index_reason(contract: Contract) -> str | None:
 
 
 def offline_advice(contract: Contract) -> list[str]:
-    """What `leaseguard index-sql` prints without a database; never CONCURRENTLY for a table
-    the preset knows to be partitioned (its partitions are known only from the catalog)."""
+    """What `leaseguard index-sql` prints without a database; no statement for a preset's
+    partitioned table (its partitions are known only from the catalog)."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
     if contract.preset in PARTITIONED_TABLES:
@@ -131,7 +133,7 @@ def offline_advice(contract: Contract) -> list[str]:
 
 
 def partitioned_index_sql(contract: Contract, partitions: list[tuple[str, str]]) -> list[str]:
-    """ON ONLY the parent (invalid until every partition's index is attached), one index built
+    """ON ONLY the parent (invalid until every partition's is attached), one index built
     concurrently per leaf partition (schema, name), and its ATTACH."""
     parent = index_name(contract)
     only = sql.SQL("ONLY {}").format(table_identifier(contract))
@@ -158,27 +160,14 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
     guard instead of a new one; a partitioned table gets the per-partition recipe."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
-    qualified = table_identifier(contract).as_string(conn)
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(
-            "SELECT oid, relkind::text FROM pg_class WHERE oid = to_regclass(%s)", (qualified,)
-        )
-        row = cur.fetchone()
-        if row is None:
-            raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
-        relation, relkind = row
-        lead = _lead_column(contract)
-        cur.execute(
-            _SERVING_INDEXES, {"relation": relation, "column": lead, "own": index_name(contract)}
-        )
-        serving = [str(name) for (name,) in cur.fetchall()]
-        cur.execute(
-            "SELECT n.nspname::text, c.relname::text FROM pg_partition_tree(%s) t "
-            "JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE t.isleaf ORDER BY 1, 2",
-            (relation,),
-        )
-        partitions = [(str(schema), str(name)) for schema, name in cur.fetchall()]
+    lead = _lead_column(contract)
+    table = table_identifier(contract).as_string(conn)
+    with conn.transaction():
+        params = {"table": table, "column": lead, "own": index_name(contract)}
+        row: Any = conn.execute(_TABLE, params).fetchone()
+    if row is None:
+        raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
+    relkind, serving, partitions = row
     if serving:
         return [
             f"-- leaseguard: existing index(es) already serve the guard's checks on "
@@ -189,6 +178,6 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
             "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
             "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
             "(run each statement alone, not in a transaction)",
-            *partitioned_index_sql(contract, partitions),
+            *partitioned_index_sql(contract, [(schema, name) for schema, name in partitions]),
         ]
     return [INDEX_COMMENT, recommended_index_sql(contract)]

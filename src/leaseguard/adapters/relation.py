@@ -1,7 +1,6 @@
-"""What the guard reads must be the primary's live rows, all of them: a standby (replaying
-late, or not at all while paused), a relation that is not the table (a materialized view is a
-snapshot; a view's base tables may hide rows) and row-level security are refused by name.
-"""
+"""The guard reads the primary's live rows, all of them: a standby, a relation that is not
+the table (a materialized view is a snapshot; a view's base tables may hide rows) and
+row-level security that hides rows are refused by name."""
 
 from __future__ import annotations
 
@@ -15,8 +14,7 @@ from leaseguard.core.errors import NotPrimary, SchemaMismatch
 
 Connection = psycopg.Connection[tuple[object, ...]]
 
-# pg_class.relkind: the kinds that hold rows themselves.
-TABLE_KINDS = ("r", "p")
+TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = {
     "v": "a view",
     "m": "a materialized view",
@@ -28,8 +26,7 @@ _KIND_NAMES = {
     "t": "a TOAST table",
 }
 
-# Always one row (oid and kind NULL when no relation has the name): the kind, whether the
-# server is a standby, and the TimeZone a session starts with, for the naive-timestamp message.
+# Always one row (oid NULL when no relation has the name); the TimeZone words a message.
 _RELATION = sql.SQL(
     """
     SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
@@ -40,48 +37,34 @@ _RELATION = sql.SQL(
     """
 )
 
-
-def _shows_all(role: str) -> sql.Composed:
-    """Whether the policies on `c` show `role` every row: a permissive `FOR SELECT ... USING
-    (true)` that applies to it (polroles {0} is PUBLIC), and no restrictive policy beside."""
-    return sql.SQL(
-        """
-        EXISTS (
-            SELECT FROM pg_catalog.pg_policy AS p
+# Whether a permissive `FOR SELECT ... USING (true)` policy on `c` applies to {role}
+# (polroles {0} is PUBLIC) with no restrictive policy beside it.
+_SHOWS_ALL = sql.SQL(
+    """
+    EXISTS (SELECT FROM pg_catalog.pg_policy AS p
             WHERE p.polrelid = c.oid AND p.polpermissive AND p.polcmd IN ('r', '*')
               AND pg_get_expr(p.polqual, p.polrelid) = 'true'
-              AND (p.polroles = '{{0}}'::oid[]
-                   OR EXISTS (SELECT FROM unnest(p.polroles) AS pr(oid)
-                              WHERE pg_has_role({role}, pr.oid, 'USAGE')))
-        ) AND NOT EXISTS (
-            SELECT FROM pg_catalog.pg_policy AS p WHERE p.polrelid = c.oid AND NOT p.polpermissive
-        )
-        """
-    ).format(role=sql.SQL(role))
+              AND (p.polroles = '{{0}}'::oid[] OR EXISTS (SELECT FROM unnest(p.polroles) AS
+                   pr(oid) WHERE pg_has_role({role}, pr.oid, 'USAGE'))))
+    AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
+                    WHERE p.polrelid = c.oid AND NOT p.polpermissive)"""
+)
 
-
-# row_security_active() is PostgreSQL's own answer (RLS enabled, and the role neither a
-# superuser, nor BYPASSRLS, nor the owner of a table that does not FORCE it); the second
-# column words the message (the role owns the table, so the table forces RLS).
+# row_security_active() is PostgreSQL's own answer; the second column words the message.
 _ROW_SECURITY = sql.SQL(
-    """
-    SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows}
-    FROM pg_catalog.pg_class AS c
-    WHERE c.oid = to_regclass(%(relation)s)
-    """
-).format(shows=_shows_all("current_user"))
+    "SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), "
+    "{shows} FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass(%(relation)s)"
+).format(shows=_SHOWS_ALL.format(role=sql.SQL("current_user")))
 
-# Every relation a view reads, through the views it reads in turn (pg_rewrite's dependencies),
-# other than views, with each role that reads it: the guard's own, and the owner of every view
-# on the way that is not security_invoker. Checking every owner against every base table asks
-# more than PostgreSQL would: more refusals, never fewer.
+# Every non-view relation a view reads (through nested views), with each role that reads it:
+# the guard's, and every non-security_invoker view's owner on the way (every owner against
+# every base: more refusals than PostgreSQL would make, never fewer).
 _VIEW_BASES = sql.SQL(
     """
     WITH RECURSIVE rel(oid) AS (
         SELECT to_regclass(%(relation)s)::oid
       UNION
-        SELECT d.refobjid
-        FROM rel
+        SELECT d.refobjid FROM rel
         JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = rel.oid
         JOIN pg_catalog.pg_depend AS d
           ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
@@ -99,21 +82,16 @@ _VIEW_BASES = sql.SQL(
            c.relrowsecurity AND NOT a.rolsuper AND NOT a.rolbypassrls
              AND (c.relforcerowsecurity OR NOT pg_has_role(a.oid, c.relowner, 'USAGE')),
            {shows}
-    FROM rel
-    JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
-    CROSS JOIN readers
-    JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
+    FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+    CROSS JOIN readers JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
     WHERE c.relkind <> 'v'
     ORDER BY 1, 3
     """
-).format(shows=_shows_all("a.oid"))
+).format(shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")))
 
 
 @dataclass(frozen=True)
 class Relation:
-    """What the catalog says about the named relation and the server it lives on."""
-
-    kind: str
     database_zone: str  # the TimeZone a session starts with on this database
 
 
@@ -130,8 +108,7 @@ def _kind_name(kind: object) -> str:
 
 
 def check_relation(conn: Connection, relation: str, contract: Contract) -> Relation:
-    """The relation's kind and the server's role: a standby, a missing relation, or a kind
-    the contract does not allow fails."""
+    """The relation's kind; a standby, a missing relation or a kind not allowed fails."""
     row = conn.execute(_RELATION, {"relation": relation}).fetchone()
     assert row is not None
     oid, kind, standby, zone, database, address, port = row
@@ -143,7 +120,7 @@ def check_relation(conn: Connection, relation: str, contract: Contract) -> Relat
         raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
     kind = str(kind)
     if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
-        return Relation(kind=kind, database_zone=str(zone))
+        return Relation(database_zone=str(zone))
     if kind == "v":
         raise SchemaMismatch(
             f"table {label} is a view, not the table that holds the rows; name the table, or "
@@ -161,8 +138,7 @@ def check_relation(conn: Connection, relation: str, contract: Contract) -> Relat
 
 
 def check_view_bases(conn: Connection, relation: str, label: str) -> None:
-    """relation_kind: view. Every relation the view reads must be a table whose rows every
-    role that reads it sees."""
+    """relation_kind: view. Every relation it reads must be a table showing all its rows."""
     for base, kind, reader, limited, shows_all in conn.execute(
         _VIEW_BASES, {"relation": relation}
     ).fetchall():
@@ -181,9 +157,8 @@ def check_view_bases(conn: Connection, relation: str, label: str) -> None:
 
 
 def check_rows_visible(conn: Connection, relation: str, label: str) -> None:
-    """Fail when row-level security would hide rows of `relation` from the guard's role: a
-    hidden claimed row is live work never seen, "proceed" on live work (graphile-worker
-    enables RLS on its jobs table with no policy at all)."""
+    """Fail when row-level security would hide rows (live work never seen) from the guard's
+    role (graphile-worker enables RLS on its jobs table with no policy at all)."""
     row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
     if row is None or not row[0] or row[2]:
         return

@@ -1,9 +1,8 @@
-"""Every status in the table is classified: claimed, queued or finished.
+"""Every status in the table is claimed, queued or finished: the judgment reads only claimed
+and queued rows, so a typo (`runing`) or a status the system grew later would hide live work.
 
-The judgment reads only claimed and queued rows, so a typo (`runing`) or a status the system
-grew later would hide live work. On every check a status in none of the three lists fails,
-named with its rows; cheaply: a NOT NULL enum whose labels are all classified reads no row,
-an index leading with the status is walked once per distinct status, else one seq scan.
+Cheaply, on every check: a NOT NULL enum whose labels are all classified reads no row, an
+index leading with the status is walked once per distinct status, else one seq scan.
 """
 
 from __future__ import annotations
@@ -20,15 +19,12 @@ from leaseguard.core.predicate import table_identifier
 
 Cursor = psycopg.Cursor[tuple[object, ...]]
 
-# Statuses named in one message; more are summarised as "and more".
-MAX_NAMED = 10
-# Rows counted per unclassified status; beyond it the message says "more than".
-COUNT_CAP = 10_000
-# Status values are data, not secrets, but one can be any length.
-_MAX_SHOWN_CHARS = 64
+MAX_NAMED = 10  # statuses named in one message; more are "and more"
+COUNT_CAP = 10_000  # rows counted per unclassified status; beyond, "more than"
+_MAX_SHOWN_CHARS = 64  # a status value can be any length
 
-# The status column's facts: enum labels, NOT NULL, its type, and an index that can walk it:
-# a valid, non-partial, default-opclass btree whose first key is the column ('column') or
+# The column's enum labels, NOT NULL, type, and an index that can walk it: a valid,
+# non-partial, default-opclass btree whose first key is the column ('column') or
 # `status::text` ('text') in the comparison's collation, the plain column preferred.
 _COLUMN = sql.SQL(
     """
@@ -60,8 +56,7 @@ _COLUMN = sql.SQL(
     """
 )
 
-# Whether the enum has a label in none of the lists (read on every check: a label added
-# since the connection's pre-flight could already be on a row).
+# An enum label in none of the lists (on every check: one added since could be on a row).
 _UNLISTED_LABELS = sql.SQL(
     "SELECT EXISTS (SELECT FROM pg_enum WHERE enumtypid = %(type_oid)s "
     "AND enumlabel <> ALL(%(classified)s::text[]))"
@@ -69,15 +64,13 @@ _UNLISTED_LABELS = sql.SQL(
 
 
 def _key(contract: Contract, index_key: str | None) -> sql.Composable:
-    """The status as the walking index keys it: the column, or its ::text."""
     status = sql.Identifier(contract.status_column)
     return status if index_key == "column" else sql.SQL("{}::text").format(status)
 
 
 def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
-    """The statuses (as text; NULL for NULL) in none of the lists, by a recursive loose index
-    scan: each step asks the index for the next greater status, and it stops after
-    %(max_named)s + 1 unclassified ones, whatever the table's size."""
+    """The statuses (as text; NULL for NULL) in none of the lists, by a loose index scan (each
+    step asks the index for the next greater status), stopping after %(max_named)s + 1."""
     return sql.SQL(
         """
         WITH RECURSIVE walk(v, unknown) AS (
@@ -101,8 +94,8 @@ def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
 def status_rows_query(
     contract: Contract, index_key: str, statuses: list[str | None]
 ) -> sql.Composed:
-    """(position, rows up to %(count_cap)s) per status, each its own branch and bound value:
-    the planner picks the index for a rare one, a short scan for a common one."""
+    """(position, rows up to %(count_cap)s) per status, each its own branch and bound value,
+    so the planner picks the index for a rare one, a short scan for a common one."""
     key = _key(contract, index_key)
     return sql.SQL(" UNION ALL ").join(
         sql.SQL(
@@ -118,24 +111,9 @@ def status_rows_query(
     )
 
 
-def _scan_query(contract: Contract) -> sql.Composed:
-    """The same answer without a usable index, with exact counts: one pass over the table.
-    The column is compared natively: %(classified)s holds only values of its type."""
-    return sql.SQL(
-        """
-        SELECT {status}::text, count(*)
-        FROM {table}
-        WHERE {status} IS NULL OR {status} <> ALL(%(classified)s)
-        GROUP BY 1
-        ORDER BY 2 DESC, 1
-        LIMIT %(max_named)s + 1
-        """
-    ).format(status=sql.Identifier(contract.status_column), table=table_identifier(contract))
-
-
 @dataclass(frozen=True)
 class StatusColumn:
-    """What the catalog says about the status column, read once per connection."""
+    """The status column's catalog facts, read once per connection."""
 
     enum_labels: tuple[str, ...] | None  # None: not an enum
     not_null: bool
@@ -143,7 +121,7 @@ class StatusColumn:
     type_oid: int | None = None  # the enum type, to re-read its labels on every check
 
     def reads_rows(self, contract: Contract) -> bool:
-        """Whether the check must read the table (else the catalog alone answers it)."""
+        """Whether the check must read rows (else the enum's labels answer it)."""
         if not contract.has_status_column:
             return False
         if self.enum_labels is None or not self.not_null:
@@ -154,14 +132,12 @@ class StatusColumn:
 def read_status_column(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract, relation: str
 ) -> StatusColumn:
-    """The column's catalog facts (`relation`: the table's qualified name). A configured
-    status an enum cannot hold is a typo, a usage error (not the default finished ones: an
-    enum without a 'failed' label simply has no failed rows)."""
+    """The column's catalog facts. A configured status an enum cannot hold is a typo, a usage
+    error (not the default finished ones: an enum without 'failed' has no failed rows)."""
     if not contract.has_status_column:
         return StatusColumn(enum_labels=None, not_null=True, index_key=None)
-    column_of = {"relation": relation, "column": contract.status_column}
-    row = conn.execute(_COLUMN, column_of).fetchone()
-    if row is None:  # the schema pre-flight found the column; it vanished since
+    row = conn.execute(_COLUMN, {"relation": relation, "column": contract.status_column}).fetchone()
+    if row is None:  # the pre-flight found the column; it vanished since
         raise SchemaMismatch(
             f"column {contract.status_column} (status_column) does not exist in table "
             f"{contract.table_label}"
@@ -173,18 +149,15 @@ def read_status_column(
         index_key=index_key if isinstance(index_key, str) else None,
         type_oid=int(str(type_oid)) if is_enum else None,
     )
-    labels = column.enum_labels
-    for key, statuses in (
-        ("claimed_statuses", contract.claimed_statuses),
-        ("queued_statuses", contract.queued_statuses),
-        ("finished_statuses", contract.finished_statuses or ()),
-    ):
-        missing = [s for s in statuses if labels is not None and s not in labels]
-        if missing:
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
+        labels = column.enum_labels
+        if labels is not None and (
+            missing := [s for s in getattr(contract, key) or () if s not in labels]
+        ):
             raise ConfigError(
                 f"{key} names {_shown(missing)}, not a label of the enum type of column "
                 f"{contract.status_column} in table {contract.table_label} "
-                f"(its labels: {_shown(list(labels or ()))})"
+                f"(its labels: {_shown(list(labels))})"
             )
     return column
 
@@ -211,7 +184,13 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
         # The enum gained a label the contract does not classify: the rows decide.
     found: list[tuple[object, int]] = []
     if column.index_key is None:
-        cur.execute(_scan_query(contract), params)
+        # Exact counts in one pass; compared natively (`classified` holds values of its type).
+        scan = sql.SQL(
+            "SELECT {s}::text, count(*) FROM {table} WHERE {s} IS NULL OR {s} <> ALL("
+            "%(classified)s) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(max_named)s + 1"
+        )
+        status = sql.Identifier(contract.status_column)
+        cur.execute(scan.format(s=status, table=table_identifier(contract)), params)
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)
@@ -236,9 +215,8 @@ def _value(value: object) -> str:
     if value is None:
         return "NULL"
     text = str(value)
-    if len(text) > _MAX_SHOWN_CHARS:
-        text = text[:_MAX_SHOWN_CHARS] + "..."
-    return json.dumps(text, ensure_ascii=False)
+    cut = "..." if len(text) > _MAX_SHOWN_CHARS else ""
+    return json.dumps(text[:_MAX_SHOWN_CHARS] + cut, ensure_ascii=False)
 
 
 def _rows(n: int) -> str:

@@ -1,14 +1,9 @@
-"""Lookups that may match several replicas: a docker filter, a systemd unit glob.
+"""Lookups that may match several replicas: a docker filter (`container: label=K=V` or
+`name=REGEX`, RUNNING containers), a systemd unit glob (`worker@*.service`, ACTIVE units).
+A claim may run on any of them: the orphan cut-off is the OLDEST start, the timeout the LONGEST.
 
-A worker often runs as several containers (`--scale worker=3`) or template units (worker@N),
-and a claim may run on any of them: `container: label=KEY=VALUE` or `name=REGEX` matches
-RUNNING containers, `unit: worker@*.service` ACTIVE units. The orphan cut-off is then the
-OLDEST start among them, the task timeout the LONGEST.
-
-Only the one configured variable leaves the host, printed by `inspect --format`'s Go
-template: never the whole environment (it holds secrets; one 10 MB variable took 13 s to
-bring over). `inspect`, not `exec printenv`: it needs nothing in the image and starts no exec
-session (podman keeps a conmon process per exec for minutes).
+Only the one configured variable leaves the host (the environment holds secrets), printed by
+`inspect --format`: unlike `exec printenv` it needs nothing in the image and starts no exec.
 """
 
 from __future__ import annotations
@@ -25,13 +20,11 @@ from leaseguard.core.timestamps import parse_timestamp
 
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"
-_FILTER_PREFIXES = ("label=", "name=")
-_GLOB_CHARS = frozenset("*?[")
 
 
 def container_filter(container: str) -> str | None:
     """The docker filter `container` spells (`label=K=V`, `label=K`, `name=REGEX`), else None."""
-    if not container.startswith(_FILTER_PREFIXES):
+    if not container.startswith(("label=", "name=")):
         return None
     kind, _, wanted = container.partition("=")
     if not wanted or wanted.startswith("="):
@@ -41,7 +34,7 @@ def container_filter(container: str) -> str | None:
 
 
 def is_unit_glob(unit: str) -> bool:
-    return not _GLOB_CHARS.isdisjoint(unit)
+    return not frozenset("*?[").isdisjoint(unit)
 
 
 def _template(variable: str | None) -> str:
@@ -87,8 +80,8 @@ ids=$("$1" ps -q --no-trunc --filter "$2") || exit
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
-    """The variable the runtime's container command prints too, so that one command serves
-    both lookups of the same container; None when the timeout is not read there."""
+    """The timeout's variable when the runtime's container command can print it too (one
+    command for both lookups of one container), else None."""
     timeout, runtime = contract.task_timeout, contract.runtime
     same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
     if timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable):
@@ -98,10 +91,8 @@ def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | Non
 
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
     """The one command reading `container` (a name or a filter) and its `variable`."""
-    template = _template(variable)
-    if container_filter(container) is not None:
-        return ("sh", "-c", _FILTER_SCRIPT, "sh", engine, container, template)
-    return ("sh", "-c", _NAMED_SCRIPT, "sh", engine, container, template)
+    script = _NAMED_SCRIPT if container_filter(container) is None else _FILTER_SCRIPT
+    return ("sh", "-c", script, "sh", engine, container, _template(variable))
 
 
 def shown_command(argv: Sequence[str]) -> str:
@@ -114,8 +105,6 @@ def shown_command(argv: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Replica:
-    """One container as the template printed it."""
-
     name: str
     running: bool
     started_at: datetime
@@ -128,8 +117,6 @@ class Replica:
 
 @dataclass(frozen=True)
 class Containers:
-    """The containers judged, and a named one's running compose siblings."""
-
     matches: tuple[Replica, ...]
     siblings: tuple[str, ...] = ()
 
