@@ -251,18 +251,23 @@ def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T
     )
 
 
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
+def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid YAML") -> Any:
+    """A YAML (or JSON) file's data; an error names the file, never its content."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path} ({type(exc).__name__})") from None
-    import yaml  # a check given no config file does not load PyYAML
+        raise ConfigError(f"cannot read {what} {path} ({type(exc).__name__})") from None
+    import yaml  # only when a file is given: a check given none does not load PyYAML
 
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML ({type(exc).__name__})") from None
+        raise ConfigError(f"{what} {path} is not {kind} ({type(exc).__name__})") from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, Mapping):
