@@ -23,7 +23,6 @@ from leaseguard.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, Leasegu
 
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
-    from leaseguard.core.verdict import RuntimeFacts
     from leaseguard.orchestration.session import GuardSession
 
 DESCRIPTION = """\
@@ -218,26 +217,28 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     return {"task_timeout_s": task_timeout_s, "runtime_started_at": started_at}
 
 
-def fleet_facts(args: argparse.Namespace) -> dict[str, RuntimeFacts] | None:
-    """Every host's facts from --host-facts/--facts-file, or None when neither is given: a CI
-    script that knows every app host's facts judges them once by the fleet rule
-    (`leaseguard.core.fleet`: the oldest start, the longest lease)."""
+def open_session(
+    args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
+) -> AbstractContextManager[GuardSession]:
+    """This host's session, or with --host-facts/--facts-file one judgment for the fleet by
+    the fleet rule (`leaseguard.core.fleet`: the oldest start, the longest lease), its start
+    times read in this machine's clock and moved into the database's."""
+    from leaseguard.orchestration.session import fleet_session, local_session
+
     reports = _read_facts_file(args.facts_file) if args.facts_file else {}
     for text in args.host_facts or ():
         host, sep, values = text.partition("=")
-        timeout, _, started = values.partition(",")
-        if not sep or not host.strip():
+        host, (timeout, _, started) = host.strip(), values.partition(",")
+        if not sep or not host:
             raise ConfigError("--host-facts needs HOST=TIMEOUT_S[,STARTED_AT], e.g. app1=3600")
-        if host.strip() in reports:
-            raise ConfigError(
-                f"host {host.strip()} is given more than once (--host-facts/--facts-file)"
-            )
-        reports[host.strip()] = {
+        if host in reports:
+            raise ConfigError(f"host {host} is given more than once (--host-facts/--facts-file)")
+        reports[host] = {
             "task_timeout_s": timeout.strip() or None,
             "runtime_started_at": started.strip() or None,
         }
     if not reports:
-        return None
+        return local_session(contract, dsn, **facts)
     if args.task_timeout_s is not None or args.runtime_started_at is not None:
         raise ConfigError(
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
@@ -245,7 +246,7 @@ def fleet_facts(args: argparse.Namespace) -> dict[str, RuntimeFacts] | None:
         )
     from leaseguard.core.fleet import facts_from_reports
 
-    return facts_from_reports(reports)
+    return fleet_session(contract, dsn, facts_from_reports(reports))
 
 
 def _read_facts_file(path: str) -> dict[str, Any]:
@@ -258,19 +259,6 @@ def _read_facts_file(path: str) -> dict[str, Any]:
         if not isinstance(report, dict):
             raise ConfigError(f"facts file {path}: host {host} must map to its facts")
     return {str(host): report for host, report in data.items()}
-
-
-def open_session(
-    args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
-) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file one judgment for the fleet
-    (its start times read in this machine's clock, moved into the database's)."""
-    from leaseguard.orchestration.session import fleet_session, local_session
-
-    fleet = fleet_facts(args)
-    if fleet is None:
-        return local_session(contract, dsn, **facts)
-    return fleet_session(contract, dsn, fleet)
 
 
 def run_check(args: argparse.Namespace) -> int:

@@ -143,7 +143,7 @@ class Contract:
     @property
     def claim_rule(self) -> str:
         """How a row is claimed: by status (the default) or a preset's own rule."""
-        return presets.claim_rule(self.preset)
+        return presets.CLAIM_RULES.get(self.preset or "", presets.STATUS_RULE)
 
     @property
     def rows_carry_expiry(self) -> bool:

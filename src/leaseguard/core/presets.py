@@ -172,10 +172,6 @@ def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
 
 
-def claim_rule(preset: str | None) -> str:
-    return CLAIM_RULES.get(preset or "", STATUS_RULE)
-
-
 def kind_column(preset: str | None) -> str:
     return KIND_COLUMNS[preset or ""]
 
