@@ -12,9 +12,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Contract", "Decision", "LeaseguardError", "Verdict", "load_contract"]
 __version__ = "0.1.0"
-
-# Each name's module, imported on first use (PEP 562): the console script imports this
-# package, and `leaseguard --help` or `--version` needs none of them.
+# Each name's module, imported on first use (PEP 562): `leaseguard --help` needs none.
 _MODULES = {
     "Contract": "leaseguard.core.contract",
     "load_contract": "leaseguard.core.contract",

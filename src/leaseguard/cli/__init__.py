@@ -1,7 +1,4 @@
-"""The `leaseguard` command line, a front over the orchestration layer (docs/architecture.md).
-
-`main` is the console script's entry point (`leaseguard = "leaseguard.cli:main"`).
-"""
+"""The `leaseguard` command line; `main` is the console script's entry point."""
 
 from leaseguard.cli.main import main
 

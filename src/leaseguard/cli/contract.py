@@ -1,4 +1,4 @@
-"""The contract's command-line options, shared by `check`, `drain` and `index-sql`.
+"""The contract's command-line options (`check`, `drain`, `index-sql`) and `index-sql` itself.
 
 Layers, lowest first: the built-in defaults, the --config file, the flags.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from leaseguard.core.config_values import NOT_ASCII
@@ -18,6 +19,7 @@ from leaseguard.core.contract import (
     load_config_file,
     load_contract,
 )
+from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
 from leaseguard.core.presets import PRESETS
 from leaseguard.core.timeouts import is_decimal_text
 
@@ -41,7 +43,7 @@ def add_config_option(container: Any) -> None:
 
 
 def add_table_options(parser: argparse.ArgumentParser) -> None:
-    """Where the work is and what a lease is."""
+    """Where the work is and what a lease is; each flag's dest is its contract key."""
     table = parser.add_argument_group("contract (where the work is and what a lease is)")
     table.add_argument(
         "--preset",
@@ -126,23 +128,67 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def contract_from_args(args: argparse.Namespace) -> Contract:
-    """Layers: defaults < --config file < flags."""
+    """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`') < flags."""
     file_layer = load_config_file(args.config) if args.config else {}
-    # The same file may declare the pg_cron budgets; `leaseguard budgets` reads that section.
     file_layer.pop(CRON_BUDGETS_SECTION, None)
-    return load_contract(file_layer, flag_layer(args))
-
-
-def flag_layer(args: argparse.Namespace) -> dict[str, Any]:
-    """The contract keys given as flags (each flag's dest is its key)."""
-    layer: dict[str, Any] = {}
+    flags: dict[str, Any] = {}
     for key in CONFIG_KEYS:
         section, _, name = key.rpartition(".")
-        value = getattr(args, key, None)
-        if value is not None:
-            (layer.setdefault(section, {}) if section else layer)[name] = value
-    return layer
+        if getattr(args, key, None) is not None:
+            (flags.setdefault(section, {}) if section else flags)[name] = getattr(args, key)
+    return load_contract(file_layer, flags)
 
 
 def resolve_dsn(args: argparse.Namespace) -> str:
     return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
+
+
+INDEX_SQL = """\
+Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+flat as the table grows: the guard query reads only the claimed and queued entries, and the
+status check (every status in the table classified) visits each distinct status once.
+Run it on its own, outside a transaction block, e.g.
+`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+*_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+--dsn it reads the table first: it names an existing index that already serves the guard
+(one leading with the status column: River's and Oban's do) instead of a new one, and gives
+a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
+is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
+"""
+
+
+def add_index_sql_command(commands: Any) -> None:
+    parser = commands.add_parser(
+        "index-sql",
+        help="print the index that keeps the guard's checks flat (no database needed)",
+        description=INDEX_SQL,
+    )
+    add_config_option(parser)
+    parser.add_argument(
+        "--dsn",
+        help="read the table first (existing indexes, partitions); without it no database "
+        "is needed",
+    )
+    add_table_options(parser)
+    parser.set_defaults(handler=run_index_sql)
+
+
+def run_index_sql(args: argparse.Namespace) -> int:
+    """Print the index for the contract (the flags that do not shape it are ignored)."""
+    from leaseguard.adapters.db import connect, translate_errors
+    from leaseguard.adapters.indexing import index_advice, offline_advice
+
+    contract = contract_from_args(args)
+    if not args.dsn:
+        print("\n".join(offline_advice(contract)))
+        return 0
+    try:
+        with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
+            lines = index_advice(conn, contract)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print("\n".join(lines))
+    return 0

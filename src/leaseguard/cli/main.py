@@ -1,7 +1,8 @@
-"""`leaseguard` command line: a thin front over the core.
+"""`leaseguard` command line: flags become one contract, results exit statuses (0 proceed,
+75 defer, 1 check failed, 2 usage error).
 
-Flags become contract layers, and the core's results exit statuses: 0 proceed, 75 defer
-(EX_TEMPFAIL), 1 check failed (fail closed), 2 usage error.
+A command's parser imports its options, and its handler the rest, when used: `--help` and
+`--version` load no psycopg, `check` no budgets code (tests/unit/test_cli_startup.py).
 """
 
 from __future__ import annotations
@@ -18,16 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
-from leaseguard.core.errors import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    ConfigError,
-    LeaseguardError,
-    LookupFailed,
-)
+from leaseguard.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, LeaseguardError
 
-# A command's parser imports its options, and its handler the rest, when used: `--help` and
-# `--version` load no psycopg, `check` no budgets code (tests/unit/test_cli_startup.py).
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
     from leaseguard.orchestration.session import GuardSession
@@ -38,7 +31,7 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand, in `leaseguard --help` order: the function that adds its parser (a name in
+# Every subcommand, in `leaseguard --help` order: the function adding its parser (a name in
 # this module, or "module:function" imported only when the command is named) and its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": (
@@ -59,7 +52,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "exit 0 converged, 3 drift",
     ),
     "index-sql": (
-        "leaseguard.cli.index:add_index_sql_command",
+        "leaseguard.cli.contract:add_index_sql_command",
         "print the index that keeps the guard's checks flat (no database needed)",
     ),
     "status": (
@@ -71,17 +64,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(in_full={command_named(argv)}).parse_args(argv)
+    # No global option takes a value: the subcommand is the first word.
+    named = next((word for word in argv if not word.startswith("-")), "")
+    args = build_parser(in_full={named}).parse_args(argv)
     try:
         return int(args.handler(args))
     except ConfigError as exc:
         print(f"leaseguard: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-def command_named(argv: Sequence[str]) -> str:
-    """The subcommand on a command line: no global option takes a value, so the first word."""
-    return next((word for word in argv if not word.startswith("-")), "")
 
 
 class Parser(argparse.ArgumentParser):
@@ -98,11 +88,11 @@ class Parser(argparse.ArgumentParser):
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             # This parser's options and those of the subcommands built in full.
-            names = [n for a in self._actions for n in a.option_strings]
+            parsers = [self]
             for action in self._actions:
                 if isinstance(action, argparse._SubParsersAction):
-                    for sub in action.choices.values():
-                        names += [n for a in sub._actions for n in a.option_strings]
+                    parsers += action.choices.values()
+            names = [n for p in parsers for a in p._actions for n in a.option_strings]
             hint = "".join(
                 _did_you_mean(word.partition("=")[0], names)
                 for word in extras
@@ -135,14 +125,14 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
 
 
 def add_check_command(commands: Any) -> None:
-    check_parser = commands.add_parser(
+    parser = commands.add_parser(
         "check",
         help=COMMANDS["check"][1],
         description="Judge every claimed or queued row once. " + DESCRIPTION,
     )
-    add_contract_options(check_parser)
-    add_cron_database_option(check_parser)
-    check_parser.set_defaults(handler=run_check)
+    add_contract_options(parser)
+    add_cron_database_option(parser)
+    parser.set_defaults(handler=run_check)
 
 
 def add_cron_database_option(parser: Any) -> None:
@@ -161,9 +151,9 @@ def add_cron_database_option(parser: Any) -> None:
 
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
-    """The options shared by every subcommand that evaluates the predicate."""
+    """The options of every subcommand that evaluates the predicate: the contract, the DSN and
+    the facts about the host (or a fleet's hosts) given instead of looked up."""
     from leaseguard.cli.contract import add_config_option, add_table_options
-    from leaseguard.cli.fleet import add_fleet_options
 
     conn = parser.add_argument_group("connection")
     add_config_option(conn)
@@ -185,27 +175,41 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
         metavar="ISO8601",
         help="when the worker runtime started, with a timezone; older claims are orphans",
     )
-    add_fleet_options(facts)
+    facts.add_argument(
+        "--host-facts",
+        action="append",
+        metavar="HOST=TIMEOUT_S[,STARTED_AT]",
+        help="one host of a fleet: its task timeout and (optionally) its runtime start "
+        "(ISO 8601 with a timezone); repeat per host. The fleet is judged once: orphan "
+        "cut-off = the oldest start, lease = the longest",
+    )
+    facts.add_argument(
+        "--facts-file",
+        metavar="FILE",
+        help="YAML or JSON mapping each host to {task_timeout_s, runtime_started_at} "
+        "(registered leaseguard.deploy.task_timeout results fit as they are); judged "
+        "like --host-facts",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the timeline line"
     )
 
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
-    """Facts given as flags win over lookups; a bad value is a usage error."""
+    """This host's facts given as flags (they win over lookups); a bad value is a usage error."""
     from leaseguard.core.timeouts import parse_timeout_s
     from leaseguard.core.timestamps import parse_timestamp
 
     task_timeout_s = started_at = None
-    if args.task_timeout_s is not None:
-        try:
+    try:
+        if args.task_timeout_s is not None:
             task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
-        except LeaseguardError as exc:
-            raise ConfigError(str(exc)) from None
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None
     if args.runtime_started_at:
         try:
             started_at = parse_timestamp(args.runtime_started_at, what="the value")
-        except LookupFailed as exc:
+        except LeaseguardError as exc:
             raise ConfigError(
                 "--runtime-started-at needs a timezone (an ISO 8601 time such as "
                 f"2026-01-01T12:00:00Z): {exc}"
@@ -216,15 +220,45 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
 def open_session(
     args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
 ) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file one judgment for the fleet
-    (its start times read in this machine's clock, moved into the database's)."""
-    from leaseguard.cli.fleet import fleet_from_args
+    """This host's session, or with --host-facts/--facts-file one judgment for the fleet by
+    the fleet rule (`leaseguard.core.fleet`: the oldest start, the longest lease), its start
+    times read in this machine's clock and moved into the database's."""
     from leaseguard.orchestration.session import fleet_session, local_session
 
-    fleet = fleet_from_args(args)
-    if fleet is None:
+    reports = _read_facts_file(args.facts_file) if args.facts_file else {}
+    for text in args.host_facts or ():
+        host, sep, values = text.partition("=")
+        host, (timeout, _, started) = host.strip(), values.partition(",")
+        if not sep or not host:
+            raise ConfigError("--host-facts needs HOST=TIMEOUT_S[,STARTED_AT], e.g. app1=3600")
+        if host in reports:
+            raise ConfigError(f"host {host} is given more than once (--host-facts/--facts-file)")
+        reports[host] = {
+            "task_timeout_s": timeout.strip() or None,
+            "runtime_started_at": started.strip() or None,
+        }
+    if not reports:
         return local_session(contract, dsn, **facts)
-    return fleet_session(contract, dsn, fleet)
+    if args.task_timeout_s is not None or args.runtime_started_at is not None:
+        raise ConfigError(
+            "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
+            "--facts-file give every host's facts there instead"
+        )
+    from leaseguard.core.fleet import facts_from_reports
+
+    return fleet_session(contract, dsn, facts_from_reports(reports))
+
+
+def _read_facts_file(path: str) -> dict[str, Any]:
+    from leaseguard.core.contract import read_yaml
+
+    data = read_yaml(path, what="facts file", kind="YAML/JSON")
+    if not isinstance(data, dict) or not data:
+        raise ConfigError(f"facts file {path} must map each host to its facts")
+    for host, report in data.items():
+        if not isinstance(report, dict):
+            raise ConfigError(f"facts file {path}: host {host} must map to its facts")
+    return {str(host): report for host, report in data.items()}
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -254,13 +288,8 @@ def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> 
     from leaseguard.core.verdict import failure_result, failure_timeline
 
     now = datetime.now(UTC)
-    if as_json:
-        print(json.dumps(failure_result(exc, host, now)))
-    else:
-        print(failure_timeline(now, host, exc))
+    print(
+        json.dumps(failure_result(exc, host, now)) if as_json else failure_timeline(now, host, exc)
+    )
     print(f"leaseguard: check failed: {exc}", file=sys.stderr)
     return EXIT_FAILED
-
-
-if __name__ == "__main__":
-    sys.exit(main())

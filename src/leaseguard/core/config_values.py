@@ -1,8 +1,6 @@
-"""Reading one value of a config mapping: its type, its bounds, and the key named on error.
-
-Every message names the key with its section prefix (`lease.multiplier`, `drain.poll_s`), so
-a misspelt or mistyped key never turns into a traceback or a default.
-"""
+"""One value of a config mapping read and checked: its type, its bounds, and its key named on
+error with its section (`lease.multiplier`, `drain.poll_s`), so a misspelt or mistyped key
+never becomes a traceback or a default."""
 
 from __future__ import annotations
 
@@ -14,8 +12,8 @@ from typing import Any, TypeVar
 from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes; a longer name would silently
-# address another column, so it is refused instead.
+# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes: a longer name would silently
+# address another column, so it is refused.
 MAX_IDENTIFIER_BYTES = 63
 # int() and float() read any script's digits (Arabic-Indic, full-width): a number in a config
 # is written in ASCII digits, and a message never repeats the value it refuses.
@@ -24,11 +22,9 @@ NOT_ASCII = "must be a number written in ASCII digits (0-9, an optional decimal 
 
 def section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = data.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
+    if value is not None and not isinstance(value, Mapping):
         raise ConfigError(f"{key} must be a mapping, got {type(value).__name__}")
-    return value
+    return value or {}
 
 
 def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
@@ -110,10 +106,15 @@ def number_value(
     return number
 
 
-def whole_number(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> int:
+def whole_number(
+    data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "", maximum: int = 0
+) -> int:
+    """A whole number > 0; with `maximum` (a port: 65535), no greater than it."""
     number = _convert(data, key, default, prefix, int)
     if number <= 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
+    if maximum and number > maximum:
+        raise ConfigError(f"{prefix}{key} must be a port number (1-{maximum})")
     return number
 
 
@@ -122,13 +123,6 @@ def _positive(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = 
     if number == 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
-
-
-def _port(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> int:
-    port = whole_number(data, key, default, prefix=prefix)
-    if port > 65535:
-        raise ConfigError(f"{prefix}{key} must be a port number (1-65535)")
-    return port
 
 
 def _zone(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
@@ -141,13 +135,13 @@ def _zone(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") 
     return name
 
 
-def _optional(read: Callable[..., T]) -> Callable[..., T | None]:
+def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
     """`read`, or None when the key is missing or null."""
 
     def read_optional(
         data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
     ) -> T | None:
-        return None if data.get(key) is None else read(data, key, None, prefix=prefix)
+        return None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
 
     return read_optional
 
@@ -155,7 +149,7 @@ def _optional(read: Callable[..., T]) -> Callable[..., T | None]:
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
 optional_number = _optional(_positive)
-optional_port = _optional(_port)
+optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 
 
@@ -170,6 +164,7 @@ def flag(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "") 
 def parse_command(
     data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
 ) -> tuple[str, ...]:
+    """A command as argv: a string runs under `sh -c`; missing or empty is no command."""
     value = data.get(key)
     if value is None or (isinstance(value, list | tuple) and not value):
         return ()

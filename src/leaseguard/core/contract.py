@@ -1,8 +1,8 @@
 """The contract: which table holds the work, and how the protected system defines a lease.
 
-The keys are the same everywhere (a YAML file, Fabric config under ``leaseguard:``, Ansible
-``leaseguard_*`` variables). `merge_layers` merges the layers in order; `contract_from_mapping`
-validates the result, naming the offending key in every message.
+The keys are the same in every front (a YAML file, Fabric's `leaseguard:` section, Ansible's
+`leaseguard_*` variables). `load_contract` merges the layers, lowest first, and validates
+them into one immutable Contract, every message naming the key at fault.
 """
 
 from __future__ import annotations
@@ -11,106 +11,68 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from leaseguard.core.config_values import (
-    choice,
-    identifier,
-    number_value,
-    optional_identifier,
-    optional_number,
-    optional_text,
-    optional_zone,
-    parse_command,
-    reject_unknown,
-    section,
-    status_list,
-    text_value,
-    whole_number,
-)
+from leaseguard.core import config_values as read
+from leaseguard.core import presets
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.presets import (
-    NO_CLAIM_TIME_RULES,
-    ROW_EXPIRY_RULE,
-    RULE_COLUMNS,
-    STATUS_COLUMN_RULES,
-    VISIBILITY_RULE,
-    KindTimeouts,
-    claim_rule,
-    kind_column,
-    kind_timeouts,
-    preset_layer,
-)
 
-# The section of a config file that declares pg_cron budgets (leaseguard.core.budgets reads it);
-# the contract ignores it, so one file can serve `check`, `drain` and `budgets`.
+T = TypeVar("T")
+# The section of a config file declaring pg_cron budgets (leaseguard.core.budgets reads it);
+# the contract skips it, so one file can serve `check`, `drain` and `budgets`.
 CRON_BUDGETS_SECTION = "cron_budgets"
-TASK_TIMEOUT_SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
-RUNTIME_SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
 # A table (plain or partitioned) holds the live rows; a view is taken only when the contract
 # says so on purpose. Materialized views (a snapshot, stale by design) are never judged.
 RELATION_KINDS = ("table", "view")
-# Statuses that are neither claimed nor queued when the contract does not say otherwise.
-DEFAULT_FINISHED_STATUSES = ("done", "failed")
 
 
-Reader = Callable[..., Any]  # (data, key, default, prefix=) -> the value, validated
+def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
+    """A field with its default and the reader (leaseguard.core.config_values) checking it."""
+    return field(default=default, metadata={"read": partial(reader, **options)})
 
 
-def _read(read: Reader) -> dict[str, Reader]:
-    """A field's metadata: the reader that validates its config key."""
-    return {"read": read}
-
-
-def _choice(choices: tuple[str, ...]) -> dict[str, Reader]:
-    return _read(partial(choice, choices=choices))
-
-
-def _read_section(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
+def _section(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
     """A nested section (lease, task_timeout, runtime) as its dataclass, `type(default)`."""
-    cls, values, prefix = type(default), section(data, key), f"{key}."
-    reject_unknown(values, _keys(cls), prefix=prefix)
-    lookup = cls(**_read_fields(cls, values, prefix))
+    cls, values, prefix = type(default), read.section(data, key), f"{key}."
+    read.reject_unknown(values, _keys(cls), prefix=prefix)
+    lookup = _read(cls, values, prefix)
     source = getattr(lookup, "source", "")
-    need = getattr(cls, "NEEDS", {}).get(source)
+    need = getattr(cls, "NEEDS", {}).get(source)  # the key a source cannot work without
     if need and not getattr(lookup, need):
         raise ConfigError(f"{prefix}{need} is required when {prefix}source is {source!r}")
     return lookup
 
 
-_TEXT, _OPTIONAL_TEXT = _read(text_value), _read(optional_text)
-_IDENTIFIER, _OPTIONAL_IDENTIFIER = _read(identifier), _read(optional_identifier)
-_SECTION, _WHOLE = _read(_read_section), _read(whole_number)
+_SECTION = {"read": _section}
 
 
 @dataclass(frozen=True)
 class LeaseRule:
     """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
 
-    multiplier: float = field(default=2.0, metadata=_read(partial(number_value, minimum=1.0)))
-    expires_at_column: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
+    multiplier: float = _key(2.0, read.number_value, minimum=1.0)
+    expires_at_column: str | None = _key(None, read.optional_identifier)
 
 
 @dataclass(frozen=True)
 class TaskTimeoutLookup:
     """Where the protected system's configured task timeout is read on each host."""
 
-    # The key each source cannot work without.
     NEEDS: ClassVar = dict(
         systemd="unit", process="pid_file", env_file="path", command="command", fixed="value_s"
     )
+    SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
 
-    source: str = field(default="docker", metadata=_choice(TASK_TIMEOUT_SOURCES))
-    container: str = field(default="backend", metadata=_TEXT)
-    variable: str = field(default="APP_TASK_TIMEOUT_S", metadata=_TEXT)
-    default_s: float | None = field(default=None, metadata=_read(optional_number))
-    value_s: float | None = field(default=None, metadata=_read(optional_number))
-    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
-    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
-    path: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
-    command: tuple[str, ...] = field(default=(), metadata=_read(parse_command))
-    # The container CLI that runs `command`.
-    engine: str = field(default="docker", metadata=_choice(("docker", "podman")))
+    source: str = _key("docker", read.choice, choices=SOURCES)
+    container: str = _key("backend", read.text_value)
+    variable: str = _key("APP_TASK_TIMEOUT_S", read.text_value)
+    default_s: float | None = _key(None, read.optional_number)
+    value_s: float | None = _key(None, read.optional_number)
+    unit: str | None = _key(None, read.optional_text)
+    pid_file: str | None = _key(None, read.optional_text)
+    path: str | None = _key(None, read.optional_text)
+    command: tuple[str, ...] = _key((), read.parse_command)
+    engine: str = _key("docker", read.choice, choices=("docker", "podman"))  # the CLI of `command`
 
 
 @dataclass(frozen=True)
@@ -118,44 +80,45 @@ class RuntimeLookup:
     """Where the start time of the worker runtime (the orphan cut-off) is read."""
 
     NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
+    SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
 
-    source: str = field(default="docker", metadata=_choice(RUNTIME_SOURCES))
-    container: str = field(default="backend", metadata=_TEXT)
-    unit: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
-    pid_file: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
-    started_at: str | None = field(default=None, metadata=_OPTIONAL_TEXT)
+    source: str = _key("docker", read.choice, choices=SOURCES)
+    container: str = _key("backend", read.text_value)
+    unit: str | None = _key(None, read.optional_text)
+    pid_file: str | None = _key(None, read.optional_text)
+    started_at: str | None = _key(None, read.optional_text)
 
 
 @dataclass(frozen=True)
 class Contract:
     """Everything the guard needs to know about the protected system's work table; the
-    fields with a reader are validated in this order, after the status lists."""
+    fields with a reader are read in this order, after the status lists."""
 
-    table: str = field(default="execution_runs", metadata=_IDENTIFIER)
-    schema: str | None = field(default=None, metadata=_OPTIONAL_IDENTIFIER)
-    relation_kind: str = field(default="table", metadata=_choice(RELATION_KINDS))
-    id_column: str = field(default="id", metadata=_IDENTIFIER)
-    status_column: str = field(default="status", metadata=_IDENTIFIER)
+    table: str = _key("execution_runs", read.identifier)
+    schema: str | None = _key(None, read.optional_identifier)
+    relation_kind: str = _key("table", read.choice, choices=RELATION_KINDS)
+    id_column: str = _key("id", read.identifier)
+    status_column: str = _key("status", read.identifier)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
-    # None: DEFAULT_FINISHED_STATUSES minus any classed as claimed or queued. Kept apart from
-    # an explicit list so that only statuses someone wrote are checked against an enum's labels.
+    # None: ("done", "failed") minus any claimed or queued. Apart from an explicit list, so
+    # that only statuses someone wrote are checked against an enum's labels.
     finished_statuses: tuple[str, ...] | None = None
-    claimed_at_column: str = field(default="claimed_at", metadata=_IDENTIFIER)
+    claimed_at_column: str = _key("claimed_at", read.identifier)
     lease: LeaseRule = field(default_factory=LeaseRule, metadata=_SECTION)
     task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup, metadata=_SECTION)
     runtime: RuntimeLookup = field(default_factory=RuntimeLookup, metadata=_SECTION)
-    clock_skew_s: float = field(default=0.0, metadata=_read(number_value))
-    statement_timeout_ms: int = field(default=5000, metadata=_WHOLE)
-    lock_timeout_ms: int = field(default=2000, metadata=_WHOLE)
-    connect_timeout_s: int = field(default=10, metadata=_WHOLE)
+    clock_skew_s: float = _key(0.0, read.number_value)
+    statement_timeout_ms: int = _key(5000, read.whole_number)
+    lock_timeout_ms: int = _key(2000, read.whole_number)
+    connect_timeout_s: int = _key(10, read.whole_number)
     # The zone a `timestamp without time zone` column was written in. None: a naive time
     # column fails the check, since a wrong zone shifts every claim by hours.
-    timestamp_zone: str | None = field(default=None, metadata=_read(optional_zone))
+    timestamp_zone: str | None = _key(None, read.optional_zone)
     # The job queue whose stock schema and liveness rule the keys above came from, if any.
     preset: str | None = None
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
-    kind_timeouts: KindTimeouts = field(default_factory=KindTimeouts)
+    kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
 
     @property
     def effective_lock_timeout_ms(self) -> int:
@@ -164,11 +127,10 @@ class Contract:
 
     @property
     def finished(self) -> tuple[str, ...]:
-        """The finished statuses in force: the explicit list, else the defaults."""
         if self.finished_statuses is not None:
             return self.finished_statuses
         taken = {*self.claimed_statuses, *self.queued_statuses}
-        return tuple(s for s in DEFAULT_FINISHED_STATUSES if s not in taken)
+        return tuple(s for s in ("done", "failed") if s not in taken)
 
     @property
     def classified_statuses(self) -> tuple[str, ...]:
@@ -181,21 +143,21 @@ class Contract:
     @property
     def claim_rule(self) -> str:
         """How a row is claimed: by status (the default) or a preset's own rule."""
-        return claim_rule(self.preset)
+        return presets.CLAIM_RULES.get(self.preset or "", presets.STATUS_RULE)
 
     @property
     def rows_carry_expiry(self) -> bool:
         """Each row says when its claim expires, so no task timeout is looked up (pg-boss,
         pgmq: NOT NULL in their schemas; not `lease.expires_at_column`, which may be NULL)."""
-        return self.claim_rule in (ROW_EXPIRY_RULE, VISIBILITY_RULE)
+        return self.claim_rule in (presets.ROW_EXPIRY_RULE, presets.VISIBILITY_RULE)
 
     @property
     def has_status_column(self) -> bool:
-        return self.claim_rule in STATUS_COLUMN_RULES
+        return self.claim_rule in presets.STATUS_COLUMN_RULES
 
     @property
     def has_claimed_at(self) -> bool:
-        return self.claim_rule not in NO_CLAIM_TIME_RULES
+        return self.claim_rule not in presets.NO_CLAIM_TIME_RULES
 
     def columns(self) -> dict[str, str]:
         """The contract key of every column the guard reads, by column name."""
@@ -204,72 +166,16 @@ class Contract:
             named["status_column"] = self.status_column
         if self.has_claimed_at:
             named["claimed_at_column"] = self.claimed_at_column
-        named |= {f"preset {c}": c for c in RULE_COLUMNS.get(self.claim_rule, ())}
+        named |= {f"preset {c}": c for c in presets.RULE_COLUMNS.get(self.claim_rule, ())}
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         if self.kind_timeouts:
-            named["kind_timeouts"] = kind_column(self.preset)
+            named["kind_timeouts"] = presets.kind_column(self.preset)
         return named
-
-
-def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Deep-merge config layers; later layers win key by key, nested sections too.
-
-    The order callers use: a preset < the config file (or Fabric's config) < command-line
-    flags (or the Ansible module's options).
-    """
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in (layer or {}).items():
-            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = merge_layers(merged[key], value)
-            else:
-                merged[key] = value
-    return merged
-
-
-def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path} ({type(exc).__name__})") from None
-    import yaml  # a check given no config file does not load PyYAML
-
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML ({type(exc).__name__})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"config file {path} must hold a mapping of contract keys")
-    found = data.get("leaseguard", data)
-    if not isinstance(found, Mapping):
-        raise ConfigError(f"config file {path}: 'leaseguard' must be a mapping")
-    return dict(found)
-
-
-def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
-    """Merge the layers in order and validate them into a Contract."""
-    return contract_from_mapping(merge_layers(*layers))
-
-
-# --- validation: one reader per key, each section's keys its dataclass's fields --------------
 
 
 def _keys(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
-
-
-def _read_fields(cls: type, data: Mapping[str, Any], prefix: str) -> dict[str, Any]:
-    """Every field of `cls` that has a reader, read from `data` in field order."""
-    default = cls()
-    return {
-        f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
-        for f in fields(cls)
-        if "read" in f.metadata
-    }
 
 
 CONFIG_KEYS = frozenset(
@@ -280,30 +186,45 @@ CONFIG_KEYS = frozenset(
 )
 
 
-def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
-    """Validate a plain mapping of contract keys; every error names its key.
+def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
+    """Merge the layers in order and validate them into a Contract."""
+    return contract_from_mapping(merge_layers(*layers))
 
-    A `preset` is the lowest layer above the built-in defaults: every key set explicitly,
-    in any layer, overrides the preset's value for it.
-    """
-    reject_unknown(data, _keys(Contract), prefix="")
-    preset = optional_text(data, "preset")
+
+def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Deep-merge config layers; later layers win key by key, nested sections too. The order
+    callers use: a preset < the config file (or Fabric's config) < flags (or module options)."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in (layer or {}).items():
+            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = merge_layers(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
+def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
+    """Validate a plain mapping of contract keys. A `preset` is the lowest layer above the
+    built-in defaults: every key set explicitly, in any layer, overrides the preset's."""
+    read.reject_unknown(data, _keys(Contract), prefix="")
+    preset = read.optional_text(data, "preset")
     if preset is not None:
-        data = merge_layers(preset_layer(preset, data), data)
+        data = merge_layers(presets.preset_layer(preset, data), data)
     for key in ("lease", "task_timeout", "runtime"):
-        section(data, key)
-    statuses: dict[str, Any] = {
-        "claimed_statuses": status_list(
+        read.section(data, key)
+    statuses = {
+        "claimed_statuses": read.status_list(
             data, "claimed_statuses", Contract.claimed_statuses, allow_empty=False
         ),
-        "queued_statuses": status_list(
+        "queued_statuses": read.status_list(
             data, "queued_statuses", Contract.queued_statuses, allow_empty=True
         ),
         "finished_statuses": None
         if data.get("finished_statuses") is None
-        else status_list(data, "finished_statuses", (), allow_empty=True),
+        else read.status_list(data, "finished_statuses", (), allow_empty=True),
     }
-    seen: dict[str, str] = {}  # a status is claimed (someone holds it), queued, or finished
+    seen: dict[str, str] = {}
     for key, listed in statuses.items():
         for status in listed or ():
             if status in seen:
@@ -313,6 +234,45 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
                     "never two of these"
                 )
             seen[status] = key
-    values = _read_fields(Contract, data, "")
-    kinds = kind_timeouts(data.get("kind_timeouts"), preset)
-    return Contract(**statuses, **values, preset=preset, kind_timeouts=kinds)
+    kinds = presets.kind_timeouts(data.get("kind_timeouts"), preset)
+    return _read(Contract, data, "", **statuses, preset=preset, kind_timeouts=kinds)
+
+
+def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T:
+    """`cls` with every field that has a reader read from `data`, in field order."""
+    default = cls()
+    return cls(
+        **{
+            f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
+            for f in fields(cls)  # type: ignore[arg-type]
+            if "read" in f.metadata
+        },
+        **given,
+    )
+
+
+def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid YAML") -> Any:
+    """A YAML (or JSON) file's data; an error names the file, never its content."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path} ({type(exc).__name__})") from None
+    import yaml  # only when a file is given: a check given none does not load PyYAML
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not {kind} ({type(exc).__name__})") from None
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
+    data = read_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config file {path} must hold a mapping of contract keys")
+    found = data.get("leaseguard", data)
+    if not isinstance(found, Mapping):
+        raise ConfigError(f"config file {path}: 'leaseguard' must be a mapping")
+    return dict(found)

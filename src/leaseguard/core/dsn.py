@@ -1,9 +1,9 @@
 """One DSN means one database, in every front.
 
-A DSN's host and port are never silently replaced: db_host / db_port add an address only
-where the DSN has none, and a different one names two databases (a usage error naming both
-keys). A tunnel's far end defaults to 127.0.0.1:5432, a database beside the app. Host names
-and ports are not secrets; the rest of the DSN never appears in a message.
+db_host / db_port add an address only where the DSN has none; a different one names two
+databases (a usage error naming both keys). A tunnel's far end defaults to 127.0.0.1:5432, a
+database beside the app. Host names and ports are not secrets; nothing else of a DSN is ever
+in a message.
 """
 
 from __future__ import annotations
@@ -17,24 +17,20 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from leaseguard.core.errors import ConfigError
 
-DEFAULT_TUNNEL_HOST = "127.0.0.1"
-DEFAULT_PORT = 5432
-
-
 # One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
 _KEYWORD = re.compile(r"[A-Za-z_]+")
 
 
 def invalid_dsn(conninfo: str) -> ConfigError:
-    """Why libpq refused a DSN, naming the keyword at fault and never any value (libpq's
-    own message may quote one: a password with a space). Keywords are never secrets."""
+    """Why libpq refused a DSN, naming the keyword at fault and never a value (libpq's own
+    message may quote one: a password with a space)."""
     if re.match(r"\s*postgres(?:ql)?://", conninfo):
         return ConfigError("the DSN is not a valid postgresql:// URI")
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
     previous = None
     for match in _DSN_PAIR.finditer(conninfo):
-        keyword, value = match.group(1), match.group(2)
+        keyword, value = match.groups()
         if not value:
             if previous is None:
                 break
@@ -42,9 +38,10 @@ def invalid_dsn(conninfo: str) -> ConfigError:
                 f"the DSN is not valid after keyword {previous!r}: a value with spaces "
                 "needs single quotes (keyword='a value')"
             )
-        if _KEYWORD.fullmatch(keyword) and keyword not in known:
-            return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
-        previous = keyword if _KEYWORD.fullmatch(keyword) else previous
+        if _KEYWORD.fullmatch(keyword):
+            if keyword not in known:
+                return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
+            previous = keyword
     return ConfigError("the DSN is not a valid libpq connection string")
 
 
@@ -57,19 +54,25 @@ def direct_conninfo(conninfo: str, db_host: str | None, db_port: int | None) -> 
 def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> tuple[str, int]:
     """Where the tunnel leads, as seen from the host (its local end replaces the DSN's)."""
     host, port = _address(conninfo, db_host, db_port)
-    host = host or DEFAULT_TUNNEL_HOST
+    host = host or "127.0.0.1"
     if host.startswith("/") or "," in host:
         raise ConfigError(
             f"the dsn host {host} is a socket directory or a host list, which a tunnel cannot "
             "reach: set db_host to the database's TCP address as the host sees it"
         )
-    return host, port or DEFAULT_PORT
+    return host, port or 5432
 
 
 def each_hosts_own(host: str) -> bool:
-    """Whether a tunnel's far end is each host's own loopback: every host may reach a
+    """Whether a tunnel's far end is each host's own loopback, so each host may reach a
     database of its own there (a shared address reaches one database from every host)."""
-    return host == "localhost" or host == "::1" or host.startswith("127.")
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def reject_hostaddr(conninfo: str) -> None:
+    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
+    if "hostaddr" in _params(conninfo):
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")
 
 
 def _params(conninfo: str) -> dict[str, Any]:
@@ -84,31 +87,16 @@ def _address(
 ) -> tuple[str | None, int | None]:
     """(host, port) agreed by the DSN and the explicit options; None where neither says."""
     params = _params(conninfo)
-    dsn_host = params.get("host") or None
-    dsn_port = _port(params.get("port"))
-    if dsn_host and db_host and dsn_host != db_host:
-        raise ConfigError(
-            f"dsn names host {dsn_host} and db_host names {db_host}: two databases; "
-            "give the address once (in dsn, or in db_host/db_port)"
-        )
-    if dsn_port and db_port and dsn_port != db_port:
-        raise ConfigError(
-            f"dsn names port {dsn_port} and db_port names {db_port}: two databases; "
-            "give the address once (in dsn, or in db_host/db_port)"
-        )
+    dsn_host, dsn_port = params.get("host") or None, params.get("port") or None
+    if dsn_port is not None:
+        try:
+            dsn_port = int(str(dsn_port))
+        except ValueError:
+            raise ConfigError("the port in dsn is not a number") from None
+    for what, ours, theirs in (("host", dsn_host, db_host), ("port", dsn_port, db_port)):
+        if ours and theirs and ours != theirs:
+            raise ConfigError(
+                f"dsn names {what} {ours} and db_{what} names {theirs}: two databases; "
+                "give the address once (in dsn, or in db_host/db_port)"
+            )
     return (str(dsn_host or db_host) if (dsn_host or db_host) else None), dsn_port or db_port
-
-
-def _port(value: object) -> int | None:
-    if value in (None, ""):
-        return None
-    try:
-        return int(str(value))
-    except ValueError:
-        raise ConfigError("the port in dsn is not a number") from None
-
-
-def reject_hostaddr(conninfo: str) -> None:
-    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
-    if "hostaddr" in _params(conninfo):
-        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")

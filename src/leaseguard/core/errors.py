@@ -1,8 +1,7 @@
 """The errors leaseguard raises on purpose, and the exit statuses they map to.
 
-Every message here is written by leaseguard itself: it names what failed (host, table,
-column, variable, exception class) and never carries a DSN, a password or raw driver text,
-because these messages end up in CI logs, Ansible results and chat notifications.
+Every message names what failed (host, table, column, variable, exception class) and never
+carries a DSN, a password or raw driver text: these messages reach CI logs and chat.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class ConfigError(LeaseguardError):
 
 
 class TimeoutValueError(LeaseguardError, ValueError):
-    """A task timeout value is not a positive finite number of seconds."""
+    """A task timeout is not a positive finite number of seconds."""
 
 
 class LookupFailed(LeaseguardError):

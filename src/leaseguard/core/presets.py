@@ -3,6 +3,7 @@
 A preset is a layer of ordinary contract keys just above the built-in defaults: every key set
 explicitly overrides it. Where a queue's rule is not "status + claimed_at + lease" the preset
 also names a claim rule, whose SQL lives in `leaseguard.core.predicate` (never in config).
+Each queue's rule and the source file it comes from: docs/queues.md.
 """
 
 from __future__ import annotations
@@ -24,10 +25,8 @@ PROCESS_LOCK_RULE = "process_lock"  # good_job: the job's lock, or its owner pro
 WORKER_HEARTBEAT_RULE = "worker_heartbeat"  # procrastinate: status + its worker's heartbeat
 VISIBILITY_RULE = "visibility"  # pgmq: a read message is hidden until its vt
 
-HOUR_S = 3600.0
 
-
-def _preset(table: str, *, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
+def _preset(table: str, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
     """`task_timeout_s`: the queue's own fixed timeout, and the lease is exactly that long."""
     layer: dict[str, Any] = {"table": table, "id_column": "id", **keys}
     if task_timeout_s is not None:
@@ -36,21 +35,21 @@ def _preset(table: str, *, task_timeout_s: float | None = None, **keys: Any) -> 
     return layer
 
 
-# Each queue's rule and the source file it comes from: docs/queues.md.
 PRESETS: dict[str, dict[str, Any]] = {
     # riverqueue/river job_rescuer.go: `running` older than RescueStuckJobsAfter (1 h).
     "river": _preset(
         "river_job",
+        3600.0,
         status_column="state",
         claimed_statuses=["running"],
         queued_statuses=["available", "pending", "retryable", "scheduled"],
         finished_statuses=["completed", "cancelled", "discarded"],
         claimed_at_column="attempted_at",
-        task_timeout_s=HOUR_S,
     ),
     # oban: `executing` older than the Lifeline's rescue_after (2 h, as the installer writes).
     "oban": _preset(
         "oban_jobs",
+        7200.0,
         schema="public",
         status_column="state",
         claimed_statuses=["executing"],
@@ -58,14 +57,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         finished_statuses=["completed", "discarded", "cancelled"],
         claimed_at_column="attempted_at",
         timestamp_zone="UTC",
-        task_timeout_s=2 * HOUR_S,
     ),
     # graphile-worker resetLockedAt.ts: locked_at older than 4 h is unlocked.
     "graphile_worker": _preset(
-        "_private_jobs",
-        schema="graphile_worker",
-        claimed_at_column="locked_at",
-        task_timeout_s=4 * HOUR_S,
+        "_private_jobs", 14400.0, schema="graphile_worker", claimed_at_column="locked_at"
     ),
     # pg-boss: each `active` row carries its own expiry (started_on + expire_seconds, or its
     # heartbeat's); no task timeout is looked up. `pgboss.job` is PARTITION BY LIST (name).
@@ -81,32 +76,28 @@ PRESETS: dict[str, dict[str, Any]] = {
     # solid_queue: a claim lives while its process row beats (process_alive_threshold: 5 min).
     "solid_queue": _preset(
         "solid_queue_claimed_executions",
+        300.0,
         schema="public",
         id_column="job_id",
         claimed_at_column="created_at",
         timestamp_zone="UTC",
-        task_timeout_s=300.0,
     ),
     # que: worked exactly while a session holds the job's advisory lock; the task timeout
     # only bounds how long a drain waits.
-    "que": _preset("que_jobs", schema="public", task_timeout_s=HOUR_S),
+    "que": _preset("que_jobs", 3600.0, schema="public"),
     # good_job: its advisory lock, or its owner process alive (updated within 5 minutes).
     "good_job": _preset(
-        "good_jobs",
-        schema="public",
-        claimed_at_column="locked_at",
-        timestamp_zone="UTC",
-        task_timeout_s=300.0,
+        "good_jobs", 300.0, schema="public", claimed_at_column="locked_at", timestamp_zone="UTC"
     ),
     # procrastinate: `doing` while its worker beats (stalled_worker_timeout: 30 s). The
     # legacy 'aborting' is left unclassified: a row holding it fails the check.
     "procrastinate": _preset(
         "procrastinate_jobs",
+        30.0,
         status_column="status",
         claimed_statuses=["doing"],
         queued_statuses=["todo"],
         finished_statuses=["succeeded", "failed", "cancelled", "aborted"],
-        task_timeout_s=30.0,
     ),
     # pgmq: a read message is hidden (worked) until its vt. One table per queue, no stock
     # name: `table: q_<queue>` is required.
@@ -117,15 +108,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"expires_at_column": "vt"},
     },
 }
-
 # Presets whose table has no stock name: the user names it.
 TABLE_REQUIRED = {"pgmq": "q_<queue>"}
 # The column naming a job's kind, whose worker's Timeout() shapes its rescue.
 KIND_COLUMNS = {"river": "kind"}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
-
-CLAIM_RULES: dict[str, str] = {
+CLAIM_RULES = {
     "graphile_worker": LOCKED_AT_RULE,
     "pg-boss": ROW_EXPIRY_RULE,
     "solid_queue": OWNER_HEARTBEAT_RULE,
@@ -134,7 +123,6 @@ CLAIM_RULES: dict[str, str] = {
     "procrastinate": WORKER_HEARTBEAT_RULE,
     "pgmq": VISIBILITY_RULE,
 }
-
 # The columns each rule reads besides the id (and claimed_at, for the rules that have one).
 RULE_COLUMNS: dict[str, tuple[str, ...]] = {
     LOCKED_AT_RULE: ("attempts", "max_attempts"),
@@ -145,17 +133,18 @@ RULE_COLUMNS: dict[str, tuple[str, ...]] = {
     WORKER_HEARTBEAT_RULE: ("worker_id",),
     VISIBILITY_RULE: ("read_ct",),
 }
-
 # Rules that class rows by a status column (pg-boss and procrastinate beside their expiry).
 STATUS_COLUMN_RULES = (STATUS_RULE, ROW_EXPIRY_RULE, WORKER_HEARTBEAT_RULE)
 # Rules whose claim records no time, so no claim is ever an orphan of a restart.
 NO_CLAIM_TIME_RULES = (ADVISORY_LOCK_RULE, WORKER_HEARTBEAT_RULE)
+# Rules that read pg_locks, which on a standby shows only its own sessions.
+ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
 
 
 @dataclass(frozen=True)
 class Owners:
-    """The processes that own claims (their table beside the claims table) and how an owner
-    is known to be alive."""
+    """The processes owning claims (their table beside the claims table) and how an owner is
+    known to be alive."""
 
     column: str
     table: str
@@ -170,32 +159,28 @@ OWNERS: dict[str, Owners] = {
     WORKER_HEARTBEAT_RULE: Owners("worker_id", "procrastinate_workers", "last_heartbeat"),
 }
 
-# Rules that read pg_locks, which on a standby shows only its own sessions.
-ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
 
-
-def preset_layer(name: str, keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     """The preset's contract keys as a fresh layer; `keys`: those set explicitly."""
-    try:
-        layer = PRESETS[name]
-    except KeyError:
-        raise ConfigError(f"preset must be one of {', '.join(sorted(PRESETS))}") from None
-    if name in TABLE_REQUIRED and not (keys or {}).get("table"):
+    if name not in PRESETS:
+        raise ConfigError(f"preset must be one of {', '.join(sorted(PRESETS))}")
+    if name in TABLE_REQUIRED and not keys.get("table"):
         raise ConfigError(
             f"preset {name} needs table: the queue's own table, {TABLE_REQUIRED[name]} "
             "(one check per queue)"
         )
-    return {k: dict(v) if isinstance(v, dict) else v for k, v in layer.items()}
+    return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
 
 
-UNLIMITED = "unlimited"
+def kind_column(preset: str | None) -> str:
+    return KIND_COLUMNS[preset or ""]
 
 
 class KindTimeouts(dict[str, float | None]):
     """{kind: seconds, or None for unlimited}; hashable, as a frozen Contract's part."""
 
     def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(sorted(self.items(), key=lambda pair: pair[0])))
+        return hash(tuple(sorted(self.items())))
 
 
 def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
@@ -208,26 +193,18 @@ def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
         )
     if not isinstance(value, Mapping):
         raise ConfigError("kind_timeouts must be a mapping of job kind to seconds or unlimited")
-    pairs = sorted(value.items(), key=lambda pair: str(pair[0]))
-    return KindTimeouts((str(kind), _kind_timeout(kind, s)) for kind, s in pairs)
-
-
-def _kind_timeout(kind: object, value: object) -> float | None:
-    if value in (UNLIMITED, -1, "-1") and not isinstance(value, bool):
-        return None
-    if isinstance(value, str) and value.isascii() and value.isdigit():
-        value = int(value)
-    seconds = value if isinstance(value, int | float) and not isinstance(value, bool) else 0
-    if math.isfinite(seconds) and seconds > 0:
-        return float(seconds)
-    raise ConfigError(
-        f"kind_timeouts.{kind} must be a number of seconds greater than 0, or unlimited"
-    )
-
-
-def kind_column(preset: str | None) -> str:
-    return KIND_COLUMNS[preset or ""]
-
-
-def claim_rule(preset: str | None) -> str:
-    return CLAIM_RULES.get(preset or "", STATUS_RULE)
+    timeouts = KindTimeouts()
+    for kind, seconds in sorted(value.items(), key=lambda pair: str(pair[0])):
+        if seconds in ("unlimited", -1, "-1") and not isinstance(seconds, bool):
+            timeouts[str(kind)] = None
+            continue
+        if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+            seconds = int(seconds)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            seconds = 0
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ConfigError(
+                f"kind_timeouts.{kind} must be a number of seconds greater than 0, or unlimited"
+            )
+        timeouts[str(kind)] = float(seconds)
+    return timeouts

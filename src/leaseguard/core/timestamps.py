@@ -1,4 +1,4 @@
-"""Timestamps as hosts and container engines print them, parsed strictly (pure)."""
+"""Timestamps as hosts and container engines print them, parsed strictly."""
 
 from __future__ import annotations
 
@@ -7,18 +7,15 @@ from datetime import datetime
 
 from leaseguard.core.errors import LookupFailed
 
-_FRACTION = re.compile(r"\.(\d+)")
-# Go's zero time: what docker reports as StartedAt for a container that never started.
-_ZERO_TIME = "0001-01-01T00:00:00Z"
-
 
 def parse_timestamp(text: str, *, what: str) -> datetime:
     """An RFC 3339 timestamp with a timezone; nanoseconds are cut to microseconds."""
     cleaned = str(text).strip()
-    if not cleaned or cleaned.startswith(_ZERO_TIME[:10]):
+    # Go's zero time (0001-01-01T00:00:00Z): docker's StartedAt of a container never started.
+    if not cleaned or cleaned.startswith("0001-01-01"):
         raise LookupFailed(f"{what} is not set (never started?)")
     cleaned = cleaned.replace("Z", "+00:00").replace("z", "+00:00")
-    cleaned = _FRACTION.sub(lambda m: "." + m.group(1)[:6].ljust(6, "0"), cleaned, count=1)
+    cleaned = re.sub(r"\.(\d+)", lambda m: "." + m[1][:6].ljust(6, "0"), cleaned, count=1)
     try:
         moment = datetime.fromisoformat(cleaned)
     except ValueError:
