@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from leaseguard.adapters.db import connect, guard_transaction
-from leaseguard.adapters.guard import check, judge_table
+from leaseguard.adapters.guard import evaluate, judge_table, lease_seconds
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import (
     DatabaseUnavailable,
@@ -29,7 +29,12 @@ TIMEOUT = TaskTimeout(3600.0, "given:task_timeout_s")
 
 
 def run_check(dsn, **keys):
-    return check(dsn, contract_from_mapping(keys), task_timeout=TIMEOUT, runtime_started_at=None)
+    contract = contract_from_mapping(keys)
+    lease_s = lease_seconds(contract, TIMEOUT)
+    with connect(dsn, contract.connect_timeout_s) as conn:
+        return evaluate(
+            conn, contract, task_timeout=TIMEOUT, lease_s=lease_s, runtime_started_at=None
+        )
 
 
 def test_the_guard_transaction_is_read_only_and_named_leaseguard(db):

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.db import connect, guard_transaction
+from leaseguard.adapters.db import guard_transaction
 from leaseguard.adapters.relation import (
     check_relation,
     check_rows_visible,
@@ -53,30 +53,8 @@ def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float
     return contract.lease.multiplier * task_timeout.seconds
 
 
-def check(
-    conninfo: str,
-    contract: Contract,
-    *,
-    task_timeout: TaskTimeout | None,
-    runtime_started_at: datetime | None,
-    host: str | None = None,
-) -> Verdict:
-    """Connect, judge every claimed or queued row, and close. Raises on any failure."""
-    lease_s = lease_seconds(contract, task_timeout)
-    with connect(conninfo, contract.connect_timeout_s) as conn:
-        return evaluate(
-            conn,
-            contract,
-            task_timeout=task_timeout,
-            lease_s=lease_s,
-            runtime_started_at=runtime_started_at,
-            host=host,
-        )
-
-
 def evaluate(conn: Connection, contract: Contract, **judged: Any) -> Verdict:
-    """Judge on an open guard connection (with the schema pre-flight): `judge_table`'s
-    keywords, its verdict only."""
+    """`judge_table`'s verdict only."""
     return judge_table(conn, contract, **judged)[0]
 
 
@@ -84,9 +62,8 @@ def evaluate(conn: Connection, contract: Contract, **judged: Any) -> Verdict:
 class Subject:
     """Whom a verdict is for (a host, or a fleet by the fleet rule) and its facts.
 
-    `clock_offset` (host minus database clock) moves the runtime's start into the database
-    clock, as the fleet rule does (one cut-off for the same row and clocks, whichever front
-    judges); its uncertainty widens the orphan tolerance.
+    `clock_offset` (host minus database) moves the runtime's start into the database clock;
+    its uncertainty widens the orphan tolerance.
     """
 
     host: str | None
@@ -143,13 +120,10 @@ def judge_subjects(
     """Every subject's verdict from one snapshot (one transaction, the table read once per
     query whatever the number of subjects); also the status column's catalog facts.
 
-    Every status present in the table is checked against the contract's lists
-    (UnclassifiedStatus), in the same transaction and snapshot as the predicate.
-    `status_column` (from an earlier check on this connection) skips the table/column
-    pre-flight; a table or column that vanished since still fails the check (SchemaMismatch
-    from the query itself), and a status that appeared since is still found. `as_of`
-    replaces the database's now() for tests that pin a boundary to the microsecond;
-    production callers leave it None.
+    Every status in the table is checked against the contract's lists in the same snapshot.
+    `status_column` (from an earlier check on this connection) skips the schema pre-flight;
+    a table or column that vanished since still fails the query, and is then named. `as_of`
+    replaces now() for tests that pin a boundary.
     """
     params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
@@ -210,12 +184,8 @@ def _verdict(
 
 
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
-    """Fail with a message naming the server, relation or column before the predicate runs.
-
-    The catalog queries find the table by name (to_regclass: a table that is gone yields
-    no rows, never an error) and run in the order listed here, so the first failure is the
-    one named: a standby first, then what the relation is.
-    """
+    """Fail with a message naming the server, relation or column before the predicate runs
+    (in this order: a standby first, then what the relation is)."""
     table = table_identifier(contract).as_string(conn)
     relation = check_relation(conn, table, contract)
     check_rows_visible(conn, table, contract.table_label)
@@ -288,12 +258,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
 
 
 def _check_locks(conn: Connection, contract: Contract) -> None:
-    """Que, good_job: a job is claimed by an advisory lock, which only pg_locks shows.
-
-    Without the right to read it the query would fail anyway; this names the grant. (A
-    standby, whose pg_locks shows none of the primary's locks, is refused for every rule:
-    adapters.relation.)
-    """
+    """Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant."""
     readable = conn.execute(
         "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
         "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')",
@@ -370,13 +335,11 @@ def _ids(ids: list[str]) -> str:
 def _wait_upper_bound(
     live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int = 0
 ) -> tuple[float, bool]:
-    """The longest remaining lease, and whether it is known to bound every live row; past
-    it every row is the reaper's, not the guard's.
+    """The longest remaining lease, and whether it bounds every live row.
 
     A live row with no computable expiry (a held advisory lock: Que, good_job) is bounded
-    by one full lease when one is known. So is a live count whose rows the second query no
-    longer listed: pg_locks is read anew by each query, and a lock may change in between.
-    A row whose lease never ends ('infinity') bounds nothing: the bound is not known.
+    by one full lease when one is known; so is a live count the listing no longer showed
+    (pg_locks is read anew by each query). An 'infinity' lease bounds nothing.
     """
     known = [c.remaining_s for c in live if c.remaining_s is not None]
     unbounded = any(c.remaining_s is None and not c.never_expires for c in live)

@@ -1,16 +1,11 @@
 """A guard session: look up once, then judge as often as needed, over one connection.
 
-It serves `leaseguard check` (this machine), `fab guard`/`fab drain` (over SSH with a
-tunnel) and the Ansible action plugin; whom it judges (one host, a fleet by the fleet rule,
-or each host of a fleet in one query) is leaseguard.orchestration.subjects'. A drain's polls
-share one connection (a login per poll cost each poll a forwarder through Fabric's tunnel).
-A connection that broke (server idle timeout, restart, dropped tunnel) is replaced once, at
-once, along the next path if its own died; any other failure (a lock or statement timeout,
-a schema error) is the answer: retrying it would spend its budget twice.
-
-Every poll is bounded: a watchdog cuts one that outlasts connect timeout + statement budget
-+ a small margin (a partitioned host answers nothing, and TCP alone would wait ~15 minutes),
-and a poll through a tunnel whose SSH connection died says so, naming the SSH host.
+Every front judges through it; whom it judges (one host, a fleet by the fleet rule, or each
+host of a fleet in one query) is leaseguard.orchestration.subjects'. A connection that broke
+(idle timeout, restart, dropped tunnel) is replaced once, along the next path if its own
+died; any other failure (a lock or statement timeout, a schema error) is the answer:
+retrying would spend its budget twice. A watchdog bounds every poll (connect timeout +
+statement budget + a margin): a partitioned host answers nothing, and TCP would wait ~15 min.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
 from leaseguard.orchestration.subjects import Judged
 
-# What a poll may take beyond connect timeout + statement budget: round trips, the
-# transaction's few small statements, and a thread waking up.
+# Round trips, the transaction's small statements, a thread waking up.
 POLL_MARGIN_S = 2.0
 Conn = psycopg.Connection[tuple[object, ...]]
 T = TypeVar("T")
@@ -69,12 +63,8 @@ def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
 
 
 class GuardSession:
-    """Judges one host's table with the facts looked up on that host.
-
-    With a fleet's facts (`FleetFacts`, see `fleet_session`) it judges by the fleet's combined
-    facts (`leaseguard.core.fleet`) and the verdict reports which host supplied each;
-    `host_offsets` are then the hosts' clocks minus this machine's (`FleetClocks`).
-    """
+    """Judges the table with one host's facts, a fleet's combined facts (`FleetFacts`) or
+    each host's own (a mapping); `host_offsets` are the hosts' clocks minus this machine's."""
 
     def __init__(
         self,
@@ -102,12 +92,10 @@ class GuardSession:
         # The seq-scan advice is given once per session, not on every poll of a drain.
         self.plan_checked = False
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        # The schema pre-flight (catalog queries) runs once per connection, not per poll;
-        # the status check it prepares runs on every poll.
+        # The schema pre-flight runs once per connection; the status check on every poll.
         self._status_column: StatusColumn | None = None
-        # Leftover intake pauses (leaseguard.adapters.pauses) are looked for once per session, in
-        # cron_database (None: the session's own database), except those of `pause_owner`
-        # (this process's own drain).
+        # Leftover intake pauses are looked for once, in cron_database (None: this
+        # database), except those of `pause_owner` (this process's own drain).
         self.cron_database: str | None = None
         self.cron_user: str | None = None  # the intake's own role (owns the pg_cron jobs)
         self.cron_password: str | None = None
@@ -165,8 +153,8 @@ class GuardSession:
 
     @_bounded
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (server start time, database), read over a
-        connection closed right after: hosts reaching the same one share one connection."""
+        """Which database this session reaches (server start, name), on a short connection:
+        hosts reaching the same one share one connection."""
         query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
         try:
             row = self._connection().execute(query).fetchone()
@@ -185,8 +173,7 @@ class GuardSession:
         return conn
 
     def adopt(self, conn: Conn) -> None:
-        """Judge on `conn`, opened along the session's path while the lookups ran
-        (ssh_session); like any shared connection, it is replaced once if it broke."""
+        """Judge on `conn`, opened along this session's path while the lookups ran."""
         self.close()
         self._conn, self._backend_pid = conn, conn.info.backend_pid
 
@@ -219,8 +206,7 @@ class GuardSession:
         self, *, writable: bool = False, dbname: str | None = None, as_intake: bool = False
     ) -> Conn:
         """A new connection within what is left of the poll: along the current path, else
-        along each other path in turn (another host's tunnel to the same database); the
-        path that answers stays the current one."""
+        each other host's in turn; the path that answers stays the current one."""
         failure: LeaseguardError | None = None
         for _ in self._paths:
             try:
@@ -338,13 +324,8 @@ def local_session(
     one_exec: bool = False,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session whose DSN is used as given; lookups run here unless another runner is given.
-
-    The Ansible front passes a runner over its own connection when the database is reached
-    directly from the controller (`tunnel: false`, or a `local` connection). `one_exec`
-    (a remote runner, whose every exec pays a login shell): every lookup and the host's
-    clock reading in one exec (`look_up_host`).
-    """
+    """A session on the DSN as given; lookups run here unless another runner is given.
+    `one_exec` (a remote runner): every lookup and the clock reading in one exec."""
     runner = runner or LocalRunner()
     look_up = look_up_host if one_exec else _without_clock
     looked_up = look_up(contract, runner, **given)
@@ -372,17 +353,10 @@ def fleet_session(
     host_offsets: Mapping[str, ClockOffset] | None = None,
     fallbacks: Sequence[tuple[str, Link]] = (),
 ) -> Iterator[GuardSession]:
-    """One session judging once for every host, by the fleet rule (leaseguard.core.fleet).
-
-    `per_host` is every host's facts, already looked up; nothing is looked up again.
-    `host_offsets` are the hosts' clocks minus this machine's (`clock.offset_from_here`,
-    one `date` per host, as each front can take it: over SSH or an Ansible connection);
-    the session chains them with this machine's offset from the database, so every start
-    time is compared in the database clock. Without them the start times are taken as read
-    in this machine's clock (a CLI given the facts). `runner` and `link` are the path the
-    judgment runs through (the database is shared: that is why its intake is global);
-    `fallbacks` the other hosts' paths to it, tried in turn when that one fails.
-    """
+    """One session judging once for every host by the fleet rule, on facts already looked
+    up. `host_offsets` (the hosts' clocks minus this machine's) move every start into the
+    database clock; without them starts are taken as read here. `runner`/`link` are the
+    path the judgment runs through; `fallbacks` the other hosts' paths, tried in turn."""
     session = GuardSession(
         contract,
         conninfo,
