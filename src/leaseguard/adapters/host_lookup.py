@@ -1,11 +1,10 @@
-"""A host looked up the one way every front does (`look_up_host`): every lookup and the
-host's clock in ONE exec (each exec over SSH pays the host's login shell); and a runtime's
-restart, checked by reading its start time again (`restart_runtime`).
+"""A host looked up the one way every front does (`look_up_host`), and a runtime's restart
+checked by its start time (`restart_runtime`).
 
-What to run is what the lookups ask of a runner that answers nothing (a pid file gets a
-placeholder pid); the commands run as one script (leaseguard.core.one_exec) and are judged
-exactly as if run alone. One the script could not answer (a pid file rewritten meanwhile)
-runs alone afterwards.
+Over SSH each exec pays the host's login shell, so every lookup and the host's clock run as
+ONE script (leaseguard.core.one_exec): the commands the lookups ask of a runner that answers
+nothing (a pid file gets a placeholder pid), each judged exactly as if run alone. One the
+script could not answer (a pid file rewritten meanwhile) runs alone afterwards.
 """
 
 from __future__ import annotations
@@ -54,14 +53,10 @@ class HostLookup:
 def look_up_host(
     contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
 ) -> HostLookup:
-    """What was not given, looked up (a failed lookup raises, naming host and lookup), and
-    the host's clock when a start time makes it matter.
-
-    `one_exec`: all of it in one exec, whose round trip bounds the clock's uncertainty;
-    not through become (its tty merges the streams that exec's output is split by). Else
-    each lookup is its own exec and the clock is read alone after them, as it is when the
-    script could not read it.
-    """
+    """What was not given, looked up (a failure raises, naming host and lookup), and the
+    host's clock when a start time makes it matter: with `one_exec` all in one exec (whose
+    round trip bounds the clock's uncertainty), except through become, whose tty merges the
+    streams that exec's output is split by; else one exec each, the clock read alone."""
     ran: dict[Argv, CommandResult] = {}
     clock = None
     if one_exec and not getattr(runner, "becomes", False):
