@@ -74,7 +74,9 @@ assumed:
   type: bool
   sample: false
 replicas:
-  description: What a C(container) filter or C(unit) glob matched (the facts are the oldest start and the longest timeout over them); empty for one named container or unit.
+  description:
+    - What a C(container) filter or C(unit) glob matched (the facts are the oldest start and
+      the longest timeout over them); empty for one named container or unit.
   returned: success
   type: list
   elements: str
