@@ -5,6 +5,8 @@ restart through the task's connection, then the runtime's start time read until 
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     contract_from,
@@ -12,12 +14,9 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._runtime_restart import (
-    checked,
-    restart_from,
-    restart_runtime,
-    would_restart,
-)
+
+with suppress(ImportError):  # require_leaseguard() fails every task first, naming the install
+    from leaseguard.api import RestartSpec, restart_runtime
 
 
 class ActionModule(LeaseguardAction):
@@ -26,8 +25,17 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         contract = contract_from(args)
-        restart = restart_from(args, host, contract)
-        checked(restart, args["lookup"])
-        if self._task.check_mode:
-            return would_restart(restart)
-        return restart_runtime(AnsibleRunner(self, host), restart, contract, args["lookup"])
+        spec = RestartSpec(
+            args["method"],
+            args["container"] or "",
+            args["unit"] or "",
+            tuple(args["command"]),
+            host,
+            args["stop_timeout_s"],
+            args["verify_timeout_s"],
+            contract.runtime.source,
+        )
+        runner = AnsibleRunner(self, host)
+        return restart_runtime(
+            runner, spec, contract, args["lookup"], check_mode=self._task.check_mode
+        )

@@ -10,30 +10,26 @@ class ModuleDocFragment:
 options:
   task_timeout:
     description:
-      - Where the protected system's configured task timeout is read on the host; the lease
-        is C(lease.multiplier) times it.
-      - Only the one variable is extracted; the rest of the environment (it holds secrets) is
-        never returned.
+      - Where the protected system's task timeout is read on the host (the lease is
+        C(lease.multiplier) times it). Only the one variable is extracted, never the rest
+        of the environment (it holds secrets).
     type: dict
     suboptions:
       source:
         description:
-          - V(docker) or V(podman) read the variable with C(inspect --format); V(systemd) the
-            unit's C(Environment=); V(process) C(/proc/<pid>/environ) of
-            O(task_timeout.pid_file); V(env_file) O(task_timeout.path); V(command) runs
-            O(task_timeout.command) inside the container; V(fixed) uses O(task_timeout.value_s).
-          - If not set, V(docker); with a C(preset) (M(leaseguard.deploy.lease_guard)), the preset's.
+          - V(docker)/V(podman) read the variable with C(inspect --format); V(systemd) the
+            unit's C(Environment=); V(process) C(/proc/<pid>/environ); V(env_file) a file;
+            V(command) runs O(task_timeout.command) in the container; V(fixed) is
+            O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       # container, unit and pid_file mean the same in runtime (YAML aliases there).
       container: &container
         description:
-          - Container name or id, or a C(docker ps --filter) over the RUNNING containers
-            (C(label=KEY=VALUE), C(label=KEY), C(name=REGEX)); then the OLDEST start and the
-            LONGEST task timeout of the matches are taken (all listed in the result); no
-            match fails, naming the filter.
-          - A named container with running compose siblings (same project and service labels)
-            is judged alone, with a warning naming them.
+          - Container name or id, or a C(docker ps --filter) over RUNNING containers
+            (C(label=KEY=VALUE), C(label=KEY), C(name=REGEX)); the OLDEST start and LONGEST
+            task timeout of the matches count (all listed in the result); no match fails.
+          - A named container with running compose siblings is judged alone, with a warning.
         type: str
         default: backend
       variable:
@@ -41,16 +37,13 @@ options:
         type: str
         default: APP_TASK_TIMEOUT_S
       default_s:
-        description: Assume this many seconds when the lookup finds nothing (the result says
-          so), instead of failing.
+        description: Assume this many seconds when the lookup finds nothing (the result says so), instead of failing.
         type: float
       value_s:
         description: The timeout in seconds for O(task_timeout.source=fixed).
         type: float
       unit: &unit
-        description:
-          - The systemd unit, for source V(systemd); a glob (C(worker@*.service)) takes the
-            OLDEST start and LONGEST task timeout of the ACTIVE matches (none fails).
+        description: The systemd unit; a glob (C(worker@*.service)) takes the OLDEST start and LONGEST task timeout of the ACTIVE matches (none fails).
         type: str
       pid_file: &pid_file
         description: The pid file, for source V(process).
@@ -76,9 +69,8 @@ options:
     suboptions:
       source:
         description:
-          - V(docker)/V(podman) read C(State.StartedAt); V(systemd) the unit's
-            C(ActiveEnterTimestamp); V(process) the start of the pid in O(runtime.pid_file);
-            V(fixed) uses O(runtime.started_at); V(none) knows no start time.
+          - V(docker)/V(podman) read C(State.StartedAt); V(systemd) C(ActiveEnterTimestamp);
+            V(process) the pid's start; V(fixed) is O(runtime.started_at); V(none) knows none.
         type: str
         choices: [docker, podman, systemd, process, fixed, none]
         default: docker

@@ -10,15 +10,12 @@ short_description: Restart a host's worker runtime with a stop budget and check 
 version_added: 0.1.0
 description:
   - Restarts the runtime (a container, a systemd unit, or a command) giving it
-    O(stop_timeout_s) between SIGTERM and SIGKILL, then looks its start time up again until
-    it moved forward past the one in O(lookup); one that did not within O(verify_timeout_s)
-    fails the task.
+    O(stop_timeout_s) between SIGTERM and SIGKILL, then reads its start time until it moved
+    past the one in O(lookup); if it did not within O(verify_timeout_s), the task fails.
   - Runs on the host through the task's connection (C(become) applies); the host needs no
-    Python. Without become, the restart and the first lookup are one command.
-  - V(systemd) carries the stop budget in a drop-in under C(/run/systemd/system/<unit>.d),
-    removed whether or not the restart succeeds.
-  - It does not judge the claims; M(leaseguard.deploy.lease_guard) does (the
-    C(leaseguard.deploy.restart) role runs both).
+    Python. V(systemd) carries the stop budget in a drop-in under
+    C(/run/systemd/system/<unit>.d), removed whether or not the restart succeeds.
+  - It does not judge the claims; M(leaseguard.deploy.lease_guard) does.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -41,9 +38,7 @@ options:
     description: The systemd unit to restart, for V(systemd) (required there).
     type: str
   command:
-    description:
-      - The argv that restarts the runtime, for V(command) (required there). It gets the stop
-        budget in E(LEASEGUARD_STOP_TIMEOUT_S).
+    description: The argv that restarts the runtime, for V(command) (required there); it gets the stop budget in E(LEASEGUARD_STOP_TIMEOUT_S).
     type: list
     elements: str
     default: []
@@ -52,17 +47,15 @@ options:
     type: int
     default: 10
   verify_timeout_s:
-    description:
-      - How long the new runtime start time may take to appear; it is read every 2 s.
-      - Not checked for the runtime sources V(none) and V(fixed), which read no start time.
+    description: How long the new start time may take to appear (read every 2 s); not checked for runtime sources V(none) and V(fixed).
     type: int
     default: 60
   lookup:
     description:
-      - The registered result of M(leaseguard.deploy.task_timeout) (or the C(lookup) of
-        M(leaseguard.deploy.lease_guard)) from before the restart; its C(runtime_started_at)
-        must move (any start time does, if there was none).
-      - Required unless the runtime source is V(none) or V(fixed).
+      - The registered result of M(leaseguard.deploy.task_timeout) (or C(lookup) of
+        M(leaseguard.deploy.lease_guard)) from before the restart, whose C(runtime_started_at)
+        must move (any start time does, if there was none). Required unless the runtime
+        source is V(none) or V(fixed).
     type: dict
 attributes:
   check_mode:
@@ -77,7 +70,6 @@ attributes:
     description: Runs on the controller; the restart and lookups run on the host through the task's connection.
 seealso:
   - module: leaseguard.deploy.lease_guard
-  - module: leaseguard.deploy.task_timeout
 """
 
 EXAMPLES = r"""
@@ -91,22 +83,11 @@ EXAMPLES = r"""
     container: backend
     stop_timeout_s: 30
     lookup: "{{ before }}"
-
-- name: Restart a systemd unit
-  leaseguard.deploy.runtime_restart:
-    method: systemd
-    unit: worker.service
-    runtime:
-      source: systemd
-      unit: worker.service
-    lookup: "{{ before }}"
 """
 
 RETURN = r"""
 restarted:
-  description:
-    - What was restarted; C(cmd) is the argv run on the host and C(rc) its exit status (both
-      null in check mode).
+  description: What was restarted; C(cmd) is the argv run on the host and C(rc) its exit status (both null in check mode).
   returned: always
   type: dict
   sample: {"method": "docker", "target": "docker container backend", "cmd": ["docker", "restart", "--time", "10", "backend"], "rc": 0}
@@ -116,17 +97,17 @@ stop_timeout_s:
   type: int
   sample: 10
 before:
-  description: The runtime's start time before the restart, from O(lookup) (C(runtime_started_at) ISO 8601, C(runtime_started_epoch_s)).
+  description: The start time before the restart, from O(lookup) (C(runtime_started_at) ISO 8601, C(runtime_started_epoch_s)).
   returned: when the restart succeeded
   type: dict
   sample: {"runtime_started_at": "2026-09-09T04:00:00.123456+00:00", "runtime_started_epoch_s": 1788926400.123456}
 after:
-  description: The runtime's start time read after the restart (the last reading); null values when none was found.
+  description: The start time read after the restart (the last reading); null values when none was found.
   returned: when the restart succeeded and the runtime source reads a start time
   type: dict
   sample: {"runtime_started_at": "2026-09-09T05:00:01.5+00:00", "runtime_started_epoch_s": 1788930001.5}
 msg:
-  description: What happened, or why the task failed (the restart's exit status, or the two start times).
+  description: What happened, or why the task failed.
   returned: always
   type: str
   sample: "leaseguard: restarted app1 (runtime started 2026-09-09T04:00:00.123456+00:00 -> 2026-09-09T05:00:01.5+00:00, stop budget 10 s)"

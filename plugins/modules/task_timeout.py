@@ -35,14 +35,6 @@ seealso:
 """
 
 EXAMPLES = r"""
-- name: Look up the backend's task timeout and start time
-  leaseguard.deploy.task_timeout:
-    task_timeout:
-      source: docker
-      container: backend
-      variable: APP_TASK_TIMEOUT_S
-  register: timeout_lookup
-
 - name: Every running replica of a compose service
   leaseguard.deploy.task_timeout:
     task_timeout:
@@ -83,8 +75,8 @@ assumed:
   sample: false
 replicas:
   description:
-    - What a C(container) filter or C(unit) glob matched (the facts are the oldest start
-      and the longest timeout over them); empty for one named container or unit.
+    - What a C(container) filter or C(unit) glob matched (the facts are the oldest start and
+      the longest timeout over them); empty for one named container or unit.
   returned: success
   type: list
   elements: str
@@ -101,10 +93,9 @@ runtime_started_epoch_s:
   sample: 1788926400.123456
 clock:
   description:
-    - This host's clock minus the controller's (C(offset_s)), read with the lookups when a
-      start time was found; C(uncertainty_s) is half the round trip. A fleet judgment
-      (O(leaseguard.deploy.lease_guard#module:fleet_lookups)) widens its orphan tolerance by
-      every host's offset.
+    - This host's clock minus the controller's (C(offset_s)), with C(uncertainty_s) half the
+      round trip; a fleet judgment (O(leaseguard.deploy.lease_guard#module:fleet_lookups))
+      widens its orphan tolerance by every host's offset.
   returned: success, when RV(runtime_started_at) is known
   type: dict
   sample: {"offset_s": 0.004, "uncertainty_s": 0.012}

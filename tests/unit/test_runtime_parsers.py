@@ -271,6 +271,20 @@ def test_process_lookups_run_in_the_one_exec_and_agree_with_separate_execs(tmp_p
     assert looked_up.clock is not None
 
 
+def test_through_become_each_lookup_is_its_own_exec_and_the_clock_is_read_after_them(tmp_path):
+    from leaseguard.adapters.host_lookup import look_up_host
+
+    class Becoming(ScriptedRunner):
+        becomes = True
+
+    runner = Becoming({CONTAINER: CommandResult(0, INSPECT), ("date",): CommandResult(0, "5.5\n")})
+    looked_up = look_up_host(contract_from_mapping({}), runner)
+    assert [argv[0] for argv in runner.calls] == ["sh", "date"]
+    assert "@@leaseguard" not in runner.calls[0][2]  # the container command, not the one exec
+    assert looked_up.facts.task_timeout.seconds == 3600.0
+    assert looked_up.clock is not None and looked_up.clock.offset_s < 0
+
+
 @pytest.mark.parametrize("content", ["", "abc\n", " 12 x\n"])
 def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_path, content):
     from leaseguard.adapters.host_lookup import look_up_host

@@ -4,13 +4,14 @@ The restart itself, through ssh and become, is tests/integration/test_runtime_re
 (and the deploy tests); here the boundaries.
 """
 
-import importlib
+import dataclasses
 import subprocess
-import sys
 from datetime import UTC, datetime
 
 import pytest
 
+from leaseguard.core import restart as front
+from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.lookups import CommandResult
 from leaseguard.core.restart import (
     RestartSpec,
@@ -18,12 +19,6 @@ from leaseguard.core.restart import (
     restart_argv,
     restart_target,
     start_moved,
-)
-from tests.support.ansible_run import REPO
-
-sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
-front = importlib.import_module(
-    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._runtime_restart"
 )
 
 DOCKER = RestartSpec("docker", container="backend")
@@ -41,11 +36,11 @@ COMMAND = RestartSpec("command", command=("systemctl", "kill", "my app"))
     ],
 )
 def test_the_argv_gives_the_stop_budget_as_the_role_did(spec, argv):
-    assert restart_argv(spec, 7200) == argv
+    assert restart_argv(dataclasses.replace(spec, stop_timeout_s=7200)) == argv
 
 
 def test_the_systemd_argv_passes_unit_and_budget_as_arguments_not_as_script_text():
-    argv = restart_argv(RestartSpec("systemd", unit="a'b.service"), 7)
+    argv = restart_argv(RestartSpec("systemd", unit="a'b.service", stop_timeout_s=7))
     assert argv[:2] == ("sh", "-c") and argv[3:] == ("sh", "a'b.service", "7")
     assert "a'b" not in argv[2]
     done = subprocess.run(["sh", "-n", "-c", argv[2]], capture_output=True, text=True, check=False)
@@ -93,6 +88,7 @@ def test_a_method_without_its_target_is_refused(spec, missing):
     ],
 )
 def test_the_start_moved_only_forward(before, after, moved):
+    after = None if after is None else datetime.fromtimestamp(after, UTC)
     assert start_moved(before, after) is moved
 
 
@@ -102,12 +98,14 @@ AFTER = datetime(2026, 12, 1, 10, 5, 1, 500000, tzinfo=UTC)
 
 
 def restart(spec=COMMAND, source="docker"):
-    return front.Restart("app1", spec, 10, 3, source)
+    return dataclasses.replace(
+        spec, host="app1", stop_timeout_s=10, verify_timeout_s=3, source=source
+    )
 
 
 def test_the_not_moved_message_is_the_roles_text_with_both_start_times():
-    same = front.StartReading(datetime.fromisoformat(BEFORE_AT))
-    assert front.not_moved_message(restart(), BEFORE, same) == (
+    same = datetime.fromisoformat(BEFORE_AT)
+    assert front.not_moved_message(restart(), BEFORE, same, None) == (
         "leaseguard: restarted app1 with method command (command systemctl kill 'my app'), but "
         "the runtime start time read from docker did not move forward within 3 s "
         "(leaseguard_restart_verify_timeout_s): before 2026-12-01T10:00:00.123456+00:00, "
@@ -117,8 +115,8 @@ def test_the_not_moved_message_is_the_roles_text_with_both_start_times():
 
 
 def test_a_lookup_failing_until_the_deadline_is_unknown_and_its_words_follow():
-    reading = front.StartReading(error=front.LookupFailed("host app1: docker container x: gone"))
-    msg = front.not_moved_message(restart(), BEFORE, reading)
+    error = LookupFailed("host app1: docker container x: gone")
+    msg = front.not_moved_message(restart(), BEFORE, None, error)
     assert "after unknown. Check that" in msg
     assert msg.endswith(
         "leaseguard_runtime reads. The last lookup failed: host app1: docker container x: gone"
@@ -126,7 +124,7 @@ def test_a_lookup_failing_until_the_deadline_is_unknown_and_its_words_follow():
 
 
 def test_the_report_is_the_roles_text():
-    after = front._start_of(front.StartReading(AFTER))
+    after = front.start_of(AFTER)
     assert front.restarted_message(restart(), BEFORE, after) == (
         "leaseguard: restarted app1 (runtime started 2026-12-01T10:00:00.123456+00:00 -> "
         "2026-12-01T10:05:01.500000+00:00, stop budget 10 s)"
@@ -173,14 +171,16 @@ def test_check_mode_reports_and_runs_nothing():
     ("source", "needs_lookup"), [("docker", True), ("none", False), ("fixed", False)]
 )
 def test_a_checked_restart_needs_the_lookup_from_before(source, needs_lookup):
-    front.checked(restart(DOCKER, source), {"runtime_started_at": None})  # not running: fine
+    front.checked_restart(
+        restart(DOCKER, source), {"runtime_started_at": None}
+    )  # not running: fine
     if needs_lookup:
-        with pytest.raises(front.ConfigError, match="`lookup`"):
-            front.checked(restart(DOCKER, source), None)
+        with pytest.raises(ConfigError, match="`lookup`"):
+            front.checked_restart(restart(DOCKER, source), None)
     else:
-        front.checked(restart(DOCKER, source), None)
-    with pytest.raises(front.ConfigError, match="needs `unit`"):
-        front.checked(restart(RestartSpec("systemd"), source), BEFORE)
+        front.checked_restart(restart(DOCKER, source), None)
+    with pytest.raises(ConfigError, match="needs `unit`"):
+        front.checked_restart(restart(RestartSpec("systemd"), source), BEFORE)
 
 
 @pytest.mark.parametrize(
@@ -195,8 +195,8 @@ def test_a_checked_restart_needs_the_lookup_from_before(source, needs_lookup):
 def test_a_restart_named_by_a_replica_filter_or_glob_is_refused(spec, needs):
     # `docker restart label=...` restarts nothing; one `systemctl restart` of a glob
     # restarts every replica at once with its stop budget written where systemd never looks.
-    with pytest.raises(front.ConfigError, match=f"needs `{needs}` naming one container or unit"):
-        front.checked(restart(spec, "docker"), BEFORE)
+    with pytest.raises(ConfigError, match=f"needs `{needs}` naming one container or unit"):
+        front.checked_restart(restart(spec, "docker"), BEFORE)
 
 
 @pytest.mark.parametrize(
@@ -204,4 +204,4 @@ def test_a_restart_named_by_a_replica_filter_or_glob_is_refused(spec, needs):
     [RestartSpec("docker", container="worker-1"), RestartSpec("systemd", unit="worker@1.service")],
 )
 def test_one_named_replica_is_restarted(spec):
-    front.checked(restart(spec, "docker"), BEFORE)
+    front.checked_restart(restart(spec, "docker"), BEFORE)

@@ -1,10 +1,10 @@
 """Host-vs-database clock offset, for the orphan cut-off.
 
-The runtime's start time comes from the host's clock, claimed_at from the database's. If
+The runtime's start time comes from the host's clock, claimed_at from the database's: if
 they disagree by more than clock_skew_s, a claim made just after the restart could look
-older than the restart and be called an orphan: alive but unprotected. So the offset is
-measured on every check and the start time moved into the database clock; the
-measurement's uncertainty widens the cut-off tolerance (never narrows it).
+older than the restart and be called an orphan while alive. So the offset is measured on
+every check and the start time moved into the database clock; the measurement's
+uncertainty widens the cut-off tolerance (never narrows it).
 """
 
 from __future__ import annotations
@@ -34,13 +34,7 @@ def measure_offset(host_clock: Callable[[], float], db_clock: Callable[[], float
 
 
 def offset_from_here(runner: Runner) -> ClockOffset:
-    """The host's clock minus this machine's (one `date` over the front's connection); a
-    fleet judgment chains it with this machine's offset from the database."""
-    return measure_offset(host_clock(runner), time.time)
-
-
-def host_clock(runner: Runner) -> Callable[[], float]:
-    """Read the host's clock with `date +%s.%N` (hosts need no Python)."""
+    """The host's clock minus this machine's, read with `date +%s.%N` (hosts need no Python)."""
 
     def read() -> float:
         result = runner.run(["date", "+%s.%N"])
@@ -51,7 +45,7 @@ def host_clock(runner: Runner) -> Callable[[], float]:
         except ValueError:
             raise LookupFailed(f"host {runner.label}: cannot read its clock (date)") from None
 
-    return read
+    return measure_offset(read, time.time)
 
 
 def database_clock(conn: psycopg.Connection[tuple[object, ...]]) -> Callable[[], float]:

@@ -1,9 +1,10 @@
-"""Every lookup of one host in ONE exec, the host's clock read by the same exec.
+"""A host looked up the one way every front does (`look_up_host`), and a runtime's restart
+checked by its start time (`restart_runtime`).
 
-What to run is what the lookups themselves ask of a runner that answers nothing (and a
-placeholder pid for a pid file); those commands run as one script (leaseguard.core.one_exec)
-and are then judged exactly as if run alone. A command the script could not answer (a pid
-file rewritten meanwhile) runs on its own afterwards.
+Over SSH each exec pays the host's login shell, so every lookup and the host's clock run as
+ONE script (leaseguard.core.one_exec): the commands the lookups ask of a runner that answers
+nothing (a pid file gets a placeholder pid), each judged exactly as if run alone. One the
+script could not answer (a pid file rewritten meanwhile) runs alone afterwards.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Unpack
+from datetime import datetime
+from typing import Any, Unpack
 
+from leaseguard.adapters.clock import offset_from_here
 from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
@@ -22,31 +25,48 @@ from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import Argv, CommandResult, pid_argv
 from leaseguard.core.one_exec import Plan, batch_script, split_batch
 from leaseguard.core.replicas import shared_variable
+from leaseguard.core.restart import (
+    RestartSpec,
+    checked_restart,
+    not_moved_message,
+    restart_argv,
+    restart_failed_message,
+    restart_result,
+    restarted_message,
+    start_moved,
+    start_of,
+    would_restart,
+)
 from leaseguard.core.verdict import RuntimeFacts
+
+POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
 
 
 @dataclass(frozen=True)
 class HostLookup:
-    """A host's facts and its clock minus this machine's, read in the same exec."""
+    """A host's facts and its clock minus this machine's (None: no start time to compare)."""
 
     facts: RuntimeFacts
     clock: ClockOffset | None
 
 
-def look_up_host(contract: Contract, runner: Runner, **given: Unpack[Given]) -> HostLookup:
-    """resolve_runtime_facts in one exec on the host, its clock read by the same exec.
-
-    The exec's round trip bounds the clock reading's uncertainty (the lookups widen it, which
-    only widens the orphan tolerance). None when the script could not read the clock: the
-    caller then reads it alone (and reports that failure).
-    """
-    plan = planned_commands(
-        contract,
-        timeout_given=given.get("task_timeout_s") is not None,
-        start_given=given.get("runtime_started_at") is not None,
-    )
-    ran, clock = run_together(runner, plan)
-    return HostLookup(resolve(contract, Lookups(runner, ran), given), clock)
+def look_up_host(
+    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+) -> HostLookup:
+    """What was not given, looked up (a failure raises, naming host and lookup), and the
+    host's clock when a start time makes it matter: with `one_exec` all in one exec (whose
+    round trip bounds the clock's uncertainty), except through become, whose tty merges the
+    streams that exec's output is split by; else one exec each, the clock read alone."""
+    ran: dict[Argv, CommandResult] = {}
+    clock = None
+    if one_exec and not getattr(runner, "becomes", False):
+        timeout_given = given.get("task_timeout_s") is not None
+        start_given = given.get("runtime_started_at") is not None
+        ran, clock = run_together(runner, planned_commands(contract, timeout_given, start_given))
+    facts = resolve(contract, Lookups(runner, ran), given)
+    if clock is None and facts.runtime_started_at is not None:
+        clock = offset_from_here(runner)
+    return HostLookup(facts, clock)
 
 
 class _Planner:
@@ -68,7 +88,7 @@ class _Planner:
         return CommandResult(0, slot)
 
 
-def planned_commands(contract: Contract, *, timeout_given: bool, start_given: bool) -> Plan:
+def planned_commands(contract: Contract, timeout_given: bool, start_given: bool) -> Plan:
     """The commands the lookups will run, each once. One that fails without an answer (a bad
     variable name or filter) is left out: run alone, it fails naming what is wrong."""
     planner = _Planner()
@@ -97,3 +117,53 @@ def run_together(
     if reading is None:
         return ran, None
     return ran, ClockOffset(reading - (before + after) / 2, (after - before) / 2)
+
+
+def restart_runtime(
+    runner: Runner,
+    spec: RestartSpec,
+    contract: Contract,
+    lookup: dict[str, Any] | None,
+    *,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """runtime_restart's result: the restart through `runner`, then its start time read
+    every POLL_S until it moved past `lookup`'s (the registered lookup from before) or
+    verify_timeout_s passed, which fails. A restart that cannot be checked is refused."""
+    checked_restart(spec, lookup)
+    if check_mode:
+        return would_restart(spec)
+    argv = restart_argv(spec)
+    if spec.verifies and not getattr(runner, "becomes", False):
+        plan = planned_commands(contract, timeout_given=True, start_given=False)
+        plan.commands.insert(0, argv)  # with the first reading: each exec pays a login shell
+        ran, _clock = run_together(runner, plan)
+    else:
+        ran = {argv: runner.run(list(argv))}
+    result = restart_result(spec, argv, ran[argv].exit_code)
+    if ran[argv].exit_code != 0:
+        return {**result, "failed": True, "msg": restart_failed_message(spec, ran[argv])}
+    before = start_of(lookup)
+    if not spec.verifies:
+        return {**result, "before": before, "msg": restarted_message(spec, before, None)}
+    started, error = _read_start(Lookups(runner, ran), contract)
+    ends_at = time.monotonic() + spec.verify_timeout_s
+    moved = start_moved(before["runtime_started_epoch_s"], started)
+    while not moved and (left := ends_at - time.monotonic()) > 0:
+        time.sleep(min(POLL_S, left))
+        started, error = _read_start(Lookups(runner), contract)
+        moved = start_moved(before["runtime_started_epoch_s"], started)
+    after = start_of(started)
+    result.update(before=before, after=after)
+    if moved:
+        return {**result, "msg": restarted_message(spec, before, after)}
+    return {**result, "failed": True, "msg": not_moved_message(spec, before, started, error)}
+
+
+def _read_start(
+    lookups: Lookups, contract: Contract
+) -> tuple[datetime | None, LookupFailed | None]:
+    try:
+        return lookups.runtime_start(contract.runtime), None
+    except LookupFailed as exc:  # e.g. still starting: read again until the deadline
+        return None, exc

@@ -1,8 +1,8 @@
 """Ask a host what the protected system is configured with: task timeout and start time.
 
-Each lookup is a command run on the host plus a pure parser (leaseguard.core.lookups). Only
-"run this on that host" differs between the CLI (a local subprocess), Fabric (an SSH
-connection) and Ansible (the task's connection): that is the Runner.
+Each lookup is a command run on the host plus a pure parser (leaseguard.core.lookups); only
+the Runner differs between the CLI (a local subprocess), Fabric (SSH) and Ansible (the task's
+connection). Any failed lookup raises LookupFailed naming the host and the lookup.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ class Given(TypedDict, total=False):
 def resolve_runtime_facts(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
-    """Look up what was not given. A failed lookup raises, unless default_s is configured."""
+    """Look up what was not given, one exec each. A failed lookup raises, unless
+    task_timeout.default_s is configured."""
     return resolve(contract, Lookups(runner), given)
 
 
@@ -101,9 +102,9 @@ def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
 
 
 class Lookups:
-    """The lookups of one check on one host. `ran`: results of commands already run (the
-    one exec), by argv; every other command runs once, in its own exec. `replicas` names
-    what a filter or a unit glob matched; `warnings` what the verdict must say (siblings)."""
+    """The lookups of one check on one host. `ran`: results of commands already run (the one
+    exec), by argv; any other command runs in its own exec. `replicas` names what a filter or
+    unit glob matched, `warnings` what the verdict must say (a named container's siblings)."""
 
     def __init__(self, runner: Runner, ran: Mapping[Argv, CommandResult] | None = None) -> None:
         self.runner = runner
@@ -114,6 +115,7 @@ class Lookups:
         self.warnings: list[str] = []
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
+        """The timeout; over several replicas the LONGEST (any of them may run a claim)."""
         source = task_timeout_source(spec)
         if spec.source == "fixed":
             assert spec.value_s is not None
@@ -128,15 +130,15 @@ class Lookups:
                 seconds.append(parse_timeout_s(raw, what=where))
             except TimeoutValueError as exc:
                 raise LookupFailed(str(exc)) from None
-        return TaskTimeout(max(seconds), source)  # the longest: any replica may run a claim
+        return TaskTimeout(max(seconds), source)
 
     def _raw_task_timeouts(self, spec: TaskTimeoutLookup) -> list[tuple[str | None, str | None]]:
         """(replica, raw value) for each replica read; the replica is None for a single one."""
         match spec.source:
             case "docker" | "podman":
                 variable = lookups.checked_env_name(spec.variable)
+                named = container_filter(spec.container) is not None
                 found = self._containers(spec.source, spec.container, variable)
-                named = container_filter(spec.container) is not None  # a filter's matches
                 return [(r.name if named else None, r.value(variable)) for r in found]
             case "systemd":
                 assert spec.unit is not None
@@ -151,20 +153,20 @@ class Lookups:
                         f"{self.host}: task_timeout.source 'command' runs in one "
                         f"container, not in those a filter matches ({spec.container})"
                     )
+                argv = (spec.engine, "exec", spec.container, *spec.command)
                 what = f"command in {spec.engine} container {spec.container}"
-                return [(None, self._run(lookups.command_argv(spec), what))]
+                return [(None, self._run(argv, what))]
             case "process":
                 assert spec.pid_file is not None
                 pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
                 what = f"environment of pid {pid} ({spec.pid_file})"
-                out = self._run_or_none(lookups.process_env_argv(pid, name), what)
+                out = self._output(lookups.process_env_argv(pid, name), what, absent_ok=True)
                 return [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
             case _:
                 assert spec.path is not None
                 name = lookups.checked_env_name(spec.variable)
-                out = self._run_or_none(
-                    lookups.env_file_argv(spec.path, name), f"env file {spec.path}"
-                )
+                argv = lookups.env_file_argv(spec.path, name)
+                out = self._output(argv, f"env file {spec.path}", absent_ok=True)
                 return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
@@ -191,8 +193,7 @@ class Lookups:
                 return None
 
     def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
-        """The containers `container` names (one, or a filter's running matches, listed in
-        the verdict), read once."""
+        """The container, or a filter's running matches (listed in the verdict), read once."""
         argv = replicas.container_argv(engine, container, variable)
         if argv not in self._containers_seen:
             what = f"{engine} container {container}"
@@ -224,19 +225,19 @@ class Lookups:
         return int(text)
 
     def _run(self, argv: Argv, what: str, *, shown: str = "") -> str:
-        out = self._run_or_none(argv, what, shown=shown, not_found=None)
+        out = self._output(argv, what, shown=shown)
         assert out is not None
         return out
 
-    def _run_or_none(
-        self, argv: Argv, what: str, *, shown: str = "", not_found: int | None = 1
+    def _output(
+        self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
-        """stdout of argv; None for the `not_found` exit status; else LookupFailed naming
-        the command (`shown` for a wrapped one: its argv starts with `sh -c`)."""
+        """stdout of argv (None for exit status 1 when `absent_ok`: grep found nothing); else
+        LookupFailed naming the command (`shown` for one wrapped in `sh -c`)."""
         result = self._ran.get(argv) or self.runner.run(list(argv))
         if result.exit_code == 0:
             return result.stdout
-        if result.exit_code == not_found:
+        if absent_ok and result.exit_code == 1:
             return None
         said = "" if argv[1:2] == ("exec",) else lookups.first_stderr_line(result.stderr)
         raise LookupFailed(

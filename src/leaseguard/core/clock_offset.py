@@ -1,12 +1,12 @@
-"""A clock offset (one clock minus another) and how precisely it is known: pure arithmetic.
-
-Measuring one takes I/O (leaseguard.adapters.clock); judging with one does not, so the fleet
-rule (leaseguard.core.fleet) and the guard share this type without reaching into adapters.
-"""
+"""A clock offset (one clock minus another) and how precisely it is known: pure arithmetic."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# Beyond this, this machine's (the controller's) clock is reported on every check: nothing
+# is judged in it, but given start times and status files are read and written in it.
+CONTROLLER_SKEW_BOUND_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -17,8 +17,8 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance around a start time moved into the database clock by this
-        offset: the configured one, widened to cover what the measurement cannot tell."""
+        """The orphan tolerance: the configured one, widened to what the measurement cannot
+        tell (never narrowed)."""
         return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:
@@ -26,17 +26,16 @@ class ClockOffset:
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
     def warning(self, host: str, configured_s: float) -> str:
-        direction = "ahead of" if self.offset_s > 0 else "behind"
         return (
-            f"host {host} clock is {abs(self.offset_s):.3f}s {direction} the database clock "
-            f"(clock_skew_s={configured_s:g}); its runtime start was moved into the database "
-            f"clock for the orphan cut-off (tolerance {self.tolerance_s(configured_s):.3f}s)"
+            f"host {host} clock is {abs(self.offset_s):.3f}s {_direction(self)} the database "
+            f"clock (clock_skew_s={configured_s:g}); its runtime start was moved into the "
+            "database clock for the orphan cut-off "
+            f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
         )
 
 
-# Beyond this, this machine's (the controller's) clock is reported on every check: nothing
-# is judged in it, but given start times and status files are read and written in it.
-CONTROLLER_SKEW_BOUND_S = 5.0
+def _direction(offset: ClockOffset) -> str:
+    return "ahead of" if offset.offset_s > 0 else "behind"
 
 
 def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
@@ -49,12 +48,11 @@ def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
     """The warning, if this machine's clock is certainly off by more than the bound."""
     if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
-    direction = "ahead of" if here_minus_db.offset_s > 0 else "behind"
     return (
-        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {direction} the database "
-        f"clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares times in "
-        "the database clock, but start times given here are read in this one; fix the "
-        "clocks (NTP)",
+        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {_direction(here_minus_db)} "
+        f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
+        "times in the database clock, but start times given here are read in this one; fix "
+        "the clocks (NTP)",
     )
 
 

@@ -1,6 +1,7 @@
-"""The pure half of a host lookup: the command each source runs, and how its output is read
-(leaseguard.adapters.runtime runs it). Only the one configured variable is ever extracted,
-on the host where the command allows it: the rest of an environment holds secrets.
+"""The pure half of a host lookup: the command each source runs and how its output is read.
+
+Only the one configured variable is extracted, on the host where the command allows it: the
+rest of an environment holds secrets.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class CommandResult:
 
 
 def task_timeout_source(spec: TaskTimeoutLookup) -> str:
-    """The source string reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
+    """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
     if spec.source == "command":
         return f"command:{spec.container}"
     where = {"docker": spec.container, "podman": spec.container, "systemd": spec.unit}
@@ -36,18 +37,9 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     return "fixed"
 
 
-def command_argv(spec: TaskTimeoutLookup) -> Argv:
-    return (spec.engine, "exec", spec.container, *spec.command)
-
-
 def systemd_argv(unit: str) -> Argv:
-    return (
-        "systemctl",
-        "show",
-        unit,
-        "--timestamp=us+utc",
-        "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState",
-    )
+    props = "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState"
+    return ("systemctl", "show", unit, "--timestamp=us+utc", props)
 
 
 def pid_argv(pid_file: str) -> Argv:
@@ -80,26 +72,20 @@ def exit_meaning(code: int) -> str:
 # Credentials a tool's message might quote: user:password@ in a URL, key=value secrets.
 _URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
 _SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:]\s*)\S+")
-_MAX_STDERR_CHARS = 200
 
 
 def first_stderr_line(stderr: str) -> str:
-    """The tool's own first line of complaint (`Cannot connect to the Docker daemon ...`):
-    printable characters, credentials masked, cut at 200 characters."""
+    """A tool's first line of complaint: printable, credentials masked, at most 200 chars."""
     line = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
     line = "".join(ch if ch.isprintable() else " " for ch in line)
-    line = _URL_CREDENTIALS.sub(r"\1***@", line)
-    line = _SECRET_PAIR.sub(r"\1***", line)
-    if len(line) > _MAX_STDERR_CHARS:
-        line = line[: _MAX_STDERR_CHARS - 3] + "..."
-    return line
+    line = _SECRET_PAIR.sub(r"\1***", _URL_CREDENTIALS.sub(r"\1***@", line))
+    return line if len(line) <= 200 else line[:197] + "..."
 
 
 def env_value(env: Sequence[str], variable: str) -> str | None:
     """The value of one KEY=VALUE entry; the last one wins, as in a process environment."""
     value = None
-    for entry in env:
-        key, sep, rest = entry.partition("=")
+    for key, sep, rest in (entry.partition("=") for entry in env):
         if sep and key == variable:
             value = rest
     return value
@@ -118,10 +104,9 @@ def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
 
 
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
-    """`systemctl show PATTERN` output, one block per loaded unit: the ACTIVE ones. None
-    active fails, naming the glob: nothing to judge is not "nothing runs"."""
-    blocks = [_properties(block) for block in text.split("\n\n")]
-    active = [props for props in blocks if props.get("ActiveState") == "active"]
+    """One block per loaded unit: the ACTIVE ones. None active fails, naming the glob:
+    nothing to judge is not "nothing runs"."""
+    active = [p for p in map(_properties, text.split("\n\n")) if p.get("ActiveState") == "active"]
     if not active:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
     return [_systemd_unit(props, props.get("Id") or pattern) for props in active]
@@ -140,9 +125,8 @@ def _systemd_unit(props: dict[str, str], unit: str) -> SystemdUnit:
         environment = tuple(shlex.split(props.get("Environment", "")))
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
-    stamp = props.get("ActiveEnterTimestamp", "").strip()
+    stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
     try:
-        # "Sun 2026-11-29 08:38:08.123456 UTC"
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
@@ -153,11 +137,9 @@ def parse_process_start(text: str, what: str) -> datetime:
     """CLK_TCK, the `btime` line of /proc/stat and /proc/PID/stat -> the process start."""
     lines = text.splitlines()
     try:
-        ticks_per_s = int(lines[0])
-        boot = int(lines[1].split()[1])
+        ticks_per_s, boot = int(lines[0]), int(lines[1].split()[1])
         # comm (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-        fields_after_comm = lines[2].rpartition(")")[2].split()
-        start_ticks = int(fields_after_comm[19])  # field 22, starttime
+        start_ticks = int(lines[2].rpartition(")")[2].split()[19])  # field 22, starttime
     except (IndexError, ValueError):
         raise LookupFailed(f"{what}: /proc does not describe the process") from None
     return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)

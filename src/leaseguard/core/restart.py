@@ -1,12 +1,16 @@
-"""Restarting a runtime with a stop budget (pure): the argv for each kind of runtime, how
-messages name it, and whether its start time moved forward."""
+"""Restarting a runtime with a stop budget (pure): the argv for each kind of runtime, whether
+its start time moved forward, and runtime_restart's results and messages (the restart role's
+texts, word for word)."""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from leaseguard.core.lookups import Argv
+from leaseguard.core.errors import ConfigError
+from leaseguard.core.lookups import Argv, CommandResult, exit_meaning, first_stderr_line
 from leaseguard.core.replicas import is_unit_glob
 
 # TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run,
@@ -34,17 +38,27 @@ systemctl restart "$1" || rc=$?
 
 @dataclass(frozen=True)
 class RestartSpec:
-    """What to restart: `method` and the container, unit or command it needs."""
+    """What to restart (`method` and the container, unit or command it needs), on which host,
+    with which budgets; `source` is the runtime lookup's, which checks the restart."""
 
     method: str
     container: str = ""
     unit: str = ""
     command: tuple[str, ...] = ()
+    host: str = ""
+    stop_timeout_s: int = 10
+    verify_timeout_s: int = 60
+    source: str = "docker"
+
+    @property
+    def verifies(self) -> bool:
+        """Sources `none` and `fixed` read no start time: nothing to check after a restart."""
+        return self.source not in ("none", "fixed")
 
 
-def restart_argv(spec: RestartSpec, stop_timeout_s: int) -> Argv:
-    """The argv that restarts the runtime, giving it `stop_timeout_s` between SIGTERM and KILL."""
-    budget = str(int(stop_timeout_s))
+def restart_argv(spec: RestartSpec) -> Argv:
+    """The argv that restarts the runtime, giving it its stop budget between SIGTERM and KILL."""
+    budget = str(int(spec.stop_timeout_s))
     match spec.method:
         case "docker" | "podman":
             return (spec.method, "restart", "--time", budget, spec.container)
@@ -78,8 +92,99 @@ def missing_target(spec: RestartSpec) -> str | None:
     return name if name == "unit" and is_unit_glob(target) else None
 
 
-def start_moved(before_epoch_s: float | None, after_epoch_s: float | None) -> bool:
+def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
+    """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
+    missing = missing_target(spec)
+    if missing is not None:
+        raise ConfigError(
+            f"restart method {spec.method} needs `{missing}` naming one container "
+            "or unit (a filter or a glob names replicas, not what to restart)"
+        )
+    if spec.verifies and "runtime_started_at" not in (lookup or {}):
+        raise ConfigError(
+            "`lookup` (the registered lookup from before the restart) is needed to check "
+            "that the restart moved the runtime's start time"
+        )
+
+
+def start_moved(before_epoch_s: float | None, after: datetime | None) -> bool:
     """A runtime not running before has moved by any start time; an unknown one never has."""
-    if after_epoch_s is None:
+    if after is None:
         return False
-    return before_epoch_s is None or after_epoch_s > before_epoch_s
+    return before_epoch_s is None or after.timestamp() > before_epoch_s
+
+
+def start_of(source: datetime | dict[str, Any] | None) -> dict[str, Any]:
+    """task_timeout's two keys for a start time: from a reading, or a registered lookup."""
+    if not isinstance(source, dict):
+        return {
+            "runtime_started_at": source.isoformat() if source else None,
+            "runtime_started_epoch_s": source.timestamp() if source else None,
+        }
+    epoch = source.get("runtime_started_epoch_s")
+    return {
+        "runtime_started_at": source.get("runtime_started_at"),
+        "runtime_started_epoch_s": None if epoch is None else float(epoch),
+    }
+
+
+def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict[str, Any]:
+    return {
+        "changed": True,
+        "restarted": {"method": spec.method, "target": restart_target(spec), "cmd": argv, "rc": rc},
+        "stop_timeout_s": spec.stop_timeout_s,
+    }
+
+
+def would_restart(spec: RestartSpec) -> dict[str, Any]:
+    """Check mode: what the real run would do; nothing runs on the host."""
+    return {
+        **restart_result(spec, None, None),
+        "msg": f"leaseguard (check mode): would restart {spec.host}: "
+        f"{restart_target(spec)} with a stop budget of {spec.stop_timeout_s} s",
+    }
+
+
+# A missing start time reads `None`, as the restart role's templates showed it.
+
+
+def restarted_message(
+    spec: RestartSpec, before: dict[str, Any], after: dict[str, Any] | None
+) -> str:
+    if after is None:  # not checked: the runtime source reads no start time
+        return f"leaseguard: restarted {spec.host} (stop budget {spec.stop_timeout_s} s)"
+    return (
+        f"leaseguard: restarted {spec.host} "
+        f"(runtime started {before['runtime_started_at']} -> "
+        f"{after['runtime_started_at']}, stop budget {spec.stop_timeout_s} s)"
+    )
+
+
+def not_moved_message(
+    spec: RestartSpec, before: dict[str, Any], after: datetime | None, error: Exception | None
+) -> str:
+    """The start time did not move in time; a lookup failing until then says its words."""
+    shown, said = (after.isoformat() if after else None), ""
+    if error is not None:
+        shown, said = "unknown", f" The last lookup failed: {error}"
+    return (
+        f"leaseguard: restarted {spec.host} with method {spec.method} "
+        f"({restart_target(spec)}), but the runtime start time read from "
+        f"{spec.source} did not move forward within {spec.verify_timeout_s} s "
+        f"(leaseguard_restart_verify_timeout_s): before {before['runtime_started_at']}, "
+        f"after {shown}. Check that the restart restarts the runtime that "
+        f"leaseguard_runtime reads.{said}"
+    )
+
+
+def restart_failed_message(spec: RestartSpec, ran: CommandResult) -> str:
+    """Only an engine's or systemctl's own first line of complaint (masked), never a user
+    command's output."""
+    said = "" if spec.method == "command" else first_stderr_line(ran.stderr)
+    meaning = exit_meaning(ran.exit_code)
+    status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")
+    return (
+        f"leaseguard: restarting {spec.host} with method {spec.method} "
+        f"({restart_target(spec)}) failed ({status}){f': {said}' if said else ''}. "
+        "The runtime may be stopped; its start time was not checked."
+    )

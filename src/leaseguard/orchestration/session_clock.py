@@ -1,10 +1,9 @@
-"""The clock offset a guard session judges with, measured once per session.
+"""The clock offset a guard session judges with, measured once per session (clocks do not
+drift measurably during a drain; per poll it would cost an SSH round trip each time).
 
-Clocks do not drift measurably during a drain, and a per-poll measurement would add an SSH
-round trip to every poll. One host: its clock minus the database's. A fleet: every host's
-start time is first moved into the database clock (its offset from here, chained with this
-machine's offset from the database), so hosts with different clocks compare fairly and the
-oldest start is the oldest in truth; only the measurements' uncertainty is left.
+One host: its clock minus the database's. A fleet: every host's start time is first moved
+into the database clock (its offset from here chained with this machine's from the
+database), so the oldest start is the oldest in truth; only the uncertainty is left.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping
 
 import psycopg
 
-from leaseguard.adapters.clock import database_clock, host_clock, measure_offset
+from leaseguard.adapters.clock import database_clock, measure_offset, offset_from_here
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.errors import LookupFailed
@@ -27,20 +26,16 @@ Conn = psycopg.Connection[tuple[object, ...]]
 def host_minus_database(
     conn: Conn, runner: Runner, host_minus_here: ClockOffset | None
 ) -> ClockOffset:
-    """One host's clock minus the database's: `host_minus_here` (read by the lookups' own
-    exec, `look_up_host`) chained with this machine's offset, else read on the host now."""
-    if host_minus_here is not None:
-        return chained(host_minus_here, measure_offset(time.time, database_clock(conn)))
-    return measure_offset(host_clock(runner), database_clock(conn))
+    """One host's clock minus the database's, through this machine's clock; the host's
+    offset from here as `look_up_host` read it, else read now."""
+    host_minus_here = host_minus_here or offset_from_here(runner)
+    return chained(host_minus_here, measure_offset(time.time, database_clock(conn)))
 
 
 class FleetClocks:
-    """A fleet's hosts' clocks minus the database's.
-
-    `from_here` are the hosts' clocks minus this machine's (`clock.offset_from_here`), taken
-    by the front while each host was looked up; None: every start time is taken as read in
-    this machine's clock (a CLI given the facts).
-    """
+    """A fleet's hosts' clocks minus the database's, from `from_here` (each host's clock
+    minus this machine's, as looked up; None: start times read in this machine's clock, a
+    CLI given the facts)."""
 
     def __init__(self, from_here: Mapping[str, ClockOffset] | None) -> None:
         self.from_here = from_here
@@ -65,14 +60,12 @@ class FleetClocks:
         }
 
     def report(self) -> dict[str, float]:
-        """Each host's own offset, for the verdict; start times taken as read here (the CLI)
-        have none."""
+        """Each host's own offset, for the verdict (none for start times read here)."""
         if self.from_here is None:
             return {}
         return {host: round(offset.offset_s, 3) for host, offset in self.minus_database.items()}
 
     def _from_here(self, host: str) -> ClockOffset:
-        """A fleet host's clock minus this machine's; none given: read in this machine's."""
         if self.from_here is None:
             return ClockOffset(0.0, 0.0)
         if host not in self.from_here:
