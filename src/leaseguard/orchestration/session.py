@@ -19,10 +19,10 @@ import psycopg
 
 from leaseguard.adapters.db import connect, describe_target, end_left_behind
 from leaseguard.adapters.guard import judge_subjects
-from leaseguard.adapters.host_lookup import HostLookup, look_up_host
+from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import advisory_plan_warning
-from leaseguard.adapters.runtime import Given, LocalRunner, Runner, resolve_runtime_facts
+from leaseguard.adapters.runtime import Given, LocalRunner, Runner
 from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
@@ -321,25 +321,18 @@ def local_session(
     *,
     runner: Runner | None = None,
     link: Link | None = None,
-    one_exec: bool = False,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session on the DSN as given; lookups run here unless another runner is given.
-    `one_exec` (a remote runner): every lookup and the clock reading in one exec."""
+    """A session on the DSN as given; lookups run here unless another runner is given
+    (one exec each: a local one exec would add `sh:` to a missing command's message)."""
     runner = runner or LocalRunner()
-    look_up = look_up_host if one_exec else _without_clock
-    looked_up = look_up(contract, runner, **given)
+    looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, host_minus_here = looked_up.facts, looked_up.clock
     session = GuardSession(contract, conninfo, facts, runner, link, host_minus_here=host_minus_here)
     try:
         yield session
     finally:
         session.close()
-
-
-def _without_clock(contract: Contract, runner: Runner, **given: Unpack[Given]) -> HostLookup:
-    """Lookups one exec each; the clock is read later, if a start time needs it."""
-    return HostLookup(resolve_runtime_facts(contract, runner, **given), None)
 
 
 @contextmanager
