@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.verdict import Decision
@@ -336,7 +336,7 @@ def read_status(path: str | Path) -> dict[str, Any]:
 
 
 def _shape_problem(snapshot: Any) -> str | None:
-    def whole(value: Any) -> bool:
+    def whole(value: Any) -> TypeGuard[int]:
         return isinstance(value, int) and not isinstance(value, bool)
 
     if not isinstance(snapshot, dict):
