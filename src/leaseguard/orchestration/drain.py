@@ -201,10 +201,8 @@ class Drainer:
                 intake.resume()
             if self.progress is not None:
                 self.progress.close()
-            log.info(
-                "drain counters %s",
-                " ".join(f"{k}={v}" for k, v in self.counters.snapshot().items()),
-            )
+            counters = self.counters.snapshot().items()
+            log.info("drain counters %s", " ".join(f"{k}={v}" for k, v in counters))
 
     def _wait(self, started: float, held: tuple[str, ...] | None) -> DrainResult:
         def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
@@ -219,20 +217,13 @@ class Drainer:
         if self.deadline_s is not None:
             deadline = min(deadline, self.deadline_s)
         self.observer.after_poll(state(verdict, deadline))
-        host = verdict.host or "-"
+        host, live = verdict.host or "-", verdict.counts.live
         log.info(
-            "drain host=%s start live=%d deadline_s=%.0f %s",
-            host,
-            verdict.counts.live,
-            deadline,
-            intake_line(held),
+            f"drain host={host} start live={live} deadline_s={deadline:.0f} {intake_line(held)}"
         )
         failing_since: float | None = None
-        budget = self.error_budget_s
-        if budget is None:
-            budget = max(
-                (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s, ERROR_BUDGET_FRACTION * deadline
-            )
+        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
+        budget = self.error_budget_s or max(least, ERROR_BUDGET_FRACTION * deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             if self.progress is not None:
                 self.progress.update(verdict, elapsed, deadline)
@@ -251,12 +242,10 @@ class Drainer:
             finally:
                 self.observer.after_poll(state(verdict, deadline))
         result = state(verdict, deadline)
+        end = "drained" if result.drained else "deadline reached"
+        live = verdict.counts.live
         log.info(
-            "drain host=%s %s live=%d elapsed_s=%.1f",
-            verdict.host or "-",
-            "drained" if result.drained else "deadline reached",
-            verdict.counts.live,
-            result.elapsed_s,
+            f"drain host={verdict.host or '-'} {end} live={live} elapsed_s={result.elapsed_s:.1f}"
         )
         return result
 
@@ -290,12 +279,9 @@ class Drainer:
         self.counters.live_count_changes += before.counts.live != after.counts.live
         self.counters.leases_ended += len(ended)
         self.counters.claims_appeared += len(appeared)
+        change = f"live {before.counts.live} -> {after.counts.live}"
+        ended_ids, appeared_ids = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
         log.info(
-            "drain host=%s live %d -> %d ended=%s appeared=%s",
-            after.host or "-",
-            before.counts.live,
-            after.counts.live,
-            ",".join(sorted(ended)[:10]) or "-",
-            ",".join(sorted(appeared)[:10]) or "-",
+            f"drain host={after.host or '-'} {change} ended={ended_ids} appeared={appeared_ids}"
         )
         return after

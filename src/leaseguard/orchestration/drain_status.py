@@ -30,6 +30,7 @@ SCOPE = "process_lifetime"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
 _WORST_FIRST = (Decision.FAILED.value, Decision.DEFER.value, "pending", Decision.PROCEED.value)
+_LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
 
 
 def _seconds(value: float | None) -> float:
@@ -42,33 +43,31 @@ class HostObserver(DrainObserver):
     def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
-    def after_poll(self, state: DrainResult) -> None:
-        self._update(state)
-
     def finished(self, result: DrainResult | None) -> None:
         if result is None:  # ended by an exception (an interrupt, a crash)
-            self._update(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
+            ended = {"state": INTERRUPTED, "decision": Decision.FAILED.value, "exit_status": 1}
         else:
-            ended = {"decision": result.decision.value, "exit_status": result.exit_status}
-            self._update(result, state=FINISHED, **ended)
+            ended = {"state": FINISHED, "decision": result.decision.value}
+            ended["exit_status"] = result.exit_status
+        self.after_poll(result, ended)
 
-    def _update(self, drain: DrainResult | None, **ended: Any) -> None:
+    def after_poll(self, state: DrainResult | None, ended: dict[str, Any] | None = None) -> None:
         with self.board.lock:
             row = self.row
-            if drain is not None and (verdict := drain.verdict) is not None:
+            if state is not None and (verdict := state.verdict) is not None:
                 row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
-            if drain is not None:
-                counters = drain.counters.snapshot()
+            if state is not None:
+                counters = state.counters.snapshot()
                 counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
                 row.update(
-                    elapsed_s=_seconds(drain.elapsed_s),
-                    deadline_s=_seconds(drain.deadline_s),
+                    elapsed_s=_seconds(state.elapsed_s),
+                    deadline_s=_seconds(state.deadline_s),
                     counters=counters,
                 )
             paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended, paused_intake=[str(name) for name in paused])
+            row.update(ended or {}, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
@@ -115,14 +114,10 @@ class StatusBoard:
         errors: Counter[str] = Counter()
         for row in rows:
             errors.update(row["counters"]["errors"])
-        states = {row["state"] for row in rows}
+        states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
         state = next((s for s in (RUNNING, INTERRUPTED) if s in states or not rows), FINISHED)
-        exits = {row["exit_status"] for row in rows} - {None}
         decisions = {row["decision"] for row in rows}
-
-        def most(key: str) -> float:
-            return max((row[key] for row in rows), default=0.0)
-
+        ended = next((e for e in (1, 75) if e in exits), 0 if exits else None)
         return {
             "available": True,
             "scope": SCOPE,
@@ -131,13 +126,9 @@ class StatusBoard:
             "pid_started": self.pid_started,
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
-            "exit_status": None
-            if state == RUNNING
-            else next((e for e in (1, 75) if e in exits), 0 if exits else None),
+            "exit_status": None if state == RUNNING else ended,
             "counts": {name: sum(row["counts"][name] for row in rows) for name in COUNT_CLASSES},
-            "wait_upper_bound_s": most("wait_upper_bound_s"),
-            "elapsed_s": most("elapsed_s"),
-            "deadline_s": most("deadline_s"),
+            **{k: max((r[k] for r in rows), default=0.0) for k in _LONGEST},
             "paused_intake": sorted({name for row in rows for name in row["paused_intake"]}),
             "counters": {
                 **{name: sum(row["counters"][name] for row in rows) for name in COUNTER_NAMES},
