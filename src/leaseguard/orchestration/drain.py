@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from leaseguard.core.errors import (
@@ -47,10 +47,8 @@ class DrainCounters:
     errors: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
-        return {
-            **{name: getattr(self, name) for name in COUNTER_NAMES},
-            "errors": dict(self.errors),
-        }
+        counts = {name: getattr(self, name) for name in COUNTER_NAMES}
+        return {**counts, "errors": dict(self.errors)}
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors")
@@ -89,9 +87,8 @@ class DrainResult:
 
     @property
     def decision(self) -> Decision:
-        if self.drained:
-            return Decision.PROCEED
-        return Decision.FAILED if self.error is not None else Decision.DEFER
+        failed = Decision.FAILED if self.error is not None else Decision.DEFER
+        return Decision.PROCEED if self.drained else failed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,7 +100,7 @@ class DrainResult:
             "verdict": self.verdict.as_dict() if self.verdict else None,
             "error": {"type": self.error.kind, "message": str(self.error)} if self.error else None,
             "intake": {"held": self.intake is not None, "what": list(self.intake or ())},
-            "action": self.action.as_dict() if self.action else None,
+            "action": asdict(self.action) if self.action else None,
         }
 
 
@@ -123,9 +120,6 @@ class ActionOutcome:
 
     exit_status: int
     description: str
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"exit_status": self.exit_status, "description": self.description}
 
 
 # Runs once the drain proceeds, with intake still held; intake is given back after it.
