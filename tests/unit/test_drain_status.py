@@ -17,8 +17,13 @@ from leaseguard.adapters.pauses import Hold
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
-from leaseguard.orchestration.drain_status import StatusBoard, atomic_write, render_metrics
-from leaseguard.orchestration.drain_status import read_status, writer_alive
+from leaseguard.orchestration.drain_status import (
+    StatusBoard,
+    atomic_write,
+    read_status,
+    render_metrics,
+    writer_alive,
+)
 from leaseguard.orchestration.intake import CronJobsPause, Intakes
 from tests.unit.test_drain_loop import RecordingIntake, drainer, verdict
 
