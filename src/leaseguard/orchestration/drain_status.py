@@ -256,15 +256,12 @@ def render_metrics(snapshot: dict[str, Any]) -> str:
     out: list[str] = []
     for name, help_text in _HELP.items():
         full = f"leaseguard_drain_{name}"
-        out += [f"# HELP {full} {help_text}", f"# TYPE {full} {_kind(name)}"]
+        kind = "counter" if name.endswith("_total") else "gauge"
+        out += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
         for row in snapshot["drains"]:
             for labels, value in _samples(name, row, snapshot["updated_at_unix"]):
                 out.append(f"{full}{_labels({'host': row['host'], **labels})} {_number(value)}")
     return "\n".join(out) + "\n"
-
-
-def _kind(name: str) -> str:
-    return "counter" if name.endswith("_total") else "gauge"
 
 
 def _samples(name: str, row: dict[str, Any], updated_at: float) -> list[tuple[dict[str, str], Any]]:
