@@ -1,10 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: a drain run inside an Ansible worker.
-
-Signals and a vanished controller stop it (its `finally` gives intake back), and its state
-changes are shown as they happen.
-"""
+"""Private to leaseguard.deploy: a drain run inside an Ansible worker, stopped by signals or
+a vanished controller (its `finally` gives intake back), its state changes shown live."""
 
 from __future__ import annotations
 
@@ -31,84 +28,64 @@ RESUME_HINT = (
 
 @contextmanager
 def stop_on_signals(label):
-    """SIGINT/SIGTERM/SIGHUP stop the drain and its `finally` resumes intake; the worker says so.
+    """SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
 
-    ansible-playbook forwards SIGINT and SIGTERM to its workers, whose own handler kills the
-    whole worker at once (no `finally` runs), and on SIGTERM the controller process exits
-    right away. So while a drain runs here, the signals only set `stop`; the drain's loop
-    notices it within a poll and resumes intake. A controller that dies without forwarding
-    anything (SIGHUP when its terminal closes, SIGKILL) leaves the worker orphaned: the worker
-    notices its parent is gone and stops the same way, instead of draining on unseen. The
-    message goes to the controller's stderr, opened before any signal (a worker's own stdio
-    is /dev/null, and the controller may be gone by the time the resume is done).
+    A worker's own handler would kill it at once (no `finally`), and the controller exits at
+    once on SIGTERM; a controller gone without forwarding anything (SIGHUP, SIGKILL) leaves
+    the worker orphaned, which it notices. Messages go to the controller's stderr, opened
+    before any signal (a worker's stdio is /dev/null).
     """
-    stop = threading.Event()
-    out = _controller_stderr()
+    stop, done = threading.Event(), threading.Event()
+    try:
+        out = open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        out = None
 
     def say(message):
         line = f"leaseguard [{label}]: {message}"
-        # The controller may be gone already (SIGTERM): the resume matters, not the message.
-        with suppress(Exception):
+        with suppress(Exception):  # the controller may be gone: the resume matters, not this
             if out is not None:
                 out.write(line + "\n")
                 out.flush()
             else:
                 display.display(line, stderr=True)
 
-    done = threading.Event()
-    watcher = threading.Thread(
-        target=_stop_when_orphaned, args=(os.getppid(), stop, done, say), daemon=True
-    )
-    watcher.start()
+    def stop_when_orphaned(parent):
+        while not done.wait(0.5):
+            if os.getppid() != parent:
+                say("ansible-playbook is gone: stopping the drain and resuming intake")
+                stop.set()
+                return
+
+    watcher = threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True)
     try:
+        watcher.start()
         with signals_set(stop, say):
             yield stop, say
     finally:
         done.set()
-        watcher.join()
+        if watcher.is_alive():
+            watcher.join()
         if out is not None:
             out.close()
 
 
-def _stop_when_orphaned(parent, stop, done, say):
-    """Set `stop` once the controller that forked this worker is gone."""
-    while not done.wait(0.5):
-        if os.getppid() != parent:
-            say("ansible-playbook is gone: stopping the drain and resuming intake")
-            stop.set()
-            return
-
-
-def _controller_stderr():
-    """The ansible-playbook process's stderr, for messages that must outlive it."""
-    try:
-        return open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")
-    except OSError:
-        return None
-
-
-class DisplayedEvents(logging.Handler):
-    """The drain's state changes, shown as they happen and kept for the task result.
-
-    Idle polls log at DEBUG and never reach here: a long quiet wait prints nothing.
-    """
+class _Displayed(logging.Handler):
+    """Shows each drain line (INFO and up: idle polls never) and keeps it for the result."""
 
     def __init__(self, label):
         super().__init__(logging.INFO)
-        self.label = label
-        self.lines = []
+        self.label, self.lines = label, []
 
     def emit(self, record):
-        line = record.getMessage()
-        self.lines.append(line)
-        display.display(f"leaseguard [{self.label}]: {line}")
+        self.lines.append(record.getMessage())
+        display.display(f"leaseguard [{self.label}]: {self.lines[-1]}")
 
 
 @contextmanager
 def drain_events(label):
     logger = logging.getLogger("leaseguard.drain")
-    handler = DisplayedEvents(label)
-    previous = logger.level
+    handler, previous = _Displayed(label), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:

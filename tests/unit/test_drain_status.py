@@ -16,9 +16,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from leaseguard.adapters.pauses import Hold
 from leaseguard.cli import main
 from leaseguard.core.errors import ConfigError, PollFailed
-from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainState
-from leaseguard.orchestration.drain_status import StatusBoard, atomic_write, render_metrics
-from leaseguard.orchestration.drain_status_read import read_status, writer_alive
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
+from leaseguard.orchestration.drain_status import (
+    StatusBoard,
+    atomic_write,
+    read_status,
+    render_metrics,
+    writer_alive,
+)
 from leaseguard.orchestration.intake import CronJobsPause, Intakes
 from tests.unit.test_drain_loop import RecordingIntake, drainer, verdict
 
@@ -151,9 +156,9 @@ def test_several_hosts_share_one_file_with_the_worst_decision_and_summed_counter
     done, _ = drainer([verdict()], observer=board.observer("app1"))
     busy, _ = drainer([verdict("7"), verdict("7")], observer=board.observer("app2"))
     done.run()
-    busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 0.0, 600.0))
+    busy.observer.after_poll(DrainResult(verdict("7"), busy.counters, 0.0, 600.0))
     busy.counters.polls = 2
-    busy.observer.after_poll(DrainState(verdict("7"), busy.counters, 5.0, 600.0))
+    busy.observer.after_poll(DrainResult(verdict("7"), busy.counters, 5.0, 600.0))
     snapshot = status(tmp_path)
     assert snapshot["hosts"] == ["app1", "app2"]
     assert snapshot["state"] == "running" and snapshot["exit_status"] is None
@@ -299,7 +304,7 @@ def finished_pid():
 
 def written(tmp_path, **changes):
     board = board_in(tmp_path)
-    board.observer("app1").after_poll(DrainState(verdict("1"), DrainCounters(polls=1), 1.0, 600.0))
+    board.observer("app1").after_poll(DrainResult(verdict("1"), DrainCounters(polls=1), 1.0, 600.0))
     snapshot = {**status(tmp_path), **changes}
     (tmp_path / "drain.json").write_text(json.dumps(snapshot))
     return tmp_path / "drain.json"

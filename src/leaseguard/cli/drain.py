@@ -1,7 +1,6 @@
 """`leaseguard drain` and `leaseguard resume`: intake paused around a wait, and given back.
 
-Loaded by name (leaseguard.cli.main.COMMANDS) only when one of them runs, so `leaseguard
-check` never imports the drain machinery.
+Loaded by name (cli.main.COMMANDS) only when used: `leaseguard check` imports no drain code.
 """
 
 from __future__ import annotations
@@ -55,37 +54,32 @@ when nothing was recorded), 1 failed, 2 usage.
 """
 
 
-def add_drain_command(commands: Any) -> None:
-    parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
-    add_contract_options(parser)
-    add_drain_options(parser)
-    parser.set_defaults(handler=run_drain)
-
-
 def add_resume_command(commands: Any) -> None:
-    resume_parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
-    conn = resume_parser.add_argument_group("connection")
+    parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
+    conn = parser.add_argument_group("connection")
     add_config_option(conn)
     conn.add_argument(
         "--dsn",
         help="libpq connection string; default $LEASEGUARD_DSN, "
         "else the PG* variables and ~/.pgpass",
     )
-    add_cron_database_option(resume_parser)
-    resume_parser.add_argument(
+    add_cron_database_option(parser)
+    parser.add_argument(
         "--job",
         action="append",
         metavar="NAME",
         help="only this recorded job (repeatable; default: every recorded job)",
     )
-    resume_parser.add_argument("--json", action="store_true", help="print one JSON object")
-    resume_parser.set_defaults(handler=run_resume)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(handler=run_resume)
 
 
-def add_drain_options(parser: argparse.ArgumentParser) -> None:
+def add_drain_command(commands: Any) -> None:
     from leaseguard.orchestration.drain import DEFAULT_POLL_S
     from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
+    parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
+    add_contract_options(parser)
     drain = parser.add_argument_group("drain")
     drain.add_argument(
         "--deadline-s",
@@ -142,10 +136,11 @@ def add_drain_options(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND",
         help="run COMMAND [ARGS...] once drained, intake still held; its exit status is ours",
     )
+    parser.set_defaults(handler=run_drain)
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_options import DrainOptions, drain_options
     from leaseguard.orchestration.drain_run import (
         configure_logging,
         drain_host,
@@ -156,20 +151,10 @@ def run_drain(args: argparse.Namespace) -> int:
 
     contract = contract_from_args(args)
     facts = given_facts(args)
-    options = drain_options(
-        {
-            "deadline_s": args.deadline_s,
-            "poll_s": args.poll_s,
-            "pause_cron_jobs": args.pause_cron_job,
-            "cron_database": args.cron_database,
-            "cron_user": args.cron_user,
-            "pause_command": args.pause_command,
-            "resume_command": args.resume_command,
-            "status_file": args.status_file,
-            "metrics_file": args.metrics_file,
-            "resume_retry_s": args.resume_retry_s,
-        }
-    )
+    # Every `drain:` key has its flag of the same name, but these two.
+    flags = DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
+    given = {key: getattr(args, key) for key in flags}
+    options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
     configure_logging(verbose=args.verbose)
     board = status_board(options)
     host = socket.gethostname()

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED
-from leaseguard.orchestration.drain_status_read import read_status, status_line
+from leaseguard.orchestration.drain_status import read_status, status_line
 
 DESCRIPTION = """\
 Print the snapshot a drain started with --status-file PATH keeps up to date: state,

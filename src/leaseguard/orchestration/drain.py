@@ -1,12 +1,8 @@
-"""Drain: pause intake, wait until no live lease remains, resume intake on every exit path.
+"""Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
 
-The wait is bounded by the protected system's own contract: the deadline defaults to the
-longest remaining lease seen at the start and is never longer, because past it every row
-belongs to the reaper, not to the guard.
-
-Quiet when idle, observable always: a poll that changes nothing logs at DEBUG only and
-bumps a counter; a state change (a lease ends, a new claim appears) logs at INFO; the
-counters are reported at the end.
+The deadline defaults to the longest remaining lease seen at the start and is never longer:
+past it every row belongs to the reaper, not to the guard. An idle poll logs at DEBUG and
+bumps a counter; a state change logs at INFO; the counters are logged at the end.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from leaseguard.core.errors import (
@@ -33,9 +29,8 @@ from leaseguard.orchestration.intake import Intake
 log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
-# Failed polls end a drain only once they have failed for a span of time: a fraction of its
-# deadline (a short blip must not end a two-hour drain), at least three polls' worth, and
-# never past the deadline itself.
+# Failing polls end a drain only after failing for a span: a fraction of its deadline (a
+# blip must not end a two-hour drain), at least three polls' worth.
 ERROR_BUDGET_FRACTION = 0.1
 ERROR_BUDGET_MIN_POLLS = 3
 
@@ -56,31 +51,23 @@ class DrainCounters:
         return {**counts, "errors": dict(self.errors)}
 
 
-# The counters besides `errors`, in the order they are reported.
 COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors")
 
 
 @dataclass(frozen=True)
-class DrainState:
-    """Where a drain stands: the last good verdict (None before any), the counters, the
-    time spent, and the deadline (0.0 until a first verdict sets it)."""
+class DrainResult:
+    """Where a drain stands or ended: the last good verdict (None before any), the counters,
+    the time spent, the deadline (0.0 until a first verdict) and the error that ended it (None:
+    drained, or deadline reached)."""
 
     verdict: Verdict | None
     counters: DrainCounters
     elapsed_s: float
     deadline_s: float
-
-
-@dataclass(frozen=True)
-class DrainResult(DrainState):
-    """The drain's last state, and the error that ended it (None: it drained, or it reached
-    its deadline with live leases)."""
-
     error: LeaseguardError | None = None
-    # What was held while judging and acting ("pg_cron:claim", "command:app1"); None: no
-    # intake is configured, so nothing stopped new claims between the verdict and the action.
+    # What was held ("pg_cron:claim", "command:app1"); None: no intake configured.
     intake: tuple[str, ...] | None = None
-    action: ActionOutcome | None = None  # what ran while intake was held, if anything
+    action: ActionOutcome | None = None
 
     @property
     def drained(self) -> bool:
@@ -100,9 +87,8 @@ class DrainResult(DrainState):
 
     @property
     def decision(self) -> Decision:
-        if self.drained:
-            return Decision.PROCEED
-        return Decision.FAILED if self.error is not None else Decision.DEFER
+        failed = Decision.FAILED if self.error is not None else Decision.DEFER
+        return Decision.PROCEED if self.drained else failed
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -114,7 +100,7 @@ class DrainResult(DrainState):
             "verdict": self.verdict.as_dict() if self.verdict else None,
             "error": {"type": self.error.kind, "message": str(self.error)} if self.error else None,
             "intake": {"held": self.intake is not None, "what": list(self.intake or ())},
-            "action": self.action.as_dict() if self.action else None,
+            "action": asdict(self.action) if self.action else None,
         }
 
 
@@ -135,39 +121,25 @@ class ActionOutcome:
     exit_status: int
     description: str
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"exit_status": self.exit_status, "description": self.description}
-
 
 # Runs once the drain proceeds, with intake still held; intake is given back after it.
 Action = Callable[[DrainResult], ActionOutcome]
 
 
 class Progress(Protocol):
-    """Where a person watches the drain: a terminal bar, or nothing between state changes."""
-
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None: ...
 
     def close(self) -> None: ...
 
 
-class NoProgress:
-    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 class DrainObserver:
-    """Who watches the drain from outside (drain_status writes it to files); this base
-    watches nothing.
+    """Watches the drain from outside (the status files); this base watches nothing.
 
     after_poll follows every poll, failed ones too (its state holds the last good verdict);
-    finished follows the end, after intake was resumed (None: ended by an exception).
+    finished follows the end, after intake was given back (None: ended by an exception).
     """
 
-    def after_poll(self, state: DrainState) -> None:
+    def after_poll(self, state: DrainResult) -> None:
         pass
 
     def finished(self, result: DrainResult | None) -> None:
@@ -176,12 +148,12 @@ class DrainObserver:
 
 @dataclass
 class Drainer:
-    """The drain loop over any `judge` (a GuardSession.judge, or a fake in unit tests)."""
+    """The drain loop over any `judge` (a session's, or a fake in unit tests)."""
 
     judge: Callable[[], Verdict]
     poll_s: float = DEFAULT_POLL_S
     deadline_s: float | None = None
-    progress: Progress = field(default_factory=NoProgress)
+    progress: Progress | None = None
     clock: Callable[[], float] = time.monotonic
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
@@ -194,8 +166,7 @@ class Drainer:
     def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake, wait for the live leases to end, run `act` if drained, give back.
 
-        Intake is held from before the first verdict until `act` has returned (its own
-        verification included), and given back on every exit path.
+        Intake is held from before the first verdict until `act` has returned.
         """
         result: DrainResult | None = None
         try:
@@ -207,8 +178,7 @@ class Drainer:
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
         started = self.clock()
         if self.stop.is_set():  # stopped before anything was paused
-            exc = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
-            return DrainResult(None, self.counters, 0.0, 0.0, exc)
+            return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         held: tuple[str, ...] | None = None
         try:
             if intake is not None:
@@ -223,36 +193,42 @@ class Drainer:
         finally:
             if intake is not None:
                 intake.resume()
-            self.progress.close()
-            log.info("drain counters %s", _fields(self.counters.snapshot()))
+            if self.progress is not None:
+                self.progress.close()
+            counters = self.counters.snapshot().items()
+            log.info("drain counters %s", " ".join(f"{k}={v}" for k, v in counters))
 
     def _wait(self, started: float, held: tuple[str, ...] | None) -> DrainResult:
+        def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
+            return DrainResult(verdict, self.counters, self.clock() - started, deadline, error)
+
         try:
             verdict = self._poll()
         except LeaseguardError as exc:
-            self.observer.after_poll(self._state(None, started, 0.0))
-            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc)
+            self.observer.after_poll(state(None, 0.0))
+            return state(None, 0.0, exc)
         deadline = verdict.wait_upper_bound_s
         if self.deadline_s is not None:
             deadline = min(deadline, self.deadline_s)
-        self.observer.after_poll(self._state(verdict, started, deadline))
+        self.observer.after_poll(state(verdict, deadline))
+        host, live = verdict.host or "-", verdict.counts.live
         log.info(
-            "drain host=%s start live=%d deadline_s=%.0f %s",
-            verdict.host or "-",
-            verdict.counts.live,
-            deadline,
-            intake_line(held),
+            f"drain host={host} start live={live} deadline_s={deadline:.0f} {intake_line(held)}"
         )
         failing_since: float | None = None
-        budget = self._error_budget(deadline)
+        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
+        budget = (
+            self.error_budget_s
+            if self.error_budget_s is not None
+            else max(least, ERROR_BUDGET_FRACTION * deadline)
+        )
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
-            self.progress.update(verdict, elapsed, deadline)
-            self._sleep(min(self.poll_s, max(deadline - elapsed, 0.0)))
+            if self.progress is not None:
+                self.progress.update(verdict, elapsed, deadline)
+            wait = min(self.poll_s, max(deadline - elapsed, 0.0))
+            (self.stop.wait if self.sleep is None else self.sleep)(wait)
             if self.stop.is_set():
-                stopped = DrainInterrupted(f"{self.label}: drain interrupted by a signal")
-                return DrainResult(
-                    verdict, self.counters, self.clock() - started, deadline, stopped
-                )
+                return state(verdict, deadline, self._interrupted())
             try:
                 verdict = self._next(verdict)
                 failing_since = None
@@ -260,34 +236,19 @@ class Drainer:
                 now = self.clock()
                 failing_since = now if failing_since is None else failing_since
                 if now - failing_since >= budget:
-                    return DrainResult(verdict, self.counters, now - started, deadline, exc)
+                    return state(verdict, deadline, exc)
             finally:
-                self.observer.after_poll(self._state(verdict, started, deadline))
-        result = DrainResult(verdict, self.counters, self.clock() - started, deadline)
+                self.observer.after_poll(state(verdict, deadline))
+        result = state(verdict, deadline)
+        end = "drained" if result.drained else "deadline reached"
+        live = verdict.counts.live
         log.info(
-            "drain host=%s %s live=%d elapsed_s=%.1f",
-            verdict.host or "-",
-            "drained" if result.drained else "deadline reached",
-            verdict.counts.live,
-            result.elapsed_s,
+            f"drain host={verdict.host or '-'} {end} live={live} elapsed_s={result.elapsed_s:.1f}"
         )
         return result
 
-    def _error_budget(self, deadline: float) -> float:
-        """How long polls may keep failing before the drain gives up (fails closed)."""
-        if self.error_budget_s is not None:
-            return self.error_budget_s
-        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
-        return max(least, ERROR_BUDGET_FRACTION * deadline)
-
-    def _state(self, verdict: Verdict | None, started: float, deadline: float) -> DrainState:
-        return DrainState(verdict, self.counters, self.clock() - started, deadline)
-
-    def _sleep(self, seconds: float) -> None:
-        if self.sleep is None:
-            self.stop.wait(seconds)
-        else:
-            self.sleep(seconds)
+    def _interrupted(self) -> DrainInterrupted:
+        return DrainInterrupted(f"{self.label}: drain interrupted by a signal")
 
     def _poll(self) -> Verdict:
         self.counters.polls += 1
@@ -298,8 +259,8 @@ class Drainer:
             log.warning("drain poll failed host=%s error=%s reason=%s", self.label, exc.kind, exc)
             raise
         except Exception as exc:
-            # Not one of ours: its text may carry anything (a DSN, a password), so only the
-            # class name is kept, counted and logged, and the loop's error budget applies.
+            # Not one of ours: its text may carry a DSN or a password, so only the class name
+            # is kept, counted and logged, and the error budget applies.
             kind = type(exc).__name__
             self.counters.errors[kind] += 1
             log.warning("drain poll failed reason=drain_poll_failed exc_type=%s", kind)
@@ -307,8 +268,8 @@ class Drainer:
 
     def _next(self, before: Verdict) -> Verdict:
         after = self._poll()
-        ended = _ids(before) - _ids(after)
-        appeared = _ids(after) - _ids(before)
+        was, now = {c.id for c in before.live}, {c.id for c in after.live}
+        ended, appeared = was - now, now - was
         if before.counts.live == after.counts.live and not ended and not appeared:
             self.counters.idle_polls += 1
             log.debug("drain poll idle live=%d", after.counts.live)
@@ -316,24 +277,9 @@ class Drainer:
         self.counters.live_count_changes += before.counts.live != after.counts.live
         self.counters.leases_ended += len(ended)
         self.counters.claims_appeared += len(appeared)
+        change = f"live {before.counts.live} -> {after.counts.live}"
+        ended_ids, appeared_ids = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
         log.info(
-            "drain host=%s live %d -> %d ended=%s appeared=%s",
-            after.host or "-",
-            before.counts.live,
-            after.counts.live,
-            _id_list(ended),
-            _id_list(appeared),
+            f"drain host={after.host or '-'} {change} ended={ended_ids} appeared={appeared_ids}"
         )
         return after
-
-
-def _ids(verdict: Verdict) -> set[str]:
-    return {claim.id for claim in verdict.live}
-
-
-def _id_list(ids: set[str]) -> str:
-    return ",".join(sorted(ids)[:10]) or "-"
-
-
-def _fields(values: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in values.items())

@@ -1,30 +1,18 @@
-"""How to drain (the `drain:` config section beside the contract keys), shared by the fronts,
-and the intake those options pause."""
+"""How to drain: the `drain:` config section beside the contract keys, shared by the fronts."""
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
-import psycopg
-
-from leaseguard.adapters.pauses import RESUME_HINT
-from leaseguard.adapters.runtime import Runner
 from leaseguard.core.config_values import parse_command, reject_unknown
 from leaseguard.core.errors import ConfigError
 from leaseguard.orchestration.drain import DEFAULT_POLL_S
-from leaseguard.orchestration.intake import (
-    DEFAULT_RESUME_RETRY_S,
-    CommandPause,
-    CronJobsPause,
-    Intake,
-    Intakes,
-)
+from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
 
 @dataclass(frozen=True)
@@ -47,39 +35,37 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
     data = dict(data or {})
     reject_unknown(data, frozenset(DrainOptions.__dataclass_fields__), prefix="drain.")
     jobs = data.get("pause_cron_jobs") or ()
-    if isinstance(jobs, str):
-        jobs = (jobs,)
+    jobs = (jobs,) if isinstance(jobs, str) else jobs
     if not all(isinstance(j, str) and j for j in jobs):
         raise ConfigError("drain.pause_cron_jobs must be a list of job names")
     pause = parse_command(data, "pause_command", prefix="drain.")
     resume = parse_command(data, "resume_command", prefix="drain.")
     if bool(pause) != bool(resume):
         raise ConfigError("drain.pause_command and drain.resume_command go together")
+    paths: dict[str, Any] = {}
+    for key in ("status_file", "metrics_file"):
+        value = paths[key] = data.get(key)
+        if value in (None, ""):
+            paths[key] = None
+        elif not isinstance(value, str | PathLike):
+            raise ConfigError(f"drain.{key} must be a file path")
+        else:
+            paths[key] = str(value)
     return DrainOptions(
-        poll_s=_positive(data, "poll_s", DEFAULT_POLL_S),
-        deadline_s=_positive(data, "deadline_s", None),
+        poll_s=_seconds(data, "poll_s", DEFAULT_POLL_S),
+        deadline_s=_seconds(data, "deadline_s", None),
         pause_cron_jobs=tuple(jobs),
         cron_database=data.get("cron_database"),
         cron_user=data.get("cron_user") or None,
         cron_password=data.get("cron_password") or os.environ.get("LEASEGUARD_CRON_PASSWORD"),
         pause_command=pause,
         resume_command=resume,
-        status_file=_path(data, "status_file"),
-        metrics_file=_path(data, "metrics_file"),
-        resume_retry_s=_positive(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
+        resume_retry_s=_seconds(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
+        **paths,
     )
 
 
-def _path(data: Mapping[str, Any], key: str) -> str | None:
-    value = data.get(key)
-    if value in (None, ""):
-        return None
-    if not isinstance(value, str | PathLike):
-        raise ConfigError(f"drain.{key} must be a file path")
-    return str(value)
-
-
-def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
+def _seconds(data: Mapping[str, Any], key: str, default: float | None) -> Any:
     value = data.get(key)
     if value is None:
         return default
@@ -92,32 +78,3 @@ def _positive(data: Mapping[str, Any], key: str, default: float | None) -> Any:
     if not math.isfinite(number) or number <= 0:
         raise ConfigError(f"drain.{key} must be greater than 0")
     return number
-
-
-def build_intake(
-    options: DrainOptions,
-    connect: Callable[[str | None], AbstractContextManager[psycopg.Connection[Any]]],
-    runners: Runner | Sequence[Runner],
-    *,
-    by: str = "a leaseguard drain",
-    action: str = "drain",
-    resume_hint: str | None = None,
-) -> Intake | None:
-    """The intake pauses the options ask for, as one; None when none is asked for. The pg_cron
-    jobs are shared: paused once, through `connect`; a pause command runs on each runner."""
-    parts: list[Intake] = []
-    if options.pause_cron_jobs:
-        parts.append(
-            CronJobsPause(
-                lambda: connect(options.cron_database),
-                options.pause_cron_jobs,
-                by=by,
-                action=action,
-                retry_s=options.resume_retry_s,
-                resume_hint=resume_hint or RESUME_HINT,
-            )
-        )
-    if options.pause_command:
-        for runner in [runners] if not isinstance(runners, Sequence) else runners:
-            parts.append(CommandPause(runner, options.pause_command, options.resume_command))
-    return Intakes(parts) if parts else None

@@ -10,20 +10,22 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from types import FrameType
 from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.pauses import drain_identity
+from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import Action, Drainer, DrainResult, NoProgress, Progress
-from leaseguard.orchestration.drain_options import DrainOptions, build_intake
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, Progress
+from leaseguard.orchestration.drain_options import DrainOptions
 from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.shared_poll import SharedPoll
+
+Connect = Callable[[str | None], psycopg.Connection[Any]]
 
 
 def drain_host(
@@ -36,39 +38,47 @@ def drain_host(
     resume_hint: str | None = None,
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
-    connect: Callable[[str | None], psycopg.Connection[Any]] | None = None,
+    connect: Connect | None = None,
     act: Action | None = None,
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
-    """Pause intake, wait for the live leases to end (lease-bounded), resume intake.
+    """Hold intake, wait for the live leases to end (lease-bounded), give intake back.
 
-    `board`: the status/metrics files several hosts share; by default this host's own,
-    from options.status_file / options.metrics_file. For a fleet, `session` is a
-    `fleet_session`, `runners` every host's (their pause commands) and `connect` reaches the
-    shared database through any host that still can. `act` runs once drained, with intake
-    still held (`action` names it in the hold's record); intake is given back after it.
-    `judge` replaces session.judge: one host of a fleet judged by the fleet's shared poll
-    (leaseguard.orchestration.shared_poll).
+    `board`: the status files several hosts share (default: this drain's own). For a fleet,
+    `session` is a fleet session, `runners` every host's and `connect` reaches the database
+    through any host that still can. `act` runs once drained, intake still held (`action`
+    names it in the hold's record). `judge` replaces session.judge (a fleet's shared poll).
     """
     by = drain_identity(front)
     session.pause_owner = by
     session.cron_database = options.cron_database
     session.cron_user, session.cron_password = options.cron_user, options.cron_password
-    intake = build_intake(
-        options,
-        connect or session.connect_writable,
-        runners or [session.runner],
-        by=by,
-        action=action,
-        resume_hint=resume_hint,
-    )
+    # One intake over every pause asked for: the pg_cron jobs once, through `connect`; a
+    # pause command on each runner.
+    parts: list[Intake] = []
+    if options.pause_cron_jobs:
+        reach = connect or session.connect_writable
+        parts.append(
+            CronJobsPause(
+                lambda: reach(options.cron_database),
+                options.pause_cron_jobs,
+                by=by,
+                action=action,
+                retry_s=options.resume_retry_s,
+                resume_hint=resume_hint or RESUME_HINT,
+            )
+        )
+    if options.pause_command:
+        pause, resume = options.pause_command, options.resume_command
+        parts += [CommandPause(r, pause, resume) for r in runners or [session.runner]]
+    intake = Intakes(parts) if parts else None
     board = board or status_board(options)
     drainer = Drainer(
         judge or session.judge,
         poll_s=options.poll_s,
         deadline_s=options.deadline_s,
-        progress=progress or NoProgress(),
+        progress=progress,
         observer=board.observer(session.host, intake),
         stop=stop or threading.Event(),
         label=session.host,
@@ -83,38 +93,32 @@ def drain_each(
     *,
     stop: threading.Event | None = None,
 ) -> dict[str, DrainResult]:
-    """Every host of a judge_each session drained by its own facts, all at once, their polls
-    the fleet's one query per poll interval. Intake is the caller's to hold (each host's).
+    """Every host of a judge_each session drained by its own facts, all at once, on the
+    fleet's one query per poll interval. Intake is the caller's to hold.
 
-    A failure of the fleet's poll ends each host's drain with that same error object:
+    A failure of the fleet's poll ends each host's drain with the same error object:
     `shared_failures` tells it apart from a host's own.
     """
-    each = session.judged.each
-    assert each is not None
+    assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
     shared = SharedPoll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
         label = session.judged.host_labels.get(host, host)
-        drainer = Drainer(
-            shared.judge_for(host),
-            poll_s=options.poll_s,
-            deadline_s=options.deadline_s,
-            observer=board.observer(label, None),
-            stop=stop,
-            label=label,
-        )
-        return drainer.run()
+        judge, observer = shared.judge_for(host), board.observer(label, None)
+        return Drainer(
+            judge, options.poll_s, options.deadline_s, observer=observer, stop=stop, label=label
+        ).run()
 
-    hosts = sorted(each)
+    hosts = sorted(session.judged.each)
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         return dict(zip(hosts, pool.map(drain, hosts), strict=True))
 
 
 def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
-    """The failures that ended several hosts' drains at once (the fleet's one poll failed),
-    each with its hosts; a host's own failure is not among them."""
+    """The failures that ended several hosts' drains at once (the fleet's poll failed), each
+    with its hosts."""
     by_cause: dict[int, list[str]] = {}
     for host, result in results.items():
         if result.error is not None:
@@ -123,20 +127,15 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
-    """The drain's status/metrics files (none asked for: a board that writes nothing).
-
-    Checked before anything is paused: a directory that cannot take the file is a usage
-    error, not a drain that runs unobserved.
-    """
+    """The drain's status/metrics files, checked before anything is paused: a directory that
+    cannot take them is a usage error, not a drain that runs unobserved."""
     board = StatusBoard(options.status_file, options.metrics_file)
     board.check_writable()
     return board
 
 
-def first_that_connects(
-    connects: Sequence[Callable[[str | None], psycopg.Connection[Any]]],
-) -> Callable[[str | None], psycopg.Connection[Any]]:
-    """A connect that tries each path in turn: one host's dead tunnel must not strand intake."""
+def first_that_connects(connects: Sequence[Connect]) -> Connect:
+    """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
 
     def connect(dbname: str | None) -> psycopg.Connection[Any]:
         failure: LeaseguardError | None = None
@@ -151,19 +150,12 @@ def first_that_connects(
     return connect
 
 
-# What ends a drain early: Ctrl-C, a kill, and a closed terminal (an ssh session dropped).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP set `stop` instead of raising: worker threads see it and wind down.
+    """SIGINT/SIGTERM/SIGHUP (a closed terminal) set `stop` instead of raising: the drains see
+    it and wind down, and the main thread waits for their resume before the exit."""
 
-    The main thread keeps waiting for them, so every drain's `finally` (the resume) runs
-    before the exit. A second signal only repeats that the resume is under way.
-    """
-
-    def handler(signum: int, frame: FrameType | None) -> None:
+    def handler(signum: int, frame: object) -> None:
         name = signal.Signals(signum).name
         if stop.is_set():
             say(f"{name} again: still resuming intake, then exiting")
@@ -171,32 +163,28 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
             say(f"{name}: stopping the drain and resuming intake")
         stop.set()
 
-    with _handling(STOP_SIGNALS, handler):
+    with _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), handler):
         yield
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM and SIGHUP (a closed terminal) like Ctrl-C, so `finally` blocks resume
-    intake before the exit."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    with _handling((signal.SIGTERM, signal.SIGHUP), interrupt):
+    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C: `finally` resumes intake."""
+    with _handling((signal.SIGTERM, signal.SIGHUP), _interrupt):
         yield
 
 
 @contextmanager
-def _handling(
-    signals: tuple[signal.Signals, ...], handler: Callable[[int, FrameType | None], None]
-) -> Iterator[None]:
+def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
     """`handler` for these signals during the block, the previous handlers after it."""
     try:
         previous = {sig: signal.signal(sig, handler) for sig in signals}
     except ValueError:  # not the main thread: nothing to install
-        yield
-        return
+        previous = {}
     try:
         yield
     finally:
@@ -205,11 +193,8 @@ def _handling(
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """Timeline-style UTC log lines on stderr; DEBUG (idle polls) only when asked.
-
-    Only leaseguard's own loggers: the root logger is left alone, so paramiko's connection
-    chatter ("Connected", "Authentication successful") stays out of the timeline.
-    """
+    """UTC timeline lines on stderr from leaseguard's own loggers only (paramiko's chatter
+    stays out); DEBUG (idle polls) only when asked."""
     logger = logging.getLogger("leaseguard")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)

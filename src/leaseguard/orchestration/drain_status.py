@@ -1,7 +1,7 @@
 """A running drain, observable from outside: `--status-file` (JSON, read back by `leaseguard
 status`) and `--metrics-file` (Prometheus text, for node_exporter's textfile collector),
-rewritten atomically after every poll. No fsync: a snapshot matters only while its writer
-lives. Errors appear as class names only: a driver error echoing a DSN cannot leak.
+rewritten atomically after every poll. Errors appear as class names only: a driver error
+echoing a DSN cannot leak. A file still saying `running` whose writer is gone is stale.
 """
 
 from __future__ import annotations
@@ -14,30 +14,23 @@ import os
 import threading
 import time
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.verdict import Decision
-from leaseguard.orchestration.drain import COUNTER_NAMES, DrainObserver, DrainResult, DrainState
-from leaseguard.orchestration.drain_status_read import (
-    FINISHED,
-    INTERRUPTED,
-    RUNNING,
-    SCOPE,
-    process_start_ticks,
-)
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainObserver, DrainResult
 from leaseguard.orchestration.intake import Intake
 
 log = logging.getLogger("leaseguard.drain")
 
+SCOPE = "process_lifetime"
+RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
 _WORST_FIRST = (Decision.FAILED.value, Decision.DEFER.value, "pending", Decision.PROCEED.value)
-
-
-def _count(value: Any) -> int:
-    return max(int(value), 0)
+_LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
 
 
 def _seconds(value: float | None) -> float:
@@ -45,58 +38,47 @@ def _seconds(value: float | None) -> float:
 
 
 class HostObserver(DrainObserver):
-    """The Drainer's observer for one host: updates its row, then rewrites the files."""
+    """One host's Drainer observer: updates its row, then rewrites the board's files."""
 
     def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
-    def after_poll(self, state: DrainState) -> None:
-        self._update(state)
-
     def finished(self, result: DrainResult | None) -> None:
-        """The drain is over; None: it ended by an exception (an interrupt, a crash)."""
-        if result is None:
-            self._update(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
+        if result is None:  # ended by an exception (an interrupt, a crash)
+            ended = {"state": INTERRUPTED, "decision": Decision.FAILED.value, "exit_status": 1}
         else:
-            ended = {"decision": result.decision.value, "exit_status": result.exit_status}
-            self._update(result, state=FINISHED, **ended)
+            ended = {"state": FINISHED, "decision": result.decision.value}
+            ended["exit_status"] = result.exit_status
+        self.after_poll(result, ended)
 
-    def _update(self, drain: DrainState | None, **ended: Any) -> None:
+    def after_poll(self, state: DrainResult | None, ended: dict[str, Any] | None = None) -> None:
         with self.board.lock:
             row = self.row
-            verdict = drain.verdict if drain is not None else None
-            if verdict is not None:
-                row["counts"] = {name: _count(n) for name, n in verdict.counts.as_dict().items()}
+            if state is not None and (verdict := state.verdict) is not None:
+                row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
-            if drain is not None:
-                counters = drain.counters.snapshot()
+            if state is not None:
+                counters = state.counters.snapshot()
+                counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
                 row.update(
-                    elapsed_s=_seconds(drain.elapsed_s),
-                    deadline_s=_seconds(drain.deadline_s),
-                    counters={
-                        **{name: _count(counters[name]) for name in COUNTER_NAMES},
-                        "errors": {str(kind): _count(n) for kind, n in counters["errors"].items()},
-                    },
+                    elapsed_s=_seconds(state.elapsed_s),
+                    deadline_s=_seconds(state.deadline_s),
+                    counters=counters,
                 )
             paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended, paused_intake=[str(name) for name in paused])
+            row.update(ended or {}, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
 class StatusBoard:
     """The snapshot of one drain process over its host(s), written to the files asked for.
 
-    Several hosts (`fab -H app1,app2 drain`) drain in threads and share one board, so the
-    files always hold every host; each write happens under the board's lock (an older
-    snapshot never overwrites a newer one).
+    Hosts draining in threads share one board, so the files always hold every host; each
+    write happens under the lock (an older snapshot never overwrites a newer one).
     """
 
-    def __init__(
-        self,
-        status_file: str | Path | None,
-        metrics_file: str | Path | None,
-    ) -> None:
+    def __init__(self, status_file: str | Path | None, metrics_file: str | Path | None) -> None:
         self.status_path = Path(status_file) if status_file else None
         self.metrics_path = Path(metrics_file) if metrics_file else None
         self.lock = threading.RLock()
@@ -132,14 +114,10 @@ class StatusBoard:
         errors: Counter[str] = Counter()
         for row in rows:
             errors.update(row["counters"]["errors"])
-        states = {row["state"] for row in rows}
+        states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
         state = next((s for s in (RUNNING, INTERRUPTED) if s in states or not rows), FINISHED)
-        exits = {row["exit_status"] for row in rows} - {None}
         decisions = {row["decision"] for row in rows}
-
-        def most(key: str) -> float:
-            return max((row[key] for row in rows), default=0.0)
-
+        ended = next((e for e in (1, 75) if e in exits), 0 if exits else None)
         return {
             "available": True,
             "scope": SCOPE,
@@ -148,13 +126,9 @@ class StatusBoard:
             "pid_started": self.pid_started,
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
-            "exit_status": None
-            if state == RUNNING
-            else next((e for e in (1, 75) if e in exits), 0 if exits else None),
+            "exit_status": None if state == RUNNING else ended,
             "counts": {name: sum(row["counts"][name] for row in rows) for name in COUNT_CLASSES},
-            "wait_upper_bound_s": most("wait_upper_bound_s"),
-            "elapsed_s": most("elapsed_s"),
-            "deadline_s": most("deadline_s"),
+            **{k: max((r[k] for r in rows), default=0.0) for k in _LONGEST},
             "paused_intake": sorted({name for row in rows for name in row["paused_intake"]}),
             "counters": {
                 **{name: sum(row["counters"][name] for row in rows) for name in COUNTER_NAMES},
@@ -168,9 +142,9 @@ class StatusBoard:
 
     def publish(self) -> None:
         """Rewrite both files now; a failed write never stops the drain: it is logged once."""
-        if self.status_path is None and self.metrics_path is None:
-            return
         with self.lock:
+            if self.status_path is None and self.metrics_path is None:
+                return
             snapshot = self.snapshot()
             for path, text in self._texts(snapshot, indent=1):
                 self._write(path, text, final=snapshot["state"] != RUNNING)
@@ -188,7 +162,8 @@ class StatusBoard:
         try:
             atomic_write(path, text)
         except OSError as exc:
-            if final and path.exists():  # a file saying `running` would outlive the drain
+            in_place = final and path.exists()  # a file saying `running` must not outlive us
+            if in_place:
                 try:  # the final snapshot over the old file's own space, emptied first
                     with path.open("r+", encoding="utf-8") as handle:
                         handle.truncate(0)
@@ -204,23 +179,19 @@ class StatusBoard:
                         type(last).__name__,
                     )
                     return
-                self._warn_once(path, exc)
+            if path not in self._failing:
+                self._failing.add(path)
+                log.warning(
+                    "drain status not written reason=status_write_failed path=%s exc_type=%s",
+                    path,
+                    type(exc).__name__,
+                )
+            if in_place:
                 log.info("drain status written in place at the end path=%s", path)
-            else:
-                self._warn_once(path, exc)
             return
         if path in self._failing:
             self._failing.discard(path)
             log.info("drain status written again path=%s", path)
-
-    def _warn_once(self, path: Path, exc: OSError) -> None:
-        if path not in self._failing:
-            self._failing.add(path)
-            log.warning(
-                "drain status not written reason=status_write_failed path=%s exc_type=%s",
-                path,
-                type(exc).__name__,
-            )
 
 
 def _new_row(host: str) -> dict[str, Any]:
@@ -245,9 +216,8 @@ def _iso(unix: float) -> str:
 def atomic_write(path: Path, text: str) -> None:
     """Write a temp file beside `path`, then rename it over `path` (readers see old or new).
 
-    The temp name ends in `.tmp`, which node_exporter's textfile collector ignores (it reads
-    `*.prom` only); the mode is 0644 minus the umask, so a collector running as another user
-    can read the result.
+    The temp name ends in `.tmp`, which node_exporter's textfile collector ignores; the mode
+    is 0644 minus the umask, so a collector running as another user can read the result.
     """
     temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -261,16 +231,14 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-# --- the same snapshot in the Prometheus text format ---------------------------------------
-
-_COUNTER_HELP = {
-    "polls": "Polls of the claim table made by this drain.",
-    "idle_polls": "Polls that changed nothing (no lease ended, no claim appeared).",
-    "live_count_changes": "Polls after which the number of live claims differed.",
-    "leases_ended": "Live claims seen to end during this drain.",
-    "claims_appeared": "Live claims that appeared during this drain.",
-}
-_GAUGE_HELP = {
+_HELP = {
+    "polls_total": "Polls of the claim table made by this drain.",
+    "idle_polls_total": "Polls that changed nothing (no lease ended, no claim appeared).",
+    "live_count_changes_total": "Polls after which the number of live claims differed.",
+    "leases_ended_total": "Live claims seen to end during this drain.",
+    "claims_appeared_total": "Live claims that appeared during this drain.",
+    "errors_total": "Failed polls, by exception class name.",
+    "claims": "Claimed or queued rows at the last poll, by class.",
     "wait_upper_bound_seconds": "The longest remaining live lease.",
     "elapsed_seconds": "Seconds since the drain started.",
     "deadline_seconds": "When the drain gives up, in seconds from its start.",
@@ -283,8 +251,27 @@ _GAUGE_HELP = {
 }
 
 
-def _gauges(row: dict[str, Any], updated_at: float) -> dict[str, float]:
-    return {
+def render_metrics(snapshot: dict[str, Any]) -> str:
+    """The snapshot as Prometheus text: HELP/TYPE once per metric, one sample per host."""
+    out: list[str] = []
+    for name, help_text in _HELP.items():
+        full = f"leaseguard_drain_{name}"
+        kind = "counter" if name.endswith("_total") else "gauge"
+        out += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
+        for row in snapshot["drains"]:
+            for labels, value in _samples(name, row, snapshot["updated_at_unix"]):
+                out.append(f"{full}{_labels({'host': row['host'], **labels})} {_number(value)}")
+    return "\n".join(out) + "\n"
+
+
+def _samples(name: str, row: dict[str, Any], updated_at: float) -> list[tuple[dict[str, str], Any]]:
+    if name == "errors_total":
+        return [({"type": kind}, n) for kind, n in sorted(row["counters"]["errors"].items())]
+    if name == "claims":
+        return [({"class": c}, row["counts"][c]) for c in COUNT_CLASSES]
+    if name.endswith("_total"):
+        return [({}, row["counters"][name.removesuffix("_total")])]
+    value = {
         "wait_upper_bound_seconds": row["wait_upper_bound_s"],
         "elapsed_seconds": row["elapsed_s"],
         "deadline_seconds": row["deadline_s"],
@@ -292,40 +279,8 @@ def _gauges(row: dict[str, Any], updated_at: float) -> dict[str, float]:
         "exit_status": -1 if row["exit_status"] is None else row["exit_status"],
         "paused_intake": len(row["paused_intake"]),
         "last_update_timestamp_seconds": updated_at,
-    }
-
-
-def render_metrics(snapshot: dict[str, Any]) -> str:
-    """The snapshot as Prometheus text: HELP/TYPE once per metric, one sample per host."""
-    rows = snapshot["drains"]
-    out: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str, samples: list[tuple[Any, Any]]) -> None:
-        full = f"leaseguard_drain_{name}"
-        out.extend((f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"))
-        out.extend(f"{full}{_labels(labels)} {_number(value)}" for labels, value in samples)
-
-    for name, text in _COUNTER_HELP.items():
-        metric(
-            f"{name}_total",
-            "counter",
-            text,
-            [({"host": r["host"]}, r["counters"][name]) for r in rows],
-        )
-    errors = [
-        ({"host": row["host"], "type": kind}, n)
-        for row in rows
-        for kind, n in sorted(row["counters"]["errors"].items())
-    ]
-    metric("errors_total", "counter", "Failed polls, by exception class name.", errors)
-    claims = [
-        ({"host": r["host"], "class": c}, r["counts"][c]) for r in rows for c in COUNT_CLASSES
-    ]
-    metric("claims", "gauge", "Claimed or queued rows at the last poll, by class.", claims)
-    gauges = [(row["host"], _gauges(row, snapshot["updated_at_unix"])) for row in rows]
-    for name, text in _GAUGE_HELP.items():
-        metric(name, "gauge", text, [({"host": host}, values[name]) for host, values in gauges])
-    return "\n".join(out) + "\n"
+    }[name]
+    return [({}, value)]
 
 
 def _labels(labels: dict[str, str]) -> str:
@@ -338,3 +293,97 @@ def _labels(labels: dict[str, str]) -> str:
 def _number(value: float) -> str:
     number = float(value)
     return str(int(number)) if number.is_integer() else repr(number)
+
+
+# --- reading the status file back (`leaseguard status`) -------------------------------------
+
+
+def read_status(path: str | Path) -> dict[str, Any]:
+    """The snapshot at `path`, or `available: false` with a `reason` (never raises)."""
+    path = Path(path)
+
+    def unavailable(reason: str) -> dict[str, Any]:
+        return {"available": False, "reason": reason, "path": str(path)}
+
+    try:
+        snapshot = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return unavailable("no status file (no drain has written one here)")
+    except (OSError, UnicodeDecodeError) as exc:
+        return unavailable(f"status file unreadable ({type(exc).__name__})")
+    except ValueError:
+        return unavailable("status file is not valid JSON")
+    problem = _shape_problem(snapshot)
+    if problem:
+        return unavailable(f"status file is not a leaseguard drain status ({problem})")
+    pid = snapshot["pid"]
+    if snapshot["state"] == RUNNING and not writer_alive(pid, snapshot.get("pid_started")):
+        stale = f"stale: writer pid {pid} is gone and the drain did not finish"
+        return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
+    return {**snapshot, "path": str(path)}
+
+
+def _shape_problem(snapshot: Any) -> str | None:
+    def whole(value: Any) -> TypeGuard[int]:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(snapshot, dict):
+        return "not an object"
+    if snapshot.get("available") is not True or snapshot.get("scope") != SCOPE:
+        return "no available/scope"
+    if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
+        return "unknown state"
+    if not whole(pid := snapshot.get("pid")) or pid <= 0:
+        return "no writer pid"
+    counters = snapshot.get("counters")
+    if not isinstance(counters, dict) or not all(
+        whole(n := counters.get(name)) and n >= 0 for name in COUNTER_NAMES
+    ):
+        return "counters missing or negative"
+    return None
+
+
+def writer_alive(pid: int, started: Any = None) -> bool:
+    """Whether the writing process still runs (and is the same process, not a reused pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        pass
+    if isinstance(started, int):
+        now = process_start_ticks(pid)
+        return now is None or now == started
+    return True
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell reused pids."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[19])  # field 22 of stat(5); fields here start at field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def status_line(status: Mapping[str, Any]) -> str:
+    """`leaseguard status` without --json: one line, as the timeline lines read."""
+    if not status.get("available"):
+        return f"available=false reason={json.dumps(status['reason'])} path={status['path']}"
+    counters = status["counters"]
+    errors = ",".join(f"{kind}:{n}" for kind, n in counters["errors"].items()) or "-"
+    fields = [
+        f"state={status['state']}",
+        f"hosts={','.join(status['hosts']) or '-'}",
+        f"decision={status['decision']}",
+        *([f"exit_status={status['exit_status']}"] if status["exit_status"] is not None else []),
+        " ".join(f"{name}={n}" for name, n in status["counts"].items()),
+        f"wait_upper_bound_s={status['wait_upper_bound_s']:g}",
+        f"elapsed_s={status['elapsed_s']:g}/{status['deadline_s']:g}",
+        f"paused_intake={','.join(status['paused_intake']) or '-'}",
+        *(f"{name}={counters[name]}" for name in COUNTER_NAMES),
+        f"errors={errors}",
+        f"pid={status['pid']}",
+        f"updated_at={status['updated_at']}",
+    ]
+    return " ".join(fields)

@@ -1,9 +1,5 @@
-"""The watchdog that bounds one poll of a guard session.
-
-A partitioned host answers nothing, and TCP alone would wait ~15 minutes: a poll that
-outlasts its budget is cut instead. `cut` is the session's, and ends every wait the poll
-may be in (the tunnel, the database socket: `shutdown_socket`).
-"""
+"""The watchdog bounding one poll: a partitioned host answers nothing and TCP alone would wait
+~15 minutes, so a poll past its budget is cut (`cut` ends every wait it may be in)."""
 
 from __future__ import annotations
 
@@ -17,11 +13,8 @@ import psycopg
 
 
 class PollWatch:
-    """Cuts a poll that outlasts its budget: `cut` ends every wait the poll may be in."""
-
     def __init__(self, budget_s: float, cut: Callable[[], None]) -> None:
-        self.budget_s = budget_s
-        self.cut = cut
+        self.budget_s, self.cut = budget_s, cut
         self.expired = False
         self._ends_at: float | None = None
 
@@ -36,16 +29,13 @@ class PollWatch:
             yield
         finally:
             timer.cancel()
-            # A timer that never fired ends at once; a cut in flight (closing the SSH
-            # connection) is given a moment, never the poll's budget again.
+            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
             timer.join(timeout=1.0)
             self._ends_at = None
 
     def remaining_s(self) -> float:
         """Time left in the poll in flight; unbounded outside one (pauses, resumes)."""
-        if self._ends_at is None:
-            return float("inf")
-        return self._ends_at - time.monotonic()
+        return float("inf") if self._ends_at is None else self._ends_at - time.monotonic()
 
     def _expire(self) -> None:
         self.expired = True

@@ -7,8 +7,6 @@ from typing import TextIO
 
 from leaseguard.core.verdict import Verdict
 
-_WIDTH = 24
-
 
 def _clock(seconds: float) -> str:  # H:MM:SS
     seconds = max(int(seconds), 0)
@@ -19,19 +17,16 @@ class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
     def __init__(self, stream: TextIO = sys.stderr) -> None:
-        self.stream = stream
-        self.drawn = False
+        self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
-        share = min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0
-        filled = int(share * _WIDTH)
+        filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
         longest = verdict.live[0].remaining_s if verdict.live else 0.0
-        line = (
-            f"\r[{'#' * filled}{'.' * (_WIDTH - filled)}] host={verdict.host or '-'} "
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (24 - filled)}] host={verdict.host or '-'} "
             f"live={verdict.counts.live} longest_lease={_clock(longest or 0)} "
             f"elapsed={_clock(elapsed_s)}/{_clock(deadline_s)}"
         )
-        self.stream.write(line)
         self.stream.flush()
         self.drawn = True
 
