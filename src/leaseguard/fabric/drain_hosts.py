@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -22,7 +22,6 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.drain_task import DrainFlags
 from leaseguard.fabric.fleet import (
     exit_with,
     failure_line,
@@ -48,6 +47,7 @@ from leaseguard.orchestration.progress import progress_for
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.shared_poll import SharedPoll
 
+T = TypeVar("T")
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
 # A host's (or the fleet's) exit status, with --json its object, else its lines (True: to
@@ -55,64 +55,57 @@ RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 Report = tuple[int, dict[str, Any] | None, list[tuple[bool, str]]]
 
 
-def drain_hosts(c: Context, flags: DrainFlags) -> None:
-    """`fab drain` (leaseguard.fabric.drain_task): each host drained by its own facts, or the
-    fleet drained as one; either way judged by one query per poll over one connection."""
+def drain_hosts(
+    c: Context,
+    *,
+    deadline_s: float | None,
+    poll_s: float | None,
+    pause_cron_job: list[str] | None,
+    resume_retry_s: float | None,
+    json_: bool,
+    status_file: str | None,
+    metrics_file: str | None,
+    run: str | None,
+) -> None:
+    """`fab drain`: each host drained by its own facts, or the fleet drained as one; either
+    way judged by one query per poll over one connection. A flag given wins over `drain:`."""
     settings = settings_or_exit(c)
-    options = _drain_overrides(settings.drain, flags)
-    options = _observed(options, flags.status_file, flags.metrics_file)
+    merged = {k: getattr(settings.drain, k) for k in DrainOptions.__dataclass_fields__}
+    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
+    merged.update({k: v for k, v in given.items() if v is not None})
+    if pause_cron_job:
+        merged["pause_cron_jobs"] = list(pause_cron_job)
+    options = _or_usage_exit(drain_options, merged)
+    status_file, metrics_file = (
+        status_file or options.status_file,
+        metrics_file or options.metrics_file,
+    )
+    options = replace(options, status_file=status_file, metrics_file=metrics_file)
     hosts = fleet_hosts(c)
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    board = _board_or_exit(options)  # one snapshot over every host
-    run = _DrainRun(
-        c, settings, options, progress, flags.json_, threading.Event(), board, flags.run
-    )
-    with signals_set(run.stop, say):
+    board = _or_usage_exit(status_board, options)  # one snapshot over every host
+    drain_run = _DrainRun(c, settings, options, progress, json_, threading.Event(), board, run)
+    with signals_set(drain_run.stop, say):
         drain = _drain_fleet if options.pause_cron_jobs else _drain_each
-        reports = drain(hosts, run)
+        reports = drain(hosts, drain_run)
     for _, obj, lines in reports:  # grouped by host, never interleaved
-        if flags.json_ and obj is not None:
+        if json_ and obj is not None:
             print(json.dumps(obj))  # one complete object per line
         for to_stdout, line in lines:
             if to_stdout:
                 print(line)
             else:
                 say(line)
-    if run.stop.is_set():
+    if drain_run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
     exit_with(worst_status([status for status, _, _ in reports]))
 
 
-def _drain_overrides(base: DrainOptions, flags: DrainFlags) -> DrainOptions:
-    merged = {k: getattr(base, k) for k in DrainOptions.__dataclass_fields__}
-    if flags.deadline_s is not None:
-        merged["deadline_s"] = flags.deadline_s
-    if flags.poll_s is not None:
-        merged["poll_s"] = flags.poll_s
-    if flags.pause_cron_job:
-        merged["pause_cron_jobs"] = list(flags.pause_cron_job)
-    if flags.resume_retry_s is not None:
-        merged["resume_retry_s"] = flags.resume_retry_s
+def _or_usage_exit(read: Callable[[Any], T], value: Any) -> T:
     try:
-        return drain_options(merged)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-def _observed(options: DrainOptions, status_file: Any, metrics_file: Any) -> DrainOptions:
-    """--status-file / --metrics-file win over the `drain:` section's keys."""
-    return replace(
-        options,
-        status_file=status_file or options.status_file,
-        metrics_file=metrics_file or options.metrics_file,
-    )
-
-
-def _board_or_exit(options: DrainOptions) -> StatusBoard:
-    try:
-        return status_board(options)
+        return read(value)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
 
