@@ -60,6 +60,7 @@ _HOME = {
     "Background": "leaseguard.orchestration.ssh_session",
     "await_lookup": "leaseguard.orchestration.ssh_session",
     "connect_early": "leaseguard.orchestration.ssh_session",
+    "host_session": "leaseguard.orchestration.ssh_session",
     "tunnelled": "leaseguard.orchestration.ssh_session",
     # judgment and drains (lease_guard)
     "refuse_non_ascii_numbers": "leaseguard.core.config_values",

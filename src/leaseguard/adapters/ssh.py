@@ -78,9 +78,8 @@ def forwarded(
     open_connection(connection)
     tunnel = DatabaseTunnel(connection, address)
     try:
-        if probe:
-            tunnel.probe()
-        tunnel.start()
+        if probe:  # a refused address named in one round trip, not after a connect timeout
+            tunnel._open_channel().close()
         yield tunnel
     finally:
         tunnel.close()
@@ -107,8 +106,6 @@ class DatabaseTunnel:
         self._open: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._failure: TunnelError | None = None
-
-    def start(self) -> None:
         self._thread(self._accept_loop)
 
     def close(self) -> None:
@@ -143,11 +140,6 @@ class DatabaseTunnel:
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
-
-    def probe(self) -> None:
-        """Have the host connect to the database address once, naming a refused one in one
-        round trip (PostgreSQL does not log a connection closed before its startup)."""
-        self._open_channel().close()
 
     def ensure(self, *, within_s: float = float("inf")) -> None:
         """Make the SSH connection usable for the next database connection: reopened when

@@ -23,12 +23,11 @@ from leaseguard.core.errors import (
 )
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import (
-    exit_with,
+    exit_with_worst,
     failure_line,
     fleet_hosts,
     for_each_host,
     say,
-    worst_status,
 )
 from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
 from leaseguard.fabric.settings import FabricSettings, settings_or_exit
@@ -50,9 +49,9 @@ from leaseguard.orchestration.shared_poll import SharedPoll
 T = TypeVar("T")
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
-# A host's (or the fleet's) exit status, with --json its object, else its lines (True: to
-# stdout, the timeline; False: to stderr).
-Report = tuple[int, dict[str, Any] | None, list[tuple[bool, str]]]
+# A host's (or the fleet's) exit status and its lines (True: to stdout, the timeline or the
+# --json object; False: to stderr), printed once every drain ended, never interleaved.
+Report = tuple[int, list[tuple[bool, str]]]
 
 
 def drain_hosts(
@@ -89,18 +88,13 @@ def drain_hosts(
     with signals_set(drain_run.stop, say):
         drain = _drain_fleet if options.pause_cron_jobs else _drain_each
         reports = drain(hosts, drain_run)
-    for _, obj, lines in reports:  # grouped by host, never interleaved
-        if json_ and obj is not None:
-            print(json.dumps(obj))  # one complete object per line
+    for _, lines in reports:
         for to_stdout, line in lines:
-            if to_stdout:
-                print(line)
-            else:
-                say(line)
+            print(line) if to_stdout else say(line)
     if drain_run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with(worst_status([status for status, _, _ in reports]))
+    exit_with_worst([status for status, _ in reports])
 
 
 def _or_usage_exit(read: Callable[[Any], T], value: Any) -> T:
@@ -201,7 +195,9 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
                     resume_hint=RESUME_HINT,
                     stop=run.stop,
                     runners=list(runners.values()),
-                    connect=first_that_connects([s.connect_writable for _, s in opened.paths()]),
+                    connect=first_that_connects(
+                        [sessions[h].connect_writable for h in sorted(sessions)]
+                    ),
                     act=_command_on(runners, run.command) if run.command else None,
                     action=f"command on {','.join(hosts)}" if run.command else "drain",
                 )
@@ -246,14 +242,14 @@ _OUTPUT = threading.Lock()  # one host's lines together
 def _failed(host: str, error: LeaseguardError, json_output: bool) -> Report:
     """A host whose drain could not run: its failure line, or its object with --json."""
     if json_output:
-        return EXIT_FAILED, failure_result(error, host), []
-    return EXIT_FAILED, None, [(True, failure_line(host, error))]
+        return EXIT_FAILED, [(True, json.dumps(failure_result(error, host)))]
+    return EXIT_FAILED, [(True, failure_line(host, error))]
 
 
 def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
     """The drain's result; a failed drain reports only its failure, never a stale verdict."""
     if json_output:
-        return result.exit_status, {"host": host, **result.as_dict()}, []
+        return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
     lines: list[tuple[bool, str]] = []
     if result.error is None and result.verdict is not None:
         lines.append((True, result.verdict.timeline()))
@@ -263,4 +259,4 @@ def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
         lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
     if result.action is not None:
         lines.append((False, f"{result.action.description}; {result.intake_line}"))
-    return result.exit_status, None, lines
+    return result.exit_status, lines

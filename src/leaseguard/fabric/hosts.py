@@ -27,12 +27,11 @@ from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import (
-    exit_with,
+    exit_with_worst,
     failure_line,
     fleet_hosts,
     for_each_host,
     say,
-    worst_status,
 )
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
 from leaseguard.orchestration.session import GuardSession, fleet_session
@@ -59,7 +58,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
                     print(f"leaseguard: warning: {warning}", file=sys.stderr)
             else:
                 print(failure_line(host, result))
-    exit_with(worst_status([result.exit_status for _, result in outcomes]))
+    exit_with_worst([result.exit_status for _, result in outcomes])
 
 
 def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> None:
@@ -92,9 +91,6 @@ class OpenedHosts:
     sessions: dict[str, GuardSession] = field(default_factory=dict)
     failed: dict[str, LeaseguardError] = field(default_factory=dict)
     clocks: dict[str, ClockOffset] = field(default_factory=dict)
-
-    def paths(self) -> list[tuple[str, GuardSession]]:
-        return sorted(self.sessions.items())
 
 
 @contextlib.contextmanager
