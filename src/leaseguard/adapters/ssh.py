@@ -80,6 +80,7 @@ def forwarded(
     try:
         if probe:  # a refused address named in one round trip, not after a connect timeout
             tunnel._open_channel().close()
+        tunnel._thread(tunnel._accept_loop)
         yield tunnel
     finally:
         tunnel.close()
@@ -106,7 +107,6 @@ class DatabaseTunnel:
         self._open: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._failure: TunnelError | None = None
-        self._thread(self._accept_loop)
 
     def close(self) -> None:
         """Stop accepting, end every forwarded connection and wait for their threads."""
