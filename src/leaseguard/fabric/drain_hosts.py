@@ -22,13 +22,7 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.fleet import (
-    exit_with_worst,
-    failure_line,
-    fleet_hosts,
-    for_each_host,
-    say,
-)
+from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
 from leaseguard.fabric.settings import FabricSettings, settings_or_exit
 from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult

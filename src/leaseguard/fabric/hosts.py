@@ -26,13 +26,7 @@ from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
 from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.fleet import (
-    exit_with_worst,
-    failure_line,
-    fleet_hosts,
-    for_each_host,
-    say,
-)
+from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
 from leaseguard.orchestration.session import GuardSession, fleet_session
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled

@@ -83,7 +83,7 @@ def settings_from_config(config: Any) -> FabricSettings:
     section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
     contract = load_contract(section)
     contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
-    # invoke reads FABRIC_LEASEGUARD_*=false as true: "true"/"false" are read here.
+    # A FABRIC_LEASEGUARD_* variable is a string here: "true"/"false" read as booleans.
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
         connection["accept_unknown_host_keys"] = accept.lower() == "true"
