@@ -88,9 +88,8 @@ def split_batch(
         elif (pid := _number(out.get(f"{i} pid", ""))) is not None:
             real = tuple(a.replace(slot, str(pid)) for a in argv)
             split[real] = CommandResult(status, out[str(i)], stderr)
-    reading = out.get("clock", "").strip()
     try:
-        clock = float(reading) if reading and not any(c.isspace() for c in reading) else None
+        clock: float | None = float(out.get("clock", ""))
     except ValueError:
         clock = None
     return split, clock

@@ -190,11 +190,9 @@ def judging_session(
         fallbacks=fallbacks,
         host_labels={host: opened.sessions[host].host for host in chosen},
     )
-    _take_over(session, through, settings)
-    try:
+    with contextlib.closing(session):
+        _take_over(session, through, settings)
         yield session
-    finally:
-        session.close()
 
 
 def _take_over(session: GuardSession, through: GuardSession, settings: FabricSettings) -> None:
