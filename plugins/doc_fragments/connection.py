@@ -10,22 +10,20 @@ class ModuleDocFragment:
 options:
   dsn:
     description:
-      - A libpq connection string for any further keywords (C(sslmode), C(options), ...); never
-        logged or returned. If not set, E(LEASEGUARD_DSN) on the controller.
-      - Its host and port, when given, are never silently replaced; through the tunnel they
-        are its far end (as the host sees it); a different O(db_host) or O(db_port) beside
-        them is a usage error naming both.
+      - A libpq connection string (C(sslmode), C(options), ...); never logged or returned. If
+        not set, E(LEASEGUARD_DSN) on the controller.
+      - Its host and port are the tunnel's far end (as the host sees it); a different
+        O(db_host) or O(db_port) beside them is a usage error naming both.
     type: str
   db_host:
     description:
-      - The database address as seen from the host (O(tunnel=true)) or the controller.
-      - If not set, the host in O(dsn); else V(127.0.0.1) through the tunnel, libpq's default
-        (E(PGHOST) or the local socket) without it.
+      - The database address as seen from the host (O(tunnel=true)) or the controller. If not
+        set, the host in O(dsn); else V(127.0.0.1) through the tunnel, libpq's default without.
     type: str
   db_port:
     description:
       - The database port at O(db_host). If not set, the port in O(dsn), else V(5432)
-        (libpq's default, E(PGPORT), without a tunnel).
+        (libpq's default without a tunnel).
     type: int
   db_name:
     description:
@@ -43,12 +41,10 @@ options:
     type: str
   tunnel:
     description:
-      - Reach the database through an SSH tunnel to the host, opened with its inventory
-        settings (C(ansible_host), C(ansible_port), C(ansible_user),
-        C(ansible_ssh_private_key_file), C(ProxyJump) and C(UserKnownHostsFile) in the ssh
-        arguments). An unknown host key is refused unless the host opts out
-        (C(host_key_checking=false), C(StrictHostKeyChecking=no) or C(accept-new)); a key
-        that differs from known_hosts always is.
+      - Reach the database through an SSH tunnel opened with the host's inventory settings
+        (host, port, user, key, C(ProxyJump) and C(UserKnownHostsFile) in the ssh arguments).
+        An unknown host key is refused unless the host opts out (C(host_key_checking=false),
+        C(StrictHostKeyChecking=no) or C(accept-new)); a changed key always is.
       - V(false) (or a C(local) connection) connects from the controller directly.
     type: bool
     default: true

@@ -1,18 +1,14 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: how an action reaches its host and the host's database.
-
-Commands run through the task's own Ansible connection (become, connection plugins and jump
-hosts apply as to any task); the database is reached through an SSH tunnel opened with the
-host's own inventory settings, or directly for a `local` connection or `tunnel: false`.
-"""
+"""Private to leaseguard.deploy: how an action reaches its host (the task's own connection)
+and the host's database (a tunnel with the host's inventory SSH settings, or directly)."""
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
 import shlex
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 
@@ -41,8 +37,8 @@ except ImportError:  # require_leaseguard() (plugin_utils._guard_front) fails ev
 
 
 class AnsibleRunner:
-    """Runs commands on the host through the task's own Ansible connection (become,
-    connection plugins and jump hosts apply as to any task; the host needs no Python)."""
+    """Runs commands on the host through the task's own Ansible connection (become and jump
+    hosts apply as to any task; the host needs no Python)."""
 
     def __init__(self, action, label):
         self._action = action
@@ -62,7 +58,9 @@ class AnsibleRunner:
                 shlex.join(command), sudoable=nonce is not None
             )
         except (AnsibleConnectionFailure, AnsibleError) as exc:
-            cause = _ssh_failure_cause(exc, self.label)
+            text = str(exc).lower()
+            causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
+            cause = next(causes, "running a lookup failed").format(host=self.label)
             raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
         ran = CommandResult(
             int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
@@ -70,8 +68,8 @@ class AnsibleRunner:
         return split_tty(ran, nonce) if nonce else ran
 
 
-# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, and what the
-# operator should do; the raw text is never repeated (it may quote the command).
+# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, and what to do;
+# the raw text is never repeated (it may quote the command).
 _REPLACE_KEY = (
     "if the change is expected, verify the new key and replace the old one "
     "(ssh-keygen -R {host}, then ssh-keyscan)"
@@ -85,14 +83,8 @@ _HOST_KEY_CAUSES = {
 }
 
 
-def _ssh_failure_cause(exc, host):
-    text = str(exc).lower()
-    causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
-    return next(causes, "running a lookup failed").format(host=host)
-
-
 def conninfo_from(args):
-    """dbname/user/password (and any other libpq keywords of `dsn`) as one conninfo."""
+    """dbname/user/password and the other libpq keywords of `dsn` as one conninfo."""
     given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
     try:
         conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
@@ -102,18 +94,17 @@ def conninfo_from(args):
     return conninfo
 
 
-def _connection_option(connection, name):
-    try:
-        return connection.get_option(name)
-    except KeyError:
-        return None
-
-
 def ssh_target(connection, play_context):
     """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
+
+    def option(name):
+        try:
+            return connection.get_option(name)
+        except KeyError:
+            return None
+
     ssh_args = " ".join(
-        str(_connection_option(connection, name) or "")
-        for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
+        str(option(name) or "") for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
     )
     parsed = parse_openssh_args(ssh_args)
     if "proxycommand" in parsed:
@@ -122,20 +113,19 @@ def ssh_target(connection, play_context):
             "use ProxyJump (-J) instead"
         )
     strict = parsed.get("stricthostkeychecking", "").lower()
-    checking = _connection_option(connection, "host_key_checking")
-    host = _connection_option(connection, "host") or play_context.remote_addr
-    port = _connection_option(connection, "port") or parsed.get("port")
+    checking = option("host_key_checking")
+    host = option("host") or play_context.remote_addr
+    port = option("port") or parsed.get("port")
     options = SshOptions(
-        user=_connection_option(connection, "remote_user") or parsed.get("user"),
+        user=option("remote_user") or parsed.get("user"),
         port=int(port) if port else None,
-        key_filename=_connection_option(connection, "private_key_file")
-        or parsed.get("identityfile"),
+        key_filename=option("private_key_file") or parsed.get("identityfile"),
         known_hosts=parsed.get("userknownhostsfile"),
         # Only the host's own Ansible settings can opt out of refusing unknown keys, as they
         # do for ansible's ssh itself; a changed key is refused either way (paramiko).
         accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
         gateway=parsed.get("proxyjump"),
-        connect_timeout_s=int(_connection_option(connection, "timeout") or 10),
+        connect_timeout_s=int(option("timeout") or 10),
     )
     return str(host), options
 
@@ -146,29 +136,20 @@ def database_conninfo(action, args):
         yield conninfo
 
 
-@contextmanager
 def database_path(action, args, *, probe=True):
-    """The database's conninfo as the controller reaches it, and its tunnel (None when
-    reached directly: a `local` connection or `tunnel: false`, the DSN's own host and port,
-    as the CLI would use them). Else a tunnel with the host's own SSH settings, closed on
-    exit. Without `probe` the tunnel does not first try the database address: the caller's
-    own connection does, and names the tunnel's failure.
-    """
+    """The database's (conninfo, tunnel) as the controller reaches it: directly for a
+    `local` connection or `tunnel: false` (the DSN's own host and port, as the CLI uses
+    them, no tunnel), else through a tunnel with the host's SSH settings, closed on exit.
+    Without `probe` the caller's own connection tries the address, naming the tunnel's
+    failure."""
     conninfo = conninfo_from(args)
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
     if not args["tunnel"] or transport == "local":
-        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
-        return
+        return nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
     address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     if args.get("connect_timeout_s"):
-        # The tunnel's SSH connect fits in a poll's budget (connect_timeout_s + statement +
-        # margin), so a drain can reopen it after a partition within one poll.
+        # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
         timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
         options = dataclasses.replace(options, connect_timeout_s=timeout)
-    connection = make_connection(host, options)
-    try:
-        with tunnelled(connection, conninfo, address, probe=probe) as path:
-            yield path
-    finally:
-        connection.close()
+    return tunnelled(make_connection(host, options), conninfo, address, probe=probe)

@@ -40,8 +40,8 @@ _HOME = {
     "missing_target": "leaseguard.core.restart",
     # SSH paths to the database
     "DatabaseAddress": "leaseguard.adapters.ssh",
-    "SshOptions": "leaseguard.adapters.ssh",
-    "make_connection": "leaseguard.adapters.ssh",
+    "SshOptions": "leaseguard.adapters.ssh_connect",
+    "make_connection": "leaseguard.adapters.ssh_connect",
     "direct_conninfo": "leaseguard.core.dsn",
     "each_hosts_own": "leaseguard.core.dsn",
     "invalid_dsn": "leaseguard.core.dsn",
@@ -53,6 +53,7 @@ _HOME = {
     "Background": "leaseguard.orchestration.ssh_session",
     "await_lookup": "leaseguard.orchestration.ssh_session",
     "connect_early": "leaseguard.orchestration.ssh_session",
+    "host_session": "leaseguard.orchestration.ssh_session",
     "tunnelled": "leaseguard.orchestration.ssh_session",
     # judgment and drains (lease_guard)
     "refuse_non_ascii_numbers": "leaseguard.core.config_values",

@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, database_tunnel, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, forwarded
+from leaseguard.adapters.ssh_connect import SshOptions, make_connection
 from leaseguard.core.errors import TunnelError
 
 pytestmark = pytest.mark.integration
@@ -28,9 +29,9 @@ def connect_to(host):
 def test_the_tunnels_ssh_socket_sends_small_packets_at_once(app_host_pg):
     connection = connect_to(app_host_pg)
     try:
-        with database_tunnel(connection, DatabaseAddress()) as port:
+        with forwarded(connection, DatabaseAddress()) as tunnel:
             assert nodelay(connection) == 1
-            with socket.create_connection(("127.0.0.1", port), timeout=5):
+            with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5):
                 pass  # the forward reaches PostgreSQL on the host's loopback
     finally:
         connection.close()
@@ -42,7 +43,7 @@ def test_an_address_the_host_cannot_reach_fails_before_the_tunnel_opens(app_host
     try:
         with (
             pytest.raises(TunnelError, match=r"could not connect to 127\.0\.0\.1:5999"),
-            database_tunnel(connection, DatabaseAddress(port=5999)),
+            forwarded(connection, DatabaseAddress(port=5999)),
         ):
             pytest.fail("the tunnel must not open to an address the host cannot reach")
     finally:
@@ -91,8 +92,8 @@ def test_a_closed_tunnel_leaves_no_thread_and_a_closed_connection_no_jump_host(a
     )
     connection = make_connection(app_host_pg.addr, options)
     try:
-        with database_tunnel(connection, DatabaseAddress()) as port:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+        with forwarded(connection, DatabaseAddress()) as tunnel:
+            with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5) as client:
                 client.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # SSLRequest
                 assert client.recv(1) in (b"N", b"S")  # PostgreSQL answered through it
                 assert len(tunnel_threads()) == 2  # the accept loop, this forward

@@ -11,7 +11,6 @@ from leaseguard.cli.contract import contract_from_args
 from leaseguard.cli.main import build_parser
 from leaseguard.core.budgets.config import load_budget_config
 from leaseguard.core.errors import ConfigError
-from leaseguard.fabric.settings import host_settings_from_config
 from leaseguard.fabric.tasks import settings_from_config
 
 CRON_BUDGETS = {
@@ -101,25 +100,6 @@ def test_fabric_connection_section_reads_good_values():
     )
 
 
-def test_a_hosts_settings_are_the_full_settings_contract_and_ssh_options():
-    """`fab guard` starts its hosts on host_settings_from_config, then reads the rest."""
-    config = {
-        "leaseguard": {
-            "preset": "river",
-            "connect_timeout_s": 7,
-            "connection": {"known_hosts": "/etc/kh", "dsn": "dbname=app", "gateway": "bastion"},
-            "drain": {"poll_s": 2},
-        }
-    }
-    host, full = host_settings_from_config(config), settings_from_config(config)
-    assert (host.contract, host.ssh) == (full.contract, full.ssh)
-    assert (host.ssh.known_hosts, host.ssh.gateway, host.ssh.connect_timeout_s) == (
-        "/etc/kh",
-        "bastion",
-        7,
-    )
-
-
 @pytest.mark.parametrize(
     "leaseguard",
     [
@@ -130,7 +110,7 @@ def test_a_hosts_settings_are_the_full_settings_contract_and_ssh_options():
 )
 def test_what_a_host_needs_is_refused_before_any_host_starts(leaseguard):
     with pytest.raises(ConfigError):
-        host_settings_from_config({"leaseguard": leaseguard})
+        settings_from_config({"leaseguard": leaseguard})
 
 
 @pytest.mark.parametrize(
@@ -141,16 +121,6 @@ def test_what_a_host_needs_is_refused_before_any_host_starts(leaseguard):
         ({"drain": {"poll_s": 0}}, "poll_s"),
     ],
 )
-def test_the_rest_is_refused_by_the_full_settings_only(leaseguard, message):
-    """The DSN and `drain:` are read after the hosts started: still refused, as usage."""
-    host_settings_from_config({"leaseguard": leaseguard})  # the hosts may start
+def test_the_dsn_and_the_drain_section_are_refused_naming_the_key(leaseguard, message):
     with pytest.raises(ConfigError, match=message):
         settings_from_config({"leaseguard": leaseguard})
-
-
-def test_the_full_settings_take_the_host_settings_already_read_instead_of_reading_them_again():
-    config = {"leaseguard": {"preset": "river", "connection": {"dsn": "dbname=app"}}}
-    host = host_settings_from_config(config)
-    full = settings_from_config(config, host)
-    assert full.contract is host.contract and full.ssh is host.ssh
-    assert full.conninfo == "dbname=app"

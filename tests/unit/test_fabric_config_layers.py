@@ -17,7 +17,6 @@ from leaseguard.fabric.settings import (
     DRAIN_KEYS,
     connection_to,
     env_defaults,
-    host_settings_from_config,
     settings_from_config,
 )
 from leaseguard.orchestration.drain_options import DrainOptions
@@ -52,20 +51,20 @@ def test_every_key_unset_reads_as_the_defaults_even_under_a_preset():
     ids=["default", "timeouts.connect", "env-string", "leaseguard-key-wins", "fab-t-wins"],
 )
 def test_the_connect_budget_is_fab_t_then_leaseguard_then_timeouts_connect(data, expected):
-    settings = host_settings_from_config(config_with(**data))
+    settings = settings_from_config(config_with(**data))
     assert settings.contract.connect_timeout_s == expected
     assert settings.ssh.connect_timeout_s == expected
 
 
 def test_a_connect_budget_that_is_not_a_number_names_where_it_came_from():
     with pytest.raises(ConfigError, match=r"timeouts\.connect must be a whole number"):
-        host_settings_from_config(config_with(timeouts={"connect": "soon"}))
+        settings_from_config(config_with(timeouts={"connect": "soon"}))
 
 
 @pytest.mark.parametrize(("text", "accepted"), [("true", True), ("false", False)])
 def test_a_flag_from_the_environment_reads_true_and_false(text, accepted):
     config = config_with(leaseguard={"connection": {"accept_unknown_host_keys": text}})
-    assert host_settings_from_config(config).ssh.accept_unknown_host_keys is accepted
+    assert settings_from_config(config).ssh.accept_unknown_host_keys is accepted
 
 
 def test_connect_kwargs_reach_the_host_and_every_jump_host_without_fab_t():

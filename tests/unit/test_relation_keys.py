@@ -11,7 +11,7 @@ from leaseguard.cli.main import build_parser
 from leaseguard.core.contract import Contract, contract_from_mapping
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.predicate import table_identifier
-from leaseguard.fabric.settings import host_settings_from_config
+from leaseguard.fabric.settings import settings_from_config
 from tests.support.ansible_run import REPO
 
 sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
@@ -50,7 +50,7 @@ def test_the_cli_refuses_another_relation_kind():
 
 
 def test_fabric_reads_both_from_its_leaseguard_section():
-    settings = host_settings_from_config(
+    settings = settings_from_config(
         {"leaseguard": {"schema": "jobs", "relation_kind": "view", "connection": {}}}
     )
     assert (settings.contract.schema, settings.contract.relation_kind) == ("jobs", "view")

@@ -1,8 +1,5 @@
-"""SSH: running lookups on a host, and the tunnel to its database.
-
-The connections themselves (Fabric's config, jump hosts, the host-key policy, the connect
-budget) are made in leaseguard.adapters.ssh_connect; its names are importable from here.
-"""
+"""SSH: lookups run on a host over its connection (leaseguard.adapters.ssh_connect), and
+the tunnel to its database."""
 
 from __future__ import annotations
 
@@ -28,34 +25,21 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
-from leaseguard.adapters.ssh_connect import (
-    KEEPALIVE_INTERVAL_S,
-    SshOptions,
-    apply_host_key_policy,
-    make_connection,
-    open_connection,
-)
+from leaseguard.adapters.ssh_connect import open_connection
 from leaseguard.core.errors import TunnelError
 from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
-_CHUNK = 32768
-# How long closing a tunnel waits for each of its threads.
-_JOIN_S = 2.0
+_JOIN_S = 2.0  # how long closing a tunnel waits for each of its threads
 
-__all__ = [
-    "KEEPALIVE_INTERVAL_S",
-    "DatabaseAddress",
-    "DatabaseTunnel",
-    "FabricRunner",
-    "SshOptions",
-    "apply_host_key_policy",
-    "database_tunnel",
-    "forwarded",
-    "make_connection",
-    "open_connection",
-]
+
+@dataclass(frozen=True)
+class DatabaseAddress:
+    """The database as seen from the app host: by default its own loopback."""
+
+    host: str = "127.0.0.1"
+    port: int = 5432
 
 
 class FabricRunner:
@@ -75,83 +59,54 @@ class FabricRunner:
             return CommandResult(124, "")
         except Exception as exc:  # paramiko's and the socket's own errors
             transport = self.connection.client.get_transport()
-            if transport is None or not transport.is_active():
-                raise TunnelError(
-                    f"host {self.label}: the SSH connection was lost during a lookup "
-                    f"({type(exc).__name__})"
-                ) from None
-            raise TunnelError(
-                f"host {self.label}: running a lookup over SSH failed ({type(exc).__name__})"
-            ) from None
+            what = "the SSH connection was lost during a lookup"
+            if transport is not None and transport.is_active():
+                what = "running a lookup over SSH failed"
+            raise TunnelError(f"host {self.label}: {what} ({type(exc).__name__})") from None
         return CommandResult(int(result.exited), str(result.stdout), str(result.stderr))
-
-
-@dataclass(frozen=True)
-class DatabaseAddress:
-    """The database as seen from the app host: by default its own loopback."""
-
-    host: str = "127.0.0.1"
-    port: int = 5432
-
-
-@contextmanager
-def database_tunnel(connection: Connection, address: DatabaseAddress) -> Iterator[int]:
-    """Forward a free local port to `address` through the host; yields the local port."""
-    with forwarded(connection, address) as tunnel:
-        yield tunnel.port
 
 
 @contextmanager
 def forwarded(
     connection: Connection, address: DatabaseAddress, *, probe: bool = True
 ) -> Iterator[DatabaseTunnel]:
-    """A DatabaseTunnel to `address` through the host, closed on every exit path.
+    """A DatabaseTunnel to `address` through the host, its listener closed on every path.
 
     `probe=False`: the caller connects through it at once, and a refused address fails that
-    connection just as fast, naming the same cause (`failure()`); the probe would cost the
-    host a TCP connection and the database a backend process for nothing.
+    connection as fast, naming the same cause (`failure()`).
     """
     open_connection(connection)
     tunnel = DatabaseTunnel(connection, address)
     try:
-        if probe:
-            tunnel.probe()
-        tunnel.start()
+        if probe:  # a refused address named in one round trip, not after a connect timeout
+            tunnel._open_channel().close()
+        tunnel._thread(tunnel._accept_loop)
         yield tunnel
     finally:
         tunnel.close()
 
 
 class DatabaseTunnel:
-    """A local listener that forwards each accepted connection over its own SSH channel.
+    """A local listener forwarding each accepted connection over its own SSH channel.
 
-    Fabric's forward_local runs all connections from one manager thread that dies on the
-    first channel the host refuses (a database restarting), while its socket keeps
-    listening: every later connection then waited out the whole connect timeout. Here a
-    refused channel closes only the connection it was opened for, at once, and the reason
-    is kept for the session to report (`failure()`). When the SSH connection itself died,
-    `ensure()` reconnects, so a drain reaches a database (or a host) that comes back.
+    Unlike Fabric's forward_local (one manager thread that dies on the first refused
+    channel, its socket still listening), a refused channel closes only its own connection,
+    at once, keeping the reason (`failure()`); a dead SSH connection is reopened by
+    `ensure()`, so a drain reaches a database (or a host) that comes back.
     """
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
         self.connection = connection
         self.address = address
         self.host = str(connection.host)
+        self.target = f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
-        # Guards what the forwarding threads share with the session's: the open client
-        # sockets, the threads themselves and the last refusal.
+        # Shared with the forwarding threads: open client sockets, threads, last refusal.
         self._lock = threading.Lock()
         self._open: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._failure: TunnelError | None = None
-
-    @property
-    def target(self) -> str:
-        return f"{self.address.host}:{self.address.port}"
-
-    def start(self) -> None:
-        self._thread(self._accept_loop)
 
     def close(self) -> None:
         """Stop accepting, end every forwarded connection and wait for their threads."""
@@ -161,53 +116,34 @@ class DatabaseTunnel:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:
-            # Bounded: a channel close stuck on a dead SSH connection must not hang the
-            # front; such a thread is a daemon and ends with the process.
+            # Bounded: a channel close stuck on a dead link must not hang the front.
             thread.join(timeout=_JOIN_S)
 
     def _thread(self, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(
-            target=self._tracked, args=(target, *args), name=f"leaseguard-tunnel-{self.host}"
-        )
+        def tracked() -> None:
+            try:
+                target(*args)
+            finally:
+                with self._lock:
+                    self._threads.discard(thread)
+
+        thread = threading.Thread(target=tracked, name=f"leaseguard-tunnel-{self.host}")
         thread.daemon = True
         with self._lock:
             self._threads.add(thread)
         thread.start()
 
-    def _tracked(self, target: Callable[..., None], *args: object) -> None:
-        try:
-            target(*args)
-        finally:
-            with self._lock:
-                self._threads.discard(threading.current_thread())
-
     def cut(self) -> None:
-        """Give up on the link: end every forwarded connection and the SSH connection.
-
-        Every wait on the host (a query, a lookup command, a reconnect's handshake) then
-        ends at once; the next ensure() reconnects.
-        """
+        """Give up on the link: every forwarded connection and the SSH connection end, and
+        with them every wait on the host; the next ensure() reconnects."""
         self.abort()
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
 
-    def probe(self) -> None:
-        """Have the host connect to the database address once before forwarding to it.
-
-        A refused or unreachable address is named here in one round trip, not after the
-        database client has waited out its connect timeout. PostgreSQL (13+) does not log
-        a connection closed before its startup packet.
-        """
-        self._open_channel().close()
-
     def ensure(self, *, within_s: float = float("inf")) -> None:
-        """Make the SSH connection usable for the next database connection.
-
-        A dead connection is reopened when `within_s` (the time the caller has left) leaves
-        room for a whole SSH connect; otherwise it is reported as lost, naming the SSH host,
-        and reopened on a later call.
-        """
+        """Make the SSH connection usable for the next database connection: reopened when
+        `within_s` (the caller's time left) holds a whole connect, else reported lost."""
         with self._lock:
             self._failure = None
         transport = self.connection.client.get_transport()
@@ -260,8 +196,7 @@ class DatabaseTunnel:
             try:
                 _pump(client, channel)
             finally:
-                # The SSH connection may be closing already (the task is done with the host).
-                with suppress(OSError, EOFError):
+                with suppress(OSError, EOFError):  # the SSH connection may be closing
                     channel.close()
         finally:
             with self._lock:
@@ -300,7 +235,7 @@ def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
         readable, _, _ = select.select(ends, [], [])
         for end in readable:
             try:
-                data = end.recv(_CHUNK)
+                data = end.recv(32768)
             except OSError:
                 return
             if not data:

@@ -26,8 +26,8 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
 
 from leaseguard.core.errors import TunnelError
 
-# paramiko sends a keepalive after this many seconds without sending anything, so a dead
-# link always has unacknowledged data in flight, which TCP_USER_TIMEOUT then bounds.
+# A keepalive after 1 s without sending: a dead link always has unacknowledged data in
+# flight, which TCP_USER_TIMEOUT then bounds.
 KEEPALIVE_INTERVAL_S = 1
 SYSTEM_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -48,32 +48,24 @@ class SshOptions:
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection whose host keys are verified (unless explicitly accepted).
 
-    Its gateway: `options.gateway`, else ssh_config's ProxyJump for this host (ProxyCommand
-    is left to Fabric), each hop with the host's connect budget and authentication.
+    Its gateway: `options.gateway`, else ssh_config's ProxyJump (Fabric walks "a,b" from b
+    and without our timeouts: built again, in order); ProxyCommand is left to Fabric.
     """
-    if options.gateway:
-        connection = _connection(
-            host, options, config, _jump_chain(options.gateway, options, config)
-        )
-    else:
-        connection = _connection(host, options, config, None)
-        jumps = connection.ssh_config.get("proxyjump")
-        # Fabric built a gateway from it (none when the chain names this host itself), but
-        # walked "a,b" from b, and with none of our timeouts: built again, in order.
-        if jumps and isinstance(connection.gateway, Connection):
-            connection.gateway = _jump_chain(jumps, options, config)
-    apply_host_key_policy(connection, options)
+    gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
+    connection = _connection(host, options, config, gateway)
+    jumps = connection.ssh_config.get("proxyjump")
+    if not options.gateway and jumps and isinstance(connection.gateway, Connection):
+        connection.gateway = _jump_chain(jumps, options, config)
+    _apply_host_key_policy(connection, options)
     return connection
 
 
 def _connection(
     host: str, options: SshOptions, config: Config | None, gateway: Connection | None
 ) -> Connection:
-    # paramiko waits 15 s for a banner, 30 s for auth and an hour for a channel by default;
-    # over a dead link each would outlast the connect timeout the user configured. The
-    # config's own connect_kwargs (password, passphrase, ...) are used by Fabric only when
-    # the Connection is given none, so they are merged here; its key files Fabric merges
-    # itself, and its `timeout` (fab -t) is the connect budget already chosen.
+    # paramiko's own banner, auth and channel waits (15 s, 30 s, an hour) are bounded by the
+    # connect budget. Fabric uses the config's connect_kwargs only when given none: merged
+    # here (its key files Fabric merges itself; its `timeout`, fab -t, is the budget).
     bound = options.connect_timeout_s
     configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
     configured.pop("key_filename", None)
@@ -98,8 +90,8 @@ def _connection(
 
 
 class _Connection(Connection):  # type: ignore[misc]
-    """Fabric's Connection, whose close() also closes its jump hosts' connections (Fabric
-    leaves a gateway Connection open, with its socket and paramiko's thread)."""
+    """Fabric's Connection, whose close() also closes its jump hosts' (Fabric leaves them
+    open, with their sockets and paramiko's threads)."""
 
     def close(self) -> None:
         super().close()
@@ -108,8 +100,8 @@ class _Connection(Connection):  # type: ignore[misc]
 
 
 def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
-    """ProxyJump's "a,b", as OpenSSH walks it: a is reached first (through its own
-    ssh_config ProxyJump, if any), b through a, and the host (the caller's) through b."""
+    """ProxyJump's "a,b" as OpenSSH walks it: a first (through its own ssh_config
+    ProxyJump, if any), b through a, and the caller's host through b."""
     first, *rest = (hop.strip() for hop in jumps.split(","))
     hop_options = SshOptions(
         key_filename=options.key_filename,
@@ -123,22 +115,21 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
     return gateway
 
 
-def apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Trust only the keys known_hosts lists for this host, reject others (or warn, when
-    unknown keys are explicitly accepted), on the connection and every jump host."""
+def _apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
+    """Trust only known_hosts' keys for this host and reject others (warn, when unknown keys
+    are explicitly accepted), on the connection and every jump host."""
     trust_known_hosts(connection, options.known_hosts)
     policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
     connection.client.set_missing_host_key_policy(policy())
     if isinstance(connection.gateway, Connection):
-        apply_host_key_policy(connection.gateway, options)
+        _apply_host_key_policy(connection.gateway, options)
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
     """Give the client the keys known_hosts lists for its own host, nothing else.
 
-    The files: the system one, ssh_config's UserKnownHostsFile, then `known_hosts` (paths
-    as ssh's UserKnownHostsFile). paramiko's precedence is kept: the system file's entry
-    if it has one, else the other files'. An absent or unreadable file is skipped.
+    The system file's entry if it has one (paramiko's precedence), else ssh_config's
+    UserKnownHostsFile's or `known_hosts`'; an absent or unreadable file is skipped.
     """
     port = int(connection.port)
     name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
@@ -203,11 +194,9 @@ def _named(connection: Connection) -> str:
 
 
 def _tune(connection: Connection) -> None:
-    """Nagle off (each guard query is a few small packets; Nagle waits ~40 ms for the
-    peer's delayed ACK), keepalives, and TCP_USER_TIMEOUT: a link whose data stays
-    unacknowledged for the connect timeout is dead, so every wait on it ends (TCP alone
-    retransmits for ~15 minutes). Behind a jump host the gateway's socket is the one tuned.
-    """
+    """Nagle off (a guard query is a few small packets), keepalives, and TCP_USER_TIMEOUT:
+    data unacknowledged for the connect timeout means a dead link (TCP alone retransmits
+    for ~15 minutes). Behind a jump host the gateway's socket is the one tuned."""
     transport = connection.client.get_transport()
     if transport is not None:
         transport.set_keepalive(KEEPALIVE_INTERVAL_S)

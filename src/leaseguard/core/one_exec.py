@@ -1,11 +1,10 @@
-"""A host's lookup commands and a clock reading as ONE `sh` script, and its output split back.
+"""A host's lookup commands and a clock reading as ONE `sh` script (over SSH every exec pays
+the host's login shell), and its output split back.
 
-Over SSH every exec pays the host's login shell (~160 ms with a pyenv .bashrc), so
-leaseguard.adapters.host_lookup runs all of a host's lookups as one script. Every part of
-the output opens with a line `@@leaseguard NONCE@@ KEY` (on stdout, and on stderr for a
-command's own stderr): KEY is the command's index, `I rc` its exit status, `I pid` the pid
-it ran on, `clock` the closing `date`. The caller's random nonce keeps a command's own
-output from passing for a marker.
+Each part of the output opens with a line `@@leaseguard NONCE@@ KEY` (on stdout, and on
+stderr for the command's stderr): KEY is the command's index, `I rc` its exit status, `I pid`
+the pid it ran on, `clock` the closing `date`. The caller's random nonce keeps a command's
+own output from passing for a marker.
 """
 
 from __future__ import annotations
@@ -18,9 +17,8 @@ from leaseguard.core.lookups import Argv, CommandResult
 
 @dataclass
 class Plan:
-    """The commands to run. A command on a pid file's process holds a placeholder pid
-    (a key of `pid_files`): the script reads that pid file itself and runs the command on
-    the pid it read, when the file holds one."""
+    """The commands to run. A placeholder pid (a key of `pid_files`) in a command is
+    replaced by the pid its file holds when the script runs (no pid: the command is not run)."""
 
     commands: list[Argv] = field(default_factory=list)
     pid_files: dict[str, str] = field(default_factory=dict)
@@ -30,8 +28,7 @@ class Plan:
 
 
 def batch_script(plan: Plan, nonce: str) -> str:
-    """Each command in turn (stdin closed), then `date +%s.%N`. `lg_pid` is exported for a
-    `sh -c` script that reads it."""
+    """Each command in turn (stdin closed), then `date +%s.%N`; `lg_pid` is exported."""
 
     def part(key: int, command: str) -> str:
         mark = f"'@@leaseguard {nonce}@@ {key}'"
@@ -71,10 +68,9 @@ def split_batch(
 ) -> tuple[dict[Argv, CommandResult], float | None]:
     """Each command's own result, by argv, and the host's clock reading (None if absent).
 
-    A command the script never finished (the exec timed out or was cut) gets the exec's exit
-    status, so it fails as it would have alone. A command on a pid file's process is kept
-    under the pid the script read, if it ran: a lookup that reads another pid (the file was
-    rewritten meanwhile) runs its command alone.
+    A command never finished (the exec timed out) gets the exec's exit status, as alone. A
+    command on a pid file's process is keyed by the pid the script read: a lookup reading
+    another pid (the file rewritten meanwhile) runs its command alone.
     """
     out, err = _parts(result.stdout, nonce), _parts(result.stderr, nonce)
     split = {}
@@ -92,17 +88,15 @@ def split_batch(
         elif (pid := _number(out.get(f"{i} pid", ""))) is not None:
             real = tuple(a.replace(slot, str(pid)) for a in argv)
             split[real] = CommandResult(status, out[str(i)], stderr)
-    reading = out.get("clock", "").strip()
     try:
-        clock = float(reading) if reading and not any(c.isspace() for c in reading) else None
+        clock: float | None = float(out.get("clock", ""))
     except ValueError:
         clock = None
     return split, clock
 
 
-# Through become, ansible's ssh runs commands on a tty (-tt): stderr arrives merged into
-# stdout and every line ends with CRLF, so a tool's warning would be read as part of a value.
-# The command's stderr is captured by the shell and printed after a marked line instead.
+# Through become, ansible's ssh runs commands on a tty: stderr merged into stdout, CRLF line
+# ends. The shell captures the command's stderr and prints it after a marked line instead.
 _TTY_SCRIPT = (
     'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
     '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
@@ -117,7 +111,7 @@ def tty_argv(argv: Argv, nonce: str) -> Argv:
 
 def split_tty(result: CommandResult, nonce: str) -> CommandResult:
     """`tty_argv`'s command's own result, CRLF undone. Without both markers the command
-    never ran (become failed): the whole output is the complaint, the status at least 1."""
+    never ran (become failed): the output is the complaint, the status at least 1."""
     text = result.stdout.replace("\r\n", "\n")
     out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
     start, stop = text.find(out), text.rfind(err)

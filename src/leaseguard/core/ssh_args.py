@@ -1,8 +1,5 @@
-"""The options in an OpenSSH command line (`-o Name=value`, `-J`, `-i`, `-p`, `-l`).
-
-Ansible keeps a host's jump host, known_hosts file and host-key policy in its ssh
-arguments; the tunnel reads them from here. Pure text: nothing is connected.
-"""
+"""The options in an OpenSSH command line (`-o Name=value`, `-J`, `-i`, `-p`, `-l`): where
+Ansible keeps a host's jump host, known_hosts file and host-key policy."""
 
 from __future__ import annotations
 

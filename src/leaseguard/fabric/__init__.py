@@ -1,14 +1,10 @@
-"""The Fabric front: `fab guard` / `fab drain` (tasks.py; fabfile.py loads its collection).
+"""The Fabric front: `fab guard`, `fab drain`, `fab resume` (tasks.py; fabfile.py loads it).
 
-Fabric is the `leaseguard[fabric]` extra: without it, importing this front says so, instead
-of a bare ModuleNotFoundError from deep inside.
+Fabric is the `leaseguard[fabric]` extra: without it, importing this front says so.
 """
 
 try:
-    import fabric  # noqa: F401  (the third-party package: imports here are absolute)
+    import fabric  # noqa: F401
 except ModuleNotFoundError as exc:
-    raise ModuleNotFoundError(
-        f"leaseguard's Fabric tasks need Fabric ({exc.name} is not installed): "
-        "pip install 'leaseguard[fabric]'",
-        name=exc.name,
-    ) from exc
+    msg = f"leaseguard's Fabric tasks need Fabric ({exc.name} is not installed): "
+    raise ModuleNotFoundError(msg + "pip install 'leaseguard[fabric]'", name=exc.name) from exc

@@ -8,7 +8,7 @@ import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -22,15 +22,7 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.drain_task import DrainFlags
-from leaseguard.fabric.fleet import (
-    exit_with,
-    failure_line,
-    fleet_hosts,
-    for_each_host,
-    say,
-    worst_status,
-)
+from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
 from leaseguard.fabric.settings import FabricSettings, settings_or_exit
 from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
@@ -48,71 +40,60 @@ from leaseguard.orchestration.progress import progress_for
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.shared_poll import SharedPoll
 
+T = TypeVar("T")
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
 
-# A host's (or the fleet's) exit status, with --json its object, else its lines (True: to
-# stdout, the timeline; False: to stderr).
-Report = tuple[int, dict[str, Any] | None, list[tuple[bool, str]]]
+# A host's (or the fleet's) exit status and its lines (True: to stdout, the timeline or the
+# --json object; False: to stderr), printed once every drain ended, never interleaved.
+Report = tuple[int, list[tuple[bool, str]]]
 
 
-def drain_hosts(c: Context, flags: DrainFlags) -> None:
-    """`fab drain` (leaseguard.fabric.drain_task): each host drained by its own facts, or the
-    fleet drained as one; either way judged by one query per poll over one connection."""
+def drain_hosts(
+    c: Context,
+    *,
+    deadline_s: float | None,
+    poll_s: float | None,
+    pause_cron_job: list[str] | None,
+    resume_retry_s: float | None,
+    json_: bool,
+    status_file: str | None,
+    metrics_file: str | None,
+    run: str | None,
+) -> None:
+    """`fab drain`: each host drained by its own facts, or the fleet drained as one; either
+    way judged by one query per poll over one connection. A flag given wins over `drain:`."""
     settings = settings_or_exit(c)
-    options = _drain_overrides(settings.drain, flags)
-    options = _observed(options, flags.status_file, flags.metrics_file)
+    merged = {k: getattr(settings.drain, k) for k in DrainOptions.__dataclass_fields__}
+    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
+    merged.update({k: v for k, v in given.items() if v is not None})
+    if pause_cron_job:
+        merged["pause_cron_jobs"] = list(pause_cron_job)
+    options = _or_usage_exit(drain_options, merged)
+    status_file, metrics_file = (
+        status_file or options.status_file,
+        metrics_file or options.metrics_file,
+    )
+    options = replace(options, status_file=status_file, metrics_file=metrics_file)
     hosts = fleet_hosts(c)
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    board = _board_or_exit(options)  # one snapshot over every host
-    run = _DrainRun(
-        c, settings, options, progress, flags.json_, threading.Event(), board, flags.run
-    )
-    with signals_set(run.stop, say):
+    board = _or_usage_exit(status_board, options)  # one snapshot over every host
+    drain_run = _DrainRun(c, settings, options, progress, json_, threading.Event(), board, run)
+    with signals_set(drain_run.stop, say):
         drain = _drain_fleet if options.pause_cron_jobs else _drain_each
-        reports = drain(hosts, run)
-    for _, obj, lines in reports:  # grouped by host, never interleaved
-        if flags.json_ and obj is not None:
-            print(json.dumps(obj))  # one complete object per line
+        reports = drain(hosts, drain_run)
+    for _, lines in reports:
         for to_stdout, line in lines:
-            if to_stdout:
-                print(line)
-            else:
-                say(line)
-    if run.stop.is_set():
+            print(line) if to_stdout else say(line)
+    if drain_run.stop.is_set():
         say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with(worst_status([status for status, _, _ in reports]))
+    exit_with_worst([status for status, _ in reports])
 
 
-def _drain_overrides(base: DrainOptions, flags: DrainFlags) -> DrainOptions:
-    merged = {k: getattr(base, k) for k in DrainOptions.__dataclass_fields__}
-    if flags.deadline_s is not None:
-        merged["deadline_s"] = flags.deadline_s
-    if flags.poll_s is not None:
-        merged["poll_s"] = flags.poll_s
-    if flags.pause_cron_job:
-        merged["pause_cron_jobs"] = list(flags.pause_cron_job)
-    if flags.resume_retry_s is not None:
-        merged["resume_retry_s"] = flags.resume_retry_s
+def _or_usage_exit(read: Callable[[Any], T], value: Any) -> T:
     try:
-        return drain_options(merged)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-def _observed(options: DrainOptions, status_file: Any, metrics_file: Any) -> DrainOptions:
-    """--status-file / --metrics-file win over the `drain:` section's keys."""
-    return replace(
-        options,
-        status_file=status_file or options.status_file,
-        metrics_file=metrics_file or options.metrics_file,
-    )
-
-
-def _board_or_exit(options: DrainOptions) -> StatusBoard:
-    try:
-        return status_board(options)
+        return read(value)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
 
@@ -208,7 +189,9 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
                     resume_hint=RESUME_HINT,
                     stop=run.stop,
                     runners=list(runners.values()),
-                    connect=first_that_connects([s.connect_writable for _, s in opened.paths()]),
+                    connect=first_that_connects(
+                        [sessions[h].connect_writable for h in sorted(sessions)]
+                    ),
                     act=_command_on(runners, run.command) if run.command else None,
                     action=f"command on {','.join(hosts)}" if run.command else "drain",
                 )
@@ -253,14 +236,14 @@ _OUTPUT = threading.Lock()  # one host's lines together
 def _failed(host: str, error: LeaseguardError, json_output: bool) -> Report:
     """A host whose drain could not run: its failure line, or its object with --json."""
     if json_output:
-        return EXIT_FAILED, failure_result(error, host), []
-    return EXIT_FAILED, None, [(True, failure_line(host, error))]
+        return EXIT_FAILED, [(True, json.dumps(failure_result(error, host)))]
+    return EXIT_FAILED, [(True, failure_line(host, error))]
 
 
 def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
     """The drain's result; a failed drain reports only its failure, never a stale verdict."""
     if json_output:
-        return result.exit_status, {"host": host, **result.as_dict()}, []
+        return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
     lines: list[tuple[bool, str]] = []
     if result.error is None and result.verdict is not None:
         lines.append((True, result.verdict.timeline()))
@@ -270,4 +253,4 @@ def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
         lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
     if result.action is not None:
         lines.append((False, f"{result.action.description}; {result.intake_line}"))
-    return result.exit_status, None, lines
+    return result.exit_status, lines

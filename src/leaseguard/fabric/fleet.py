@@ -1,8 +1,5 @@
-"""Running a task once over every -H host: the executor, the host list, the worst status.
-
-Fabric itself would run a task once per host, serially; the small executor below hands our
-tasks the whole host list instead (tasks.collection() installs it).
-"""
+"""A task run once over every -H host (Fabric would run it once per host, serially): the
+executor, the host list, the worst status, the lines every task prints."""
 
 from __future__ import annotations
 
@@ -62,26 +59,18 @@ def fleet_hosts(c: Context) -> list[str]:
 def for_each_host(
     hosts: list[str], work: Callable[[str], T], at_once: int = MAX_PARALLEL_HOSTS
 ) -> list[T]:
-    """`work` on every host, at most `at_once` at a time (SSH handshakes and lookups are
-    bounded; a drain, which mostly waits for the fleet's shared poll, passes every host)."""
+    """`work` on every host, at most `at_once` at a time (a drain, mostly waiting for the
+    fleet's shared poll, passes every host)."""
     with ThreadPoolExecutor(max_workers=min(len(hosts), at_once)) as pool:
         return list(pool.map(work, hosts))
 
 
-def worst_status(statuses: list[int]) -> int:
-    if EXIT_USAGE in statuses:
-        return EXIT_USAGE
-    if EXIT_FAILED in statuses:
-        return EXIT_FAILED
-    if EXIT_DEFER in statuses:
-        return EXIT_DEFER
-    # A command run under the hold (fab drain --run) exits with its own status.
-    return next((status for status in statuses if status != EXIT_PROCEED), EXIT_PROCEED)
-
-
-def exit_with(status: int) -> None:
-    if status != EXIT_PROCEED:
-        raise Exit(code=status)
+def exit_with_worst(statuses: list[int]) -> None:
+    """Usage, else failed, else defer, else a --run command's own status, else proceed."""
+    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED, EXIT_DEFER) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s != EXIT_PROCEED), EXIT_PROCEED)
+    if worst != EXIT_PROCEED:
+        raise Exit(code=worst)
 
 
 def say(message: str) -> None:

@@ -1,56 +1,98 @@
 """The hosts of one `fab` run, opened once, and the sessions that judge them: one per
-database.
+database; `fab guard` and `fab resume` themselves.
 
-Each host is opened in parallel (its SSH connection, its tunnel to the database, its
-lookups' one exec), at most MAX_PARALLEL_HOSTS at once. The judgment is then ONE query per
-poll for every host of a database, over ONE connection to it: through the first host's
-tunnel, falling over to the next host's when that one breaks. Every host is judged from the
-first poll; a database sees one backend and one query per poll, whatever the fleet's size.
+Each host is opened in parallel (SSH, tunnel, its lookups' one exec). The judgment is then
+ONE query per poll for every host of a database, over ONE connection: through the first
+host's tunnel, falling over to the next host's when that one breaks.
 
-Which hosts share a database: a database address other than a loopback is one database
-for every host. Reached at each host's own loopback (the default), it may be each
-host's own, so each host's is identified once, over a short-lived connection through its
-tunnel (the server's start time and the database's name), and hosts are grouped by it.
+A database address other than a loopback is one database for every host. At each host's
+own loopback (the default) it may be each host's own: each is identified once (server
+start time and database name) through its tunnel, and hosts are grouped by it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from invoke.context import Context
+from invoke.exceptions import Exit
 
 from leaseguard.adapters.clock import offset_from_here
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.dsn import each_hosts_own
-from leaseguard.core.errors import LeaseguardError
-from leaseguard.core.verdict import Verdict
-from leaseguard.fabric.fleet import for_each_host, say
-from leaseguard.fabric.settings import FabricSettings, connection_to
+from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.verdict import Verdict, failure_result
+from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
+from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
 from leaseguard.orchestration.session import GuardSession, fleet_session
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
+
+
+def guard_hosts(c: Context, json_: bool) -> None:
+    """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
+    settings = settings_or_exit(c)
+    hosts = fleet_hosts(c)
+    with opened_hosts(list(dict.fromkeys(hosts)), c, settings) as opened:
+        judged = judge_opened(opened, settings)
+    outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
+    if json_:
+        dicts = [
+            r.as_dict() if isinstance(r, Verdict) else failure_result(r, h) for h, r in outcomes
+        ]
+        print(json.dumps(dicts))
+    else:
+        for host, result in outcomes:
+            if isinstance(result, Verdict):
+                print(result.timeline())
+                for warning in result.warnings:
+                    print(f"leaseguard: warning: {warning}", file=sys.stderr)
+            else:
+                print(failure_line(host, result))
+    exit_with_worst([result.exit_status for _, result in outcomes])
+
+
+def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> None:
+    """`fab resume`: the pauses a drain recorded, given back through the first host."""
+    from leaseguard.adapters.resume import resume_lines, resume_pauses
+
+    settings = settings_or_exit(c)
+    host = fleet_hosts(c)[0]
+    connection = connection_to(host, c, settings)
+    try:
+        with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
+            outcome = resume_pauses(
+                conninfo,
+                cron_database=settings.drain.cron_database,
+                user=settings.drain.cron_user,
+                password=settings.drain.cron_password,
+                jobs=list(jobs or []) or None,
+                connect_timeout_s=settings.contract.connect_timeout_s,
+            )
+    except LeaseguardError as exc:
+        print(json.dumps(failure_result(exc, host)) if json_ else failure_line(host, exc))
+        raise Exit(code=EXIT_FAILED) from None
+    print(json.dumps(outcome) if json_ else resume_lines(outcome))
 
 
 @dataclass
 class OpenedHosts:
-    """The hosts that opened (their sessions: lookups done, tunnel up, no database
-    connection yet) and those that failed, with why."""
+    """The hosts that opened (lookups done, tunnel up) and those that failed, with why."""
 
     sessions: dict[str, GuardSession] = field(default_factory=dict)
     failed: dict[str, LeaseguardError] = field(default_factory=dict)
     clocks: dict[str, ClockOffset] = field(default_factory=dict)
 
-    def paths(self) -> list[tuple[str, GuardSession]]:
-        return sorted(self.sessions.items())
-
 
 @contextlib.contextmanager
 def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[OpenedHosts]:
-    """Every host opened in parallel; all closed (tunnels and SSH connections) at the end."""
+    """Every host opened in parallel; all closed (tunnels and SSH connections) at the end.
+    One host alone opens its guard connection while its lookups run."""
     opened = OpenedHosts()
     with contextlib.ExitStack() as stack:
-        # One host alone: its guard connection opens while its lookups run.
         alone = len(hosts) == 1
         for host, result in for_each_host(hosts, lambda h: _open(h, c, settings, alone)):
             if isinstance(result, LeaseguardError):
@@ -70,7 +112,6 @@ def _open(
     stack = contextlib.ExitStack()
     try:
         connection = connection_to(host, c, settings)
-        stack.callback(connection.close)
         session = stack.enter_context(
             ssh_session(
                 connection, settings.contract, settings.conninfo, settings.address, connect=connect
@@ -80,18 +121,17 @@ def _open(
         clock = None
         if session.facts.runtime_started_at is not None:
             clock = session.judged.host_minus_here or offset_from_here(session.runner)
-    except LeaseguardError as exc:
+    except BaseException as exc:
         stack.close()
-        return host, exc
-    except BaseException:
-        stack.close()
+        if isinstance(exc, LeaseguardError):
+            return host, exc
         raise
     return host, (session, clock, stack)
 
 
 def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
-    """The opened hosts grouped by the database each reaches (see the module docstring); a
-    host whose database could not be identified is moved to `opened.failed`."""
+    """The opened hosts grouped by database (module docstring); a host whose database could
+    not be identified is moved to `opened.failed`."""
     hosts = sorted(opened.sessions)
     if not each_hosts_own(settings.address.host) or len(hosts) == 1:
         return [hosts]
@@ -120,9 +160,8 @@ def judging_session(
     fleet_rule: bool = False,
     hosts: list[str] | None = None,
 ) -> Iterator[GuardSession]:
-    """The one session judging `hosts` (default: every opened host; one database): each by
-    its own facts (judge_each), or the fleet as one by the fleet rule (judge). Its paths are
-    every such host's tunnel."""
+    """The one session judging `hosts` (default: all; one database), each by its own facts
+    or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
     chosen = sorted(hosts or opened.sessions)
     (_, through), *others = [(h, opened.sessions[h]) for h in chosen]
     per_host = {host: opened.sessions[host].facts for host in chosen}
@@ -151,16 +190,13 @@ def judging_session(
         fallbacks=fallbacks,
         host_labels={host: opened.sessions[host].host for host in chosen},
     )
-    _take_over(session, through, settings)
-    try:
+    with contextlib.closing(session):
+        _take_over(session, through, settings)
         yield session
-    finally:
-        session.close()
 
 
 def _take_over(session: GuardSession, through: GuardSession, settings: FabricSettings) -> None:
-    """The judging session's intake identity, and the connection its first path's host
-    opened already (one host alone), if any."""
+    """The intake identity, and the connection one host alone opened already, if any."""
     if (opened := through.handover()) is not None:
         session.adopt(opened)
     drain = settings.drain
@@ -170,7 +206,7 @@ def _take_over(session: GuardSession, through: GuardSession, settings: FabricSet
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
     """The fleet's one judgment failed: its cause said once, each host not judged by it
-    (a fleet of one host: the failure is that host's own)."""
+    (one host alone: the failure is its own)."""
     if len(hosts) == 1:
         return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")

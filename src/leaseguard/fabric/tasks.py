@@ -1,64 +1,133 @@
-"""Fabric tasks `guard`, `drain` and `resume`: a thin front over the core.
+"""Fabric tasks `guard`, `drain` and `resume` (fabfile.py: `ns = collection()`).
 
-`fab -H app1,app2 guard` checks all hosts in parallel and exits once, with the worst
-status (1 if any check failed, else 75 if any host defers, else 0). Fabric itself would
-run a task once per host, serially; the fleet executor (leaseguard.fabric.fleet) hands our
-tasks the whole host list instead, and is installed through this collection.
+Each task runs once with every -H host (leaseguard.fabric.fleet) and exits with the worst
+status. What a task runs is imported when it runs: loading the collection imports no psycopg.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from typing import Any
 
-from fabric import Executor
+from fabric import Executor, task
 from invoke.collection import Collection
+from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
 from leaseguard.core.errors import EXIT_USAGE
-from leaseguard.fabric.drain_task import drain
-from leaseguard.fabric.fleet import FleetExecutor
-from leaseguard.fabric.guard_task import guard
-from leaseguard.fabric.resume_task import resume
+from leaseguard.fabric.fleet import FleetExecutor, fleet
 from leaseguard.fabric.settings import CONNECTION_KEYS, env_defaults, settings_from_config
 
 
-def collection() -> Collection:
-    """The task collection a fabfile exposes: `ns = collection()`.
+@task(
+    help={"json_": "print a JSON list (one object per host) instead of timeline lines"},
+)
+@fleet
+def guard(c: Context, json_: bool = False) -> None:
+    """Judge every host's live leases: exit 0 proceed, 75 defer, 1 failed.
 
-    Also hands the running `fab` program the fleet executor. A collection's own config is
-    merged only after the executor is chosen, so `tasks.executor_class` there would come
-    too late; a user's fabric.yaml may still set it explicitly.
-
-    Its config names every `leaseguard:` key, unset, so that `FABRIC_LEASEGUARD_*`
-    environment variables reach them (invoke loads them after the collection's config).
+    The hosts are looked up in parallel, then judged together: one query over one database
+    connection (through the first host's tunnel), each host by its own facts.
     """
-    _use_fleet_executor()
+    from leaseguard.fabric.hosts import guard_hosts
+
+    guard_hosts(c, json_)
+
+
+@task(
+    help={
+        "deadline_s": "give up after N seconds (default and maximum: the longest remaining "
+        "lease seen at the start)",
+        "poll_s": "seconds between polls (default 5)",
+        "pause_cron_job": "pg_cron job to deactivate during the drain and reactivate after "
+        "(repeatable); shared intake: paused once for all hosts, resumed after the last",
+        "resume_retry_s": "retry a failed resume for up to N seconds (default 60)",
+        "json_": "print a JSON list (one object per host; one, host fleet, for a fleet "
+        "drain) instead of timeline lines",
+        "status_file": "rewrite a JSON snapshot of the drain (every host) here after every "
+        "poll; read it with `leaseguard status PATH`",
+        "metrics_file": "rewrite Prometheus text metrics here after every poll",
+        "run": "once drained, run this shell command on every host with intake still held; "
+        "intake is given back only after every host's command has ended (exit status: the "
+        "first failing host's)",
+    },
+    iterable=["pause_cron_job"],
+)
+@fleet
+def drain(
+    c: Context,
+    deadline_s: float | None = None,
+    poll_s: float | None = None,
+    pause_cron_job: list[str] | None = None,
+    resume_retry_s: float | None = None,
+    json_: bool = False,
+    status_file: str | None = None,
+    metrics_file: str | None = None,
+    run: str | None = None,
+) -> None:
+    """Pause intake, wait until no live lease remains (lease-bounded), resume intake.
+
+    With pg_cron jobs to pause (shared intake), the fleet is drained as one: intake is
+    held once, the wait judges every host's facts with the fleet rule, and intake is
+    given back once, after the wait (and after --run's command on every host), on every
+    exit path (Ctrl-C, SIGTERM and SIGHUP included).
+    """
+    from leaseguard.fabric.drain_hosts import drain_hosts
+
+    drain_hosts(
+        c,
+        deadline_s=deadline_s,
+        poll_s=poll_s,
+        pause_cron_job=pause_cron_job,
+        resume_retry_s=resume_retry_s,
+        json_=json_,
+        status_file=status_file,
+        metrics_file=metrics_file,
+        run=run,
+    )
+
+
+@task(
+    help={
+        "job": "only this recorded job (repeatable; default: every recorded job)",
+        "json_": "print what was resumed as JSON",
+    },
+    iterable=["job"],
+)
+@fleet
+def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> None:
+    """Give back the intake pauses a drain recorded and never resumed (through the first host).
+
+    Jobs an operator disabled without a drain have no record and are never touched.
+    """
+    from leaseguard.fabric.hosts import resume_through_first
+
+    resume_through_first(c, json_, job)
+
+
+def collection() -> Collection:
+    """The task collection a fabfile exposes; also hands the running `fab` the fleet executor
+    (a collection's own config is merged too late to choose it) and names every
+    `leaseguard:` key, unset, so that `FABRIC_LEASEGUARD_*` variables reach them."""
+    import fabric.main
+
+    program = getattr(fabric.main, "program", None)
+    if program is not None:
+        if program.executor_class is Executor:
+            program.executor_class = FleetExecutor
+        _usage_errors_exit_2(program)
     ns = Collection(guard, drain, resume)
     ns.configure(env_defaults())
     return ns
 
 
-def _use_fleet_executor() -> None:
-    import fabric.main
-
-    program = getattr(fabric.main, "program", None)
-    if program is None:
-        return
-    if program.executor_class is Executor:
-        program.executor_class = FleetExecutor
-    _usage_errors_exit_2(program)
-
-
 def _usage_errors_exit_2(program: Any) -> None:
-    """A flag or task invoke cannot parse (`guard --bogus`, `--bogus guard`, a task name, a
-    task flag's missing value) exits 2.
+    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed").
 
-    invoke exits 1 on a ParseError, which reads as "the check failed". Its first pass over
-    the command line takes only the flags it knows and leaves everything else, unknown flags
-    before the task name included, to parse_tasks, which runs after the fabfile loads; so
-    wrapping the running program's parse_tasks here turns those errors into usage errors.
-    Only a core flag's own bad value (`fab -H` with nothing after it) fails in that first
-    pass, before any fabfile exists, and keeps invoke's status (README, "Exit codes").
+    invoke leaves every word it does not know to parse_tasks, which runs after the fabfile
+    loads, so wrapping it catches them all; only a core flag's own bad value (`fab -H` with
+    nothing after it) fails before and keeps invoke's status.
     """
     parse_tasks = program.parse_tasks
     if getattr(parse_tasks, "leaseguard_usage", False):
@@ -78,11 +147,7 @@ def _usage_errors_exit_2(program: Any) -> None:
 
 
 def _did_you_mean(message: str, program: Any) -> str:
-    """ "; did you mean 'guard'?" for invoke's "No idea what 'gaurd' is!", from the
-    collection's task names and their flags."""
-    import difflib
-    import re
-
+    """ "; did you mean 'guard'?" for "No idea what 'gaurd' is!", from task and flag names."""
     unknown = re.match(r"No idea what '([^']+)' is!", message)
     collection = getattr(program, "collection", None)
     if unknown is None or collection is None:
@@ -96,12 +161,4 @@ def _did_you_mean(message: str, program: Any) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-__all__ = [
-    "CONNECTION_KEYS",
-    "FleetExecutor",
-    "collection",
-    "drain",
-    "guard",
-    "resume",
-    "settings_from_config",
-]
+__all__ = ["CONNECTION_KEYS", "collection", "drain", "guard", "resume", "settings_from_config"]

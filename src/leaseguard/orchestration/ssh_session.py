@@ -1,6 +1,6 @@
-"""A guard session over SSH: lookups on the host, the database through a tunnel.
+"""One host's guard session: its lookups, and the database through a tunnel to the host.
 
-Kept apart from leaseguard.orchestration.session so that a local session (`leaseguard check`)
+Apart from leaseguard.orchestration.session, so that a local session (`leaseguard check`)
 never imports Fabric or paramiko.
 """
 
@@ -9,22 +9,74 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Unpack
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.host_lookup import HostLookup, look_up_host
-from leaseguard.adapters.runtime import Given
+from leaseguard.adapters.runtime import Runner
 from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
+from leaseguard.adapters.ssh_connect import open_connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
 from leaseguard.orchestration.session import Conn, GuardSession
 
-if TYPE_CHECKING:  # Fabric itself is imported by adapters.ssh, which names the extra if missing
+if TYPE_CHECKING:  # adapters.ssh imports Fabric, naming the extra if it is missing
     from fabric import Connection
+
+# A database path: the conninfo to connect with, and the tunnel it goes through (or None).
+Path = AbstractContextManager[tuple[str, DatabaseTunnel | None]]
+
+
+@contextmanager
+def tunnelled(
+    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
+) -> Iterator[tuple[str, DatabaseTunnel]]:
+    """`conninfo` reaching `address` through a tunnel over `connection`, and the tunnel.
+
+    Its host and port become the tunnel's local end, so the database needs no exposed
+    port. The connection (and its jump hosts') is closed at the end, on every path.
+    """
+    try:
+        reject_hostaddr(conninfo)
+        with forwarded(connection, address, probe=probe) as tunnel:
+            yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
+    finally:
+        connection.close()
+
+
+@contextmanager
+def host_session(
+    contract: Contract,
+    runner: Runner,
+    path: Path,
+    *,
+    connect: bool = True,
+    look_up: Callable[..., HostLookup] = look_up_host,
+    **given: Any,
+) -> Iterator[GuardSession]:
+    """A host's session: `look_up` (its lookups and clock, one exec) runs on a thread while
+    `path` opens and, with `connect`, the guard's connection opens through it. Failures are
+    reported in the order of the steps: the path's, the lookups', the connection's."""
+    lookup = Background(look_up, contract, runner, **given)
+    try:
+        with path as (conninfo, tunnel):
+            early = connect_early(contract, conninfo, tunnel) if connect else None
+            looked_up, opened = await_lookup(lookup.result, early)
+            session = GuardSession(
+                contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
+            )
+            if opened is not None:
+                session.adopt(opened)
+            try:
+                yield session
+            finally:
+                session.close()
+    finally:
+        lookup.join()
 
 
 @contextmanager
@@ -35,37 +87,18 @@ def ssh_session(
     address: DatabaseAddress,
     *,
     connect: bool = False,
-    **given: Unpack[Given],
+    **given: Any,
 ) -> Iterator[GuardSession]:
-    """A session over SSH: the tunnel to the database, then the lookups (one exec).
-
-    With `connect` (the host whose tunnel the judgment runs through first) the guard's
-    connection opens through the tunnel while the lookups run; otherwise none is opened, nor
-    probed. A database address the host cannot reach fails that connection at once, naming
-    the tunnel's cause (`DatabaseTunnel.failure`), after a failed lookup's own error.
-    """
-    with tunnelled(connection, conninfo, address, probe=False) as (tunnelled_dsn, tunnel):
+    """A host's session over one Fabric connection, carrying both its lookups and its tunnel
+    (opened first: the lookups' thread and the tunnel then share it)."""
+    try:
+        open_connection(connection)
+        path = tunnelled(connection, conninfo, address, probe=False)
         runner = FabricRunner(connection)
-        if connect:
-            lookup = Background(look_up_host, contract, runner, **given)
-            early = connect_early(contract, tunnelled_dsn, tunnel)
-            looked_up, opened = await_lookup(lookup.result, early)
-        else:
-            looked_up, opened = look_up_host(contract, runner, **given), None
-        session = GuardSession(
-            contract,
-            tunnelled_dsn,
-            looked_up.facts,
-            runner,
-            tunnel,
-            host_minus_here=looked_up.clock,
-        )
-        if opened is not None:
-            session.adopt(opened)
-        try:
+        with host_session(contract, runner, path, connect=connect, **given) as session:
             yield session
-        finally:
-            session.close()
+    finally:
+        connection.close()
 
 
 class Background(threading.Thread):
@@ -94,12 +127,8 @@ class Background(threading.Thread):
 def connect_early(
     contract: Contract, dsn: str, tunnel: DatabaseTunnel | None = None
 ) -> Conn | LeaseguardError:
-    """The guard's connection, opened while the lookups' exec runs (a login shell's time).
-
-    Opened as GuardSession opens it: read-only. A failure is returned, to be reported after
-    the lookups' own (`await_lookup`), naming the tunnel's failure when there is one. The
-    Ansible front's one-host check.
-    """
+    """The guard's (read-only) connection, opened while the lookups run; a failure is
+    returned, naming the tunnel's cause when there is one, to be raised after theirs."""
     try:
         return connect(dsn, contract.connect_timeout_s)
     except DatabaseUnavailable as exc:
@@ -111,11 +140,8 @@ def connect_early(
 def await_lookup(
     lookup: Callable[[], HostLookup], early: Conn | LeaseguardError | None
 ) -> tuple[HostLookup, Conn | None]:
-    """The lookups' result and the early connection; a failed lookup is reported first.
-
-    The order the steps had when they ran one after another: a failed lookup first (the
-    early connection, if it opened, is closed), then a connection that failed.
-    """
+    """The lookups' result and the early connection: a failed lookup first (the connection,
+    if it opened, closed), then a connection that failed."""
     try:
         looked_up = lookup()
     except BaseException:
@@ -125,26 +151,3 @@ def await_lookup(
     if isinstance(early, LeaseguardError):
         raise early
     return looked_up, early
-
-
-@contextmanager
-def tunnelled_conninfo(
-    connection: Connection, conninfo: str, address: DatabaseAddress
-) -> Iterator[str]:
-    """`conninfo` (dbname, user, password, ...) reaching `address` through a tunnel.
-
-    Its host and port are replaced by the tunnel's local end, so the database never needs
-    an exposed port. Shared by the Fabric tasks and the Ansible plugins.
-    """
-    with tunnelled(connection, conninfo, address) as (tunnelled_dsn, _):
-        yield tunnelled_dsn
-
-
-@contextmanager
-def tunnelled(
-    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
-) -> Iterator[tuple[str, DatabaseTunnel]]:
-    """tunnelled_conninfo's conninfo and the tunnel itself (a session's Link)."""
-    reject_hostaddr(conninfo)
-    with forwarded(connection, address, probe=probe) as tunnel:
-        yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
