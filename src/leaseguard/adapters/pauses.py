@@ -81,13 +81,6 @@ class PauseRecord:
     action: str = "drain"
     token: str = ""
 
-    def warning(self) -> str:
-        return (
-            f"pg_cron job {self.job} is still paused: paused at {self.paused_at} by {self.by} "
-            f"(for: {self.action}) and not given back yet; if that run is gone, give it back "
-            f"with {RESUME_HINT}"
-        )
-
     def as_dict(self) -> dict[str, str]:
         return {"job": self.job, "paused_at": self.paused_at, "by": self.by, "action": self.action}
 
@@ -253,7 +246,12 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
-    return [r.warning() for r in records if exclude_by is None or r.by != exclude_by]
+    return [
+        f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
+        f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
+        for r in records
+        if exclude_by is None or r.by != exclude_by
+    ]
 
 
 def scan_leftovers(
@@ -292,9 +290,7 @@ def _record(conn: psycopg.Connection[Any], record: PauseRecord) -> None:
 
 
 def _forget(conn: psycopg.Connection[Any], names: list[str]) -> None:
-    conn.execute(
-        "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (list(names),)
-    )
+    conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
 
 
 def _parse(name: str, command: str) -> PauseRecord:

@@ -18,7 +18,6 @@ from leaseguard.core.budgets.command import (
     UnparseableCommand,
     format_budget,
     format_optional,
-    normalise_schedule,
     parse_live_command,
 )
 from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
@@ -243,7 +242,7 @@ def _plan_job(
     changes = tuple(
         change
         for change, differs in (
-            ("schedule", normalise_schedule(live.schedule) != job.schedule),
+            ("schedule", " ".join(live.schedule.split()) != job.schedule),
             ("function", parsed.function != job.function),
             ("budget", parsed.budget_ms != job.budget_ms),
             ("database", database is not None and live.database != database),
