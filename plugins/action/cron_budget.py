@@ -5,6 +5,8 @@ options to `converge_jobs`/`resume_holds`, their plans to Ansible's return value
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     database_conninfo,
@@ -33,10 +35,12 @@ class ActionModule(LeaseguardAction):
         if args["resume_recorded"]:
             outcome = resume_holds(database_conninfo(self, args), **common)
             resumed = outcome["resumed"]
-            msg = f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
-            if check_mode:
-                return {"changed": bool(outcome["records"]), "host": host, **outcome}
-            return {"changed": bool(outcome["records"]), "host": host, **outcome, "msg": msg}
+            result = {"changed": bool(outcome["records"]), "host": host, **outcome}
+            if not check_mode:
+                result["msg"] = (
+                    f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
+                )
+            return result
         declared = task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
         plan, switched = converge_jobs(
             database_conninfo(self, args),
@@ -82,9 +86,7 @@ def _result(plan, switched, check_mode, host):
     diff = plan.diff() if plan is not None else {"before": {}, "after": {}}
     parts = []
     if plan is not None:
-        counts = {}
-        for job in plan.jobs:
-            counts[str(job.action)] = counts.get(str(job.action), 0) + 1
+        counts = Counter(str(job.action) for job in plan.jobs)
         done = _TO_DO if check_mode else _DONE
         parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
     if switched is not None:
