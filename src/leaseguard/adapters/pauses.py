@@ -207,19 +207,17 @@ def wait_quiet(
     hold: Hold,
     *,
     timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Return once no run of the held jobs is in progress, or fail closed naming them."""
     if not hold.jobids:
         return
-    started = clock()
+    started = time.monotonic()
     with connect() as conn:
         while True:
             with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
                 row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
             running = int(row[0]) if row else 0
-            waited = clock() - started
+            waited = time.monotonic() - started
             if running == 0 and waited >= QUIET_SETTLE_S:
                 return
             if waited > timeout_s:
@@ -228,7 +226,7 @@ def wait_quiet(
                     f"{', '.join(hold.jobs)} still in progress {timeout_s:g}s after the pause; "
                     "not judging while intake may still claim"
                 )
-            sleep(0.1)
+            time.sleep(0.1)
 
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:

@@ -48,14 +48,9 @@ class Intake(Protocol):
 
 @dataclass
 class CronJobsPause:
-    """Hold named pg_cron jobs for an action, and let go of exactly this hold after it.
-
-    A name matching no job this role sees fails the hold before anything is switched (a typo
-    would leave intake running). Holds are counted and recorded (`leaseguard.adapters.pauses`).
-    After the pause, runs already in progress are waited for. The release is retried with
-    backoff for `retry_s`, each attempt over a fresh path from `connect`; if it still fails,
-    the error names the held jobs and the command that gives them back.
-    """
+    """Hold named pg_cron jobs for an action (waiting for runs already going), and let go of
+    exactly this hold after it, retried with backoff for `retry_s`, each attempt over a fresh
+    path from `connect`; then failing, naming the held jobs and how to give them back."""
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
@@ -64,8 +59,6 @@ class CronJobsPause:
     retry_s: float = DEFAULT_RESUME_RETRY_S
     resume_hint: str = RESUME_HINT
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
-    sleep: Callable[[float], None] = time.sleep
-    clock: Callable[[], float] = time.monotonic
     hold: Hold | None = field(default=None, init=False)
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
@@ -99,7 +92,7 @@ class CronJobsPause:
         if self.hold is None or not self.hold.jobs:
             self.hold = None
             return
-        give_up_at = self.clock() + self.retry_s
+        give_up_at = time.monotonic() + self.retry_s
         delay, attempt = 0.5, 0
         while True:
             attempt += 1
@@ -108,7 +101,7 @@ class CronJobsPause:
                     released = release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
-                if self.clock() + delay > give_up_at:
+                if time.monotonic() + delay > give_up_at:
                     message = (
                         f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) "
                         f"{', '.join(self.paused)} after {attempt} attempt(s) over "
@@ -125,7 +118,7 @@ class CronJobsPause:
                     delay,
                     self.retry_s,
                 )
-                self.sleep(delay)
+                time.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self.resumed = released.resumed
         for name in released.resumed:
@@ -228,8 +221,11 @@ def intake_hold(
         ):
             yield conn
 
-    def cron() -> CronJobsPause:
-        return CronJobsPause(
+    held = state == "held"
+    hold = {} if held else (hold or {})
+    cron = command = None
+    if pause_cron_jobs if held else hold.get("cron"):
+        cron = CronJobsPause(
             cron_connection,
             pause_cron_jobs,
             by=drain_identity(f"ansible-playbook {action}"),
@@ -238,46 +234,38 @@ def intake_hold(
             resume_hint=resume_hint,
             quiet_timeout_s=quiet_timeout_s,
         )
-
-    if state == "held":
-        cron_part = cron() if pause_cron_jobs else None
-        command = CommandPause(runner, pause_command, resume_command) if pause_command else None
-        parts: list[Intake] = [part for part in (cron_part, command) if part is not None]
-        if not parts:
-            return {"changed": False, "hold": None, "msg": intake_line(None)}
-        intake = Intakes(parts)
-        try:
-            intake.pause()
-        except BaseException:
-            intake.resume()  # what was taken before the failure; then the failure itself
-            raise
-        taken = cron_part.hold if cron_part else None
-        held = intake.paused_intake()
+        if not held:
+            cron.adopt(Hold.from_dict(hold["cron"]))
+    if pause_command if held else (hold.get("command") and resume_command):
+        command = CommandPause(runner, pause_command, resume_command, paused=not held)
+    parts: list[Intake] = [part for part in (cron, command) if part is not None]
+    if not held:
+        intake = Intakes(parts, held=True)
+        given_back = intake.paused_intake()
+        intake.resume()  # every part attempted, in reverse; the first failure raised
         return {
-            "changed": bool(held),
-            "hold": {
-                "cron": taken.as_dict() if taken else None,
-                "command": bool(pause_command),
-                "what": held,
-            },
-            "paused": list(taken.switched) if taken else [],
-            "msg": intake_line(tuple(held)),
+            "changed": bool(given_back),
+            "released": given_back,
+            "resumed": list(cron.resumed) if cron else [],
+            "msg": "intake given back",
         }
-    hold = hold or {}
-    cron_part = None
-    parts = []
-    if hold.get("cron"):
-        cron_part = cron()
-        cron_part.adopt(Hold.from_dict(hold["cron"]))
-        parts.append(cron_part)
-    if hold.get("command") and resume_command:
-        parts.append(CommandPause(runner, [], resume_command, paused=True))
-    intake = Intakes(parts, held=True)
-    given_back = intake.paused_intake()
-    intake.resume()  # every part attempted, in reverse; the first failure raised
+    if not parts:
+        return {"changed": False, "hold": None, "msg": intake_line(None)}
+    intake = Intakes(parts)
+    try:
+        intake.pause()
+    except BaseException:
+        intake.resume()  # what was taken before the failure; then the failure itself
+        raise
+    taken = cron.hold if cron else None
+    what = intake.paused_intake()
     return {
-        "changed": bool(given_back),
-        "released": given_back,
-        "resumed": list(cron_part.resumed) if cron_part else [],
-        "msg": "intake given back",
+        "changed": bool(what),
+        "hold": {
+            "cron": taken.as_dict() if taken else None,
+            "command": bool(pause_command),
+            "what": what,
+        },
+        "paused": list(taken.switched) if taken else [],
+        "msg": intake_line(tuple(what)),
     }
