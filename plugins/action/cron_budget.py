@@ -8,9 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    database_conninfo,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import database_conninfo
 
 try:  # noqa: SIM105 (ansible-test's import check reads this form)
     from leaseguard.api import converge_jobs, resume_holds, task_budgets

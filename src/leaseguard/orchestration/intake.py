@@ -46,7 +46,7 @@ class Intake(Protocol):
     def paused_intake(self) -> list[str]: ...
 
 
-@dataclass
+@dataclass(eq=False)
 class CronJobsPause:
     """Hold named pg_cron jobs for an action (waiting for runs already going), and let go of
     exactly this hold after it, retried with backoff for `retry_s`, each attempt over a fresh
@@ -132,7 +132,7 @@ class CronJobsPause:
         self.hold = None
 
 
-@dataclass
+@dataclass(eq=False)
 class CommandPause:
     """Run a configured pause command on the host before waiting, and its resume after."""
 
