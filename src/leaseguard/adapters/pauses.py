@@ -1,13 +1,11 @@
 """Intake holds: pg_cron jobs paused for an action, counted per holder, recorded in cron.job.
 
-Several runs may hold one job at once (two drains, a rolling deploy's batches, a migration
-beside a restart): each holder writes its own record, and only the LAST to let go gives the
-job back. A record is an inactive cron.job row ``leaseguard-paused:<job>@<token>`` made with
-pg_cron's own API, so it needs no privilege beyond the pause, commits or rolls back with it,
-is visible to exactly the roles that see the job, and never runs (31 February, `SELECT 1`).
-Holds are taken and released under one advisory lock, so two holders never both decide
-"someone else still holds it". Later runs warn about records left over; `leaseguard resume`
-gives back exactly the recorded jobs, never one an operator disabled (it has no record).
+Several runs may hold one job at once (drains, a rolling deploy's batches, a migration): each
+writes its own record, an inactive never-firing cron.job row ``leaseguard-paused:<job>@<token>``
+made with pg_cron's own API (no privilege beyond the pause; it commits or rolls back with it),
+and only the LAST to let go gives the job back, all under one advisory lock. Records left over
+are warned about; `leaseguard resume` gives back exactly the recorded jobs, never an
+operator's (it has no record).
 """
 
 from __future__ import annotations
