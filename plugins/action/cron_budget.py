@@ -1,32 +1,17 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/).
-
-Runs on the controller and reaches cron.job through the same tunnel as lease_guard. The
-decisions and the all-or-nothing policy are the core's; this front maps the options and
-turns refusals into a failure. Check mode computes the same plan and skips the writes.
-"""
+"""Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/): the
+options to `converge_jobs`/`resume_holds`, their plans to Ansible's return values."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    ConfigError,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    database_conninfo,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import database_conninfo
 
 try:  # noqa: SIM105 (ansible-test's import check reads this form)
-    from leaseguard.api import (
-        budget_config_from_mapping,
-        connect,
-        converge_budgets,
-        read_records,
-        resume_pauses,
-        set_jobs_active,
-        validate_active,
-    )
+    from leaseguard.api import converge_jobs, resume_holds, task_budgets
 except ImportError:  # require_leaseguard() reports it
     pass
 
@@ -40,66 +25,35 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         check_mode = bool(self._task.check_mode)
-        cron_database = args["cron_database"] or None
-        timeout = args["connect_timeout_s"]
+        common = dict(
+            cron_database=args["cron_database"] or None,
+            check_mode=check_mode,
+            connect_timeout_s=args["connect_timeout_s"],
+        )
         if args["resume_recorded"]:
-            with database_conninfo(self, args) as conninfo:
-                if check_mode:
-                    with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
-                        records = [r.as_dict() for r in read_records(conn)]
-                    return {
-                        "changed": bool(records),
-                        "host": host,
-                        "records": records,
-                        "resumed": [],
-                    }
-                outcome = resume_pauses(
-                    conninfo, cron_database=cron_database, connect_timeout_s=timeout
-                )
+            outcome = resume_holds(database_conninfo(self, args), **common)
             resumed = outcome["resumed"]
-            msg = f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
-            return {"changed": bool(outcome["records"]), "host": host, **outcome, "msg": msg}
-        declared = _declared(args)
-        active = validate_active(args["active"]) if args["active"] else {}
-        plan = switched = None
-        with database_conninfo(self, args) as conninfo:
-            if declared is not None:
-                plan = converge_budgets(
-                    conninfo,
-                    declared,
-                    cron_database=cron_database,
-                    on_drift=args["on_drift"],
-                    check_mode=check_mode,
-                    connect_timeout_s=timeout,
+            result = {"changed": bool(outcome["records"]), "host": host, **outcome}
+            if not check_mode:
+                result["msg"] = (
+                    f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
                 )
-                if plan.refusals:
-                    return _refused(plan, host)
-            if active:
-                with connect(conninfo, timeout, writable=True, dbname=cron_database) as conn:
-                    switched = set_jobs_active(conn, active, check_mode=check_mode)
+            return result
+        declared = task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
+        plan, switched = converge_jobs(
+            database_conninfo(self, args),
+            declared,
+            active=args["active"],
+            on_drift=args["on_drift"],
+            **common,
+        )
+        if plan is not None and plan.refusals:
+            return _refused(plan, host)
         return _result(plan, switched, check_mode, host)
 
 
-def _declared(args):
-    """The declared budgets of `environment`, or None when the task declares no jobs."""
-    if args["jobs"] is None:
-        if args["overrides"]:
-            raise ConfigError("overrides without jobs: declare the jobs they override")
-        return None
-    environment = args["environment"] or None
-    if args["overrides"] and environment is None:
-        raise ConfigError(
-            "overrides need environment: the environment they belong to (e.g. production) "
-            "is named in every report and warning"
-        )
-    section = {"jobs": args["jobs"]}
-    if environment is not None:
-        section["overrides"] = {environment: args["overrides"] or {}}
-    return budget_config_from_mapping(section).declare(environment)
-
-
 def _refused(plan, host):
-    """The core wrote nothing (plan.refusals); the task fails saying why and how to go on."""
+    """Nothing was written (plan.refusals); the task fails saying why and how to go on."""
     guidance = (
         "declare the live budget as an override for this environment (overrides, "
         "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
@@ -130,9 +84,7 @@ def _result(plan, switched, check_mode, host):
     diff = plan.diff() if plan is not None else {"before": {}, "after": {}}
     parts = []
     if plan is not None:
-        counts = {}
-        for job in plan.jobs:
-            counts[str(job.action)] = counts.get(str(job.action), 0) + 1
+        counts = Counter(str(job.action) for job in plan.jobs)
         done = _TO_DO if check_mode else _DONE
         parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
     if switched is not None:

@@ -1,14 +1,9 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.intake_hold (documented in plugins/modules/).
-
-`state: held` takes the hold (and waits for runs already in progress), `state: released`
-lets go of exactly that hold; a pg_cron job comes back only when its last holder lets go.
-"""
+"""Action plugin for leaseguard.deploy.intake_hold (documented in plugins/modules/): the
+options to `intake_hold`, with the host's runner and a fresh path to cron.job."""
 
 from __future__ import annotations
-
-from contextlib import contextmanager
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     intake_hold_role_variables,
@@ -20,19 +15,11 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front imp
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
-    database_path,
+    database_conninfo,
 )
 
 try:  # noqa: SIM105 (ansible-test's import check reads this form)
-    from leaseguard.api import (
-        CommandPause,
-        CronJobsPause,
-        Hold,
-        Intakes,
-        connect,
-        drain_identity,
-        intake_line,
-    )
+    from leaseguard.api import intake_hold
 except ImportError:  # reported by require_leaseguard() before act() runs
     pass
 
@@ -45,80 +32,23 @@ class ActionModule(LeaseguardAction):
     def act(self, args, host, task_vars):
         if self._task.check_mode:
             return {"changed": False, "hold": None, "msg": "check mode: intake not held"}
-        with drain_events(host) as events:
-            held = args["state"] == "held"
-            result = self._hold(args, host) if held else self._release(args, host)
-        return {**result, "events": events}
-
-    def _hold(self, args, host):
-        parts = []
-        if args["pause_cron_jobs"]:
-            parts.append(self._cron(args, host))
-        if args["pause_command"]:
-            runner = AnsibleRunner(self, host)
-            parts.append(CommandPause(runner, args["pause_command"], args["resume_command"]))
-        if not parts:
-            return {"changed": False, "hold": None, "msg": intake_line(None)}
-        intake = Intakes(parts)
-        try:
-            intake.pause()
-        except BaseException:
-            intake.resume()  # what was taken before the failure; then the failure itself
-            raise
-        cron = parts[0].hold if args["pause_cron_jobs"] else None
-        held = intake.paused_intake()
-        return {
-            "changed": bool(held),
-            "hold": {
-                "cron": cron.as_dict() if cron else None,
-                "command": bool(args["pause_command"]),
-                "what": held,
-            },
-            "paused": list(cron.switched) if cron else [],
-            "msg": intake_line(tuple(held)),
-        }
-
-    def _release(self, args, host):
-        hold = args["hold"] or {}
-        parts = []
-        if hold.get("cron"):
-            cron = self._cron(args, host)
-            cron.adopt(Hold.from_dict(hold["cron"]))
-            parts.append(cron)
-        if hold.get("command") and args["resume_command"]:
-            command = CommandPause(AnsibleRunner(self, host), [], args["resume_command"])
-            command.adopt()
-            parts.append(command)
-        intake = Intakes(parts, held=True)
-        given_back = intake.paused_intake()
-        intake.resume()  # every part attempted, in reverse; the first failure raised
-        resumed = list(parts[0].resumed) if hold.get("cron") else []
-        return {
-            "changed": bool(given_back),
-            "released": given_back,
-            "resumed": resumed,
-            "msg": "intake given back",
-        }
-
-    def _cron(self, args, host):
-        action = f"{args['action']} ({host})"
-        return CronJobsPause(
-            lambda: self._cron_connection(args),
-            args["pause_cron_jobs"],
-            by=drain_identity(f"ansible-playbook {action}"),
-            action=action,
-            retry_s=args["resume_retry_s"],
-            resume_hint=RESUME_HINT,
-            quiet_timeout_s=args["quiet_timeout_s"],
-        )
-
-    @contextmanager
-    def _cron_connection(self, args):
-        """A fresh path to cron.job each time (tunnel included), as the intake's own role."""
-        cron_args = dict(args)
+        cron_args = dict(args)  # pg_cron as the intake's own role
         if args["cron_user"]:
             cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])
-        with database_path(self, cron_args) as (conninfo, _tunnel):
-            timeout = args["connect_timeout_s"]
-            with connect(conninfo, timeout, writable=True, dbname=args["cron_database"]) as conn:
-                yield conn
+        with drain_events(host) as events:
+            result = intake_hold(
+                args["state"],
+                cron_path=lambda: database_conninfo(self, cron_args),
+                runner=AnsibleRunner(self, host),
+                pause_cron_jobs=args["pause_cron_jobs"],
+                pause_command=args["pause_command"],
+                resume_command=args["resume_command"],
+                hold=args["hold"],
+                action=f"{args['action']} ({host})",
+                cron_database=args["cron_database"],
+                connect_timeout_s=args["connect_timeout_s"],
+                resume_retry_s=args["resume_retry_s"],
+                quiet_timeout_s=args["quiet_timeout_s"],
+                resume_hint=RESUME_HINT,
+            )
+        return {**result, "events": events}

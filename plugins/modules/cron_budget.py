@@ -10,21 +10,13 @@ short_description: Declare pg_cron jobs' statement budgets per environment, with
 version_added: 0.1.0
 description:
   - Creates or updates pg_cron jobs whose command sets C(statement_timeout) to the job's
-    budget, then selects the job's function without arguments.
-  - An environment's O(overrides) win over the budgets of O(jobs), so production keeps
-    C(publish=6s) while staging and the code keep C(3s).
-  - A live budget that differs from a default no override declares is B(drift); the task
-    B(fails) listing each drifted job and writes nothing at all, also for the other jobs,
-    unless O(on_drift=apply). Lowering a live budget always warns.
-  - A live command outside the template's grammar, or several jobs sharing a name, is
-    refused the same way.
-  - O(active) pauses or resumes jobs by name; RV(paused) lists the jobs this run
-    deactivated, so that exactly those are resumed later.
-  - Runs on the controller, reaching the database through an SSH tunnel as
-    M(leaseguard.deploy.lease_guard) does, with a role allowed to call
-    C(cron.schedule)/C(cron.alter_job) (and C(cron.schedule_in_database)).
-  - Invalid input (a function name with a semicolon, a budget of V(0) or V(abc)) fails
-    naming the job and key before anything is read. Messages never contain a secret.
+    budget, then selects the job's function. An environment's O(overrides) win over O(jobs).
+  - A live budget differing from a default no override declares is B(drift), and a live
+    command outside the template or a name shared by several jobs is refused; either way the
+    task B(fails) and writes no job at all, unless O(on_drift=apply) for drift. Lowering a
+    live budget always warns. Invalid input fails naming the job and key before any read.
+  - O(active) pauses or resumes jobs by name. Runs on the controller, through an SSH tunnel
+    as M(leaseguard.deploy.lease_guard) does. Messages never contain a secret.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -38,45 +30,37 @@ options:
     description:
       - The jobs by name, each C(schedule), C(function) (C(schema.name), lower case) and
         C(budget) (the default, such as V(3s), V(1500ms), V(1min) or a number of ms).
-      - Jobs not named here are left alone.
+        Jobs not named here are left alone.
     type: dict
   overrides:
-    description:
-      - This environment's budgets by job name (e.g. C(publish=6s)); they win over O(jobs).
-      - Needs O(environment).
+    description: This environment's budgets by job name (e.g. C(publish=6s)); needs O(environment).
     type: dict
   environment:
     description: The environment whose O(overrides) these are, e.g. V(production).
     type: str
   on_drift:
-    description:
-      - A live budget differing from an undeclared default. V(report) fails the task and
-        changes nothing; V(apply) overwrites it.
+    description: Drift from a default; V(report) fails the task and changes nothing, V(apply) overwrites it.
     type: str
     choices: [report, apply]
     default: report
   cron_database:
-    description:
-      - The database holding C(cron.job) (C(cron.database_name)); the jobs run in O(db_name).
-      - If not set, O(db_name).
+    description: The database holding C(cron.job) (C(cron.database_name)), if not O(db_name).
     type: str
   active:
     description:
-      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs).
-      - A missing job is skipped with a warning; a name shared by several jobs fails.
+      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs). A
+        missing job is skipped with a warning; a name shared by several jobs fails.
     type: dict
   resume_recorded:
     description:
-      - Give back the intake pauses drains recorded and never resumed (reactivate exactly
-        those jobs and delete their records, in one transaction), as C(leaseguard resume) does.
-      - In check mode only RV(records) is reported.
+      - Give back the intake pauses drains recorded and never resumed, as C(leaseguard
+        resume) does. In check mode only RV(records) is reported.
     type: bool
     default: false
 attributes:
   check_mode:
     support: full
-    description:
-      - The same plan and C(changed), read-only; drift fails in check mode too.
+    description: The same plan and C(changed), read-only; drift fails in check mode too.
   diff_mode:
     support: full
     description: Before and after of each declared job.
@@ -85,14 +69,9 @@ attributes:
     platforms: posix
     description: Runs on the controller; the database is reached through the host.
 notes:
-  - Concurrent runs are serialised by an advisory lock while they write.
-  - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]) (exit 3 where this
-    task fails).
+  - The CLI counterpart is C(leaseguard budgets --config FILE [--apply]) (exit 3 where this task fails).
 seealso:
   - module: leaseguard.deploy.lease_guard
-  - name: PostgreSQL statement_timeout
-    description: The budget each job sets before calling its function.
-    link: https://www.postgresql.org/docs/15/runtime-config-client.html#GUC-STATEMENT-TIMEOUT
 """
 
 EXAMPLES = r"""
@@ -100,20 +79,11 @@ EXAMPLES = r"""
   leaseguard.deploy.cron_budget:
     jobs:
       claim: {schedule: "* * * * *", function: public.claim_stats_projection_job_v1, budget: 3s}
-      compute: {schedule: "* * * * *", function: public.compute_stats_projection_job_v1, budget: 60s}
       publish: {schedule: "* * * * *", function: public.publish_stats_projection_job_v1, budget: 3s}
     overrides: "{{ leaseguard_cron_budget_overrides | default({}) }}"  # {publish: 6s} in production
     environment: "{{ leaseguard_environment }}"
     cron_database: postgres
     db_name: app
-    db_user: app_migrator
-  register: budgets
-  ignore_errors: true
-
-- name: Stop the deploy with the drift report
-  ansible.builtin.fail:
-    msg: "{{ budgets.msg }}"
-  when: budgets is failed and budgets.drift | default([]) | length > 0
 
 - name: Pause the claim job during a migration
   leaseguard.deploy.cron_budget:
@@ -140,30 +110,24 @@ on_drift:
   description: The drift policy used.
   returned: when O(jobs) is given
   type: str
-  sample: report
 applied:
   description: Whether the plan was written (false in check mode and when the task refused).
   returned: always
   type: bool
-  sample: true
 jobs:
   description:
     - One entry per declared job; C(state) is V(create), V(update), V(unchanged), V(drift),
-      V(unparseable) or V(ambiguous).
+      V(unparseable) or V(ambiguous); C(before) and C(after) hold the job's C(jobid),
+      C(schedule), C(command), C(budget), C(database) and C(active).
   returned: when O(jobs) is given
   type: list
   elements: dict
   sample:
     - {job: publish, state: unchanged, live_budget: 6s, declared_budget: 6s, default_budget: 3s,
        source: "override:production", function: public.publish_stats_projection_job_v1,
-       schedule: "* * * * *", changes: [], reason: "",
-       before: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-                command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"},
-       after: {jobid: 3, schedule: "* * * * *", budget: 6s, database: app, active: true,
-               command: "set statement_timeout = '6s'; select \"public\".\"publish_stats_projection_job_v1\"();"}}
+       schedule: "* * * * *", changes: [], reason: "", before: {}, after: {}}
 drift:
-  description:
-    - Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).
+  description: Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).
   returned: when O(jobs) is given
   type: list
   elements: dict
@@ -173,7 +137,6 @@ paused:
   returned: when O(active) is given
   type: list
   elements: str
-  sample: [claim]
 records:
   description: The recorded pauses found (job, paused_at, by), with O(resume_recorded).
   returned: when O(resume_recorded)
@@ -185,13 +148,11 @@ resumed:
   returned: when O(active) or O(resume_recorded) is given
   type: list
   elements: str
-  sample: []
 missing:
   description: Jobs named in O(active) that do not exist (skipped, with a warning).
   returned: when O(active) is given
   type: list
   elements: str
-  sample: []
 diff:
   description: Before and after per job, shown with C(--diff).
   returned: success

@@ -9,20 +9,16 @@ module: intake_hold
 short_description: Hold intake from before a verdict until the action is verified done
 version_added: 0.1.0
 description:
-  - A verdict is true for an instant; between a V(proceed) and a restart or migration a busy
-    intake claims work the action then kills. This module holds the intake from before the
-    final verdict (O(state=held)) and lets go of exactly that hold once the action is
-    verified (O(state=released)).
-  - The intake is pg_cron jobs (O(pause_cron_jobs)), shared by the fleet, and/or a command
-    run on the host (O(pause_command), then O(resume_command)).
-  - Holds are counted, one record per holder in C(cron.job); a job comes back only when its
-    last holder lets go. A job inactive with no record (an operator's pause) is neither
-    held nor resumed.
-  - Runs already in progress are waited for, up to O(quiet_timeout_s); then the hold fails
-    closed.
-  - A hold never released (the play was killed) is named by every later check and given
-    back by C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
-  - With no intake configured nothing is held, and the C(intake) line says so.
+  - Between a V(proceed) and a restart or migration a busy intake claims work the action then
+    kills. This module holds the intake from before the final verdict (O(state=held)) and lets
+    go of exactly that hold once the action is verified (O(state=released)).
+  - The intake is pg_cron jobs (O(pause_cron_jobs)), shared by the fleet, and/or a command on
+    the host (O(pause_command), then O(resume_command)). Holds are counted, one record per
+    holder in C(cron.job); a job comes back only when its last holder lets go, and one an
+    operator paused (no record) is neither held nor resumed.
+  - Runs already in progress are waited for, up to O(quiet_timeout_s), else the hold fails
+    closed. A hold never released is named by every later check and given back by
+    C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -88,7 +84,6 @@ attributes:
     description: pg_cron is reached through an SSH tunnel to the host; O(pause_command) runs on the host.
 seealso:
   - module: leaseguard.deploy.lease_guard
-  - module: leaseguard.deploy.runtime_restart
 """
 
 EXAMPLES = r"""
@@ -140,13 +135,11 @@ paused:
   returned: O(state=held)
   type: list
   elements: str
-  sample: [claim]
 resumed:
   description: The pg_cron jobs this release switched back on (none while another holder still holds them).
   returned: O(state=released)
   type: list
   elements: str
-  sample: [claim]
 released:
   description: What this task let go of; a job other holders still hold stays paused.
   returned: O(state=released)

@@ -15,19 +15,11 @@ from typing import Any
 
 _HOME = {
     # budgets (cron_budget)
-    "budget_config_from_mapping": "leaseguard.core.budgets.config",
-    "converge_budgets": "leaseguard.adapters.budgets",
-    "set_jobs_active": "leaseguard.adapters.cron",
-    "validate_active": "leaseguard.adapters.cron",
-    "connect": "leaseguard.adapters.db",
-    "read_records": "leaseguard.adapters.pauses",
-    "resume_pauses": "leaseguard.adapters.resume",
+    "task_budgets": "leaseguard.core.budgets.config",
+    "converge_jobs": "leaseguard.orchestration.budgets",
+    "resume_holds": "leaseguard.orchestration.budgets",
     # intake holds (intake_hold)
-    "Hold": "leaseguard.adapters.pauses",
-    "drain_identity": "leaseguard.adapters.pauses",
-    "CommandPause": "leaseguard.orchestration.intake",
-    "CronJobsPause": "leaseguard.orchestration.intake",
-    "Intakes": "leaseguard.orchestration.intake",
+    "intake_hold": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
     "offset_from_here": "leaseguard.adapters.clock",
     "HostLookup": "leaseguard.adapters.host_lookup",

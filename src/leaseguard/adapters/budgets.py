@@ -30,10 +30,8 @@ def converge_budgets(
 ) -> BudgetPlan:
     """Plan, and unless `check_mode` or refused, write; the result's `applied` says which.
 
-    :param conninfo: libpq DSN of the database the jobs run in (unless `declared.database`).
-    :param cron_database: the database holding cron.job (``cron.database_name``) when it is
-        not the DSN's. Check mode reads in a READ ONLY transaction; any failure rolls all
-        back and raises a DatabaseError naming the job.
+    `conninfo` is the database the jobs run in (unless `declared.database`), `cron_database`
+    the one holding cron.job when it is another. Any failure rolls all back.
     """
     if cron_database and declared.database is None:
         with connect(conninfo, connect_timeout_s, writable=True) as conn:

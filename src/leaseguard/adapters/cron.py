@@ -1,9 +1,8 @@
-"""pg_cron's cron.job: reading jobs, one time-boxed transaction on them, pausing and resuming.
+"""pg_cron's cron.job: its rows, one time-boxed transaction on them, jobs' active flags.
 
-Every writer of cron.job (the budgets, the drain's intake holds, the cron_budget module's
-`active`) runs in `cron_transaction`, with the same limits and failure messages. A paused
-job is reported as switched only when this run switched it, so a caller resumes exactly
-those and never a job an operator disabled on purpose.
+Every writer of cron.job (budgets, intake holds, cron_budget's `active`) runs in
+`cron_transaction`. A job is reported paused only when this run switched it, so a caller
+resumes exactly those, never a job an operator disabled on purpose.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailab
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
+_ALTER_ACTIVE = "SELECT cron.alter_job(%s::bigint, active := %s::boolean)"
 
 
 def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
@@ -49,9 +49,9 @@ class CronStep:
 def cron_transaction(
     conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
-    """One time-boxed transaction on cron.job (read-only in check mode). Any failure rolls
-    it all back; messages name the step, the database and the SQLSTATE, never driver text."""
-    dbname = conn.info.dbname
+    """One time-boxed transaction on cron.job (read-only in check mode); any failure rolls it
+    all back, its message naming the step, database and SQLSTATE, never driver text."""
+    db = conn.info.dbname
     step = CronStep()
     try:
         with conn.transaction():
@@ -63,39 +63,39 @@ def cron_transaction(
             yield step
     except pg_errors.QueryCanceled:
         raise DatabaseError(
-            f"{step.doing} in database {dbname} exceeded statement_timeout="
+            f"{step.doing} in database {db} exceeded statement_timeout="
             f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
         ) from None
     except pg_errors.LockNotAvailable:
         raise DatabaseError(
-            f"{step.doing} in database {dbname}: lock not available within {LOCK_TIMEOUT_MS}ms "
+            f"{step.doing} in database {db}: lock not available within {LOCK_TIMEOUT_MS}ms "
             "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
         ) from None
     except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
         raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {dbname}: connect to the database "
+            f"pg_cron's cron.job is not usable in database {db}: connect to the database "
             "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
         ) from None
     except pg_errors.InsufficientPrivilege:
         raise DatabaseError(
-            f"{step.doing} in database {dbname}: permission denied (InsufficientPrivilege, "
+            f"{step.doing} in database {db}: permission denied (InsufficientPrivilege, "
             f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
         ) from None
     except pg_errors.InvalidParameterValue:
         raise DatabaseError(
-            f"pg_cron refused {step.doing} in database {dbname} (InvalidParameterValue, SQLSTATE "
+            f"pg_cron refused {step.doing} in database {db} (InvalidParameterValue, SQLSTATE "
             "22023), most likely a schedule this pg_cron version does not accept; "
             "nothing was changed"
         ) from None
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(
-            f"connection lost while {step.doing} in database {dbname} ({type(exc).__name__}); "
+            f"connection lost while {step.doing} in database {db} ({type(exc).__name__}); "
             "the transaction was not committed"
         ) from None
     except psycopg.Error as exc:
         state = getattr(exc, "sqlstate", None) or "none"
         raise DatabaseError(
-            f"{step.doing} in database {dbname} failed ({type(exc).__name__}, SQLSTATE {state}); "
+            f"{step.doing} in database {db} failed ({type(exc).__name__}, SQLSTATE {state}); "
             "nothing was changed"
         ) from None
 
@@ -120,10 +120,9 @@ class ActiveChange:
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """What a switch of active flags found and did; `applied` False: check mode."""
+    """What a switch of active flags found and did."""
 
     jobs: tuple[ActiveChange, ...]
-    applied: bool = False
 
     @property
     def changed(self) -> bool:
@@ -179,23 +178,18 @@ def set_jobs_active(
     hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
         with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
-            changes = plan_changes(read_live_jobs(conn, list(wanted)), wanted)
-            for change in changes:
-                if change.changed and not check_mode:
-                    verb = "resuming" if change.wanted else "pausing"
-                    step.doing = f"{verb} pg_cron job {change.job}"
-                    conn.execute(
-                        "SELECT cron.alter_job(%s::bigint, active := %s::boolean)",
-                        (change.jobid, change.wanted),
-                    )
+            changes = plan_changes(conn, wanted)
+            if not check_mode:
+                apply_changes(conn, step, changes)
     except _Refused as exc:
         raise DatabaseError(str(exc)) from None
-    return ActivePlan(tuple(changes), applied=not check_mode)
+    return ActivePlan(tuple(changes))
 
 
-def plan_changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; several jobs sharing a name are refused: switching either
     could be the wrong one."""
+    live = read_live_jobs(conn, list(wanted))
     changes = []
     for name, active in wanted.items():
         rows = [row for row in live if row.name == name]
@@ -210,6 +204,15 @@ def plan_changes(live: list[LiveJob], wanted: Mapping[str, bool]) -> list[Active
             ActiveChange(name, active, row.jobid if row else None, row.active if row else None)
         )
     return changes
+
+
+def apply_changes(
+    conn: psycopg.Connection[Any], step: CronStep, changes: Sequence[ActiveChange]
+) -> None:
+    for change in changes:
+        if change.changed:
+            step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
+            conn.execute(_ALTER_ACTIVE, (change.jobid, change.wanted))
 
 
 class _Refused(DatabaseError):

@@ -1,26 +1,11 @@
 """Intake holds: pg_cron jobs paused for an action, counted per holder, recorded in cron.job.
 
-A drain, a restart or a migration holds intake from before its final verdict until its
-action is verified done. Several may hold the same job at once (two drains, the batches of a
-rolling deploy, a migration beside a restart), so every holder writes its own record, and a
-job is given back only by the LAST holder to let go: never while another still waits.
-
-Each hold is one more cron.job row per job, made with pg_cron's own API (`cron.schedule`,
-then `cron.alter_job(active := false)`), named ``leaseguard-paused:<job>@<token>``:
-
-- it needs no privilege beyond the pause itself: whoever may alter the job may schedule a
-  job of their own in the same database (no table, schema or extension of ours to create);
-- it commits or rolls back with the pause, so a pause without its record cannot exist;
-- pg_cron's row-level security shows it to exactly the roles that see the paused job;
-- it never runs: it is inactive, its schedule (31 February) never fires, and its command
-  is `SELECT 1` followed by the record as a comment.
-
-Taking and releasing holds run under one transaction-scoped advisory lock, so two holders
-never both decide "someone else still holds it" (intake left paused) or both switch.
-Every later run reads these rows and warns naming the job, who holds it since when, and for
-what; `leaseguard resume` (and `fab resume`, the leaseguard.deploy.resume playbook)
-reactivates exactly the recorded jobs and deletes every record, in one transaction. A job an
-operator disabled deliberately has no record, so nothing here ever touches it.
+Several runs may hold one job at once (drains, a rolling deploy's batches, a migration): each
+writes its own record, an inactive never-firing cron.job row ``leaseguard-paused:<job>@<token>``
+made with pg_cron's own API (no privilege beyond the pause; it commits or rolls back with it),
+and only the LAST to let go gives the job back, all under one advisory lock. Records left over
+are warned about; `leaseguard resume` gives back exactly the recorded jobs, never an
+operator's (it has no record).
 """
 
 from __future__ import annotations
@@ -31,18 +16,19 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psycopg
 
 from leaseguard.adapters.cron import (
     ActivePlan,
+    CronStep,
+    apply_changes,
     cron_transaction,
     plan_changes,
-    read_live_jobs,
     refused,
 )
 from leaseguard.adapters.db import read_transaction
@@ -54,18 +40,15 @@ RECORD_PREFIX = "leaseguard-paused:"
 _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
-# Every holder of any job takes this lock first, so a hold and a release never interleave.
 _HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
-# Whether this role can read cron.job here, asked in a way that cannot fail: where pg_cron
-# is not installed (most databases a guard reads), reading cron.job itself would put an
-# ERROR in the server's log on every check.
+# Asked so that it cannot fail: where pg_cron is not installed (most databases a guard
+# reads), reading cron.job itself would log an ERROR on the server at every check.
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'cron' AND c.relname = 'job'
 """
-# Runs of the held jobs still in progress: pausing a job stops new runs, not a run that
-# already started (a claim loop may go on for a second after the pause commits).
+# A pause stops new runs, not one already started (a claim loop goes on after the commit).
 _RUNS_IN_PROGRESS = """
 SELECT count(*) FROM cron.job_run_details d
 WHERE d.jobid = ANY(%s) AND d.status IN ('starting', 'running')
@@ -80,8 +63,8 @@ _PRIVILEGE_HINT = (
     "connect as the role that owns the intake jobs (pg_cron shows and lets each role alter "
     "only its own jobs): --cron-user / drain.cron_user / leaseguard_cron_user"
 )
-# pg_cron's scheduler may start one more run of a job it had already planned when the pause
-# committed: a run is only ruled out once it has had a scheduler tick to appear.
+# pg_cron may start one more run it had planned when the pause committed: a run is ruled
+# out only once it has had a scheduler tick to appear.
 QUIET_SETTLE_S = 1.0
 DEFAULT_QUIET_TIMEOUT_S = 120.0
 
@@ -95,13 +78,6 @@ class PauseRecord:
     by: str
     action: str = "drain"
     token: str = ""
-
-    def warning(self) -> str:
-        return (
-            f"pg_cron job {self.job} is still paused: paused at {self.paused_at} by {self.by} "
-            f"(for: {self.action}) and not given back yet; if that run is gone, give it back "
-            f"with {RESUME_HINT}"
-        )
 
     def as_dict(self) -> dict[str, str]:
         return {"job": self.job, "paused_at": self.paused_at, "by": self.by, "action": self.action}
@@ -120,15 +96,7 @@ class Hold:
     not_held: tuple[str, ...] = ()  # inactive without any record: an operator's, untouched
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "token": self.token,
-            "jobs": list(self.jobs),
-            "jobids": list(self.jobids),
-            "by": self.by,
-            "action": self.action,
-            "switched": list(self.switched),
-            "not_held": list(self.not_held),
-        }
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Hold:
@@ -165,13 +133,12 @@ def hold_jobs(
 ) -> Hold:
     """Hold `names` (all must exist): pause the active ones, count this holder on each.
 
-    A job that is inactive with other holders' records is held too (counted); one inactive
-    without any record was disabled by an operator and is left alone (`not_held`).
+    A job inactive with other holders' records is held too; one inactive without any record
+    was disabled by an operator and is left alone (`not_held`).
     """
     token = secrets.token_hex(6)
-    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
-        conn.execute(_HOLDS_LOCK)
-        changes = plan_changes(read_live_jobs(conn, names), dict.fromkeys(names, False))
+    with _holds_transaction(conn) as step:
+        changes = plan_changes(conn, dict.fromkeys(names, False))
         if missing := [c.job for c in changes if not c.exists]:
             user = conn.info.user
             raise refused(
@@ -180,11 +147,10 @@ def hold_jobs(
             )
         held_by_others = {record.job for record in read_records(conn)}
         held = [c for c in changes if c.changed or c.job in held_by_others]
-        stamp = _now(conn)
+        apply_changes(conn, step, held)
+        row = conn.execute("SELECT now()").fetchone()
+        stamp = row[0].isoformat() if row else "unknown"
         for change in held:
-            if change.changed:
-                step.doing = f"pausing pg_cron job {change.job}"
-                _set_active(conn, change.jobid, False)
             step.doing = f"recording the hold on pg_cron job {change.job}"
             _record(conn, PauseRecord(change.job, stamp, by, action, token))
     return Hold(
@@ -200,25 +166,38 @@ def hold_jobs(
 
 def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
     """Let go of `hold`: delete its records; give back each job no other holder holds."""
-    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
-        conn.execute(_HOLDS_LOCK)
-        records = read_records(conn)
+    with _holds_transaction(conn) as step:
         others: dict[str, list[str]] = {}
-        for record in records:
+        for record in read_records(conn):
             if record.token != hold.token:
                 others.setdefault(record.job, []).append(record.by)
         step.doing = "deleting this hold's records"
         _forget(conn, [_record_name(job, hold.token) for job in hold.jobs])
-        free = [job for job in hold.jobs if job not in others]
-        changes = plan_changes(read_live_jobs(conn, free), dict.fromkeys(free, True))
-        for change in changes:
-            if change.changed:
-                step.doing = f"resuming pg_cron job {change.job}"
-                _set_active(conn, change.jobid, True)
+        changes = plan_changes(conn, {job: True for job in hold.jobs if job not in others})
+        apply_changes(conn, step, changes)
     return Release(
         resumed=tuple(c.job for c in changes if c.changed),
         still_held={job: tuple(others[job]) for job in hold.jobs if job in others},
     )
+
+
+def resume_recorded(
+    conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
+) -> tuple[list[PauseRecord], ActivePlan | None]:
+    """Give back every recorded hold (only on `jobs` if given): reactivate, delete records.
+
+    The operator's command for holds whose runs are gone. A recorded job already active
+    just loses its records; one that no longer exists is reported missing.
+    """
+    with _holds_transaction(conn) as step:
+        records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
+        if not records:
+            return [], None
+        step.doing = "deleting the hold records"
+        _forget(conn, [_record_name(r.job, r.token) for r in records])
+        changes = plan_changes(conn, dict.fromkeys(sorted({r.job for r in records}), True))
+        apply_changes(conn, step, changes)
+    return records, ActivePlan(tuple(changes))
 
 
 def wait_quiet(
@@ -226,22 +205,17 @@ def wait_quiet(
     hold: Hold,
     *,
     timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> None:
-    """Return once no run of the held jobs is in progress, or fail closed naming them.
-
-    A pause stops new runs; a run already going (a claim loop) can still claim after it.
-    """
+    """Return once no run of the held jobs is in progress, or fail closed naming them."""
     if not hold.jobids:
         return
-    started = clock()
+    started = time.monotonic()
     with connect() as conn:
         while True:
             with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
                 row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
             running = int(row[0]) if row else 0
-            waited = clock() - started
+            waited = time.monotonic() - started
             if running == 0 and waited >= QUIET_SETTLE_S:
                 return
             if waited > timeout_s:
@@ -250,55 +224,30 @@ def wait_quiet(
                     f"{', '.join(hold.jobs)} still in progress {timeout_s:g}s after the pause; "
                     "not judging while intake may still claim"
                 )
-            sleep(0.1)
-
-
-def resume_recorded(
-    conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
-) -> tuple[list[PauseRecord], ActivePlan | None]:
-    """Give back every recorded hold (only on `jobs` if given): reactivate, delete records.
-
-    The operator's explicit command for holds whose runs are gone. A recorded job that is
-    already active just loses its records; one that no longer exists is reported missing.
-    """
-    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
-        conn.execute(_HOLDS_LOCK)
-        records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
-        if not records:
-            return [], None
-        step.doing = "deleting the hold records"
-        _forget(conn, [_record_name(r.job, r.token) for r in records])
-        wanted = dict.fromkeys(sorted({r.job for r in records}), True)
-        changes = plan_changes(read_live_jobs(conn, list(wanted)), wanted)
-        for change in changes:
-            if change.changed:
-                step.doing = f"resuming pg_cron job {change.job}"
-                _set_active(conn, change.jobid, True)
-    return records, ActivePlan(tuple(changes), applied=True)
+            time.sleep(0.1)
 
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
     """Every hold record this role can see (raw psycopg errors)."""
-    return _records(conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall())
+    return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
 
 
 def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for holds not given back; [] when cron.job is not readable here.
-
-    Advisory: a guard role that cannot read cron.job (another database, no USAGE on the
-    cron schema) gets no warning rather than a failed check.
-    """
+    """Warnings for holds not given back; [] when cron.job is not readable here (advisory:
+    a guard role without access to cron.job gets no warning rather than a failed check)."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
-            if not readable or not readable[0]:
-                return []
-            rows = conn.execute(_RECORDS, (RECORD_PREFIX,)).fetchall()
-        records = _records(rows)
+            records = read_records(conn) if readable and readable[0] else []
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
-    return [r.warning() for r in records if exclude_by is None or r.by != exclude_by]
+    return [
+        f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
+        f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
+        for r in records
+        if exclude_by is None or r.by != exclude_by
+    ]
 
 
 def scan_leftovers(
@@ -314,13 +263,12 @@ def scan_leftovers(
         return leftover_warnings(conn, exclude_by=exclude_by)
 
 
-def _now(conn: psycopg.Connection[Any]) -> str:
-    row = conn.execute("SELECT now()").fetchone()
-    return row[0].isoformat() if row else "unknown"
-
-
-def _set_active(conn: psycopg.Connection[Any], jobid: int | None, active: bool) -> None:
-    conn.execute("SELECT cron.alter_job(%s::bigint, active := %s::boolean)", (jobid, active))
+@contextmanager
+def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[CronStep]:
+    """A cron.job transaction that first takes the holds' lock: holds never interleave."""
+    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
+        conn.execute(_HOLDS_LOCK)
+        yield step
 
 
 def _record_name(job: str, token: str) -> str:
@@ -334,17 +282,11 @@ def _record(conn: psycopg.Connection[Any], record: PauseRecord) -> None:
         (_record_name(record.job, record.token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
     ).fetchone()
     assert created is not None
-    _set_active(conn, int(created[0]), False)
+    conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (int(created[0]),))
 
 
 def _forget(conn: psycopg.Connection[Any], names: list[str]) -> None:
-    conn.execute(
-        "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (list(names),)
-    )
-
-
-def _records(rows: list[tuple[Any, ...]]) -> list[PauseRecord]:
-    return [_parse(str(name), str(command)) for name, command in rows]
+    conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
 
 
 def _parse(name: str, command: str) -> PauseRecord:
@@ -352,9 +294,8 @@ def _parse(name: str, command: str) -> PauseRecord:
     job, _, token = name.removeprefix(RECORD_PREFIX).rpartition("@")
     if not job:
         job, token = token, ""
-    _, _, payload = command.partition(_MARKER)
     try:
-        data = json.loads(payload)
+        data = json.loads(command.partition(_MARKER)[2])
         return PauseRecord(
             str(data["job"]),
             str(data["paused_at"]),
@@ -364,18 +305,3 @@ def _parse(name: str, command: str) -> PauseRecord:
         )
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)
-
-
-__all__ = [
-    "Hold",
-    "PauseRecord",
-    "Release",
-    "drain_identity",
-    "hold_jobs",
-    "leftover_warnings",
-    "read_records",
-    "release_hold",
-    "resume_recorded",
-    "scan_leftovers",
-    "wait_quiet",
-]

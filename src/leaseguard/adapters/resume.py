@@ -1,5 +1,5 @@
 """`leaseguard resume`, `fab resume` and cron_budget's resume_recorded: give back the intake
-pauses drains recorded and never resumed (reactivate exactly those jobs, delete the records)."""
+holds drains recorded and never released (reactivate exactly those jobs, delete the records)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import resume_recorded
 from leaseguard.core.errors import DatabaseError
+
+_SEES_JOBS = """
+SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)
+"""
 
 
 def resume_pauses(
@@ -27,18 +32,20 @@ def resume_pauses(
     Fails closed when the role sees no pg_cron job at all (and is not a superuser): pg_cron
     shows each role only its own jobs, so "nothing recorded" would be a guess.
     """
-    with connect(
+    opened = connect(
         conninfo,
         connect_timeout_s,
         writable=True,
         dbname=cron_database,
         user=user,
         password=password,
-    ) as conn:
+    )
+    with opened as conn:
         records, plan = resume_recorded(conn, jobs)
         if not records:
-            hint = "connect as the jobs' owner"
-            with cron_transaction(conn, read_only=True, privilege_hint=hint):
+            with cron_transaction(
+                conn, read_only=True, privilege_hint="connect as the jobs' owner"
+            ):
                 row = conn.execute(_SEES_JOBS).fetchone()
             if not (row and row[0]):
                 raise DatabaseError(
@@ -56,12 +63,6 @@ def resume_pauses(
     }
 
 
-_SEES_JOBS = """
-SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
-       OR EXISTS (SELECT 1 FROM cron.job)
-"""
-
-
 def resume_lines(outcome: dict[str, Any]) -> str:
     """One timeline line per recorded job: what `resume` did with it."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -70,9 +71,7 @@ def resume_lines(outcome: dict[str, Any]) -> str:
     lines = []
     for record in outcome["records"]:
         job = record["job"]
-        state = next(
-            (key for key in ("resumed", "already_active") if job in outcome[key]), "missing"
-        )
+        state = next((k for k in ("resumed", "already_active") if job in outcome[k]), "missing")
         lines.append(
             f"{stamp} leaseguard resume job={job} state={state} "
             f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import nullcontext
 from datetime import UTC, datetime
 
-from leaseguard.adapters.budgets import converge_budgets
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
@@ -22,6 +22,7 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
+from leaseguard.orchestration.budgets import converge_jobs
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
@@ -87,8 +88,8 @@ def run_budgets(args: argparse.Namespace) -> int:
     declared = load_budget_config(args.config).declare(args.environment)
     conninfo = resolve_dsn(args)
     try:
-        plan = converge_budgets(
-            conninfo,
+        plan, _ = converge_jobs(
+            nullcontext(conninfo),
             declared,
             cron_database=args.cron_database,
             on_drift=args.on_drift,
@@ -105,6 +106,7 @@ def run_budgets(args: argparse.Namespace) -> int:
             print(f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets state=failed error={exc.kind}")
         print(f"leaseguard: budgets failed: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    assert plan is not None
     report_plan(plan, datetime.now(UTC), as_json=args.json)
     timeout_s = Contract.connect_timeout_s
     for warning in scan_leftovers(

@@ -1,24 +1,27 @@
-"""Intake: what stops new claims while a drain waits, and gives them back on every exit path.
+"""Intake: what stops new claims while a drain or an action waits, given back on every exit.
 
-A pg_cron job deactivated and recorded in cron.job (`CronJobsPause`), a command run on the
-host (`CommandPause`), or several of them as one (`Intakes`). resume() undoes exactly what
-pause() did, nothing an operator had paused by hand.
+Pausing pg_cron jobs (`CronJobsPause`), a command on the host (`CommandPause`), or several
+as one (`Intakes`); resume() undoes exactly what pause() did, nothing an operator paused by
+hand. `intake_hold` is the intake_hold module's use case: hold now, release in a later task.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import psycopg
 
+from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import (
     DEFAULT_QUIET_TIMEOUT_S,
     RESUME_HINT,
     Hold,
+    drain_identity,
     hold_jobs,
     release_hold,
     wait_quiet,
@@ -28,8 +31,8 @@ from leaseguard.core.errors import IntakeNotResumed, LeaseguardError, LookupFail
 
 log = logging.getLogger("leaseguard.drain")
 
-# A resume that fails is retried for this long (PostgreSQL restarting, a tunnel being
-# re-opened): long enough for a restart or a failover, short enough to be noticed.
+# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
+# enough for a restart or a failover, short enough to be noticed.
 DEFAULT_RESUME_RETRY_S = 60.0
 
 
@@ -43,44 +46,21 @@ class Intake(Protocol):
     def paused_intake(self) -> list[str]: ...
 
 
+@dataclass(eq=False)
 class CronJobsPause:
-    """Hold named pg_cron jobs for an action, and let go of exactly this hold after it.
+    """Hold named pg_cron jobs for an action (waiting for runs already going), and let go of
+    exactly this hold after it, retried with backoff for `retry_s`, each attempt over a fresh
+    path from `connect`; then failing, naming the held jobs and how to give them back."""
 
-    A name that matches no job (or one this role cannot see) fails the hold before anything
-    is switched: a mistyped name would leave intake running while the drain waits for it to
-    stop. Holds are counted (`leaseguard.adapters.pauses`): a job comes back only when its
-    last holder lets go, and each hold is recorded in cron.job in the same transaction, so a
-    run killed before its release is named by the next run. After the pause, runs of the
-    jobs already in progress are waited for: a pause stops new runs, not a running claim
-    loop. The release is retried with backoff for `retry_s`, each attempt over a fresh
-    path (tunnel included, through `connect`); if it still fails, the error names the held
-    jobs and the command that gives them back.
-    """
-
-    def __init__(
-        self,
-        connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
-        job_names: Sequence[str],
-        *,
-        by: str = "a leaseguard drain",
-        action: str = "drain",
-        retry_s: float = DEFAULT_RESUME_RETRY_S,
-        resume_hint: str = RESUME_HINT,
-        quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
-        sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.connect = connect
-        self.job_names = list(job_names)
-        self.by = by
-        self.action = action
-        self.retry_s = retry_s
-        self.resume_hint = resume_hint
-        self.quiet_timeout_s = quiet_timeout_s
-        self.sleep = sleep
-        self.clock = clock
-        self.hold: Hold | None = None
-        self.resumed: tuple[str, ...] = ()  # what the last release reactivated
+    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+    job_names: Sequence[str]
+    by: str = "a leaseguard drain"
+    action: str = "drain"
+    retry_s: float = DEFAULT_RESUME_RETRY_S
+    resume_hint: str = RESUME_HINT
+    quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
+    hold: Hold | None = field(default=None, init=False)
+    resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
     @property
     def paused(self) -> list[str]:
@@ -91,7 +71,7 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            self.hold = hold_jobs(conn, self.job_names, self.by, self.action)
+            self.hold = hold_jobs(conn, list(self.job_names), self.by, self.action)
         for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
         for name in set(self.hold.jobs) - set(self.hold.switched):
@@ -112,9 +92,8 @@ class CronJobsPause:
         if self.hold is None or not self.hold.jobs:
             self.hold = None
             return
-        give_up_at = self.clock() + self.retry_s
-        delay = 0.5
-        attempt = 0
+        give_up_at = time.monotonic() + self.retry_s
+        delay, attempt = 0.5, 0
         while True:
             attempt += 1
             try:
@@ -122,8 +101,15 @@ class CronJobsPause:
                     released = release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
-                if self.clock() + delay > give_up_at:
-                    self._give_up(attempt, exc)
+                if time.monotonic() + delay > give_up_at:
+                    message = (
+                        f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) "
+                        f"{', '.join(self.paused)} after {attempt} attempt(s) over "
+                        f"{self.retry_s:g}s ({exc.kind}: {exc}); the hold is recorded in "
+                        f"cron.job; give it back with {self.resume_hint}"
+                    )
+                    log.error("%s", message)
+                    raise IntakeNotResumed(message) from None
                 log.warning(
                     "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
                     "after the first attempt)",
@@ -132,7 +118,7 @@ class CronJobsPause:
                     delay,
                     self.retry_s,
                 )
-                self.sleep(delay)
+                time.sleep(delay)
                 delay = min(delay * 2, 5.0)
         self.resumed = released.resumed
         for name in released.resumed:
@@ -145,25 +131,15 @@ class CronJobsPause:
             )
         self.hold = None
 
-    def _give_up(self, attempts: int, exc: LeaseguardError) -> None:
-        jobs = ", ".join(self.paused)
-        message = (
-            f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) {jobs} after {attempts} "
-            f"attempt(s) over {self.retry_s:g}s ({exc.kind}: {exc}); the hold is recorded "
-            f"in cron.job; give it back with {self.resume_hint}"
-        )
-        log.error("%s", message)
-        raise IntakeNotResumed(message) from None
 
-
+@dataclass(eq=False)
 class CommandPause:
     """Run a configured pause command on the host before waiting, and its resume after."""
 
-    def __init__(self, runner: Runner, pause: Sequence[str], resume: Sequence[str]) -> None:
-        self.runner = runner
-        self.pause_argv = list(pause)
-        self.resume_argv = list(resume)
-        self.paused = False
+    runner: Runner
+    pause_argv: Sequence[str]
+    resume_argv: Sequence[str]
+    paused: bool = False  # True: given back by resume() (set for a pause another task made)
 
     def paused_intake(self) -> list[str]:
         return [f"command:{self.runner.label}"] if self.paused else []
@@ -172,17 +148,13 @@ class CommandPause:
         self._run(self.pause_argv, "pause")
         self.paused = True
 
-    def adopt(self) -> None:
-        """Give back later a pause another task made (the Ansible front's release task)."""
-        self.paused = True
-
     def resume(self) -> None:
         if self.paused:
             self._run(self.resume_argv, "resume")
             self.paused = False
 
-    def _run(self, argv: list[str], what: str) -> None:
-        result = self.runner.run(argv)
+    def _run(self, argv: Sequence[str], what: str) -> None:
+        result = self.runner.run(list(argv))
         if result.exit_code != 0:
             raise LookupFailed(
                 f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
@@ -204,8 +176,7 @@ class Intakes:
     def pause(self) -> None:
         for part in self.parts:
             # Listed first: a part interrupted half way (held, then a signal while waiting
-            # for intake to be quiet) must still be given back; resume() of a part that
-            # holds nothing does nothing.
+            # for quiet) must still be given back; resume() of a part holding nothing is a no-op.
             self.active.append(part)
             part.pause()
 
@@ -220,3 +191,81 @@ class Intakes:
                 log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
         if failures:
             raise failures[0]
+
+
+def intake_hold(
+    state: str,
+    *,
+    cron_path: Callable[[], AbstractContextManager[str]],
+    runner: Runner,
+    pause_cron_jobs: Sequence[str],
+    pause_command: Sequence[str],
+    resume_command: Sequence[str],
+    hold: Mapping[str, Any] | None,
+    action: str,
+    cron_database: str | None,
+    connect_timeout_s: int,
+    resume_retry_s: float,
+    quiet_timeout_s: float,
+    resume_hint: str,
+) -> dict[str, Any]:
+    """`state` "held": take the hold (the result's ``hold`` is what "released" gives back);
+    "released": let go of exactly `hold`. `cron_path` yields a fresh conninfo each time."""
+    from leaseguard.orchestration.drain import intake_line  # drain imports this module
+
+    @contextmanager
+    def cron_connection() -> Iterator[psycopg.Connection[Any]]:
+        with (
+            cron_path() as conninfo,
+            connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn,
+        ):
+            yield conn
+
+    held = state == "held"
+    hold = {} if held else (hold or {})
+    cron = command = None
+    if pause_cron_jobs if held else hold.get("cron"):
+        cron = CronJobsPause(
+            cron_connection,
+            pause_cron_jobs,
+            by=drain_identity(f"ansible-playbook {action}"),
+            action=action,
+            retry_s=resume_retry_s,
+            resume_hint=resume_hint,
+            quiet_timeout_s=quiet_timeout_s,
+        )
+        if not held:
+            cron.adopt(Hold.from_dict(hold["cron"]))
+    if pause_command if held else (hold.get("command") and resume_command):
+        command = CommandPause(runner, pause_command, resume_command, paused=not held)
+    parts: list[Intake] = [part for part in (cron, command) if part is not None]
+    if not held:
+        intake = Intakes(parts, held=True)
+        given_back = intake.paused_intake()
+        intake.resume()  # every part attempted, in reverse; the first failure raised
+        return {
+            "changed": bool(given_back),
+            "released": given_back,
+            "resumed": list(cron.resumed) if cron else [],
+            "msg": "intake given back",
+        }
+    if not parts:
+        return {"changed": False, "hold": None, "msg": intake_line(None)}
+    intake = Intakes(parts)
+    try:
+        intake.pause()
+    except BaseException:
+        intake.resume()  # what was taken before the failure; then the failure itself
+        raise
+    taken = cron.hold if cron else None
+    what = intake.paused_intake()
+    return {
+        "changed": bool(what),
+        "hold": {
+            "cron": taken.as_dict() if taken else None,
+            "command": bool(pause_command),
+            "what": what,
+        },
+        "paused": list(taken.switched) if taken else [],
+        "msg": intake_line(tuple(what)),
+    }

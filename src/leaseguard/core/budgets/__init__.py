@@ -1,8 +1,5 @@
-"""pg_cron statement budgets, pure: `command` (budgets, names, the one command template and
-its parser), `config` (the ``cron_budgets`` section), `planning` (the all-or-nothing plan).
-The I/O is `leaseguard.adapters.budgets`. Only `LiveJob` is defined here: the drain's
-pause code reads cron.job too and must not load the planning.
-"""
+"""pg_cron statement budgets, pure: `command`, `config`, `planning`. `LiveJob` lives here
+because the intake holds read cron.job too and must not load the planning."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""Budgets, function names and schedules, and the one command every job runs::
+"""Budgets, names and schedules, and the one command every job runs, read back by a small
+parser (anything else is refused: reported, never rewritten)::
 
     set statement_timeout = '3s'; select "public"."claim_stats_projection_job_v1"();
 
-Budgets are whole milliseconds as statement_timeout reads them (a bare number is ms; units
-ms, s, min, h, d, case-sensitive), spelt ``3s`` when whole seconds, else ``1500ms``. A live
-command is read back through a small parser of that two-statement grammar; anything else is
-refused (reported, never rewritten).
-"""
+A budget is whole ms as statement_timeout reads it (bare number: ms; ms, s, min, h, d)."""
 
 from __future__ import annotations
 
@@ -49,9 +46,8 @@ def parse_budget_ms(value: object, *, where: str) -> int:
         if value != int(value):
             raise ConfigError(whole)
         value = int(value)
-    if isinstance(value, int):
-        ms = Decimal(value)
-    else:
+    ms = Decimal(value) if isinstance(value, int) else Decimal(0)
+    if isinstance(value, str):
         if not value.strip():
             raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
         match = _BUDGET.fullmatch(value)
@@ -109,13 +105,11 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
         raise ConfigError(
             f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
         )
-    for char in value:
-        if not re.fullmatch(r"[a-z0-9_.]", char, re.ASCII):
-            raise ConfigError(
-                f"{where} = {shown(value)} contains {char!r}: a function name is schema.name "
-                "in lower-case letters, digits and _ (no quotes, spaces, parentheses or "
-                "semicolons)"
-            )
+    if bad := re.search(r"[^a-z0-9_.]", value, re.ASCII):
+        raise ConfigError(
+            f"{where} = {shown(value)} contains {bad[0]!r}: a function name is schema.name "
+            "in lower-case letters, digits and _ (no quotes, spaces, parentheses or semicolons)"
+        )
     parts = value.split(".")
     if len(parts) != 2:
         raise ConfigError(
@@ -155,11 +149,7 @@ def parse_schedule(value: object, *, where: str) -> str:
         raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
     if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
         raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
-    return normalise_schedule(value)
-
-
-def normalise_schedule(schedule: str) -> str:
-    return " ".join(schedule.split())
+    return " ".join(value.split())
 
 
 # psycopg.sql quotes both parts: the budget as a literal, the function as an identifier.
@@ -178,7 +168,7 @@ def render_command(function: FunctionName, budget_ms: int) -> str:
 
 @dataclass(frozen=True)
 class ParsedCommand:
-    """What a live command does: its statement budget (None: none set) and the function."""
+    """A live command's statement budget (None: none set) and function."""
 
     budget_ms: int | None
     function: FunctionName
@@ -205,11 +195,8 @@ def _refuse(reason: str) -> NoReturn:
 
 
 def parse_live_command(command: str) -> ParsedCommand:
-    """(budget, function) of ``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``.
-
-    Tolerated: keyword case, spacing, a quoted or bare value, quoted or bare identifiers.
-    Refused (UnparseableCommand): other SETs, more statements, arguments, comments.
-    """
+    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, in any case and
+    spacing, value and names quoted or bare; anything else is an UnparseableCommand."""
     tokens: list[tuple[str, str, int]] = []  # (kind, text, offset)
     pos = 0
     while pos < len(command):

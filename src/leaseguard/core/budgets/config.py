@@ -39,7 +39,6 @@ class DeclaredJob:
 
     @property
     def source_label(self) -> str:
-        """``default`` or ``override:<environment>``."""
         return f"override:{self.environment}" if self.source == "override" else "default"
 
     @property
@@ -98,9 +97,9 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
         where = f"{prefix}.overrides.{env}"
         if not isinstance(env, str) or not env:
             raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
-        overrides[env] = {}
         if budgets is not None and not isinstance(budgets, Mapping):
             raise ConfigError(f"{where} must map a job name to a budget")
+        overrides[env] = {}
         for job, budget in (budgets or {}).items():
             if job not in names:
                 raise ConfigError(
@@ -121,15 +120,12 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
     if jobs is None:
         return
-    items: list[tuple[object, object]]
     if isinstance(jobs, Mapping):
         items = list(jobs.items())
     elif isinstance(jobs, list | tuple):
-        items = []
-        for entry in jobs:
-            if not isinstance(entry, Mapping) or "name" not in entry:
-                raise ConfigError(f"{prefix}: every list entry needs a name")
-            items.append((entry["name"], {k: v for k, v in entry.items() if k != "name"}))
+        if not all(isinstance(entry, Mapping) and "name" in entry for entry in jobs):
+            raise ConfigError(f"{prefix}: every list entry needs a name")
+        items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in jobs]
     else:
         raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
     seen: set[str] = set()
@@ -157,3 +153,22 @@ def load_budget_config(path: str | Path) -> BudgetConfig:
     if CONFIG_SECTION not in section:
         raise ConfigError(f"config file {path} has no {CONFIG_SECTION} section")
     return budget_config_from_mapping(section[CONFIG_SECTION])
+
+
+def task_budgets(
+    jobs: object, overrides: object, environment: str | None
+) -> DeclaredBudgets | None:
+    """A cron_budget task's jobs and `environment`'s overrides; None when it declares none."""
+    if jobs is None:
+        if overrides:
+            raise ConfigError("overrides without jobs: declare the jobs they override")
+        return None
+    if overrides and environment is None:
+        raise ConfigError(
+            "overrides need environment: the environment they belong to (e.g. production) "
+            "is named in every report and warning"
+        )
+    section: dict[str, object] = {"jobs": jobs}
+    if environment is not None:
+        section["overrides"] = {environment: overrides or {}}
+    return budget_config_from_mapping(section).declare(environment)

@@ -1,12 +1,9 @@
-"""The pure decision per declared job, and the one budget policy every front applies:
-
-* an environment's declared override wins over the default and is written;
-* a live budget that differs from a *default* is drift: reported, never overwritten unless
-  asked (``on_drift="apply"``), since it may be a production fix nobody declared yet;
-* lowering a live budget is always reported, also when applied;
-* a live command outside the template's grammar, or a name shared by several jobs, is refused;
-* all or nothing: unapplied drift or a refused job means no job is written (`refusals`).
-"""
+"""The decision per declared job, and the one budget policy every front applies: an
+environment's override wins and is written; a live budget differing from a *default* is drift,
+reported and left unless ``on_drift="apply"`` (it may be a production fix nobody declared
+yet); lowering a budget is always reported; a live command outside the template's grammar or
+a name shared by several jobs is refused; while anything drifts or is refused, no job is
+written (`refusals`)."""
 
 from __future__ import annotations
 
@@ -21,7 +18,6 @@ from leaseguard.core.budgets.command import (
     UnparseableCommand,
     format_budget,
     format_optional,
-    normalise_schedule,
     parse_live_command,
 )
 from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
@@ -90,16 +86,19 @@ class JobPlan:
         return self.database if "database" in self.changes else None
 
     def before(self) -> dict[str, Any] | None:
-        if self.live is None:
-            return None
-        return {
-            "jobid": self.live.jobid,
-            "schedule": self.live.schedule,
-            "command": self.live.command,
-            "budget": format_optional(self.live_budget_ms),
-            "database": self.live.database,
-            "active": self.live.active,
-        }
+        live = self.live
+        return (
+            None
+            if live is None
+            else {
+                "jobid": live.jobid,
+                "schedule": live.schedule,
+                "command": live.command,
+                "budget": format_optional(self.live_budget_ms),
+                "database": live.database,
+                "active": live.active,
+            }
+        )
 
     def after(self) -> dict[str, Any] | None:
         before = self.before()
@@ -115,20 +114,21 @@ class JobPlan:
         return after
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "job": self.job.name,
-            "state": str(self.action),
-            "live_budget": format_optional(self.live_budget_ms),
-            "declared_budget": format_budget(self.job.budget_ms),
-            "default_budget": format_budget(self.job.default_budget_ms),
-            "source": self.job.source_label,
-            "function": str(self.job.function),
-            "schedule": self.job.schedule,
-            "changes": list(self.changes),
-            "reason": self.reason,
-            "before": self.before(),
-            "after": self.after(),
-        }
+        job = self.job
+        return dict(
+            job=job.name,
+            state=str(self.action),
+            live_budget=format_optional(self.live_budget_ms),
+            declared_budget=format_budget(job.budget_ms),
+            default_budget=format_budget(job.default_budget_ms),
+            source=job.source_label,
+            function=str(job.function),
+            schedule=job.schedule,
+            changes=list(self.changes),
+            reason=self.reason,
+            before=self.before(),
+            after=self.after(),
+        )
 
     def warning(self) -> str | None:
         name, live = self.job.name, self.live_budget_ms
@@ -242,7 +242,7 @@ def _plan_job(
     changes = tuple(
         change
         for change, differs in (
-            ("schedule", normalise_schedule(live.schedule) != job.schedule),
+            ("schedule", " ".join(live.schedule.split()) != job.schedule),
             ("function", parsed.function != job.function),
             ("budget", parsed.budget_ms != job.budget_ms),
             ("database", database is not None and live.database != database),
