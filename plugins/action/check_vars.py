@@ -1,10 +1,6 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/).
-
-With `restart`, the restart role's settings are checked in the same task: a restart that
-cannot run must fail before the guard judges (or drains) anything.
-"""
+"""Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/)."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ class ActionModule(LeaseguardAction):
 
 
 def restart_missing(restart):
-    """The restart's missing setting, said as the restart role's variable (or None), by
-    runtime_restart's own rule (leaseguard.core.restart)."""
+    """The restart's missing setting, said as the restart role's variable (or None)."""
     require_leaseguard()
     spec = RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])

@@ -19,17 +19,13 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front imp
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
     ConfigError,
+    api,
     contract_from,
-    drain_each,
-    drain_host,
-    drain_options,
     failure,
     fleet_guard_session,
     given_facts,
     guard_session,
     host_lookup,
-    intake_line,
-    shared_failures,
     shares_one_database,
 )
 
@@ -63,7 +59,7 @@ class ActionModule(LeaseguardAction):
         drain_args = {key: args[key] for key in DRAIN_KEYS}
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(NO_PAUSES)
-        options = drain_options(drain_args)
+        options = api.drain_options(drain_args)
         contract = contract_from(args)
         lookups = args["fleet_lookups"]
         if each:
@@ -89,17 +85,17 @@ class ActionModule(LeaseguardAction):
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
                 try:
                     if each:
-                        drained = drain_each(session, options, stop=stop)
+                        drained = api.drain_each(session, options, stop=stop)
                     else:
                         front = f"ansible-playbook lease_guard ({session.host})"
-                        drained = drain_host(
+                        drained = api.drain_host(
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )
                 finally:
                     if stop.is_set():
                         say("drain interrupted by a signal" if each else _after_signal(options))
         if each:
-            for cause_hosts in shared_failures(drained).values():
+            for cause_hosts in api.shared_failures(drained).values():
                 cause = drained[cause_hosts[0]].error
                 raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
@@ -159,7 +155,7 @@ def _held(registered):
 def _intake(held):
     """Whether anything stopped new claims between this verdict and the caller's action."""
     held = tuple(held or ())
-    return {"held": bool(held), "what": list(held), "msg": intake_line(held or None)}
+    return {"held": bool(held), "what": list(held), "msg": api.intake_line(held or None)}
 
 
 def _after_signal(options):

@@ -25,42 +25,16 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check i
 )
 
 try:
-    from leaseguard.api import (
-        CONFIG_KEYS,
-        Background,
-        ClockOffset,
-        ConfigError,
-        GuardSession,
-        HostLookup,
-        LeaseguardError,
-        LookupFailed,
-        await_lookup,
-        connect_early,
-        drain_each,
-        drain_host,
-        drain_options,
-        each_hosts_own,
-        facts_from_reports,
-        failure_result,
-        fleet_session,
-        intake_line,
-        load_contract,
-        look_up_host,
-        offset_from_here,
-        parse_timeout_s,
-        parse_timestamp,
-        resolve_runtime_facts,
-        shared_failures,
-        tunnel_far_end,
-    )
+    import leaseguard.api as api
+    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
+    api = None
 
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
     ConfigError = LookupFailed = LeaseguardError
-    drain_each = drain_host = drain_options = intake_line = shared_failures = None
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
@@ -90,8 +64,8 @@ def require_leaseguard():
 def contract_from(args):
     """The contract from the task's contract options (top-level keys of the core's, so a key
     added there needs no change here), without the None the argument spec fills in."""
-    keys = {key.split(".")[0] for key in CONFIG_KEYS}
-    return load_contract(
+    keys = {key.split(".")[0] for key in api.CONFIG_KEYS}
+    return api.load_contract(
         {key: _without_none(args[key]) for key in keys if args.get(key) is not None}
     )
 
@@ -105,7 +79,7 @@ def _without_none(value):
 def failure(exc, host, what="check"):
     """A failed lookup or check fails the task; a check's decision is 'failed', never 'proceed'."""
     result = {
-        **failure_result(exc, host),
+        **api.failure_result(exc, host),
         "failed": True,
         "changed": False,
         "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
@@ -136,7 +110,7 @@ def lookup_result(facts, clock=None):
 
 def _clock(runner, facts):
     """The host's clock minus the controller's, when a start time makes it matter."""
-    return offset_from_here(runner) if facts.runtime_started_at is not None else None
+    return api.offset_from_here(runner) if facts.runtime_started_at is not None else None
 
 
 def look_up_facts(contract, runner, **given):
@@ -147,9 +121,9 @@ def look_up_facts(contract, runner, **given):
     must carry it, or a fleet judgment from it fails).
     """
     if runner.becomes:
-        facts = resolve_runtime_facts(contract, runner, **given)
-        return HostLookup(facts, _clock(runner, facts))
-    return look_up_host(contract, runner, **given)
+        facts = api.resolve_runtime_facts(contract, runner, **given)
+        return api.HostLookup(facts, _clock(runner, facts))
+    return api.look_up_host(contract, runner, **given)
 
 
 def look_up(runner, contract):
@@ -166,14 +140,14 @@ def host_lookup(session):
 def fleet_facts(lookups, hosts):
     """Every host's facts from its registered lookup, and each host's clock minus ours; a
     host of `hosts` that is missing, failed, was skipped or unreachable fails, named."""
-    per_host = facts_from_reports(lookups, hosts, given_source="lookup")
+    per_host = api.facts_from_reports(lookups, hosts, given_source="lookup")
     offsets = {}
     for host, facts in per_host.items():
         if facts.runtime_started_at is None:
             continue
         clock = lookups[host].get("clock")
         try:
-            offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+            offsets[host] = api.ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
         except (KeyError, TypeError, ValueError):
             raise LookupFailed(
                 f"host {host}: its lookup result has no clock reading (pass the registered "
@@ -190,12 +164,12 @@ def given_facts(args):
     if seconds is None and lookup.get("task_timeout_s") is not None:
         seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
     if seconds is not None:
-        seconds = parse_timeout_s(seconds, what="task_timeout_s")
+        seconds = api.parse_timeout_s(seconds, what="task_timeout_s")
     started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
     return {
         "task_timeout_s": seconds,
         "task_timeout_source": source,
-        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
+        "runtime_started_at": api.parse_timestamp(started, what="runtime_started_at")
         if started
         else None,
         "replicas": [str(name) for name in lookup.get("replicas") or ()],
@@ -211,12 +185,12 @@ def guard_session(action, args, contract, facts, label):
     lookups', the connection's. The tunnel is the session's link, reopened after a partition.
     """
     runner = AnsibleRunner(action, label)
-    lookup = Background(look_up_facts, contract, runner, **facts)
+    lookup = api.Background(look_up_facts, contract, runner, **facts)
     try:
         with database_path(action, args, probe=False) as (conninfo, tunnel):
-            early = connect_early(contract, conninfo, tunnel)
-            looked_up, opened = await_lookup(lookup.result, early)
-            session = GuardSession(
+            early = api.connect_early(contract, conninfo, tunnel)
+            looked_up, opened = api.await_lookup(lookup.result, early)
+            session = api.GuardSession(
                 contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
             )
             session.adopt(opened)
@@ -237,7 +211,7 @@ def fleet_guard_session(action, args, contract, lookups, hosts, label, each=Fals
         runner = AnsibleRunner(action, label)
         if each:
             opened = closing(
-                GuardSession(
+                api.GuardSession(
                     contract,
                     conninfo,
                     per_host,
@@ -248,7 +222,7 @@ def fleet_guard_session(action, args, contract, lookups, hosts, label, each=Fals
                 )
             )
         else:
-            opened = fleet_session(
+            opened = api.fleet_session(
                 contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
             )
         with opened as session:
@@ -261,5 +235,5 @@ def shares_one_database(action, args):
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
     if not args["tunnel"] or transport == "local":
         return True
-    far_end = tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
-    return not each_hosts_own(far_end)
+    far_end = api.tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
+    return not api.each_hosts_own(far_end)

@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: is the collection that runs the one the Python package ships?
 
-ansible loads the first copy of the collection on its collections path (a Galaxy install,
-or the one inside the `leaseguard` wheel), while the plugins import the one `leaseguard`
-package of that Python. When the two differ, the plugins of one run over the core of
-another: say so, naming both.
+ansible runs the first copy of the collection on its path, the plugins import the Python's
+one `leaseguard` package: when they differ, say so, naming both.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ SHIPPED_PATH = "ansible_collections/leaseguard/deploy"
 
 
 def collection_identity(root):
-    """(version, sha256 of FILES.json) of a collection directory; the hash is None in a
-    source checkout (galaxy.yml, no MANIFEST.json or FILES.json)."""
+    """(version, sha256 of FILES.json) of a collection; no hash in a source checkout."""
     try:
         with open(os.path.join(root, "MANIFEST.json"), "rb") as fh:
             version = json.load(fh)["collection_info"]["version"]
@@ -40,7 +37,7 @@ def collection_identity(root):
 
 
 def install_hint():
-    """The command that installs what the plugins need: requirements.txt (Galaxy, wheel)."""
+    """The command that installs what the plugins need."""
     requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
     if os.path.isfile(requirements):
         return f"pip install -r {requirements}"
@@ -53,8 +50,8 @@ def install_hint():
 def install_warnings():
     """Mismatches between the running collection and the leaseguard package; () if none.
 
-    Found once per process, in ansible-playbook's own (every task's forked worker inherits
-    the answer instead of searching the installed packages again: ~90 ms per task and host).
+    Found once, in ansible-playbook's own process: every forked worker inherits the answer
+    instead of searching the installed packages again (~90 ms per task and host).
     """
     try:
         dist = metadata.distribution("leaseguard")
@@ -80,4 +77,4 @@ def install_warnings():
     )
 
 
-install_warnings()  # in ansible-playbook's own process, before any worker is forked
+install_warnings()
