@@ -4,19 +4,14 @@
 
 from __future__ import annotations
 
-from contextlib import suppress
-
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
+    api,
     require_leaseguard,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
     checked_variables,
 )
-
-# The name check runs without the package; with `restart`, require_leaseguard() names it.
-with suppress(ImportError):
-    from leaseguard.api import RestartSpec, missing_target
 
 
 class ActionModule(LeaseguardAction):
@@ -34,10 +29,10 @@ class ActionModule(LeaseguardAction):
 def restart_missing(restart):
     """The restart's missing setting, said as the restart role's variable (or None)."""
     require_leaseguard()
-    spec = RestartSpec(
+    spec = api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = missing_target(spec)
+    missing = api.missing_target(spec)
     if missing is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

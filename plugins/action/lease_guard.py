@@ -12,14 +12,13 @@ from collections import Counter
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
     RESUME_HINT,
     drain_events,
     stop_on_signals,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    ConfigError,
-    api,
     contract_from,
     failure,
     fleet_guard_session,

@@ -13,11 +13,12 @@ from types import MappingProxyType
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import module_spec
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     LeaseguardError,
-    failure,
+    api,
     require_leaseguard,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import failure
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
     checked_variables,
 )
@@ -62,9 +63,7 @@ class LeaseguardAction(ActionBase):
         try:
             if self.needs_leaseguard:
                 # Before the spec's float()/int(), which read any script's digits as numbers.
-                from leaseguard.api import refuse_non_ascii_numbers
-
-                refuse_non_ascii_numbers(self._task.args, spec)
+                api.refuse_non_ascii_numbers(self._task.args, spec)
             args = self.validate_argument_spec(spec, **options)[1]
             if args.get("check_vars"):  # check_vars' own check, first, in this same task
                 checked = checked_variables(task_vars)

@@ -8,57 +8,18 @@ verdicts and errors become task results. The judgment itself is the core's.
 
 from __future__ import annotations
 
-import sys
 from contextlib import closing, contextmanager
 
-from ansible.errors import AnsibleActionFail
-from ansible.utils.display import Display
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import CARRIED
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
+    ConfigError,  # noqa: F401 (cron_budget's)
+    LookupFailed,
+    api,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     conninfo_from,
     database_path,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
-    install_hint,
-    install_warnings,
-)
-
-try:
-    import leaseguard.api as api
-    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
-except ImportError as exc:  # the controller's Python lacks the leaseguard package
-    LEASEGUARD_IMPORT_ERROR = exc
-    api = None
-
-    class LeaseguardError(Exception):  # type: ignore[no-redef]
-        """Stand-in so the plugins import; require_leaseguard() fails every task first."""
-
-    ConfigError = LookupFailed = LeaseguardError
-else:
-    LEASEGUARD_IMPORT_ERROR = None
-
-display = Display()
-
-
-def require_leaseguard():
-    """Fail the task with install guidance when the core is missing on the controller; warn
-    when the running collection and the installed core differ."""
-    exc = LEASEGUARD_IMPORT_ERROR
-    if exc is not None:
-        # The Galaxy tarball carries the core: only its requirements can be missing.
-        missing = (
-            "the Python requirements of leaseguard.deploy are"
-            if CARRIED
-            else "the leaseguard Python package is"
-        )
-        raise AnsibleActionFail(
-            f"{missing} required on the controller ({type(exc).__name__}: {exc}): install "
-            f"them into the Python that runs ansible ({sys.executable}) with: {install_hint()}",
-            orig_exc=exc,
-        )
-    for warning in install_warnings():
-        display.warning(f"leaseguard: {warning}")
 
 
 def contract_from(args):
