@@ -29,17 +29,8 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front imp
 )
 
 DRAIN_KEYS = (
-    "deadline_s",
-    "poll_s",
-    "pause_cron_jobs",
-    "cron_database",
-    "cron_user",
-    "cron_password",
-    "pause_command",
-    "resume_command",
-    "status_file",
-    "metrics_file",
-    "resume_retry_s",
+    *("deadline_s", "poll_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"),
+    *("pause_command", "resume_command", "status_file", "metrics_file", "resume_retry_s"),
 )
 NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
@@ -61,14 +52,11 @@ class ActionModule(LeaseguardAction):
         options = api.drain_options(drain_args)
         contract = contract_from(args)
         lookups = args["fleet_lookups"]
-        if each:
-            hosts = task_vars.get("ansible_play_batch", ())
-            opened = fleet_guard_session(self, args, contract, lookups, hosts, host, each=True)
-        elif lookups is not None:
-            hosts = task_vars.get("ansible_play_hosts_all", ())
-            opened = fleet_guard_session(self, args, contract, lookups, hosts, host)
-        else:
+        if lookups is None:
             opened = guard_session(self, args, contract, given_facts(args), host)
+        else:  # each_host: the hosts of this batch; else every host of the play
+            hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
+            opened = fleet_guard_session(self, args, contract, lookups, hosts, host, each=each)
         with opened as session:
             session.cron_database = options.cron_database
             looked_up = {} if lookups is not None else {"lookup": host_lookup(session)}

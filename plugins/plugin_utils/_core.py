@@ -33,7 +33,17 @@ if CARRIED:
 
 try:
     import leaseguard.api as api
-    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
+
+    # Loaded now with what they run on, so that a missing requirement (psycopg, Fabric) is
+    # found here: require_leaseguard() names it before any task runs.
+    from leaseguard.api import (  # noqa: F401
+        Background,
+        ConfigError,
+        LeaseguardError,
+        LookupFailed,
+        drain_host,
+        look_up_host,
+    )
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
     api = None
