@@ -171,17 +171,10 @@ def fleet_guard_session(action, args, contract, lookups, hosts, label, each=Fals
     with database_path(action, args) as (conninfo, tunnel):
         runner = AnsibleRunner(action, label)
         if each:
-            opened = closing(
-                api.GuardSession(
-                    contract,
-                    conninfo,
-                    per_host,
-                    runner,
-                    tunnel,
-                    label="fleet",
-                    host_offsets=offsets,
-                )
+            session = api.GuardSession(
+                contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
             )
+            opened = closing(session)
         else:
             opened = api.fleet_session(
                 contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
