@@ -32,18 +32,12 @@ if CARRIED:
     sys.path.append(VENDOR_DIR)
 
 try:
-    import leaseguard.api as api
+    import leaseguard.api as api  # pylint: disable=consider-using-from-import
+    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
 
-    # Loaded now with what they run on, so that a missing requirement (psycopg, Fabric) is
-    # found here: require_leaseguard() names it before any task runs.
-    from leaseguard.api import (  # noqa: F401
-        Background,
-        ConfigError,
-        LeaseguardError,
-        LookupFailed,
-        drain_host,
-        look_up_host,
-    )
+    # What the guard runs on, loaded now: a missing requirement (psycopg, Fabric) fails here,
+    # and require_leaseguard() names it before any task runs.
+    _LOADED = (api.Background, api.drain_host, api.look_up_host)
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
     api = None
@@ -55,6 +49,7 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
+__all__ = ["CARRIED", "ConfigError", "LeaseguardError", "LookupFailed", "api", "require_leaseguard"]
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SHIPPED_PATH = "ansible_collections/leaseguard/deploy"
 display = Display()

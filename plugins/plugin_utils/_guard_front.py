@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from contextlib import closing, contextmanager
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
-    ConfigError,  # noqa: F401 (cron_budget's)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (  # pylint: disable=unused-import
+    ConfigError,  # noqa: F401 (action/cron_budget.py imports it from here)
     LookupFailed,
     api,
 )
