@@ -16,7 +16,6 @@ import importlib.util
 import json
 import os
 import sys
-from functools import lru_cache
 from importlib import metadata
 
 import yaml
@@ -71,8 +70,8 @@ def require_leaseguard():
             f"them into the Python that runs ansible ({sys.executable}) with: {install_hint()}",
             orig_exc=exc,
         )
-    for warning in install_warnings():
-        display.warning(f"leaseguard: {warning}")
+    if INSTALL_WARNING:
+        display.warning(f"leaseguard: {INSTALL_WARNING}")
 
 
 def collection_identity(root):
@@ -97,39 +96,35 @@ def install_hint():
     if os.path.isfile(requirements):
         return f"pip install -r {requirements}"
     version = collection_identity(COLLECTION_ROOT)[0]
-    package = "'leaseguard[ansible]" + (f"=={version}'" if version else "'")
-    return f"pip install {package}"
+    return f"pip install 'leaseguard[ansible]{f'=={version}' if version else ''}'"
 
 
-@lru_cache(maxsize=1)
-def install_warnings():
-    """Mismatches between the running collection and the leaseguard package; () if none.
-
-    Found once, in ansible-playbook's own process: every forked worker inherits the answer
-    instead of searching the installed packages again (~90 ms per task and host).
-    """
+def install_warning():
+    """A mismatch between the running collection and the leaseguard package (None if none)."""
     try:
         dist = metadata.distribution("leaseguard")
     except metadata.PackageNotFoundError:
-        return ()
+        return None
     version, files_hash = collection_identity(COLLECTION_ROOT)
     if version != dist.version:
         return (
             f"leaseguard.deploy {version} runs from {COLLECTION_ROOT}, but the leaseguard "
             f"Python package is {dist.version}: the plugins and the core they call come from "
-            f"different releases. Install matching versions ({install_hint()}).",
+            f"different releases. Install matching versions ({install_hint()})."
         )
     shipped = os.path.realpath(str(dist.locate_file(SHIPPED_PATH)))
     if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
-        return ()
+        return None
     shipped_hash = collection_identity(shipped)[1]
     if shipped_hash is None or shipped_hash == files_hash:
-        return ()
+        return None
     return (
         f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "
         f"(first on the collections path), the leaseguard package ships {shipped}. "
-        "Remove one (ansible-galaxy collection verify --offline shows which was changed).",
+        "Remove one (ansible-galaxy collection verify --offline shows which was changed)."
     )
 
 
-install_warnings()
+# Found once, in ansible-playbook's own process: every forked worker inherits it instead of
+# searching the installed packages again (~90 ms per task and host).
+INSTALL_WARNING = install_warning()
