@@ -1,26 +1,17 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/).
-
-With `restart`, the restart role's settings are checked in the same task: a restart that
-cannot run must fail before the guard judges (or drains) anything.
-"""
+"""Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/)."""
 
 from __future__ import annotations
 
-from contextlib import suppress
-
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
+    api,
     require_leaseguard,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
     checked_variables,
 )
-
-# The name check runs without the package; with `restart`, require_leaseguard() names it.
-with suppress(ImportError):
-    from leaseguard.api import RestartSpec, missing_target
 
 
 class ActionModule(LeaseguardAction):
@@ -36,13 +27,12 @@ class ActionModule(LeaseguardAction):
 
 
 def restart_missing(restart):
-    """The restart's missing setting, said as the restart role's variable (or None), by
-    runtime_restart's own rule (leaseguard.core.restart)."""
+    """The restart's missing setting, said as the restart role's variable (or None)."""
     require_leaseguard()
-    spec = RestartSpec(
+    spec = api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = missing_target(spec)
+    missing = api.missing_target(spec)
     if missing is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

@@ -19,8 +19,7 @@ description:
     environment declares, C(75) a live claim would defer the run (EX_TEMPFAIL, as
     C(leaseguard check)). C(0) is the real run proceeding."
   - Runs without C(--check) keep ansible-playbook's own exit statuses.
-  - "The status is set after the recap is printed: list this callback last in
-    C(callbacks_enabled), or callbacks after it do not see the recap."
+  - "List this callback last in C(callbacks_enabled): it exits after the recap is printed."
 requirements:
   - "Enabled in ansible.cfg (C(callbacks_enabled = leaseguard.deploy.check_status)) or with
     C(ANSIBLE_CALLBACKS_ENABLED=leaseguard.deploy.check_status)."
@@ -66,7 +65,7 @@ class CallbackModule(CallbackBase):
 
 def reason(task_name, result):
     """Why a task failed its host: defer, drift, unreachable or failed."""
-    if result.get("drift"):  # cron_budget wrote nothing: a live budget drifted
+    if result.get("drift"):  # cron_budget: a live budget drifted
         return "drift"
     if (result.get("error") or {}).get("type") == "TunnelError":
         return "unreachable"

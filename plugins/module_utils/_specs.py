@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION.
 
-The options, types, choices and defaults a module applies are the ones ansible-doc shows
-(its DOCUMENTATION with its doc fragments), so the two cannot drift apart; what DOCUMENTATION
-cannot say (secrets, environment fallbacks, rules between options) is added here. The core
-owns every default: tests/unit/test_doc_defaults.py fails when a documented one differs.
+So the options a module applies are the ones ansible-doc shows; what DOCUMENTATION cannot say
+(secrets, environment fallbacks, rules between options) is added here.
 """
 
 from __future__ import annotations
@@ -30,11 +28,9 @@ _SECRETS_AND_FALLBACKS = {
     "cron_password": dict(no_log=True, fallback=(env_fallback, ["LEASEGUARD_CRON_PASSWORD"])),
 }
 _ONE_HOSTS_FACTS = ("lookup", "task_timeout_s", "runtime_started_at")
-# validate_argument_spec's other options, per module.
-RULES = {
+RULES = {  # validate_argument_spec's other options, per module
     "lease_guard": dict(
         required_together=[("pause_command", "resume_command")],
-        # one host's facts or every host's, never both
         mutually_exclusive=[("fleet_lookups", fact) for fact in _ONE_HOSTS_FACTS],
     ),
     "cron_budget": dict(required_one_of=[("jobs", "active", "resume_recorded")]),
@@ -43,7 +39,7 @@ RULES = {
 
 
 def _strings(path):
-    """Every `NAME = "..."` of a Python file (module level or in a class), not importing it."""
+    """Every `NAME = "..."` of a Python file (module level or in a class), without importing it."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read())
     return {
@@ -91,8 +87,7 @@ def module_spec(module):
 
 
 def _role_variables(module, not_variables, drain):
-    """Each option the roles' variables fill (from_role_vars), with its variable's name: a
-    drain's own timing and files are leaseguard_drain_<option>."""
+    """Option -> the role variable from_role_vars fills it from (leaseguard_drain_* for `drain`)."""
     return {
         option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
         for option in documented_options(module)
@@ -101,7 +96,7 @@ def _role_variables(module, not_variables, drain):
 
 
 def role_variables():
-    """lease_guard's; what a caller decides, or this host's facts, are no variables."""
+    """lease_guard's: what a caller decides and this host's facts are no variables."""
     return _role_variables(
         "lease_guard",
         {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars", "from_role_vars"}
@@ -117,8 +112,8 @@ def intake_hold_role_variables():
 
 
 def action_only(name):
-    """What a docs-only module file runs: the work happens in the action plugin. The spec is
-    still built here, so ansible-test's validate-modules checks it against DOCUMENTATION."""
+    """A docs-only module's run: the action plugin does the work. The spec is still built, for
+    ansible-test's validate-modules to check against DOCUMENTATION."""
     try:
         argument_spec, rules = module_spec(name)
     except ImportError:  # no PyYAML where the module itself runs: nothing to check it with

@@ -9,14 +9,10 @@ module: check_vars
 short_description: Fail on a leaseguard_* variable that the collection does not know
 version_added: 0.1.0
 description:
-  - Ansible ignores a variable that nothing reads, so a mistyped C(leaseguard_on_bussy=wait)
-    would be silently dropped. The roles run this first.
-  - Every C(leaseguard_*) variable the task sees must be one the collection knows (from its
-    roles' C(meta/argument_specs.yml), C(defaults), C(vars) and registered results, and the
-    variables its playbooks read). An unknown one fails the task, naming it and the nearest
-    known name.
-  - With O(restart), the restart role's settings are checked in the same task, so a restart
-    that cannot run fails before anything is judged, drained or restarted.
+  - Ansible silently drops a variable nothing reads, such as a mistyped C(leaseguard_on_bussy=wait).
+    Every C(leaseguard_*) variable the task sees must be one the collection's roles and playbooks
+    know; an unknown one fails the task, naming it and the nearest known name. The roles run this
+    first.
   - M(leaseguard.deploy.lease_guard) runs the same check with its
     O(leaseguard.deploy.lease_guard#module:check_vars) option.
 author:
@@ -29,10 +25,11 @@ options:
     default: []
   restart:
     description:
-      - The restart the C(restart) role will run; an empty setting its method needs fails the
-        task, naming the role's variable (C(docker) and C(podman) need O(restart.container),
-        C(command) O(restart.command), C(systemd) O(restart.unit)). Needs the leaseguard
-        package on the controller.
+      - The restart the C(restart) role will run, checked first so a restart that cannot run fails
+        before anything is judged. An empty setting its method needs fails the task, naming the
+        role's variable (C(docker) and C(podman) need O(restart.container), C(command)
+        O(restart.command), C(systemd) O(restart.unit)). Needs the leaseguard package on the
+        controller.
     type: dict
     suboptions:
       method:

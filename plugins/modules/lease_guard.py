@@ -9,20 +9,16 @@ module: lease_guard
 short_description: Judge whether work is in flight on a host by the system's own claim lease
 version_added: 0.1.0
 description:
-  - Evaluates the lease predicate against the host's PostgreSQL, through an SSH tunnel
-    opened from the controller with the host's own inventory connection settings.
-  - Every claimed or queued row of O(table) is classed C(queued), C(orphaned) (claimed
-    before the runtime started), C(stale) (lease expired) or C(live). The decision is
-    C(defer) when any row is live, else C(proceed).
-  - The lease is O(lease.multiplier) times the task timeout configured on the host (looked
-    up as M(leaseguard.deploy.task_timeout) does, or passed in with O(lookup)), never a
-    guessed activity window.
-  - The query runs read-only with its own C(statement_timeout) and C(lock_timeout). Any error
-    (host unreachable, tunnel, database, missing table or column, lookup) fails the task with
-    a message that names what failed; a failed check never returns C(proceed). No DSN,
-    password or driver error text appears in the result.
-  - The guard reports and the playbook decides; O(fail_on_defer) and O(force) only shape the
-    report. With O(wait=true) it drains first, as C(fab drain) does.
+  - Classes every claimed or queued row of O(table) in the host's PostgreSQL (through an SSH tunnel
+    opened with the host's inventory settings) as C(queued), C(orphaned) (claimed before the runtime
+    started), C(stale) (lease expired) or C(live). The decision is C(defer) when any row is live,
+    else C(proceed).
+  - The lease is O(lease.multiplier) times the task timeout configured on the host (looked up as
+    M(leaseguard.deploy.task_timeout) does, or given with O(lookup)), never a guessed window.
+  - The query is read-only with its own C(statement_timeout) and C(lock_timeout). Any error fails
+    the task naming what failed, never with C(proceed), and never shows a DSN, password or driver
+    error text.
+  - The guard reports and the playbook decides. With O(wait=true) it drains first, as C(fab drain) does.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -36,9 +32,7 @@ extends_documentation_fragment:
   - leaseguard.deploy.attributes.action_group
 options:
   lookup:
-    description:
-      - The registered result of M(leaseguard.deploy.task_timeout) for this host, so the host
-        is not asked again; its C(task_timeout_s), C(source) and C(runtime_started_at) are used.
+    description: This host's registered M(leaseguard.deploy.task_timeout) result, so the host is not asked again.
     type: dict
   task_timeout_s:
     description: The task timeout in seconds, instead of looking it up (wins over O(lookup)).
@@ -48,41 +42,28 @@ options:
     type: str
   fleet_lookups:
     description:
-      - For a global action (a migration, budgets, pausing shared intake), judge B(once for
-        every host of the play) - a mapping of each host to its registered
-        M(leaseguard.deploy.task_timeout) result, e.g. built from C(hostvars) of
-        C(ansible_play_hosts_all) (see the examples). Run the lookup on every host (no
-        C(run_once)), then this task with C(run_once).
-      - The fleet rule - the orphan cut-off is the B(oldest) runtime start among the hosts, the
-        lease the B(longest) task timeout times O(lease.multiplier); RV(fleet) names the host
-        that supplied each. The decision never depends on host order.
-      - Every host of the play (C(ansible_play_hosts_all)) must be in the mapping with a
-        successful lookup; a host that is missing, failed, was skipped or unreachable fails
-        the task, named (fail closed).
-      - The database is reached through the host this task runs on. Each lookup measured its
-        host's clock against the controller's (RV(leaseguard.deploy.task_timeout#module:clock));
-        chained with the controller's offset from the database, every host's start time is
-        compared in the database clock.
-      - With O(wait) and O(pause_cron_jobs) (C(playbooks/drain.yml)), shared intake is paused
-        once, the fleet is drained as one and intake is resumed once, from one C(run_once)
-        task.
-      - The contract (table, statuses, O(lease.multiplier)) is this task's, the same for every
-        host.
+      - For a global action (a migration, budgets, shared intake), judge B(once for every host of
+        the play) - each host's registered M(leaseguard.deploy.task_timeout) result by host name
+        (see the examples). Run the lookup on every host, then this task with C(run_once).
+      - The orphan cut-off is the B(oldest) runtime start, the lease the B(longest) task timeout
+        times O(lease.multiplier); RV(fleet) names the host that supplied each. Every host's start
+        is compared in the database clock, through each lookup's
+        RV(leaseguard.deploy.task_timeout#module:clock).
+      - Every host of C(ansible_play_hosts_all) must have a successful lookup, or the task fails
+        naming it. The database is reached through the host the task runs on.
+      - With O(wait) and O(pause_cron_jobs), shared intake is paused once, the fleet drained as one
+        and intake resumed once.
       - Mutually exclusive with O(lookup), O(task_timeout_s) and O(runtime_started_at).
     type: dict
   wait:
     description:
-      - Pause intake (O(pause_cron_jobs), O(pause_command)), then poll until no live lease
-        remains or the deadline passes, and resume intake on every exit path.
-      - The deadline is the longest remaining lease seen at the start, never longer; past it
-        the rows belong to the system's own reaper.
-      - In check mode it judges once and pauses nothing (see the C(check_mode) attribute).
+      - Pause intake (O(pause_cron_jobs), O(pause_command)), poll until no live lease remains or the
+        deadline passes, and resume intake on every exit path.
+      - The deadline is the longest remaining lease seen at the start, never longer.
     type: bool
     default: false
   deadline_s:
-    description:
-      - Give up waiting sooner than the lease-bounded deadline.
-      - If not set, the longest remaining lease seen at the start.
+    description: Give up waiting sooner. If not set, the longest remaining lease seen at the start.
     type: float
   poll_s:
     description: Seconds between polls while waiting. Idle polls log nothing.
@@ -108,85 +89,61 @@ options:
     default: []
   status_file:
     description:
-      - With O(wait), a JSON snapshot of the running drain, rewritten atomically after every
-        poll on the controller; read it with C(leaseguard status PATH).
-      - Hosts drained each on their own drain in parallel, one process each, so give each
-        host its own path (for example V(/var/tmp/drain-{{ inventory_hostname }}.json));
-        C(playbooks/drain.yml) refuses one path shared by such hosts.
-      - With O(fleet_lookups) one task drains the whole fleet and writes one file, whose
-        host is C(fleet), at the path as the host running the task reads it (in
-        C(playbooks/drain.yml), the first host of the play).
+      - With O(wait), a JSON snapshot of the drain on the controller, rewritten atomically after
+        every poll; read it with C(leaseguard status PATH).
+      - Give each host draining on its own its own path (for example
+        V(/var/tmp/drain-{{ inventory_hostname }}.json)). With O(fleet_lookups) one file, whose
+        host is C(fleet).
     type: path
   metrics_file:
-    description:
-      - With O(wait), the drain's counters and gauges in the Prometheus text format
-        (C(leaseguard_drain_*)), written to a temp file and renamed, on the controller.
-      - One file per drain, as for O(status_file), named C(*.prom) for node_exporter's
-        textfile collector.
+    description: With O(wait), the drain's counters and gauges in the Prometheus text format
+      (C(leaseguard_drain_*)) on the controller, one file per drain as for O(status_file).
     type: path
   resume_retry_s:
-    description:
-      - Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds;
-        then fail naming the paused jobs and the command that resumes them.
+    description: Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds,
+      then fail naming the paused jobs and the command that resumes them.
     type: float
     default: 60.0
   from_role_vars:
     description:
-      - Fill every contract, database and drain option the task does not set from the
-        guard role's variable for it, C(leaseguard_<option>) (C(leaseguard_drain_<option>)
-        for O(deadline_s), O(poll_s), O(status_file), O(metrics_file) and
-        O(resume_retry_s)), as the role documents them. Options set on the task (and by
-        C(module_defaults)) win; the facts (O(lookup), O(task_timeout_s),
-        O(runtime_started_at)) and O(wait), O(force), O(fail_on_defer) never come from
-        variables.
-      - What the guard role does, so that its one task need not template an argument per
-        option, which costs every host a template compile per option.
+      - Fill every contract, database and drain option the task does not set from the guard role's
+        variable C(leaseguard_<option>) (C(leaseguard_drain_<option>) for O(deadline_s), O(poll_s),
+        O(status_file), O(metrics_file) and O(resume_retry_s)). Options set on the task win; the
+        facts, O(wait), O(force) and O(fail_on_defer) never come from variables.
     type: bool
     default: false
   fail_on_defer:
-    description: Fail the task when the decision is C(defer), for callers that only ever stop.
+    description: Fail the task when the decision is C(defer).
     type: bool
     default: false
   force:
-    description:
-      - The caller will go ahead even if work is live. The result is unchanged except that
-        a C(defer) adds RV(forced) and a warning naming every live claim that will be killed.
+    description: The caller will go ahead even if work is live. A C(defer) then adds RV(forced) and
+      a warning naming every live claim that will be killed.
     type: bool
     default: false
   held_intake:
     description:
-      - The registered result of M(leaseguard.deploy.intake_hold) with O(leaseguard.deploy.intake_hold#module:state=held)
-        when the caller holds intake itself (the restart and migrate roles). The drain then
-        pauses nothing of its own, and the result says what was held (RV(intake)).
-      - Without it, a drain pauses and resumes the intake it is given, and a verdict
-        without any says the intake was not held.
+      - The registered result of M(leaseguard.deploy.intake_hold)
+        (O(leaseguard.deploy.intake_hold#module:state=held)) when the caller holds intake itself.
+        The drain then pauses nothing of its own, and RV(intake) says what was held.
     type: dict
   each_host:
     description:
-      - With O(fleet_lookups) and C(run_once), judge B(each host) of C(ansible_play_batch) by
-        its B(own) facts (not the fleet rule) in B(one) query per poll over B(one) database
-        connection, through this task's host; each host's result is under RV(hosts). With
-        O(wait) every host drains at once; one O(status_file) shows them all.
-      - Every host must reach the same database (not each its own loopback through its own
-        tunnel), and each host's intake is the caller's to hold (pass the
-        M(leaseguard.deploy.intake_hold) results as O(held_intakes)). A failure of the one
-        judgment fails the task once, naming the cause.
+      - With O(fleet_lookups) and C(run_once), judge B(each host) of C(ansible_play_batch) by its
+        B(own) facts in one query per poll over one connection through this task's host; each host's
+        result is under RV(hosts). With O(wait) every host drains at once.
+      - Every host must reach the same database, and each host's intake is the caller's to hold (O(held_intakes)).
     type: bool
     default: false
   held_intakes:
-    description:
-      - With O(each_host), each host's registered M(leaseguard.deploy.intake_hold) result by
-        host name (as O(held_intake) for one host); a host without one reports its intake as
-        not held.
+    description: With O(each_host), each host's registered M(leaseguard.deploy.intake_hold) result
+      by host name; a host without one reports its intake as not held.
     type: dict
 attributes:
   check_mode:
     support: partial
-    description:
-      - The check is read-only and runs for real in check mode.
-    details:
-      - With O(wait=true) it judges once instead of draining, pauses no intake and waits for
-        nothing, so a C(defer) says what the real run would wait for, not how the wait ends.
+    description: The check is read-only and runs for real in check mode.
+    details: With O(wait=true) it judges once instead of draining, and pauses no intake.
   diff_mode:
     support: none
     description: The check is read-only, so there is nothing to diff.
@@ -218,8 +175,7 @@ EXAMPLES = r"""
   changed_when: true
   when: guard.decision == 'proceed'
 
-# The lookup above ran on every host of the play (no run_once): judge a migration once
-# for the whole fleet - oldest runtime start, longest lease.
+# The lookup above ran on every host of the play: judge a migration once for the fleet.
 - name: Judge a migration once for every host of the play
   leaseguard.deploy.lease_guard:
     fleet_lookups: >-
@@ -228,7 +184,6 @@ EXAMPLES = r"""
     db_name: app
     fail_on_defer: true
   run_once: true
-  register: fleet_guard
 
 - name: Drain before a restart, pausing the claim job meanwhile
   leaseguard.deploy.lease_guard:
@@ -241,8 +196,8 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hosts:
-  description: With O(each_host), every host's own result by name (with O(wait), its
-    RV(drain)); a host whose check failed has C(failed) and its RV(error).
+  description: With O(each_host), every host's own result by name (with O(wait), its RV(drain)); a
+    failed host has C(failed) and RV(error).
   returned: with each_host
   type: dict
   sample: {"app1": {"decision": "proceed", "counts": {"live": 0, "stale": 0, "orphaned": 1, "queued": 3}}}
@@ -252,8 +207,7 @@ summary:
   type: str
   sample: "hosts: defer 1, proceed 19"
 decision:
-  description: C(proceed), C(defer) (a live lease remains) or C(failed); with O(each_host)
-    the decision of the host the task ran on (every host's is under RV(hosts)).
+  description: C(proceed), C(defer) (a live lease remains) or C(failed); with O(each_host), the task host's.
   returned: always
   type: str
   sample: defer
@@ -312,7 +266,8 @@ live:
   returned: success
   type: list
   elements: dict
-  sample: [{"id": "42", "claimed_at": "2026-09-09T13:18:57+00:00", "lease_expires_at": "2026-09-09T15:18:57+00:00", "remaining_s": 1800.0}]
+  sample: [{"id": "42", "claimed_at": "2026-09-09T13:18:57+00:00", "lease_expires_at":
+    "2026-09-09T15:18:57+00:00", "remaining_s": 1800.0}]
 live_listed:
   description: How many live claims are listed in RV(live).
   returned: success
@@ -324,49 +279,32 @@ wait_upper_bound_s:
   type: float
   sample: 1800.0
 fleet:
-  description:
-    - With O(fleet_lookups), the hosts judged and which host supplied each fact -
-      C(lease_from) (the longest task timeout) and C(orphan_cutoff_from) (the oldest runtime
-      start; null when a host's start is unknown, so nothing is classed orphaned).
-    - C(clock_offsets_s) is each host's clock minus the database's, when a start was known;
-      the start times were moved into the database clock by them before the oldest was chosen.
-    - The result's C(host) is then V(fleet), not the host the task ran on.
+  description: With O(fleet_lookups), the hosts judged, the host that supplied C(lease_from) (the
+    longest task timeout) and C(orphan_cutoff_from) (the oldest start; null when a start is
+    unknown), and each host's clock minus the database's. The result's C(host) is then V(fleet).
   returned: success, with O(fleet_lookups)
   type: dict
-  sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
+  sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2",
+    "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
 replicas:
-  description:
-    - Every container a C(container) filter and every unit a C(unit) glob matched (the
-      judgment used the oldest start and the longest timeout over them); with
-      O(fleet_lookups), each as C(host:name).
+  description: Every container a C(container) filter and every unit a C(unit) glob matched (oldest
+    start, longest timeout over them); with O(fleet_lookups), each as C(host:name).
   returned: success, when a filter or glob matched
   type: list
   elements: str
   sample: ["proj-worker-1", "proj-worker-2"]
 lookup:
-  description:
-    - This host's facts as M(leaseguard.deploy.task_timeout) returns them (C(task_timeout_s),
-      C(source), C(assumed), C(runtime_started_at), C(runtime_started_epoch_s), C(clock)),
-      whether looked up by this task or given with O(lookup), O(task_timeout_s) or
-      O(runtime_started_at). The C(leaseguard.deploy.guard) role registers it as
-      C(leaseguard_lookup), so a judgment needs no separate lookup task.
-    - Without O(lookup), every lookup and the host's clock reading run as one command on the
-      host, while the tunnel opens.
+  description: This host's facts as M(leaseguard.deploy.task_timeout) returns them, looked up by
+    this task or given; the C(leaseguard.deploy.guard) role registers it as C(leaseguard_lookup).
   returned: success, without O(fleet_lookups)
   type: dict
-  sample:
-    task_timeout_s: 3600.0
-    source: docker:backend/APP_TASK_TIMEOUT_S
-    assumed: false
-    runtime_started_at: "2026-09-09T04:00:00+00:00"
-    runtime_started_epoch_s: 1788926400.0
-    clock: {"offset_s": 0.004, "uncertainty_s": 0.012}
-    warnings: []
-    replicas: []
+  sample: {"task_timeout_s": 3600.0, "source": "docker:backend/APP_TASK_TIMEOUT_S", "assumed":
+    false, "runtime_started_at": "2026-09-09T04:00:00+00:00", "runtime_started_epoch_s":
+    1788926400.0, "clock": {"offset_s": 0.004, "uncertainty_s": 0.012}, "warnings": [], "replicas":
+    []}
 intake:
-  description:
-    - What stopped new claims between this verdict and the caller's action. C(held) false
-      (the C(intake) line says not held) means nothing did. C(what) names the held intake.
+  description: What stopped new claims between this verdict and the caller's action (C(held) false
+    means nothing did); C(what) names the held intake.
   returned: success
   type: dict
   sample: {"held": true, "what": ["pg_cron:claim"]}
@@ -379,13 +317,9 @@ drain:
   description: With O(wait), how the wait went.
   returned: when O(wait) and not in check mode
   type: dict
-  sample:
-    decision: proceed
-    drained: true
-    elapsed_s: 12.4
-    deadline_s: 1800.0
-    counters: {"polls": 4, "idle_polls": 2, "leases_ended": 1}
-    events: ["drain host=app1 start live=1 deadline_s=1800"]
+  sample: {"decision": "proceed", "drained": true, "elapsed_s": 12.4, "deadline_s": 1800.0,
+    "counters": {"polls": 4, "idle_polls": 2, "leases_ended": 1}, "events": ["drain host=app1 start
+    live=1 deadline_s=1800"]}
 error:
   description: What failed; names the host, table, column or variable, never a secret.
   returned: failure

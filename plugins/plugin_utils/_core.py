@@ -1,31 +1,130 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: where the plugins' `leaseguard` core comes from.
+"""Private to leaseguard.deploy: the `leaseguard` core the plugins run over.
 
-The controller's installed `leaseguard` package when it has one (pip, or the work tree's
-editable install); else the copy the Galaxy tarball carries in _vendor/ (built by
-scripts/build_collection.py, never in the work tree), whose Python requirements are the
-collection's requirements.txt. Import this before any `leaseguard` module.
+The controller's installed `leaseguard` package when it has one; else the copy the Galaxy
+tarball carries in _vendor/ (scripts/build_collection.py; never in the work tree), whose
+requirements are the collection's requirements.txt. Import this before any `leaseguard`
+module. When the collection ansible runs (the first on its path) and the package's differ,
+every task warns, naming both.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import json
 import os
 import sys
+from importlib import metadata
+
+import yaml
+from ansible.errors import AnsibleActionFail
+from ansible.utils.display import Display
 
 VENDOR_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
-
-
-def use_carried_core():
-    """Make the carried copy importable when no leaseguard package is; True if it is used."""
-    if importlib.util.find_spec("leaseguard") is not None:
-        return False
-    if not os.path.isdir(os.path.join(VENDOR_DIR, "leaseguard")):
-        return False
-    # Appended, not inserted: it stands in for a missing package and shadows nothing.
+# Appended, not inserted: the carried copy stands in for a missing package, shadowing nothing.
+CARRIED = importlib.util.find_spec("leaseguard") is None and os.path.isdir(
+    os.path.join(VENDOR_DIR, "leaseguard")
+)
+if CARRIED:
     sys.path.append(VENDOR_DIR)
-    return True
+
+try:
+    import leaseguard.api as api  # pylint: disable=consider-using-from-import
+    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
+
+    # What the guard runs on, loaded now: a missing requirement (psycopg, Fabric) fails here,
+    # and require_leaseguard() names it before any task runs.
+    _LOADED = (api.Background, api.drain_host, api.look_up_host)
+except ImportError as exc:  # the controller's Python lacks the leaseguard package
+    LEASEGUARD_IMPORT_ERROR = exc
+    api = None
+
+    class LeaseguardError(Exception):  # type: ignore[no-redef]
+        """Stand-in so the plugins import; require_leaseguard() fails every task first."""
+
+    ConfigError = LookupFailed = LeaseguardError
+else:
+    LEASEGUARD_IMPORT_ERROR = None
+
+__all__ = ["CARRIED", "ConfigError", "LeaseguardError", "LookupFailed", "api", "require_leaseguard"]
+COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHIPPED_PATH = "ansible_collections/leaseguard/deploy"
+display = Display()
 
 
-CARRIED = use_carried_core()
+def require_leaseguard():
+    """Fail the task with install guidance when the core is missing on the controller; warn
+    when the running collection and the installed core differ."""
+    exc = LEASEGUARD_IMPORT_ERROR
+    if exc is not None:
+        # The Galaxy tarball carries the core: only its requirements can be missing.
+        missing = (
+            "the Python requirements of leaseguard.deploy are"
+            if CARRIED
+            else "the leaseguard Python package is"
+        )
+        raise AnsibleActionFail(
+            f"{missing} required on the controller ({type(exc).__name__}: {exc}): install "
+            f"them into the Python that runs ansible ({sys.executable}) with: {install_hint()}",
+            orig_exc=exc,
+        )
+    if INSTALL_WARNING:
+        display.warning(f"leaseguard: {INSTALL_WARNING}")
+
+
+def collection_identity(root):
+    """(version, sha256 of FILES.json) of a collection; no hash in a source checkout."""
+    try:
+        with open(os.path.join(root, "MANIFEST.json"), "rb") as fh:
+            version = json.load(fh)["collection_info"]["version"]
+        with open(os.path.join(root, "FILES.json"), "rb") as fh:
+            return version, hashlib.sha256(fh.read()).hexdigest()
+    except FileNotFoundError:
+        pass
+    try:
+        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as fh:
+            return str(yaml.safe_load(fh)["version"]), None
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None, None
+
+
+def install_hint():
+    """The command that installs what the plugins need."""
+    requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
+    if os.path.isfile(requirements):
+        return f"pip install -r {requirements}"
+    version = collection_identity(COLLECTION_ROOT)[0]
+    return f"pip install 'leaseguard[ansible]{f'=={version}' if version else ''}'"
+
+
+def install_warning():
+    """A mismatch between the running collection and the leaseguard package (None if none)."""
+    try:
+        dist = metadata.distribution("leaseguard")
+    except metadata.PackageNotFoundError:
+        return None
+    version, files_hash = collection_identity(COLLECTION_ROOT)
+    if version != dist.version:
+        return (
+            f"leaseguard.deploy {version} runs from {COLLECTION_ROOT}, but the leaseguard "
+            f"Python package is {dist.version}: the plugins and the core they call come from "
+            f"different releases. Install matching versions ({install_hint()})."
+        )
+    shipped = os.path.realpath(str(dist.locate_file(SHIPPED_PATH)))
+    if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
+        return None
+    shipped_hash = collection_identity(shipped)[1]
+    if shipped_hash is None or shipped_hash == files_hash:
+        return None
+    return (
+        f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "
+        f"(first on the collections path), the leaseguard package ships {shipped}. "
+        "Remove one (ansible-galaxy collection verify --offline shows which was changed)."
+    )
+
+
+# Found once, in ansible-playbook's own process: every forked worker inherits it instead of
+# searching the installed packages again (~90 ms per task and host).
+INSTALL_WARNING = install_warning()

@@ -2,104 +2,33 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: the Ansible front over the leaseguard core.
 
-Action plugins run on the controller. They translate task arguments and the host's own
-inventory connection settings into the core's inputs, and the core's verdicts and errors
-into task results. No judgment happens here: that is `leaseguard.adapters.guard`, shared with the
-CLI and the Fabric tasks.
+Task arguments and the host's inventory connection settings become the core's inputs; its
+verdicts and errors become task results. The judgment itself is the core's.
 """
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
-from ansible.errors import AnsibleActionFail
-from ansible.utils.display import Display
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import CARRIED
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (  # pylint: disable=unused-import
+    ConfigError,  # noqa: F401 (action/cron_budget.py imports it from here)
+    LookupFailed,
+    api,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     conninfo_from,
     database_path,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._install_check import (
-    install_hint,
-    install_warnings,
-)
 
-try:
-    from leaseguard.api import (
-        CONFIG_KEYS,
-        Background,
-        ClockOffset,
-        ConfigError,
-        GuardSession,
-        HostLookup,
-        LeaseguardError,
-        LookupFailed,
-        await_lookup,
-        connect_early,
-        drain_each,
-        drain_host,
-        drain_options,
-        each_hosts_own,
-        facts_from_reports,
-        failure_result,
-        fleet_session,
-        intake_line,
-        load_contract,
-        look_up_host,
-        offset_from_here,
-        parse_timeout_s,
-        parse_timestamp,
-        resolve_runtime_facts,
-        shared_failures,
-        tunnel_far_end,
+
+def contract_from(args):
+    """The contract from the task's contract options (top-level keys of the core's, so a key
+    added there needs no change here), without the None the argument spec fills in."""
+    keys = {key.split(".")[0] for key in api.CONFIG_KEYS}
+    return api.load_contract(
+        {key: _without_none(args[key]) for key in keys if args.get(key) is not None}
     )
-except ImportError as exc:  # the controller's Python lacks the leaseguard package
-    LEASEGUARD_IMPORT_ERROR = exc
-
-    class LeaseguardError(Exception):  # type: ignore[no-redef]
-        """Stand-in so the plugins import; require_leaseguard() fails every task first."""
-
-    ConfigError = LookupFailed = LeaseguardError
-    drain_each = drain_host = drain_options = intake_line = shared_failures = None
-    CONFIG_KEYS = frozenset()
-else:
-    LEASEGUARD_IMPORT_ERROR = None
-
-# The task options that are contract keys: the core's top-level keys ("lease.multiplier" ->
-# "lease"), so a key added to the contract needs no change here.
-CONTRACT_KEYS = tuple(sorted({key.split(".")[0] for key in CONFIG_KEYS}))
-
-display = Display()
-
-
-def require_leaseguard():
-    """Fail the task with install guidance when the core is missing on the controller.
-
-    Also warns when the running collection and the installed core differ (_install_check).
-    """
-    if LEASEGUARD_IMPORT_ERROR is not None:
-        exc = LEASEGUARD_IMPORT_ERROR
-        # The Galaxy tarball carries the core: only its requirements can be missing.
-        missing = (
-            "the Python requirements of leaseguard.deploy are"
-            if CARRIED
-            else ("the leaseguard Python package is")
-        )
-        raise AnsibleActionFail(
-            f"{missing} required on the controller "
-            f"({type(exc).__name__}: {exc}): install them into the Python that runs ansible "
-            f"({sys.executable}) with: {install_hint()}",
-            orig_exc=exc,
-        )
-    for warning in install_warnings():
-        display.warning(f"leaseguard: {warning}")
-
-
-def contract_layer(args):
-    """The contract keys the task set, without the None that argument specs fill in."""
-    return {key: _without_none(args[key]) for key in CONTRACT_KEYS if args.get(key) is not None}
 
 
 def _without_none(value):
@@ -108,14 +37,10 @@ def _without_none(value):
     return value
 
 
-def contract_from(args):
-    return load_contract(contract_layer(args))
-
-
 def failure(exc, host, what="check"):
     """A failed lookup or check fails the task; a check's decision is 'failed', never 'proceed'."""
     result = {
-        **failure_result(exc, host),
+        **api.failure_result(exc, host),
         "failed": True,
         "changed": False,
         "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
@@ -126,13 +51,9 @@ def failure(exc, host, what="check"):
 
 
 def lookup_result(facts, clock=None):
-    """task_timeout's result: the one value and its provenance, never the environment.
-
-    `clock` (the host's clock minus the controller's) lets a fleet judgment run from
-    another host still widen the orphan tolerance by this host's clock offset.
-    """
-    timeout = facts.task_timeout
-    started = facts.runtime_started_at
+    """task_timeout's result: the one value and its provenance, never the environment; with
+    the host's clock minus the controller's, so a fleet judgment from another host can use it."""
+    timeout, started = facts.task_timeout, facts.runtime_started_at
     result = {
         "changed": False,
         "task_timeout_s": timeout.seconds if timeout else None,
@@ -148,61 +69,52 @@ def lookup_result(facts, clock=None):
     return result
 
 
-def clock_from_here(runner, facts):
+def _clock(runner, facts):
     """The host's clock minus the controller's, when a start time makes it matter."""
-    return offset_from_here(runner) if facts.runtime_started_at is not None else None
+    return api.offset_from_here(runner) if facts.runtime_started_at is not None else None
 
 
 def look_up_facts(contract, runner, **given):
-    """Every lookup and the host's clock reading in one exec on the host (`look_up_host`).
+    """Every lookup and the host's clock reading in one exec on the host.
 
-    Except through become: its tty merges the two streams the one exec's output is split
-    by, so each lookup is its own exec there and the clock is read after them, alone. Read
-    here all the same, not left to the judgment: lease_guard's registered `lookup` (the guard
-    role's) must carry it, or a fleet judgment from it (migrate, drain.yml) fails.
+    Except through become, whose tty merges the two streams that exec's output is split by:
+    there each lookup is its own exec and the clock is read after them (a registered `lookup`
+    must carry it, or a fleet judgment from it fails).
     """
     if runner.becomes:
-        facts = resolve_runtime_facts(contract, runner, **given)
-        return HostLookup(facts, clock_from_here(runner, facts))
-    return look_up_host(contract, runner, **given)
+        facts = api.resolve_runtime_facts(contract, runner, **given)
+        return api.HostLookup(facts, _clock(runner, facts))
+    return api.look_up_host(contract, runner, **given)
 
 
 def look_up(runner, contract):
-    """task_timeout's result, the clock read alone only if the lookups' exec did not read it."""
+    """task_timeout's result."""
     looked_up = look_up_facts(contract, runner)
-    facts = looked_up.facts
-    return lookup_result(facts, looked_up.clock or clock_from_here(runner, facts))
+    return lookup_result(looked_up.facts, looked_up.clock or _clock(runner, looked_up.facts))
 
 
 def host_lookup(session):
-    """A one-host session's facts and clock reading, shaped as task_timeout's result."""
+    """A one-host session's facts and clock reading, as task_timeout returns them."""
     return lookup_result(session.facts, session.judged.host_minus_here)
 
 
-def fleet_facts(lookups, play_hosts):
-    """Every host's facts from its registered lookup, and each host's clock minus ours.
-
-    Every host of the play must have answered: one that is missing, failed, was skipped or
-    unreachable fails the judgment, named.
-    """
-    per_host = facts_from_reports(lookups, play_hosts, given_source="lookup")
-    offsets = {
-        host: _clock_of(host, lookups[host])
-        for host, facts in per_host.items()
-        if facts.runtime_started_at is not None
-    }
+def fleet_facts(lookups, hosts):
+    """Every host's facts from its registered lookup, and each host's clock minus ours; a
+    host of `hosts` that is missing, failed, was skipped or unreachable fails, named."""
+    per_host = api.facts_from_reports(lookups, hosts, given_source="lookup")
+    offsets = {}
+    for host, facts in per_host.items():
+        if facts.runtime_started_at is None:
+            continue
+        clock = lookups[host].get("clock")
+        try:
+            offsets[host] = api.ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+        except (KeyError, TypeError, ValueError):
+            raise LookupFailed(
+                f"host {host}: its lookup result has no clock reading (pass the registered "
+                "result of leaseguard.deploy.task_timeout as it is)"
+            ) from None
     return per_host, offsets
-
-
-def _clock_of(host, lookup):
-    clock = lookup.get("clock")
-    try:
-        return ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
-    except (KeyError, TypeError, ValueError):
-        raise LookupFailed(
-            f"host {host}: its lookup result has no clock reading (pass the registered "
-            "result of leaseguard.deploy.task_timeout as it is)"
-        ) from None
 
 
 def given_facts(args):
@@ -212,13 +124,13 @@ def given_facts(args):
     source = None
     if seconds is None and lookup.get("task_timeout_s") is not None:
         seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
-    started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
     if seconds is not None:
-        seconds = parse_timeout_s(seconds, what="task_timeout_s")
+        seconds = api.parse_timeout_s(seconds, what="task_timeout_s")
+    started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
     return {
         "task_timeout_s": seconds,
         "task_timeout_source": source,
-        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
+        "runtime_started_at": api.parse_timestamp(started, what="runtime_started_at")
         if started
         else None,
         "replicas": [str(name) for name in lookup.get("replicas") or ()],
@@ -227,47 +139,47 @@ def given_facts(args):
 
 @contextmanager
 def guard_session(action, args, contract, facts, label):
-    """A session for this host, its lookups run through the task's connection.
+    """This host's session, its lookups run through the task's connection.
 
-    Every lookup and the host's clock reading are one exec (`look_up_facts`: each exec pays
-    the host's login shell), run in a thread while the tunnel opens and the guard's
-    database connection opens through it (`connect_early`, as `fab guard` does): the
-    judgment needs the facts only when its query is bound. Failures are still reported in
-    the order of the steps: the tunnel's, the lookups', the connection's.
-    `host_lookup(session)` is what task_timeout would have returned for the same lookups.
+    The lookups' one exec runs in a thread while the tunnel and the guard's connection open
+    (as `fab guard` does); failures are still reported in step order: the tunnel's, the
+    lookups', the connection's. The tunnel is the session's link, reopened after a partition.
     """
     runner = AnsibleRunner(action, label)
-    lookup = Background(look_up_facts, contract, runner, **facts)
+    lookup = api.Background(look_up_facts, contract, runner, **facts)
     try:
         with database_path(action, args, probe=False) as (conninfo, tunnel):
-            early = connect_early(contract, conninfo, tunnel)
-            looked_up, opened = await_lookup(lookup.result, early)
-            # The tunnel is the session's link: a poll or an intake resume after a partition
-            # reopens the SSH connection and its tunnel instead of retrying a dead port.
-            session = GuardSession(
+            early = api.connect_early(contract, conninfo, tunnel)
+            looked_up, opened = api.await_lookup(lookup.result, early)
+            session = api.GuardSession(
                 contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
             )
             session.adopt(opened)
-            try:
+            with closing(session):
                 yield session
-            finally:
-                session.close()
     finally:
         lookup.join()
 
 
 @contextmanager
-def fleet_guard_session(action, args, contract, lookups, play_hosts, label):
-    """One session judging for every host of the play, from this host's database path.
-
-    Its tunnel is the session's link, reopened after a partition as one host's own is.
-    """
-    per_host, offsets = fleet_facts(lookups, play_hosts)
+def fleet_guard_session(action, args, contract, lookups, hosts, label, each=False):
+    """One session through this host's database path judging every host of `hosts`: once by
+    the fleet rule, or with `each` each host by its own facts (one query per poll)."""
+    if each:
+        lookups = {host: lookups.get(host) for host in hosts}
+    per_host, offsets = fleet_facts(lookups, hosts)
     with database_path(action, args) as (conninfo, tunnel):
         runner = AnsibleRunner(action, label)
-        with fleet_session(
-            contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
-        ) as session:
+        if each:
+            session = api.GuardSession(
+                contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
+            )
+            opened = closing(session)
+        else:
+            opened = api.fleet_session(
+                contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
+            )
+        with opened as session:
             yield session
 
 
@@ -277,44 +189,5 @@ def shares_one_database(action, args):
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
     if not args["tunnel"] or transport == "local":
         return True
-    far_end = tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
-    return not each_hosts_own(far_end)
-
-
-@contextmanager
-def each_host_session(action, args, contract, lookups, batch, label):
-    """One session judging each host of the batch by its own facts (one query per poll),
-    from this host's database path; its tunnel is the session's link."""
-    per_host, offsets = fleet_facts({h: lookups.get(h) for h in batch}, batch)
-    with database_path(action, args) as (conninfo, tunnel):
-        runner = AnsibleRunner(action, label)
-        session = GuardSession(
-            contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
-        )
-        try:
-            yield session
-        finally:
-            session.close()
-
-
-__all__ = [
-    "ConfigError",
-    "LeaseguardError",
-    "clock_from_here",
-    "contract_from",
-    "drain_each",
-    "drain_host",
-    "drain_options",
-    "each_host_session",
-    "failure",
-    "fleet_guard_session",
-    "given_facts",
-    "guard_session",
-    "host_lookup",
-    "intake_line",
-    "look_up",
-    "lookup_result",
-    "require_leaseguard",
-    "shared_failures",
-    "shares_one_database",
-]
+    far_end = api.tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
+    return not api.each_hosts_own(far_end)

@@ -2,10 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: which leaseguard_* variables the collection knows.
 
-Ansible ignores a variable nothing reads, so a mistyped one would be dropped silently. The
-known names are read from the collection's own files (argument specs, defaults, vars,
-registered results, playbooks): no second list to keep in step. Needs only PyYAML: it runs
-before anything proves the leaseguard package is installed.
+Ansible silently drops a mistyped variable that nothing reads. The known names are read from
+the collection's own files, no second list to keep in step; only PyYAML is needed.
 """
 
 from __future__ import annotations
@@ -26,7 +24,11 @@ def checked_variables(task_vars, allow=()):
     """The task's leaseguard_* variables, and a failure naming every unknown one (or None)."""
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith(PREFIX))
-    unknown = {name: _nearest(name, known) for name in checked if name not in known}
+    unknown = {}
+    for name in checked:
+        if name not in known:
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+            unknown[name] = close[0] if close else None
     result = {"changed": False, "checked": checked}
     if unknown:
         parts = [
@@ -41,24 +43,19 @@ def checked_variables(task_vars, allow=()):
     return result
 
 
-def _nearest(name, known):
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-    return close[0] if close else None
-
-
 @lru_cache(maxsize=1)
-def known_variables(root=COLLECTION_ROOT):
+def known_variables():
     """Every leaseguard_* name the collection's roles and playbooks define, read or register."""
     names = set()
-    for path in sorted(root.glob("roles/*/meta/argument_specs.yml")):
+    for path in sorted(COLLECTION_ROOT.glob("roles/*/meta/argument_specs.yml")):
         for entry in (_load(path).get("argument_specs") or {}).values():
             names.update((entry or {}).get("options") or {})
     for folder in ("defaults", "vars"):
-        for path in sorted(root.glob(f"roles/*/{folder}/*.yml")):
+        for path in sorted(COLLECTION_ROOT.glob(f"roles/*/{folder}/*.yml")):
             names.update(_load(path))
-    for path in sorted(root.glob("roles/*/tasks/*.yml")):
+    for path in sorted(COLLECTION_ROOT.glob("roles/*/tasks/*.yml")):
         names.update(_registered(_load(path)))
-    for path in sorted(root.glob("playbooks/*.yml")):
+    for path in sorted(COLLECTION_ROOT.glob("playbooks/*.yml")):
         names.update(_NAME_RE.findall(path.read_text(encoding="utf-8")))
     return frozenset(name for name in names if name.startswith(PREFIX))
 
@@ -82,6 +79,4 @@ def _registered(node):
             yield from _registered(node.get(key))
 
 
-# Read once, in ansible-playbook's own process (it imports the action plugins before it forks
-# a worker per task and host): every worker inherits the cache.
-known_variables()
+known_variables()  # read once, in ansible-playbook's process: every forked worker inherits it
