@@ -32,7 +32,7 @@ CORE_SOURCE = Path("src/leaseguard")
 CORE_DEST = Path("plugins/plugin_utils/_vendor/leaseguard")
 # The layers below the fronts (the import-linter layers contract keeps them free of the CLI
 # and Fabric fronts): what the plugins import.
-CORE_PARTS = ("__init__.py", "core", "adapters", "orchestration")
+CORE_PARTS = ("__init__.py", "api.py", "core", "adapters", "orchestration")
 # Outside git: directories that are never collection content (build_ignore drops the rest).
 NOT_SOURCE = {".git", ".venv", "venv", "build", "dist", "__pycache__", ".ansible", ".tox"}
 NOT_SOURCE |= {".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", "ansible_collections"}

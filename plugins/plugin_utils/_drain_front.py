@@ -12,7 +12,7 @@ from contextlib import contextmanager, suppress
 
 from ansible.utils.display import Display
 
-# Without the leaseguard package require_leaseguard() (plugin_utils._guard_front) fails
+# Without the leaseguard package require_leaseguard() (plugin_utils._core) fails
 # every task before anything here runs.
 with suppress(ImportError):
     from leaseguard.api import signals_set

@@ -32,7 +32,7 @@ try:
         tunnel_far_end,
         tunnelled,
     )
-except ImportError:  # require_leaseguard() (plugin_utils._guard_front) fails every task first
+except ImportError:  # require_leaseguard() (plugin_utils._core) fails every task first
     pass
 
 
