@@ -44,7 +44,7 @@ options:
     choices: [report, apply]
     default: report
   cron_database:
-    description: The database holding C(cron.job) (C(cron.database_name)), if not O(db_name).
+    description: The database holding C(cron.job) (C(cron.database_name)); if not set, O(db_name).
     type: str
   active:
     description:
