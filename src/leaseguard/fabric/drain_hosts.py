@@ -6,7 +6,7 @@ import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from invoke.context import Context
@@ -66,17 +66,16 @@ def drain_hosts(
     """`fab drain`: each host drained by its own facts, or the fleet drained as one; either
     way judged by one query per poll over one connection. A flag given wins over `drain:`."""
     settings = settings_or_exit(c)
-    merged = {k: getattr(settings.drain, k) for k in DrainOptions.__dataclass_fields__}
-    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
-    merged.update({k: v for k, v in given.items() if v is not None})
-    if pause_cron_job:
-        merged["pause_cron_jobs"] = list(pause_cron_job)
+    given = {
+        "deadline_s": deadline_s,
+        "poll_s": poll_s,
+        "resume_retry_s": resume_retry_s,
+        "pause_cron_jobs": list(pause_cron_job or ()) or None,
+        "status_file": status_file or None,
+        "metrics_file": metrics_file or None,
+    }
+    merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
     options = _or_usage_exit(drain_options, merged)
-    status_file, metrics_file = (
-        status_file or options.status_file,
-        metrics_file or options.metrics_file,
-    )
-    options = replace(options, status_file=status_file, metrics_file=metrics_file)
     hosts = fleet_hosts(c)
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
@@ -133,7 +132,7 @@ def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
                         run.board,
                         stop=run.stop,
                         own=opened.sessions,
-                        act=lambda h: _command_on({h: opened.sessions[h].runner}, run.command),
+                        act=lambda own: _command_on({own.host: own.runner}, run.command),
                         progress=run.progress,
                         front="fab drain",
                         resume_hint=RESUME_HINT,

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from leaseguard.core.errors import (
     EXIT_DEFER,
@@ -127,12 +127,6 @@ class ActionOutcome:
 Action = Callable[[DrainResult], ActionOutcome]
 
 
-class Progress(Protocol):
-    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None: ...
-
-    def close(self) -> None: ...
-
-
 def _clock(seconds: float) -> str:  # H:MM:SS
     seconds = max(int(seconds), 0)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -187,13 +181,12 @@ class Drainer:
     judge: Callable[[], Verdict]
     poll_s: float = DEFAULT_POLL_S
     deadline_s: float | None = None
-    progress: Progress | None = None
+    progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: DrainObserver = field(default_factory=DrainObserver)
-    error_budget_s: float | None = None  # None: ERROR_BUDGET_FRACTION of the deadline
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
 
@@ -251,11 +244,7 @@ class Drainer:
         )
         failing_since: float | None = None
         least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
-        budget = (
-            self.error_budget_s
-            if self.error_budget_s is not None
-            else max(least, ERROR_BUDGET_FRACTION * deadline)
-        )
+        budget = max(least, ERROR_BUDGET_FRACTION * deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             if self.progress is not None:
                 self.progress.update(verdict, elapsed, deadline)

@@ -18,7 +18,7 @@ from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import Action, Drainer, DrainResult, Progress
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
 from leaseguard.orchestration.drain_options import DrainOptions
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
@@ -30,7 +30,7 @@ Connect = Callable[[str | None], psycopg.Connection[Any]]
 def drain_host(
     session: GuardSession,
     options: DrainOptions,
-    progress: Progress | None = None,
+    progress: TerminalProgress | None = None,
     board: StatusBoard | None = None,
     *,
     front: str = "leaseguard drain",
@@ -92,14 +92,14 @@ def drain_each(
     *,
     stop: threading.Event | None = None,
     own: Mapping[str, GuardSession] | None = None,
-    act: Callable[[str], Action | None] = lambda host: None,
+    act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
     """Every host of a judge_each session drained by its own facts, all at once, on the
     fleet's one query per poll interval (SharedPoll).
 
     With `own` (each host's own session) each host's drain holds its own intake and runs
-    `act(host)` (`kwargs`: drain_host's); without, intake is the caller's to hold.
+    `act(its session)` (`kwargs`: drain_host's); without, intake is the caller's to hold.
     """
     assert session.judged.each is not None
     board = board or status_board(options)
@@ -111,7 +111,7 @@ def drain_each(
         if own is not None:
             mine = own[host]
             return drain_host(
-                mine, options, board=board, stop=stop, judge=judge, act=act(host), **kwargs
+                mine, options, board=board, stop=stop, judge=judge, act=act(mine), **kwargs
             )
         label = session.judged.host_labels.get(host, host)
         observer = board.observer(label, None)
