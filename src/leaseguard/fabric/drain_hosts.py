@@ -148,8 +148,9 @@ def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
             return dict(drained)
 
         by_first = {group[0]: group for group in groups}
-        for drained in for_each_host(list(by_first), lambda first: drain(by_first[first])):
-            results.update(drained)
+        if by_first:  # else no host opened (and a pool needs a worker)
+            for drained in for_each_host(list(by_first), lambda first: drain(by_first[first])):
+                results.update(drained)
     return [_report(host, results[host], run.json_output) for host in hosts]
 
 
