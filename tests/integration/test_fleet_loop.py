@@ -12,8 +12,8 @@ from leaseguard.adapters.guard import Subject, evaluate, judge_subjects
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
+from leaseguard.orchestration.drain_run import SharedPoll
 from leaseguard.orchestration.session import GuardSession
-from leaseguard.orchestration.shared_poll import SharedPoll
 from sandbox.runs_table import insert_runs
 from tests.support.oracle import Row, classify
 

@@ -6,7 +6,7 @@ import pytest
 from leaseguard.adapters.clock import measure_offset
 from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.verdict import Counts
-from leaseguard.orchestration.progress import TerminalProgress
+from leaseguard.orchestration.drain import TerminalProgress
 from tests.support.verdicts import make_verdict
 
 

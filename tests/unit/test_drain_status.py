@@ -214,7 +214,9 @@ def test_an_unexpected_error_is_kept_to_its_class_name_and_the_budget_fails_clos
 ):
     caplog.set_level(logging.DEBUG, logger="leaseguard")
     leak = LeakyDriverError(f"connection to postgresql://app:{SECRET}@db failed")
-    loop, _ = observed(tmp_path, [verdict("1"), leak, leak, leak, verdict()], error_budget_s=10)
+    # A 100 s deadline: a tenth of it, 10 s, is two polls 5 s apart.
+    script = [verdict("1", remaining=100.0), leak, leak, leak, verdict()]
+    loop, _ = observed(tmp_path, script)
     result = loop.run()
     assert result.exit_status == 1 and not result.drained
     assert isinstance(result.error, PollFailed)

@@ -33,7 +33,7 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.verdict import failure_timeline
-from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
+from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult, progress_for
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -147,7 +147,6 @@ def run_drain(args: argparse.Namespace) -> int:
         status_board,
         terminate_as_interrupt,
     )
-    from leaseguard.orchestration.progress import progress_for
 
     contract = contract_from_args(args)
     facts = given_facts(args)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TypeVar
 
 from invoke.context import Context
@@ -21,14 +20,21 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.core.verdict import Verdict, failure_result
+from leaseguard.core.verdict import failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
 from leaseguard.fabric.settings import FabricSettings, settings_or_exit
-from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult
+from leaseguard.orchestration.drain import (
+    Action,
+    ActionOutcome,
+    DrainCounters,
+    DrainResult,
+    progress_for,
+)
 from leaseguard.orchestration.drain_options import DrainOptions, drain_options
 from leaseguard.orchestration.drain_run import (
     configure_logging,
+    drain_each,
     drain_host,
     first_that_connects,
     shared_failures,
@@ -36,9 +42,6 @@ from leaseguard.orchestration.drain_run import (
     status_board,
 )
 from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.progress import progress_for
-from leaseguard.orchestration.session import GuardSession
-from leaseguard.orchestration.shared_poll import SharedPoll
 
 T = TypeVar("T")
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
@@ -63,17 +66,16 @@ def drain_hosts(
     """`fab drain`: each host drained by its own facts, or the fleet drained as one; either
     way judged by one query per poll over one connection. A flag given wins over `drain:`."""
     settings = settings_or_exit(c)
-    merged = {k: getattr(settings.drain, k) for k in DrainOptions.__dataclass_fields__}
-    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
-    merged.update({k: v for k, v in given.items() if v is not None})
-    if pause_cron_job:
-        merged["pause_cron_jobs"] = list(pause_cron_job)
+    given = {
+        "deadline_s": deadline_s,
+        "poll_s": poll_s,
+        "resume_retry_s": resume_retry_s,
+        "pause_cron_jobs": list(pause_cron_job or ()) or None,
+        "status_file": status_file or None,
+        "metrics_file": metrics_file or None,
+    }
+    merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
     options = _or_usage_exit(drain_options, merged)
-    status_file, metrics_file = (
-        status_file or options.status_file,
-        metrics_file or options.metrics_file,
-    )
-    options = replace(options, status_file=status_file, metrics_file=metrics_file)
     hosts = fleet_hosts(c)
     configure_logging()
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
@@ -115,63 +117,48 @@ class _DrainRun:
 def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
     """Every host's own drain (its facts, its intake), all polled by ONE query per poll per
     database."""
-    reports: dict[str, Report] = {}
+    results: dict[str, DrainResult | LeaseguardError] = {}
     with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
         groups = by_database(opened, run.settings) if opened.sessions else []
-        reports.update((h, _failed(h, e, run.json_output)) for h, e in opened.failed.items())
-        with contextlib.ExitStack() as stack:
-            judges: dict[str, Callable[[], Verdict]] = {}
-            for group in groups:
-                try:
-                    shared = stack.enter_context(judging_session(opened, run.settings, hosts=group))
-                except LeaseguardError as exc:  # a host without a timeout
-                    unjudged = not_judged(group, exc)
-                    reports.update((h, _failed(h, e, run.json_output)) for h, e in unjudged.items())
-                    continue
-                shared.pause_owner = drain_identity("fab drain")
-                polls = SharedPoll(shared, run.options.poll_s / 2)
-                judges.update((h, polls.judge_for(h)) for h in group)
-            names = sorted(judges)
-            drained = for_each_host(
-                names, lambda h: _drain_host(opened.sessions[h], judges[h], run), len(names)
-            )
-        results = dict(zip(names, drained, strict=True))
-        _name_shared_failures_once(results)
-        reports.update((h, _report_drain(h, r, run.json_output)) for h, r in results.items())
-    return [reports[host] for host in hosts]  # a host named twice: reported twice
+        results.update(opened.failed)
 
+        def drain(group: list[str]) -> dict[str, DrainResult | LeaseguardError]:
+            try:
+                with judging_session(opened, run.settings, hosts=group) as shared:
+                    shared.pause_owner = drain_identity("fab drain")
+                    drained = drain_each(
+                        shared,
+                        run.options,
+                        run.board,
+                        stop=run.stop,
+                        own=opened.sessions,
+                        act=lambda own: _command_on({own.host: own.runner}, run.command),
+                        progress=run.progress,
+                        front="fab drain",
+                        resume_hint=RESUME_HINT,
+                    )
+            except LeaseguardError as exc:  # a host without a timeout
+                return dict(not_judged(group, exc))
+            # The fleet's one poll failed: its cause said once, each host not judged by it.
+            for named in shared_failures(drained).values():
+                cause = drained[named[0]].error
+                assert cause is not None
+                for host, error in not_judged(named, cause).items():
+                    drained[host] = replace(drained[host], error=error)
+            return dict(drained)
 
-def _drain_host(session: GuardSession, judge: Callable[[], Verdict], run: _DrainRun) -> DrainResult:
-    host = session.host
-    return drain_host(
-        session,
-        run.options,
-        run.progress,
-        run.board,
-        front="fab drain",
-        resume_hint=RESUME_HINT,
-        stop=run.stop,
-        act=_command_on({host: session.runner}, run.command) if run.command else None,
-        action=f"command on {host}" if run.command else "drain",
-        judge=judge,
-    )
-
-
-def _name_shared_failures_once(results: dict[str, DrainResult]) -> None:
-    """A failure of the fleet's one poll ended several hosts' drains: its cause is said
-    once, and each of those hosts says it was not judged because of it."""
-    for hosts in shared_failures(results).values():
-        cause = results[hosts[0]].error
-        assert cause is not None
-        for host, error in not_judged(hosts, cause).items():
-            results[host] = replace(results[host], error=error)
+        by_first = {group[0]: group for group in groups}
+        if by_first:  # else no host opened (and a pool needs a worker)
+            for drained in for_each_host(list(by_first), lambda first: drain(by_first[first])):
+                results.update(drained)
+    return [_report(host, results[host], run.json_output) for host in hosts]
 
 
 def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
     """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
     with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
         if opened.failed:
-            reports = [_failed(h, e, run.json_output) for h, e in sorted(opened.failed.items())]
+            reports = [_report(h, e, run.json_output) for h, e in sorted(opened.failed.items())]
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return reports
         sessions = opened.sessions
@@ -192,16 +179,18 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
                     connect=first_that_connects(
                         [sessions[h].connect_writable for h in sorted(sessions)]
                     ),
-                    act=_command_on(runners, run.command) if run.command else None,
+                    act=_command_on(runners, run.command),
                     action=f"command on {','.join(hosts)}" if run.command else "drain",
                 )
         except LeaseguardError as exc:
-            return [_failed("fleet", exc, run.json_output)]
-    return [_report_drain("fleet", result, run.json_output)]
+            return [_report("fleet", exc, run.json_output)]
+    return [_report("fleet", result, run.json_output)]
 
 
-def _command_on(runners: dict[str, Any], command: str) -> Action:
+def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
     """--run: `command` on every host at once, intake still held; the first failure's status."""
+    if not command:
+        return None
 
     def act(result: DrainResult) -> ActionOutcome:
         hosts = sorted(runners)
@@ -233,15 +222,13 @@ def _run(runner: Any, command: str) -> int:
 _OUTPUT = threading.Lock()  # one host's lines together
 
 
-def _failed(host: str, error: LeaseguardError, json_output: bool) -> Report:
-    """A host whose drain could not run: its failure line, or its object with --json."""
-    if json_output:
-        return EXIT_FAILED, [(True, json.dumps(failure_result(error, host)))]
-    return EXIT_FAILED, [(True, failure_line(host, error))]
-
-
-def _report_drain(host: str, result: DrainResult, json_output: bool) -> Report:
-    """The drain's result; a failed drain reports only its failure, never a stale verdict."""
+def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
+    """The drain's result, or why it could not run; a failed drain reports only its failure,
+    never a stale verdict."""
+    if isinstance(result, LeaseguardError):
+        if json_output:
+            return EXIT_FAILED, [(True, json.dumps(failure_result(result, host)))]
+        result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
     if json_output:
         return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
     lines: list[tuple[bool, str]] = []

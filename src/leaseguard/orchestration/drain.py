@@ -8,12 +8,13 @@ bumps a counter; a state change logs at INFO; the counters are logged at the end
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Protocol
+from typing import Any, TextIO
 
 from leaseguard.core.errors import (
     EXIT_DEFER,
@@ -126,10 +127,37 @@ class ActionOutcome:
 Action = Callable[[DrainResult], ActionOutcome]
 
 
-class Progress(Protocol):
-    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None: ...
+def _clock(seconds: float) -> str:  # H:MM:SS
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
-    def close(self) -> None: ...
+
+class TerminalProgress:
+    """One self-overwriting line: bar of the deadline used, live count, longest lease."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream, self.drawn = stream, False
+
+    def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
+        filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
+        longest = verdict.live[0].remaining_s if verdict.live else 0.0
+        self.stream.write(
+            f"\r[{'#' * filled}{'.' * (24 - filled)}] host={verdict.host or '-'} "
+            f"live={verdict.counts.live} longest_lease={_clock(longest or 0)} "
+            f"elapsed={_clock(elapsed_s)}/{_clock(deadline_s)}"
+        )
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self) -> None:
+        if self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def progress_for(stream: TextIO) -> TerminalProgress | None:
+    """A bar only where a person watches a terminal; None means plain state-change logs."""
+    return TerminalProgress(stream) if stream.isatty() else None
 
 
 class DrainObserver:
@@ -153,13 +181,12 @@ class Drainer:
     judge: Callable[[], Verdict]
     poll_s: float = DEFAULT_POLL_S
     deadline_s: float | None = None
-    progress: Progress | None = None
+    progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: DrainObserver = field(default_factory=DrainObserver)
-    error_budget_s: float | None = None  # None: ERROR_BUDGET_FRACTION of the deadline
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
 
@@ -217,11 +244,7 @@ class Drainer:
         )
         failing_since: float | None = None
         least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
-        budget = (
-            self.error_budget_s
-            if self.error_budget_s is not None
-            else max(least, ERROR_BUDGET_FRACTION * deadline)
-        )
+        budget = max(least, ERROR_BUDGET_FRACTION * deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             if self.progress is not None:
                 self.progress.update(verdict, elapsed, deadline)

@@ -44,13 +44,10 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
         raise ConfigError("drain.pause_command and drain.resume_command go together")
     paths: dict[str, Any] = {}
     for key in ("status_file", "metrics_file"):
-        value = paths[key] = data.get(key)
-        if value in (None, ""):
-            paths[key] = None
-        elif not isinstance(value, str | PathLike):
+        value = data.get(key)
+        if value not in (None, "") and not isinstance(value, str | PathLike):
             raise ConfigError(f"drain.{key} must be a file path")
-        else:
-            paths[key] = str(value)
+        paths[key] = None if value in (None, "") else str(value)
     return DrainOptions(
         poll_s=_seconds(data, "poll_s", DEFAULT_POLL_S),
         deadline_s=_seconds(data, "deadline_s", None),

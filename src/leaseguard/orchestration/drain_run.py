@@ -18,12 +18,11 @@ from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import Action, Drainer, DrainResult, Progress
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
 from leaseguard.orchestration.drain_options import DrainOptions
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
 from leaseguard.orchestration.session import GuardSession
-from leaseguard.orchestration.shared_poll import SharedPoll
 
 Connect = Callable[[str | None], psycopg.Connection[Any]]
 
@@ -31,7 +30,7 @@ Connect = Callable[[str | None], psycopg.Connection[Any]]
 def drain_host(
     session: GuardSession,
     options: DrainOptions,
-    progress: Progress | None = None,
+    progress: TerminalProgress | None = None,
     board: StatusBoard | None = None,
     *,
     front: str = "leaseguard drain",
@@ -92,12 +91,15 @@ def drain_each(
     board: StatusBoard | None = None,
     *,
     stop: threading.Event | None = None,
+    own: Mapping[str, GuardSession] | None = None,
+    act: Callable[[GuardSession], Action | None] = lambda own: None,
+    **kwargs: Any,
 ) -> dict[str, DrainResult]:
     """Every host of a judge_each session drained by its own facts, all at once, on the
-    fleet's one query per poll interval. Intake is the caller's to hold.
+    fleet's one query per poll interval (SharedPoll).
 
-    A failure of the fleet's poll ends each host's drain with the same error object:
-    `shared_failures` tells it apart from a host's own.
+    With `own` (each host's own session) each host's drain holds its own intake and runs
+    `act(its session)` (`kwargs`: drain_host's); without, intake is the caller's to hold.
     """
     assert session.judged.each is not None
     board = board or status_board(options)
@@ -105,8 +107,14 @@ def drain_each(
     shared = SharedPoll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
+        judge = shared.judge_for(host)
+        if own is not None:
+            mine = own[host]
+            return drain_host(
+                mine, options, board=board, stop=stop, judge=judge, act=act(mine), **kwargs
+            )
         label = session.judged.host_labels.get(host, host)
-        judge, observer = shared.judge_for(host), board.observer(label, None)
+        observer = board.observer(label, None)
         return Drainer(
             judge, options.poll_s, options.deadline_s, observer=observer, stop=stop, label=label
         ).run()
@@ -114,6 +122,42 @@ def drain_each(
     hosts = sorted(session.judged.each)
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
         return dict(zip(hosts, pool.map(drain, hosts), strict=True))
+
+
+class SharedPoll:
+    """Each host of a fleet drained as if alone, all of their polls the fleet's one query.
+
+    A host's drain takes the fleet's last poll when that poll began after this host's
+    previous answer and within `fresh_s`, else a new poll (judge_each) made for every host.
+    Hosts asking meanwhile wait on the lock for the poll in flight, so their drains fall into
+    step: one query per poll interval for the whole fleet, whatever its size.
+    """
+
+    def __init__(self, session: GuardSession, fresh_s: float) -> None:
+        self.session, self.fresh_s = session, fresh_s
+        self._lock = threading.Lock()
+        self._started = 0.0  # when the last poll began
+        self._outcome: dict[str, Verdict] | LeaseguardError | None = None
+        self._served: dict[str, float] = {}  # when each host last took that poll
+
+    def judge_for(self, host: str) -> Callable[[], Verdict]:
+        return lambda: self.verdict(host)
+
+    def verdict(self, host: str) -> Verdict:
+        with self._lock:
+            now = time.monotonic()
+            stale = now - self._started > self.fresh_s
+            if self._outcome is None or stale or self._started < self._served.get(host, -1.0):
+                try:
+                    self._outcome = self.session.judge_each()
+                except LeaseguardError as exc:  # every host that asks now gets this failure
+                    self._outcome = exc
+                self._started, self._served = now, {}
+            self._served[host] = time.monotonic()  # after the poll it took
+            outcome = self._outcome
+        if isinstance(outcome, LeaseguardError):
+            raise outcome
+        return outcome[host]
 
 
 def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
