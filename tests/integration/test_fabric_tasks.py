@@ -14,6 +14,7 @@ import yaml
 
 from sandbox.runs_table import create_runs_table
 from tests.support.fab_run import run_fab
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -140,7 +141,12 @@ def test_restarting_the_container_turns_that_claim_into_an_orphan(
     fab, runs, backend, podman_engine
 ):
     claim(runs, 1, "running", "0 seconds")
-    time.sleep(1.1)  # StartedAt has second-level meaning here: the restart must be later
+    # StartedAt has second-level meaning here: the restart must come in a later second.
+    with runs.connect(socket=True) as conn:
+        later = (
+            "SELECT date_trunc('second', clock_timestamp()) > max(claimed_at) FROM execution_runs"
+        )
+        assert wait_until(lambda: conn.execute(later).fetchone()[0], timeout_s=5)
     podman_engine.restart("backend")
     done = fab("guard", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
