@@ -1,4 +1,4 @@
-"""A real `leaseguard check` on a DSN with given facts imports only what it uses (issue 16):
+"""A real `leaseguard check` on a DSN with given facts imports only what it uses:
 psycopg and the guard, never Fabric, paramiko, invoke, jinja2, Ansible nor the budgets code."""
 
 from __future__ import annotations

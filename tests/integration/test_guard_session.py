@@ -226,22 +226,6 @@ def test_a_drains_polls_share_one_connection_which_closes_with_the_session(db):
     assert wait_until(lambda: leaseguard_backends(db) == [], timeout_s=10)
 
 
-def test_a_session_never_prepares_a_statement_however_many_polls(db):
-    """A pooler in transaction mode would lose it (test_pgbouncer)."""
-    with db.connect() as conn:
-        create_runs_table(conn)
-    with local_session(NO_RUNTIME, db.dsn, task_timeout_s=3600.0) as session:
-        verdicts = [session.judge() for _ in range(6)]
-        assert session._conn is not None and prepared_statements(session._conn) == 0
-    assert {v.decision for v in verdicts} == {"proceed"}
-
-
-def prepared_statements(conn: psycopg.Connection) -> int:
-    with conn.transaction():
-        row = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
-    return int(row[0])
-
-
 def test_a_connection_the_server_dropped_between_polls_is_replaced_without_a_failed_poll(db):
     with db.connect() as conn:
         create_runs_table(conn)
@@ -290,8 +274,10 @@ def _session(db, **keys):
     return local_session(contract, db.dsn, task_timeout_s=3600.0)
 
 
-def _backend_pid(session):
-    return session._conn.info.backend_pid
+def guard_backend(db) -> int:
+    """The session's one backend, as the server lists it."""
+    [pid] = leaseguard_backends(db)
+    return pid
 
 
 def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
@@ -299,7 +285,7 @@ def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
         create_runs_table(conn)
     with _session(db, lock_timeout_ms=1500, statement_timeout_ms=3000) as session:
         session.judge()
-        pid = _backend_pid(session)
+        pid = guard_backend(db)
         with psycopg.connect(db.dsn) as holder:
             holder.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
             began = time.monotonic()
@@ -308,7 +294,7 @@ def test_a_lock_timeout_on_a_reused_connection_costs_one_budget_not_two(db):
             spent = time.monotonic() - began
             holder.rollback()
         assert spent < 2 * 1.5  # a retry would wait for the lock a second time
-        assert _backend_pid(session) == pid  # not replaced: the connection was fine
+        assert leaseguard_backends(db) == [pid]  # not replaced: the connection was fine
         assert session.judge().decision == "proceed"
 
 
@@ -332,8 +318,7 @@ def test_each_poll_of_a_session_judges_the_table_afresh(db):
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
         assert session.judge().decision == "proceed"
-        guard_conn = session._conn
-    assert guard_conn.closed
+    assert wait_until(lambda: leaseguard_backends(db) == [], timeout_s=10)
 
 
 def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
@@ -341,12 +326,12 @@ def test_a_schema_error_on_a_reused_connection_is_not_retried(db):
         create_runs_table(conn)
     with _session(db) as session:
         session.judge()
-        pid = _backend_pid(session)
+        pid = guard_backend(db)
         with db.connect() as conn:
             conn.execute("DROP TABLE execution_runs")
         with pytest.raises(SchemaMismatch):
             session.judge()
-        assert _backend_pid(session) == pid
+        assert leaseguard_backends(db) == [pid]
 
 
 def test_a_terminated_backend_is_replaced_once_and_the_poll_succeeds(db):
@@ -357,11 +342,12 @@ def test_a_terminated_backend_is_replaced_once_and_the_poll_succeeds(db):
         )
     with _session(db) as session:
         assert session.judge().decision == "defer"
-        pid = _backend_pid(session)
+        pid = guard_backend(db)
         with db.connect() as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
         assert session.judge().decision == "defer"  # retried on a fresh connection
-        assert _backend_pid(session) != pid
+        assert wait_until(lambda: pid not in leaseguard_backends(db), timeout_s=10)
+        assert len(leaseguard_backends(db)) == 1
 
 
 def test_a_terminated_backend_that_cannot_reconnect_fails_closed(db):
@@ -370,7 +356,7 @@ def test_a_terminated_backend_that_cannot_reconnect_fails_closed(db):
     database = sql.Identifier(db.name)
     with _session(db) as session:
         session.judge()
-        pid = _backend_pid(session)
+        pid = guard_backend(db)
         with db.cluster.connect("postgres") as admin:
             admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(database))
             try:

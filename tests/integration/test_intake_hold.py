@@ -27,6 +27,7 @@ from leaseguard.core.errors import DatabaseError
 from sandbox.subprocess_env import clean_env
 from tests.support.busy_intake import BusyIntake, active, claims_between, cron_conn, intake_job
 from tests.support.process_lines import Lines
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -39,12 +40,17 @@ def intake(db):
         yield job
 
 
-# A command that records the database clock when it starts and ends, and the verdict it got.
+# A command that records the database clock when it starts and ends, and the verdict it got;
+# given a go file, it runs until the test creates it (see run_until_go).
 TIMED_COMMAND = """
 import json, os, sys, time, psycopg
 with psycopg.connect(sys.argv[1]) as conn:
     start = conn.execute("select clock_timestamp()").fetchone()[0].isoformat()
-    time.sleep(1.0)
+    if len(sys.argv) > 4:
+        open(sys.argv[2] + ".started", "w").close()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(sys.argv[4]) and time.monotonic() < deadline:
+            time.sleep(0.02)
     end = conn.execute("select clock_timestamp()").fetchone()[0].isoformat()
 verdict = json.load(open(os.environ["LEASEGUARD_VERDICT_FILE"]))
 json.dump({"start": start, "end": end, "verdict": verdict}, open(sys.argv[2], "w"))
@@ -69,14 +75,34 @@ def drain_argv(db, *extra: str) -> list[str]:
     ]
 
 
-def timed_command(db, out, status: int = 0) -> list[str]:
-    return ["--", sys.executable, "-c", TIMED_COMMAND, db.dsn, str(out), str(status)]
+def timed_command(db, out, status: int = 0, go=None) -> list[str]:
+    argv = ["--", sys.executable, "-c", TIMED_COMMAND, db.dsn, str(out), str(status)]
+    return argv if go is None else [*argv, str(go)]
 
 
 def run(argv: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         argv, capture_output=True, text=True, env=clean_env(), timeout=timeout, check=False
     )
+
+
+def run_until_go(argv, out, go, ready) -> subprocess.CompletedProcess[str]:
+    """Run a drain whose timed command runs until `ready(count at start)` holds, then go."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=clean_env()
+    )
+    try:
+        started = out.with_name(out.name + ".started")
+        wait_until(lambda: started.exists() or proc.poll() is not None, 60)
+        if proc.poll() is None:  # else its exit status and stderr say what went wrong
+            assert wait_until(ready(), 30), "the busy intake never had its chance"
+            go.touch()
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 # --- the hold on a busy intake: both directions ---------------------------------------------
@@ -87,7 +113,14 @@ def test_no_claim_is_taken_between_the_verdict_and_the_end_of_the_command(db, in
     busy = BusyIntake(db, intake)
     busy.start()
     try:
-        ran = run(drain_argv(db, "--pause-cron-job", intake, *timed_command(db, out)))
+        go = tmp_path / "go"
+        argv = drain_argv(db, "--pause-cron-job", intake, *timed_command(db, out, go=go))
+
+        def ten_looks_at_the_held_job():  # ten chances to claim, each taken were it not held
+            looked = busy.looks
+            return lambda: busy.looks >= looked + 10
+
+        ran = run_until_go(argv, out, go, ten_looks_at_the_held_job)
         assert ran.returncode == 0, ran.stderr
         record = json.loads(out.read_text())
         verdict_at = datetime.fromisoformat(record["verdict"]["verdict"]["checked_at"])
@@ -95,10 +128,7 @@ def test_no_claim_is_taken_between_the_verdict_and_the_end_of_the_command(db, in
         assert claims_between(db, verdict_at, end) == 0
         assert "intake: held (pg_cron:" in ran.stderr and "exited 0; intake: held" in ran.stderr
         # Given back after the command: the intake claims again.
-        deadline = time.monotonic() + 10
-        while active(db, intake) is False and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert active(db, intake)
+        assert wait_until(lambda: active(db, intake), 10)
     finally:
         busy.stop()
     assert busy.claims > 0
@@ -114,7 +144,14 @@ def test_without_intake_the_busy_intake_claims_during_the_command_and_output_say
     busy = BusyIntake(db, intake, period_s=1.0)
     busy.start()
     try:
-        ran = run(drain_argv(db, *timed_command(db, out)))
+        go = tmp_path / "go"
+
+        def a_claim_since_the_command_started():
+            claimed = busy.claims
+            return lambda: busy.claims > claimed
+
+        argv = drain_argv(db, *timed_command(db, out, go=go))
+        ran = run_until_go(argv, out, go, a_claim_since_the_command_started)
     finally:
         busy.stop()
     assert ran.returncode == 0, ran.stderr
@@ -206,19 +243,22 @@ def test_a_job_this_role_cannot_see_fails_the_hold_naming_the_role(db, intake):
 
 
 def test_two_real_drains_on_one_intake_give_it_back_only_after_both(db, intake, tmp_path):
+    go = tmp_path / "go"  # the first drain's command runs until the second drain is done
+    until_go = f"until [ -e {go} ]; do sleep 0.05; done"
     slow = subprocess.Popen(
-        drain_argv(db, "--pause-cron-job", intake, "--", "sleep", "4"),
+        drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go),
         stderr=subprocess.PIPE,
         text=True,
         env=clean_env(),
     )
     try:
         lines = Lines(slow.stderr)
-        assert lines.wait_for("intake held: running command sleep")
+        assert lines.wait_for("intake held: running command sh")
         quick = run(drain_argv(db, "--pause-cron-job", intake, "--", "true"))
         assert quick.returncode == 0, quick.stderr
         assert "intake still held pg_cron job=" in quick.stderr
         assert not active(db, intake)  # the first drain still holds it
+        go.touch()
         assert slow.wait(timeout=60) == 0
     finally:
         if slow.poll() is None:

@@ -160,30 +160,36 @@ def assert_nothing_left(d: Path, state: dict[str, Any], before: dict[str, str]) 
     assert sorted(p.name for p in d.iterdir() if p.is_file()) == ["sandbox.log"]
 
 
-def test_one_host_lifecycle(tmp_path: Path) -> None:
+def test_a_two_host_lifecycle_with_one_shared_database(tmp_path: Path) -> None:
+    """Start, start again, use each way the hosts are used, stop, stop again.
+
+    Molecule's scenarios start the one-host default (container `backend`) every run."""
     d = tmp_path / "sb"
     before = machine_state()
-    with running_sandbox(d) as state:
-        (host,) = state["hosts"]
+    with running_sandbox(d, "--hosts", "app1,app2", "--database", "demo") as state:
+        app1, app2 = state["hosts"]
         assert (d / "ready").exists()
-        assert host["alias"] == "app1" and host["container"] == "backend"
+        assert [app1["alias"], app2["alias"]] == ["app1", "app2"]
+        assert [app1["container"], app2["container"]] == ["backend-app1", "backend-app2"]
         inventory = yaml.safe_load((d / "inventory.yml").read_text())
         app = inventory["all"]["children"]["app"]
-        assert app["hosts"]["app1"]["ansible_host"] == host["addr"]
-        assert app["hosts"]["app1"]["leaseguard_task_timeout"]["container"] == "backend"
+        assert app["hosts"]["app1"]["ansible_host"] == app1["addr"]
+        assert app["hosts"]["app2"]["leaseguard_task_timeout"]["container"] == "backend-app2"
         assert app["vars"]["leaseguard_db_host"] == "127.0.0.1"
         assert state["pg"]["guard"]["password"] not in (d / "inventory.yml").read_text()
         assert "PGPASSWORD=" in (d / "env.sh").read_text()
 
         ping = ansible_ping(d / "inventory.yml", tmp_path)
         assert ping.returncode == 0, ping.stdout + ping.stderr
-        assert '"ping": "pong"' in ping.stdout
+        assert ping.stdout.count('"ping": "pong"') == 2
 
-        assert_docker_backend(state, "backend")
-        with ssh(host) as conn:  # the SSH session sees the engine as its docker daemon
-            over_ssh = conn.run("docker inspect --type container backend", hide=True).stdout
+        assert_docker_backend(state, "backend-app2")
+        with ssh(app2) as conn:  # the SSH session sees the engine as its docker daemon
+            over_ssh = conn.run("docker inspect --type container backend-app2", hide=True).stdout
             assert json.loads(over_ssh)[0]["State"]["Running"] is True
 
+        with psycopg.connect(state["pg"]["superuser_dsn"], autocommit=True) as admin:
+            admin.execute("INSERT INTO execution_runs (id, status) VALUES (7, 'open')")
         guard = state["pg"]["guard"]
         with psycopg.connect(
             host=state["pg"]["socket_dir"],
@@ -191,10 +197,17 @@ def test_one_host_lifecycle(tmp_path: Path) -> None:
             dbname=guard["dbname"],
             user=guard["user"],
         ) as db:
-            assert db.execute("SELECT count(*) FROM execution_runs").fetchone() == (0,)
-        with guard_through(host, guard) as db:
+            assert db.execute("SELECT id FROM execution_runs").fetchall() == [(7,)]
+        with guard_through(app1, guard) as db:
             row = db.execute("SELECT current_user, host(inet_client_addr())").fetchone()
             assert row == ("guard_pw", "127.0.0.1")
+        # app2 has no server of its own: its loopback :5432 leads to app1's, password and all.
+        with guard_through(app2, guard) as db:
+            row = db.execute("SELECT current_database(), host(inet_client_addr())").fetchone()
+            assert row == ("demo", "127.0.0.1")
+            assert db.execute("SELECT id FROM execution_runs").fetchall() == [(7,)]
+        with pytest.raises(psycopg.OperationalError), guard_through(app2, guard, password="no"):
+            pass
 
         again = sandbox_cli("start", "--dir", str(d))
         assert again.returncode == 0 and again.stdout.strip() == str(d / "inventory.yml")
@@ -206,31 +219,6 @@ def test_one_host_lifecycle(tmp_path: Path) -> None:
     assert "stopped podman engine" in (d / "sandbox.log").read_text()
     nothing = sandbox_cli("stop", "--dir", str(d))
     assert nothing.returncode == 0 and "no sandbox running" in nothing.stderr
-
-
-def test_two_hosts_share_one_database(tmp_path: Path) -> None:
-    d = tmp_path / "sb"
-    before = machine_state()
-    with running_sandbox(d, "--hosts", "app1,app2", "--database", "demo") as state:
-        app1, app2 = state["hosts"]
-        assert [app1["container"], app2["container"]] == ["backend-app1", "backend-app2"]
-        ping = ansible_ping(d / "inventory.yml", tmp_path)
-        assert ping.returncode == 0, ping.stdout + ping.stderr
-        assert ping.stdout.count('"ping": "pong"') == 2
-        assert_docker_backend(state, "backend-app2")
-
-        with psycopg.connect(state["pg"]["superuser_dsn"], autocommit=True) as admin:
-            admin.execute("INSERT INTO execution_runs (id, status) VALUES (7, 'open')")
-        guard = state["pg"]["guard"]
-        # app2 has no server of its own: its loopback :5432 leads to app1's, password and all.
-        with guard_through(app2, guard) as db:
-            row = db.execute("SELECT current_database(), host(inet_client_addr())").fetchone()
-            assert row == ("demo", "127.0.0.1")
-            assert db.execute("SELECT id FROM execution_runs").fetchall() == [(7,)]
-        with pytest.raises(psycopg.OperationalError), guard_through(app2, guard, password="no"):
-            pass
-        assert sandbox_cli("stop", "--dir", str(d)).returncode == 0
-    assert_nothing_left(d, state, before)
 
 
 def test_start_reports_a_failed_startup_and_leaves_nothing(tmp_path: Path) -> None:

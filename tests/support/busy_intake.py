@@ -61,6 +61,7 @@ class BusyIntake(threading.Thread):
         self.db, self.job, self.halt = db, job, threading.Event()
         self.period_s = period_s
         self.claims = 0
+        self.looks = 0  # reads of the job's active flag: each a chance to claim
 
     def run(self) -> None:
         with cron_conn(self.db) as cron, self.db.connect(socket=True) as app:
@@ -75,6 +76,7 @@ class BusyIntake(threading.Thread):
                 row = cron.execute(
                     "SELECT active FROM cron.job WHERE jobname = %s", (self.job,)
                 ).fetchone()
+                self.looks += 1
                 if row and row[0]:
                     next_id, last_claim = next_id + 1, time.monotonic()
                     app.execute(

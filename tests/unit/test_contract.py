@@ -66,12 +66,6 @@ def test_the_defaults_are_the_documented_contract():
     assert contract.statement_timeout_ms == 5000
 
 
-def test_identifiers_are_kept_verbatim_for_quoting_later():
-    contract = contract_from_mapping({"table": "Execution Runs", "id_column": "runs; drop"})
-    assert contract.table == "Execution Runs"
-    assert contract.id_column == "runs; drop"
-
-
 def test_a_single_status_string_is_a_list_of_one():
     assert contract_from_mapping({"claimed_statuses": "busy"}).claimed_statuses == ("busy",)
 

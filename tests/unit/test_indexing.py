@@ -1,4 +1,4 @@
-"""The recommended partial index, rendered from the contract, and the plan check's pure parts."""
+"""The recommended partial index, rendered from the contract, and the plan check's failure."""
 
 import logging
 from datetime import UTC, datetime
@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from leaseguard.adapters.indexing import index_name, no_index_reason, recommended_index_sql
-from leaseguard.adapters.plan_warning import advisory_plan_warning, seq_scans
+from leaseguard.adapters.plan_warning import advisory_plan_warning
 from leaseguard.cli import main
 from leaseguard.core.contract import contract_from_mapping
 from tests.support.verdicts import make_verdict
@@ -134,43 +134,7 @@ def test_index_sql_needs_no_dsn(capsys, monkeypatch):
     assert "CREATE INDEX CONCURRENTLY" in capsys.readouterr().out
 
 
-# --- the plan check's pure parts -------------------------------------------------------------
-
-
-def node(kind, relation=None, children=()):
-    found = {"Node Type": kind}
-    if relation:
-        found["Relation Name"] = relation
-    if children:
-        found["Plans"] = list(children)
-    return found
-
-
-PLAN_CASES = [
-    ("a seq scan of the table", node("Seq Scan", "runs"), 1),
-    ("nested under a join", node("Nested Loop", children=[node("Seq Scan", "runs")]), 1),
-    ("another table's seq scan", node("Seq Scan", "other"), 0),
-    ("an index scan", node("Index Scan", "runs"), 0),
-    ("a bitmap heap scan", node("Bitmap Heap Scan", "runs"), 0),
-    (
-        "a parallel seq scan under gather",
-        node("Gather", children=[{**node("Seq Scan", "runs"), "Parallel Aware": True}]),
-        1,
-    ),
-]
-
-
-@pytest.mark.parametrize(
-    ("plan", "expected"), [(p, n) for _, p, n in PLAN_CASES], ids=[c[0] for c in PLAN_CASES]
-)
-def test_seq_scans_finds_sequential_scans_of_the_table_only(plan, expected):
-    explain = [{"Plan": node("Aggregate", children=[plan])}]
-    assert len(seq_scans(explain, "runs")) == expected
-
-
-def test_seq_scans_tolerates_unknown_shapes():
-    assert seq_scans(None, "runs") == []
-    assert seq_scans([{"Plan": "not a node"}, 3, "x"], "runs") == []
+# --- the plan check ------------------------------------------------------------------------
 
 
 def verdict():

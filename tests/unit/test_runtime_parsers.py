@@ -55,6 +55,7 @@ def test_inspect_gives_the_variable_and_the_start_time_with_timezone():
     runner = ScriptedRunner({CONTAINER: CommandResult(0, INSPECT)})
     facts = resolve_runtime_facts(contract_from_mapping({}), runner)
     assert facts.task_timeout.seconds == 3600.0
+    assert facts.task_timeout.source == "docker:backend/APP_TASK_TIMEOUT_S"
     assert facts.runtime_started_at == datetime(2026, 9, 9, 4, 0, 0, 123456, tzinfo=UTC)
 
 
@@ -140,15 +141,6 @@ def test_env_file_lines_in_the_usual_spellings(line, value):
     assert parse_env_file_line(line, "APP_TASK_TIMEOUT_S") == value
 
 
-def test_one_inspect_call_serves_both_the_timeout_and_the_start():
-    runner = ScriptedRunner({CONTAINER: CommandResult(0, INSPECT)})
-    facts = resolve_runtime_facts(contract_from_mapping({}), runner)
-    assert facts.task_timeout.seconds == 3600.0
-    assert facts.task_timeout.source == "docker:backend/APP_TASK_TIMEOUT_S"
-    assert facts.runtime_started_at.tzinfo is not None
-    assert len(runner.calls) == 1
-
-
 def test_a_missing_container_fails_closed_naming_host_and_container():
     runner = ScriptedRunner({CONTAINER: CommandResult(1, "")})
     with pytest.raises(LookupFailed) as caught:
@@ -192,23 +184,6 @@ def test_given_facts_skip_the_lookups():
     assert facts.task_timeout.seconds == 60.0
     assert facts.runtime_started_at == started
     assert runner.calls == []
-
-
-def test_one_exec_runs_every_lookup_and_reads_the_clock_with_each_failure_its_own():
-    from leaseguard.adapters.host_lookup import run_together
-    from leaseguard.adapters.runtime import LocalRunner
-    from leaseguard.core.one_exec import Plan
-
-    ok, failing, missing = (
-        ("printf", "a b"),
-        ("sh", "-c", "printf hi; echo oops >&2; exit 3"),
-        ("no-such-tool-lg",),
-    )
-    ran, clock = run_together(LocalRunner(), Plan([ok, failing, missing]))
-    assert clock is not None and 0 <= clock.uncertainty_s < 5
-    assert ran[ok] == CommandResult(0, "a b", "")
-    assert ran[failing] == CommandResult(3, "hi", "oops\n")
-    assert ran[missing].exit_code == 127
 
 
 def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():

@@ -49,7 +49,7 @@ def test_no_live_row_proceeds_with_exit_status_0():
     assert verdict.exit_status == EXIT_PROCEED == 0
 
 
-def test_json_has_design_md_s_shape():
+def test_the_json_has_its_documented_keys_and_values():
     data = json.loads(json.dumps(make_verdict().as_dict()))
     assert data["decision"] == "defer"
     assert data["lease_s"] == 7200.0
