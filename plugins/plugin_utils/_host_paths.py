@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import shlex
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 
@@ -136,20 +136,27 @@ def database_conninfo(action, args):
         yield conninfo
 
 
-def database_path(action, args, *, probe=True):
-    """The database's (conninfo, tunnel) as the controller reaches it: directly for a
-    `local` connection or `tunnel: false` (the DSN's own host and port, as the CLI uses
-    them, no tunnel), else through a tunnel with the host's SSH settings, closed on exit.
-    Without `probe` the caller's own connection tries the address, naming the tunnel's
-    failure."""
-    conninfo = conninfo_from(args)
+def tunnels(action, args):
+    """Whether the task reaches the database through a tunnel: not for a `local` connection
+    or `tunnel: false` (then the DSN's own host and port, as the CLI uses them)."""
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
-    if not args["tunnel"] or transport == "local":
-        return nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+    return bool(args["tunnel"]) and transport != "local"
+
+
+@contextmanager
+def database_path(action, args, *, probe=True):
+    """The database's (conninfo, tunnel or None) as the controller reaches it, the tunnel
+    with the host's SSH settings, closed on exit. Without `probe` the caller's own connection
+    tries the address, naming the tunnel's failure."""
+    conninfo = conninfo_from(args)
+    if not tunnels(action, args):
+        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
+        return
     address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
     host, options = ssh_target(action._connection, action._play_context)
     if args.get("connect_timeout_s"):
         # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
         timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
         options = dataclasses.replace(options, connect_timeout_s=timeout)
-    return tunnelled(make_connection(host, options), conninfo, address, probe=probe)
+    with tunnelled(make_connection(host, options), conninfo, address, probe=probe) as path:
+        yield path
