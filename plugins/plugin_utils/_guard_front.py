@@ -131,9 +131,7 @@ def guard_session(action, args, contract, facts, label):
 def fleet_guard_session(action, args, contract, lookups, hosts, label, each=False):
     """One session through this host's database path judging every host of `hosts`: once by
     the fleet rule, or with `each` each host by its own facts (one query per poll)."""
-    if each:
-        lookups = {host: lookups.get(host) for host in hosts}
-    per_host, offsets = fleet_facts(lookups, hosts)
+    per_host, offsets = fleet_facts({h: lookups.get(h) for h in hosts} if each else lookups, hosts)
     with database_path(action, args) as (conninfo, tunnel):
         runner = AnsibleRunner(action, label)
         if each:

@@ -6,15 +6,15 @@ never imports Fabric or paramiko.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.host_lookup import HostLookup, look_up_host
+from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.runtime import Runner
 from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.adapters.ssh_connect import open_connection
@@ -49,19 +49,13 @@ def tunnelled(
 
 @contextmanager
 def host_session(
-    contract: Contract,
-    runner: Runner,
-    path: Path,
-    *,
-    connect: bool = True,
-    look_up: Callable[..., HostLookup] = look_up_host,
-    **given: Any,
+    contract: Contract, runner: Runner, path: Path, *, connect: bool = True, **given: Any
 ) -> Iterator[GuardSession]:
-    """A host's session: `look_up` (its lookups and clock, one exec) runs on a thread while
-    `path` opens and, with `connect`, the guard's connection opens through it. Failures are
-    reported in the order of the steps: the path's, the lookups', the connection's."""
+    """A host's session: its lookups and clock (one exec) run on a thread while `path` opens
+    and, with `connect`, the guard's connection opens through it. Failures are reported in
+    the order of the steps: the path's, the lookups', the connection's."""
     with ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup") as thread:
-        lookup = thread.submit(look_up, contract, runner, **given)
+        lookup = thread.submit(look_up_host, contract, runner, **given)
         with path as (conninfo, tunnel):
             early = _connect(contract, conninfo, tunnel) if connect else None
             try:
@@ -72,15 +66,13 @@ def host_session(
                 raise
             if isinstance(early, LeaseguardError):
                 raise early
-            session = GuardSession(
-                contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
-            )
-            if early is not None:
-                session.adopt(early)
-            try:
+            facts, clock = looked_up.facts, looked_up.clock
+            with closing(
+                GuardSession(contract, conninfo, facts, runner, tunnel, host_minus_here=clock)
+            ) as session:
+                if early is not None:
+                    session.adopt(early)
                 yield session
-            finally:
-                session.close()
 
 
 def _connect(contract: Contract, dsn: str, tunnel: DatabaseTunnel | None) -> Conn | LeaseguardError:
