@@ -120,20 +120,24 @@ def given_facts(args):
     }
 
 
-def guard_session(action, args, contract, facts, label):
-    """This host's session: its lookups run through the task's connection while the tunnel
-    and the guard's connection open, as `fab guard`'s do."""
-    path = database_path(action, args, probe=False)
-    return api.host_session(contract, AnsibleRunner(action, label), path, **facts)
+def guard_session(action, args, host, task_vars):
+    """The task's session. This host's: its lookups run through the task's connection while
+    the tunnel and the guard's connection open, as `fab guard`'s do. With fleet_lookups, one
+    session through this host's path judging every host of the play by the fleet rule, or
+    with each_host each host of the batch by its own facts (one query per poll)."""
+    contract, runner = contract_from(args), AnsibleRunner(action, host)
+    lookups, each = args["fleet_lookups"], args["each_host"]
+    if lookups is None:
+        path = database_path(action, args, probe=False)
+        return api.host_session(contract, runner, path, **given_facts(args))
+    hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
+    per_host, offsets = fleet_facts({h: lookups.get(h) for h in hosts} if each else lookups, hosts)
+    return _fleet_session(action, args, contract, runner, per_host, offsets, each)
 
 
 @contextmanager
-def fleet_guard_session(action, args, contract, lookups, hosts, label, each=False):
-    """One session through this host's database path judging every host of `hosts`: once by
-    the fleet rule, or with `each` each host by its own facts (one query per poll)."""
-    per_host, offsets = fleet_facts({h: lookups.get(h) for h in hosts} if each else lookups, hosts)
+def _fleet_session(action, args, contract, runner, per_host, offsets, each):
     with database_path(action, args) as (conninfo, tunnel):
-        runner = AnsibleRunner(action, label)
         if each:
             session = api.GuardSession(
                 contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
