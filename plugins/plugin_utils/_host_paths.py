@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 import shlex
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 
@@ -150,13 +150,14 @@ def database_path(action, args, *, probe=True):
     tries the address, naming the tunnel's failure."""
     conninfo = conninfo_from(args)
     if not tunnels(action, args):
-        yield direct_conninfo(conninfo, args["db_host"], args["db_port"]), None
-        return
-    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
-    host, options = ssh_target(action._connection, action._play_context)
-    if args.get("connect_timeout_s"):
-        # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
-        timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
-        options = dataclasses.replace(options, connect_timeout_s=timeout)
-    with tunnelled(make_connection(host, options), conninfo, address, probe=probe) as path:
-        yield path
+        path = nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+    else:
+        address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
+        host, options = ssh_target(action._connection, action._play_context)
+        if args.get("connect_timeout_s"):
+            # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
+            timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
+            options = dataclasses.replace(options, connect_timeout_s=timeout)
+        path = tunnelled(make_connection(host, options), conninfo, address, probe=probe)
+    with path as opened:
+        yield opened
