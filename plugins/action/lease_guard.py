@@ -19,10 +19,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front imp
     stop_on_signals,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    contract_from,
     failure,
-    fleet_guard_session,
-    given_facts,
     guard_session,
     host_lookup,
     shares_one_database,
@@ -50,16 +47,10 @@ class ActionModule(LeaseguardAction):
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(NO_PAUSES)
         options = api.drain_options(drain_args)
-        contract = contract_from(args)
-        lookups = args["fleet_lookups"]
-        if lookups is None:
-            opened = guard_session(self, args, contract, given_facts(args), host)
-        else:  # each_host: the hosts of this batch; else every host of the play
-            hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
-            opened = fleet_guard_session(self, args, contract, lookups, hosts, host, each=each)
-        with opened as session:
+        with guard_session(self, args, host, task_vars) as session:
             session.cron_database = options.cron_database
-            looked_up = {} if lookups is not None else {"lookup": host_lookup(session)}
+            fleet = args["fleet_lookups"] is not None
+            looked_up = {} if fleet else {"lookup": host_lookup(session)}
             if not args["wait"] or self._task.check_mode:
                 if each:
                     judged = {

@@ -36,7 +36,7 @@ try:
 
     # What the guard runs on, loaded now: a missing requirement (psycopg, Fabric) fails here,
     # and require_leaseguard() names it before any task runs.
-    _LOADED = (api.Background, api.drain_host, api.look_up_host)
+    _LOADED = (api.host_session, api.drain_host, api.look_up_host)
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
     api = None

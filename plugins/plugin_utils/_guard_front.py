@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from contextlib import closing, contextmanager
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (  # pylint: disable=unused-import
-    ConfigError,  # noqa: F401 (action/cron_budget.py imports it from here)
-    LookupFailed,
-    api,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import LookupFailed, api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     conninfo_from,
     database_path,
+    tunnels,
 )
 
 
@@ -69,28 +66,10 @@ def lookup_result(facts, clock=None):
     return result
 
 
-def _clock(runner, facts):
-    """The host's clock minus the controller's, when a start time makes it matter."""
-    return api.offset_from_here(runner) if facts.runtime_started_at is not None else None
-
-
-def look_up_facts(contract, runner, **given):
-    """Every lookup and the host's clock reading in one exec on the host.
-
-    Except through become, whose tty merges the two streams that exec's output is split by:
-    there each lookup is its own exec and the clock is read after them (a registered `lookup`
-    must carry it, or a fleet judgment from it fails).
-    """
-    if runner.becomes:
-        facts = api.resolve_runtime_facts(contract, runner, **given)
-        return api.HostLookup(facts, _clock(runner, facts))
-    return api.look_up_host(contract, runner, **given)
-
-
 def look_up(runner, contract):
-    """task_timeout's result."""
-    looked_up = look_up_facts(contract, runner)
-    return lookup_result(looked_up.facts, looked_up.clock or _clock(runner, looked_up.facts))
+    """task_timeout's result: the lookups and the clock in one exec (one each through become)."""
+    looked_up = api.look_up_host(contract, runner)
+    return lookup_result(looked_up.facts, looked_up.clock)
 
 
 def host_lookup(session):
@@ -137,39 +116,24 @@ def given_facts(args):
     }
 
 
-@contextmanager
-def guard_session(action, args, contract, facts, label):
-    """This host's session, its lookups run through the task's connection.
-
-    The lookups' one exec runs in a thread while the tunnel and the guard's connection open
-    (as `fab guard` does); failures are still reported in step order: the tunnel's, the
-    lookups', the connection's. The tunnel is the session's link, reopened after a partition.
-    """
-    runner = AnsibleRunner(action, label)
-    lookup = api.Background(look_up_facts, contract, runner, **facts)
-    try:
-        with database_path(action, args, probe=False) as (conninfo, tunnel):
-            early = api.connect_early(contract, conninfo, tunnel)
-            looked_up, opened = api.await_lookup(lookup.result, early)
-            session = api.GuardSession(
-                contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
-            )
-            session.adopt(opened)
-            with closing(session):
-                yield session
-    finally:
-        lookup.join()
+def guard_session(action, args, host, task_vars):
+    """The task's session. This host's: its lookups run through the task's connection while
+    the tunnel and the guard's connection open, as `fab guard`'s do. With fleet_lookups, one
+    session through this host's path judging every host of the play by the fleet rule, or
+    with each_host each host of the batch by its own facts (one query per poll)."""
+    contract, runner = contract_from(args), AnsibleRunner(action, host)
+    lookups, each = args["fleet_lookups"], args["each_host"]
+    if lookups is None:
+        path = database_path(action, args, probe=False)
+        return api.host_session(contract, runner, path, **given_facts(args))
+    hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
+    per_host, offsets = fleet_facts({h: lookups.get(h) for h in hosts} if each else lookups, hosts)
+    return _fleet_session(action, args, contract, runner, per_host, offsets, each)
 
 
 @contextmanager
-def fleet_guard_session(action, args, contract, lookups, hosts, label, each=False):
-    """One session through this host's database path judging every host of `hosts`: once by
-    the fleet rule, or with `each` each host by its own facts (one query per poll)."""
-    if each:
-        lookups = {host: lookups.get(host) for host in hosts}
-    per_host, offsets = fleet_facts(lookups, hosts)
+def _fleet_session(action, args, contract, runner, per_host, offsets, each):
     with database_path(action, args) as (conninfo, tunnel):
-        runner = AnsibleRunner(action, label)
         if each:
             session = api.GuardSession(
                 contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
@@ -186,8 +150,7 @@ def fleet_guard_session(action, args, contract, lookups, hosts, label, each=Fals
 def shares_one_database(action, args):
     """Whether every host reaches one database the way this task does: directly from the
     controller, or through a tunnel to an address other than each host's own loopback."""
-    transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
-    if not args["tunnel"] or transport == "local":
+    if not tunnels(action, args):
         return True
     far_end = api.tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
     return not api.each_hosts_own(far_end)

@@ -136,20 +136,28 @@ def database_conninfo(action, args):
         yield conninfo
 
 
-def database_path(action, args, *, probe=True):
-    """The database's (conninfo, tunnel) as the controller reaches it: directly for a
-    `local` connection or `tunnel: false` (the DSN's own host and port, as the CLI uses
-    them, no tunnel), else through a tunnel with the host's SSH settings, closed on exit.
-    Without `probe` the caller's own connection tries the address, naming the tunnel's
-    failure."""
-    conninfo = conninfo_from(args)
+def tunnels(action, args):
+    """Whether the task reaches the database through a tunnel: not for a `local` connection
+    or `tunnel: false` (then the DSN's own host and port, as the CLI uses them)."""
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
-    if not args["tunnel"] or transport == "local":
-        return nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
-    address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
-    host, options = ssh_target(action._connection, action._play_context)
-    if args.get("connect_timeout_s"):
-        # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
-        timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
-        options = dataclasses.replace(options, connect_timeout_s=timeout)
-    return tunnelled(make_connection(host, options), conninfo, address, probe=probe)
+    return bool(args["tunnel"]) and transport != "local"
+
+
+@contextmanager
+def database_path(action, args, *, probe=True):
+    """The database's (conninfo, tunnel or None) as the controller reaches it, the tunnel
+    with the host's SSH settings, closed on exit. Without `probe` the caller's own connection
+    tries the address, naming the tunnel's failure."""
+    conninfo = conninfo_from(args)
+    if not tunnels(action, args):
+        path = nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+    else:
+        address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
+        host, options = ssh_target(action._connection, action._play_context)
+        if args.get("connect_timeout_s"):
+            # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
+            timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
+            options = dataclasses.replace(options, connect_timeout_s=timeout)
+        path = tunnelled(make_connection(host, options), conninfo, address, probe=probe)
+    with path as opened:
+        yield opened

@@ -21,11 +21,8 @@ _HOME = {
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
-    "offset_from_here": "leaseguard.adapters.clock",
-    "HostLookup": "leaseguard.adapters.host_lookup",
     "look_up_host": "leaseguard.adapters.host_lookup",
     "restart_runtime": "leaseguard.adapters.host_lookup",
-    "resolve_runtime_facts": "leaseguard.adapters.runtime",
     "ClockOffset": "leaseguard.core.clock_offset",
     "CommandResult": "leaseguard.core.lookups",
     "RestartSpec": "leaseguard.core.restart",
@@ -42,9 +39,6 @@ _HOME = {
     "split_tty": "leaseguard.core.one_exec",
     "tty_argv": "leaseguard.core.one_exec",
     "parse_openssh_args": "leaseguard.core.ssh_args",
-    "Background": "leaseguard.orchestration.ssh_session",
-    "await_lookup": "leaseguard.orchestration.ssh_session",
-    "connect_early": "leaseguard.orchestration.ssh_session",
     "host_session": "leaseguard.orchestration.ssh_session",
     "tunnelled": "leaseguard.orchestration.ssh_session",
     # judgment and drains (lease_guard)

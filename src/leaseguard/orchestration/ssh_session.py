@@ -6,16 +6,15 @@ never imports Fabric or paramiko.
 
 from __future__ import annotations
 
-import functools
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from psycopg.conninfo import make_conninfo
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.host_lookup import HostLookup, look_up_host
+from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.runtime import Runner
 from leaseguard.adapters.ssh import DatabaseAddress, DatabaseTunnel, FabricRunner, forwarded
 from leaseguard.adapters.ssh_connect import open_connection
@@ -50,33 +49,41 @@ def tunnelled(
 
 @contextmanager
 def host_session(
-    contract: Contract,
-    runner: Runner,
-    path: Path,
-    *,
-    connect: bool = True,
-    look_up: Callable[..., HostLookup] = look_up_host,
-    **given: Any,
+    contract: Contract, runner: Runner, path: Path, *, connect: bool = True, **given: Any
 ) -> Iterator[GuardSession]:
-    """A host's session: `look_up` (its lookups and clock, one exec) runs on a thread while
-    `path` opens and, with `connect`, the guard's connection opens through it. Failures are
-    reported in the order of the steps: the path's, the lookups', the connection's."""
-    lookup = Background(look_up, contract, runner, **given)
-    try:
+    """A host's session: its lookups and clock (one exec) run on a thread while `path` opens
+    and, with `connect`, the guard's connection opens through it. Failures are reported in
+    the order of the steps: the path's, the lookups', the connection's."""
+    with ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup") as thread:
+        lookup = thread.submit(look_up_host, contract, runner, **given)
         with path as (conninfo, tunnel):
-            early = connect_early(contract, conninfo, tunnel) if connect else None
-            looked_up, opened = await_lookup(lookup.result, early)
-            session = GuardSession(
-                contract, conninfo, looked_up.facts, runner, tunnel, host_minus_here=looked_up.clock
-            )
-            if opened is not None:
-                session.adopt(opened)
+            early = _connect(contract, conninfo, tunnel) if connect else None
             try:
+                looked_up = lookup.result()
+            except BaseException:
+                if early is not None and not isinstance(early, LeaseguardError):
+                    early.close()
+                raise
+            if isinstance(early, LeaseguardError):
+                raise early
+            facts, clock = looked_up.facts, looked_up.clock
+            with closing(
+                GuardSession(contract, conninfo, facts, runner, tunnel, host_minus_here=clock)
+            ) as session:
+                if early is not None:
+                    session.adopt(early)
                 yield session
-            finally:
-                session.close()
-    finally:
-        lookup.join()
+
+
+def _connect(contract: Contract, dsn: str, tunnel: DatabaseTunnel | None) -> Conn | LeaseguardError:
+    """The guard's connection, or its failure (naming the tunnel's cause when there is one),
+    to be raised after the lookups'."""
+    try:
+        return connect(dsn, contract.connect_timeout_s)
+    except DatabaseUnavailable as exc:
+        return (tunnel.failure() if tunnel is not None else None) or exc
+    except LeaseguardError as exc:
+        return exc
 
 
 @contextmanager
@@ -99,55 +106,3 @@ def ssh_session(
             yield session
     finally:
         connection.close()
-
-
-class Background(threading.Thread):
-    """One call run in a thread; result() joins it and returns or raises what it did."""
-
-    def __init__(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        super().__init__(name="leaseguard-lookup", daemon=True)
-        self._call = functools.partial(call, *args, **kwargs)
-        self._value: Any = None
-        self._error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self._value = self._call()
-        except BaseException as exc:  # handed to result(), in the caller's thread
-            self._error = exc
-
-    def result(self) -> Any:
-        self.join()
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-def connect_early(
-    contract: Contract, dsn: str, tunnel: DatabaseTunnel | None = None
-) -> Conn | LeaseguardError:
-    """The guard's (read-only) connection, opened while the lookups run; a failure is
-    returned, naming the tunnel's cause when there is one, to be raised after theirs."""
-    try:
-        return connect(dsn, contract.connect_timeout_s)
-    except DatabaseUnavailable as exc:
-        return (tunnel.failure() if tunnel is not None else None) or exc
-    except LeaseguardError as exc:
-        return exc
-
-
-def await_lookup(
-    lookup: Callable[[], HostLookup], early: Conn | LeaseguardError | None
-) -> tuple[HostLookup, Conn | None]:
-    """The lookups' result and the early connection: a failed lookup first (the connection,
-    if it opened, closed), then a connection that failed."""
-    try:
-        looked_up = lookup()
-    except BaseException:
-        if early is not None and not isinstance(early, LeaseguardError):
-            early.close()
-        raise
-    if isinstance(early, LeaseguardError):
-        raise early
-    return looked_up, early
