@@ -39,9 +39,8 @@ from leaseguard.core.presets import (
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
 
 # Whom the rows are judged for: one row per subject (a host by its own facts, or a fleet by
-# the fleet rule), its lease and orphan cut-off bound as arrays. A fleet's hosts are judged
-# by one query per poll, each with its own facts; one host is the one-subject case. The
-# columns are named apart from any job table's.
+# the fleet rule), its lease and orphan cut-off bound as arrays; named apart from any job
+# table's columns.
 _SUBJECTS = sql.SQL(
     "unnest(%(subject_leases)s::interval[], %(subject_cutoffs)s::timestamptz[]) "
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
@@ -53,16 +52,13 @@ _CUTOFF = sql.SQL("lg_subject.lg_orphan_cutoff")
 
 def _judged_rows(contract: Contract) -> sql.Composed:
     """Every claimed or queued row, classed queued / orphaned / stale / live for each
-    subject: the predicate. The table is read once; each row is classed per subject.
+    subject (the table read once): the predicate.
 
     A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
     through to live: the guard errs on the side of the work. A row whose lock a live
-    session holds right now (Que, good_job) is live before any time test: the lock is the
-    system's own proof of work, and a session that died has released it. One plain
-    subquery, no CTEs: planning is most of this query's cost once the partial index makes
-    the scan cheap. Naive timestamps are read in the contract's timestamp_zone: the guard
-    transaction sets TimeZone to it (leaseguard.adapters.db.guard_transaction), so `::timestamptz`
-    means that zone.
+    session holds right now (Que, good_job) is live before any time test: a session that
+    died has released it. Naive timestamps are read in the contract's timestamp_zone (the
+    guard transaction sets TimeZone to it).
     """
     claimed_at = _claimed_at(contract)
     expires = expiry(contract)
@@ -249,14 +245,12 @@ def _status_param(stem: str, index: int) -> str:
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject, in the order bound: the clock used, whether the server is a standby
-    (asked on every poll: a server can be demoted under a long drain), the subject's number
-    and its rows per class, named as `Counts`' fields. One row per subject, also when
-    nothing is claimed or queued, so the clock comes with it.
+    """Per subject, in the order bound: the clock, whether the server is a standby (asked
+    on every poll: a server can be demoted under a long drain), the subject's number and its
+    rows per class (`Counts`' fields); one row per subject even when nothing is judged.
 
-    OFFSET 0 keeps the judged rows a subquery of their own, so that each row's class is
-    computed once; inlined, the CASE (with Que's and good_job's lock tests) would run once
-    per FILTER.
+    OFFSET 0 keeps the judged rows a subquery, so each row's class (with Que's and
+    good_job's lock tests) is computed once, not once per FILTER.
     """
     return sql.SQL(
         """
@@ -306,11 +300,8 @@ def live_claims_query(contract: Contract) -> sql.Composed:
 def orphan_cutoff(
     contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
 ) -> datetime | None:
-    """Claims before this are orphans (None: the start is unknown, so none is).
-
-    `tolerance_s` defaults to the contract's clock_skew_s; callers that measured the
-    host-vs-database offset pass a wider one.
-    """
+    """Claims before this are orphans (None: the start is unknown, so none is); the
+    tolerance is clock_skew_s unless a measured clock offset gives its own."""
     if runtime_started_at is None:
         return None
     tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
