@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.clock import offset_from_here
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
@@ -84,7 +83,6 @@ class OpenedHosts:
 
     sessions: dict[str, GuardSession] = field(default_factory=dict)
     failed: dict[str, LeaseguardError] = field(default_factory=dict)
-    clocks: dict[str, ClockOffset] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -98,17 +96,15 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
             if isinstance(result, LeaseguardError):
                 opened.failed[host] = result
                 continue
-            session, clock, closing = result
+            session, closing = result
             stack.enter_context(closing)
             opened.sessions[host] = session
-            if clock is not None:
-                opened.clocks[host] = clock
         yield opened
 
 
 def _open(
     host: str, c: Context, settings: FabricSettings, connect: bool
-) -> tuple[str, tuple[GuardSession, ClockOffset | None, contextlib.ExitStack] | LeaseguardError]:
+) -> tuple[str, tuple[GuardSession, contextlib.ExitStack] | LeaseguardError]:
     stack = contextlib.ExitStack()
     try:
         connection = connection_to(host, c, settings)
@@ -117,16 +113,12 @@ def _open(
                 connection, settings.contract, settings.conninfo, settings.address, connect=connect
             )
         )
-        # The host's clock minus ours, only when a start time makes it matter.
-        clock = None
-        if session.facts.runtime_started_at is not None:
-            clock = session.judged.host_minus_here or offset_from_here(session.runner)
     except BaseException as exc:
         stack.close()
         if isinstance(exc, LeaseguardError):
             return host, exc
         raise
-    return host, (session, clock, stack)
+    return host, (session, stack)
 
 
 def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
@@ -162,10 +154,13 @@ def judging_session(
 ) -> Iterator[GuardSession]:
     """The one session judging `hosts` (default: all; one database), each by its own facts
     or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
-    chosen = sorted(hosts or opened.sessions)
-    (_, through), *others = [(h, opened.sessions[h]) for h in chosen]
-    per_host = {host: opened.sessions[host].facts for host in chosen}
-    fallbacks = [(s.conninfo, s.link) for _, s in others if s.link is not None]
+    chosen = {host: opened.sessions[host] for host in sorted(hosts or opened.sessions)}
+    through, *others = chosen.values()
+    # Each host's facts and clock (read by its lookups' exec), as every front passes them.
+    per_host, offsets = fleet_facts(
+        {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
+    )
+    fallbacks = [(s.conninfo, s.link) for s in others if s.link is not None]
     if fleet_rule:
         with fleet_session(
             settings.contract,
@@ -173,7 +168,7 @@ def judging_session(
             per_host,
             runner=through.runner,
             link=through.link,
-            host_offsets=opened.clocks,
+            host_offsets=offsets,
             fallbacks=fallbacks,
         ) as session:
             _take_over(session, through, settings)
@@ -186,9 +181,9 @@ def judging_session(
         through.runner,
         through.link,
         label="fleet",
-        host_offsets=opened.clocks,
+        host_offsets=offsets,
         fallbacks=fallbacks,
-        host_labels={host: opened.sessions[host].host for host in chosen},
+        host_labels={host: s.host for host, s in chosen.items()},
     )
     with contextlib.closing(session):
         _take_over(session, through, settings)
