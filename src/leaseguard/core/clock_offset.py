@@ -17,8 +17,7 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance: the configured one, widened to what the measurement cannot
-        tell (never narrowed)."""
+        """The orphan tolerance, widened (never narrowed) to what the measurement cannot tell."""
         return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:

@@ -12,18 +12,16 @@ every start into the database clock first (`in_database_clocks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
 from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.core.timestamps import parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
-
-_T = TypeVar("_T")
 
 # A host's report (`host_report`): task_timeout's result, so registered results pass as
 # they are; also a `leaseguard check --facts-file` entry.
@@ -185,7 +183,7 @@ def fleet_facts(
 
 
 def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
-    """One host's facts from its report; values are validated, errors name the host and key."""
+    """One host's facts from its report; a bad value is a usage error naming host and key."""
     unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
     if unknown:
         raise ConfigError(
@@ -193,15 +191,19 @@ def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> Runt
             "(expected task_timeout_s, runtime_started_at)"
         )
     timeout = None
-    if report.get("task_timeout_s") is not None:
-        seconds = _checked(
-            parse_timeout_s, report["task_timeout_s"], f"host {host}: task_timeout_s"
-        )
-        source = str(report.get("source") or f"{given_source}:task_timeout_s")
-        timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
     started = report.get("runtime_started_at")
-    if started is not None:
-        started = _start_time(host, started)
+    what = f"host {host}: runtime_started_at"
+    try:
+        if report.get("task_timeout_s") is not None:
+            seconds = parse_timeout_s(report["task_timeout_s"], what=f"host {host}: task_timeout_s")
+            source = str(report.get("source") or f"{given_source}:task_timeout_s")
+            timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
+        if started is not None and not isinstance(started, datetime):
+            started = parse_timestamp(str(started), what=what)
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None
+    if isinstance(started, datetime) and started.tzinfo is None:  # YAML's unquoted timestamps
+        raise ConfigError(f"{what} has no timezone")
     warnings = tuple(str(w) for w in report.get("warnings") or ())
     replicas = tuple(str(name) for name in report.get("replicas") or ())
     return RuntimeFacts(timeout, started, warnings, replicas)
@@ -219,20 +221,3 @@ def _report_problem(report: Any) -> str | None:
         detail = error.get("message") if isinstance(error, Mapping) else None
         return f"its lookup failed ({detail})" if detail else "its lookup failed"
     return None
-
-
-def _start_time(host: str, value: Any) -> datetime:
-    what = f"host {host}: runtime_started_at"
-    if isinstance(value, datetime):  # YAML reads unquoted timestamps as datetimes
-        if value.tzinfo is None:
-            raise ConfigError(f"{what} has no timezone")
-        return value
-    return _checked(parse_timestamp, str(value), what)
-
-
-def _checked(parse: Callable[..., _T], value: Any, what: str) -> _T:
-    """A parser's own error, as a usage error naming the host and key."""
-    try:
-        return parse(value, what=what)
-    except LeaseguardError as exc:
-        raise ConfigError(str(exc)) from None

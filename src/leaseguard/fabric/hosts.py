@@ -23,11 +23,11 @@ from invoke.exceptions import Exit
 
 from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
-from leaseguard.core.fleet import fleet_facts, host_report
+from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.session import GuardSession, fleet_session
+from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
 
 
@@ -105,20 +105,14 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 def _open(
     host: str, c: Context, settings: FabricSettings, connect: bool
 ) -> tuple[str, tuple[GuardSession, contextlib.ExitStack] | LeaseguardError]:
-    stack = contextlib.ExitStack()
-    try:
-        connection = connection_to(host, c, settings)
-        session = stack.enter_context(
-            ssh_session(
-                connection, settings.contract, settings.conninfo, settings.address, connect=connect
-            )
-        )
-    except BaseException as exc:
-        stack.close()
-        if isinstance(exc, LeaseguardError):
+    path = (settings.contract, settings.conninfo, settings.address)
+    with contextlib.ExitStack() as stack:
+        try:
+            connection = connection_to(host, c, settings)
+            session = stack.enter_context(ssh_session(connection, *path, connect=connect))
+        except LeaseguardError as exc:
             return host, exc
-        raise
-    return host, (session, stack)
+        return host, (session, stack.pop_all())
 
 
 def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
@@ -160,43 +154,25 @@ def judging_session(
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
     )
-    fallbacks = [(s.conninfo, s.link) for s in others if s.link is not None]
-    if fleet_rule:
-        with fleet_session(
-            settings.contract,
-            through.conninfo,
-            per_host,
-            runner=through.runner,
-            link=through.link,
-            host_offsets=offsets,
-            fallbacks=fallbacks,
-        ) as session:
-            _take_over(session, through, settings)
-            yield session
-        return
     session = GuardSession(
         settings.contract,
         through.conninfo,
-        per_host,
+        combine_facts(per_host) if fleet_rule else per_host,
         through.runner,
         through.link,
         label="fleet",
         host_offsets=offsets,
-        fallbacks=fallbacks,
+        fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
     )
     with contextlib.closing(session):
-        _take_over(session, through, settings)
+        # The intake identity, and the connection one host alone opened already, if any.
+        if (early := through.handover()) is not None:
+            session.adopt(early)
+        drain = settings.drain
+        session.cron_database = drain.cron_database
+        session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
         yield session
-
-
-def _take_over(session: GuardSession, through: GuardSession, settings: FabricSettings) -> None:
-    """The intake identity, and the connection one host alone opened already, if any."""
-    if (opened := through.handover()) is not None:
-        session.adopt(opened)
-    drain = settings.drain
-    session.cron_database = drain.cron_database
-    session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:

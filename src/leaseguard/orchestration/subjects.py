@@ -75,25 +75,17 @@ class Judged:
 
     def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
         """The verdicts with the session's advice, each host's replicas, the fleet's report."""
-        facts = (
-            [self.facts] if self.each is None else [f for _, (f, _) in sorted(self.each.items())]
-        )
+        each = [] if self.each is None else sorted(self.each.items())
+        facts = [f for _, (f, _) in each] if each else [self.facts]
+        fleet = self._fleet_report() if self.fleet is not None else None
         return [
-            self._finished(verdict, advice, f.replicas)
-            for verdict, f in zip(verdicts, facts, strict=True)
+            dataclasses.replace(
+                v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
+            )
+            if advice or fleet is not None or f.replicas
+            else v
+            for v, f in zip(verdicts, facts, strict=True)
         ]
-
-    def _finished(
-        self, verdict: Verdict, advice: tuple[str, ...], replicas: tuple[str, ...]
-    ) -> Verdict:
-        if not (advice or self.fleet is not None or replicas):
-            return verdict
-        return dataclasses.replace(
-            verdict,
-            warnings=(*verdict.warnings, *advice),
-            fleet=self._fleet_report() if self.fleet is not None else None,
-            replicas=replicas,
-        )
 
     def _needs_clock(self) -> bool:
         if self.each is not None:
