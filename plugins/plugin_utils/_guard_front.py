@@ -12,7 +12,6 @@ from contextlib import closing, contextmanager
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (  # pylint: disable=unused-import
     ConfigError,  # noqa: F401 (action/cron_budget.py imports it from here)
-    LookupFailed,
     api,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (

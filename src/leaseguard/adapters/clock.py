@@ -1,11 +1,5 @@
-"""This machine's clock against a host's and the database's, for the orphan cut-off.
-
-The runtime's start time comes from the host's clock, claimed_at from the database's: if
-they disagree by more than clock_skew_s, a claim made just after the restart could look
-older than the restart and be called an orphan while alive. So the start time is moved into
-the database clock; half of each reading's round trip bounds its error, and that uncertainty
-widens the cut-off tolerance (never narrows it).
-"""
+"""A host's clock and the database's, each read against this machine's (half of each
+reading's round trip bounds its error); leaseguard.orchestration.subjects chains them."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ CONTROLLER_SKEW_BOUND_S = 5.0
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """host clock minus database clock, and how precisely that is known."""
+    """One clock minus another (a host's, this machine's, the database's), and how precisely."""
 
     offset_s: float
     uncertainty_s: float

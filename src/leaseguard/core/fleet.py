@@ -56,12 +56,20 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     hosts = tuple(sorted(per_host))
-    lease_from = _longest_timeout_host(per_host, hosts)
-    cutoff_from = _oldest_start_host(per_host, hosts)
-    timeout = None
-    if lease_from and (own := per_host[lease_from].task_timeout) is not None:
+    timeouts = {h: t for h in hosts if (t := per_host[h].task_timeout) is not None}
+    if timeouts and len(timeouts) != len(hosts):
+        missing = ", ".join(h for h in hosts if h not in timeouts)
+        raise ConfigError(f"no task timeout is known for host(s) {missing}")
+    starts = {h: per_host[h].runtime_started_at for h in hosts}
+    # max() and min() keep the first of equal values: hosts are sorted, so names break ties.
+    lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
+    cutoff_from = timeout = None
+    if None not in starts.values():  # one unknown start: the cut-off is unknown
+        cutoff_from = min(hosts, key=starts.__getitem__)  # type: ignore[arg-type]
+    if lease_from is not None:
+        own = timeouts[lease_from]
         timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
-    started = per_host[cutoff_from].runtime_started_at if cutoff_from else None
+    started = starts[cutoff_from] if cutoff_from else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
@@ -103,26 +111,6 @@ def in_database_clocks(
             facts = replace(facts, runtime_started_at=started, warnings=warnings)
         moved[host] = facts
     return moved
-
-
-def _longest_timeout_host(
-    per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]
-) -> str | None:
-    timeouts = {h: t.seconds for h in hosts if (t := per_host[h].task_timeout) is not None}
-    if not timeouts:
-        return None
-    if len(timeouts) != len(hosts):
-        missing = ", ".join(h for h in hosts if h not in timeouts)
-        raise ConfigError(f"no task timeout is known for host(s) {missing}")
-    # max() keeps the first of equal values: hosts are sorted, so the name breaks ties.
-    return max(timeouts, key=timeouts.__getitem__)
-
-
-def _oldest_start_host(per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]) -> str | None:
-    starts = {h: per_host[h].runtime_started_at for h in hosts}
-    if any(started is None for started in starts.values()):
-        return None
-    return min(hosts, key=lambda h: starts[h])  # type: ignore[arg-type, return-value]
 
 
 def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:

@@ -1,13 +1,10 @@
-"""The hosts of one `fab` run, opened once, and the sessions that judge them: one per
-database; `fab guard` and `fab resume` themselves.
+"""The hosts of one `fab` run, opened once in parallel (SSH, tunnel, its lookups' one exec),
+and the sessions judging them: ONE query per poll for every host of a database, over ONE
+connection through the first host's tunnel, falling over to the next host's; `fab guard` and
+`fab resume` themselves.
 
-Each host is opened in parallel (SSH, tunnel, its lookups' one exec). The judgment is then
-ONE query per poll for every host of a database, over ONE connection: through the first
-host's tunnel, falling over to the next host's when that one breaks.
-
-A database address other than a loopback is one database for every host. At each host's
-own loopback (the default) it may be each host's own: each is identified once (server
-start time and database name) through its tunnel, and hosts are grouped by it.
+At each host's own loopback (the default) the database may be each host's own: each is
+identified once (server start time and database name) and the hosts grouped by it.
 """
 
 from __future__ import annotations

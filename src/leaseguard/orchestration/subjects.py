@@ -1,11 +1,12 @@
 """Whom a guard session judges, and by which facts: one host, a fleet by the fleet rule
 (`leaseguard.core.fleet`), or each host of a fleet by its own facts, all in one query.
 
-The clocks are measured once per session, on its first poll (they do not drift measurably
-during a drain; per poll it would cost an SSH round trip): one host's clock minus the
-database's, or every host's start time moved into the database clock (its offset from here
-chained with this machine's from the database), so a fleet's oldest start is the oldest in
-truth and only the measurements' uncertainty is left.
+A runtime's start comes from its host's clock, claimed_at from the database's: off by more
+than clock_skew_s, a claim made just after a restart could look older than it and be called
+an orphan while alive. So on a session's first poll (clocks do not drift measurably during a
+drain) each start is moved into the database clock: its host's offset from here chained with
+this machine's from the database. Only the measurements' uncertainty is left, and it widens
+the orphan tolerance (never narrows it).
 """
 
 from __future__ import annotations
