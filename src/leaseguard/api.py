@@ -26,7 +26,6 @@ _HOME = {
     "look_up_host": "leaseguard.adapters.host_lookup",
     "restart_runtime": "leaseguard.adapters.host_lookup",
     "resolve_runtime_facts": "leaseguard.adapters.runtime",
-    "ClockOffset": "leaseguard.core.clock_offset",
     "CommandResult": "leaseguard.core.lookups",
     "RestartSpec": "leaseguard.core.restart",
     "missing_target": "leaseguard.core.restart",
