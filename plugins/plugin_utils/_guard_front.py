@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing, contextmanager
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import LookupFailed, api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     conninfo_from,
@@ -48,22 +48,8 @@ def failure(exc, host, what="check"):
 
 
 def lookup_result(facts, clock=None):
-    """task_timeout's result: the one value and its provenance, never the environment; with
-    the host's clock minus the controller's, so a fleet judgment from another host can use it."""
-    timeout, started = facts.task_timeout, facts.runtime_started_at
-    result = {
-        "changed": False,
-        "task_timeout_s": timeout.seconds if timeout else None,
-        "source": timeout.source if timeout else None,
-        "assumed": timeout.assumed if timeout else False,
-        "runtime_started_at": started.isoformat() if started else None,
-        "runtime_started_epoch_s": started.timestamp() if started else None,
-        "warnings": list(facts.warnings),
-        "replicas": list(facts.replicas),
-    }
-    if clock is not None and started is not None:
-        result["clock"] = {"offset_s": clock.offset_s, "uncertainty_s": clock.uncertainty_s}
-    return result
+    """task_timeout's result: the host's report (its clock minus the controller's with it)."""
+    return {"changed": False, **api.host_report(facts, clock)}
 
 
 def look_up(runner, contract):
@@ -78,22 +64,9 @@ def host_lookup(session):
 
 
 def fleet_facts(lookups, hosts):
-    """Every host's facts from its registered lookup, and each host's clock minus ours; a
-    host of `hosts` that is missing, failed, was skipped or unreachable fails, named."""
-    per_host = api.facts_from_reports(lookups, hosts, given_source="lookup")
-    offsets = {}
-    for host, facts in per_host.items():
-        if facts.runtime_started_at is None:
-            continue
-        clock = lookups[host].get("clock")
-        try:
-            offsets[host] = api.ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
-        except (KeyError, TypeError, ValueError):
-            raise LookupFailed(
-                f"host {host}: its lookup result has no clock reading (pass the registered "
-                "result of leaseguard.deploy.task_timeout as it is)"
-            ) from None
-    return per_host, offsets
+    """Every host's facts and clock minus ours from its registered lookup; a host of `hosts`
+    that is missing, failed, was skipped or unreachable fails, named."""
+    return api.fleet_facts(lookups, hosts, given_source="lookup")
 
 
 def given_facts(args):

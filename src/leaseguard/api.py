@@ -23,7 +23,6 @@ _HOME = {
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
     "look_up_host": "leaseguard.adapters.host_lookup",
     "restart_runtime": "leaseguard.adapters.host_lookup",
-    "ClockOffset": "leaseguard.core.clock_offset",
     "CommandResult": "leaseguard.core.lookups",
     "RestartSpec": "leaseguard.core.restart",
     "missing_target": "leaseguard.core.restart",
@@ -49,7 +48,8 @@ _HOME = {
     "LeaseguardError": "leaseguard.core.errors",
     "LookupFailed": "leaseguard.core.errors",
     "TunnelError": "leaseguard.core.errors",
-    "facts_from_reports": "leaseguard.core.fleet",
+    "fleet_facts": "leaseguard.core.fleet",
+    "host_report": "leaseguard.core.fleet",
     "parse_timeout_s": "leaseguard.core.timeouts",
     "parse_timestamp": "leaseguard.core.timestamps",
     "failure_result": "leaseguard.core.verdict",

@@ -1,18 +1,26 @@
 import io
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.adapters.clock import measure_offset
+from leaseguard.adapters.clock import offset_from_here
 from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
+from leaseguard.core.lookups import CommandResult
 from leaseguard.core.verdict import Counts
 from leaseguard.orchestration.drain import TerminalProgress
 from tests.support.verdicts import make_verdict
 
 
-def test_offset_is_host_minus_database():
-    offset = measure_offset(lambda: 1000.0 + 12.0, lambda: 1000.0)
-    assert abs(offset.offset_s - 12.0) < 0.5
+def test_a_host_offset_is_its_clock_minus_this_machines():
+    class Ahead:
+        label = "app1"
+
+        def run(self, argv):
+            return CommandResult(0, f"{time.time() + 12.0:.6f}\n", "")
+
+    offset = offset_from_here(Ahead())
+    assert abs(offset.offset_s - 12.0) < 0.5 and offset.uncertainty_s < 0.5
 
 
 def test_only_what_the_measurement_cannot_tell_widens_the_orphan_tolerance():

@@ -12,8 +12,8 @@ from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.fleet import (
     combine_facts,
-    facts_from_reports,
-    host_facts,
+    fleet_facts,
+    host_report,
     in_database_clock,
     in_database_clocks,
 )
@@ -112,7 +112,8 @@ def test_reports_become_facts_with_their_provenance():
         "app1": {**GOOD, "source": "docker:backend/APP_TASK_TIMEOUT_S", "changed": False},
         "app2": {"task_timeout_s": "60", "runtime_started_at": NOW, "warnings": ["w"]},
     }
-    per_host = facts_from_reports(reports, ["app1", "app2"])
+    per_host, offsets = fleet_facts(reports, ["app1", "app2"], with_clocks=False)
+    assert offsets is None
     assert per_host["app1"].task_timeout == TaskTimeout(3600.0, "docker:backend/APP_TASK_TIMEOUT_S")
     assert per_host["app1"].runtime_started_at == datetime(2026, 9, 9, 4, tzinfo=UTC)
     assert per_host["app2"].task_timeout == TaskTimeout(60.0, "given:task_timeout_s")
@@ -121,8 +122,23 @@ def test_reports_become_facts_with_their_provenance():
 
 
 def test_a_host_without_a_start_time_has_none_and_so_no_cutoff():
-    per_host = facts_from_reports({"app1": {"task_timeout_s": 60, "runtime_started_at": None}})
+    per_host, offsets = fleet_facts({"app1": {"task_timeout_s": 60, "runtime_started_at": None}})
+    assert offsets == {}
     assert per_host["app1"].runtime_started_at is None
+
+
+def test_a_report_carries_the_facts_and_clock_every_front_passes_on():
+    """host_report (task_timeout's result, Fabric's sessions) and fleet_facts round-trip."""
+    one = RuntimeFacts(TaskTimeout(60.0, "fixed", assumed=True), NOW, ("w",), ("r1",))
+    clock = ClockOffset(2.5, 0.01)
+    per_host, offsets = fleet_facts({"app1": host_report(one, clock)}, ["app1"])
+    assert per_host == {"app1": one} and offsets == {"app1": clock}
+    started_unknown = host_report(RuntimeFacts(TaskTimeout(60.0, "fixed"), None), clock)
+    assert "clock" not in started_unknown and fleet_facts({"app1": started_unknown})[1] == {}
+    without_clock = host_report(one)
+    with pytest.raises(LookupFailed, match="host app1: its lookup result has no clock reading"):
+        fleet_facts({"app1": without_clock})
+    assert fleet_facts({"app1": without_clock}, with_clocks=False)[1] is None
 
 
 # (reports, hosts of the play, every host that must be named)
@@ -154,7 +170,7 @@ BAD_FLEETS = [
 @pytest.mark.parametrize(("reports", "hosts", "named"), BAD_FLEETS)
 def test_every_host_without_a_good_lookup_fails_closed_and_is_named(reports, hosts, named):
     with pytest.raises(LookupFailed) as caught:
-        facts_from_reports(reports, hosts)
+        fleet_facts(reports, hosts)
     message = str(caught.value)
     for part in named:
         assert part in message
@@ -180,7 +196,7 @@ def test_every_host_without_a_good_lookup_fails_closed_and_is_named(reports, hos
 )
 def test_bad_values_are_usage_errors_naming_host_and_key(report, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
-        host_facts("app1", report)
+        fleet_facts({"app1": report}, with_clocks=False)
 
 
 # --- clocks: every host's offset, chained through this machine's ---------------------------

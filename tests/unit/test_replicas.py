@@ -212,7 +212,7 @@ def test_a_unit_glob_over_no_active_unit_fails_naming_the_glob():
 def test_the_verdict_and_the_fleet_list_every_match():
     from dataclasses import replace
 
-    from leaseguard.core.fleet import combine_facts, host_facts
+    from leaseguard.core.fleet import combine_facts, fleet_facts
     from leaseguard.core.verdict import Counts, RuntimeFacts, TaskTimeout, Verdict
 
     now = datetime(2026, 9, 9, 12, tzinfo=UTC)
@@ -223,6 +223,6 @@ def test_the_verdict_and_the_fleet_list_every_match():
     assert "replicas" not in replace(verdict, replicas=()).as_dict()
 
     one = RuntimeFacts(TaskTimeout(60, "docker:name=^w/V"), now, (), ("w1", "w2"))
-    reported = host_facts("app2", {"task_timeout_s": 60, "replicas": ["w3"]})
+    reported = fleet_facts({"app2": {"task_timeout_s": 60, "replicas": ["w3"]}})[0]["app2"]
     fleet = combine_facts({"app1": one, "app2": reported})
     assert fleet.facts.replicas == ("app1:w1", "app1:w2", "app2:w3")

@@ -244,9 +244,9 @@ def open_session(
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
             "--facts-file give every host's facts there instead"
         )
-    from leaseguard.core.fleet import facts_from_reports
+    from leaseguard.core.fleet import fleet_facts
 
-    return fleet_session(contract, dsn, facts_from_reports(reports))
+    return fleet_session(contract, dsn, fleet_facts(reports, with_clocks=False)[0])
 
 
 def _read_facts_file(path: str) -> dict[str, Any]:

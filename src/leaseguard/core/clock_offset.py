@@ -11,14 +11,13 @@ CONTROLLER_SKEW_BOUND_S = 5.0
 
 @dataclass(frozen=True)
 class ClockOffset:
-    """host clock minus database clock, and how precisely that is known."""
+    """One clock minus another (a host's, this machine's, the database's), and how precisely."""
 
     offset_s: float
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance: the configured one, widened to what the measurement cannot
-        tell (never narrowed)."""
+        """The orphan tolerance, widened (never narrowed) to what the measurement cannot tell."""
         return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:

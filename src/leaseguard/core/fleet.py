@@ -1,29 +1,21 @@
-"""The fleet rule: facts for a judgment that is global to every host of a deploy.
+"""The fleet rule: facts for a judgment that is global to every host of a deploy, and the
+one way every front gets a fleet's facts (`fleet_facts`, from each host's report).
 
-A per-host restart is judged with that host's own facts: a claim older than *this* host's
-runtime start cannot be running on it. Anything global (a migration, applying budgets,
-pausing shared intake) acts on work that may be running on *any* host, so it is judged once
-with facts that protect every host's possible claims:
-
-- the orphan cut-off is the OLDEST runtime start: a claim is an orphan only if it predates
-  every host's runtime;
-- the lease is the LONGEST task timeout: a claim is stale only once no host's lease can
-  still cover it;
-- a host whose start time is unknown makes the cut-off unknown, so nothing is classed
-  orphaned (the safe direction), exactly as for a single host.
-
-Ties are broken by host name, so the result (and the host it names as the source of each
-fact) never depends on the order the hosts were listed or answered in. Start times are
-compared as the hosts reported them; a session that measured the hosts' clock offsets
-moves every start time into the database clock first (`in_database_clocks`).
+A per-host restart is judged with that host's own facts. Anything global (a migration,
+budgets, shared intake) acts on work that may be running on *any* host, so it is judged once
+with facts that protect every host's possible claims: the orphan cut-off is the OLDEST
+runtime start, the lease the LONGEST task timeout, and one unknown start makes the cut-off
+unknown (nothing is classed orphaned). Ties are broken by host name, so the result never
+depends on the order the hosts answered in. A session that measured the hosts' clocks moves
+every start into the database clock first (`in_database_clocks`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
@@ -31,26 +23,11 @@ from leaseguard.core.timeouts import parse_timeout_s
 from leaseguard.core.timestamps import parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
-_T = TypeVar("_T")
-
-# A host's report: what leaseguard.deploy.task_timeout returns (so registered results can be
-# passed on as they are), which is also the shape of a `leaseguard check --facts-file` entry.
+# A host's report (`host_report`): task_timeout's result, so registered results pass as
+# they are; also a `leaseguard check --facts-file` entry.
 REPORT_KEYS = frozenset(
-    {
-        "task_timeout_s",
-        "runtime_started_at",
-        "source",
-        "assumed",
-        "warnings",
-        "replicas",
-        "runtime_started_epoch_s",
-        "clock",
-        "changed",
-        "failed",
-        "msg",
-        "error",
-        "host",
-    }
+    {"task_timeout_s", "runtime_started_at", "source", "assumed", "warnings", "replicas"}
+    | {"runtime_started_epoch_s", "clock", "changed", "failed", "msg", "error", "host"}
 )
 
 
@@ -62,8 +39,8 @@ class FleetFacts:
     hosts: tuple[str, ...]
     lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
     cutoff_from: str | None  # host whose runtime started first (None: cut-off unknown)
-    # Every host's own facts, as combined (a session moves their starts into the database
-    # clock once it has measured the clocks, then combines again).
+    # Every host's own facts (a session moves their starts into the database clock, then
+    # combines again).
     per_host: Mapping[str, RuntimeFacts] = field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,10 +56,20 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     hosts = tuple(sorted(per_host))
-    lease_from = _longest_timeout_host(per_host, hosts)
-    cutoff_from = _oldest_start_host(per_host, hosts)
-    timeout = _attributed_timeout(per_host, lease_from) if lease_from else None
-    started = per_host[cutoff_from].runtime_started_at if cutoff_from else None
+    timeouts = {h: t for h in hosts if (t := per_host[h].task_timeout) is not None}
+    if timeouts and len(timeouts) != len(hosts):
+        missing = ", ".join(h for h in hosts if h not in timeouts)
+        raise ConfigError(f"no task timeout is known for host(s) {missing}")
+    starts = {h: per_host[h].runtime_started_at for h in hosts}
+    # max() and min() keep the first of equal values: hosts are sorted, so names break ties.
+    lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
+    cutoff_from = timeout = None
+    if None not in starts.values():  # one unknown start: the cut-off is unknown
+        cutoff_from = min(hosts, key=starts.__getitem__)  # type: ignore[arg-type]
+    if lease_from is not None:
+        own = timeouts[lease_from]
+        timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
+    started = starts[cutoff_from] if cutoff_from else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
@@ -110,12 +97,9 @@ def in_database_clocks(
     offsets: Mapping[str, ClockOffset],
     clock_skew_s: float,
 ) -> dict[str, RuntimeFacts]:
-    """Every host's start time in the database clock (`offsets`: host minus database).
-
-    Converted, not merely tolerated: the oldest start is then the oldest in truth, and the
-    host it names is the right one. A host whose clock is off by more than `clock_skew_s`
-    gets a warning naming it.
-    """
+    """Every host's start time in the database clock (`offsets`: host minus database), so
+    the oldest start is the oldest in truth; a host off by more than `clock_skew_s` is warned
+    about, named."""
     moved = {}
     for host, facts in per_host.items():
         offset = offsets.get(host)
@@ -129,46 +113,37 @@ def in_database_clocks(
     return moved
 
 
-def _longest_timeout_host(
-    per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]
-) -> str | None:
-    with_timeout = [h for h in hosts if per_host[h].task_timeout is not None]
-    if not with_timeout:
-        return None
-    if len(with_timeout) != len(hosts):
-        missing = ", ".join(h for h in hosts if per_host[h].task_timeout is None)
-        raise ConfigError(f"no task timeout is known for host(s) {missing}")
-    # max() keeps the first of equal values: hosts are sorted, so the name breaks ties.
-    return max(with_timeout, key=lambda h: _seconds(per_host[h].task_timeout))
+def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:
+    """A host's report (task_timeout's result): the one value and its provenance, never the
+    environment; with the host's clock minus this machine's when a start time makes it matter."""
+    timeout, started = facts.task_timeout, facts.runtime_started_at
+    report: dict[str, Any] = {
+        "task_timeout_s": timeout.seconds if timeout else None,
+        "source": timeout.source if timeout else None,
+        "assumed": timeout.assumed if timeout else False,
+        "runtime_started_at": started.isoformat() if started else None,
+        "runtime_started_epoch_s": started.timestamp() if started else None,
+        "warnings": list(facts.warnings),
+        "replicas": list(facts.replicas),
+    }
+    if clock is not None and started is not None:
+        report["clock"] = {"offset_s": clock.offset_s, "uncertainty_s": clock.uncertainty_s}
+    return report
 
 
-def _oldest_start_host(per_host: Mapping[str, RuntimeFacts], hosts: tuple[str, ...]) -> str | None:
-    starts = {h: per_host[h].runtime_started_at for h in hosts}
-    if any(started is None for started in starts.values()):
-        return None
-    return min(hosts, key=lambda h: starts[h])  # type: ignore[arg-type, return-value]
+def fleet_facts(
+    reports: Mapping[str, Any],
+    hosts: Iterable[str] = (),
+    *,
+    given_source: str = "given",
+    with_clocks: bool = True,
+) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
+    """Every host's facts from its report, and each host's clock minus this machine's
+    (`with_clocks`; else None: start times read in this machine's clock).
 
-
-def _attributed_timeout(per_host: Mapping[str, RuntimeFacts], host: str) -> TaskTimeout:
-    timeout = per_host[host].task_timeout
-    assert timeout is not None
-    return TaskTimeout(timeout.seconds, f"{host}:{timeout.source}", assumed=timeout.assumed)
-
-
-def _seconds(timeout: TaskTimeout | None) -> float:
-    assert timeout is not None
-    return timeout.seconds
-
-
-def facts_from_reports(
-    reports: Mapping[str, Any], hosts: Iterable[str] = (), *, given_source: str = "given"
-) -> dict[str, RuntimeFacts]:
-    """Every host's facts from its report; any host without a usable report fails closed.
-
-    `hosts` are the hosts that must all have answered (the play's); a host listed there
-    without a report, or whose lookup failed, was unreachable or skipped, is named in one
-    LookupFailed, all of them at once. `given_source` is the provenance of a timeout whose
-    report does not name one.
+    Fails closed: every host of `hosts` (the play's) and of `reports` without a usable report
+    (missing, failed, skipped, unreachable) is named in one LookupFailed. `given_source` is
+    the provenance of a timeout whose report names none.
     """
     problems = [
         f"host {host}: {problem}"
@@ -177,11 +152,26 @@ def facts_from_reports(
     ]
     if problems:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
-    return {host: host_facts(host, report, given_source) for host, report in reports.items()}
+    per_host = {host: _host_facts(host, report, given_source) for host, report in reports.items()}
+    if not with_clocks:
+        return per_host, None
+    offsets = {}
+    for host, facts in per_host.items():
+        if facts.runtime_started_at is None:
+            continue
+        clock = reports[host].get("clock")
+        try:
+            offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+        except (KeyError, TypeError, ValueError):
+            raise LookupFailed(
+                f"host {host}: its lookup result has no clock reading (pass the registered "
+                "result of leaseguard.deploy.task_timeout as it is)"
+            ) from None
+    return per_host, offsets
 
 
-def host_facts(host: str, report: Mapping[str, Any], given_source: str = "given") -> RuntimeFacts:
-    """One host's facts from its report; values are validated, errors name the host and key."""
+def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
+    """One host's facts from its report; a bad value is a usage error naming host and key."""
     unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
     if unknown:
         raise ConfigError(
@@ -189,15 +179,19 @@ def host_facts(host: str, report: Mapping[str, Any], given_source: str = "given"
             "(expected task_timeout_s, runtime_started_at)"
         )
     timeout = None
-    if report.get("task_timeout_s") is not None:
-        seconds = _checked(
-            parse_timeout_s, report["task_timeout_s"], f"host {host}: task_timeout_s"
-        )
-        source = str(report.get("source") or f"{given_source}:task_timeout_s")
-        timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
     started = report.get("runtime_started_at")
-    if started is not None:
-        started = _start_time(host, started)
+    what = f"host {host}: runtime_started_at"
+    try:
+        if report.get("task_timeout_s") is not None:
+            seconds = parse_timeout_s(report["task_timeout_s"], what=f"host {host}: task_timeout_s")
+            source = str(report.get("source") or f"{given_source}:task_timeout_s")
+            timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
+        if started is not None and not isinstance(started, datetime):
+            started = parse_timestamp(str(started), what=what)
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None
+    if isinstance(started, datetime) and started.tzinfo is None:  # YAML's unquoted timestamps
+        raise ConfigError(f"{what} has no timezone")
     warnings = tuple(str(w) for w in report.get("warnings") or ())
     replicas = tuple(str(name) for name in report.get("replicas") or ())
     return RuntimeFacts(timeout, started, warnings, replicas)
@@ -215,20 +209,3 @@ def _report_problem(report: Any) -> str | None:
         detail = error.get("message") if isinstance(error, Mapping) else None
         return f"its lookup failed ({detail})" if detail else "its lookup failed"
     return None
-
-
-def _start_time(host: str, value: Any) -> datetime:
-    what = f"host {host}: runtime_started_at"
-    if isinstance(value, datetime):  # YAML reads unquoted timestamps as datetimes
-        if value.tzinfo is None:
-            raise ConfigError(f"{what} has no timezone")
-        return value
-    return _checked(parse_timestamp, str(value), what)
-
-
-def _checked(parse: Callable[..., _T], value: Any, what: str) -> _T:
-    """A parser's own error, as a usage error naming the host and key."""
-    try:
-        return parse(value, what=what)
-    except LeaseguardError as exc:
-        raise ConfigError(str(exc)) from None

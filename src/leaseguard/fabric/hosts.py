@@ -1,13 +1,10 @@
-"""The hosts of one `fab` run, opened once, and the sessions that judge them: one per
-database; `fab guard` and `fab resume` themselves.
+"""The hosts of one `fab` run, opened once in parallel (SSH, tunnel, its lookups' one exec),
+and the sessions judging them: ONE query per poll for every host of a database, over ONE
+connection through the first host's tunnel, falling over to the next host's; `fab guard` and
+`fab resume` themselves.
 
-Each host is opened in parallel (SSH, tunnel, its lookups' one exec). The judgment is then
-ONE query per poll for every host of a database, over ONE connection: through the first
-host's tunnel, falling over to the next host's when that one breaks.
-
-A database address other than a loopback is one database for every host. At each host's
-own loopback (the default) it may be each host's own: each is identified once (server
-start time and database name) through its tunnel, and hosts are grouped by it.
+At each host's own loopback (the default) the database may be each host's own: each is
+identified once (server start time and database name) and the hosts grouped by it.
 """
 
 from __future__ import annotations
@@ -21,14 +18,13 @@ from dataclasses import dataclass, field
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.clock import offset_from_here
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.session import GuardSession, fleet_session
+from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
 
 
@@ -84,7 +80,6 @@ class OpenedHosts:
 
     sessions: dict[str, GuardSession] = field(default_factory=dict)
     failed: dict[str, LeaseguardError] = field(default_factory=dict)
-    clocks: dict[str, ClockOffset] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -98,35 +93,23 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
             if isinstance(result, LeaseguardError):
                 opened.failed[host] = result
                 continue
-            session, clock, closing = result
+            session, closing = result
             stack.enter_context(closing)
             opened.sessions[host] = session
-            if clock is not None:
-                opened.clocks[host] = clock
         yield opened
 
 
 def _open(
     host: str, c: Context, settings: FabricSettings, connect: bool
-) -> tuple[str, tuple[GuardSession, ClockOffset | None, contextlib.ExitStack] | LeaseguardError]:
-    stack = contextlib.ExitStack()
-    try:
-        connection = connection_to(host, c, settings)
-        session = stack.enter_context(
-            ssh_session(
-                connection, settings.contract, settings.conninfo, settings.address, connect=connect
-            )
-        )
-        # The host's clock minus ours, only when a start time makes it matter.
-        clock = None
-        if session.facts.runtime_started_at is not None:
-            clock = session.judged.host_minus_here or offset_from_here(session.runner)
-    except BaseException as exc:
-        stack.close()
-        if isinstance(exc, LeaseguardError):
+) -> tuple[str, tuple[GuardSession, contextlib.ExitStack] | LeaseguardError]:
+    path = (settings.contract, settings.conninfo, settings.address)
+    with contextlib.ExitStack() as stack:
+        try:
+            connection = connection_to(host, c, settings)
+            session = stack.enter_context(ssh_session(connection, *path, connect=connect))
+        except LeaseguardError as exc:
             return host, exc
-        raise
-    return host, (session, clock, stack)
+        return host, (session, stack.pop_all())
 
 
 def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
@@ -162,46 +145,31 @@ def judging_session(
 ) -> Iterator[GuardSession]:
     """The one session judging `hosts` (default: all; one database), each by its own facts
     or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
-    chosen = sorted(hosts or opened.sessions)
-    (_, through), *others = [(h, opened.sessions[h]) for h in chosen]
-    per_host = {host: opened.sessions[host].facts for host in chosen}
-    fallbacks = [(s.conninfo, s.link) for _, s in others if s.link is not None]
-    if fleet_rule:
-        with fleet_session(
-            settings.contract,
-            through.conninfo,
-            per_host,
-            runner=through.runner,
-            link=through.link,
-            host_offsets=opened.clocks,
-            fallbacks=fallbacks,
-        ) as session:
-            _take_over(session, through, settings)
-            yield session
-        return
+    chosen = {host: opened.sessions[host] for host in sorted(hosts or opened.sessions)}
+    through, *others = chosen.values()
+    # Each host's facts and clock (read by its lookups' exec), as every front passes them.
+    per_host, offsets = fleet_facts(
+        {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
+    )
     session = GuardSession(
         settings.contract,
         through.conninfo,
-        per_host,
+        combine_facts(per_host) if fleet_rule else per_host,
         through.runner,
         through.link,
         label="fleet",
-        host_offsets=opened.clocks,
-        fallbacks=fallbacks,
-        host_labels={host: opened.sessions[host].host for host in chosen},
+        host_offsets=offsets,
+        fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
+        host_labels={host: s.host for host, s in chosen.items()},
     )
     with contextlib.closing(session):
-        _take_over(session, through, settings)
+        # The intake identity, and the connection one host alone opened already, if any.
+        if (early := through.handover()) is not None:
+            session.adopt(early)
+        drain = settings.drain
+        session.cron_database = drain.cron_database
+        session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
         yield session
-
-
-def _take_over(session: GuardSession, through: GuardSession, settings: FabricSettings) -> None:
-    """The intake identity, and the connection one host alone opened already, if any."""
-    if (opened := through.handover()) is not None:
-        session.adopt(opened)
-    drain = settings.drain
-    session.cron_database = drain.cron_database
-    session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:

@@ -1,9 +1,12 @@
 """Whom a guard session judges, and by which facts: one host, a fleet by the fleet rule
 (`leaseguard.core.fleet`), or each host of a fleet by its own facts, all in one query.
 
-The clocks are measured once per session, on its first poll (leaseguard.orchestration.
-session_clock): one host's clock minus the database's, or every host's start time moved into
-the database clock (its offset from here, chained with this machine's from the database).
+A runtime's start comes from its host's clock, claimed_at from the database's: off by more
+than clock_skew_s, a claim made just after a restart could look older than it and be called
+an orphan while alive. So on a session's first poll (clocks do not drift measurably during a
+drain) each start is moved into the database clock: its host's offset from here chained with
+this machine's from the database. Only the measurements' uncertainty is left, and it widens
+the orphan tolerance (never narrows it).
 """
 
 from __future__ import annotations
@@ -14,14 +17,14 @@ from typing import Any
 
 import psycopg
 
+from leaseguard.adapters.clock import here_minus_database, offset_from_here
 from leaseguard.adapters.guard import Subject, lease_seconds
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.clock_offset import ClockOffset
+from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError
-from leaseguard.core.fleet import FleetFacts
+from leaseguard.core.errors import ConfigError, LookupFailed
+from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
 from leaseguard.core.verdict import RuntimeFacts, Verdict
-from leaseguard.orchestration.session_clock import FleetClocks, host_minus_database
 
 Conn = psycopg.Connection[tuple[object, ...]]
 
@@ -30,7 +33,8 @@ class Judged:
     """One host's facts (`RuntimeFacts`), a fleet's combined facts (`FleetFacts`: judged by
     the fleet rule, the verdict naming which host supplied each), or every host's facts by
     name (`each`: each host judged by its own). `host_offsets` are the hosts' clocks minus
-    this machine's; `host_labels` how each host is named in its verdict."""
+    this machine's (None: start times read here, a CLI given the facts); `host_labels` how
+    each host is named in its verdict."""
 
     def __init__(
         self,
@@ -47,62 +51,42 @@ class Judged:
             facts = facts.facts
         self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
-        self.fleet_clocks = FleetClocks(host_offsets)
+        self.host_offsets = host_offsets
         # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
         self.host_minus_here = host_minus_here
         self.host_labels = dict(host_labels or {})
         self.clock_offset: ClockOffset | None = None  # measured once, on the first poll
+        self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
 
     def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
         """Whom one poll judges: `host` (or the fleet by the fleet rule), or each host."""
         if self.clock_offset is None and self._needs_clock():
             self.clock_offset = self._measure_clock(conn, runner)
         if self.each is None:
-            facts = self.facts
-            return [
-                Subject(
-                    host,
-                    facts.task_timeout,
-                    self.lease_s,
-                    facts.runtime_started_at,
-                    self.clock_offset,
-                    facts.warnings,
-                )
+            judged = [(host, self.facts, self.lease_s, self.clock_offset)]
+        else:
+            judged = [
+                (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
+                for name, (facts, lease_s) in sorted(self.each.items())
             ]
-        offsets = self.fleet_clocks.minus_database
         return [
-            Subject(
-                self.host_labels.get(name, name),
-                facts.task_timeout,
-                lease_s,
-                facts.runtime_started_at,
-                offsets.get(name),
-                facts.warnings,
-            )
-            for name, (facts, lease_s) in sorted(self.each.items())
+            Subject(label, f.task_timeout, lease_s, f.runtime_started_at, offset, f.warnings)
+            for label, f, lease_s, offset in judged
         ]
 
     def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
         """The verdicts with the session's advice, each host's replicas, the fleet's report."""
-        facts = (
-            [self.facts] if self.each is None else [f for _, (f, _) in sorted(self.each.items())]
-        )
+        each = [] if self.each is None else sorted(self.each.items())
+        facts = [f for _, (f, _) in each] if each else [self.facts]
+        fleet = self._fleet_report() if self.fleet is not None else None
         return [
-            self._finished(verdict, advice, f.replicas)
-            for verdict, f in zip(verdicts, facts, strict=True)
+            dataclasses.replace(
+                v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
+            )
+            if advice or fleet is not None or f.replicas
+            else v
+            for v, f in zip(verdicts, facts, strict=True)
         ]
-
-    def _finished(
-        self, verdict: Verdict, advice: tuple[str, ...], replicas: tuple[str, ...]
-    ) -> Verdict:
-        if not (advice or self.fleet is not None or replicas):
-            return verdict
-        return dataclasses.replace(
-            verdict,
-            warnings=(*verdict.warnings, *advice),
-            fleet=self._fleet_report() if self.fleet is not None else None,
-            replicas=replicas,
-        )
 
     def _needs_clock(self) -> bool:
         if self.each is not None:
@@ -112,21 +96,40 @@ class Judged:
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
         """The clock offset that widens the orphan tolerance; a fleet's facts move into the
         database clock on the way."""
-        if self.each is not None:
-            self.fleet_clocks.measure(conn, {name: f for name, (f, _) in self.each.items()})
-            return ClockOffset(0.0, 0.0)  # each host's own offset is in fleet_clocks
+        if self.fleet is not None:
+            per_host = self.fleet.per_host
+        elif self.each is not None:
+            per_host = {name: facts for name, (facts, _) in self.each.items()}
+        else:
+            host_minus_here = self.host_minus_here or offset_from_here(runner)
+            return chained(host_minus_here, here_minus_database(conn))
+        here_minus_db = here_minus_database(conn)
+        self.minus_database = {
+            host: chained(self._from_here(host), here_minus_db)
+            for host, facts in sorted(per_host.items())
+            if facts.runtime_started_at is not None
+        }
         if self.fleet is None:
-            return host_minus_database(conn, runner, self.host_minus_here)
+            return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
         skew_s = self.contract.clock_skew_s
-        self.fleet, offset = self.fleet_clocks.into_database_clock(conn, self.fleet, skew_s)
+        self.fleet = combine_facts(in_database_clocks(per_host, self.minus_database, skew_s))
         self.facts = self.fleet.facts
-        return offset
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
+
+    def _from_here(self, host: str) -> ClockOffset:
+        if self.host_offsets is None:
+            return ClockOffset(0.0, 0.0)
+        if host not in self.host_offsets:
+            raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
+        return self.host_offsets[host]
 
     def _fleet_report(self) -> dict[str, Any]:
         assert self.fleet is not None
         report = self.fleet.as_dict()
-        if offsets := self.fleet_clocks.report():
-            report["clock_offsets_s"] = offsets
+        if self.host_offsets is not None and self.minus_database:
+            report["clock_offsets_s"] = {
+                host: round(offset.offset_s, 3) for host, offset in self.minus_database.items()
+            }
         return report
 
 
