@@ -63,12 +63,6 @@ def host_lookup(session):
     return lookup_result(session.facts, session.judged.host_minus_here)
 
 
-def fleet_facts(lookups, hosts):
-    """Every host's facts and clock minus ours from its registered lookup; a host of `hosts`
-    that is missing, failed, was skipped or unreachable fails, named."""
-    return api.fleet_facts(lookups, hosts, given_source="lookup")
-
-
 def given_facts(args):
     """Facts the task passes in (explicit options win over a registered `lookup`)."""
     lookup = args.get("lookup") or {}
@@ -100,7 +94,9 @@ def guard_session(action, args, host, task_vars):
         path = database_path(action, args, probe=False)
         return api.host_session(contract, runner, path, **given_facts(args))
     hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
-    per_host, offsets = fleet_facts({h: lookups.get(h) for h in hosts} if each else lookups, hosts)
+    # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
+    reports = {h: lookups.get(h) for h in hosts} if each else lookups
+    per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
     return _fleet_session(action, args, contract, runner, per_host, offsets, each)
 
 
