@@ -184,8 +184,9 @@ _TOKEN = re.compile(
       | (?P<qident>"(?:[^"]|"")+")
       | (?P<string>'(?:[^']|'')*')
       | (?P<number>[0-9]+(?:\.[0-9]+)?)
-      | (?P<punct>[;=.()])""",
-    re.VERBOSE | re.ASCII,
+      | (?P<punct>[;=.()])
+      | (?P<bad>.)""",
+    re.VERBOSE | re.ASCII | re.DOTALL,
 )
 _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is understood"
 
@@ -197,21 +198,16 @@ def _refuse(reason: str) -> NoReturn:
 def parse_live_command(command: str) -> ParsedCommand:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, in any case and
     spacing, value and names quoted or bare; anything else is an UnparseableCommand."""
-    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset)
-    pos = 0
-    while pos < len(command):
-        match = _TOKEN.match(command, pos)
-        if match is None:
-            _refuse(f"unexpected character {command[pos]!r} at offset {pos}")
+    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
+    for match in _TOKEN.finditer(command):
+        if match.lastgroup == "bad":
+            _refuse(f"unexpected character {match.group()!r} at offset {match.start()}")
         if match.lastgroup != "ws":
-            tokens.append((match.lastgroup or "", match.group(), pos))
-        pos = match.end()
-    tokens.reverse()
+            tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
 
-    def peek() -> str | None:
-        return tokens[-1][1].lower() if tokens else None
-
-    def take(what: str, *accept: str) -> tuple[str, str, int]:
+    def take(what: str, *accept: str, optional: bool = False) -> tuple[str, str, int]:
+        if optional:  # only a word's text is these words: quoted ones keep their quotes
+            return tokens.pop() if tokens and tokens[-1][1].lower() in accept else ("", "", 0)
         if not tokens:
             _refuse(f"the command ends where {what} was expected")
         token = tokens.pop()
@@ -231,21 +227,18 @@ def parse_live_command(command: str) -> ParsedCommand:
         return text[1:-1].replace('""', '"')
 
     budget_ms = None
-    if peek() == "set":  # only a word's text is these words: quoted ones keep their quotes
-        tokens.pop()
+    if take("", "set", optional=True)[0]:
         text = take("statement_timeout")[1]
         if text.lower() == "local":
             _refuse("SET LOCAL is not understood")
-        if text.lower() == "session":
-            text = take("statement_timeout")[1]
+        text = take("statement_timeout")[1] if text.lower() == "session" else text
         if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
         kind, text, _ = value = take("a statement_timeout value")
-        if kind == "string":
-            text = text[1:-1].replace("''", "'")
-        elif kind != "number":
+        if kind not in ("string", "number"):
             unexpected(value, "a statement_timeout value")
+        text = text[1:-1].replace("''", "'") if kind == "string" else text
         try:
             budget_ms = parse_budget_ms(text, where="statement_timeout")
         except ConfigError as exc:
@@ -254,13 +247,11 @@ def parse_live_command(command: str) -> ParsedCommand:
     take("SELECT", "select")
     name = identifier()
     function = FunctionName(None, name)
-    if peek() == ".":
-        tokens.pop()
+    if take("", ".", optional=True)[0]:
         function = FunctionName(name, identifier())
     take("'(' (a call without arguments)", "(")
     take("')' (a call without arguments)", ")")
-    if peek() == ";":
-        tokens.pop()
+    take("", ";", optional=True)
     if tokens:
         unexpected(tokens[-1], "the end of the command")
     return ParsedCommand(budget_ms, function)
