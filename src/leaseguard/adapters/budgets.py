@@ -10,7 +10,7 @@ import psycopg
 
 from leaseguard.adapters.cron import cron_transaction, read_live_jobs
 from leaseguard.adapters.db import connect
-from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
 
@@ -21,7 +21,7 @@ _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
 
 def converge_budgets(
     conninfo: str,
-    declared: DeclaredBudgets,
+    declared: BudgetConfig,
     *,
     cron_database: str | None = None,
     on_drift: str = "report",

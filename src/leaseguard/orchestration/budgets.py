@@ -12,13 +12,13 @@ from leaseguard.adapters.cron import ActivePlan, set_jobs_active, validate_activ
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import read_records
 from leaseguard.adapters.resume import resume_pauses
-from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import BudgetPlan
 
 
 def converge_jobs(
     path: AbstractContextManager[str],
-    declared: DeclaredBudgets | None,
+    declared: BudgetConfig | None,
     *,
     active: Mapping[str, bool] | None = None,
     cron_database: str | None = None,

@@ -47,23 +47,16 @@ class DeclaredJob:
 
 
 @dataclass(frozen=True)
-class DeclaredBudgets:
-    """The declared jobs of one environment; `database`: where the jobs run (None: cron's)."""
-
-    jobs: tuple[DeclaredJob, ...]
-    environment: str | None = None
-    database: str | None = None
-
-
-@dataclass(frozen=True)
 class BudgetConfig:
-    """The section: jobs with their default budgets, plus per-environment overrides."""
+    """The section: jobs with their default budgets, per-environment overrides, and `database`
+    where the jobs run (None: cron's); `declare` gives one `environment`'s jobs."""
 
     jobs: tuple[DeclaredJob, ...]
     overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     database: str | None = None
+    environment: str | None = None
 
-    def declare(self, environment: str | None = None) -> DeclaredBudgets:
+    def declare(self, environment: str | None = None) -> BudgetConfig:
         """The jobs with `environment`'s overrides applied; without any, the defaults."""
         if environment is not None and (not isinstance(environment, str) or not environment):
             raise ConfigError("environment must be a non-empty string")
@@ -74,7 +67,7 @@ class BudgetConfig:
             else job
             for job in self.jobs
         )
-        return DeclaredBudgets(jobs, environment, self.database)
+        return replace(self, jobs=jobs, environment=environment)
 
 
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
@@ -155,9 +148,7 @@ def load_budget_config(path: str | Path) -> BudgetConfig:
     return budget_config_from_mapping(section[CONFIG_SECTION])
 
 
-def task_budgets(
-    jobs: object, overrides: object, environment: str | None
-) -> DeclaredBudgets | None:
+def task_budgets(jobs: object, overrides: object, environment: str | None) -> BudgetConfig | None:
     """A cron_budget task's jobs and `environment`'s overrides; None when it declares none."""
     if jobs is None:
         if overrides:

@@ -19,7 +19,7 @@ from leaseguard.core.budgets.command import (
     format_optional,
     parse_live_command,
 )
-from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
+from leaseguard.core.budgets.config import BudgetConfig, DeclaredJob
 from leaseguard.core.errors import ConfigError
 
 OnDrift = Literal["report", "apply"]
@@ -203,7 +203,7 @@ class BudgetPlan:
 
 
 def plan_budgets(
-    declared: DeclaredBudgets, live: Sequence[LiveJob], *, on_drift: str = "report"
+    declared: BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
     """Decide per declared job; live rows of undeclared names are ignored. Pure."""
     if on_drift not in ON_DRIFT_CHOICES:
