@@ -7,7 +7,6 @@ A budget is whole ms as statement_timeout reads it (bare number: ms; ms, s, min,
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -37,35 +36,28 @@ def shown(value: object) -> str:
 def parse_budget_ms(value: object, *, where: str) -> int:
     """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms; ConfigError naming `where`."""
     expected = f"{where}: expected a statement budget {_EXAMPLES}, got {shown(value)}"
-    whole = f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(expected)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(expected)
-        if value != int(value):
-            raise ConfigError(whole)
+    if isinstance(value, float) and value.is_integer():
         value = int(value)
-    ms = Decimal(value) if isinstance(value, int) else Decimal(0)
-    if isinstance(value, str):
-        if not value.strip():
-            raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
-        match = _BUDGET.fullmatch(value)
-        if match is None:
-            raise ConfigError(expected)
-        unit = match["unit"]
-        if unit and unit not in _UNITS_MS:
-            raise ConfigError(
-                f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
-            )
-        number = Decimal(match["number"])
-        if not unit and number != number.to_integral_value():
-            raise ConfigError(whole)
-        if match["sign"] == "-" and number:
-            raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
-        ms = number * _UNITS_MS[unit or "ms"]
-    if ms < 0:
+    text = format(Decimal(value), "f") if isinstance(value, float) else str(value)  # exact
+    if not text.strip():
+        raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
+    match = _BUDGET.fullmatch(text)
+    if match is None:
+        raise ConfigError(expected)
+    unit, number = match["unit"], Decimal(match["number"])
+    if unit and unit not in _UNITS_MS:
+        raise ConfigError(
+            f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
+        )
+    if not unit and number != number.to_integral_value():
+        raise ConfigError(
+            f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
+        )
+    if match["sign"] == "-" and number:
         raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
+    ms = number * _UNITS_MS[unit or "ms"]
     if ms == 0:
         raise ConfigError(f"{where} must be greater than 0 (0 would disable statement_timeout)")
     if ms > MAX_BUDGET_MS:
