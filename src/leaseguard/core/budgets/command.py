@@ -144,16 +144,14 @@ def parse_schedule(value: object, *, where: str) -> str:
     return " ".join(value.split())
 
 
-# psycopg.sql quotes both parts: the budget as a literal, the function as an identifier.
-COMMAND_TEMPLATE = sql.SQL("set statement_timeout = {budget}; select {function}();")
-
-
 def render_command(function: FunctionName, budget_ms: int) -> str:
+    """The job's command; psycopg.sql quotes the budget as a literal, the function as an
+    identifier."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
     parts = (function.schema, function.name) if function.schema else (function.name,)
-    command = COMMAND_TEMPLATE.format(
-        budget=sql.Literal(format_budget(budget_ms)), function=sql.Identifier(*parts)
+    command = sql.SQL("set statement_timeout = {}; select {}();").format(
+        sql.Literal(format_budget(budget_ms)), sql.Identifier(*parts)
     )
     return command.as_string(None)
 
