@@ -68,15 +68,11 @@ def converge_budgets(
 
 def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
     """One job's write; every value a bind parameter."""
+    new = (job.job.name, job.job.schedule, job.job.command)
     if job.action is Action.CREATE and job.database in (None, here):
-        conn.execute(
-            "SELECT cron.schedule(%s, %s, %s)", (job.job.name, job.job.schedule, job.job.command)
-        )
+        conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
     elif job.action is Action.CREATE:
-        conn.execute(
-            "SELECT cron.schedule_in_database(%s, %s, %s, %s)",
-            (job.job.name, job.job.schedule, job.job.command, job.database),
-        )
+        conn.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database))
     elif job.action is Action.UPDATE and job.live is not None:
         # NULL leaves a field as it is: an unchanged command keeps its live spelling.
         conn.execute(
