@@ -1,4 +1,4 @@
-"""Budgets, names and schedules, and the one command every job runs, read back by a small
+"""Budgets, function names, and the one command every job runs, read back by a small
 parser (anything else is refused: reported, never rewritten)::
 
     set statement_timeout = '3s'; select "public"."claim_stats_projection_job_v1"();
@@ -120,28 +120,6 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
                 f"{MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would truncate it"
             )
     return FunctionName(parts[0], parts[1])
-
-
-def parse_job_name(value: object, *, where: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
-        or len(value) > MAX_IDENTIFIER_BYTES
-    ):
-        raise ConfigError(
-            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
-            "and _ . : - (not starting with . : -)"
-        )
-    return value
-
-
-def parse_schedule(value: object, *, where: str) -> str:
-    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
-    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
-        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
-    return " ".join(value.split())
 
 
 def render_command(function: FunctionName, budget_ms: int) -> str:

@@ -3,6 +3,7 @@ messages naming the job and key; `BudgetConfig.declare` gives one environment's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,9 +13,8 @@ from leaseguard.core.budgets.command import (
     FunctionName,
     parse_budget_ms,
     parse_function_name,
-    parse_job_name,
-    parse_schedule,
     render_command,
+    shown,
 )
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES, reject_unknown
 from leaseguard.core.contract import CRON_BUDGETS_SECTION, load_config_file
@@ -108,6 +108,28 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     ):
         raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
     return BudgetConfig(jobs, overrides, database)
+
+
+def parse_job_name(value: object, *, where: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
+        or len(value) > MAX_IDENTIFIER_BYTES
+    ):
+        raise ConfigError(
+            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
+            "and _ . : - (not starting with . : -)"
+        )
+    return value
+
+
+def parse_schedule(value: object, *, where: str) -> str:
+    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
+    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
+        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
+    return " ".join(value.split())
 
 
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:

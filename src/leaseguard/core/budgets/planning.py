@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.command import (
@@ -22,8 +22,7 @@ from leaseguard.core.budgets.command import (
 from leaseguard.core.budgets.config import BudgetConfig, DeclaredJob
 from leaseguard.core.errors import ConfigError
 
-OnDrift = Literal["report", "apply"]
-ON_DRIFT_CHOICES: tuple[OnDrift, ...] = ("report", "apply")
+ON_DRIFT_CHOICES = ("report", "apply")
 
 
 class Action(enum.StrEnum):
@@ -120,7 +119,7 @@ class BudgetPlan:
 
     jobs: tuple[JobPlan, ...]
     environment: str | None = None
-    on_drift: OnDrift = "report"
+    on_drift: str = "report"
     applied: bool = False
 
     @property
@@ -212,7 +211,7 @@ def plan_budgets(
         _plan_job(job, [row for row in live if row.name == job.name], declared.database, on_drift)
         for job in declared.jobs
     )
-    return BudgetPlan(jobs, declared.environment, "apply" if on_drift == "apply" else "report")
+    return BudgetPlan(jobs, declared.environment, on_drift)
 
 
 def _plan_job(
