@@ -52,6 +52,11 @@ class ActionModule(LeaseguardAction):
         return _result(plan, switched, check_mode, host)
 
 
+def _plan_fields(plan):
+    fields = plan.as_dict()
+    return {key: fields[key] for key in ("environment", "on_drift", "jobs", "drift")}
+
+
 def _refused(plan, host):
     """Nothing was written (plan.refusals); the task fails saying why and how to go on."""
     guidance = (
@@ -62,35 +67,28 @@ def _refused(plan, host):
         else "fix or remove the job by hand; leaseguard never rewrites a command it does not "
         "fully understand"
     )
-    return {
-        "failed": True,
-        "changed": False,
-        "host": host,
-        "msg": (
-            f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
-            f"everything untouched: {'; '.join(plan.refusals)}. To go on: {guidance}."
-        ),
-        **_plan_fields(plan),
-        "applied": plan.applied,
-    }
-
-
-def _plan_fields(plan):
-    fields = plan.as_dict()
-    return {key: fields[key] for key in ("environment", "on_drift", "jobs", "drift")}
+    msg = (
+        f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
+        f"everything untouched: {'; '.join(plan.refusals)}. To go on: {guidance}."
+    )
+    return dict(
+        failed=True, changed=False, host=host, msg=msg, **_plan_fields(plan), applied=plan.applied
+    )
 
 
 def _result(plan, switched, check_mode, host):
-    diff = plan.diff() if plan is not None else {"before": {}, "after": {}}
-    parts = []
+    result = {"changed": False, "host": host, "applied": not check_mode, "warnings": []}
+    diff, parts = {"before": {}, "after": {}}, []
     if plan is not None:
+        diff = plan.diff()
         counts = Counter(str(job.action) for job in plan.jobs)
         done = _TO_DO if check_mode else _DONE
         parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
+        result.update(_plan_fields(plan), changed=plan.changed, warnings=list(plan.warnings))
     if switched is not None:
-        for side, values in switched.diff().items():
-            for job, flags in values.items():
-                diff[side][job] = {**diff[side].get(job, {}), **flags}
+        for job in (job for job in switched.jobs if job.exists):
+            diff["before"].setdefault(job.job, {})["active"] = job.before
+            diff["after"].setdefault(job.job, {})["active"] = job.wanted
         verb = "would " if check_mode else ""
         if switched.paused:
             parts.append(f"{verb}paused {', '.join(switched.paused)}")
@@ -98,16 +96,7 @@ def _result(plan, switched, check_mode, host):
             parts.append(f"{verb}resumed {', '.join(switched.resumed)}")
         if not switched.changed:
             parts.append("active flags unchanged")
-    result = {
-        "changed": bool((plan and plan.changed) or (switched and switched.changed)),
-        "host": host,
-        "applied": not check_mode,
-        "warnings": [*(plan.warnings if plan else ()), *(switched.warnings if switched else ())],
-        "diff": diff,
-    }
-    if plan is not None:
-        result.update(_plan_fields(plan))
-    if switched is not None:
         result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)
-    result["msg"] = "; ".join(parts)
-    return result
+        result["changed"] = result["changed"] or switched.changed
+        result["warnings"] += switched.warnings
+    return {**result, "diff": diff, "msg": "; ".join(parts)}

@@ -10,13 +10,10 @@ short_description: Declare pg_cron jobs' statement budgets per environment, with
 version_added: 0.1.0
 description:
   - Creates or updates pg_cron jobs whose command sets C(statement_timeout) to the job's
-    budget, then selects the job's function. An environment's O(overrides) win over O(jobs).
-  - A live budget differing from a default no override declares is B(drift), and a live
-    command outside the template or a name shared by several jobs is refused; either way the
-    task B(fails) and writes no job at all, unless O(on_drift=apply) for drift. Lowering a
-    live budget always warns. Invalid input fails naming the job and key before any read.
-  - O(active) pauses or resumes jobs by name. Runs on the controller, through an SSH tunnel
-    as M(leaseguard.deploy.lease_guard) does. Messages never contain a secret.
+    budget, then selects its function; an environment's O(overrides) win over O(jobs).
+  - A live budget differing from an undeclared default (B(drift)), a live command outside the
+    template, or a name shared by several jobs makes the task B(fail) and write no job at
+    all (drift is written with O(on_drift=apply)). Lowering a live budget always warns.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -29,8 +26,7 @@ options:
   jobs:
     description:
       - The jobs by name, each C(schedule), C(function) (C(schema.name), lower case) and
-        C(budget) (the default, such as V(3s), V(1500ms), V(1min) or a number of ms).
-        Jobs not named here are left alone.
+        default C(budget) (V(3s), V(1500ms), V(1min) or ms). Other jobs are left alone.
     type: dict
   overrides:
     description: This environment's budgets by job name (e.g. C(publish=6s)); needs O(environment).
@@ -48,19 +44,18 @@ options:
     type: str
   active:
     description:
-      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs). A
-        missing job is skipped with a warning; a name shared by several jobs fails.
+      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs); a
+        missing job is skipped with a warning.
     type: dict
   resume_recorded:
     description:
-      - Give back the intake pauses drains recorded and never resumed, as C(leaseguard
-        resume) does. In check mode only RV(records) is reported.
+      - Give back the intake pauses drains recorded, as C(leaseguard resume) does.
     type: bool
     default: false
 attributes:
   check_mode:
     support: full
-    description: The same plan and C(changed), read-only; drift fails in check mode too.
+    description: The same plan and C(changed), read-only.
   diff_mode:
     support: full
     description: Before and after of each declared job.
@@ -115,10 +110,8 @@ applied:
   returned: always
   type: bool
 jobs:
-  description:
-    - One entry per declared job; C(state) is V(create), V(update), V(unchanged), V(drift),
-      V(unparseable) or V(ambiguous); C(before) and C(after) hold the job's C(jobid),
-      C(schedule), C(command), C(budget), C(database) and C(active).
+  description: One entry per declared job; C(state) is V(create), V(update), V(unchanged),
+    V(drift), V(unparseable) or V(ambiguous).
   returned: when O(jobs) is given
   type: list
   elements: dict

@@ -10,7 +10,7 @@ import psycopg
 
 from leaseguard.adapters.cron import cron_transaction, read_live_jobs
 from leaseguard.adapters.db import connect
-from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
 
@@ -21,7 +21,7 @@ _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
 
 def converge_budgets(
     conninfo: str,
-    declared: DeclaredBudgets,
+    declared: BudgetConfig,
     *,
     cron_database: str | None = None,
     on_drift: str = "report",
@@ -68,15 +68,11 @@ def converge_budgets(
 
 def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
     """One job's write; every value a bind parameter."""
+    new = (job.job.name, job.job.schedule, job.job.command)
     if job.action is Action.CREATE and job.database in (None, here):
-        conn.execute(
-            "SELECT cron.schedule(%s, %s, %s)", (job.job.name, job.job.schedule, job.job.command)
-        )
+        conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
     elif job.action is Action.CREATE:
-        conn.execute(
-            "SELECT cron.schedule_in_database(%s, %s, %s, %s)",
-            (job.job.name, job.job.schedule, job.job.command, job.database),
-        )
+        conn.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database))
     elif job.action is Action.UPDATE and job.live is not None:
         # NULL leaves a field as it is: an unchanged command keeps its live spelling.
         conn.execute(

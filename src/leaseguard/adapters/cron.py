@@ -150,13 +150,6 @@ class ActivePlan:
             if not job.exists
         ]
 
-    def diff(self) -> dict[str, dict[str, Any]]:
-        existing = [job for job in self.jobs if job.exists]
-        return {
-            "before": {job.job: {"active": job.before} for job in existing},
-            "after": {job.job: {"active": job.wanted} for job in existing},
-        }
-
 
 def validate_active(wanted: object) -> dict[str, bool]:
     """``{job name: bool}``; ConfigError naming the job otherwise."""

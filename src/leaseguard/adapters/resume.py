@@ -9,7 +9,7 @@ from typing import Any
 
 from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.pauses import resume_recorded
+from leaseguard.adapters.pauses import read_records, resume_recorded
 from leaseguard.core.errors import DatabaseError
 
 _SEES_JOBS = """
@@ -26,8 +26,10 @@ def resume_pauses(
     connect_timeout_s: int = 10,
     user: str | None = None,
     password: str | None = None,
+    check_mode: bool = False,
 ) -> dict[str, Any]:
-    """What was recorded, what was reactivated, and what had vanished meanwhile.
+    """What was recorded, what was reactivated, and what had vanished meanwhile; in
+    `check_mode`, only the records it would give back.
 
     Fails closed when the role sees no pg_cron job at all (and is not a superuser): pg_cron
     shows each role only its own jobs, so "nothing recorded" would be a guess.
@@ -41,6 +43,8 @@ def resume_pauses(
         password=password,
     )
     with opened as conn:
+        if check_mode:
+            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
         records, plan = resume_recorded(conn, jobs)
         if not records:
             with cron_transaction(

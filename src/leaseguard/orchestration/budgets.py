@@ -10,15 +10,14 @@ from typing import Any
 from leaseguard.adapters.budgets import converge_budgets
 from leaseguard.adapters.cron import ActivePlan, set_jobs_active, validate_active
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.pauses import read_records
 from leaseguard.adapters.resume import resume_pauses
-from leaseguard.core.budgets.config import DeclaredBudgets
+from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import BudgetPlan
 
 
 def converge_jobs(
     path: AbstractContextManager[str],
-    declared: DeclaredBudgets | None,
+    declared: BudgetConfig | None,
     *,
     active: Mapping[str, bool] | None = None,
     cron_database: str | None = None,
@@ -58,11 +57,11 @@ def resume_holds(
     check_mode: bool = False,
     connect_timeout_s: int = 10,
 ) -> dict[str, Any]:
-    """`resume_pauses`; in check mode only the records it would give back."""
+    """`resume_pauses` through `path`'s conninfo."""
     with path as conninfo:
-        if not check_mode:
-            return resume_pauses(
-                conninfo, cron_database=cron_database, connect_timeout_s=connect_timeout_s
-            )
-        with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
-            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
+        return resume_pauses(
+            conninfo,
+            cron_database=cron_database,
+            check_mode=check_mode,
+            connect_timeout_s=connect_timeout_s,
+        )

@@ -1,4 +1,4 @@
-"""Budgets, names and schedules, and the one command every job runs, read back by a small
+"""Budgets, function names, and the one command every job runs, read back by a small
 parser (anything else is refused: reported, never rewritten)::
 
     set statement_timeout = '3s'; select "public"."claim_stats_projection_job_v1"();
@@ -7,7 +7,6 @@ A budget is whole ms as statement_timeout reads it (bare number: ms; ms, s, min,
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
@@ -37,35 +36,28 @@ def shown(value: object) -> str:
 def parse_budget_ms(value: object, *, where: str) -> int:
     """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms; ConfigError naming `where`."""
     expected = f"{where}: expected a statement budget {_EXAMPLES}, got {shown(value)}"
-    whole = f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(expected)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ConfigError(expected)
-        if value != int(value):
-            raise ConfigError(whole)
+    if isinstance(value, float) and value.is_integer():
         value = int(value)
-    ms = Decimal(value) if isinstance(value, int) else Decimal(0)
-    if isinstance(value, str):
-        if not value.strip():
-            raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
-        match = _BUDGET.fullmatch(value)
-        if match is None:
-            raise ConfigError(expected)
-        unit = match["unit"]
-        if unit and unit not in _UNITS_MS:
-            raise ConfigError(
-                f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
-            )
-        number = Decimal(match["number"])
-        if not unit and number != number.to_integral_value():
-            raise ConfigError(whole)
-        if match["sign"] == "-" and number:
-            raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
-        ms = number * _UNITS_MS[unit or "ms"]
-    if ms < 0:
+    text = format(Decimal(value), "f") if isinstance(value, float) else str(value)  # exact
+    if not text.strip():
+        raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
+    match = _BUDGET.fullmatch(text)
+    if match is None:
+        raise ConfigError(expected)
+    unit, number = match["unit"], Decimal(match["number"])
+    if unit and unit not in _UNITS_MS:
+        raise ConfigError(
+            f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
+        )
+    if not unit and number != number.to_integral_value():
+        raise ConfigError(
+            f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
+        )
+    if match["sign"] == "-" and number:
         raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
+    ms = number * _UNITS_MS[unit or "ms"]
     if ms == 0:
         raise ConfigError(f"{where} must be greater than 0 (0 would disable statement_timeout)")
     if ms > MAX_BUDGET_MS:
@@ -130,38 +122,14 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
     return FunctionName(parts[0], parts[1])
 
 
-def parse_job_name(value: object, *, where: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
-        or len(value) > MAX_IDENTIFIER_BYTES
-    ):
-        raise ConfigError(
-            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
-            "and _ . : - (not starting with . : -)"
-        )
-    return value
-
-
-def parse_schedule(value: object, *, where: str) -> str:
-    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
-    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
-        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
-    return " ".join(value.split())
-
-
-# psycopg.sql quotes both parts: the budget as a literal, the function as an identifier.
-COMMAND_TEMPLATE = sql.SQL("set statement_timeout = {budget}; select {function}();")
-
-
 def render_command(function: FunctionName, budget_ms: int) -> str:
+    """The job's command; psycopg.sql quotes the budget as a literal, the function as an
+    identifier."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
     parts = (function.schema, function.name) if function.schema else (function.name,)
-    command = COMMAND_TEMPLATE.format(
-        budget=sql.Literal(format_budget(budget_ms)), function=sql.Identifier(*parts)
+    command = sql.SQL("set statement_timeout = {}; select {}();").format(
+        sql.Literal(format_budget(budget_ms)), sql.Identifier(*parts)
     )
     return command.as_string(None)
 
@@ -184,8 +152,9 @@ _TOKEN = re.compile(
       | (?P<qident>"(?:[^"]|"")+")
       | (?P<string>'(?:[^']|'')*')
       | (?P<number>[0-9]+(?:\.[0-9]+)?)
-      | (?P<punct>[;=.()])""",
-    re.VERBOSE | re.ASCII,
+      | (?P<punct>[;=.()])
+      | (?P<bad>.)""",
+    re.VERBOSE | re.ASCII | re.DOTALL,
 )
 _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is understood"
 
@@ -197,21 +166,16 @@ def _refuse(reason: str) -> NoReturn:
 def parse_live_command(command: str) -> ParsedCommand:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, in any case and
     spacing, value and names quoted or bare; anything else is an UnparseableCommand."""
-    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset)
-    pos = 0
-    while pos < len(command):
-        match = _TOKEN.match(command, pos)
-        if match is None:
-            _refuse(f"unexpected character {command[pos]!r} at offset {pos}")
+    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
+    for match in _TOKEN.finditer(command):
+        if match.lastgroup == "bad":
+            _refuse(f"unexpected character {match.group()!r} at offset {match.start()}")
         if match.lastgroup != "ws":
-            tokens.append((match.lastgroup or "", match.group(), pos))
-        pos = match.end()
-    tokens.reverse()
+            tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
 
-    def peek() -> str | None:
-        return tokens[-1][1].lower() if tokens else None
-
-    def take(what: str, *accept: str) -> tuple[str, str, int]:
+    def take(what: str, *accept: str, optional: bool = False) -> tuple[str, str, int]:
+        if optional:  # only a word's text is these words: quoted ones keep their quotes
+            return tokens.pop() if tokens and tokens[-1][1].lower() in accept else ("", "", 0)
         if not tokens:
             _refuse(f"the command ends where {what} was expected")
         token = tokens.pop()
@@ -231,21 +195,18 @@ def parse_live_command(command: str) -> ParsedCommand:
         return text[1:-1].replace('""', '"')
 
     budget_ms = None
-    if peek() == "set":  # only a word's text is these words: quoted ones keep their quotes
-        tokens.pop()
+    if take("", "set", optional=True)[0]:
         text = take("statement_timeout")[1]
         if text.lower() == "local":
             _refuse("SET LOCAL is not understood")
-        if text.lower() == "session":
-            text = take("statement_timeout")[1]
+        text = take("statement_timeout")[1] if text.lower() == "session" else text
         if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
         kind, text, _ = value = take("a statement_timeout value")
-        if kind == "string":
-            text = text[1:-1].replace("''", "'")
-        elif kind != "number":
+        if kind not in ("string", "number"):
             unexpected(value, "a statement_timeout value")
+        text = text[1:-1].replace("''", "'") if kind == "string" else text
         try:
             budget_ms = parse_budget_ms(text, where="statement_timeout")
         except ConfigError as exc:
@@ -254,13 +215,11 @@ def parse_live_command(command: str) -> ParsedCommand:
     take("SELECT", "select")
     name = identifier()
     function = FunctionName(None, name)
-    if peek() == ".":
-        tokens.pop()
+    if take("", ".", optional=True)[0]:
         function = FunctionName(name, identifier())
     take("'(' (a call without arguments)", "(")
     take("')' (a call without arguments)", ")")
-    if peek() == ";":
-        tokens.pop()
+    take("", ";", optional=True)
     if tokens:
         unexpected(tokens[-1], "the end of the command")
     return ParsedCommand(budget_ms, function)

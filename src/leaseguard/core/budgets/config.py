@@ -3,6 +3,7 @@ messages naming the job and key; `BudgetConfig.declare` gives one environment's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,9 +13,8 @@ from leaseguard.core.budgets.command import (
     FunctionName,
     parse_budget_ms,
     parse_function_name,
-    parse_job_name,
-    parse_schedule,
     render_command,
+    shown,
 )
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES, reject_unknown
 from leaseguard.core.contract import CRON_BUDGETS_SECTION, load_config_file
@@ -47,23 +47,16 @@ class DeclaredJob:
 
 
 @dataclass(frozen=True)
-class DeclaredBudgets:
-    """The declared jobs of one environment; `database`: where the jobs run (None: cron's)."""
-
-    jobs: tuple[DeclaredJob, ...]
-    environment: str | None = None
-    database: str | None = None
-
-
-@dataclass(frozen=True)
 class BudgetConfig:
-    """The section: jobs with their default budgets, plus per-environment overrides."""
+    """The section: jobs with their default budgets, per-environment overrides, and `database`
+    where the jobs run (None: cron's); `declare` gives one `environment`'s jobs."""
 
     jobs: tuple[DeclaredJob, ...]
     overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     database: str | None = None
+    environment: str | None = None
 
-    def declare(self, environment: str | None = None) -> DeclaredBudgets:
+    def declare(self, environment: str | None = None) -> BudgetConfig:
         """The jobs with `environment`'s overrides applied; without any, the defaults."""
         if environment is not None and (not isinstance(environment, str) or not environment):
             raise ConfigError("environment must be a non-empty string")
@@ -74,7 +67,7 @@ class BudgetConfig:
             else job
             for job in self.jobs
         )
-        return DeclaredBudgets(jobs, environment, self.database)
+        return replace(self, jobs=jobs, environment=environment)
 
 
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
@@ -117,6 +110,28 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     return BudgetConfig(jobs, overrides, database)
 
 
+def parse_job_name(value: object, *, where: str) -> str:
+    if (
+        not isinstance(value, str)
+        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
+        or len(value) > MAX_IDENTIFIER_BYTES
+    ):
+        raise ConfigError(
+            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
+            "and _ . : - (not starting with . : -)"
+        )
+    return value
+
+
+def parse_schedule(value: object, *, where: str) -> str:
+    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
+    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
+        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
+    return " ".join(value.split())
+
+
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
     if jobs is None:
         return
@@ -155,9 +170,7 @@ def load_budget_config(path: str | Path) -> BudgetConfig:
     return budget_config_from_mapping(section[CONFIG_SECTION])
 
 
-def task_budgets(
-    jobs: object, overrides: object, environment: str | None
-) -> DeclaredBudgets | None:
+def task_budgets(jobs: object, overrides: object, environment: str | None) -> BudgetConfig | None:
     """A cron_budget task's jobs and `environment`'s overrides; None when it declares none."""
     if jobs is None:
         if overrides:

@@ -10,21 +10,19 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.command import (
-    ParsedCommand,
     UnparseableCommand,
     format_budget,
     format_optional,
     parse_live_command,
 )
-from leaseguard.core.budgets.config import DeclaredBudgets, DeclaredJob
+from leaseguard.core.budgets.config import BudgetConfig, DeclaredJob
 from leaseguard.core.errors import ConfigError
 
-OnDrift = Literal["report", "apply"]
-ON_DRIFT_CHOICES: tuple[OnDrift, ...] = ("report", "apply")
+ON_DRIFT_CHOICES = ("report", "apply")
 
 
 class Action(enum.StrEnum):
@@ -43,14 +41,10 @@ class JobPlan:
     job: DeclaredJob
     action: Action
     live: LiveJob | None = None  # None: no live job of this name
-    parsed: ParsedCommand | None = None  # None: no live job, or its command is refused
+    live_budget_ms: int | None = None  # None: none set, no live job, or command refused
     changes: tuple[str, ...] = ()  # of: schedule, function, budget, database
     reason: str = ""
     database: str | None = None  # where the job runs after this plan (None: not known)
-
-    @property
-    def live_budget_ms(self) -> int | None:
-        return self.parsed.budget_ms if self.parsed else None
 
     @property
     def writes(self) -> bool:
@@ -59,16 +53,6 @@ class JobPlan:
     @property
     def refused(self) -> bool:
         return self.action in (Action.UNPARSEABLE, Action.AMBIGUOUS)
-
-    @property
-    def refusal(self) -> str | None:
-        """Why this job keeps the whole plan from being written; None when it does not."""
-        if self.action is Action.DRIFT:
-            return (
-                f"job {self.job.name}: live={format_optional(self.live_budget_ms) or 'none'} "
-                f"declared={format_budget(self.job.budget_ms)} ({self.job.source_label})"
-            )
-        return f"job {self.job.name}: {self.reason}" if self.refused else None
 
     # What to write; None leaves the live value (and its spelling) as it is.
     @property
@@ -87,17 +71,16 @@ class JobPlan:
 
     def before(self) -> dict[str, Any] | None:
         live = self.live
-        return (
-            None
-            if live is None
-            else {
-                "jobid": live.jobid,
-                "schedule": live.schedule,
-                "command": live.command,
-                "budget": format_optional(self.live_budget_ms),
-                "database": live.database,
-                "active": live.active,
-            }
+        if live is None:
+            return None
+        budget = format_optional(self.live_budget_ms)
+        return dict(
+            jobid=live.jobid,
+            schedule=live.schedule,
+            command=live.command,
+            budget=budget,
+            database=live.database,
+            active=live.active,
         )
 
     def after(self) -> dict[str, Any] | None:
@@ -106,9 +89,8 @@ class JobPlan:
             return before
         after = dict(before or {"jobid": None, "active": True, "database": self.database})
         after["schedule"] = self.new_schedule or after["schedule"]
-        after["command"] = self.new_command or after["command"]
         if self.new_command is not None:
-            after["budget"] = format_budget(self.job.budget_ms)
+            after.update(command=self.new_command, budget=format_budget(self.job.budget_ms))
         if self.new_database is not None:
             after["database"] = self.new_database
         return after
@@ -130,20 +112,6 @@ class JobPlan:
             after=self.after(),
         )
 
-    def warning(self) -> str | None:
-        name, live = self.job.name, self.live_budget_ms
-        if self.action is Action.UNPARSEABLE:
-            return f"job {name}: live command not understood ({self.reason}); left untouched"
-        if self.action is Action.AMBIGUOUS:
-            return f"job {name}: {self.reason}; left untouched"
-        if self.writes and "budget" in self.changes and (live is None or self.job.budget_ms < live):
-            return (
-                f"job {name}: lowering the live statement budget "
-                f"{format_optional(live) or 'none'} -> {format_budget(self.job.budget_ms)} "
-                f"(source {self.job.source_label})"
-            )
-        return None
-
 
 @dataclass(frozen=True)
 class BudgetPlan:
@@ -151,27 +119,42 @@ class BudgetPlan:
 
     jobs: tuple[JobPlan, ...]
     environment: str | None = None
-    on_drift: OnDrift = "report"
+    on_drift: str = "report"
     applied: bool = False
 
     @property
     def drift(self) -> tuple[dict[str, Any], ...]:
         """Live budgets differing from a default; `applied` when on_drift="apply" writes."""
         return tuple(
-            {
-                "job": j.job.name,
-                "live": format_optional(j.live_budget_ms),
-                "declared": format_budget(j.job.budget_ms),
-                "source": j.job.source_label,
-                "applied": j.writes,
-            }
+            dict(
+                job=j.job.name,
+                live=format_optional(j.live_budget_ms),
+                declared=format_budget(j.job.budget_ms),
+                source=j.job.source_label,
+                applied=j.writes,
+            )
             for j in self.jobs
             if "budget" in j.changes and j.job.source == "default"
         )
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        return tuple(warning for job in self.jobs if (warning := job.warning()))
+        found = []
+        for j in self.jobs:
+            live, name = j.live_budget_ms, j.job.name
+            if j.action is Action.UNPARSEABLE:
+                found.append(
+                    f"job {name}: live command not understood ({j.reason}); left untouched"
+                )
+            elif j.action is Action.AMBIGUOUS:
+                found.append(f"job {name}: {j.reason}; left untouched")
+            elif j.writes and "budget" in j.changes and (live is None or j.job.budget_ms < live):
+                found.append(
+                    f"job {name}: lowering the live statement budget "
+                    f"{format_optional(live) or 'none'} -> {format_budget(j.job.budget_ms)} "
+                    f"(source {j.job.source_label})"
+                )
+        return tuple(found)
 
     @property
     def changed(self) -> bool:
@@ -181,7 +164,14 @@ class BudgetPlan:
     @property
     def refusals(self) -> tuple[str, ...]:
         """All or nothing: while this is not empty, no job is written, not even a new one."""
-        return tuple(refusal for job in self.jobs if (refusal := job.refusal))
+        return tuple(
+            f"job {j.job.name}: live={format_optional(j.live_budget_ms) or 'none'} "
+            f"declared={format_budget(j.job.budget_ms)} ({j.job.source_label})"
+            if j.action is Action.DRIFT
+            else f"job {j.job.name}: {j.reason}"
+            for j in self.jobs
+            if j.action is Action.DRIFT or j.refused
+        )
 
     @property
     def converged(self) -> bool:
@@ -212,21 +202,20 @@ class BudgetPlan:
 
 
 def plan_budgets(
-    declared: DeclaredBudgets, live: Sequence[LiveJob], *, on_drift: str = "report"
+    declared: BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
     """Decide per declared job; live rows of undeclared names are ignored. Pure."""
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
-    policy: OnDrift = "apply" if on_drift == "apply" else "report"
     jobs = tuple(
-        _plan_job(job, [row for row in live if row.name == job.name], declared.database, policy)
+        _plan_job(job, [row for row in live if row.name == job.name], declared.database, on_drift)
         for job in declared.jobs
     )
-    return BudgetPlan(jobs, declared.environment, policy)
+    return BudgetPlan(jobs, declared.environment, on_drift)
 
 
 def _plan_job(
-    job: DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: OnDrift
+    job: DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
 ) -> JobPlan:
     if not matches:
         return JobPlan(job, Action.CREATE, database=database, reason="no live job of this name")
@@ -239,20 +228,17 @@ def _plan_job(
         parsed = parse_live_command(live.command)
     except UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
-    changes = tuple(
-        change
-        for change, differs in (
-            ("schedule", " ".join(live.schedule.split()) != job.schedule),
-            ("function", parsed.function != job.function),
-            ("budget", parsed.budget_ms != job.budget_ms),
-            ("database", database is not None and live.database != database),
-        )
-        if differs
-    )
+    differs = {
+        "schedule": " ".join(live.schedule.split()) != job.schedule,
+        "function": parsed.function != job.function,
+        "budget": parsed.budget_ms != job.budget_ms,
+        "database": database is not None and live.database != database,
+    }
+    changes = tuple(change for change, yes in differs.items() if yes)
     target = database if database is not None else live.database
     if not changes:
-        return JobPlan(job, Action.UNCHANGED, live, parsed, database=target)
-    if "budget" in changes and job.source == "default" and on_drift == "report":
+        return JobPlan(job, Action.UNCHANGED, live, parsed.budget_ms, database=target)
+    if differs["budget"] and job.source == "default" and on_drift == "report":
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
         reason = (
@@ -260,6 +246,6 @@ def _plan_job(
             f"default {format_budget(job.budget_ms)} and no override declares it; "
             f"left untouched{pending}"
         )
-        return JobPlan(job, Action.DRIFT, live, parsed, changes, reason, live.database)
+        return JobPlan(job, Action.DRIFT, live, parsed.budget_ms, changes, reason, live.database)
     reason = f"{', '.join(changes)} differ(s)"
-    return JobPlan(job, Action.UPDATE, live, parsed, changes, reason, target)
+    return JobPlan(job, Action.UPDATE, live, parsed.budget_ms, changes, reason, target)
