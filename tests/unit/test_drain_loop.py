@@ -222,3 +222,30 @@ def test_a_failed_pause_fails_the_drain_and_resumes_what_was_paused():
     assert "pg_cron job(s) not found" in str(result.error)
     assert first.events == ["pause", "resume"]
     assert loop.counters.polls == 0
+
+
+def test_a_signal_landing_while_stop_is_being_set_neither_deadlocks_nor_is_lost():
+    """A second signal can land while the main thread is inside the first's `stop.set()`,
+    holding the Event's lock: the handler must not take that lock (it once did, and the
+    Ansible worker hung with intake paused). Reproduced by calling the installed handler
+    while the lock is held."""
+    import signal
+    import threading
+
+    from leaseguard.orchestration.drain_run import signals_set
+
+    stop, said = threading.Event(), []
+    with signals_set(stop, said.append):
+        handler = signal.getsignal(signal.SIGINT)
+        with stop._cond:  # what the first signal's stop.set() holds
+            caller = threading.Thread(target=handler, args=(signal.SIGINT, None), daemon=True)
+            caller.start()
+            caller.join(timeout=5)
+            assert not caller.is_alive(), "the signal handler waits for the Event's lock"
+        assert stop.wait(timeout=5)
+        handler(signal.SIGTERM, None)
+    assert said == [
+        "SIGINT: stopping the drain and resuming intake",
+        "SIGTERM again: still resuming intake, then exiting",
+    ]
+    assert signal.getsignal(signal.SIGINT) is not handler  # the previous handler is back

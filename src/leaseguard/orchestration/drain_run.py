@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import sys
 import threading
@@ -197,18 +198,33 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
     """SIGINT/SIGTERM/SIGHUP (a closed terminal) set `stop` instead of raising: the drains see
-    it and wind down, and the main thread waits for their resume before the exit."""
+    it and wind down, and the main thread waits for their resume before the exit.
 
-    def handler(signum: int, frame: object) -> None:
-        name = signal.Signals(signum).name
-        if stop.is_set():
-            say(f"{name} again: still resuming intake, then exiting")
-        else:
-            say(f"{name}: stopping the drain and resuming intake")
-        stop.set()
+    The handler only queues the signal (SimpleQueue.put is reentrant) and a thread of its own
+    sets `stop` and says so: set inside the handler, the Event deadlocked the main thread when
+    a second signal landed while the first handler held the Event's lock, leaving intake
+    paused for good.
+    """
+    received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
-    with _handling((signal.SIGINT, signal.SIGTERM, signal.SIGHUP), handler):
-        yield
+    def relay() -> None:
+        while (signum := received.get()) is not None:
+            name = signal.Signals(signum).name
+            if stop.is_set():
+                say(f"{name} again: still resuming intake, then exiting")
+            else:
+                say(f"{name}: stopping the drain and resuming intake")
+            stop.set()
+
+    relaying = threading.Thread(target=relay, name="leaseguard-signals", daemon=True)
+    relaying.start()
+    try:
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        with _handling(signals, lambda signum, frame: received.put(signum)):
+            yield
+    finally:
+        received.put(None)  # after any signal queued before it: each is said
+        relaying.join()
 
 
 def _interrupt(signum: int, frame: object) -> None:
