@@ -19,7 +19,7 @@ import pytest
 
 from leaseguard.adapters.runtime import LocalRunner, resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.timestamps import parse_timestamp
+from leaseguard.core.lookups import parse_timestamp
 from sandbox.runs_table import create_runs_table, insert_runs
 from sandbox.subprocess_env import clean_env
 from tests.support.waiting import wait_until

@@ -12,10 +12,9 @@ from hypothesis import strategies as st
 
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.guard import evaluate, lease_seconds
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed, UnclassifiedStatus
-from leaseguard.core.fleet import combine_facts
+from leaseguard.core.fleet import ClockOffset, combine_facts
 from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.session import fleet_session
 from sandbox.runs_table import create_runs_table, insert_runs

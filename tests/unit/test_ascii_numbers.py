@@ -9,7 +9,7 @@ from leaseguard.cli.contract import number_arg
 from leaseguard.core.config_values import NOT_ASCII, refuse_non_ascii_numbers
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, TimeoutValueError
-from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.lookups import parse_timeout_s
 from leaseguard.orchestration.drain_options import drain_options
 from tests.support.leaseguard_cli import leaseguard
 

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from leaseguard.adapters.clock import offset_from_here
-from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
+from leaseguard.core.fleet import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.lookups import CommandResult
 from leaseguard.core.verdict import Counts
 from leaseguard.orchestration.drain import TerminalProgress

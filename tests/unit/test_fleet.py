@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.fleet import (
+    ClockOffset,
+    chained,
     combine_facts,
     fleet_facts,
     host_report,

@@ -12,8 +12,8 @@ from leaseguard.core.lookups import (
     parse_env_file_line,
     parse_process_start,
     parse_systemctl_show,
+    parse_timestamp,
 )
-from leaseguard.core.timestamps import parse_timestamp
 
 
 class ScriptedRunner:

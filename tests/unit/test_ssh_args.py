@@ -2,9 +2,8 @@
 
 import pytest
 
-from leaseguard.core.dsn import reject_hostaddr
+from leaseguard.core.dsn import parse_openssh_args, reject_hostaddr
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.ssh_args import parse_openssh_args
 
 VALID_CASES = [
     ("", {}),

@@ -1,7 +1,7 @@
 import pytest
 
 from leaseguard.core.errors import TimeoutValueError
-from leaseguard.core.timeouts import parse_timeout_s
+from leaseguard.core.lookups import parse_timeout_s
 
 VALID_CASES = [
     ("3600", 3600.0),

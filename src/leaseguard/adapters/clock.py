@@ -9,8 +9,8 @@ import psycopg
 
 from leaseguard.adapters.db import read_transaction
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.clock_offset import ClockOffset, controller_offset
 from leaseguard.core.errors import LookupFailed
+from leaseguard.core.fleet import ClockOffset, controller_offset
 
 
 def offset_from_here(runner: Runner) -> ClockOffset:

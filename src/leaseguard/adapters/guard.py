@@ -20,17 +20,22 @@ from leaseguard.adapters.relation import (
     standby_message,
 )
 from leaseguard.adapters.statuses import StatusColumn, check_statuses, read_status_column
-from leaseguard.core.catalog_queries import columns_query
-from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
-from leaseguard.core.fleet import in_database_clock
-from leaseguard.core.lock_rules import owners_table, table_identifier
+from leaseguard.core.fleet import (
+    ClockOffset,
+    controller_offset,
+    controller_warning,
+    in_database_clock,
+)
 from leaseguard.core.predicate import (
+    columns_query,
     counts_query,
     live_claims_query,
     orphan_cutoff,
+    owners_table,
     subjects_params,
+    table_identifier,
 )
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict

@@ -19,9 +19,9 @@ from typing import Any, Unpack
 
 from leaseguard.adapters.clock import offset_from_here
 from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
+from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import Argv, CommandResult, pid_argv
 from leaseguard.core.one_exec import Plan, batch_script, split_batch
 from leaseguard.core.replicas import shared_variable

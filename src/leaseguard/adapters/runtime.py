@@ -18,10 +18,15 @@ from typing import Protocol, TypedDict, Unpack
 from leaseguard.core import lookups, replicas
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
-from leaseguard.core.lookups import Argv, CommandResult, SystemdUnit, task_timeout_source
+from leaseguard.core.lookups import (
+    Argv,
+    CommandResult,
+    SystemdUnit,
+    parse_timeout_s,
+    parse_timestamp,
+    task_timeout_source,
+)
 from leaseguard.core.replicas import Containers, Replica, container_filter, is_unit_glob
-from leaseguard.core.timeouts import parse_timeout_s
-from leaseguard.core.timestamps import parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0

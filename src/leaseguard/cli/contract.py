@@ -20,8 +20,8 @@ from leaseguard.core.contract import (
     load_contract,
 )
 from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
+from leaseguard.core.lookups import is_decimal_text
 from leaseguard.core.presets import PRESETS
-from leaseguard.core.timeouts import is_decimal_text
 
 
 def number_arg(text: str) -> float:

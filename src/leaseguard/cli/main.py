@@ -197,8 +197,7 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     """This host's facts given as flags (they win over lookups); a bad value is a usage error."""
-    from leaseguard.core.timeouts import parse_timeout_s
-    from leaseguard.core.timestamps import parse_timestamp
+    from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 
     task_timeout_s = started_at = None
     try:

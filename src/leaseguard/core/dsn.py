@@ -1,14 +1,14 @@
-"""One DSN means one database, in every front.
+"""Where to connect: one DSN means one database in every front, and an ssh command line's options.
 
 db_host / db_port add an address only where the DSN has none; a different one names two
-databases (a usage error naming both keys). A tunnel's far end defaults to 127.0.0.1:5432, a
-database beside the app. Host names and ports are not secrets; nothing else of a DSN is ever
-in a message.
+databases (a usage error naming both keys). A tunnel's far end defaults to 127.0.0.1:5432.
+Host names and ports are not secrets; nothing else of a DSN is ever in a message.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any
 
 import psycopg
@@ -20,6 +20,9 @@ from leaseguard.core.errors import ConfigError
 # One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
 _KEYWORD = re.compile(r"[A-Za-z_]+")
+# OpenSSH client flags that take a value, and the -o option each one stands for.
+_FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
+_FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 
 
 def invalid_dsn(conninfo: str) -> ConfigError:
@@ -100,3 +103,28 @@ def _address(
                 "give the address once (in dsn, or in db_host/db_port)"
             )
     return (str(dsn_host or db_host) if (dsn_host or db_host) else None), dsn_port or db_port
+
+
+def parse_openssh_args(text: str) -> dict[str, str]:
+    """The options of an OpenSSH command line (where Ansible keeps a host's jump host,
+    known_hosts file and host-key policy) by lower-cased name; the first value given wins."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
+    options: dict[str, str] = {}
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
+            continue
+        flag, value = word[:2], word[2:]
+        if not value and index < len(words):
+            value, index = words[index], index + 1
+        if flag == "-o":
+            name, _, option_value = value.replace("=", " ", 1).partition(" ")
+            options.setdefault(name.strip().lower(), option_value.strip())
+        elif flag in _FLAG_OPTIONS:
+            options.setdefault(_FLAG_OPTIONS[flag], value)
+    return options

@@ -1,13 +1,11 @@
-"""The fleet rule: facts for a judgment that is global to every host of a deploy, and the
-one way every front gets a fleet's facts (`fleet_facts`, from each host's report).
+"""The fleet rule, hosts' reports turned into facts (`fleet_facts`), and clock offsets.
 
 A per-host restart is judged with that host's own facts. Anything global (a migration,
 budgets, shared intake) acts on work that may be running on *any* host, so it is judged once
 with facts that protect every host's possible claims: the orphan cut-off is the OLDEST
 runtime start, the lease the LONGEST task timeout, and one unknown start makes the cut-off
 unknown (nothing is classed orphaned). Ties are broken by host name, so the result never
-depends on the order the hosts answered in. A session that measured the hosts' clocks moves
-every start into the database clock first (`in_database_clocks`).
+depends on the order the hosts answered in.
 """
 
 from __future__ import annotations
@@ -17,18 +15,71 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
-from leaseguard.core.timeouts import parse_timeout_s
-from leaseguard.core.timestamps import parse_timestamp
+from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
-# A host's report (`host_report`): task_timeout's result, so registered results pass as
-# they are; also a `leaseguard check --facts-file` entry.
+# Beyond this, this machine's clock is reported on every check: nothing is judged in it, but
+# given start times and status files are read and written in it.
+CONTROLLER_SKEW_BOUND_S = 5.0
+# A host's report (`host_report`, task_timeout's result as registered; a --facts-file entry).
 REPORT_KEYS = frozenset(
     {"task_timeout_s", "runtime_started_at", "source", "assumed", "warnings", "replicas"}
     | {"runtime_started_epoch_s", "clock", "changed", "failed", "msg", "error", "host"}
 )
+
+
+@dataclass(frozen=True)
+class ClockOffset:
+    """One clock minus another (a host's, this machine's, the database's), and how precisely."""
+
+    offset_s: float
+    uncertainty_s: float
+
+    def tolerance_s(self, configured_s: float) -> float:
+        """The orphan tolerance, widened (never narrowed) to what the measurement cannot tell."""
+        return max(configured_s, self.uncertainty_s)
+
+    def exceeds(self, configured_s: float) -> bool:
+        """True when the clocks certainly differ by more than the configured tolerance."""
+        return abs(self.offset_s) - self.uncertainty_s > configured_s
+
+    @property
+    def direction(self) -> str:
+        return "ahead of" if self.offset_s > 0 else "behind"
+
+    def warning(self, host: str, configured_s: float) -> str:
+        return (
+            f"host {host} clock is {abs(self.offset_s):.3f}s {self.direction} the database "
+            f"clock (clock_skew_s={configured_s:g}); its runtime start was moved into the "
+            "database clock for the orphan cut-off "
+            f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
+        )
+
+
+def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
+    """This machine's clock minus the database's, read between two readings of this one."""
+    return ClockOffset((before_s + after_s) / 2 - db_reading_s, (after_s - before_s) / 2)
+
+
+def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
+    """The warning, if this machine's clock is certainly off by more than the bound."""
+    if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
+        return ()
+    return (
+        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {here_minus_db.direction} "
+        f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
+        "times in the database clock, but start times given here are read in this one; fix "
+        "the clocks (NTP)",
+    )
+
+
+def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOffset:
+    """host minus database, through this machine's clock; the uncertainties add up."""
+    return ClockOffset(
+        host_minus_here.offset_s + here_minus_db.offset_s,
+        host_minus_here.uncertainty_s + here_minus_db.uncertainty_s,
+    )
 
 
 @dataclass(frozen=True)
@@ -39,8 +90,6 @@ class FleetFacts:
     hosts: tuple[str, ...]
     lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
     cutoff_from: str | None  # host whose runtime started first (None: cut-off unknown)
-    # Every host's own facts (a session moves their starts into the database clock, then
-    # combines again).
     per_host: Mapping[str, RuntimeFacts] = field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
@@ -69,37 +118,27 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     if lease_from is not None:
         own = timeouts[lease_from]
         timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
-    started = starts[cutoff_from] if cutoff_from else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
         for warning in per_host[host].warnings
     )
     replicas = tuple(f"{host}:{name}" for host in hosts for name in per_host[host].replicas)
-    return FleetFacts(
-        RuntimeFacts(timeout, started, warnings, replicas),
-        hosts,
-        lease_from,
-        cutoff_from,
-        dict(per_host),
-    )
+    started = starts[cutoff_from] if cutoff_from else None
+    facts = RuntimeFacts(timeout, started, warnings, replicas)
+    return FleetFacts(facts, hosts, lease_from, cutoff_from, dict(per_host))
 
 
 def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> datetime | None:
     """A host's start time expressed in the database clock (offset = host minus database)."""
-    if started_at is None:
-        return None
-    return started_at - timedelta(seconds=host_minus_db_s)
+    return None if started_at is None else started_at - timedelta(seconds=host_minus_db_s)
 
 
 def in_database_clocks(
-    per_host: Mapping[str, RuntimeFacts],
-    offsets: Mapping[str, ClockOffset],
-    clock_skew_s: float,
+    per_host: Mapping[str, RuntimeFacts], offsets: Mapping[str, ClockOffset], clock_skew_s: float
 ) -> dict[str, RuntimeFacts]:
-    """Every host's start time in the database clock (`offsets`: host minus database), so
-    the oldest start is the oldest in truth; a host off by more than `clock_skew_s` is warned
-    about, named."""
+    """Every host's start time in the database clock (`offsets`: host minus database), so the
+    oldest start is the oldest in truth; a host off by more than `clock_skew_s` is warned of."""
     moved = {}
     for host, facts in per_host.items():
         offset = offsets.get(host)
@@ -138,13 +177,9 @@ def fleet_facts(
     given_source: str = "given",
     with_clocks: bool = True,
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
-    """Every host's facts from its report, and each host's clock minus this machine's
-    (`with_clocks`; else None: start times read in this machine's clock).
-
-    Fails closed: every host of `hosts` (the play's) and of `reports` without a usable report
-    (missing, failed, skipped, unreachable) is named in one LookupFailed. `given_source` is
-    the provenance of a timeout whose report names none.
-    """
+    """Every host's facts from its report, and each host's clock minus this machine's (None
+    without `with_clocks`). Fails closed: every host of `hosts` and `reports` without a usable
+    report is named in one LookupFailed."""
     problems = [
         f"host {host}: {problem}"
         for host in sorted({*hosts, *reports})

@@ -1,4 +1,4 @@
-"""The pure half of a host lookup: the command each source runs and how its output is read.
+"""The pure half of a host lookup: the command each source runs, its output read strictly.
 
 Only the one configured variable is extracted, on the host where the command allows it: the
 rest of an environment holds secrets.
@@ -6,6 +6,7 @@ rest of an environment holds secrets.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from collections.abc import Sequence
@@ -13,10 +14,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from leaseguard.core.contract import TaskTimeoutLookup
-from leaseguard.core.errors import LookupFailed
+from leaseguard.core.errors import LookupFailed, TimeoutValueError
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 Argv = tuple[str, ...]
+# Plain ASCII decimal notation: float() alone also takes "inf", "nan" and "1_000", and both
+# float() and a regex's \d read Arabic-Indic or full-width digits.
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 @dataclass(frozen=True)
@@ -151,3 +155,45 @@ def parse_env_file_line(line: str, name: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
     return value.split(" #", 1)[0].strip()
+
+
+def is_decimal_text(text: str) -> bool:
+    """Whether `text`, surrounding whitespace aside, is a number in plain ASCII notation."""
+    return bool(_DECIMAL.fullmatch(text.strip()))
+
+
+def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:
+    """`value` (usually text read from a host) as seconds > 0. A message never repeats the
+    value: a misnamed variable could point at a secret."""
+    if isinstance(value, bool):
+        raise TimeoutValueError(f"{what} is a boolean, not a number of seconds")
+    if isinstance(value, str):
+        if not value.strip():
+            raise TimeoutValueError(f"{what} is empty, expected a number of seconds")
+        if not is_decimal_text(value):
+            raise TimeoutValueError(f"{what} is not a number of seconds")
+        value = float(value)
+    if not isinstance(value, int | float):
+        raise TimeoutValueError(f"{what} has type {type(value).__name__}, expected a number")
+    if not math.isfinite(value):
+        raise TimeoutValueError(f"{what} is not finite")
+    if value <= 0:
+        raise TimeoutValueError(f"{what} must be greater than 0 seconds")
+    return float(value)
+
+
+def parse_timestamp(text: str, *, what: str) -> datetime:
+    """An RFC 3339 timestamp with a timezone; nanoseconds are cut to microseconds."""
+    cleaned = str(text).strip()
+    # Go's zero time (0001-01-01T00:00:00Z): docker's StartedAt of a container never started.
+    if not cleaned or cleaned.startswith("0001-01-01"):
+        raise LookupFailed(f"{what} is not set (never started?)")
+    cleaned = cleaned.replace("Z", "+00:00").replace("z", "+00:00")
+    cleaned = re.sub(r"\.(\d+)", lambda m: "." + m[1][:6].ljust(6, "0"), cleaned, count=1)
+    try:
+        moment = datetime.fromisoformat(cleaned)
+    except ValueError:
+        raise LookupFailed(f"{what} is not an ISO 8601 timestamp") from None
+    if moment.tzinfo is None:
+        raise LookupFailed(f"{what} has no timezone")
+    return moment

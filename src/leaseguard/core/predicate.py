@@ -1,9 +1,8 @@
-"""The lease predicate, written once, built with psycopg.sql.
+"""The lease predicate and the guard's other SQL, built with psycopg.sql.
 
-Identifiers always go through `sql.Identifier`; every value (statuses, the lease, the
-orphan cut-off, the clock) is a bound parameter. Time arithmetic happens in the database
-clock: claimed_at was written by the database, so comparing it with the guard's own clock
-would add the controller's skew to every judgment.
+Identifiers go through `sql.Identifier`; every value (statuses, the lease, the orphan cut-off,
+the clock, River's kinds) is a bound parameter. Time arithmetic happens in the database clock:
+claimed_at was written by the database, so the guard's own clock would add its skew.
 """
 
 from __future__ import annotations
@@ -15,14 +14,6 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.core.contract import Contract
-from leaseguard.core.kind_leases import kind_expiry, kind_params
-from leaseguard.core.lock_rules import (
-    held_condition,
-    lock_conditions,
-    own_column,
-    owners_table,
-)
-from leaseguard.core.lock_rules import table_identifier as table_identifier
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
     LOCKED_AT_RULE,
@@ -30,39 +21,71 @@ from leaseguard.core.presets import (
     OWNERS,
     PROCESS_LOCK_RULE,
     ROW_EXPIRY_RULE,
+    RULE_COLUMNS,
     VISIBILITY_RULE,
     WORKER_HEARTBEAT_RULE,
     Owners,
+    kind_column,
 )
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
-
-# Whom the rows are judged for: one row per subject (a host by its own facts, or a fleet by
-# the fleet rule), its lease and orphan cut-off bound as arrays; named apart from any job
-# table's columns.
+# One row per subject (a host by its own facts, or a fleet by the fleet rule), its lease and
+# orphan cut-off bound as arrays; named apart from any job table's columns.
 _SUBJECTS = sql.SQL(
     "unnest(%(subject_leases)s::interval[], %(subject_cutoffs)s::timestamptz[]) "
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
 )
-# The subject's lease and orphan cut-off, as the judged rows read them.
 LEASE = sql.SQL("lg_subject.lg_lease")
-_CUTOFF = sql.SQL("lg_subject.lg_orphan_cutoff")
+# The keys of the one-bigint advisory locks (objsubid 1: the key's high half in classid, its
+# low half in objid) other sessions of this database hold right now. pg_locks is no MVCC
+# snapshot: a session that died has released everything. The guard's own session and waiters
+# are left out.
+_HELD_KEYS = sql.SQL(
+    "ARRAY(SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_catalog.pg_locks AS l "
+    "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
+    "AND l.pid IS DISTINCT FROM pg_backend_pid() "
+    "AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d "
+    "WHERE d.datname = current_database()))"
+)
+
+
+def table_identifier(contract: Contract) -> sql.Identifier:
+    return sql.Identifier(*filter(None, (contract.schema, contract.table)))
+
+
+def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
+    """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
+    return sql.Identifier(*filter(None, (contract.schema, owners.table)))
+
+
+def own_column(contract: Contract, column: str) -> sql.Composable:
+    """A column of the judged table, qualified: it is read inside subqueries over others."""
+    return sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(column))
+
+
+def columns_query() -> sql.SQL:
+    """A relation's columns and their types; a relation gone yields no row, not an error."""
+    return sql.SQL(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+        "WHERE a.attrelid = to_regclass(%(relation)s) AND a.attnum > 0 AND NOT a.attisdropped"
+    )
 
 
 def _judged_rows(contract: Contract) -> sql.Composed:
-    """Every claimed or queued row, classed queued / orphaned / stale / live for each
-    subject (the table read once): the predicate.
+    """Every claimed or queued row, classed queued / orphaned / stale / live per subject.
 
-    A claimed row whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls
-    through to live: the guard errs on the side of the work. A row whose lock a live
-    session holds right now (Que, good_job) is live before any time test: a session that
-    died has released it. Naive timestamps are read in the contract's timestamp_zone (the
+    A claim whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls through to
+    live: the guard errs on the side of the work. A row whose lock a live session holds (Que,
+    good_job) is live before any time test. Naive timestamps are read in timestamp_zone (the
     guard transaction sets TimeZone to it).
     """
-    claimed_at = _claimed_at(contract)
-    expires = expiry(contract)
-    _, queued = claim_conditions(contract)
+    claimed_at = (
+        sql.SQL("{}::timestamptz").format(sql.Identifier(contract.claimed_at_column))
+        if contract.has_claimed_at
+        else sql.SQL("NULL::timestamptz")  # Que's lock records no time
+    )
+    expires_col = contract.lease.expires_at_column
     return sql.SQL(
         """
         SELECT lg_subject.lg_n,
@@ -73,7 +96,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
                CASE
                    WHEN {queued} THEN 'queued'
                    WHEN {held} THEN 'live'
-                   WHEN {claimed_at} < {cutoff} THEN 'orphaned'
+                   WHEN {claimed_at} < lg_subject.lg_orphan_cutoff THEN 'orphaned'
                    WHEN {expires} <= {now} THEN 'stale'
                    ELSE 'live'
                END AS class
@@ -83,81 +106,70 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     ).format(
         id=sql.Identifier(contract.id_column),
         judged=judged_condition(contract),
-        queued=queued,
+        queued=claim_conditions(contract)[1],
         held=held_condition(contract),
         claimed_at=claimed_at,
-        expires=expires,
-        expiry_null=_expiry_null(contract),
+        expires=expiry(contract),
+        expiry_null=sql.SQL("{} IS NULL").format(sql.Identifier(expires_col))
+        if expires_col
+        else sql.SQL("false"),
         now=_NOW,
         table=table_identifier(contract),
-        cutoff=_CUTOFF,
         subjects=_SUBJECTS,
     )
 
 
-def _expiry_null(contract: Contract) -> sql.Composable:
-    """Whether the row's own expiry column is NULL (then judged by the lease: reported)."""
-    if not contract.lease.expires_at_column:
-        return sql.SQL("false")
-    return sql.SQL("{} IS NULL").format(sql.Identifier(contract.lease.expires_at_column))
-
-
-def _claimed_at(contract: Contract) -> sql.Composable:
-    """When the row was claimed, as a timestamptz (Que's lock records no time: NULL)."""
-    if not contract.has_claimed_at:
-        return sql.SQL("NULL::timestamptz")
-    return sql.SQL("{}::timestamptz").format(sql.Identifier(contract.claimed_at_column))
-
-
 def expiry(contract: Contract) -> sql.Composable:
-    """When a claimed row's lease ends, as a timestamptz expression (NULL: unknown, live).
+    """When a claimed row's lease ends, as a timestamptz (NULL: unknown, live).
 
-    An expiry column's NULL means "no lease known": the row is judged by the task-timeout
-    lease from its claim (claimed_at + lease), never taken as expired nor as unbounded.
-    'infinity' never expires (live; `live_claims_query` reports it so), '-infinity' has.
+    An expiry column's NULL means "no lease known": the row is judged by claimed_at + lease,
+    never taken as expired nor as unbounded. 'infinity' never expires, '-infinity' has.
     """
     claimed_at = sql.Identifier(contract.claimed_at_column)
+    rule = contract.claim_rule
     if contract.lease.expires_at_column:
         return sql.SQL("coalesce({}::timestamptz, {}::timestamptz + {})").format(
             sql.Identifier(contract.lease.expires_at_column), claimed_at, LEASE
         )
-    if contract.claim_rule == ROW_EXPIRY_RULE:
-        # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes
-        # first of the row's own expiry and, when it has a heartbeat, its heartbeat's.
-        # least() skips NULLs, so a job without a heartbeat is judged by its expiry alone.
+    if rule == ROW_EXPIRY_RULE:
+        # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes first
+        # of its own expiry and its heartbeat's; least() skips NULLs (no heartbeat).
         return sql.SQL(
-            "least({started}::timestamptz + {expire} * interval '1 second', "
-            "{beat}::timestamptz + {beat_s} * interval '1 second')"
-        ).format(
-            started=claimed_at,
-            expire=sql.Identifier("expire_seconds"),
-            beat=sql.Identifier("heartbeat_on"),
-            beat_s=sql.Identifier("heartbeat_seconds"),
-        )
-    if contract.claim_rule in (OWNER_HEARTBEAT_RULE, WORKER_HEARTBEAT_RULE):
-        return _owner_heartbeat_expiry(contract, OWNERS[contract.claim_rule])
-    if contract.claim_rule == ADVISORY_LOCK_RULE:
-        # Que: no time lease at all; the lock is held until the work ends or the session
-        # dies. Unknown (NULL): the wait is bounded by the lease (guard._wait_upper_bound).
+            "least({}::timestamptz + {} * interval '1 second', "
+            "{}::timestamptz + {} * interval '1 second')"
+        ).format(claimed_at, *map(sql.Identifier, RULE_COLUMNS[ROW_EXPIRY_RULE]))
+    if rule in (OWNER_HEARTBEAT_RULE, WORKER_HEARTBEAT_RULE):
+        return _owner_heartbeat_expiry(contract, OWNERS[rule])
+    if rule == ADVISORY_LOCK_RULE:
+        # Que: no time lease; the lock is held until the work ends or the session dies.
         return sql.SQL("NULL::timestamptz")
-    if contract.claim_rule == PROCESS_LOCK_RULE:
-        return sql.SQL("CASE WHEN {held} THEN NULL ELSE {beat} END").format(
-            held=held_condition(contract),
-            beat=_owner_heartbeat_expiry(contract, OWNERS[PROCESS_LOCK_RULE]),
+    if rule == PROCESS_LOCK_RULE:
+        return sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
+            held_condition(contract), _owner_heartbeat_expiry(contract, OWNERS[rule])
         )
     if contract.kind_timeouts:
-        return kind_expiry(contract, LEASE)
+        # River (internal/maintenance/job_rescuer.go): a kind whose worker's Timeout() is -1
+        # is never rescued; one with its own timeout once both it and RescueStuckJobsAfter
+        # (the lease) have passed; other kinds take the lease. The unnest's columns are named
+        # apart from the table's, so `kind` is the job's own.
+        return sql.SQL(
+            "CASE WHEN {kind} = ANY(%(unlimited_kinds)s::text[]) THEN NULL::timestamptz "
+            "ELSE {claimed_at}::timestamptz + coalesce((SELECT greatest(k.kind_timeout, {lease}) "
+            "FROM unnest(%(kinds)s::text[], %(kind_timeouts)s::interval[]) "
+            "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
+        ).format(
+            kind=sql.Identifier(kind_column(contract.preset)), claimed_at=claimed_at, lease=LEASE
+        )
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
 
 
 def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
-    """The owner's last heartbeat + the alive threshold (the lease).
+    """The owner's last heartbeat + the lease.
 
-    A claim whose owner row is gone (or never named) is one the system itself fails or
-    unlocks (Solid Queue's ClaimedExecution.orphaned, good_job's Process.cleanup): its lease
-    ended at -infinity, so it is stale. So is one whose owner is judged by its advisory lock
-    (good_job's lock_type) when the lock is not held: its heartbeat does not count then. The
-    owners' table lives beside the claims table, in the same schema.
+    A claim whose owner row is gone (or never named) is one the system itself fails or unlocks
+    (Solid Queue's ClaimedExecution.orphaned, good_job's Process.cleanup): its lease ended at
+    -infinity, so it is stale. So is one whose owner is judged by its advisory lock (good_job's
+    lock_type) when the lock is not held: its heartbeat does not count then.
     """
     beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
         sql.Identifier(owners.heartbeat_column)
@@ -177,61 +189,99 @@ def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composabl
     )
 
 
-def judged_condition(contract: Contract) -> sql.Composable:
-    """The rows the predicate reads: claimed or queued.
+def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
+    """good_job's advisory lock key of a row (AdvisoryLockable#advisory_lock_bigint_sql, md5):
+    the first 64 bits of md5('<table>-<id>')."""
+    return sql.SQL("('x' || substr(md5({} || '-' || {}::text), 1, 16))::bit(64)::bigint").format(
+        sql.Literal(table), id_column
+    )
 
-    With a status column, one IN over both lists together, the same rows as two ORed: the
-    planner then makes one scan of the status index, not a BitmapOr of two.
+
+def held_condition(contract: Contract) -> sql.Composable:
+    """Whether a live session holds the row's lock right now (`false` for time-lease rules).
+
+    Que (lib/que/poller.rb) locks a job with pg_try_advisory_lock(id). good_job locks a job on
+    md5('good_jobs-<id>'), and an owner process registered with an advisory lock (lock_type
+    set) on md5('good_job_processes-<id>'): such an owner is alive exactly while it holds it.
     """
+    own_id = own_column(contract, contract.id_column)
+    if contract.claim_rule == ADVISORY_LOCK_RULE:
+        return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
+    if contract.claim_rule != PROCESS_LOCK_RULE:
+        return sql.SQL("false")
+    owners = OWNERS[PROCESS_LOCK_RULE]
+    return sql.SQL(
+        "({job} = ANY({held}) OR EXISTS (SELECT FROM {owners} AS o WHERE o.id = {owner} "
+        "AND o.{lock_type} IS NOT NULL AND {owner_key} = ANY({held})))"
+    ).format(
+        job=_good_job_key(contract.table, own_id),
+        held=_HELD_KEYS,
+        owners=owners_table(contract, owners),
+        owner=own_column(contract, owners.column),
+        lock_type=sql.Identifier(str(owners.lock_type_column)),
+        owner_key=_good_job_key(owners.table, sql.SQL("o.id")),
+    )
+
+
+def judged_condition(contract: Contract) -> sql.Composable:
+    """The rows the predicate reads: claimed or queued. With a status column, one IN over both
+    lists: the planner then makes one scan of the status index, not a BitmapOr of two."""
     if contract.has_status_column:
-        return _status_in(contract, *_status_lists(contract))
+        return _status_in(contract, "claimed", "queued")
     claimed, queued = claim_conditions(contract)
     return sql.SQL("{} OR {}").format(claimed, queued)
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
-    """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule.
-
-    The status rule compares the column natively: each status is bound as a parameter of
-    unknown type, which PostgreSQL types as the column's own (text, varchar or an enum), so
-    the queue's own indexes on the status column serve the guard; a `::text` cast on the
-    column would hide them from the planner.
-    """
-    if contract.claim_rule == LOCKED_AT_RULE:
+    """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule."""
+    rule, claimed_at = contract.claim_rule, sql.Identifier(contract.claimed_at_column)
+    if rule == LOCKED_AT_RULE:
         # graphile-worker (sql/000011.sql, is_available): unlocked with attempts left is
-        # queued; unlocked with none left is finished (exhausted), read by neither.
-        return (
-            sql.SQL("{} IS NOT NULL").format(sql.Identifier(contract.claimed_at_column)),
-            sql.SQL("({} IS NULL AND {} < {})").format(
-                sql.Identifier(contract.claimed_at_column),
-                sql.Identifier("attempts"),
-                sql.Identifier("max_attempts"),
-            ),
-        )
-    if contract.claim_rule == OWNER_HEARTBEAT_RULE:
-        # Solid Queue: every row of the claims table is a claim (it is deleted when the job
-        # ends); queued jobs are rows of another table, not read.
+        # queued; unlocked with none left is finished, read by neither.
+        attempts, max_attempts = map(sql.Identifier, RULE_COLUMNS[LOCKED_AT_RULE])
+        queued = sql.SQL("({} IS NULL AND {} < {})").format(claimed_at, attempts, max_attempts)
+        return sql.SQL("{} IS NOT NULL").format(claimed_at), queued
+    if rule == OWNER_HEARTBEAT_RULE:
+        # Solid Queue: every row of the claims table is a claim (deleted when the job ends).
         return sql.SQL("true"), sql.SQL("false")
-    if contract.claim_rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
-        return lock_conditions(contract)
-    if contract.claim_rule == VISIBILITY_RULE:
-        # pgmq: read() counts every read in read_ct; a message never read is queued (a
-        # delayed send's vt lies ahead too, but nobody holds it).
+    if rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
+        # Only a job not done can be worked, so both conditions start with "not done", which
+        # the planner answers from the queue's own partial index over unfinished jobs: the
+        # lock test runs on the backlog only. Que: claimed iff a session holds its lock (Que
+        # sets expired_at once retries are exhausted). good_job: claimed iff locked_by_id
+        # names a process or its lock is held.
+        held = held_condition(contract)
+        if rule == ADVISORY_LOCK_RULE:
+            not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(
+                sql.Identifier("finished_at"), sql.Identifier("expired_at")
+            )
+            return (
+                sql.SQL("({} AND {})").format(not_done, held),
+                sql.SQL("({} AND NOT {})").format(not_done, held),
+            )
+        owner = sql.Identifier(OWNERS[PROCESS_LOCK_RULE].column)
+        not_done = sql.SQL("{} IS NULL").format(sql.Identifier("finished_at"))
+        return (
+            sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, owner, held),
+            sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, owner, held),
+        )
+    if rule == VISIBILITY_RULE:
+        # pgmq: read() counts every read in read_ct; a message never read is queued.
         read_ct = sql.Identifier("read_ct")
         return sql.SQL("{} > 0").format(read_ct), sql.SQL("{} = 0").format(read_ct)
-    claimed, queued = _status_lists(contract)
-    return _status_in(contract, claimed), _status_in(contract, queued)
+    return _status_in(contract, "claimed"), _status_in(contract, "queued")
 
 
-def _status_lists(contract: Contract) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The status lists the predicate reads, each with the stem of its parameters' names."""
-    return (("claimed", contract.claimed_statuses), ("queued", contract.queued_statuses))
+def _status_lists(contract: Contract) -> dict[str, tuple[str, ...]]:
+    return {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
 
 
-def _status_in(contract: Contract, *lists: tuple[str, tuple[str, ...]]) -> sql.Composable:
-    """`status IN (%(claimed_0)s, ...)`: whether the status is one of these lists' (false
-    for none). One bound parameter per status."""
-    names = [_status_param(stem, i) for stem, statuses in lists for i in range(len(statuses))]
+def _status_in(contract: Contract, *stems: str) -> sql.Composable:
+    """`status IN (%(claimed_0)s, ...)` (false for none). Each status is bound with unknown
+    type, which PostgreSQL types as the column's own (text, varchar, enum): the queue's indexes
+    on it serve the guard, where a `::text` cast would hide them from the planner."""
+    lists = _status_lists(contract)
+    names = [f"{stem}_{i}" for stem in stems for i in range(len(lists[stem]))]
     if not names:
         return sql.SQL("false")
     return sql.SQL("{} IN ({})").format(
@@ -240,18 +290,10 @@ def _status_in(contract: Contract, *lists: tuple[str, tuple[str, ...]]) -> sql.C
     )
 
 
-def _status_param(stem: str, index: int) -> str:
-    return f"{stem}_{index}"
-
-
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject, in the order bound: the clock, whether the server is a standby (asked
-    on every poll: a server can be demoted under a long drain), the subject's number and its
-    rows per class (`Counts`' fields); one row per subject even when nothing is judged.
-
-    OFFSET 0 keeps the judged rows a subquery, so each row's class (with Que's and
-    good_job's lock tests) is computed once, not once per FILTER.
-    """
+    """Per subject, in the order bound: the clock, whether the server is a standby (asked on
+    every poll: a server can be demoted under a long drain), the subject and its rows per class.
+    OFFSET 0 keeps the judged rows a subquery, so each row's class is computed once."""
     return sql.SQL(
         """
         SELECT {now} AS checked_at,
@@ -270,12 +312,9 @@ def counts_query(contract: Contract) -> sql.Composed:
 
 
 def live_claims_query(contract: Contract) -> sql.Composed:
-    """Each subject's live rows, longest remaining lease first (NULL expiry first:
-    unbounded), at most `live_limit` per subject.
-
-    An infinite time is no Python datetime and no interval: 'infinity' - now() is SQLSTATE
-    22008. Such a time is listed as NULL, and `never_expires` says which rows it concerns.
-    """
+    """Each subject's live rows, longest remaining lease first (NULL expiry first), at most
+    `live_limit` each. An infinite time is no datetime ('infinity' - now() is SQLSTATE 22008):
+    it is listed as NULL, and `never_expires` says which rows it concerns."""
     return sql.SQL(
         """
         SELECT j.lg_n,
@@ -300,8 +339,8 @@ def live_claims_query(contract: Contract) -> sql.Composed:
 def orphan_cutoff(
     contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
 ) -> datetime | None:
-    """Claims before this are orphans (None: the start is unknown, so none is); the
-    tolerance is clock_skew_s unless a measured clock offset gives its own."""
+    """Claims before this are orphans (None: the start is unknown, so none is); the tolerance
+    is clock_skew_s unless a measured clock offset gives its own."""
     if runtime_started_at is None:
         return None
     tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
@@ -330,18 +369,26 @@ def subjects_params(
     live_limit: int = 100,
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in the
-    order its rows come back (`subject` 1, 2, ...)."""
+    order its rows come back (`subject` 1, 2, ...); River's kind timeouts as three arrays."""
+    kinds = contract.kind_timeouts
+    timed = [(kind, s) for kind, s in kinds.items() if s is not None]
     return {
         "as_of": as_of,
         **{
-            _status_param(stem, i): status
-            for stem, statuses in _status_lists(contract)
+            f"{stem}_{i}": status
+            for stem, statuses in _status_lists(contract).items()
             for i, status in enumerate(statuses)
         },
-        "subject_leases": [
-            timedelta(seconds=lease_s) if lease_s is not None else None for lease_s, _ in subjects
-        ],
+        "subject_leases": [None if s is None else timedelta(seconds=s) for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
-        **kind_params(contract),
+        **(
+            {
+                "unlimited_kinds": [kind for kind, s in kinds.items() if s is None],
+                "kinds": [kind for kind, _ in timed],
+                "kind_timeouts": [timedelta(seconds=s) for _, s in timed],
+            }
+            if kinds
+            else {}
+        ),
     }

@@ -15,8 +15,7 @@ from datetime import datetime
 
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
-from leaseguard.core.lookups import ENV_NAME, Argv, env_value
-from leaseguard.core.timestamps import parse_timestamp
+from leaseguard.core.lookups import ENV_NAME, Argv, env_value, parse_timestamp
 
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"

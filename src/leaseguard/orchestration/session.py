@@ -24,10 +24,9 @@ from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.plan_warning import advisory_plan_warning
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner
 from leaseguard.adapters.statuses import StatusColumn
-from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
-from leaseguard.core.fleet import FleetFacts, combine_facts
+from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
 from leaseguard.orchestration.subjects import Judged

@@ -20,10 +20,15 @@ import psycopg
 from leaseguard.adapters.clock import here_minus_database, offset_from_here
 from leaseguard.adapters.guard import Subject, lease_seconds
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.clock_offset import ClockOffset, chained
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, LookupFailed
-from leaseguard.core.fleet import FleetFacts, combine_facts, in_database_clocks
+from leaseguard.core.fleet import (
+    ClockOffset,
+    FleetFacts,
+    chained,
+    combine_facts,
+    in_database_clocks,
+)
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 
 Conn = psycopg.Connection[tuple[object, ...]]
