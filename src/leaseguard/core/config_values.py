@@ -1,6 +1,5 @@
-"""One value of a config mapping read and checked: its type, its bounds, and its key named on
-error with its section (`lease.multiplier`, `drain.poll_s`), so a misspelt or mistyped key
-never becomes a traceback or a default."""
+"""One config value read and checked, its key named on error with its section
+(`lease.multiplier`): a misspelt or mistyped key never becomes a traceback or a default."""
 
 from __future__ import annotations
 
@@ -137,13 +136,9 @@ def _zone(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") 
 
 def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
     """`read`, or None when the key is missing or null."""
-
-    def read_optional(
-        data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
-    ) -> T | None:
-        return None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
-
-    return read_optional
+    return lambda data, key, default=None, *, prefix="": (
+        None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
+    )
 
 
 optional_text = _optional(text_value)

@@ -1,8 +1,7 @@
 """The contract: which table holds the work, and how the protected system defines a lease.
 
-The keys are the same in every front (a YAML file, Fabric's `leaseguard:` section, Ansible's
-`leaseguard_*` variables). `load_contract` merges the layers, lowest first, and validates
-them into one immutable Contract, every message naming the key at fault.
+The same keys in every front (a YAML file, Fabric's `leaseguard:` section, Ansible's
+`leaseguard_*` variables), merged lowest layer first into one immutable Contract.
 """
 
 from __future__ import annotations
@@ -18,16 +17,14 @@ from leaseguard.core import presets
 from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
-# The section of a config file declaring pg_cron budgets (leaseguard.core.budgets reads it);
-# the contract skips it, so one file can serve `check`, `drain` and `budgets`.
+# A config file's pg_cron budgets (leaseguard.core.budgets): one file serves every command.
 CRON_BUDGETS_SECTION = "cron_budgets"
-# A table (plain or partitioned) holds the live rows; a view is taken only when the contract
-# says so on purpose. Materialized views (a snapshot, stale by design) are never judged.
+# A view is judged only when the contract says so; a materialized view (stale by design) never.
 RELATION_KINDS = ("table", "view")
 
 
 def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
-    """A field with its default and the reader (leaseguard.core.config_values) checking it."""
+    """A field with its default and the reader (config_values) checking it."""
     return field(default=default, metadata={"read": partial(reader, **options)})
 
 
@@ -91,8 +88,7 @@ class RuntimeLookup:
 
 @dataclass(frozen=True)
 class Contract:
-    """Everything the guard needs to know about the protected system's work table; the
-    fields with a reader are read in this order, after the status lists."""
+    """The protected system's work table; fields are read in this order, after the statuses."""
 
     table: str = _key("execution_runs", read.identifier)
     schema: str | None = _key(None, read.optional_identifier)
@@ -101,8 +97,8 @@ class Contract:
     status_column: str = _key("status", read.identifier)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
-    # None: ("done", "failed") minus any claimed or queued. Apart from an explicit list, so
-    # that only statuses someone wrote are checked against an enum's labels.
+    # None: ("done", "failed") minus any claimed or queued; only a list someone wrote is
+    # checked against an enum's labels.
     finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = _key("claimed_at", read.identifier)
     lease: LeaseRule = field(default_factory=LeaseRule, metadata=_SECTION)
@@ -112,11 +108,10 @@ class Contract:
     statement_timeout_ms: int = _key(5000, read.whole_number)
     lock_timeout_ms: int = _key(2000, read.whole_number)
     connect_timeout_s: int = _key(10, read.whole_number)
-    # The zone a `timestamp without time zone` column was written in. None: a naive time
-    # column fails the check, since a wrong zone shifts every claim by hours.
+    # The zone a naive timestamp column was written in. None: a naive column fails the check,
+    # since a wrong zone shifts every claim by hours.
     timestamp_zone: str | None = _key(None, read.optional_zone)
-    # The job queue whose stock schema and liveness rule the keys above came from, if any.
-    preset: str | None = None
+    preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
     kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
 
@@ -142,13 +137,12 @@ class Contract:
 
     @property
     def claim_rule(self) -> str:
-        """How a row is claimed: by status (the default) or a preset's own rule."""
         return presets.CLAIM_RULES.get(self.preset or "", presets.STATUS_RULE)
 
     @property
     def rows_carry_expiry(self) -> bool:
-        """Each row says when its claim expires, so no task timeout is looked up (pg-boss,
-        pgmq: NOT NULL in their schemas; not `lease.expires_at_column`, which may be NULL)."""
+        """Each row says when its claim expires (NOT NULL in pg-boss's and pgmq's schemas, unlike
+        `lease.expires_at_column`), so no task timeout is looked up."""
         return self.claim_rule in (presets.ROW_EXPIRY_RULE, presets.VISIBILITY_RULE)
 
     @property
@@ -170,7 +164,7 @@ class Contract:
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         if self.kind_timeouts:
-            named["kind_timeouts"] = presets.kind_column(self.preset)
+            named["kind_timeouts"] = presets.KIND_COLUMNS[self.preset or ""]
         return named
 
 
@@ -192,8 +186,7 @@ def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
 
 
 def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Deep-merge config layers; later layers win key by key, nested sections too. The order
-    callers use: a preset < the config file (or Fabric's config) < flags (or module options)."""
+    """Deep-merge config layers; later ones win key by key (a preset < a file < flags)."""
     merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in (layer or {}).items():
@@ -205,8 +198,7 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
-    """Validate a plain mapping of contract keys. A `preset` is the lowest layer above the
-    built-in defaults: every key set explicitly, in any layer, overrides the preset's."""
+    """Validate a mapping of contract keys; every key set explicitly overrides the preset's."""
     read.reject_unknown(data, _keys(Contract), prefix="")
     preset = read.optional_text(data, "preset")
     if preset is not None:
@@ -266,7 +258,7 @@ def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML contract file; a top-level ``leaseguard:`` section is unwrapped."""
+    """A YAML contract file's keys; a top-level `leaseguard:` section is unwrapped."""
     data = read_yaml(path)
     if data is None:
         return {}

@@ -26,8 +26,7 @@ _FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 
 
 def invalid_dsn(conninfo: str) -> ConfigError:
-    """Why libpq refused a DSN, naming the keyword at fault and never a value (libpq's own
-    message may quote one: a password with a space)."""
+    """Why libpq refused a DSN, naming the keyword at fault, never a value (libpq's may)."""
     if re.match(r"\s*postgres(?:ql)?://", conninfo):
         return ConfigError("the DSN is not a valid postgresql:// URI")
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
@@ -67,8 +66,7 @@ def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> t
 
 
 def each_hosts_own(host: str) -> bool:
-    """Whether a tunnel's far end is each host's own loopback, so each host may reach a
-    database of its own there (a shared address reaches one database from every host)."""
+    """Whether a tunnel's far end is each host's own loopback (each may reach its own database)."""
     return host in ("localhost", "::1") or host.startswith("127.")
 
 

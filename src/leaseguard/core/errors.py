@@ -1,7 +1,5 @@
-"""The errors leaseguard raises on purpose, and the exit statuses they map to.
-
-Every message names what failed (host, table, column, variable, exception class) and never
-carries a DSN, a password or raw driver text: these messages reach CI logs and chat.
+"""The errors leaseguard raises on purpose, and their exit statuses. A message names what failed
+and never carries a DSN, a password or raw driver text: these messages reach CI logs and chat.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """The fleet rule, hosts' reports turned into facts (`fleet_facts`), and clock offsets.
 
-A per-host restart is judged with that host's own facts. Anything global (a migration,
-budgets, shared intake) acts on work that may be running on *any* host, so it is judged once
-with facts that protect every host's possible claims: the orphan cut-off is the OLDEST
-runtime start, the lease the LONGEST task timeout, and one unknown start makes the cut-off
-unknown (nothing is classed orphaned). Ties are broken by host name, so the result never
-depends on the order the hosts answered in.
+Anything global (a migration, budgets, shared intake) acts on work that may run on *any* host,
+so it is judged once with facts protecting every host's claims: the orphan cut-off is the
+OLDEST runtime start (one unknown: unknown), the lease the LONGEST task timeout; ties go by name.
 """
 
 from __future__ import annotations
@@ -19,8 +16,7 @@ from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
 from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
-# Beyond this, this machine's clock is reported on every check: nothing is judged in it, but
-# given start times and status files are read and written in it.
+# Beyond this, this machine's clock is reported: given start times and status files use it.
 CONTROLLER_SKEW_BOUND_S = 5.0
 # A host's report (`host_report`, task_timeout's result as registered; a --facts-file entry).
 REPORT_KEYS = frozenset(
@@ -37,7 +33,7 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance, widened (never narrowed) to what the measurement cannot tell."""
+        """The orphan tolerance, widened to what the measurement cannot tell."""
         return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:
@@ -137,8 +133,8 @@ def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> da
 def in_database_clocks(
     per_host: Mapping[str, RuntimeFacts], offsets: Mapping[str, ClockOffset], clock_skew_s: float
 ) -> dict[str, RuntimeFacts]:
-    """Every host's start time in the database clock (`offsets`: host minus database), so the
-    oldest start is the oldest in truth; a host off by more than `clock_skew_s` is warned of."""
+    """Every host's start time in the database clock; a host off by more than `clock_skew_s`
+    is warned of."""
     moved = {}
     for host, facts in per_host.items():
         offset = offsets.get(host)
@@ -154,7 +150,7 @@ def in_database_clocks(
 
 def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:
     """A host's report (task_timeout's result): the one value and its provenance, never the
-    environment; with the host's clock minus this machine's when a start time makes it matter."""
+    environment; its clock minus this machine's when it has a start time."""
     timeout, started = facts.task_timeout, facts.runtime_started_at
     report: dict[str, Any] = {
         "task_timeout_s": timeout.seconds if timeout else None,

@@ -55,7 +55,7 @@ def env_file_argv(path: str, name: str) -> Argv:
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
-    """Filtered on the host: the rest of the environment never crosses the wire."""
+    """Filtered on the host: the rest of the environment stays there."""
     return ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
 
 
@@ -108,8 +108,7 @@ def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
 
 
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
-    """One block per loaded unit: the ACTIVE ones. None active fails, naming the glob:
-    nothing to judge is not "nothing runs"."""
+    """The ACTIVE units of the blocks; none fails, naming the glob (not "nothing runs")."""
     active = [p for p in map(_properties, text.split("\n\n")) if p.get("ActiveState") == "active"]
     if not active:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
@@ -163,8 +162,8 @@ def is_decimal_text(text: str) -> bool:
 
 
 def parse_timeout_s(value: object, *, what: str = "task timeout") -> float:
-    """`value` (usually text read from a host) as seconds > 0. A message never repeats the
-    value: a misnamed variable could point at a secret."""
+    """`value` (text read from a host) as seconds > 0; a message never repeats the value (a
+    misnamed variable could point at a secret)."""
     if isinstance(value, bool):
         raise TimeoutValueError(f"{what} is a boolean, not a number of seconds")
     if isinstance(value, str):

@@ -1,8 +1,7 @@
-"""The lease predicate and the guard's other SQL, built with psycopg.sql.
+"""The lease predicate and the guard's other SQL: identifiers quoted, every value bound.
 
-Identifiers go through `sql.Identifier`; every value (statuses, the lease, the orphan cut-off,
-the clock, River's kinds) is a bound parameter. Time arithmetic happens in the database clock:
-claimed_at was written by the database, so the guard's own clock would add its skew.
+Time arithmetic happens in the database clock: claimed_at was written by the database, so the
+guard's own clock would add its skew to every judgment.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from psycopg import sql
 from leaseguard.core.contract import Contract
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
+    KIND_COLUMNS,
     LOCKED_AT_RULE,
     OWNER_HEARTBEAT_RULE,
     OWNERS,
@@ -25,7 +25,6 @@ from leaseguard.core.presets import (
     VISIBILITY_RULE,
     WORKER_HEARTBEAT_RULE,
     Owners,
-    kind_column,
 )
 
 # The database clock, or the instant a test pins.
@@ -37,10 +36,8 @@ _SUBJECTS = sql.SQL(
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
 )
 LEASE = sql.SQL("lg_subject.lg_lease")
-# The keys of the one-bigint advisory locks (objsubid 1: the key's high half in classid, its
-# low half in objid) other sessions of this database hold right now. pg_locks is no MVCC
-# snapshot: a session that died has released everything. The guard's own session and waiters
-# are left out.
+# The one-bigint advisory lock keys (objsubid 1) other sessions of this database hold right now
+# (pg_locks is no MVCC snapshot: a session that died has released everything); no waiters.
 _HELD_KEYS = sql.SQL(
     "ARRAY(SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_catalog.pg_locks AS l "
     "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
@@ -73,13 +70,9 @@ def columns_query() -> sql.SQL:
 
 
 def _judged_rows(contract: Contract) -> sql.Composed:
-    """Every claimed or queued row, classed queued / orphaned / stale / live per subject.
-
-    A claim whose claimed_at (or expiry) is NULL cannot be proven dead, so it falls through to
-    live: the guard errs on the side of the work. A row whose lock a live session holds (Que,
-    good_job) is live before any time test. Naive timestamps are read in timestamp_zone (the
-    guard transaction sets TimeZone to it).
-    """
+    """Every claimed or queued row, classed queued / orphaned / stale / live per subject. A
+    claim whose claimed_at (or expiry) is NULL cannot be proven dead: it falls through to live.
+    A row whose lock a live session holds (Que, good_job) is live before any time test."""
     claimed_at = (
         sql.SQL("{}::timestamptz").format(sql.Identifier(contract.claimed_at_column))
         if contract.has_claimed_at
@@ -120,11 +113,8 @@ def _judged_rows(contract: Contract) -> sql.Composed:
 
 
 def expiry(contract: Contract) -> sql.Composable:
-    """When a claimed row's lease ends, as a timestamptz (NULL: unknown, live).
-
-    An expiry column's NULL means "no lease known": the row is judged by claimed_at + lease,
-    never taken as expired nor as unbounded. 'infinity' never expires, '-infinity' has.
-    """
+    """When a claimed row's lease ends (NULL: unknown, live). An expiry column's NULL is "no
+    lease known": judged by claimed_at + lease, neither expired nor unbounded."""
     claimed_at = sql.Identifier(contract.claimed_at_column)
     rule = contract.claim_rule
     if contract.lease.expires_at_column:
@@ -158,19 +148,17 @@ def expiry(contract: Contract) -> sql.Composable:
             "FROM unnest(%(kinds)s::text[], %(kind_timeouts)s::interval[]) "
             "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
         ).format(
-            kind=sql.Identifier(kind_column(contract.preset)), claimed_at=claimed_at, lease=LEASE
+            kind=sql.Identifier(KIND_COLUMNS[contract.preset or ""]),
+            claimed_at=claimed_at,
+            lease=LEASE,
         )
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
 
 
 def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
-    """The owner's last heartbeat + the lease.
-
-    A claim whose owner row is gone (or never named) is one the system itself fails or unlocks
-    (Solid Queue's ClaimedExecution.orphaned, good_job's Process.cleanup): its lease ended at
-    -infinity, so it is stale. So is one whose owner is judged by its advisory lock (good_job's
-    lock_type) when the lock is not held: its heartbeat does not count then.
-    """
+    """The owner's last heartbeat + the lease. A claim whose owner row is gone (or unnamed)
+    is one the system itself fails or unlocks (Solid Queue's ClaimedExecution.orphaned,
+    good_job's Process.cleanup): stale. So is one whose owner has a lock_type but not its lock."""
     beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
         sql.Identifier(owners.heartbeat_column)
     )
@@ -198,12 +186,9 @@ def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
 
 
 def held_condition(contract: Contract) -> sql.Composable:
-    """Whether a live session holds the row's lock right now (`false` for time-lease rules).
-
-    Que (lib/que/poller.rb) locks a job with pg_try_advisory_lock(id). good_job locks a job on
-    md5('good_jobs-<id>'), and an owner process registered with an advisory lock (lock_type
-    set) on md5('good_job_processes-<id>'): such an owner is alive exactly while it holds it.
-    """
+    """Whether a live session holds the row's lock now (`false` for time-lease rules). Que
+    (lib/que/poller.rb) locks pg_try_advisory_lock(id); good_job md5('good_jobs-<id>'), and an
+    owner with a lock_type md5('good_job_processes-<id>'), alive exactly while it holds it."""
     own_id = own_column(contract, contract.id_column)
     if contract.claim_rule == ADVISORY_LOCK_RULE:
         return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
@@ -291,9 +276,8 @@ def _status_in(contract: Contract, *stems: str) -> sql.Composable:
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject, in the order bound: the clock, whether the server is a standby (asked on
-    every poll: a server can be demoted under a long drain), the subject and its rows per class.
-    OFFSET 0 keeps the judged rows a subquery, so each row's class is computed once."""
+    """Per subject: the clock, whether the server is a standby (a server can be demoted under
+    a long drain), the subject and its rows per class (OFFSET 0: each class computed once)."""
     return sql.SQL(
         """
         SELECT {now} AS checked_at,
@@ -312,9 +296,8 @@ def counts_query(contract: Contract) -> sql.Composed:
 
 
 def live_claims_query(contract: Contract) -> sql.Composed:
-    """Each subject's live rows, longest remaining lease first (NULL expiry first), at most
-    `live_limit` each. An infinite time is no datetime ('infinity' - now() is SQLSTATE 22008):
-    it is listed as NULL, and `never_expires` says which rows it concerns."""
+    """Each subject's live rows, longest lease first (NULL first), at most `live_limit` each;
+    an infinite time ('infinity' - now() is SQLSTATE 22008) is NULL, with `never_expires`."""
     return sql.SQL(
         """
         SELECT j.lg_n,
@@ -369,7 +352,7 @@ def subjects_params(
     live_limit: int = 100,
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in the
-    order its rows come back (`subject` 1, 2, ...); River's kind timeouts as three arrays."""
+    order its rows come back; River's kind timeouts as three arrays."""
     kinds = contract.kind_timeouts
     timed = [(kind, s) for kind, s in kinds.items() if s is not None]
     return {

@@ -1,9 +1,8 @@
 """Presets: the stock schema and own liveness rule of off-the-shelf PostgreSQL job queues.
 
-A preset is a layer of ordinary contract keys just above the built-in defaults: every key set
-explicitly overrides it. Where a queue's rule is not "status + claimed_at + lease" the preset
-also names a claim rule, whose SQL lives in `leaseguard.core.predicate` (never in config).
-Each queue's rule and the source file it comes from: docs/queues.md.
+A preset is a layer of contract keys just above the built-in defaults: every key set explicitly
+overrides it. A queue whose rule is not "status + claimed_at + lease" also has a claim rule
+(its SQL: `leaseguard.core.predicate`). Each rule and its source file: docs/queues.md.
 """
 
 from __future__ import annotations
@@ -143,14 +142,12 @@ ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
 
 @dataclass(frozen=True)
 class Owners:
-    """The processes owning claims (their table beside the claims table) and how an owner is
-    known to be alive."""
+    """The processes owning claims (their table beside the claims table), alive while they beat."""
 
     column: str
     table: str
     heartbeat_column: str
-    # good_job: an owner whose lock_type is set is alive exactly while it holds its lock.
-    lock_type_column: str | None = None
+    lock_type_column: str | None = None  # good_job: set, alive exactly while it holds its lock
 
 
 OWNERS: dict[str, Owners] = {
@@ -170,10 +167,6 @@ def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
             "(one check per queue)"
         )
     return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
-
-
-def kind_column(preset: str | None) -> str:
-    return KIND_COLUMNS[preset or ""]
 
 
 class KindTimeouts(dict[str, float | None]):

@@ -1,9 +1,7 @@
-"""Lookups that may match several replicas: a docker filter (`container: label=K=V` or
-`name=REGEX`, RUNNING containers), a systemd unit glob (`worker@*.service`, ACTIVE units).
-A claim may run on any of them: the orphan cut-off is the OLDEST start, the timeout the LONGEST.
-
-Only the one configured variable leaves the host (the environment holds secrets), printed by
-`inspect --format`: unlike `exec printenv` it needs nothing in the image and starts no exec.
+"""Lookups that may match several replicas: a docker filter (`label=K=V`, `name=REGEX`:
+running containers), a unit glob (active units). A claim may run on any of them: the cut-off is
+the OLDEST start, the timeout the LONGEST. Only the one variable leaves the host (the
+environment holds secrets), printed by `inspect --format`: no exec, nothing needed in the image.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ def is_unit_glob(unit: str) -> bool:
 
 
 def _template(variable: str | None) -> str:
-    """One JSON line per container: name, state, start, compose labels, and only the
-    entries of the ONE variable (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
+    """One JSON line per container: name, state, start, compose labels, and only the ONE
+    variable's entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
     env = ""
     if variable is not None:
         prefix = f"{variable}="
@@ -79,8 +77,7 @@ ids=$("$1" ps -q --no-trunc --filter "$2") || exit
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
-    """The timeout's variable when the runtime's container command can print it too (one
-    command for both lookups of one container), else None."""
+    """The timeout's variable when the runtime's container command can print it too."""
     timeout, runtime = contract.task_timeout, contract.runtime
     same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
     if timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable):

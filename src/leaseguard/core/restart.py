@@ -1,6 +1,5 @@
-"""Restarting a runtime with a stop budget (pure): the argv for each kind of runtime, whether
-its start time moved forward, and runtime_restart's results and messages (the restart role's
-texts, word for word)."""
+"""Restarting a runtime with a stop budget: the argv per runtime, whether its start time moved,
+runtime_restart's results and messages (the restart role's texts, word for word)."""
 
 from __future__ import annotations
 
@@ -13,11 +12,10 @@ from leaseguard.core.errors import ConfigError
 from leaseguard.core.lookups import Argv, CommandResult, exit_meaning, first_stderr_line
 from leaseguard.core.replicas import is_unit_glob
 
-# TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run,
-# gone at reboot) carries the stop budget for this one restart. It is removed whether or not
-# the restart succeeds (the EXIT trap, also on a signal): left behind, it would silently change
-# every later stop of the unit. Only a directory this restart created is removed with it.
-# Arguments: $1 the unit, $2 the stop budget in seconds. Exit status: the first failure's.
+# TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run)
+# carries the stop budget for this one restart. The EXIT trap removes it whatever happens (left
+# behind, it would change every later stop of the unit), and a directory only if made here.
+# $1 the unit, $2 the stop budget in seconds. Exit status: the first failure's.
 _SYSTEMD_SCRIPT = """\
 umask 022
 dir="/run/systemd/system/$1.d"; conf="$dir/50-leaseguard-stop.conf"; made=
@@ -38,8 +36,7 @@ systemctl restart "$1" || rc=$?
 
 @dataclass(frozen=True)
 class RestartSpec:
-    """What to restart (`method` and the container, unit or command it needs), on which host,
-    with which budgets; `source` is the runtime lookup's, which checks the restart."""
+    """What to restart, on which host, with which budgets; `source`: the runtime lookup's."""
 
     method: str
     container: str = ""
@@ -57,7 +54,7 @@ class RestartSpec:
 
 
 def restart_argv(spec: RestartSpec) -> Argv:
-    """The argv that restarts the runtime, giving it its stop budget between SIGTERM and KILL."""
+    """The argv restarting the runtime, with its stop budget between SIGTERM and KILL."""
     budget = str(int(spec.stop_timeout_s))
     match spec.method:
         case "docker" | "podman":
@@ -80,9 +77,8 @@ def restart_target(spec: RestartSpec) -> str:
 
 
 def missing_target(spec: RestartSpec) -> str | None:
-    """The setting `spec.method` needs and `spec` lacks or names only as replicas, if any:
-    `docker restart label=...` restarts nothing, and one `systemctl restart` of a glob
-    restarts them all at once, its stop budget lost."""
+    """The setting `spec.method` needs and lacks or names only as replicas: `docker restart
+    label=...` restarts nothing, a glob's `systemctl restart` all at once, its budget lost."""
     name = {"docker": "container", "podman": "container", "systemd": "unit"}.get(
         spec.method, "command"
     )
@@ -137,7 +133,7 @@ def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict
 
 
 def would_restart(spec: RestartSpec) -> dict[str, Any]:
-    """Check mode: what the real run would do; nothing runs on the host."""
+    """Check mode: what the real run would do."""
     return {
         **restart_result(spec, None, None),
         "msg": f"leaseguard (check mode): would restart {spec.host}: "
@@ -145,13 +141,10 @@ def would_restart(spec: RestartSpec) -> dict[str, Any]:
     }
 
 
-# A missing start time reads `None`, as the restart role's templates showed it.
-
-
 def restarted_message(
     spec: RestartSpec, before: dict[str, Any], after: dict[str, Any] | None
 ) -> str:
-    if after is None:  # not checked: the runtime source reads no start time
+    if after is None:  # not checked: the runtime source reads no start time (missing: None)
         return f"leaseguard: restarted {spec.host} (stop budget {spec.stop_timeout_s} s)"
     return (
         f"leaseguard: restarted {spec.host} "
@@ -178,8 +171,7 @@ def not_moved_message(
 
 
 def restart_failed_message(spec: RestartSpec, ran: CommandResult) -> str:
-    """Only an engine's or systemctl's own first line of complaint (masked), never a user
-    command's output."""
+    """An engine's or systemctl's first line of complaint (masked), never a user command's."""
     said = "" if spec.method == "command" else first_stderr_line(ran.stderr)
     meaning = exit_meaning(ran.exit_code)
     status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")

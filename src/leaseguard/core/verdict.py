@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,18 +13,7 @@ from leaseguard.core.errors import EXIT_DEFER, EXIT_PROCEED
 class Decision(enum.StrEnum):
     PROCEED = "proceed"
     DEFER = "defer"
-    # A check that could not complete (fail closed); a Verdict never holds it: every front
-    # reports it through failure_result / failure_timeline.
-    FAILED = "failed"
-
-
-class RowClass(enum.StrEnum):
-    """How the judgment classes a claimed or queued row (README.md, "The judgment")."""
-
-    QUEUED = "queued"  # nobody holds it: nothing to interrupt
-    ORPHANED = "orphaned"  # claimed before the runtime started: its worker is gone
-    STALE = "stale"  # lease expired: the reaper's, not the guard's
-    LIVE = "live"  # claimed, lease running: protected
+    FAILED = "failed"  # a check that could not complete (fail closed): never a Verdict's
 
 
 @dataclass(frozen=True)
@@ -43,9 +32,7 @@ class RuntimeFacts:
     task_timeout: TaskTimeout | None
     runtime_started_at: datetime | None
     warnings: tuple[str, ...] = ()
-    # What a docker filter or a unit glob matched (the facts are the oldest start and the
-    # longest timeout over them); empty when the lookups named one container or unit.
-    replicas: tuple[str, ...] = ()
+    replicas: tuple[str, ...] = ()  # what a docker filter or a unit glob matched
 
 
 @dataclass(frozen=True)
@@ -67,10 +54,8 @@ class LiveClaim:
     claimed_at: datetime | None
     lease_expires_at: datetime | None
     remaining_s: float | None
-    # The row's expiry is 'infinity': its lease never ends (remaining_s None).
-    never_expires: bool = False
-    # The row's expiry column is NULL: no lease known, judged by claimed_at + the lease.
-    expiry_null: bool = False
+    never_expires: bool = False  # its expiry is 'infinity' (remaining_s None)
+    expiry_null: bool = False  # its expiry column is NULL: judged by claimed_at + the lease
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -97,13 +82,10 @@ class Verdict:
     table: str
     host: str | None = None
     clock_offset_s: float | None = None
-    warnings: tuple[str, ...] = field(default=())
-    # Set when one judgment covers several hosts (the fleet rule): the hosts, and which host
-    # supplied the lease and the orphan cut-off (leaseguard.core.fleet.FleetFacts.as_dict()).
-    fleet: dict[str, Any] | None = None
-    replicas: tuple[str, ...] = ()  # RuntimeFacts.replicas: every match the facts cover
-    # False when a live lease never ends ('infinity') or its end is unknown: then
-    # wait_upper_bound_s covers only the others, and no wait is sure to outlast them all.
+    warnings: tuple[str, ...] = ()
+    fleet: dict[str, Any] | None = None  # FleetFacts.as_dict() of a judgment over several hosts
+    replicas: tuple[str, ...] = ()
+    # False when a live lease never ends or its end is unknown: no wait outlasts them all.
     wait_upper_bound_known: bool = True
 
     @property
@@ -175,11 +157,8 @@ def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
 def failure_result(
     error: Exception, host: str | None, at: datetime | None = None
 ) -> dict[str, Any]:
-    """The JSON of a check that could not complete: what a Verdict's as_dict() is otherwise.
-
-    `at`, when given, is reported as `checked_at`. The message is the error's own text:
-    leaseguard's errors never carry a secret.
-    """
+    """The JSON of a check that could not complete (`at` as its checked_at); the message is
+    the error's own text: leaseguard's errors never carry a secret."""
     result: dict[str, Any] = {"decision": Decision.FAILED.value, "host": host}
     if at is not None:
         result["checked_at"] = at.isoformat()
