@@ -104,8 +104,7 @@ def _address(
 
 
 def parse_openssh_args(text: str) -> dict[str, str]:
-    """The options of an OpenSSH command line (where Ansible keeps a host's jump host,
-    known_hosts file and host-key policy) by lower-cased name; the first value given wins."""
+    """An OpenSSH command line's options by lower-cased name; the first value given wins."""
     try:
         words = shlex.split(text)
     except ValueError:

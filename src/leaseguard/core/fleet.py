@@ -133,8 +133,7 @@ def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> da
 def in_database_clocks(
     per_host: Mapping[str, RuntimeFacts], offsets: Mapping[str, ClockOffset], clock_skew_s: float
 ) -> dict[str, RuntimeFacts]:
-    """Every host's start time in the database clock; a host off by more than `clock_skew_s`
-    is warned of."""
+    """Every host's start time in the database clock, a host off by more than the skew warned."""
     moved = {}
     for host, facts in per_host.items():
         offset = offsets.get(host)
@@ -149,8 +148,7 @@ def in_database_clocks(
 
 
 def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:
-    """A host's report (task_timeout's result): the one value and its provenance, never the
-    environment; its clock minus this machine's when it has a start time."""
+    """A host's report (task_timeout's result): the value and its provenance, never the env."""
     timeout, started = facts.task_timeout, facts.runtime_started_at
     report: dict[str, Any] = {
         "task_timeout_s": timeout.seconds if timeout else None,

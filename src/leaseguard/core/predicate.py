@@ -351,8 +351,7 @@ def subjects_params(
     as_of: datetime | None = None,
     live_limit: int = 100,
 ) -> dict[str, Any]:
-    """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in the
-    order its rows come back; River's kind timeouts as three arrays."""
+    """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
     kinds = contract.kind_timeouts
     timed = [(kind, s) for kind, s in kinds.items() if s is not None]
     return {
