@@ -190,22 +190,11 @@ def _session(action, args, host, task_vars):
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
     with database_path(action, args) as (conninfo, tunnel):
-        if each:
-            opened = closing(
-                api.GuardSession(
-                    contract,
-                    conninfo,
-                    per_host,
-                    runner,
-                    tunnel,
-                    label="fleet",
-                    host_offsets=offsets,
-                )
-            )
+        given = dict(runner=runner, link=tunnel, host_offsets=offsets)
+        if each:  # each host judged by its own facts
+            opened = closing(api.GuardSession(contract, conninfo, per_host, label="fleet", **given))
         else:
-            opened = api.fleet_session(
-                contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
-            )
+            opened = api.fleet_session(contract, conninfo, per_host, **given)
         with opened as session:
             yield session
 

@@ -50,13 +50,6 @@ attributes:
   check_mode:
     support: full
     description: Holds nothing in check mode.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: pg_cron is reached through an SSH tunnel to the host; O(pause_command) runs on the host.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """

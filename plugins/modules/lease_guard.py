@@ -99,13 +99,6 @@ attributes:
     support: partial
     description: The check is read-only and runs for real in check mode.
     details: With O(wait=true) it judges once instead of draining.
-  diff_mode:
-    support: none
-    description: The check is read-only.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the controller; lookups run on the host through the task's connection.
 notes:
   - C(leaseguard index-sql) prints the index that keeps the query cheap on large tables.
 seealso:

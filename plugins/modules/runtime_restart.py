@@ -54,13 +54,6 @@ attributes:
   check_mode:
     support: full
     description: Runs nothing in check mode; reports what it would restart, as changed.
-  diff_mode:
-    support: none
-    description: Nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the controller; the restart and lookups run on the host through the task's connection.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """

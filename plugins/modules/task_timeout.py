@@ -23,11 +23,6 @@ extends_documentation_fragment:
   - leaseguard.deploy.connection.unused
   - leaseguard.deploy.attributes.action_group
   - leaseguard.deploy.attributes.read_only
-attributes:
-  platform:
-    support: full
-    platforms: posix
-    description: The lookup commands run on the host through the task's connection.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """
