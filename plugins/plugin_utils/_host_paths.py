@@ -126,14 +126,15 @@ def database_path(action, args, *, probe=True):
     if not tunnels(action, args):
         path = nullcontext((api.direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
     else:
-        far_end = api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
+        address = api.DatabaseAddress(
+            *api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
+        )
         host, options = ssh_target(action._connection, action._play_context)
         if args.get("connect_timeout_s"):
             # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
             timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
             options = dataclasses.replace(options, connect_timeout_s=timeout)
-        connection = api.make_connection(host, options)
-        path = api.tunnelled(connection, conninfo, api.DatabaseAddress(*far_end), probe=probe)
+        path = api.tunnelled(api.make_connection(host, options), conninfo, address, probe=probe)
     with path as opened:
         yield opened
 
