@@ -4,13 +4,13 @@
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    LeaseguardAction,
+    checked_variables,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     api,
     require_leaseguard,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars import (
-    checked_variables,
 )
 
 

@@ -5,10 +5,9 @@ options to `intake_hold`, with the host's runner and a fresh path to cron.job.""
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    intake_hold_role_variables,
-)
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
     RESUME_HINT,
     drain_events,
@@ -18,16 +17,16 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths impo
     database_conninfo,
 )
 
-try:  # noqa: SIM105 (ansible-test's import check reads this form)
-    from leaseguard.api import intake_hold
-except ImportError:  # reported by require_leaseguard() before act() runs
-    pass
+HOLD_KEYS = (
+    *("pause_cron_jobs", "pause_command", "resume_command", "cron_database"),
+    *("connect_timeout_s", "resume_retry_s", "quiet_timeout_s"),
+)
 
 
 class ActionModule(LeaseguardAction):
     module = "intake_hold"
     failure_what = "intake hold"
-    role_variables = intake_hold_role_variables()
+    role_variables = role_variables("intake_hold")
 
     def act(self, args, host, task_vars):
         if self._task.check_mode:
@@ -36,19 +35,13 @@ class ActionModule(LeaseguardAction):
         if args["cron_user"]:
             cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])
         with drain_events(host) as events:
-            result = intake_hold(
+            result = api.intake_hold(
                 args["state"],
                 cron_path=lambda: database_conninfo(self, cron_args),
                 runner=AnsibleRunner(self, host),
-                pause_cron_jobs=args["pause_cron_jobs"],
-                pause_command=args["pause_command"],
-                resume_command=args["resume_command"],
                 hold=args["hold"],
                 action=f"{args['action']} ({host})",
-                cron_database=args["cron_database"],
-                connect_timeout_s=args["connect_timeout_s"],
-                resume_retry_s=args["resume_retry_s"],
-                quiet_timeout_s=args["quiet_timeout_s"],
                 resume_hint=RESUME_HINT,
+                **{key: args[key] for key in HOLD_KEYS},
             )
         return {**result, "events": events}

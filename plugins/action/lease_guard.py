@@ -1,28 +1,30 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.lease_guard (documented in plugins/modules/).
-
-The guard reports; the playbook decides (fail_on_defer is the one shortcut for callers that
-only ever want to stop).
-"""
+"""Action plugin for leaseguard.deploy.lease_guard (documented in plugins/modules/). The guard
+reports; the playbook decides (fail_on_defer is the shortcut for callers that only stop)."""
 
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import closing, contextmanager
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    LeaseguardAction,
+    contract_from,
+    failure,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
     RESUME_HINT,
     drain_events,
     stop_on_signals,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
-    failure,
-    guard_session,
-    host_lookup,
-    shares_one_database,
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
+    AnsibleRunner,
+    conninfo_from,
+    database_path,
+    tunnels,
 )
 
 DRAIN_KEYS = (
@@ -34,11 +36,11 @@ NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
 class ActionModule(LeaseguardAction):
     module = "lease_guard"
-    role_variables = role_variables()
+    role_variables = role_variables("lease_guard")
 
     def act(self, args, host, task_vars):
-        """One host's verdict (or the fleet's), or with each_host every host of the batch
-        judged by its own facts in one query per poll; with wait (never in check mode), drained."""
+        """One host's verdict (or the fleet's, or with each_host every host's by its own
+        facts in one query per poll); with wait (never in check mode), drained first."""
         each = args["each_host"]
         if each:
             _each_host_allowed(self, args)
@@ -47,10 +49,10 @@ class ActionModule(LeaseguardAction):
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(NO_PAUSES)
         options = api.drain_options(drain_args)
-        with guard_session(self, args, host, task_vars) as session:
+        with _session(self, args, host, task_vars) as session:
             session.cron_database = options.cron_database
             fleet = args["fleet_lookups"] is not None
-            looked_up = {} if fleet else {"lookup": host_lookup(session)}
+            looked_up = {} if fleet else {"lookup": _lookup(session)}
             if not args["wait"] or self._task.check_mode:
                 if each:
                     judged = {
@@ -85,16 +87,20 @@ class ActionModule(LeaseguardAction):
 
 
 def _each_host_allowed(action, args):
-    """each_host judges the hosts of fleet_lookups over this host's path, into one database,
+    """each_host judges the hosts of fleet_lookups over this host's path, into one database
+    (reached directly, or through a tunnel to an address other than each host's loopback),
     each host's intake held by the caller."""
     if args["fleet_lookups"] is None:
         raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
-    if not shares_one_database(action, args):
-        raise ConfigError(
-            "each_host judges every host over this host's tunnel, but the database address is "
-            "each host's own loopback (db_host), where each host may have a database of its "
-            "own: set leaseguard_db_host to the shared database's address as the hosts see it"
-        )
+    if tunnels(action, args):
+        far_end = api.tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
+        if api.each_hosts_own(far_end):
+            raise ConfigError(
+                "each_host judges every host over this host's tunnel, but the database address "
+                "is each host's own loopback (db_host), where each host may have a database of "
+                "its own: set leaseguard_db_host to the shared database's address as the hosts "
+                "see it"
+            )
     if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
         raise ConfigError(
             "each_host drains hold no intake of their own: hold each host's with "
@@ -165,3 +171,53 @@ def _report(verdict, args):
     elif args["fail_on_defer"]:
         result["failed"] = True
     return result
+
+
+@contextmanager
+def _session(action, args, host, task_vars):
+    """This host's session (its lookups run while the tunnel and connection open, as `fab
+    guard`'s do); with fleet_lookups one through this host's path judging every host of the
+    play by the fleet rule, or with each_host each host of the batch by its own facts."""
+    contract, runner = contract_from(args), AnsibleRunner(action, host)
+    lookups, each = args["fleet_lookups"], args["each_host"]
+    if lookups is None:
+        path = database_path(action, args, probe=False)
+        with api.host_session(contract, runner, path, **_given_facts(args)) as session:
+            yield session
+        return
+    hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
+    # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
+    reports = {h: lookups.get(h) for h in hosts} if each else lookups
+    per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
+    with database_path(action, args) as (conninfo, tunnel):
+        given = dict(runner=runner, link=tunnel, host_offsets=offsets)
+        if each:  # each host judged by its own facts
+            opened = closing(api.GuardSession(contract, conninfo, per_host, label="fleet", **given))
+        else:
+            opened = api.fleet_session(contract, conninfo, per_host, **given)
+        with opened as session:
+            yield session
+
+
+def _given_facts(args):
+    """Facts the task passes in (explicit options win over a registered `lookup`)."""
+    lookup = args.get("lookup") or {}
+    seconds, source = args.get("task_timeout_s"), None
+    if seconds is None and lookup.get("task_timeout_s") is not None:
+        seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
+    if seconds is not None:
+        seconds = api.parse_timeout_s(seconds, what="task_timeout_s")
+    started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
+    return {
+        "task_timeout_s": seconds,
+        "task_timeout_source": source,
+        "runtime_started_at": api.parse_timestamp(started, what="runtime_started_at")
+        if started
+        else None,
+        "replicas": [str(name) for name in lookup.get("replicas") or ()],
+    }
+
+
+def _lookup(session):
+    """A one-host session's facts and clock reading, as task_timeout returns them."""
+    return {"changed": False, **api.host_report(session.facts, session.judged.host_minus_here)}

@@ -5,18 +5,12 @@ restart through the task's connection, then the runtime's start time read until 
 
 from __future__ import annotations
 
-from contextlib import suppress
-
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    LeaseguardAction,
     contract_from,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    AnsibleRunner,
-)
-
-with suppress(ImportError):  # require_leaseguard() fails every task first, naming the install
-    from leaseguard.api import RestartSpec, restart_runtime
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import AnsibleRunner
 
 
 class ActionModule(LeaseguardAction):
@@ -25,7 +19,7 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         contract = contract_from(args)
-        spec = RestartSpec(
+        spec = api.RestartSpec(
             args["method"],
             args["container"] or "",
             args["unit"] or "",
@@ -35,7 +29,10 @@ class ActionModule(LeaseguardAction):
             args["verify_timeout_s"],
             contract.runtime.source,
         )
-        runner = AnsibleRunner(self, host)
-        return restart_runtime(
-            runner, spec, contract, args["lookup"], check_mode=self._task.check_mode
+        return api.restart_runtime(
+            AnsibleRunner(self, host),
+            spec,
+            contract,
+            args["lookup"],
+            check_mode=self._task.check_mode,
         )

@@ -1,19 +1,16 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.task_timeout (documented in plugins/modules/): the
-lookups and a clock reading in one exec through the task's connection, parsed here by the
-leaseguard core as the CLI and Fabric parse them."""
+lookups and a clock reading in one exec through the task's connection."""
 
 from __future__ import annotations
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._guard_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    LeaseguardAction,
     contract_from,
-    look_up,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    AnsibleRunner,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import AnsibleRunner
 
 
 class ActionModule(LeaseguardAction):
@@ -21,4 +18,5 @@ class ActionModule(LeaseguardAction):
     failure_what = "lookup"  # read-only, so check mode runs it as it is
 
     def act(self, args, host, task_vars):
-        return look_up(AnsibleRunner(self, host), contract_from(args))
+        looked_up = api.look_up_host(contract_from(args), AnsibleRunner(self, host))
+        return {"changed": False, **api.host_report(looked_up.facts, looked_up.clock)}

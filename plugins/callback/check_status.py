@@ -12,17 +12,15 @@ version_added: 0.1.0
 author:
   - leaseguard maintainers (@leaseguard)
 description:
-  - "ansible-playbook exits 2 for every failed host. With this callback enabled, a C(--check)
-    run of C(leaseguard.deploy.deploy) that did not pass exits with the reason instead, the
-    most serious first: C(2) a host failed for another reason, C(4) a host, its jump host or
-    its database tunnel was unreachable, C(3) a pg_cron budget drifted from what this
-    environment declares, C(75) a live claim would defer the run (EX_TEMPFAIL, as
-    C(leaseguard check)). C(0) is the real run proceeding."
-  - Runs without C(--check) keep ansible-playbook's own exit statuses.
-  - "List this callback last in C(callbacks_enabled): it exits after the recap is printed."
+  - "With this callback enabled, a C(--check) run of C(leaseguard.deploy.deploy) that did not
+    pass exits with the reason, the most serious first: C(2) a host failed for another reason,
+    C(4) a host, its jump host or its database tunnel was unreachable, C(3) a pg_cron budget
+    drifted, C(75) a live claim would defer the run (as C(leaseguard check)). Runs without
+    C(--check) keep ansible-playbook's exit statuses."
+  - List this callback last in C(callbacks_enabled); it exits after the recap is printed.
 requirements:
-  - "Enabled in ansible.cfg (C(callbacks_enabled = leaseguard.deploy.check_status)) or with
-    C(ANSIBLE_CALLBACKS_ENABLED=leaseguard.deploy.check_status)."
+  - Enabled in ansible.cfg (C(callbacks_enabled = leaseguard.deploy.check_status)) or
+    C(ANSIBLE_CALLBACKS_ENABLED)
 """
 
 import sys  # noqa: E402 (DOCUMENTATION first, as in every plugin)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # Attributes the modules share; each keeps those only it can describe.
+    # Attributes the modules share; a module's own description wins.
     DOCUMENTATION = r"""
 options: {}
 """
@@ -29,4 +29,11 @@ attributes:
     membership:
       - leaseguard.deploy.leaseguard
     description: Use C(group/leaseguard.deploy.leaseguard) in C(module_defaults) to set shared options once.
+  diff_mode:
+    support: none
+    description: Nothing to diff.
+  platform:
+    support: full
+    platforms: posix
+    description: Runs on the controller; commands run on the host through the task's connection.
 """

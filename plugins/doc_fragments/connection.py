@@ -10,41 +10,31 @@ class ModuleDocFragment:
 options:
   dsn:
     description:
-      - A libpq connection string (C(sslmode), C(options), ...); never logged or returned. If
-        not set, E(LEASEGUARD_DSN) on the controller.
-      - Its host and port are the tunnel's far end (as the host sees it); a different
-        O(db_host) or O(db_port) beside them is a usage error naming both.
+      - A libpq connection string; never logged or returned. If not set, E(LEASEGUARD_DSN).
+      - Its host and port are the tunnel's far end; a different O(db_host) or O(db_port) beside them is an error.
     type: str
   db_host:
-    description:
-      - The database address as seen from the host (O(tunnel=true)) or the controller. If not
-        set, the host in O(dsn); else V(127.0.0.1) through the tunnel, libpq's default without.
+    description: The database address as the host (O(tunnel=true)) or the controller sees it. If not set, the
+      host in O(dsn), else V(127.0.0.1) through the tunnel, libpq's default without.
     type: str
   db_port:
-    description:
-      - The database port at O(db_host). If not set, the port in O(dsn), else V(5432)
-        (libpq's default without a tunnel).
+    description: The database port. If not set, the port in O(dsn), else V(5432).
     type: int
   db_name:
-    description:
-      - The database holding the work table. If not set, E(PGDATABASE) on the controller.
+    description: The database holding the work table. If not set, E(PGDATABASE).
     type: str
   db_user:
-    description:
-      - The role the guard logs in as; a read-only role is enough. If not set, E(PGUSER) on
-        the controller.
+    description: The role to log in as; read-only is enough. If not set, E(PGUSER).
     type: str
   db_password:
-    description:
-      - The password of O(db_user); never logged or returned. If not set,
-        E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), on the controller, or libpq's C(.pgpass).
+    description: The password of O(db_user); never logged or returned. If not set,
+      E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), or libpq's C(.pgpass).
     type: str
   tunnel:
     description:
-      - Reach the database through an SSH tunnel opened with the host's inventory settings
-        (host, port, user, key, C(ProxyJump) and C(UserKnownHostsFile) in the ssh arguments).
-        An unknown host key is refused unless the host opts out (C(host_key_checking=false),
-        C(StrictHostKeyChecking=no) or C(accept-new)); a changed key always is.
+      - Reach the database through an SSH tunnel opened with the host's inventory settings (including
+        C(ProxyJump) and C(UserKnownHostsFile)). An unknown host key is refused unless the host opts out
+        (C(host_key_checking=false), C(StrictHostKeyChecking=no) or C(accept-new)); a changed key always is.
       - V(false) (or a C(local) connection) connects from the controller directly.
     type: bool
     default: true
@@ -58,7 +48,6 @@ options:
     UNUSED = r"""
 options: {}
 notes:
-  - The database connection options are shared by every module of the
-    C(group/leaseguard.deploy.leaseguard) action group, so that C(module_defaults) can set
-    them once; this module reaches no database and ignores them.
+  - The database options are shared by the C(group/leaseguard.deploy.leaseguard) action group for
+    C(module_defaults); this module reaches no database and ignores them.
 """

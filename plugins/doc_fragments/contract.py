@@ -13,16 +13,13 @@ options:
     description: Table holding the work rows. If not set, V(execution_runs), or the O(preset)'s.
     type: str
   schema:
-    description:
-      - Schema of O(table), never looked up through C(search_path) when set. If not set, the
-        O(preset)'s, else the connection's C(search_path) finds the table.
+    description: Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
     type: str
   relation_kind:
     description:
       - What O(table) names. V(table) refuses a view, a materialized view or a foreign table.
-      - V(view) judges through a view; every relation it reads must be a table whose row-level
-        security hides no row from the guard's role, nor from the owner of each view on the
-        way that is not C(security_invoker). A materialized view is never accepted.
+      - V(view) judges through a view; every relation it reads must be a table whose row-level security hides no
+        row from the guard's role, nor from the owner of each view on the way that is not C(security_invoker).
     type: str
     choices: [table, view]
     default: table
@@ -42,11 +39,9 @@ options:
     elements: str
   finished_statuses:
     description:
-      - Statuses of rows nobody will run again. If not set, the O(preset)'s, else
-        V([done, failed]) minus any status in O(claimed_statuses) or O(queued_statuses); only
-        a list given here is checked against an enum's labels.
-      - A status in the table that is in none of the three lists fails the check, naming it;
-        the lists must not overlap.
+      - Statuses of rows nobody will run again. If not set, the O(preset)'s, else V([done, failed]) minus any
+        claimed or queued status; only a list given here is checked against an enum's labels.
+      - A status in the table that is in none of the three lists fails the check; the lists must not overlap.
     type: list
     elements: str
   claimed_at_column:
@@ -60,10 +55,8 @@ options:
         description: The lease is this many task timeouts (at least V(1)). If not set, V(2.0), or the O(preset)'s.
         type: float
       expires_at_column:
-        description:
-          - A per-row lease expiry column, instead of the multiplier rule (if not set). A NULL
-            expiry is judged by C(claimed_at) + the lease, named in the warnings; C(infinity)
-            never expires (live, wait bound unknown).
+        description: A per-row lease expiry column; if not set, the multiplier rule. A NULL expiry is judged by
+          C(claimed_at) + the lease (warned); C(infinity) never expires.
         type: str
   clock_skew_s:
     description: Tolerance when comparing the runtime start with C(claimed_at).
@@ -78,21 +71,16 @@ options:
     type: int
     default: 2000
   timestamp_zone:
-    description:
-      - The IANA zone naive (C(timestamp without time zone)) columns were written in, never
-        the session's C(TimeZone). If not set, the O(preset)'s; with none, a naive column
-        read fails the check, naming it and the database's C(TimeZone).
+    description: The IANA zone naive (C(timestamp without time zone)) columns were written in. If not set, the
+      O(preset)'s; with none, reading a naive column fails the check.
     type: str
   preset:
-    description:
-      - A job queue's stock schema and liveness rule (V(river), V(oban), V(pg-boss),
-        V(graphile_worker), V(solid_queue), V(que), V(good_job), V(procrastinate),
-        V(pgmq)); every option set explicitly overrides the preset's value.
+    description: A job queue's stock schema and liveness rule (V(river), V(oban), V(pg-boss), V(graphile_worker),
+      V(solid_queue), V(que), V(good_job), V(procrastinate), V(pgmq)); options set explicitly override it.
     type: str
   kind_timeouts:
-    description:
-      - River (O(preset=river)) only, the job kinds whose worker sets its own C(Timeout()),
-        each mapped to its seconds or V(unlimited) (River's V(-1)); others take the lease.
+    description: River (O(preset=river)) only, job kinds whose worker sets its own C(Timeout()), each mapped to its
+      seconds or V(unlimited); others take the lease.
     type: dict
     default: {}
 """

@@ -9,27 +9,20 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
   task_timeout:
-    description:
-      - Where the protected system's task timeout is read on the host (the lease is
-        C(lease.multiplier) times it). Only the one variable is extracted, never the rest
-        of the environment (it holds secrets).
+    description: Where the protected system's task timeout is read on the host; only that one variable is read.
     type: dict
     suboptions:
       source:
         description:
-          - V(docker)/V(podman) read the variable with C(inspect --format); V(systemd) the
-            unit's C(Environment=); V(process) C(/proc/<pid>/environ); V(env_file) a file;
-            V(command) runs O(task_timeout.command) in the container; V(fixed) is
-            O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
+          - V(docker)/V(podman) C(inspect) the container; V(systemd) reads the unit's C(Environment=); V(process)
+            C(/proc/<pid>/environ); V(env_file) a file; V(command) runs O(task_timeout.command) in the container;
+            V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       # container, unit and pid_file mean the same in runtime (YAML aliases there).
       container: &container
-        description:
-          - Container name or id, or a C(docker ps --filter) over RUNNING containers
-            (C(label=KEY=VALUE), C(label=KEY), C(name=REGEX)); the OLDEST start and LONGEST
-            task timeout of the matches count (all listed in the result); no match fails.
-          - A named container with running compose siblings is judged alone, with a warning.
+        description: Container name or id, or a C(docker ps --filter) over running containers (C(label=KEY=VALUE),
+          C(label=KEY), C(name=REGEX)) whose oldest start and longest timeout count; no match fails.
         type: str
         default: backend
       variable:
@@ -37,13 +30,13 @@ options:
         type: str
         default: APP_TASK_TIMEOUT_S
       default_s:
-        description: Assume this many seconds when the lookup finds nothing (the result says so), instead of failing.
+        description: Assume this many seconds when the lookup finds nothing, instead of failing.
         type: float
       value_s:
         description: The timeout in seconds for O(task_timeout.source=fixed).
         type: float
       unit: &unit
-        description: The systemd unit; a glob (C(worker@*.service)) takes the OLDEST start and LONGEST task timeout of the ACTIVE matches (none fails).
+        description: The systemd unit; a glob (C(worker@*.service)) takes the oldest start and longest timeout of the active matches.
         type: str
       pid_file: &pid_file
         description: The pid file, for source V(process).
@@ -62,15 +55,12 @@ options:
         choices: [docker, podman]
         default: docker
   runtime:
-    description:
-      - Where the worker runtime's start time is read. Claims made before it (less
-        C(clock_skew_s)) are orphaned; without a start time none is (the safe direction).
+    description: Where the worker runtime's start time is read; claims made before it are orphaned.
     type: dict
     suboptions:
       source:
-        description:
-          - V(docker)/V(podman) read C(State.StartedAt); V(systemd) C(ActiveEnterTimestamp);
-            V(process) the pid's start; V(fixed) is O(runtime.started_at); V(none) knows none.
+        description: V(docker)/V(podman) read C(State.StartedAt); V(systemd) C(ActiveEnterTimestamp); V(process) the
+          pid's start; V(fixed) is O(runtime.started_at); V(none) knows none (no claim is orphaned).
         type: str
         choices: [docker, podman, systemd, process, fixed, none]
         default: docker
@@ -85,10 +75,7 @@ options:
     CHECK_VARS = r"""
 options:
   check_vars:
-    description:
-      - First fail on a C(leaseguard_*) variable the collection does not know, as
-        M(leaseguard.deploy.check_vars) does (with its C(checked) and C(unknown)), before
-        anything is looked up; the guard role's tasks set it, saving a task per host.
+    description: First fail on an unknown C(leaseguard_*) variable, as M(leaseguard.deploy.check_vars) does.
     type: bool
     default: false
 """

@@ -1,10 +1,8 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION.
-
-So the options a module applies are the ones ansible-doc shows; what DOCUMENTATION cannot say
-(secrets, environment fallbacks, rules between options) is added here.
-"""
+"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION
+(so it applies what ansible-doc shows), plus what DOCUMENTATION cannot say: secrets,
+environment fallbacks, rules between options."""
 
 from __future__ import annotations
 
@@ -86,33 +84,31 @@ def module_spec(module):
     return _spec(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
 
 
-def _role_variables(module, not_variables, drain):
-    """Option -> the role variable from_role_vars fills it from (leaseguard_drain_* for `drain`)."""
+# Per module: options no role variable fills (what a caller decides, this host's facts), and
+# those filled from leaseguard_drain_<option> rather than leaseguard_<option>.
+_NOT_VARIABLES = {
+    "lease_guard": {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars"}
+    | {"from_role_vars", "held_intake", "each_host", "held_intakes"},
+    "intake_hold": {"state", "hold", "action", "from_role_vars"},
+}
+_DRAIN_VARIABLES = {
+    "lease_guard": {"deadline_s", "poll_s", "status_file", "metrics_file", "resume_retry_s"},
+    "intake_hold": {"resume_retry_s"},
+}
+
+
+def role_variables(module):
+    """Option -> the role variable from_role_vars fills it from."""
+    drain = _DRAIN_VARIABLES[module]
     return {
         option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
         for option in documented_options(module)
-        if option not in not_variables
+        if option not in _NOT_VARIABLES[module]
     }
 
 
-def role_variables():
-    """lease_guard's: what a caller decides and this host's facts are no variables."""
-    return _role_variables(
-        "lease_guard",
-        {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars", "from_role_vars"}
-        | {"held_intake", "each_host", "held_intakes"},
-        {"deadline_s", "poll_s", "status_file", "metrics_file", "resume_retry_s"},
-    )
-
-
-def intake_hold_role_variables():
-    return _role_variables(
-        "intake_hold", {"state", "hold", "action", "from_role_vars"}, {"resume_retry_s"}
-    )
-
-
 def action_only(name):
-    """A docs-only module's run: the action plugin does the work. The spec is still built, for
+    """A docs-only module's run (the action plugin does the work); its spec is built for
     ansible-test's validate-modules to check against DOCUMENTATION."""
     try:
         argument_spec, rules = module_spec(name)

@@ -9,12 +9,8 @@ module: check_vars
 short_description: Fail on a leaseguard_* variable that the collection does not know
 version_added: 0.1.0
 description:
-  - Ansible silently drops a variable nothing reads, such as a mistyped C(leaseguard_on_bussy=wait).
-    Every C(leaseguard_*) variable the task sees must be one the collection's roles and playbooks
-    know; an unknown one fails the task, naming it and the nearest known name. The roles run this
-    first.
-  - M(leaseguard.deploy.lease_guard) runs the same check with its
-    O(leaseguard.deploy.lease_guard#module:check_vars) option.
+  - Ansible silently drops a variable nothing reads, such as a mistyped C(leaseguard_on_bussy). An unknown
+    C(leaseguard_*) variable fails the task, naming it and the nearest known name.
 author:
   - leaseguard maintainers (@leaseguard)
 options:
@@ -24,12 +20,8 @@ options:
     elements: str
     default: []
   restart:
-    description:
-      - The restart the C(restart) role will run, checked first so a restart that cannot run fails
-        before anything is judged. An empty setting its method needs fails the task, naming the
-        role's variable (C(docker) and C(podman) need O(restart.container), C(command)
-        O(restart.command), C(systemd) O(restart.unit)). Needs the leaseguard package on the
-        controller.
+    description: The restart the C(restart) role will run; an empty setting its method needs fails the task,
+      naming the role's variable.
     type: dict
     suboptions:
       method:

@@ -9,16 +9,13 @@ module: intake_hold
 short_description: Hold intake from before a verdict until the action is verified done
 version_added: 0.1.0
 description:
-  - Between a V(proceed) and a restart or migration a busy intake claims work the action then
-    kills. This module holds the intake from before the final verdict (O(state=held)) and lets
-    go of exactly that hold once the action is verified (O(state=released)).
-  - The intake is pg_cron jobs (O(pause_cron_jobs)), shared by the fleet, and/or a command on
-    the host (O(pause_command), then O(resume_command)). Holds are counted, one record per
-    holder in C(cron.job); a job comes back only when its last holder lets go, and one an
-    operator paused (no record) is neither held nor resumed.
-  - Runs already in progress are waited for, up to O(quiet_timeout_s), else the hold fails
-    closed. A hold never released is named by every later check and given back by
-    C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
+  - Between a V(proceed) and a restart or migration a busy intake claims work the action then kills. This module
+    holds intake from before the final verdict (O(state=held)) and lets go of exactly that hold once the action is
+    verified (O(state=released)).
+  - Intake is pg_cron jobs (O(pause_cron_jobs)) and/or a command on the host (O(pause_command)). Holds are counted
+    in C(cron.job), so a job comes back only when its last holder lets go; one an operator paused stays paused.
+  - Runs in progress are waited for up to O(quiet_timeout_s), else the hold fails. A hold never released is named
+    by every later check and given back by C(leaseguard resume) or the C(leaseguard.deploy.resume) playbook.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -38,31 +35,9 @@ options:
     description: With O(state=released), the RV(hold) the O(state=held) task returned.
     type: dict
   action:
-    description: What the hold is for, recorded with it (shown by later leftover warnings).
+    description: What the hold is for, recorded with it.
     type: str
     default: restart
-  pause_cron_jobs:
-    description: pg_cron jobs (by name) that take new work; each must exist and be visible to the role.
-    type: list
-    elements: str
-    default: []
-  cron_database:
-    description: The database holding C(cron.job) (pg_cron's C(cron.database_name)); default the DSN's.
-    type: str
-  pause_command:
-    description: An argv run on the host to stop its own intake; needs O(resume_command).
-    type: list
-    elements: str
-    default: []
-  resume_command:
-    description: The argv that restarts the host's intake, run at O(state=released).
-    type: list
-    elements: str
-    default: []
-  resume_retry_s:
-    description: A failed release is retried with backoff for this long, each attempt over a fresh tunnel.
-    type: float
-    default: 60.0
   quiet_timeout_s:
     description: How long to wait for runs of the held jobs already in progress to end.
     type: float
@@ -75,13 +50,6 @@ attributes:
   check_mode:
     support: full
     description: Holds nothing in check mode.
-  diff_mode:
-    support: none
-    description: Nothing to diff; the hold is returned.
-  platform:
-    support: full
-    platforms: posix
-    description: pg_cron is reached through an SSH tunnel to the host; O(pause_command) runs on the host.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """
@@ -119,35 +87,28 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hold:
-  description:
-    - What this task holds, to pass as O(hold) when released; null when nothing is held.
-    - C(cron) is the pg_cron hold, C(command) whether the host's pause command ran, C(what)
-      names everything held.
+  description: What this task holds, to pass as O(hold) when released (null when nothing is); C(what) names it all.
   returned: O(state=held)
   type: dict
-  sample:
-    cron: {token: 9f1c2a7b3d4e, jobs: [claim], jobids: [3], action: restart (app1),
-           by: ansible-playbook restart (app1) pid 4242 on ctl, switched: [claim], not_held: []}
-    command: false
-    what: ["pg_cron:claim"]
+  sample: {"cron": {"token": "9f1c2a7b3d4e", "jobs": ["claim"], "jobids": [3], "switched": ["claim"]}, "command": false, "what": ["pg_cron:claim"]}
 paused:
-  description: The pg_cron jobs this hold switched off (the others were held already, or an operator's).
+  description: The pg_cron jobs this hold switched off.
   returned: O(state=held)
   type: list
   elements: str
 resumed:
-  description: The pg_cron jobs this release switched back on (none while another holder still holds them).
+  description: The pg_cron jobs this release switched back on (none while another holder holds them).
   returned: O(state=released)
   type: list
   elements: str
 released:
-  description: What this task let go of; a job other holders still hold stays paused.
+  description: What this task let go of.
   returned: O(state=released)
   type: list
   elements: str
   sample: ["pg_cron:claim"]
 events:
-  description: The hold's state changes as they were logged (paused, held by another, resumed).
+  description: The hold's state changes as logged.
   returned: always
   type: list
   elements: str

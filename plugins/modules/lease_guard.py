@@ -9,15 +9,13 @@ module: lease_guard
 short_description: Judge whether work is in flight on a host by the system's own claim lease
 version_added: 0.1.0
 description:
-  - Classes every claimed or queued row of O(table) in the host's PostgreSQL (through an SSH tunnel
-    opened with the host's inventory settings) as C(queued), C(orphaned) (claimed before the runtime
-    started), C(stale) (lease expired) or C(live). The decision is C(defer) when any row is live,
-    else C(proceed).
+  - Classes every claimed or queued row of O(table) in the host's PostgreSQL (through an SSH tunnel) as C(queued),
+    C(orphaned) (claimed before the runtime started), C(stale) (lease expired) or C(live). The decision is
+    C(defer) when any row is live, else C(proceed).
   - The lease is O(lease.multiplier) times the task timeout configured on the host (looked up as
     M(leaseguard.deploy.task_timeout) does, or given with O(lookup)), never a guessed window.
-  - The query is read-only with its own C(statement_timeout) and C(lock_timeout). Any error fails
-    the task naming what failed, never with C(proceed), and never shows a DSN, password or driver
-    error text.
+  - The query is read-only, with its own C(statement_timeout) and C(lock_timeout). Any error fails the task naming
+    what failed, never with C(proceed), and never shows a DSN, password or driver error text.
   - The guard reports and the playbook decides. With O(wait=true) it drains first, as C(fab drain) does.
 author:
   - leaseguard maintainers (@leaseguard)
@@ -42,74 +40,35 @@ options:
     type: str
   fleet_lookups:
     description:
-      - For a global action (a migration, budgets, shared intake), judge B(once for every host of
-        the play) - each host's registered M(leaseguard.deploy.task_timeout) result by host name
-        (see the examples). Run the lookup on every host, then this task with C(run_once).
-      - The orphan cut-off is the B(oldest) runtime start, the lease the B(longest) task timeout
-        times O(lease.multiplier); RV(fleet) names the host that supplied each. Every host's start
-        is compared in the database clock, through each lookup's
-        RV(leaseguard.deploy.task_timeout#module:clock).
-      - Every host of C(ansible_play_hosts_all) must have a successful lookup, or the task fails
-        naming it. The database is reached through the host the task runs on.
-      - With O(wait) and O(pause_cron_jobs), shared intake is paused once, the fleet drained as one
-        and intake resumed once.
+      - For a global action (a migration, budgets, shared intake), judge once, with C(run_once), for every host of
+        the play, from each host's registered M(leaseguard.deploy.task_timeout) result by host name.
+      - The orphan cut-off is the oldest runtime start (compared in the database clock through each lookup's
+        RV(leaseguard.deploy.task_timeout#module:clock)), the lease the longest task timeout; RV(fleet) names the
+        host that supplied each. A host of C(ansible_play_hosts_all) without a successful lookup fails the task.
       - Mutually exclusive with O(lookup), O(task_timeout_s) and O(runtime_started_at).
     type: dict
   wait:
-    description:
-      - Pause intake (O(pause_cron_jobs), O(pause_command)), poll until no live lease remains or the
-        deadline passes, and resume intake on every exit path.
-      - The deadline is the longest remaining lease seen at the start, never longer.
+    description: Pause intake, poll until no live lease remains or the deadline passes, and resume intake on every
+      exit path. The deadline is the longest remaining lease seen at the start, never longer.
     type: bool
     default: false
   deadline_s:
     description: Give up waiting sooner. If not set, the longest remaining lease seen at the start.
     type: float
   poll_s:
-    description: Seconds between polls while waiting. Idle polls log nothing.
+    description: Seconds between polls while waiting.
     type: float
     default: 5.0
-  pause_cron_jobs:
-    description: pg_cron jobs (by name) to deactivate while waiting and reactivate after.
-    type: list
-    elements: str
-    default: []
-  cron_database:
-    description: The database holding pg_cron's C(cron.job). If not set, O(db_name).
-    type: str
-  pause_command:
-    description: An argv run on the host to stop intake before waiting.
-    type: list
-    elements: str
-    default: []
-  resume_command:
-    description: An argv run on the host to restart intake afterwards (always run).
-    type: list
-    elements: str
-    default: []
   status_file:
-    description:
-      - With O(wait), a JSON snapshot of the drain on the controller, rewritten atomically after
-        every poll; read it with C(leaseguard status PATH).
-      - Give each host draining on its own its own path (for example
-        V(/var/tmp/drain-{{ inventory_hostname }}.json)). With O(fleet_lookups) one file, whose
-        host is C(fleet).
+    description: With O(wait), a JSON snapshot of the drain on the controller, rewritten after every poll (read it
+      with C(leaseguard status PATH)); one path per drain, for example V(/var/tmp/drain-{{ inventory_hostname }}.json).
     type: path
   metrics_file:
-    description: With O(wait), the drain's counters and gauges in the Prometheus text format
-      (C(leaseguard_drain_*)) on the controller, one file per drain as for O(status_file).
+    description: With O(wait), the drain's metrics in the Prometheus text format on the controller, one file per drain.
     type: path
-  resume_retry_s:
-    description: Retry a failed resume of O(pause_cron_jobs) with backoff for this many seconds,
-      then fail naming the paused jobs and the command that resumes them.
-    type: float
-    default: 60.0
   from_role_vars:
-    description:
-      - Fill every contract, database and drain option the task does not set from the guard role's
-        variable C(leaseguard_<option>) (C(leaseguard_drain_<option>) for O(deadline_s), O(poll_s),
-        O(status_file), O(metrics_file) and O(resume_retry_s)). Options set on the task win; the
-        facts, O(wait), O(force) and O(fail_on_defer) never come from variables.
+    description: Fill the contract, database and drain options the task does not set from the guard role's
+      C(leaseguard_<option>) (C(leaseguard_drain_<option>) for the drain's timings and files).
     type: bool
     default: false
   fail_on_defer:
@@ -117,40 +76,29 @@ options:
     type: bool
     default: false
   force:
-    description: The caller will go ahead even if work is live. A C(defer) then adds RV(forced) and
-      a warning naming every live claim that will be killed.
+    description: The caller will go ahead even if work is live; a C(defer) then adds RV(forced) and a warning naming
+      every live claim that will be killed.
     type: bool
     default: false
   held_intake:
-    description:
-      - The registered result of M(leaseguard.deploy.intake_hold)
-        (O(leaseguard.deploy.intake_hold#module:state=held)) when the caller holds intake itself.
-        The drain then pauses nothing of its own, and RV(intake) says what was held.
+    description: The registered M(leaseguard.deploy.intake_hold) result when the caller holds intake itself; the
+      drain then pauses nothing, and RV(intake) says what was held.
     type: dict
   each_host:
     description:
-      - With O(fleet_lookups) and C(run_once), judge B(each host) of C(ansible_play_batch) by its
-        B(own) facts in one query per poll over one connection through this task's host; each host's
-        result is under RV(hosts). With O(wait) every host drains at once.
-      - Every host must reach the same database, and each host's intake is the caller's to hold (O(held_intakes)).
+      - With O(fleet_lookups) and C(run_once), judge each host of C(ansible_play_batch) by its own facts, in one query
+        per poll through this task's host; each host's result is under RV(hosts).
+      - Every host must reach the same database, and holds its intake through O(held_intakes).
     type: bool
     default: false
   held_intakes:
-    description: With O(each_host), each host's registered M(leaseguard.deploy.intake_hold) result
-      by host name; a host without one reports its intake as not held.
+    description: With O(each_host), each host's registered M(leaseguard.deploy.intake_hold) result by host name.
     type: dict
 attributes:
   check_mode:
     support: partial
     description: The check is read-only and runs for real in check mode.
-    details: With O(wait=true) it judges once instead of draining, and pauses no intake.
-  diff_mode:
-    support: none
-    description: The check is read-only, so there is nothing to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the controller; lookups run on the host through the task's connection.
+    details: With O(wait=true) it judges once instead of draining.
 notes:
   - C(leaseguard index-sql) prints the index that keeps the query cheap on large tables.
 seealso:
@@ -196,8 +144,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 hosts:
-  description: With O(each_host), every host's own result by name (with O(wait), its RV(drain)); a
-    failed host has C(failed) and RV(error).
+  description: With O(each_host), every host's own result by name; a failed host has C(failed) and RV(error).
   returned: with each_host
   type: dict
   sample: {"app1": {"decision": "proceed", "counts": {"live": 0, "stale": 0, "orphaned": 1, "queued": 3}}}
@@ -207,12 +154,12 @@ summary:
   type: str
   sample: "hosts: defer 1, proceed 19"
 decision:
-  description: C(proceed), C(defer) (a live lease remains) or C(failed); with O(each_host), the task host's.
+  description: C(proceed), C(defer) (a live lease remains) or C(failed).
   returned: always
   type: str
   sample: defer
 host:
-  description: The inventory host judged.
+  description: The inventory host judged (V(fleet) with O(fleet_lookups)).
   returned: always
   type: str
   sample: app1
@@ -252,7 +199,7 @@ checked_at:
   type: str
   sample: "2026-09-09T14:48:57+00:00"
 clock_offset_s:
-  description: The host clock minus the database clock, as measured; null when not measured.
+  description: The host clock minus the database clock; null when not measured.
   returned: success
   type: float
   sample: 0.004
@@ -266,50 +213,41 @@ live:
   returned: success
   type: list
   elements: dict
-  sample: [{"id": "42", "claimed_at": "2026-09-09T13:18:57+00:00", "lease_expires_at":
-    "2026-09-09T15:18:57+00:00", "remaining_s": 1800.0}]
+  sample: [{"id": "42", "claimed_at": "2026-09-09T13:18:57+00:00", "lease_expires_at": "2026-09-09T15:18:57+00:00", "remaining_s": 1800.0}]
 live_listed:
-  description: How many live claims are listed in RV(live).
+  description: How many live claims RV(live) lists.
   returned: success
   type: int
   sample: 1
 wait_upper_bound_s:
-  description: The longest remaining lease; no drain needs to wait longer. 0 when nothing is live.
+  description: The longest remaining lease (0 when nothing is live).
   returned: success
   type: float
   sample: 1800.0
 fleet:
-  description: With O(fleet_lookups), the hosts judged, the host that supplied C(lease_from) (the
-    longest task timeout) and C(orphan_cutoff_from) (the oldest start; null when a start is
-    unknown), and each host's clock minus the database's. The result's C(host) is then V(fleet).
+  description: With O(fleet_lookups), the hosts judged, the hosts that supplied the lease and the orphan cut-off,
+    and each host's clock minus the database's.
   returned: success, with O(fleet_lookups)
   type: dict
-  sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2",
-    "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
+  sample: {"hosts": ["app1", "app2"], "lease_from": "app2", "orphan_cutoff_from": "app2", "clock_offsets_s": {"app1": 0.003, "app2": -0.002}}
 replicas:
-  description: Every container a C(container) filter and every unit a C(unit) glob matched (oldest
-    start, longest timeout over them); with O(fleet_lookups), each as C(host:name).
+  description: Every container or unit a filter or glob matched (with O(fleet_lookups) as C(host:name)).
   returned: success, when a filter or glob matched
   type: list
   elements: str
   sample: ["proj-worker-1", "proj-worker-2"]
 lookup:
-  description: This host's facts as M(leaseguard.deploy.task_timeout) returns them, looked up by
-    this task or given; the C(leaseguard.deploy.guard) role registers it as C(leaseguard_lookup).
+  description: This host's facts as M(leaseguard.deploy.task_timeout) returns them.
   returned: success, without O(fleet_lookups)
   type: dict
-  sample: {"task_timeout_s": 3600.0, "source": "docker:backend/APP_TASK_TIMEOUT_S", "assumed":
-    false, "runtime_started_at": "2026-09-09T04:00:00+00:00", "runtime_started_epoch_s":
-    1788926400.0, "clock": {"offset_s": 0.004, "uncertainty_s": 0.012}, "warnings": [], "replicas":
-    []}
+  sample: {"task_timeout_s": 3600.0, "source": "docker:backend/APP_TASK_TIMEOUT_S", "assumed": false, "runtime_started_at": "2026-09-09T04:00:00+00:00"}
 intake:
-  description: What stopped new claims between this verdict and the caller's action (C(held) false
-    means nothing did); C(what) names the held intake.
+  description: What stopped new claims between this verdict and the caller's action (C(held) false when nothing did).
   returned: success
   type: dict
   sample: {"held": true, "what": ["pg_cron:claim"]}
 forced:
-  description: Present and true when O(force) was set and work was live.
+  description: True when O(force) was set and work was live.
   returned: when forced
   type: bool
   sample: true
@@ -317,9 +255,7 @@ drain:
   description: With O(wait), how the wait went.
   returned: when O(wait) and not in check mode
   type: dict
-  sample: {"decision": "proceed", "drained": true, "elapsed_s": 12.4, "deadline_s": 1800.0,
-    "counters": {"polls": 4, "idle_polls": 2, "leases_ended": 1}, "events": ["drain host=app1 start
-    live=1 deadline_s=1800"]}
+  sample: {"decision": "proceed", "drained": true, "elapsed_s": 12.4, "deadline_s": 1800.0, "events": ["drain host=app1 start live=1"]}
 error:
   description: What failed; names the host, table, column or variable, never a secret.
   returned: failure

@@ -9,13 +9,9 @@ module: runtime_restart
 short_description: Restart a host's worker runtime with a stop budget and check that it restarted
 version_added: 0.1.0
 description:
-  - Restarts the runtime (a container, a systemd unit, or a command) giving it
-    O(stop_timeout_s) between SIGTERM and SIGKILL, then reads its start time until it moved
-    past the one in O(lookup); if it did not within O(verify_timeout_s), the task fails.
-  - Runs on the host through the task's connection (C(become) applies); the host needs no
-    Python. V(systemd) carries the stop budget in a drop-in under
-    C(/run/systemd/system/<unit>.d), removed whether or not the restart succeeds.
-  - It does not judge the claims; M(leaseguard.deploy.lease_guard) does.
+  - Restarts the runtime (a container, a systemd unit, or a command) giving it O(stop_timeout_s) between SIGTERM
+    and SIGKILL, then reads its start time until it moved past the one in O(lookup) (else, after
+    O(verify_timeout_s), the task fails). V(systemd) carries the stop budget in a temporary drop-in.
 author:
   - leaseguard maintainers (@leaseguard)
 requirements:
@@ -51,23 +47,13 @@ options:
     type: int
     default: 60
   lookup:
-    description:
-      - The registered result of M(leaseguard.deploy.task_timeout) (or C(lookup) of
-        M(leaseguard.deploy.lease_guard)) from before the restart, whose C(runtime_started_at)
-        must move (any start time does, if there was none). Required unless the runtime
-        source is V(none) or V(fixed).
+    description: The registered M(leaseguard.deploy.task_timeout) result from before the restart, whose
+      C(runtime_started_at) must move. Required unless the runtime source is V(none) or V(fixed).
     type: dict
 attributes:
   check_mode:
     support: full
     description: Runs nothing in check mode; reports what it would restart, as changed.
-  diff_mode:
-    support: none
-    description: A restart has no before and after content to diff.
-  platform:
-    support: full
-    platforms: posix
-    description: Runs on the controller; the restart and lookups run on the host through the task's connection.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """
@@ -97,12 +83,12 @@ stop_timeout_s:
   type: int
   sample: 10
 before:
-  description: The start time before the restart, from O(lookup) (C(runtime_started_at) ISO 8601, C(runtime_started_epoch_s)).
+  description: The start time before the restart, from O(lookup).
   returned: when the restart succeeded
   type: dict
   sample: {"runtime_started_at": "2026-09-09T04:00:00.123456+00:00", "runtime_started_epoch_s": 1788926400.123456}
 after:
-  description: The start time read after the restart (the last reading); null values when none was found.
+  description: The start time read after the restart (null values when none was found).
   returned: when the restart succeeded and the runtime source reads a start time
   type: dict
   sample: {"runtime_started_at": "2026-09-09T05:00:01.5+00:00", "runtime_started_epoch_s": 1788930001.5}

@@ -9,10 +9,8 @@ module: task_timeout
 short_description: Look up a host's configured task timeout and its runtime start time
 version_added: 0.1.0
 description:
-  - Reads the task timeout the protected system is configured with on this host (by default
-    E(APP_TASK_TIMEOUT_S) of container C(backend)) and when its worker runtime started.
-  - The lookups run on the host through the task's connection (C(become) applies), one
-    command in all; the host needs no Python. Only the one variable is returned.
+  - Reads the task timeout the protected system is configured with on this host and when its worker runtime
+    started, in one command through the task's connection (the host needs no Python).
   - A lookup that finds nothing fails the task unless O(task_timeout.default_s) is set.
 author:
   - leaseguard maintainers (@leaseguard)
@@ -25,11 +23,6 @@ extends_documentation_fragment:
   - leaseguard.deploy.connection.unused
   - leaseguard.deploy.attributes.action_group
   - leaseguard.deploy.attributes.read_only
-attributes:
-  platform:
-    support: full
-    platforms: posix
-    description: The lookup commands run on the host through the task's connection.
 seealso:
   - module: leaseguard.deploy.lease_guard
 """
@@ -74,9 +67,7 @@ assumed:
   type: bool
   sample: false
 replicas:
-  description:
-    - What a C(container) filter or C(unit) glob matched (the facts are the oldest start and
-      the longest timeout over them); empty for one named container or unit.
+  description: What a C(container) filter or C(unit) glob matched; empty for one named container or unit.
   returned: success
   type: list
   elements: str
@@ -92,10 +83,7 @@ runtime_started_epoch_s:
   type: float
   sample: 1788926400.123456
 clock:
-  description:
-    - This host's clock minus the controller's (C(offset_s)), with C(uncertainty_s) half the
-      round trip; a fleet judgment (O(leaseguard.deploy.lease_guard#module:fleet_lookups))
-      widens its orphan tolerance by every host's offset.
+  description: This host's clock minus the controller's (C(offset_s)), C(uncertainty_s) half the round trip.
   returned: success, when RV(runtime_started_at) is known
   type: dict
   sample: {"offset_s": 0.004, "uncertainty_s": 0.012}

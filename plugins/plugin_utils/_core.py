@@ -1,12 +1,9 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: the `leaseguard` core the plugins run over.
+"""Private to leaseguard.deploy: the `leaseguard` package the plugins run over, imported first.
 
-The controller's installed `leaseguard` package when it has one; else the copy the Galaxy
-tarball carries in _vendor/ (scripts/build_collection.py; never in the work tree), whose
-requirements are the collection's requirements.txt. Import this before any `leaseguard`
-module. When the collection ansible runs (the first on its path) and the package's differ,
-every task warns, naming both.
+The controller's installed package, else the copy a Galaxy tarball carries in _vendor/
+(scripts/build_collection.py). Every task warns when the collection and the package differ.
 """
 
 from __future__ import annotations
@@ -32,10 +29,9 @@ if CARRIED:
 
 try:
     import leaseguard.api as api  # pylint: disable=consider-using-from-import
-    from leaseguard.api import ConfigError, LeaseguardError, LookupFailed
+    from leaseguard.api import ConfigError, LeaseguardError
 
-    # What the guard runs on, loaded now: a missing requirement (psycopg, Fabric) fails here,
-    # and require_leaseguard() names it before any task runs.
+    # Loaded now, so a missing requirement (psycopg, Fabric) is named before any task runs.
     _LOADED = (api.host_session, api.drain_host, api.look_up_host)
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
@@ -44,26 +40,24 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
 
-    ConfigError = LookupFailed = LeaseguardError
+    ConfigError = LeaseguardError
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
-__all__ = ["CARRIED", "ConfigError", "LeaseguardError", "LookupFailed", "api", "require_leaseguard"]
+__all__ = ["ConfigError", "LeaseguardError", "api", "require_leaseguard"]
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHIPPED_PATH = "ansible_collections/leaseguard/deploy"
 display = Display()
 
 
 def require_leaseguard():
-    """Fail the task with install guidance when the core is missing on the controller; warn
-    when the running collection and the installed core differ."""
+    """Fail the task, saying what to install, without the package; warn on a mismatch."""
     exc = LEASEGUARD_IMPORT_ERROR
     if exc is not None:
         # The Galaxy tarball carries the core: only its requirements can be missing.
         missing = (
             "the Python requirements of leaseguard.deploy are"
             if CARRIED
-            else "the leaseguard Python package is"
+            else ("the leaseguard Python package is")
         )
         raise AnsibleActionFail(
             f"{missing} required on the controller ({type(exc).__name__}: {exc}): install "
@@ -91,7 +85,6 @@ def collection_identity(root):
 
 
 def install_hint():
-    """The command that installs what the plugins need."""
     requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
     if os.path.isfile(requirements):
         return f"pip install -r {requirements}"
@@ -112,7 +105,7 @@ def install_warning():
             f"Python package is {dist.version}: the plugins and the core they call come from "
             f"different releases. Install matching versions ({install_hint()})."
         )
-    shipped = os.path.realpath(str(dist.locate_file(SHIPPED_PATH)))
+    shipped = os.path.realpath(str(dist.locate_file("ansible_collections/leaseguard/deploy")))
     if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
         return None
     shipped_hash = collection_identity(shipped)[1]
@@ -125,6 +118,5 @@ def install_warning():
     )
 
 
-# Found once, in ansible-playbook's own process: every forked worker inherits it instead of
-# searching the installed packages again (~90 ms per task and host).
+# Found once in ansible-playbook's process, inherited by every forked worker (~90 ms a task).
 INSTALL_WARNING = install_warning()

@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: a drain run inside an Ansible worker, stopped by signals or
-a vanished controller (its `finally` gives intake back), its state changes shown live."""
+"""Private to leaseguard.deploy: a drain inside an Ansible worker, stopped by signals or a
+vanished controller (its `finally` gives intake back), its state changes shown live."""
 
 from __future__ import annotations
 
@@ -11,15 +11,9 @@ import threading
 from contextlib import contextmanager, suppress
 
 from ansible.utils.display import Display
-
-# Without the leaseguard package require_leaseguard() (plugin_utils._core) fails
-# every task before anything here runs.
-with suppress(ImportError):
-    from leaseguard.api import signals_set
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 display = Display()
-
-
 RESUME_HINT = (
     "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
     "the same database options)"
@@ -30,10 +24,9 @@ RESUME_HINT = (
 def stop_on_signals(label):
     """SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
 
-    A worker's own handler would kill it at once (no `finally`), and the controller exits at
-    once on SIGTERM; a controller gone without forwarding anything (SIGHUP, SIGKILL) leaves
-    the worker orphaned, which it notices. Messages go to the controller's stderr, opened
-    before any signal (a worker's stdio is /dev/null).
+    A worker's own handler would kill it at once (no `finally`), and a controller gone without
+    forwarding a signal (SIGHUP, SIGKILL) leaves the worker orphaned, which it notices.
+    Messages go to the controller's stderr, opened first (a worker's stdio is /dev/null).
     """
     stop, done = threading.Event(), threading.Event()
     try:
@@ -44,11 +37,11 @@ def stop_on_signals(label):
     def say(message):
         line = f"leaseguard [{label}]: {message}"
         with suppress(Exception):  # the controller may be gone: the resume matters, not this
-            if out is not None:
+            if out is None:
+                display.display(line, stderr=True)
+            else:
                 out.write(line + "\n")
                 out.flush()
-            else:
-                display.display(line, stderr=True)
 
     def stop_when_orphaned(parent):
         while not done.wait(0.5):
@@ -60,7 +53,7 @@ def stop_on_signals(label):
     watcher = threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True)
     try:
         watcher.start()
-        with signals_set(stop, say):
+        with api.signals_set(stop, say):
             yield stop, say
     finally:
         done.set()
@@ -84,6 +77,7 @@ class _Displayed(logging.Handler):
 
 @contextmanager
 def drain_events(label):
+    """The drain's log lines, shown live and collected into the yielded list."""
     logger = logging.getLogger("leaseguard.drain")
     handler, previous = _Displayed(label), logger.level
     logger.addHandler(handler)

@@ -11,65 +11,16 @@ import shlex
 from contextlib import contextmanager, nullcontext
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
 
 try:
     from psycopg import ProgrammingError
     from psycopg.conninfo import make_conninfo
-
-    from leaseguard.api import (
-        CommandResult,
-        ConfigError,
-        DatabaseAddress,
-        SshOptions,
-        TunnelError,
-        direct_conninfo,
-        invalid_dsn,
-        make_connection,
-        parse_openssh_args,
-        reject_hostaddr,
-        split_tty,
-        tty_argv,
-        tunnel_far_end,
-        tunnelled,
-    )
-except ImportError:  # require_leaseguard() (plugin_utils._core) fails every task first
+except ImportError:  # require_leaseguard() fails every task first, naming the install
     pass
 
-
-class AnsibleRunner:
-    """Runs commands on the host through the task's own Ansible connection (become and jump
-    hosts apply as to any task; the host needs no Python)."""
-
-    def __init__(self, action, label):
-        self._action = action
-        self.label = label
-
-    @property
-    def becomes(self):
-        return getattr(self._action._connection, "become", None) is not None
-
-    def run(self, argv):
-        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
-        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
-        nonce = secrets.token_hex(8) if self.becomes else None
-        command = tty_argv(tuple(argv), nonce) if nonce else argv
-        try:
-            result = self._action._low_level_execute_command(
-                shlex.join(command), sudoable=nonce is not None
-            )
-        except (AnsibleConnectionFailure, AnsibleError) as exc:
-            text = str(exc).lower()
-            causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
-            cause = next(causes, "running a lookup failed").format(host=self.label)
-            raise TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
-        ran = CommandResult(
-            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
-        )
-        return split_tty(ran, nonce) if nonce else ran
-
-
-# OpenSSH's (and ansible's paramiko plugin's) words for a refused host key, and what to do;
-# the raw text is never repeated (it may quote the command).
+# OpenSSH's (and paramiko's) words for a refused host key, and what to do; the raw text is
+# never repeated (it may quote the command).
 _REPLACE_KEY = (
     "if the change is expected, verify the new key and replace the old one "
     "(ssh-keygen -R {host}, then ssh-keyscan)"
@@ -83,14 +34,45 @@ _HOST_KEY_CAUSES = {
 }
 
 
+class AnsibleRunner:
+    """Runs commands on the host through the task's own connection (become, jump hosts)."""
+
+    def __init__(self, action, label):
+        self._action = action
+        self.label = label
+
+    @property
+    def becomes(self):
+        return getattr(self._action._connection, "become", None) is not None
+
+    def run(self, argv):
+        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
+        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        nonce = secrets.token_hex(8) if self.becomes else None
+        command = api.tty_argv(tuple(argv), nonce) if nonce else argv
+        try:
+            result = self._action._low_level_execute_command(
+                shlex.join(command), sudoable=nonce is not None
+            )
+        except (AnsibleConnectionFailure, AnsibleError) as exc:
+            text = str(exc).lower()
+            causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
+            cause = next(causes, "running a lookup failed").format(host=self.label)
+            raise api.TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
+        ran = api.CommandResult(
+            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
+        )
+        return api.split_tty(ran, nonce) if nonce else ran
+
+
 def conninfo_from(args):
     """dbname/user/password and the other libpq keywords of `dsn` as one conninfo."""
     given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
     try:
         conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
     except ProgrammingError:
-        raise invalid_dsn(args["dsn"] or "") from None
-    reject_hostaddr(conninfo)
+        raise api.invalid_dsn(args["dsn"] or "") from None
+    api.reject_hostaddr(conninfo)
     return conninfo
 
 
@@ -106,58 +88,58 @@ def ssh_target(connection, play_context):
     ssh_args = " ".join(
         str(option(name) or "") for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
     )
-    parsed = parse_openssh_args(ssh_args)
+    parsed = api.parse_openssh_args(ssh_args)
     if "proxycommand" in parsed:
         raise ConfigError(
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
             "use ProxyJump (-J) instead"
         )
     strict = parsed.get("stricthostkeychecking", "").lower()
-    checking = option("host_key_checking")
-    host = option("host") or play_context.remote_addr
     port = option("port") or parsed.get("port")
-    options = SshOptions(
+    options = api.SshOptions(
         user=option("remote_user") or parsed.get("user"),
         port=int(port) if port else None,
         key_filename=option("private_key_file") or parsed.get("identityfile"),
         known_hosts=parsed.get("userknownhostsfile"),
-        # Only the host's own Ansible settings can opt out of refusing unknown keys, as they
-        # do for ansible's ssh itself; a changed key is refused either way (paramiko).
-        accept_unknown_host_keys=checking is False or strict in ("no", "off", "accept-new"),
+        # Only the host's own Ansible settings opt out of refusing unknown keys, as for
+        # ansible's ssh itself; a changed key is refused either way.
+        accept_unknown_host_keys=option("host_key_checking") is False
+        or strict in ("no", "off", "accept-new"),
         gateway=parsed.get("proxyjump"),
         connect_timeout_s=int(option("timeout") or 10),
     )
-    return str(host), options
-
-
-@contextmanager
-def database_conninfo(action, args):
-    with database_path(action, args) as (conninfo, _tunnel):
-        yield conninfo
+    return str(option("host") or play_context.remote_addr), options
 
 
 def tunnels(action, args):
-    """Whether the task reaches the database through a tunnel: not for a `local` connection
-    or `tunnel: false` (then the DSN's own host and port, as the CLI uses them)."""
+    """Whether the database is reached through a tunnel: not with `tunnel: false` or a
+    `local` connection (then the DSN's own host and port, as the CLI uses them)."""
     transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
     return bool(args["tunnel"]) and transport != "local"
 
 
 @contextmanager
 def database_path(action, args, *, probe=True):
-    """The database's (conninfo, tunnel or None) as the controller reaches it, the tunnel
-    with the host's SSH settings, closed on exit. Without `probe` the caller's own connection
-    tries the address, naming the tunnel's failure."""
+    """(conninfo, tunnel or None) as the controller reaches the database, closed on exit.
+    Without `probe` the caller's own connection tries the address, naming the tunnel's failure."""
     conninfo = conninfo_from(args)
     if not tunnels(action, args):
-        path = nullcontext((direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+        path = nullcontext((api.direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
     else:
-        address = DatabaseAddress(*tunnel_far_end(conninfo, args["db_host"], args["db_port"]))
+        address = api.DatabaseAddress(
+            *api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
+        )
         host, options = ssh_target(action._connection, action._play_context)
         if args.get("connect_timeout_s"):
             # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
             timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
             options = dataclasses.replace(options, connect_timeout_s=timeout)
-        path = tunnelled(make_connection(host, options), conninfo, address, probe=probe)
+        path = api.tunnelled(api.make_connection(host, options), conninfo, address, probe=probe)
     with path as opened:
         yield opened
+
+
+@contextmanager
+def database_conninfo(action, args):
+    with database_path(action, args) as (conninfo, _tunnel):
+        yield conninfo

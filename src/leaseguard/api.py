@@ -46,7 +46,6 @@ _HOME = {
     "load_contract": "leaseguard.core.contract",
     "ConfigError": "leaseguard.core.errors",
     "LeaseguardError": "leaseguard.core.errors",
-    "LookupFailed": "leaseguard.core.errors",
     "TunnelError": "leaseguard.core.errors",
     "fleet_facts": "leaseguard.core.fleet",
     "host_report": "leaseguard.core.fleet",

@@ -10,7 +10,7 @@ from tests.support.ansible_run import REPO
 
 sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
 known_vars = importlib.import_module(
-    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._known_vars"
+    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._action"
 )
 check_vars = importlib.import_module(
     "ansible_collections.leaseguard.deploy.plugins.action.check_vars"
@@ -76,8 +76,8 @@ def guard_role_variables():
 
 
 def test_every_option_from_role_vars_is_a_documented_guard_role_variable():
-    mapped = specs.role_variables()
-    holding = set(specs.intake_hold_role_variables().values())
+    mapped = specs.role_variables("lease_guard")
+    holding = set(specs.role_variables("intake_hold").values())
     assert set(mapped.values()) | holding <= guard_role_variables()
     # and every guard role variable but the caller's decision fills an option
     assert guard_role_variables() - set(mapped.values()) - holding == {"leaseguard_on_busy"}

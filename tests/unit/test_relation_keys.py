@@ -60,6 +60,6 @@ def test_ansible_has_both_options_and_role_variables():
     spec = specs.module_spec("lease_guard")[0]
     assert spec["relation_kind"]["choices"] == ["table", "view"]
     assert spec["schema"]["type"] == "str"
-    variables = specs.role_variables()
+    variables = specs.role_variables("lease_guard")
     assert variables["schema"] == "leaseguard_schema"
     assert variables["relation_kind"] == "leaseguard_relation_kind"
