@@ -1,9 +1,6 @@
-"""Budgets, function names, and the one command every job runs, read back by a small
-parser (anything else is refused: reported, never rewritten)::
-
-    set statement_timeout = '3s'; select "public"."claim_stats_projection_job_v1"();
-
-A budget is whole ms as statement_timeout reads it (bare number: ms; ms, s, min, h, d)."""
+"""Budgets, function names, and the one command every job runs, read back by a small parser
+(anything else is refused: reported, never rewritten). A budget is whole ms, as
+statement_timeout reads it: ``set statement_timeout = '3s'; select "public"."f"();``"""
 
 from __future__ import annotations
 
@@ -25,6 +22,8 @@ _BUDGET = re.compile(
     re.ASCII,
 )
 _EXAMPLES = "such as 3s, 1500ms or 1min"
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
+_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
 def shown(value: object) -> str:
@@ -43,27 +42,22 @@ def parse_budget_ms(value: object, *, where: str) -> int:
     text = format(Decimal(value), "f") if isinstance(value, float) else str(value)  # exact
     if not text.strip():
         raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
-    match = _BUDGET.fullmatch(text)
-    if match is None:
+    if (match := _BUDGET.fullmatch(text)) is None:
         raise ConfigError(expected)
-    unit, number = match["unit"], Decimal(match["number"])
+    unit, number, got = match["unit"], Decimal(match["number"]), shown(value)
     if unit and unit not in _UNITS_MS:
-        raise ConfigError(
-            f"{where}: unknown unit {unit!r} in {shown(value)}; use ms, s, min, h or d"
-        )
+        raise ConfigError(f"{where}: unknown unit {unit!r} in {got}; use ms, s, min, h or d")
     if not unit and number != number.to_integral_value():
-        raise ConfigError(
-            f"{where}: a bare number means milliseconds and must be whole, got {shown(value)}"
-        )
+        raise ConfigError(f"{where}: a bare number means milliseconds and must be whole, got {got}")
     if match["sign"] == "-" and number:
-        raise ConfigError(f"{where} must be greater than 0, got {shown(value)}")
+        raise ConfigError(f"{where} must be greater than 0, got {got}")
     ms = number * _UNITS_MS[unit or "ms"]
     if ms == 0:
         raise ConfigError(f"{where} must be greater than 0 (0 would disable statement_timeout)")
     if ms > MAX_BUDGET_MS:
-        raise ConfigError(f"{where}: {shown(value)} exceeds the maximum budget of 24h")
+        raise ConfigError(f"{where}: {got} exceeds the maximum budget of 24h")
     if ms != ms.to_integral_value():
-        raise ConfigError(f"{where}: {shown(value)} is not a whole number of milliseconds")
+        raise ConfigError(f"{where}: {got} is not a whole number of milliseconds")
     return int(ms)
 
 
@@ -86,10 +80,6 @@ class FunctionName:
         return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
-_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
-
-
 def parse_function_name(value: object, *, where: str) -> FunctionName:
     """`schema.name` in lower case: only such names mean the same quoted and unquoted, so
     anything else (quotes, spaces, parentheses, semicolons) is refused, not quoted."""
@@ -97,27 +87,27 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
         raise ConfigError(
             f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
         )
+    named = f"{where} = {shown(value)}"
     if bad := re.search(r"[^a-z0-9_.]", value, re.ASCII):
         raise ConfigError(
-            f"{where} = {shown(value)} contains {bad[0]!r}: a function name is schema.name "
-            "in lower-case letters, digits and _ (no quotes, spaces, parentheses or semicolons)"
+            f"{named} contains {bad[0]!r}: a function name is schema.name in lower-case "
+            "letters, digits and _ (no quotes, spaces, parentheses or semicolons)"
         )
     parts = value.split(".")
     if len(parts) != 2:
         raise ConfigError(
-            f"{where} = {shown(value)} must be schema-qualified as schema.name, "
-            f"e.g. {_FUNCTION_EXAMPLE}"
+            f"{named} must be schema-qualified as schema.name, e.g. {_FUNCTION_EXAMPLE}"
         )
     for part in parts:
         if not _IDENTIFIER.fullmatch(part):
             raise ConfigError(
-                f"{where} = {shown(value)}: {part!r} is not an identifier "
+                f"{named}: {part!r} is not an identifier "
                 "(a lower-case letter or _ first, then letters, digits or _)"
             )
         if len(part.encode()) > MAX_IDENTIFIER_BYTES:
             raise ConfigError(
-                f"{where} = {shown(value)}: {part[:20]!r}... is longer than "
-                f"{MAX_IDENTIFIER_BYTES} bytes; PostgreSQL would truncate it"
+                f"{named}: {part[:20]!r}... is longer than {MAX_IDENTIFIER_BYTES} bytes; "
+                "PostgreSQL would truncate it"
             )
     return FunctionName(parts[0], parts[1])
 
@@ -173,29 +163,26 @@ def parse_live_command(command: str) -> ParsedCommand:
         if match.lastgroup != "ws":
             tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
 
-    def take(what: str, *accept: str, optional: bool = False) -> tuple[str, str, int]:
-        if optional:  # only a word's text is these words: quoted ones keep their quotes
-            return tokens.pop() if tokens and tokens[-1][1].lower() in accept else ("", "", 0)
+    def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
         if not tokens:
             _refuse(f"the command ends where {what} was expected")
         token = tokens.pop()
-        if accept and token[1].lower() not in accept:
+        if (accept and token[1].lower() not in accept) or (kinds and token[0] not in kinds):
             unexpected(token, what)
         return token
 
     def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
         _refuse(f"expected {what} at offset {token[2]}, found {shown(token[1])}")
 
+    def optional(word: str) -> bool:  # only a word's text is `word`: quoted ones keep quotes
+        return bool(tokens and tokens[-1][1].lower() == word and tokens.pop())
+
     def identifier() -> str:
-        kind, text, _ = token = take("a function name")
-        if kind == "word":
-            return text.lower()  # PostgreSQL folds unquoted names
-        if kind != "qident":
-            unexpected(token, "a function name")
-        return text[1:-1].replace('""', '"')
+        kind, text, _ = take("a function name", kinds=("word", "qident"))
+        return text.lower() if kind == "word" else text[1:-1].replace('""', '"')  # PG folds
 
     budget_ms = None
-    if take("", "set", optional=True)[0]:
+    if optional("set"):
         text = take("statement_timeout")[1]
         if text.lower() == "local":
             _refuse("SET LOCAL is not understood")
@@ -203,23 +190,22 @@ def parse_live_command(command: str) -> ParsedCommand:
         if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
-        kind, text, _ = value = take("a statement_timeout value")
-        if kind not in ("string", "number"):
-            unexpected(value, "a statement_timeout value")
-        text = text[1:-1].replace("''", "'") if kind == "string" else text
+        kind, text, _ = take("a statement_timeout value", kinds=("string", "number"))
         try:
-            budget_ms = parse_budget_ms(text, where="statement_timeout")
+            budget_ms = parse_budget_ms(
+                text[1:-1].replace("''", "'") if kind == "string" else text,
+                where="statement_timeout",
+            )
         except ConfigError as exc:
             raise UnparseableCommand(str(exc)) from None
         take("';' after SET", ";")
     take("SELECT", "select")
-    name = identifier()
-    function = FunctionName(None, name)
-    if take("", ".", optional=True)[0]:
-        function = FunctionName(name, identifier())
+    function = FunctionName(None, identifier())
+    if optional("."):
+        function = FunctionName(function.name, identifier())
     take("'(' (a call without arguments)", "(")
     take("')' (a call without arguments)", ")")
-    take("", ";", optional=True)
+    optional(";")
     if tokens:
         unexpected(tokens[-1], "the end of the command")
     return ParsedCommand(budget_ms, function)
