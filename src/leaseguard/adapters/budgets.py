@@ -1,15 +1,25 @@
-"""Converging cron.job on a declaration: read, plan (`leaseguard.core.budgets.planning`) and
-write in one transaction, enforcing the plan's all-or-nothing `refusals` for every front."""
+"""The budgets use cases `leaseguard budgets` and cron_budget run: converge cron.job on a
+declaration (read, plan, write in one transaction, all or nothing on the plan's `refusals`),
+set jobs' active flags, give back recorded intake holds."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.cron import cron_transaction, read_live_jobs
+from leaseguard.adapters.cron import (
+    ActivePlan,
+    cron_transaction,
+    read_live_jobs,
+    set_jobs_active,
+    validate_active,
+)
 from leaseguard.adapters.db import connect
+from leaseguard.adapters.resume import resume_pauses
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
@@ -17,6 +27,55 @@ from leaseguard.core.errors import DatabaseUnavailable
 # Serialises concurrent runs (two deploys) between reading cron.job and writing it;
 # the bytes of "lgcronbg" as a bigint.
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
+
+
+def converge_jobs(
+    path: AbstractContextManager[str],
+    declared: BudgetConfig | None,
+    *,
+    active: Mapping[str, bool] | None = None,
+    cron_database: str | None = None,
+    on_drift: str = "report",
+    check_mode: bool = False,
+    connect_timeout_s: int = 10,
+) -> tuple[BudgetPlan | None, ActivePlan | None]:
+    """Converge `declared`, then (unless the plan is refused) set `active`'s flags. `path`
+    yields the conninfo (a tunnel's, say), entered only once the input is valid."""
+    wanted = validate_active(active) if active else {}
+    plan = switched = None
+    with path as conninfo:
+        if declared is not None:
+            plan = converge_budgets(
+                conninfo,
+                declared,
+                cron_database=cron_database,
+                on_drift=on_drift,
+                check_mode=check_mode,
+                connect_timeout_s=connect_timeout_s,
+            )
+            if plan.refusals:
+                return plan, None
+        if wanted:
+            with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+                switched = set_jobs_active(conn, wanted, check_mode=check_mode)
+    return plan, switched
+
+
+def resume_holds(
+    path: AbstractContextManager[str],
+    *,
+    cron_database: str | None = None,
+    check_mode: bool = False,
+    connect_timeout_s: int = 10,
+) -> dict[str, Any]:
+    """`resume_pauses` through `path`'s conninfo."""
+    with path as conninfo:
+        return resume_pauses(
+            conninfo,
+            cron_database=cron_database,
+            check_mode=check_mode,
+            connect_timeout_s=connect_timeout_s,
+        )
 
 
 def converge_budgets(
@@ -28,11 +87,9 @@ def converge_budgets(
     check_mode: bool = False,
     connect_timeout_s: int = 10,
 ) -> BudgetPlan:
-    """Plan, and unless `check_mode` or refused, write; the result's `applied` says which.
-
-    `conninfo` is the database the jobs run in (unless `declared.database`), `cron_database`
-    the one holding cron.job when it is another. Any failure rolls all back.
-    """
+    """Plan, and unless `check_mode` or refused, write (the result's `applied`); any failure
+    rolls all back. `conninfo`: where the jobs run (unless `declared.database`);
+    `cron_database`: the one holding cron.job when it is another."""
     if cron_database and declared.database is None:
         with connect(conninfo, connect_timeout_s, writable=True) as conn:
             try:

@@ -8,6 +8,7 @@ import sys
 from contextlib import nullcontext
 from datetime import UTC, datetime
 
+from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
@@ -22,7 +23,6 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.orchestration.budgets import converge_jobs
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
