@@ -1,6 +1,6 @@
-"""The budgets use cases `leaseguard budgets` and cron_budget run: converge cron.job on a
+"""The budgets use case `leaseguard budgets` and cron_budget run: converge cron.job on a
 declaration (read, plan, write in one transaction, all or nothing on the plan's `refusals`),
-set jobs' active flags, give back recorded intake holds."""
+then set jobs' active flags."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from leaseguard.adapters.cron import (
     validate_active,
 )
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.resume import resume_pauses
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
@@ -59,23 +58,6 @@ def converge_jobs(
             with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
                 switched = set_jobs_active(conn, wanted, check_mode=check_mode)
     return plan, switched
-
-
-def resume_holds(
-    path: AbstractContextManager[str],
-    *,
-    cron_database: str | None = None,
-    check_mode: bool = False,
-    connect_timeout_s: int = 10,
-) -> dict[str, Any]:
-    """`resume_pauses` through `path`'s conninfo."""
-    with path as conninfo:
-        return resume_pauses(
-            conninfo,
-            cron_database=cron_database,
-            check_mode=check_mode,
-            connect_timeout_s=connect_timeout_s,
-        )
 
 
 def converge_budgets(
