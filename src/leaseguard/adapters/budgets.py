@@ -38,19 +38,16 @@ def converge_jobs(
     check_mode: bool = False,
     connect_timeout_s: int = 10,
 ) -> tuple[BudgetPlan | None, ActivePlan | None]:
-    """Converge `declared`, then (unless the plan is refused) set `active`'s flags. `path`
-    yields the conninfo (a tunnel's, say), entered only once the input is valid."""
+    """Converge `declared` (unless `check_mode` or refused, write: the plan's `applied`), then
+    set `active`'s flags unless the plan is refused; any failure rolls all back. `path` yields
+    the conninfo of the database the jobs run in (a tunnel's, say), entered only once the input
+    is valid; `cron_database`: the one holding cron.job when it is another."""
     wanted = validate_active(active) if active else {}
     plan = switched = None
     with path as conninfo:
         if declared is not None:
-            plan = converge_budgets(
-                conninfo,
-                declared,
-                cron_database=cron_database,
-                on_drift=on_drift,
-                check_mode=check_mode,
-                connect_timeout_s=connect_timeout_s,
+            plan = _converge(
+                conninfo, declared, cron_database, on_drift, check_mode, connect_timeout_s
             )
             if plan.refusals:
                 return plan, None
@@ -60,20 +57,16 @@ def converge_jobs(
     return plan, switched
 
 
-def converge_budgets(
+def _converge(
     conninfo: str,
     declared: BudgetConfig,
-    *,
-    cron_database: str | None = None,
-    on_drift: str = "report",
-    check_mode: bool = False,
-    connect_timeout_s: int = 10,
+    cron_db: str | None,
+    on_drift: str,
+    check: bool,
+    timeout_s: int,
 ) -> BudgetPlan:
-    """Plan, and unless `check_mode` or refused, write (the result's `applied`); any failure
-    rolls all back. `conninfo`: where the jobs run (unless `declared.database`);
-    `cron_database`: the one holding cron.job when it is another."""
-    if cron_database and declared.database is None:
-        with connect(conninfo, connect_timeout_s, writable=True) as conn:
+    if cron_db and declared.database is None:  # the jobs run in conninfo's database
+        with connect(conninfo, timeout_s, writable=True) as conn:
             try:
                 row = conn.execute("SELECT current_database()").fetchone()
             except psycopg.Error as exc:
@@ -86,10 +79,10 @@ def converge_budgets(
         "/schedule_in_database" if declared.database else ""
     )
     with (
-        connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn,
-        cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step,
+        connect(conninfo, timeout_s, writable=True, dbname=cron_db) as conn,
+        cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
     ):
-        if not check_mode:
+        if not check:
             step.doing = "waiting for another leaseguard run on cron.job"
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
             step.doing = "reading cron.job"
@@ -98,7 +91,7 @@ def converge_budgets(
         target = replace(declared, database=declared.database or here)
         live = read_live_jobs(conn, [job.name for job in declared.jobs])
         plan = plan_budgets(target, live, on_drift=on_drift)
-        writing = not check_mode and not plan.refusals
+        writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():
             step.doing = f"writing pg_cron job {job.job.name}"
             _write(conn, job, here)
