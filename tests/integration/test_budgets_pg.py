@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from leaseguard.adapters.budgets import converge_jobs
-from leaseguard.core.budgets.command import render_command
-from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping
+from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping, render_command
 from leaseguard.core.budgets.planning import Action
 from leaseguard.core.errors import DatabaseError
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE

@@ -12,8 +12,7 @@ from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
-from leaseguard.core.budgets.command import format_budget, format_optional
-from leaseguard.core.budgets.config import load_budget_config
+from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (

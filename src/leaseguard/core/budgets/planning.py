@@ -12,9 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from leaseguard.core.budgets import LiveJob
-from leaseguard.core.budgets.command import UnparseableCommand as Unparseable
-from leaseguard.core.budgets.command import format_budget, format_optional, parse_live_command
-from leaseguard.core.budgets.config import BudgetConfig, DeclaredJob
+from leaseguard.core.budgets.config import (
+    BudgetConfig,
+    DeclaredJob,
+    UnparseableCommand,
+    format_budget,
+    format_optional,
+    parse_live_command,
+)
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
@@ -66,15 +71,12 @@ class JobPlan:
         return self.action is Action.CREATE or bool(set(fields) & set(self.changes))
 
     def before(self) -> dict[str, Any] | None:
-        live = self.live
-        return live and dict(
-            jobid=live.jobid,
-            schedule=live.schedule,
-            command=live.command,
-            budget=format_optional(self.live_budget_ms),
-            database=live.database,
-            active=live.active,
-        )
+        if (live := self.live) is None:
+            return None
+        fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        return {
+            k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
+        }
 
     def after(self) -> dict[str, Any] | None:
         before = self.before()
@@ -218,7 +220,7 @@ def _plan_job(
         return JobPlan(job, Action.AMBIGUOUS, live, database=live.database, reason=reason)
     try:
         parsed = parse_live_command(live.command)
-    except Unparseable as exc:
+    except UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
     differs = {
         "schedule": " ".join(live.schedule.split()) != job.schedule,
