@@ -90,10 +90,7 @@ EXAMPLES = r"""
 RETURN = r"""
 environment: {description: "The environment whose overrides were applied.", returned: when O(jobs) is given, type: str}
 on_drift: {description: "The drift policy used.", returned: when O(jobs) is given, type: str}
-applied:
-  description: Whether the plan was written (false in check mode and when the task refused).
-  returned: always
-  type: bool
+applied: {description: "Whether the plan was written (false in check mode and when the task refused).", returned: always, type: bool}
 jobs:
   description: One entry per declared job; C(state) is V(create), V(update), V(unchanged),
     V(drift), V(unparseable) or V(ambiguous).
