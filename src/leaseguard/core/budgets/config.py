@@ -268,8 +268,7 @@ class BudgetConfig:
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     """``jobs``: job name -> ``{schedule, function, budget}`` (or a list of such with a
     ``name``); ``overrides``: environment -> ``{job: budget}``; ``database``: where jobs run."""
-    prefix = CONFIG_SECTION
-    data = {} if data is None else data
+    prefix, data = CONFIG_SECTION, {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
@@ -278,8 +277,7 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
         raise ConfigError(f"{prefix}.jobs must declare at least one job")
     names = {job.name for job in jobs}
     overrides: dict[str, dict[str, int]] = {}
-    raw_overrides = data.get("overrides") or {}
-    if not isinstance(raw_overrides, Mapping):
+    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
         raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
     for env, budgets in raw_overrides.items():
         where = f"{prefix}.overrides.{env}"

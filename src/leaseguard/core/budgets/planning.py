@@ -86,8 +86,7 @@ class JobPlan:
         after["schedule"] = self.new_schedule or after["schedule"]
         if self.new_command is not None:
             after.update(command=self.new_command, budget=format_budget(self.job.budget_ms))
-        if self.new_database is not None:
-            after["database"] = self.new_database
+        after["database"] = self.new_database or after["database"]
         return after
 
     def as_dict(self) -> dict[str, Any]:
