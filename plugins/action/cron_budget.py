@@ -1,7 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/): the
-options to `converge_jobs`/`resume_holds`, their plans to Ansible's return values."""
+options to `converge_jobs`/`resume_pauses`, their plans to Ansible's return values."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import L
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import database_conninfo
 
 try:  # noqa: SIM105 (ansible-test's import check reads this form)
-    from leaseguard.api import converge_jobs, resume_holds, task_budgets
+    from leaseguard.api import converge_jobs, resume_pauses, task_budgets
 except ImportError:  # require_leaseguard() reports it
     pass
 
@@ -31,7 +31,8 @@ class ActionModule(LeaseguardAction):
             connect_timeout_s=args["connect_timeout_s"],
         )
         if args["resume_recorded"]:
-            outcome = resume_holds(database_conninfo(self, args), **common)
+            with database_conninfo(self, args) as conninfo:
+                outcome = resume_pauses(conninfo, **common)
             resumed = outcome["resumed"]
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             if not check_mode:
@@ -58,7 +59,6 @@ def _plan_fields(plan):
 
 
 def _refused(plan, host):
-    """Nothing was written (plan.refusals); the task fails saying why and how to go on."""
     guidance = (
         "declare the live budget as an override for this environment (overrides, "
         "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "

@@ -14,8 +14,7 @@ description:
   - A live budget differing from an undeclared default (B(drift)), a live command outside the
     template, or a name shared by several jobs makes the task B(fail) and write no job at
     all (drift is written with O(on_drift=apply)). Lowering a live budget always warns.
-author:
-  - leaseguard maintainers (@leaseguard)
+author: leaseguard maintainers (@leaseguard)
 requirements:
   - the collection's requirements.txt (psycopg, PyYAML, fabric) on the controller
   - pg_cron 1.4 or later in the database named by O(cron_database)
@@ -24,9 +23,8 @@ extends_documentation_fragment:
   - leaseguard.deploy.attributes.action_group
 options:
   jobs:
-    description:
-      - The jobs by name, each C(schedule), C(function) (C(schema.name), lower case) and
-        default C(budget) (V(3s), V(1500ms), V(1min) or ms). Other jobs are left alone.
+    description: The jobs by name, each C(schedule), C(function) (C(schema.name), lower case)
+      and default C(budget) (V(3s), V(1500ms), V(1min) or ms). Other jobs are left alone.
     type: dict
   overrides:
     description: This environment's budgets by job name (e.g. C(publish=6s)); needs O(environment).
@@ -43,22 +41,16 @@ options:
     description: The database holding C(cron.job) (C(cron.database_name)); if not set, O(db_name).
     type: str
   active:
-    description:
-      - Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs); a
-        missing job is skipped with a warning.
+    description: Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs);
+      a missing job is skipped with a warning.
     type: dict
   resume_recorded:
-    description:
-      - Give back the intake pauses drains recorded, as C(leaseguard resume) does.
+    description: Give back the intake pauses drains recorded, as C(leaseguard resume) does.
     type: bool
     default: false
 attributes:
-  check_mode:
-    support: full
-    description: The same plan and C(changed), read-only.
-  diff_mode:
-    support: full
-    description: Before and after of each declared job.
+  check_mode: {support: full, description: "The same plan and C(changed), read-only."}
+  diff_mode: {support: full, description: "Before and after of each declared job."}
   platform:
     support: full
     platforms: posix
@@ -96,19 +88,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-environment:
-  description: The environment whose overrides were applied.
-  returned: when O(jobs) is given
-  type: str
-  sample: production
-on_drift:
-  description: The drift policy used.
-  returned: when O(jobs) is given
-  type: str
-applied:
-  description: Whether the plan was written (false in check mode and when the task refused).
-  returned: always
-  type: bool
+environment: {description: "The environment whose overrides were applied.", returned: when O(jobs) is given, type: str}
+on_drift: {description: "The drift policy used.", returned: when O(jobs) is given, type: str}
+applied: {description: "Whether the plan was written (false in check mode and when the task refused).", returned: always, type: bool}
 jobs:
   description: One entry per declared job; C(state) is V(create), V(update), V(unchanged),
     V(drift), V(unparseable) or V(ambiguous).
@@ -135,7 +117,6 @@ records:
   returned: when O(resume_recorded)
   type: list
   elements: dict
-  sample: [{"job": "claim", "paused_at": "2026-09-09T14:48:57+00:00", "by": "fab drain pid 4242 on ci1"}]
 resumed:
   description: Jobs this run activated through O(active) or O(resume_recorded).
   returned: when O(active) or O(resume_recorded) is given
@@ -146,16 +127,8 @@ missing:
   returned: when O(active) is given
   type: list
   elements: str
-diff:
-  description: Before and after per job, shown with C(--diff).
-  returned: success
-  type: dict
-  sample: {"before": {"publish": {"budget": "6s"}}, "after": {"publish": {"budget": "3s"}}}
-msg:
-  description: A one-line summary, or on failure what failed and how to go on.
-  returned: always
-  type: str
-  sample: "3 created"
+diff: {description: "Before and after per job, shown with C(--diff).", returned: success, type: dict}
+msg: {description: "A one-line summary, or on failure what failed and how to go on.", returned: always, type: str}
 error:
   description: What failed (connection, privileges, pg_cron); never a secret.
   returned: on a database or configuration failure

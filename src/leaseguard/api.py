@@ -16,8 +16,8 @@ from typing import Any
 _HOME = {
     # budgets (cron_budget)
     "task_budgets": "leaseguard.core.budgets.config",
-    "converge_jobs": "leaseguard.orchestration.budgets",
-    "resume_holds": "leaseguard.orchestration.budgets",
+    "converge_jobs": "leaseguard.adapters.budgets",
+    "resume_pauses": "leaseguard.adapters.resume",
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)

@@ -15,9 +15,8 @@ import time
 import pytest
 import yaml
 
-from leaseguard.adapters.budgets import converge_budgets
-from leaseguard.core.budgets.command import render_command
-from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping
+from leaseguard.adapters.budgets import converge_jobs
+from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping, render_command
 from leaseguard.core.budgets.planning import Action
 from leaseguard.core.errors import DatabaseError
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
@@ -113,7 +112,8 @@ def app(pg_cluster):
 
 
 def converge(db, config: BudgetConfig, environment=None, **kw):
-    return converge_budgets(db.dsn, config.declare(environment), cron_database=CRON_DB, **kw)
+    declared = config.declare(environment)
+    return converge_jobs(contextlib.nullcontext(db.dsn), declared, cron_database=CRON_DB, **kw)[0]
 
 
 def config_for(db, **kw) -> BudgetConfig:

@@ -7,21 +7,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from leaseguard.core.budgets import LiveJob
-from leaseguard.core.budgets.command import (
+from leaseguard.core.budgets.config import (
     MAX_BUDGET_MS,
+    BudgetConfig,
     FunctionName,
     ParsedCommand,
     UnparseableCommand,
+    budget_config_from_mapping,
     format_budget,
+    load_budget_config,
     parse_budget_ms,
     parse_function_name,
     parse_live_command,
     render_command,
-)
-from leaseguard.core.budgets.config import (
-    BudgetConfig,
-    budget_config_from_mapping,
-    load_budget_config,
 )
 from leaseguard.core.budgets.planning import Action, plan_budgets
 from leaseguard.core.errors import ConfigError

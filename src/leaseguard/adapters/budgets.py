@@ -1,14 +1,23 @@
-"""Converging cron.job on a declaration: read, plan (`leaseguard.core.budgets.planning`) and
-write in one transaction, enforcing the plan's all-or-nothing `refusals` for every front."""
+"""The budgets use case `leaseguard budgets` and cron_budget run: converge cron.job on a
+declaration (read, plan, write in one transaction, all or nothing on the plan's `refusals`),
+then set jobs' active flags."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.cron import cron_transaction, read_live_jobs
+from leaseguard.adapters.cron import (
+    ActivePlan,
+    cron_transaction,
+    read_live_jobs,
+    set_jobs_active,
+    validate_active,
+)
 from leaseguard.adapters.db import connect
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
@@ -19,22 +28,45 @@ from leaseguard.core.errors import DatabaseUnavailable
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
 
 
-def converge_budgets(
-    conninfo: str,
-    declared: BudgetConfig,
+def converge_jobs(
+    path: AbstractContextManager[str],
+    declared: BudgetConfig | None,
     *,
+    active: Mapping[str, bool] | None = None,
     cron_database: str | None = None,
     on_drift: str = "report",
     check_mode: bool = False,
     connect_timeout_s: int = 10,
-) -> BudgetPlan:
-    """Plan, and unless `check_mode` or refused, write; the result's `applied` says which.
+) -> tuple[BudgetPlan | None, ActivePlan | None]:
+    """Converge `declared` (unless `check_mode` or refused, write: the plan's `applied`), then
+    set `active`'s flags unless the plan is refused; any failure rolls all back. `path` yields
+    the conninfo of the database the jobs run in (a tunnel's, say), entered only once the input
+    is valid; `cron_database`: the one holding cron.job when it is another."""
+    wanted = validate_active(active) if active else {}
+    plan = switched = None
+    with path as conninfo:
+        if declared is not None:
+            plan = _converge(
+                conninfo, declared, cron_database, on_drift, check_mode, connect_timeout_s
+            )
+            if plan.refusals:
+                return plan, None
+        if wanted:
+            with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+                switched = set_jobs_active(conn, wanted, check_mode=check_mode)
+    return plan, switched
 
-    `conninfo` is the database the jobs run in (unless `declared.database`), `cron_database`
-    the one holding cron.job when it is another. Any failure rolls all back.
-    """
-    if cron_database and declared.database is None:
-        with connect(conninfo, connect_timeout_s, writable=True) as conn:
+
+def _converge(
+    conninfo: str,
+    declared: BudgetConfig,
+    cron_db: str | None,
+    on_drift: str,
+    check: bool,
+    timeout_s: int,
+) -> BudgetPlan:
+    if cron_db and declared.database is None:  # the jobs run in conninfo's database
+        with connect(conninfo, timeout_s, writable=True) as conn:
             try:
                 row = conn.execute("SELECT current_database()").fetchone()
             except psycopg.Error as exc:
@@ -47,10 +79,10 @@ def converge_budgets(
         "/schedule_in_database" if declared.database else ""
     )
     with (
-        connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn,
-        cron_transaction(conn, read_only=check_mode, privilege_hint=privilege) as step,
+        connect(conninfo, timeout_s, writable=True, dbname=cron_db) as conn,
+        cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
     ):
-        if not check_mode:
+        if not check:
             step.doing = "waiting for another leaseguard run on cron.job"
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
             step.doing = "reading cron.job"
@@ -59,7 +91,7 @@ def converge_budgets(
         target = replace(declared, database=declared.database or here)
         live = read_live_jobs(conn, [job.name for job in declared.jobs])
         plan = plan_budgets(target, live, on_drift=on_drift)
-        writing = not check_mode and not plan.refusals
+        writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():
             step.doing = f"writing pg_cron job {job.job.name}"
             _write(conn, job, here)

@@ -1,9 +1,6 @@
-"""pg_cron's cron.job: its rows, one time-boxed transaction on them, jobs' active flags.
-
-Every writer of cron.job (budgets, intake holds, cron_budget's `active`) runs in
-`cron_transaction`. A job is reported paused only when this run switched it, so a caller
-resumes exactly those, never a job an operator disabled on purpose.
-"""
+"""pg_cron's cron.job: its rows, the one time-boxed transaction every writer runs in, jobs'
+active flags. A job is reported paused only when this run switched it, so a caller resumes
+exactly those, never a job an operator disabled on purpose."""
 
 from __future__ import annotations
 
@@ -40,9 +37,7 @@ def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[
 
 @dataclass
 class CronStep:
-    """What a cron.job transaction is doing, so a failure message can say so."""
-
-    doing: str = "reading cron.job"
+    doing: str = "reading cron.job"  # for a failure's message
 
 
 @contextmanager
@@ -120,35 +115,25 @@ class ActiveChange:
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """What a switch of active flags found and did."""
+    """What a switch of active flags found and did; `paused`: resume exactly these."""
 
     jobs: tuple[ActiveChange, ...]
 
-    @property
-    def changed(self) -> bool:
-        return any(job.changed for job in self.jobs)
+    def _names(self, changed: bool, wanted: bool) -> list[str]:
+        return [job.job for job in self.jobs if job.changed == changed and job.wanted == wanted]
 
-    @property
-    def paused(self) -> list[str]:
-        """Jobs this run deactivated (resume exactly these)."""
-        return [job.job for job in self.jobs if job.changed and not job.wanted]
-
-    @property
-    def resumed(self) -> list[str]:
-        return [job.job for job in self.jobs if job.changed and job.wanted]
-
-    @property
-    def missing(self) -> list[str]:
-        return [job.job for job in self.jobs if not job.exists]
-
-    @property
-    def warnings(self) -> list[str]:
-        return [
+    changed = property(lambda self: any(job.changed for job in self.jobs))
+    paused = property(lambda self: self._names(True, False))
+    resumed = property(lambda self: self._names(True, True))
+    missing = property(lambda self: [job.job for job in self.jobs if not job.exists])
+    warnings = property(
+        lambda self: [
             f"pg_cron job {job.job} does not exist; nothing to "
             f"{'resume' if job.wanted else 'pause'}"
             for job in self.jobs
             if not job.exists
         ]
+    )
 
 
 def validate_active(wanted: object) -> dict[str, bool]:
@@ -166,8 +151,8 @@ def validate_active(wanted: object) -> dict[str, bool]:
 def set_jobs_active(
     conn: psycopg.Connection[Any], wanted: Mapping[str, bool], *, check_mode: bool = False
 ) -> ActivePlan:
-    """Set each named job's active flag in one transaction (read-only in check mode); a job
-    that does not exist is skipped (nothing runs it, so nothing to pause)."""
+    """Set each named job's active flag in one transaction (read-only in check mode); a missing
+    job is skipped (nothing runs it, so nothing to pause)."""
     hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
         with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
@@ -180,8 +165,7 @@ def set_jobs_active(
 
 
 def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> list[ActiveChange]:
-    """Each wanted job's change; several jobs sharing a name are refused: switching either
-    could be the wrong one."""
+    """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
     live = read_live_jobs(conn, list(wanted))
     changes = []
     for name, active in wanted.items():
@@ -209,7 +193,7 @@ def apply_changes(
 
 
 class _Refused(DatabaseError):
-    """Raised inside a cron.job transaction: it rolls back, nothing is changed."""
+    """Raised inside a cron.job transaction (the drain's holds too): nothing is changed."""
 
 
-refused = _Refused  # the drain's holds raise it too
+refused = _Refused

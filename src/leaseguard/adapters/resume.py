@@ -28,21 +28,11 @@ def resume_pauses(
     password: str | None = None,
     check_mode: bool = False,
 ) -> dict[str, Any]:
-    """What was recorded, what was reactivated, and what had vanished meanwhile; in
-    `check_mode`, only the records it would give back.
-
-    Fails closed when the role sees no pg_cron job at all (and is not a superuser): pg_cron
-    shows each role only its own jobs, so "nothing recorded" would be a guess.
-    """
-    opened = connect(
-        conninfo,
-        connect_timeout_s,
-        writable=True,
-        dbname=cron_database,
-        user=user,
-        password=password,
-    )
-    with opened as conn:
+    """What was recorded, reactivated, and had vanished meanwhile (`check_mode`: the records
+    only). Fails closed when the role sees no pg_cron job and is not a superuser: pg_cron shows
+    each role only its own jobs, so "nothing recorded" would be a guess."""
+    who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
+    with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
         if check_mode:
             return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
         records, plan = resume_recorded(conn, jobs)

@@ -8,11 +8,11 @@ import sys
 from contextlib import nullcontext
 from datetime import UTC, datetime
 
+from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import resolve_dsn
-from leaseguard.core.budgets.command import format_budget, format_optional
-from leaseguard.core.budgets.config import load_budget_config
+from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (
@@ -22,7 +22,6 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.orchestration.budgets import converge_jobs
 
 DESCRIPTION = """\
 Compare each declared pg_cron job's statement budget (set statement_timeout before its
@@ -104,7 +103,7 @@ def run_budgets(args: argparse.Namespace) -> int:
             print(json.dumps({"state": "failed", "checked_at": now.isoformat(), "error": error}))
         else:
             print(f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets state=failed error={exc.kind}")
-        print(f"leaseguard: budgets failed: {exc}", file=sys.stderr)
+        _say(f"budgets failed: {exc}")
         return EXIT_FAILED
     assert plan is not None
     report_plan(plan, datetime.now(UTC), as_json=args.json)
@@ -112,7 +111,7 @@ def run_budgets(args: argparse.Namespace) -> int:
     for warning in scan_leftovers(
         lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
     ):
-        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+        _say(f"warning: {warning}")
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 
@@ -128,26 +127,23 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
             f"live={live} declared={format_budget(job.job.budget_ms)} "
             f"source={job.job.source_label} state={state}"
         )
-    for drift in plan.drift:
-        if not drift["applied"]:
-            print(
-                f"leaseguard: drift: job {drift['job']} live={drift['live'] or 'none'} "
-                f"declared={drift['declared']} ({drift['source']}): left "
-                "untouched; declare an override for this environment, or converge it "
-                "deliberately with --apply --on-drift apply",
-                file=sys.stderr,
-            )
+    for drift in (drift for drift in plan.drift if not drift["applied"]):
+        _say(
+            f"drift: job {drift['job']} live={drift['live'] or 'none'} declared="
+            f"{drift['declared']} ({drift['source']}): left untouched; declare an override for "
+            "this environment, or converge it deliberately with --apply --on-drift apply"
+        )
     for warning in plan.warnings:
-        print(f"leaseguard: warning: {warning}", file=sys.stderr)
-    pending = [job.job.name for job in plan.jobs if job.writes and not plan.applied]
+        _say(f"warning: {warning}")
+    pending = ", ".join(job.job.name for job in plan.jobs if job.writes and not plan.applied)
     if pending and plan.refusals:
-        print(
-            f"leaseguard: not applied: {', '.join(pending)}; nothing is written while a job "
-            f"drifts or is refused ({'; '.join(plan.refusals)})",
-            file=sys.stderr,
+        _say(
+            f"not applied: {pending}; nothing is written while a job drifts or is refused "
+            f"({'; '.join(plan.refusals)})"
         )
     elif pending:
-        print(
-            f"leaseguard: not applied (read-only run): {', '.join(pending)}; rerun with --apply",
-            file=sys.stderr,
-        )
+        _say(f"not applied (read-only run): {pending}; rerun with --apply")
+
+
+def _say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""pg_cron statement budgets, pure: `command`, `config`, `planning`. `LiveJob` lives here
-because the intake holds read cron.job too and must not load the planning."""
+"""pg_cron statement budgets, pure: `config`, `planning`. `LiveJob` lives here because the
+intake holds read cron.job too and must not load either."""
 
 from __future__ import annotations
 

@@ -1,24 +1,219 @@
-"""The ``cron_budgets`` section: declared jobs and per-environment overrides, validated with
-messages naming the job and key; `BudgetConfig.declare` gives one environment's budgets."""
+"""The ``cron_budgets`` declaration: jobs, per-environment overrides, budgets, function names
+and the one command every job runs, read back by a small parser (anything else is refused:
+reported, never rewritten). A budget is whole ms, as statement_timeout reads it:
+``set statement_timeout = '3s'; select "public"."f"();``"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
-from leaseguard.core.budgets.command import (
-    FunctionName,
-    parse_budget_ms,
-    parse_function_name,
-    render_command,
-    shown,
-)
+from psycopg import sql
+
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES, reject_unknown
 from leaseguard.core.contract import CRON_BUDGETS_SECTION, load_config_file
 from leaseguard.core.errors import ConfigError
+
+# A cron step's budget beyond a day is a unit mistake (ms written as s), not a budget.
+MAX_BUDGET_MS = 86_400_000
+_UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_BUDGET = re.compile(
+    r"\s*(?P<sign>[-+]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[A-Za-z]*)\s*",
+    re.ASCII,
+)
+_EXAMPLES = "such as 3s, 1500ms or 1min"
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
+_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
+
+
+def shown(value: object) -> str:
+    """`value` as a message shows it: repr, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:36] + "...'"
+
+
+def parse_budget_ms(value: object, *, where: str) -> int:
+    """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms; ConfigError naming `where`."""
+    expected = f"{where}: expected a statement budget {_EXAMPLES}, got {shown(value)}"
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ConfigError(expected)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = format(Decimal(value), "f") if isinstance(value, float) else str(value)  # exact
+    if not text.strip():
+        raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
+    if (match := _BUDGET.fullmatch(text)) is None:
+        raise ConfigError(expected)
+    unit, number, got = match["unit"], Decimal(match["number"]), shown(value)
+    if unit and unit not in _UNITS_MS:
+        raise ConfigError(f"{where}: unknown unit {unit!r} in {got}; use ms, s, min, h or d")
+    if not unit and number != number.to_integral_value():
+        raise ConfigError(f"{where}: a bare number means milliseconds and must be whole, got {got}")
+    if match["sign"] == "-" and number:
+        raise ConfigError(f"{where} must be greater than 0, got {got}")
+    ms = number * _UNITS_MS[unit or "ms"]
+    if ms == 0:
+        raise ConfigError(f"{where} must be greater than 0 (0 would disable statement_timeout)")
+    if ms > MAX_BUDGET_MS:
+        raise ConfigError(f"{where}: {got} exceeds the maximum budget of 24h")
+    if ms != ms.to_integral_value():
+        raise ConfigError(f"{where}: {got} is not a whole number of milliseconds")
+    return int(ms)
+
+
+def format_budget(budget_ms: int) -> str:
+    return f"{budget_ms // 1000}s" if budget_ms % 1000 == 0 else f"{budget_ms}ms"
+
+
+def format_optional(budget_ms: int | None) -> str | None:
+    return None if budget_ms is None else format_budget(budget_ms)
+
+
+@dataclass(frozen=True)
+class FunctionName:
+    """A function, schema-qualified when declared; `schema` is None only for a live command."""
+
+    schema: str | None
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def parse_function_name(value: object, *, where: str) -> FunctionName:
+    """`schema.name` in lower case: only such names mean the same quoted and unquoted, so
+    anything else (quotes, spaces, parentheses, semicolons) is refused, not quoted."""
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
+        )
+    named = f"{where} = {shown(value)}"
+    if bad := re.search(r"[^a-z0-9_.]", value, re.ASCII):
+        raise ConfigError(
+            f"{named} contains {bad[0]!r}: a function name is schema.name in lower-case "
+            "letters, digits and _ (no quotes, spaces, parentheses or semicolons)"
+        )
+    parts = value.split(".")
+    if len(parts) != 2:
+        raise ConfigError(
+            f"{named} must be schema-qualified as schema.name, e.g. {_FUNCTION_EXAMPLE}"
+        )
+    for part in parts:
+        if not _IDENTIFIER.fullmatch(part):
+            raise ConfigError(
+                f"{named}: {part!r} is not an identifier "
+                "(a lower-case letter or _ first, then letters, digits or _)"
+            )
+        if len(part.encode()) > MAX_IDENTIFIER_BYTES:
+            raise ConfigError(
+                f"{named}: {part[:20]!r}... is longer than {MAX_IDENTIFIER_BYTES} bytes; "
+                "PostgreSQL would truncate it"
+            )
+    return FunctionName(parts[0], parts[1])
+
+
+def render_command(function: FunctionName, budget_ms: int) -> str:
+    """The job's command; psycopg.sql quotes the budget as a literal, the function as an
+    identifier."""
+    if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
+        raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
+    parts = (function.schema, function.name) if function.schema else (function.name,)
+    command = sql.SQL("set statement_timeout = {}; select {}();").format(
+        sql.Literal(format_budget(budget_ms)), sql.Identifier(*parts)
+    )
+    return command.as_string(None)
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    """A live command's statement budget (None: none set) and function."""
+
+    budget_ms: int | None
+    function: FunctionName
+
+
+class UnparseableCommand(ValueError):
+    """A live command outside the grammar below; such a job is never rewritten."""
+
+
+_TOKEN = re.compile(
+    r"""(?P<ws>\s+)
+      | (?P<word>[A-Za-z_][A-Za-z0-9_$]*)
+      | (?P<qident>"(?:[^"]|"")+")
+      | (?P<string>'(?:[^']|'')*')
+      | (?P<number>[0-9]+(?:\.[0-9]+)?)
+      | (?P<punct>[;=.()])
+      | (?P<bad>.)""",
+    re.VERBOSE | re.ASCII | re.DOTALL,
+)
+_GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is understood"
+
+
+def _refuse(reason: str) -> NoReturn:
+    raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
+
+
+def parse_live_command(command: str) -> ParsedCommand:
+    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, in any case and
+    spacing, value and names quoted or bare; anything else is an UnparseableCommand."""
+    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
+    for match in _TOKEN.finditer(command):
+        if match.lastgroup == "bad":
+            _refuse(f"unexpected character {match.group()!r} at offset {match.start()}")
+        if match.lastgroup != "ws":
+            tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
+
+    def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
+        if not tokens:
+            _refuse(f"the command ends where {what} was expected")
+        token = tokens.pop()
+        if (accept and token[1].lower() not in accept) or (kinds and token[0] not in kinds):
+            unexpected(token, what)
+        return token
+
+    def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
+        _refuse(f"expected {what} at offset {token[2]}, found {shown(token[1])}")
+
+    def optional(word: str) -> bool:  # only a word's text is `word`: quoted ones keep quotes
+        return bool(tokens and tokens[-1][1].lower() == word and tokens.pop())
+
+    def identifier() -> str:
+        kind, text, _ = take("a function name", kinds=("word", "qident"))
+        return text.lower() if kind == "word" else text[1:-1].replace('""', '"')  # PG folds
+
+    budget_ms = None
+    if optional("set"):
+        text = take("statement_timeout")[1]
+        if text.lower() == "local":
+            _refuse("SET LOCAL is not understood")
+        text = take("statement_timeout")[1] if text.lower() == "session" else text
+        if text.lower() != "statement_timeout":
+            _refuse(f"the command sets {shown(text)}, not statement_timeout")
+        take("'=' or TO", "=", "to")
+        kind, text, _ = take("a statement_timeout value", kinds=("string", "number"))
+        try:
+            budget_ms = parse_budget_ms(
+                text[1:-1].replace("''", "'") if kind == "string" else text,
+                where="statement_timeout",
+            )
+        except ConfigError as exc:
+            raise UnparseableCommand(str(exc)) from None
+        take("';' after SET", ";")
+    take("SELECT", "select")
+    function = FunctionName(None, identifier())
+    if optional("."):
+        function = FunctionName(function.name, identifier())
+    take("'(' (a call without arguments)", "(")
+    take("')' (a call without arguments)", ")")
+    optional(";")
+    if tokens:
+        unexpected(tokens[-1], "the end of the command")
+    return ParsedCommand(budget_ms, function)
+
 
 CONFIG_SECTION = CRON_BUDGETS_SECTION
 SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
@@ -73,8 +268,7 @@ class BudgetConfig:
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     """``jobs``: job name -> ``{schedule, function, budget}`` (or a list of such with a
     ``name``); ``overrides``: environment -> ``{job: budget}``; ``database``: where jobs run."""
-    prefix = CONFIG_SECTION
-    data = {} if data is None else data
+    prefix, data = CONFIG_SECTION, {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
@@ -83,8 +277,7 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
         raise ConfigError(f"{prefix}.jobs must declare at least one job")
     names = {job.name for job in jobs}
     overrides: dict[str, dict[str, int]] = {}
-    raw_overrides = data.get("overrides") or {}
-    if not isinstance(raw_overrides, Mapping):
+    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
         raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
     for env, budgets in raw_overrides.items():
         where = f"{prefix}.overrides.{env}"

@@ -1,9 +1,8 @@
-"""The decision per declared job, and the one budget policy every front applies: an
-environment's override wins and is written; a live budget differing from a *default* is drift,
-reported and left unless ``on_drift="apply"`` (it may be a production fix nobody declared
-yet); lowering a budget is always reported; a live command outside the template's grammar or
-a name shared by several jobs is refused; while anything drifts or is refused, no job is
-written (`refusals`)."""
+"""The decision per declared job, and the budget policy every front applies: an override is
+written; a live budget differing from a *default* is drift, reported and left unless
+``on_drift="apply"`` (it may be a production fix nobody declared yet); lowering a budget is
+reported; an unparseable command or a shared name is refused; while anything drifts or is
+refused, no job is written (`refusals`)."""
 
 from __future__ import annotations
 
@@ -13,13 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from leaseguard.core.budgets import LiveJob
-from leaseguard.core.budgets.command import (
+from leaseguard.core.budgets.config import (
+    BudgetConfig,
+    DeclaredJob,
     UnparseableCommand,
     format_budget,
     format_optional,
     parse_live_command,
 )
-from leaseguard.core.budgets.config import BudgetConfig, DeclaredJob
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
@@ -57,31 +57,26 @@ class JobPlan:
     # What to write; None leaves the live value (and its spelling) as it is.
     @property
     def new_schedule(self) -> str | None:
-        new = self.action is Action.CREATE or "schedule" in self.changes
-        return self.job.schedule if new else None
+        return self.job.schedule if self._new("schedule") else None
 
     @property
     def new_command(self) -> str | None:
-        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
-        return self.job.command if new else None
+        return self.job.command if self._new("function", "budget") else None
 
     @property
     def new_database(self) -> str | None:
         return self.database if "database" in self.changes else None
 
+    def _new(self, *fields: str) -> bool:
+        return self.action is Action.CREATE or bool(set(fields) & set(self.changes))
+
     def before(self) -> dict[str, Any] | None:
-        live = self.live
-        if live is None:
+        if (live := self.live) is None:
             return None
-        budget = format_optional(self.live_budget_ms)
-        return dict(
-            jobid=live.jobid,
-            schedule=live.schedule,
-            command=live.command,
-            budget=budget,
-            database=live.database,
-            active=live.active,
-        )
+        fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        return {
+            k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
+        }
 
     def after(self) -> dict[str, Any] | None:
         before = self.before()
@@ -91,8 +86,7 @@ class JobPlan:
         after["schedule"] = self.new_schedule or after["schedule"]
         if self.new_command is not None:
             after.update(command=self.new_command, budget=format_budget(self.job.budget_ms))
-        if self.new_database is not None:
-            after["database"] = self.new_database
+        after["database"] = self.new_database or after["database"]
         return after
 
     def as_dict(self) -> dict[str, Any]:
@@ -124,7 +118,7 @@ class BudgetPlan:
 
     @property
     def drift(self) -> tuple[dict[str, Any], ...]:
-        """Live budgets differing from a default; `applied` when on_drift="apply" writes."""
+        """Live budgets differing from a default; `applied`: on_drift="apply" writes them."""
         return tuple(
             dict(
                 job=j.job.name,
@@ -157,8 +151,7 @@ class BudgetPlan:
         return tuple(found)
 
     @property
-    def changed(self) -> bool:
-        """True when the plan creates or updates a job (the same in check mode)."""
+    def changed(self) -> bool:  # the same in check mode
         return any(job.writes for job in self.jobs)
 
     @property
