@@ -122,18 +122,30 @@ class ActivePlan:
     def _names(self, changed: bool, wanted: bool) -> list[str]:
         return [job.job for job in self.jobs if job.changed == changed and job.wanted == wanted]
 
-    changed = property(lambda self: any(job.changed for job in self.jobs))
-    paused = property(lambda self: self._names(True, False))
-    resumed = property(lambda self: self._names(True, True))
-    missing = property(lambda self: [job.job for job in self.jobs if not job.exists])
-    warnings = property(
-        lambda self: [
-            f"pg_cron job {job.job} does not exist; nothing to "
-            f"{'resume' if job.wanted else 'pause'}"
+    @property
+    def changed(self) -> bool:
+        return any(job.changed for job in self.jobs)
+
+    @property
+    def paused(self) -> list[str]:
+        return self._names(True, False)
+
+    @property
+    def resumed(self) -> list[str]:
+        return self._names(True, True)
+
+    @property
+    def missing(self) -> list[str]:
+        return [job.job for job in self.jobs if not job.exists]
+
+    @property
+    def warnings(self) -> list[str]:
+        verb = {True: "resume", False: "pause"}
+        return [
+            f"pg_cron job {job.job} does not exist; nothing to {verb[job.wanted]}"
             for job in self.jobs
             if not job.exists
         ]
-    )
 
 
 def validate_active(wanted: object) -> dict[str, bool]:
