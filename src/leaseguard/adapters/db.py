@@ -1,4 +1,4 @@
-"""The guard's own database session: read-only, time-boxed, named, and leak-proof.
+"""The guard's database connection: read-only, time-boxed, named, and leak-proof.
 
 psycopg's messages can quote a DSN or a password hint, so no driver text leaves this module:
 errors name the target (host:port/db), the table or column, the exception class and SQLSTATE.
@@ -24,6 +24,11 @@ from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, Schema
 
 log = logging.getLogger("leaseguard.db")
 APPLICATION_NAME = "leaseguard"
+_END_LEFT_BEHIND = (
+    "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s AND "
+    "pid <> pg_backend_pid() AND application_name = %s AND usename = current_user "
+    "AND state IN ('idle', 'idle in transaction')"
+)
 
 _PASSWORD_FROM = (  # where a password is set, not one
     "PGPASSWORD or ~/.pgpass on the controller, password= in the DSN (--dsn, "  # noqa: S105
@@ -71,12 +76,10 @@ def connect(
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection named leaseguard: the one way every part of leaseguard connects.
 
-    Not writable (the guard's): read-only and repeatable-read, so a check's queries see one
-    snapshot and one now(). Writable (cron.job's writers): autocommit, each caller opening
-    the one transaction it means. `dbname`/`user` replace the DSN's (pg_cron's database, the
-    jobs' owner: the DSN's password is then dropped); `timeout_s` shortens the connect timeout.
-    Never prepared on the server: a pooler in transaction mode (PgBouncer) may run the next
-    transaction on another server session, where a prepared statement is unknown.
+    The guard's is read-only and repeatable-read (one snapshot, one now() per check); a
+    writable one (cron.job's writers) is autocommit, each caller opening its own transaction.
+    `dbname`/`user` replace the DSN's (the DSN's password is then dropped). Never prepared on
+    the server: a pooler in transaction mode may run the next transaction on another session.
     """
     try:
         given = conninfo_to_dict(conninfo)
@@ -97,7 +100,7 @@ def connect(
         "tcp_user_timeout": connect_timeout_s * 1000,
     }
     connect_timeout = connect_timeout_s
-    if timeout_s is not None and timeout_s < connect_timeout:
+    if timeout_s is not None and timeout_s < connect_timeout:  # a shorter budget of the caller's
         connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
@@ -123,10 +126,7 @@ def connect(
 @contextmanager
 def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     """One read-only, repeatable-read transaction around the block (a savepoint inside one).
-
-    Not psycopg's transaction(): when its rollback fails it logs the driver's text. Here a
-    failed rollback closes the connection (the next check opens a new one), quietly.
-    """
+    Not psycopg's transaction(), which logs the driver's text when its rollback fails."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         with conn.transaction():
             yield
@@ -146,16 +146,11 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
-    """End the server side of the lost connection `conn` replaces (a partition leaves it open
-    for hours), so reconnects do not pile up idle backends. Advisory: failures are ignored."""
+    """End the idle backend `pid` of the lost connection `conn` replaces (a partition leaves it
+    open for hours), so reconnects do not pile them up. Advisory: failures are ignored."""
     try:
         with read_transaction(conn):
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
-                "WHERE pid = %s AND pid <> pg_backend_pid() AND application_name = %s "
-                "AND usename = current_user AND state IN ('idle', 'idle in transaction')",
-                (pid, APPLICATION_NAME),
-            )
+            conn.execute(_END_LEFT_BEHIND, (pid, APPLICATION_NAME))
     except psycopg.Error as exc:
         log.debug("left-behind backend %d not ended (%s)", pid, type(exc).__name__)
 
@@ -170,28 +165,26 @@ def guard_transaction(
         cur = conn.cursor()
         # Naive timestamps are read in the contract's zone, never the database's or role's.
         # No parallel workers: their start-up would cost more than reading a handful of rows.
-        set_local(
+        set_local_limits(
             cur,
-            statement_timeout=f"{contract.statement_timeout_ms}ms",
-            lock_timeout=f"{contract.effective_lock_timeout_ms}ms",
-            idle_in_transaction_session_timeout=f"{contract.statement_timeout_ms * 2}ms",
+            statement_timeout=contract.statement_timeout_ms,
+            lock_timeout=contract.effective_lock_timeout_ms,
+            idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
             TimeZone=contract.timestamp_zone or "UTC",
             max_parallel_workers_per_gather="0",
         )
         yield cur
 
 
-def set_local_limits(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **ms: int) -> None:
-    """Time limits (milliseconds) for the current transaction only."""
-    set_local(executor, **{name: f"{value}ms" for name, value in ms.items()})
-
-
-def set_local(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: str) -> None:
-    """Settings for the current transaction only, in one statement: set_config() binds the
-    name and value (SET binds nothing); the names are callers' constants, never user input."""
+def set_local_limits(
+    executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
+) -> None:
+    """Settings (an int: milliseconds) for the current transaction only, in one statement:
+    set_config() binds name and value; the names are callers' constants, never user input."""
+    values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
     call = sql.SQL("set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))
-    executor.execute(query, [part for item in settings.items() for part in item])
+    executor.execute(query, [part for pair in zip(settings, values, strict=True) for part in pair])
 
 
 @contextmanager
