@@ -1,9 +1,8 @@
-"""What the catalog says about the judged table, refused by name before the predicate runs.
+"""The schema pre-flight: what the catalog says about the judged table, refused by name.
 
 The guard reads the primary's live rows, all of them: a standby, a relation that is not the
 table (a materialized view is a snapshot; a view's base tables may hide rows) and row-level
-security that hides rows are refused. Every status in the table must be claimed, queued or
-finished: a typo (`runing`) or a status the system grew later would hide live work.
+security that hides rows are refused.
 """
 
 from __future__ import annotations
@@ -17,16 +16,13 @@ from psycopg import sql
 
 from leaseguard.core.catalog_queries import columns_query
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
 from leaseguard.core.lock_rules import owners_table
 from leaseguard.core.predicate import table_identifier
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 
 Connection = psycopg.Connection[tuple[object, ...]]
-Cursor = psycopg.Cursor[tuple[object, ...]]
 
-MAX_NAMED = 10  # statuses named in one message; more are "and more"
-COUNT_CAP = 10_000  # rows counted per unclassified status; beyond, "more than"
 _MAX_SHOWN_CHARS = 64  # a status value can be any length
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
@@ -106,11 +102,6 @@ _STATUS_COLUMN = sql.SQL("""
     JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
     JOIN pg_type t ON t.oid = a.atttypid
     WHERE c.oid = to_regclass(%(relation)s)""")
-# An enum label in none of the lists (on every check: one added since could be on a row).
-_UNLISTED_LABELS = sql.SQL(
-    "SELECT EXISTS (SELECT FROM pg_enum WHERE enumtypid = %(type_oid)s "
-    "AND enumlabel <> ALL(%(classified)s::text[]))"
-)
 
 
 @dataclass(frozen=True)
@@ -325,97 +316,8 @@ def _read_status_column(conn: Connection, contract: Contract, relation: str) -> 
     )
 
 
-def _key(contract: Contract, index_key: str | None) -> sql.Composable:
-    status = sql.Identifier(contract.status_column)
-    return status if index_key == "column" else sql.SQL("{}::text").format(status)
-
-
-def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
-    """The statuses (as text; NULL for NULL) in none of the lists, by a loose index scan (each
-    step asks the index for the next greater status), stopping after %(max_named)s + 1."""
-    return sql.SQL(
-        """
-        WITH RECURSIVE walk(v, unknown) AS (
-            (SELECT {key}, 0 FROM {table} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1)
-            UNION ALL
-            SELECT (SELECT {key} FROM {table} WHERE {key} > w.v ORDER BY {key} LIMIT 1),
-                   w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
-            FROM walk AS w
-            WHERE w.v IS NOT NULL
-              AND w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
-                  <= %(max_named)s
-        )
-        SELECT w.v::text FROM walk AS w
-        WHERE w.v IS NOT NULL AND w.v::text <> ALL(%(classified)s::text[])
-        UNION ALL
-        SELECT NULL WHERE NOT %(not_null)s AND EXISTS (SELECT FROM {table} WHERE {key} IS NULL)
-        """
-    ).format(key=_key(contract, index_key), table=table_identifier(contract))
-
-
-def status_rows_query(contract: Contract, index_key: str, status: str | None) -> sql.Composed:
-    """Rows up to %(count_cap)s holding `status` (bound as %(status)s), through the index."""
-    key = _key(contract, index_key)
-    match = sql.SQL("{} IS NULL" if status is None else "{} = %(status)s").format(key)
-    return sql.SQL(
-        "SELECT count(*) FROM (SELECT FROM {} WHERE {} LIMIT %(count_cap)s) AS r"
-    ).format(table_identifier(contract), match)
-
-
-def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
-    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists.
-
-    Cheaply: a NOT NULL enum whose labels are all classified reads no row, an index leading
-    with the status is walked once per distinct status, else one seq scan.
-    """
-    if not contract.has_status_column:
-        return
-    classified = list(contract.classified_statuses)
-    if column.enum_labels is not None:
-        # Compared natively, a status that is no label of the enum is no value of its type.
-        classified = [s for s in classified if s in column.enum_labels]
-    params: dict[str, object] = {
-        "classified": classified,
-        "max_named": MAX_NAMED,
-        "count_cap": COUNT_CAP + 1,
-        "not_null": column.not_null,
-        "type_oid": column.type_oid,
-    }
-    if not column.reads_rows(contract):
-        row = cur.execute(_UNLISTED_LABELS, params).fetchone()
-        if row is not None and row[0] is False:
-            return
-        # The enum gained a label the contract does not classify: the rows decide.
-    found: list[tuple[object, int]] = []
-    if column.index_key is None:
-        # Exact counts in one pass; compared natively (`classified` holds values of its type).
-        scan = sql.SQL(
-            "SELECT {s}::text, count(*) FROM {table} WHERE {s} IS NULL OR {s} <> ALL("
-            "%(classified)s) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(max_named)s + 1"
-        )
-        status = sql.Identifier(contract.status_column)
-        cur.execute(scan.format(s=status, table=table_identifier(contract)), params)
-        found = [(value, int(str(n))) for value, n in cur.fetchall()]
-    else:
-        cur.execute(unclassified_walk_query(contract, column.index_key), params)
-        for (walked,) in cur.fetchall():  # each counted only when the check fails anyway
-            value = None if walked is None else str(walked)
-            query = status_rows_query(contract, column.index_key, value)
-            counted = cur.execute(query, params | {"status": value}).fetchone()
-            found.append((value, int(str(counted[0])) if counted else 0))
-        found.sort(key=lambda f: -f[1])
-    if found:
-        named = [f"{_value(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
-        more = ", and more" if len(found) > MAX_NAMED else ""
-        raise UnclassifiedStatus(
-            f"table {contract.table_label} holds rows whose {contract.status_column} is in "
-            f"none of claimed_statuses, queued_statuses or finished_statuses: "
-            f"{', '.join(named)}{more}; the guard cannot tell whether they are live, so it "
-            "does not proceed. Add each to the list it belongs to"
-        )
-
-
-def _value(value: object) -> str:
+def quoted_status(value: object) -> str:
+    """A status as a message names it: JSON-quoted, cut to 64 characters; NULL."""
     if value is None:
         return "NULL"
     text = str(value)
@@ -423,12 +325,6 @@ def _value(value: object) -> str:
     return json.dumps(text[:_MAX_SHOWN_CHARS] + cut, ensure_ascii=False)
 
 
-def _rows(n: int) -> str:
-    if n > COUNT_CAP:
-        return f"more than {COUNT_CAP:,} rows"
-    return f"{n:,} row" + ("" if n == 1 else "s")
-
-
 def _shown(values: list[str]) -> str:
-    shown = ", ".join(_value(v) for v in values[:MAX_NAMED])
-    return shown + (", ..." if len(values) > MAX_NAMED else "")
+    shown = ", ".join(quoted_status(v) for v in values[:10])
+    return shown + (", ..." if len(values) > 10 else "")

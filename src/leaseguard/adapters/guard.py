@@ -1,4 +1,8 @@
-"""Evaluate the lease predicate against the protected system's database."""
+"""The lease predicate judged on the protected system's database.
+
+In one snapshot: the counts, every status classified (the judgment reads only claimed and
+queued rows, so a typo or a status the system grew later would hide live work), live claims.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +10,36 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import psycopg
+from psycopg import sql
 
-from leaseguard.adapters.catalog import StatusColumn, check_statuses, standby_message, verify_schema
+from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_message, verify_schema
 from leaseguard.adapters.db import guard_transaction
 from leaseguard.core.clock_offset import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
+from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.fleet import in_database_clock
 from leaseguard.core.predicate import (
     counts_query,
     live_claims_query,
     orphan_cutoff,
     subjects_params,
+    table_identifier,
 )
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
+Cursor = psycopg.Cursor[tuple[object, ...]]
+
+MAX_NAMED = 10  # statuses named in one message; more are "and more"
+COUNT_CAP = 10_000  # rows counted per unclassified status; beyond, "more than"
+
+# An enum label in none of the lists (on every check: one added since could be on a row).
+_UNLISTED_LABELS = sql.SQL(
+    "SELECT EXISTS (SELECT FROM pg_enum WHERE enumtypid = %(type_oid)s "
+    "AND enumlabel <> ALL(%(classified)s::text[]))"
+)
 
 
 def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float | None:
@@ -55,27 +70,6 @@ class Subject:
             started = in_database_clock(started, self.clock_offset.offset_s)
             tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
         return self.lease_s, orphan_cutoff(contract, started, tolerance_s)
-
-
-def evaluate(conn: Connection, contract: Contract, **judged: Any) -> Verdict:
-    """`judge_table`'s verdict only."""
-    return judge_table(conn, contract, **judged)[0]
-
-
-def judge_table(
-    conn: Connection,
-    contract: Contract,
-    *,
-    as_of: datetime | None = None,
-    status_column: StatusColumn | None = None,
-    **subject: Any,
-) -> tuple[Verdict, StatusColumn]:
-    """`judge_subjects` for one subject built from the other keywords (Subject's fields)."""
-    subject.setdefault("host", None)
-    verdicts, column = judge_subjects(
-        conn, contract, [Subject(**subject)], as_of=as_of, status_column=status_column
-    )
-    return verdicts[0], column
 
 
 def judge_subjects(
@@ -220,3 +214,99 @@ def _wait_upper_bound(
         bound = max(bound, lease_s)
     bound_known = not any(c.never_expires for c in live) and (lease_s is not None or not unbounded)
     return max(bound, 0.0), bound_known
+
+
+def _key(contract: Contract, index_key: str | None) -> sql.Composable:
+    status = sql.Identifier(contract.status_column)
+    return status if index_key == "column" else sql.SQL("{}::text").format(status)
+
+
+def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
+    """The statuses (as text; NULL for NULL) in none of the lists, by a loose index scan (each
+    step asks the index for the next greater status), stopping after %(max_named)s + 1."""
+    return sql.SQL(
+        """
+        WITH RECURSIVE walk(v, unknown) AS (
+            (SELECT {key}, 0 FROM {table} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1)
+            UNION ALL
+            SELECT (SELECT {key} FROM {table} WHERE {key} > w.v ORDER BY {key} LIMIT 1),
+                   w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
+            FROM walk AS w
+            WHERE w.v IS NOT NULL
+              AND w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
+                  <= %(max_named)s
+        )
+        SELECT w.v::text FROM walk AS w
+        WHERE w.v IS NOT NULL AND w.v::text <> ALL(%(classified)s::text[])
+        UNION ALL
+        SELECT NULL WHERE NOT %(not_null)s AND EXISTS (SELECT FROM {table} WHERE {key} IS NULL)
+        """
+    ).format(key=_key(contract, index_key), table=table_identifier(contract))
+
+
+def status_rows_query(contract: Contract, index_key: str, status: str | None) -> sql.Composed:
+    """Rows up to %(count_cap)s holding `status` (bound as %(status)s), through the index."""
+    key = _key(contract, index_key)
+    match = sql.SQL("{} IS NULL" if status is None else "{} = %(status)s").format(key)
+    return sql.SQL(
+        "SELECT count(*) FROM (SELECT FROM {} WHERE {} LIMIT %(count_cap)s) AS r"
+    ).format(table_identifier(contract), match)
+
+
+def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
+    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists.
+
+    Cheaply: a NOT NULL enum whose labels are all classified reads no row, an index leading
+    with the status is walked once per distinct status, else one seq scan.
+    """
+    if not contract.has_status_column:
+        return
+    classified = list(contract.classified_statuses)
+    if column.enum_labels is not None:
+        # Compared natively, a status that is no label of the enum is no value of its type.
+        classified = [s for s in classified if s in column.enum_labels]
+    params: dict[str, object] = {
+        "classified": classified,
+        "max_named": MAX_NAMED,
+        "count_cap": COUNT_CAP + 1,
+        "not_null": column.not_null,
+        "type_oid": column.type_oid,
+    }
+    if not column.reads_rows(contract):
+        row = cur.execute(_UNLISTED_LABELS, params).fetchone()
+        if row is not None and row[0] is False:
+            return
+        # The enum gained a label the contract does not classify: the rows decide.
+    found: list[tuple[object, int]] = []
+    if column.index_key is None:
+        # Exact counts in one pass; compared natively (`classified` holds values of its type).
+        scan = sql.SQL(
+            "SELECT {s}::text, count(*) FROM {table} WHERE {s} IS NULL OR {s} <> ALL("
+            "%(classified)s) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(max_named)s + 1"
+        )
+        status = sql.Identifier(contract.status_column)
+        cur.execute(scan.format(s=status, table=table_identifier(contract)), params)
+        found = [(value, int(str(n))) for value, n in cur.fetchall()]
+    else:
+        cur.execute(unclassified_walk_query(contract, column.index_key), params)
+        for (walked,) in cur.fetchall():  # each counted only when the check fails anyway
+            value = None if walked is None else str(walked)
+            query = status_rows_query(contract, column.index_key, value)
+            counted = cur.execute(query, params | {"status": value}).fetchone()
+            found.append((value, int(str(counted[0])) if counted else 0))
+        found.sort(key=lambda f: -f[1])
+    if found:
+        named = [f"{quoted_status(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
+        more = ", and more" if len(found) > MAX_NAMED else ""
+        raise UnclassifiedStatus(
+            f"table {contract.table_label} holds rows whose {contract.status_column} is in "
+            f"none of claimed_statuses, queued_statuses or finished_statuses: "
+            f"{', '.join(named)}{more}; the guard cannot tell whether they are live, so it "
+            "does not proceed. Add each to the list it belongs to"
+        )
+
+
+def _rows(n: int) -> str:
+    if n > COUNT_CAP:
+        return f"more than {COUNT_CAP:,} rows"
+    return f"{n:,} row" + ("" if n == 1 else "s")

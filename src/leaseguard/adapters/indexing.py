@@ -153,29 +153,6 @@ def offline_advice(contract: Contract) -> list[str]:
     ]
 
 
-def _partitioned_index_sql(contract: Contract, partitions: list[tuple[str, str]]) -> list[str]:
-    """ON ONLY the parent (invalid until every partition's is attached), one index built
-    concurrently per leaf partition (schema, name), and its ATTACH."""
-    parent = index_name(contract)
-    only = sql.SQL("ONLY {}").format(table_identifier(contract))
-    steps = [_create_index(contract, sql.SQL("IF NOT EXISTS"), parent, only)]
-    for schema, partition in partitions:
-        child = _short_name(f"{partition}{INDEX_SUFFIX}")
-        steps.append(
-            _create_index(contract, _CONCURRENTLY, child, sql.Identifier(schema, partition))
-        )
-        steps.append(
-            sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
-            .format(_index_ident(contract.schema, parent), _index_ident(schema, child))
-            .as_string(None)
-        )
-    return steps
-
-
-def _index_ident(schema: str | None, name: str) -> sql.Identifier:
-    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
-
-
 def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
     """What `leaseguard index-sql --dsn` prints: an existing index that serves the guard
     instead of a new one; a partitioned table gets the per-partition recipe."""
@@ -194,14 +171,27 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
             f"-- leaseguard: existing index(es) already serve the guard's checks on "
             f"{lead}: {', '.join(serving)}; nothing to create"
         ]
-    if relkind == "p":
-        return [
-            "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
-            "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
-            "(run each statement alone, not in a transaction)",
-            *_partitioned_index_sql(contract, [(schema, name) for schema, name in partitions]),
+    if relkind != "p":
+        return [INDEX_COMMENT, recommended_index_sql(contract)]
+    # ON ONLY the parent (invalid until every partition's is attached), then one index built
+    # concurrently per leaf partition (schema, name), and its ATTACH.
+    parent = index_name(contract)
+    only = sql.SQL("ONLY {}").format(table_identifier(contract))
+    parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
+    attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
+    steps = [
+        "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
+        "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
+        "(run each statement alone, not in a transaction)",
+        _create_index(contract, sql.SQL("IF NOT EXISTS"), parent, only),
+    ]
+    for schema, partition in partitions:
+        child = _short_name(f"{partition}{INDEX_SUFFIX}")
+        steps += [
+            _create_index(contract, _CONCURRENTLY, child, sql.Identifier(schema, partition)),
+            attach.format(parent_name, sql.Identifier(schema, child)).as_string(None),
         ]
-    return [INDEX_COMMENT, recommended_index_sql(contract)]
+    return steps
 
 
 def advisory_plan_warning(
@@ -253,15 +243,12 @@ def advisory_plan_warning(
     )
 
 
-def _seq_scans(plan: Any, names: frozenset[str]) -> bool:
+def _seq_scans(node: Any, names: frozenset[str]) -> bool:
     """Whether an EXPLAIN (FORMAT JSON) result has a Seq Scan (parallel or not) over `names`."""
-    stack: list[Any] = [plan]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-        elif isinstance(node, dict):
-            if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
-                return True
-            stack.extend(v for v in node.values() if isinstance(v, list | dict))
-    return False
+    if isinstance(node, list):
+        return any(_seq_scans(child, names) for child in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
+        return True
+    return any(_seq_scans(child, names) for child in node.values())
