@@ -33,6 +33,10 @@ _KIND_NAMES = dict(
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
 _NAIVE_TIME_TYPE = re.compile(r"timestamp(\(\d+\))? without time zone")
 
+_LOCKS_READABLE = (
+    "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
+    "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')"
+)
 # Always one row (oid NULL when no relation has the name); the TimeZone words a message.
 _RELATION = sql.SQL("""
     SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
@@ -140,8 +144,13 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
         _check_view_bases(conn, table, label)
     if owners := OWNERS.get(contract.claim_rule):
         _check_owners(conn, contract, owners, zone)
-    if contract.claim_rule in ADVISORY_LOCK_RULES:
-        _check_locks(conn, contract)
+    if contract.claim_rule in ADVISORY_LOCK_RULES and not _first(conn, _LOCKS_READABLE):
+        # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
+        raise SchemaMismatch(
+            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
+            f"{label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks TO "
+            "<guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
+        )
     types = _column_types(conn, table)
     for key, column in contract.columns().items():
         if column not in types:
@@ -156,6 +165,11 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
         if time_column and _naive_undeclared(contract, types[time_column]):
             raise SchemaMismatch(_naive_zone_refusal(time_column, key, label, zone))
     return _read_status_column(conn, contract, table)
+
+
+def _first(conn: Connection, query: str, *params: object) -> object:
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
 
 
 def _column_types(conn: Connection, relation: str) -> dict[str, str]:
@@ -250,8 +264,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
     is alive, and show every row: a hidden owner makes its live claim look dead ("proceed")."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    found = conn.execute("SELECT to_regclass(%s)::oid", (table,)).fetchone()
-    if found is None or found[0] is None:
+    if _first(conn, "SELECT to_regclass(%s)::oid", table) is None:
         raise SchemaMismatch(
             f"table {label} (the owners of the claims in {contract.table_label}) does "
             "not exist (or is not visible)"
@@ -268,21 +281,6 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
     if _naive_undeclared(contract, types[beat]):
         refusal = _naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
         raise SchemaMismatch(refusal)
-
-
-def _check_locks(conn: Connection, contract: Contract) -> None:
-    """Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant."""
-    readable = conn.execute(
-        "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
-        "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')",
-    ).fetchone()
-    if not (readable and readable[0]):
-        raise SchemaMismatch(
-            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
-            f"{contract.table_label} are (advisory locks); GRANT SELECT ON "
-            "pg_catalog.pg_locks TO <guard role> (and EXECUTE ON FUNCTION "
-            "pg_catalog.pg_lock_status())"
-        )
 
 
 def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:

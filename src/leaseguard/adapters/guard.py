@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -80,13 +81,9 @@ def judge_subjects(
     as_of: datetime | None = None,
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
-    """Every subject's verdict from one snapshot (one transaction, each query run once for all
-    subjects), every status classified in it; also the status column's catalog facts.
-
-    `status_column` (from an earlier check on this connection) skips the schema pre-flight;
-    a table or column that vanished since still fails, and is then named. `as_of` replaces
-    now() for tests that pin a boundary.
-    """
+    """Every subject's verdict from one snapshot (each query run once for all subjects), and
+    the status column's catalog facts. `status_column` (from an earlier check on this
+    connection) skips the schema pre-flight; `as_of` replaces now() for tests."""
     params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
     try:
@@ -106,25 +103,20 @@ def judge_subjects(
             ]
             here: tuple[str, ...] = ()
             if as_of is None:  # now() ran between these two instants of this machine's clock
-                offset = controller_offset(checked_at.timestamp(), sent_at, time.time())
-                here = controller_warning(offset)
+                taken = controller_offset(checked_at.timestamp(), sent_at, time.time())
+                here = controller_warning(taken)
             check_statuses(cur, contract, status_column)
             # Only when something is live: the listing reads the queued rows again, and a
             # backlog can hold far more of them than there are workers.
             live: dict[int, list[LiveClaim]] = {}
             if any(c.live for c in counts):
-                cur.execute(live_claims_query(contract), params)
-                for n, row_id, claimed_at, expires, remaining, never, null in cur.fetchall():
-                    live.setdefault(int(str(n)), []).append(
-                        LiveClaim(
-                            id=str(row_id),
-                            claimed_at=claimed_at,  # type: ignore[arg-type]
-                            lease_expires_at=expires,  # type: ignore[arg-type]
-                            remaining_s=None if remaining is None else float(remaining),  # type: ignore[arg-type]
-                            never_expires=bool(never),
-                            expiry_null=bool(null),
-                        )
+                listed: Any = cur.execute(live_claims_query(contract), params).fetchall()
+                for n, row_id, claimed, expires, left, never, null in listed:
+                    left_s = None if left is None else float(left)
+                    claim = LiveClaim(
+                        str(row_id), claimed, expires, left_s, bool(never), bool(null)
                     )
+                    live.setdefault(int(str(n)), []).append(claim)
     except SchemaMismatch:
         if status_column is None:
             raise
@@ -132,45 +124,31 @@ def judge_subjects(
         with guard_transaction(conn, contract):
             verify_schema(conn, contract)
         raise
-    verdicts = [
-        _verdict(contract, subject, counts[n], tuple(live.get(n + 1, ())), checked_at, here)
-        for n, subject in enumerate(subjects)
-    ]
+    verdicts = []
+    for n, subject in enumerate(subjects):
+        claims, offset = tuple(live.get(n + 1, ())), subject.clock_offset
+        clock: tuple[str, ...] = ()
+        if offset is not None and offset.exceeds(contract.clock_skew_s):
+            clock = (offset.warning(subject.host or "-", contract.clock_skew_s),)
+        bound, bound_known = _wait_upper_bound(claims, subject.lease_s, counts[n].live)
+        expiry = _expiry_warnings(contract, claims, subject.lease_s)
+        verdicts.append(
+            Verdict(
+                counts=counts[n],
+                live=claims,
+                checked_at=checked_at,
+                lease_s=subject.lease_s,
+                task_timeout=subject.task_timeout,
+                runtime_started_at=subject.runtime_started_at,
+                wait_upper_bound_s=bound,
+                table=contract.table_label,
+                host=subject.host,
+                clock_offset_s=offset.offset_s if offset else None,
+                warnings=(*subject.warnings, *clock, *here, *expiry),
+                wait_upper_bound_known=bound_known,
+            )
+        )
     return verdicts, status_column
-
-
-def _verdict(
-    contract: Contract,
-    subject: Subject,
-    counts: Counts,
-    live: tuple[LiveClaim, ...],
-    checked_at: datetime,
-    controller: tuple[str, ...],
-) -> Verdict:
-    offset = subject.clock_offset
-    clock: tuple[str, ...] = ()
-    if offset is not None and offset.exceeds(contract.clock_skew_s):
-        clock = (offset.warning(subject.host or "-", contract.clock_skew_s),)
-    bound, bound_known = _wait_upper_bound(live, subject.lease_s, counts.live)
-    return Verdict(
-        counts=counts,
-        live=live,
-        checked_at=checked_at,
-        lease_s=subject.lease_s,
-        task_timeout=subject.task_timeout,
-        runtime_started_at=subject.runtime_started_at,
-        wait_upper_bound_s=bound,
-        table=contract.table_label,
-        host=subject.host,
-        clock_offset_s=offset.offset_s if offset else None,
-        warnings=(
-            *subject.warnings,
-            *clock,
-            *controller,
-            *_expiry_warnings(contract, live, subject.lease_s),
-        ),
-        wait_upper_bound_known=bound_known,
-    )
 
 
 def _expiry_warnings(
@@ -200,12 +178,9 @@ def _ids(ids: list[str]) -> str:
 def _wait_upper_bound(
     live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int
 ) -> tuple[float, bool]:
-    """The longest remaining lease, and whether it bounds every live row.
-
-    A live row with no computable expiry (a held advisory lock: Que, good_job) is bounded by
-    one full lease when one is known; so is a live count the listing no longer showed
-    (pg_locks is read anew by each query). An 'infinity' lease bounds nothing.
-    """
+    """The longest remaining lease, and whether it bounds every live row. A live row with no
+    computable expiry (a held advisory lock) or a live count the listing no longer showed (pg_locks
+    is read anew by each query) is bounded by one full lease; an 'infinity' lease bounds nothing."""
     known = [c.remaining_s for c in live if c.remaining_s is not None]
     unbounded = any(c.remaining_s is None and not c.never_expires for c in live)
     unbounded = unbounded or bool(live_count and not live)
@@ -224,24 +199,19 @@ def _key(contract: Contract, index_key: str | None) -> sql.Composable:
 def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
     """The statuses (as text; NULL for NULL) in none of the lists, by a loose index scan (each
     step asks the index for the next greater status), stopping after %(max_named)s + 1."""
-    return sql.SQL(
-        """
+    return sql.SQL("""
         WITH RECURSIVE walk(v, unknown) AS (
             (SELECT {key}, 0 FROM {table} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1)
-            UNION ALL
+          UNION ALL
             SELECT (SELECT {key} FROM {table} WHERE {key} > w.v ORDER BY {key} LIMIT 1),
                    w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
-            FROM walk AS w
-            WHERE w.v IS NOT NULL
-              AND w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int
-                  <= %(max_named)s
-        )
+            FROM walk AS w WHERE w.v IS NOT NULL
+              AND w.unknown + (w.v::text <> ALL(%(classified)s::text[]))::int <= %(max_named)s)
         SELECT w.v::text FROM walk AS w
         WHERE w.v IS NOT NULL AND w.v::text <> ALL(%(classified)s::text[])
         UNION ALL
         SELECT NULL WHERE NOT %(not_null)s AND EXISTS (SELECT FROM {table} WHERE {key} IS NULL)
-        """
-    ).format(key=_key(contract, index_key), table=table_identifier(contract))
+    """).format(key=_key(contract, index_key), table=table_identifier(contract))
 
 
 def status_rows_query(contract: Contract, index_key: str, status: str | None) -> sql.Composed:
@@ -254,24 +224,16 @@ def status_rows_query(contract: Contract, index_key: str, status: str | None) ->
 
 
 def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
-    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists.
-
-    Cheaply: a NOT NULL enum whose labels are all classified reads no row, an index leading
-    with the status is walked once per distinct status, else one seq scan.
-    """
+    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists: a
+    NOT NULL enum all classified reads no row, an index on the status is walked, else one scan."""
     if not contract.has_status_column:
         return
     classified = list(contract.classified_statuses)
     if column.enum_labels is not None:
         # Compared natively, a status that is no label of the enum is no value of its type.
         classified = [s for s in classified if s in column.enum_labels]
-    params: dict[str, object] = {
-        "classified": classified,
-        "max_named": MAX_NAMED,
-        "count_cap": COUNT_CAP + 1,
-        "not_null": column.not_null,
-        "type_oid": column.type_oid,
-    }
+    params: dict[str, object] = {"classified": classified, "max_named": MAX_NAMED}
+    params |= {"count_cap": COUNT_CAP + 1, "not_null": column.not_null, "type_oid": column.type_oid}
     if not column.reads_rows(contract):
         row = cur.execute(_UNLISTED_LABELS, params).fetchone()
         if row is not None and row[0] is False:
@@ -307,6 +269,4 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
 
 
 def _rows(n: int) -> str:
-    if n > COUNT_CAP:
-        return f"more than {COUNT_CAP:,} rows"
-    return f"{n:,} row" + ("" if n == 1 else "s")
+    return f"more than {COUNT_CAP:,} rows" if n > COUNT_CAP else f"{n:,} row" + "s" * (n != 1)

@@ -44,15 +44,12 @@ _HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake 
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'cron' AND c.relname = 'job'
-"""
+WHERE n.nspname = 'cron' AND c.relname = 'job'"""
 # A pause stops new runs, not one already started (a claim loop goes on after the commit).
 _RUNS_IN_PROGRESS = """
-SELECT count(*) FROM cron.job_run_details d
-WHERE d.jobid = ANY(%s) AND d.status IN ('starting', 'running')
-  AND (coalesce(d.job_pid, 0) = 0
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))
-"""
+SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
+  AND d.status IN ('starting', 'running') AND (coalesce(d.job_pid, 0) = 0
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -77,7 +74,7 @@ class PauseRecord:
     token: str = ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"job": self.job, "paused_at": self.paused_at, "by": self.by, "action": self.action}
+        return {k: v for k, v in asdict(self).items() if k != "token"}
 
 
 @dataclass(frozen=True)
@@ -146,9 +143,8 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            payload = json.dumps(
-                {"job": change.job, "paused_at": stamp, "by": by, "action": action, "token": token}
-            )
+            record = PauseRecord(change.job, stamp, by, action, token)
+            payload = json.dumps(asdict(record))
             created = conn.execute(
                 "SELECT cron.schedule(%s, %s, %s)",
                 (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
