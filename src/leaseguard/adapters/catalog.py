@@ -284,8 +284,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
 
 
 def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:
-    """The column's facts. A configured status an enum cannot hold is a typo, a usage error
-    (not the default finished ones: an enum without 'failed' has no failed rows)."""
+    """The status column's facts; a configured status its enum cannot hold is a usage error."""
     if not contract.has_status_column:
         return StatusColumn(enum_labels=None, not_null=True, index_key=None)
     params = {"relation": relation, "column": contract.status_column}

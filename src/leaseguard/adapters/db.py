@@ -24,11 +24,6 @@ from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, Schema
 
 log = logging.getLogger("leaseguard.db")
 APPLICATION_NAME = "leaseguard"
-_END_LEFT_BEHIND = (
-    "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s AND "
-    "pid <> pg_backend_pid() AND application_name = %s AND usename = current_user "
-    "AND state IN ('idle', 'idle in transaction')"
-)
 
 _PASSWORD_FROM = (  # where a password is set, not one
     "PGPASSWORD or ~/.pgpass on the controller, password= in the DSN (--dsn, "  # noqa: S105
@@ -92,16 +87,11 @@ def connect(
         raise invalid_dsn(conninfo) from None
     # A database that stops answering ends the wait within the connect timeout, not TCP's
     # ~15 minutes: keepalives after 1 s of silence, tcp_user_timeout for unacknowledged data.
-    liveness = {
-        "keepalives": 1,
-        "keepalives_idle": 1,
-        "keepalives_interval": 1,
-        "keepalives_count": max(1, connect_timeout_s),
-        "tcp_user_timeout": connect_timeout_s * 1000,
-    }
-    connect_timeout = connect_timeout_s
-    if timeout_s is not None and timeout_s < connect_timeout:  # a shorter budget of the caller's
-        connect_timeout = max(1, math.ceil(timeout_s))
+    liveness = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1}
+    liveness |= {"keepalives_count": max(1, connect_timeout_s)}
+    liveness["tcp_user_timeout"] = connect_timeout_s * 1000
+    wanted = connect_timeout_s if timeout_s is None else timeout_s  # the caller's budget if shorter
+    connect_timeout = min(connect_timeout_s, max(1, math.ceil(wanted)))
     try:
         conn = psycopg.Connection.connect(
             make_conninfo(conninfo, **{k: v for k, v in liveness.items() if k not in given}),
@@ -125,8 +115,7 @@ def connect(
 
 @contextmanager
 def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """One read-only, repeatable-read transaction around the block (a savepoint inside one).
-    Not psycopg's transaction(), which logs the driver's text when its rollback fails."""
+    """A read-only repeatable-read transaction (a savepoint inside one), quiet if rollback fails."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         with conn.transaction():
             yield
@@ -146,11 +135,15 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
-    """End the idle backend `pid` of the lost connection `conn` replaces (a partition leaves it
-    open for hours), so reconnects do not pile them up. Advisory: failures are ignored."""
+    """End the lost connection's idle backend `pid` (a partition leaves it for hours); advisory."""
     try:
         with read_transaction(conn):
-            conn.execute(_END_LEFT_BEHIND, (pid, APPLICATION_NAME))
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s "
+                "AND pid <> pg_backend_pid() AND application_name = %s AND usename = current_user "
+                "AND state IN ('idle', 'idle in transaction')",
+                (pid, APPLICATION_NAME),
+            )
     except psycopg.Error as exc:
         log.debug("left-behind backend %d not ended (%s)", pid, type(exc).__name__)
 
@@ -179,8 +172,7 @@ def guard_transaction(
 def set_local_limits(
     executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
 ) -> None:
-    """Settings (an int: milliseconds) for the current transaction only, in one statement:
-    set_config() binds name and value; the names are callers' constants, never user input."""
+    """Settings (an int: milliseconds) for this transaction only, in one bound set_config()."""
     values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
     call = sql.SQL("set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))

@@ -54,8 +54,7 @@ def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float
 
 @dataclass(frozen=True)
 class Subject:
-    """Whom a verdict is for (a host, or a fleet by the fleet rule) and its facts; the clock
-    offset (host minus database) moves the runtime's start into the database clock."""
+    """Whom a verdict is for (a host, or a fleet by the fleet rule) and its facts."""
 
     host: str | None
     task_timeout: TaskTimeout | None
@@ -67,7 +66,7 @@ class Subject:
     def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
         """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
         started, tolerance_s = self.runtime_started_at, None
-        if self.clock_offset is not None:  # its uncertainty widens the orphan tolerance
+        if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
             started = in_database_clock(started, self.clock_offset.offset_s)
             tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
         return self.lease_s, orphan_cutoff(contract, started, tolerance_s)
@@ -81,9 +80,8 @@ def judge_subjects(
     as_of: datetime | None = None,
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
-    """Every subject's verdict from one snapshot (each query run once for all subjects), and
-    the status column's catalog facts. `status_column` (from an earlier check on this
-    connection) skips the schema pre-flight; `as_of` replaces now() for tests."""
+    """Every subject's verdict from one snapshot, and the status column's facts; `status_column`
+    (from an earlier check on this connection) skips the pre-flight; `as_of` pins now()."""
     params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
     try:
@@ -224,8 +222,7 @@ def status_rows_query(contract: Contract, index_key: str, status: str | None) ->
 
 
 def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
-    """Fail (UnclassifiedStatus) when rows hold a status in none of the contract's lists: a
-    NOT NULL enum all classified reads no row, an index on the status is walked, else one scan."""
+    """Fail (UnclassifiedStatus) naming the statuses rows hold that are in none of the lists."""
     if not contract.has_status_column:
         return
     classified = list(contract.classified_statuses)

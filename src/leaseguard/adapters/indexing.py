@@ -134,8 +134,7 @@ def no_index_reason(contract: Contract) -> str | None:
 
 
 def offline_advice(contract: Contract) -> list[str]:
-    """What `leaseguard index-sql` prints without a database (a partitioned table's partitions
-    are known only from the catalog)."""
+    """What `leaseguard index-sql` prints without a database."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
     if contract.preset in PARTITIONED_TABLES:
@@ -154,8 +153,7 @@ def offline_advice(contract: Contract) -> list[str]:
 
 
 def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
-    """What `leaseguard index-sql --dsn` prints: an existing index that serves the guard
-    instead of a new one; a partitioned table gets the per-partition recipe."""
+    """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
     lead = _lead_column(contract)
@@ -200,9 +198,8 @@ def advisory_plan_warning(
     verdict: Verdict,
     status_column: StatusColumn | None = None,
 ) -> str | None:
-    """A warning naming the table when it is large and the guard query's plan (EXPLAIN, not
-    ANALYZE) seq-scans it, or no index can walk its status column, else None. Advisory: in
-    its own transaction after the judgment; any error gives None (logged at DEBUG)."""
+    """A warning when the table is large and the guard query's plan (EXPLAIN) seq-scans it, or
+    no index can walk its status column. Advisory: any error gives None (logged at DEBUG)."""
     try:
         with read_transaction(conn):
             lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)

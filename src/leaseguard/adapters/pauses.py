@@ -182,8 +182,7 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 def resume_recorded(
     conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
 ) -> tuple[list[PauseRecord], ActivePlan | None]:
-    """Give back every recorded hold (only on `jobs` if given): reactivate, delete records.
-    The operator's command for holds whose runs are gone."""
+    """Give back every recorded hold (on `jobs` if given): the operator's command for lost runs."""
     with _holds_transaction(conn) as step:
         records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
         if not records:
@@ -227,8 +226,7 @@ def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
 
 
 def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for holds not given back; [] when cron.job is not readable (advisory: never
-    fails a check)."""
+    """Warnings for holds not given back; [] when cron.job is not readable (advisory)."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
