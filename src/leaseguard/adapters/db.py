@@ -90,8 +90,9 @@ def connect(
     liveness = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1}
     liveness |= {"keepalives_count": max(1, connect_timeout_s)}
     liveness["tcp_user_timeout"] = connect_timeout_s * 1000
-    wanted = connect_timeout_s if timeout_s is None else timeout_s  # the caller's budget if shorter
-    connect_timeout = min(connect_timeout_s, max(1, math.ceil(wanted)))
+    connect_timeout = connect_timeout_s
+    if timeout_s is not None and timeout_s < connect_timeout:  # the caller's budget is shorter
+        connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
             make_conninfo(conninfo, **{k: v for k, v in liveness.items() if k not in given}),
