@@ -1,9 +1,6 @@
-"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`),
-and the advisory warning that points at it when a large table is read with a seq scan.
-
-One btree leading with the plain status column serves the guard query and the status walk
-(a partial one cannot show a status it lacks).
-"""
+"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`): one
+btree leading with the plain status column serves the guard query and the status walk (a
+partial one cannot show a status it lacks); and the warning pointing at it on a seq scan."""
 
 from __future__ import annotations
 
