@@ -13,12 +13,12 @@ import pytest
 
 import leaseguard.adapters.guard as guard_module
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.guard import evaluate
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.session import fleet_session
 from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.judging import evaluate
 
 pytestmark = pytest.mark.integration
 

@@ -8,13 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.guard import Subject, evaluate, judge_subjects
+from leaseguard.adapters.guard import Subject, judge_subjects
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.drain_run import SharedPoll
 from leaseguard.orchestration.session import GuardSession
 from sandbox.runs_table import insert_runs
+from tests.support.judging import evaluate
 from tests.support.oracle import Row, classify
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from leaseguard.adapters.db import connect, guard_transaction
-from leaseguard.adapters.guard import evaluate, judge_table, lease_seconds
+from leaseguard.adapters.guard import lease_seconds
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import (
     DatabaseUnavailable,
@@ -21,6 +21,7 @@ from leaseguard.core.errors import (
 from leaseguard.core.verdict import TaskTimeout
 from leaseguard.orchestration.session import local_session
 from sandbox.runs_table import create_runs_table
+from tests.support.judging import evaluate, judge_table
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from leaseguard.adapters.indexing import index_name
-from leaseguard.adapters.plan_warning import LARGE_TABLE_ROWS
+from leaseguard.adapters.indexing import LARGE_TABLE_ROWS, index_name
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.predicate import counts_query, predicate_params
 from leaseguard.orchestration.session import local_session

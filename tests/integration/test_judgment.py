@@ -11,13 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.guard import evaluate, lease_seconds
+from leaseguard.adapters.guard import lease_seconds
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed, UnclassifiedStatus
 from leaseguard.core.fleet import ClockOffset, combine_facts
 from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
 from leaseguard.orchestration.session import fleet_session
 from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.judging import evaluate
 from tests.support.oracle import Host, Row, classify, classify_for_fleet, unclassified
 
 pytestmark = pytest.mark.integration

@@ -114,9 +114,9 @@ def test_a_standby_is_refused_on_a_later_poll_too(clusters):
     connection read it already) still refuses a standby."""
     _, standby = clusters
     contract = contract_from_mapping({"runtime": {"source": "none"}})
+    from leaseguard.adapters.catalog import StatusColumn
     from leaseguard.adapters.db import connect
-    from leaseguard.adapters.guard import judge_table
-    from leaseguard.adapters.statuses import StatusColumn
+    from tests.support.judging import judge_table
 
     known = StatusColumn(enum_labels=None, not_null=True, index_key=None)
     with connect(standby.dsn(DB), 10) as conn, pytest.raises(NotPrimary, match="standby"):

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
-from leaseguard.adapters.guard import evaluate
 from leaseguard.core.contract import contract_from_mapping, load_contract
 from leaseguard.core.errors import SchemaMismatch, UnclassifiedStatus
 from leaseguard.core.verdict import Decision
@@ -27,6 +26,7 @@ from sandbox.queues import (
     create_river,
     create_solid_queue,
 )
+from tests.support.judging import evaluate
 from tests.support.leaseguard_cli import leaseguard
 from tests.support.pg_fixtures import fresh_database
 

@@ -10,12 +10,12 @@ import pytest
 from psycopg import sql
 
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.guard import evaluate, judge_table
-from leaseguard.adapters.statuses import COUNT_CAP, MAX_NAMED
+from leaseguard.adapters.guard import COUNT_CAP, MAX_NAMED
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, UnclassifiedStatus
 from leaseguard.core.verdict import Decision, TaskTimeout
 from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.judging import evaluate, judge_table
 from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
@@ -228,7 +228,7 @@ def test_the_three_lists_must_not_overlap():
 
 def test_the_status_walk_uses_the_index(runs):
     """EXPLAIN: no sequential scan of the table in the walk once the index exists."""
-    from leaseguard.adapters.statuses import status_rows_query, unclassified_walk_query
+    from leaseguard.adapters.guard import status_rows_query, unclassified_walk_query
 
     status_index(runs)
     with runs.connect() as conn:
@@ -243,8 +243,8 @@ def test_the_status_walk_uses_the_index(runs):
         [[plan]] = conn.execute(query, params).fetchall()
         assert "Seq Scan" not in str(plan)
         # A rare unclassified status is counted through the index, not a scan for it.
-        rows = status_rows_query(contract, "column", ["rare"])
+        rows = status_rows_query(contract, "column", "rare")
         [[plan]] = conn.execute(
-            sql.SQL("EXPLAIN (FORMAT JSON) ") + rows, {"count_cap": 10001, "s0": "rare"}
+            sql.SQL("EXPLAIN (FORMAT JSON) ") + rows, {"count_cap": 10001, "status": "rare"}
         ).fetchall()
         assert "Seq Scan" not in str(plan)

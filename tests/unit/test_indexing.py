@@ -6,8 +6,12 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from leaseguard.adapters.indexing import index_name, no_index_reason, recommended_index_sql
-from leaseguard.adapters.plan_warning import advisory_plan_warning
+from leaseguard.adapters.indexing import (
+    advisory_plan_warning,
+    index_name,
+    no_index_reason,
+    recommended_index_sql,
+)
 from leaseguard.cli import main
 from leaseguard.core.contract import contract_from_mapping
 from tests.support.verdicts import make_verdict

@@ -1,5 +1,4 @@
-"""A host's clock and the database's, each read against this machine's (half of each
-reading's round trip bounds its error); leaseguard.orchestration.subjects chains them."""
+"""A host's clock and the database's, read against this machine's (error: half a round trip)."""
 
 from __future__ import annotations
 

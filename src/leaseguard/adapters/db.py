@@ -1,4 +1,4 @@
-"""The guard's own database session: read-only, time-boxed, named, and leak-proof.
+"""The guard's database connection: read-only, time-boxed, named, and leak-proof.
 
 psycopg's messages can quote a DSN or a password hint, so no driver text leaves this module:
 errors name the target (host:port/db), the table or column, the exception class and SQLSTATE.
@@ -71,12 +71,10 @@ def connect(
 ) -> psycopg.Connection[tuple[object, ...]]:
     """Open a connection named leaseguard: the one way every part of leaseguard connects.
 
-    Not writable (the guard's): read-only and repeatable-read, so a check's queries see one
-    snapshot and one now(). Writable (cron.job's writers): autocommit, each caller opening
-    the one transaction it means. `dbname`/`user` replace the DSN's (pg_cron's database, the
-    jobs' owner: the DSN's password is then dropped); `timeout_s` shortens the connect timeout.
-    Never prepared on the server: a pooler in transaction mode (PgBouncer) may run the next
-    transaction on another server session, where a prepared statement is unknown.
+    The guard's is read-only and repeatable-read (one snapshot, one now() per check); a
+    writable one (cron.job's writers) is autocommit, each caller opening its own transaction.
+    `dbname`/`user` replace the DSN's (the DSN's password is then dropped). Never prepared on
+    the server: a pooler in transaction mode may run the next transaction on another session.
     """
     try:
         given = conninfo_to_dict(conninfo)
@@ -89,15 +87,11 @@ def connect(
         raise invalid_dsn(conninfo) from None
     # A database that stops answering ends the wait within the connect timeout, not TCP's
     # ~15 minutes: keepalives after 1 s of silence, tcp_user_timeout for unacknowledged data.
-    liveness = {
-        "keepalives": 1,
-        "keepalives_idle": 1,
-        "keepalives_interval": 1,
-        "keepalives_count": max(1, connect_timeout_s),
-        "tcp_user_timeout": connect_timeout_s * 1000,
-    }
+    liveness = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1}
+    liveness |= {"keepalives_count": max(1, connect_timeout_s)}
+    liveness["tcp_user_timeout"] = connect_timeout_s * 1000
     connect_timeout = connect_timeout_s
-    if timeout_s is not None and timeout_s < connect_timeout:
+    if timeout_s is not None and timeout_s < connect_timeout:  # the caller's budget is shorter
         connect_timeout = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
@@ -122,11 +116,7 @@ def connect(
 
 @contextmanager
 def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
-    """One read-only, repeatable-read transaction around the block (a savepoint inside one).
-
-    Not psycopg's transaction(): when its rollback fails it logs the driver's text. Here a
-    failed rollback closes the connection (the next check opens a new one), quietly.
-    """
+    """A read-only repeatable-read transaction (a savepoint inside one), quiet if rollback fails."""
     if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
         with conn.transaction():
             yield
@@ -146,14 +136,13 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 
 
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
-    """End the server side of the lost connection `conn` replaces (a partition leaves it open
-    for hours), so reconnects do not pile up idle backends. Advisory: failures are ignored."""
+    """End the lost connection's idle backend `pid` (a partition leaves it for hours); advisory."""
     try:
         with read_transaction(conn):
             conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity "
-                "WHERE pid = %s AND pid <> pg_backend_pid() AND application_name = %s "
-                "AND usename = current_user AND state IN ('idle', 'idle in transaction')",
+                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s "
+                "AND pid <> pg_backend_pid() AND application_name = %s AND usename = current_user "
+                "AND state IN ('idle', 'idle in transaction')",
                 (pid, APPLICATION_NAME),
             )
     except psycopg.Error as exc:
@@ -170,28 +159,25 @@ def guard_transaction(
         cur = conn.cursor()
         # Naive timestamps are read in the contract's zone, never the database's or role's.
         # No parallel workers: their start-up would cost more than reading a handful of rows.
-        set_local(
+        set_local_limits(
             cur,
-            statement_timeout=f"{contract.statement_timeout_ms}ms",
-            lock_timeout=f"{contract.effective_lock_timeout_ms}ms",
-            idle_in_transaction_session_timeout=f"{contract.statement_timeout_ms * 2}ms",
+            statement_timeout=contract.statement_timeout_ms,
+            lock_timeout=contract.effective_lock_timeout_ms,
+            idle_in_transaction_session_timeout=contract.statement_timeout_ms * 2,
             TimeZone=contract.timestamp_zone or "UTC",
             max_parallel_workers_per_gather="0",
         )
         yield cur
 
 
-def set_local_limits(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **ms: int) -> None:
-    """Time limits (milliseconds) for the current transaction only."""
-    set_local(executor, **{name: f"{value}ms" for name, value in ms.items()})
-
-
-def set_local(executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: str) -> None:
-    """Settings for the current transaction only, in one statement: set_config() binds the
-    name and value (SET binds nothing); the names are callers' constants, never user input."""
+def set_local_limits(
+    executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
+) -> None:
+    """Settings (an int: milliseconds) for this transaction only, in one bound set_config()."""
+    values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
     call = sql.SQL("set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))
-    executor.execute(query, [part for item in settings.items() for part in item])
+    executor.execute(query, [part for pair in zip(settings, values, strict=True) for part in pair])
 
 
 @contextmanager

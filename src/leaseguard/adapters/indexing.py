@@ -1,19 +1,27 @@
-"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`):
-one btree leading with the plain status column serves the guard query and the status walk
-(a partial one, as earlier versions' `*_leaseguard_claims`, cannot show a status it lacks)."""
+"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`): one
+btree leading with the plain status column serves the guard query and the status walk (a
+partial one cannot show a status it lacks); and the warning pointing at it on a seq scan."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from leaseguard.adapters.catalog import StatusColumn
+from leaseguard.adapters.db import read_transaction, set_local_limits
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import SchemaMismatch
-from leaseguard.core.predicate import claim_conditions, table_identifier
+from leaseguard.core.predicate import (
+    claim_conditions,
+    counts_query,
+    predicate_params,
+    table_identifier,
+)
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
     OWNER_HEARTBEAT_RULE,
@@ -21,6 +29,9 @@ from leaseguard.core.presets import (
     PROCESS_LOCK_RULE,
     VISIBILITY_RULE,
 )
+from leaseguard.core.verdict import Verdict
+
+log = logging.getLogger("leaseguard.indexing")
 
 INDEX_SUFFIX = "_leaseguard_status"
 # A constant comment: a table name may hold a newline, which would end a `--` comment.
@@ -43,13 +54,10 @@ _CONCURRENTLY = sql.SQL("CONCURRENTLY IF NOT EXISTS")
 # The table's kind; the valid indexes that serve the guard: leaseguard's own (by name), or a
 # non-partial btree whose first key is the lead column (River's and Oban's fetching indexes
 # are); and its leaf partitions (schema, name).
-_TABLE = sql.SQL(
-    """
+_TABLE = """
     SELECT t.relkind::text,
-      ARRAY(SELECT i.indexrelid::regclass::text
-            FROM pg_index i
-            JOIN pg_class c ON c.oid = i.indexrelid
-            JOIN pg_am am ON am.oid = c.relam
+      ARRAY(SELECT i.indexrelid::regclass::text FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
             WHERE i.indrelid = t.oid AND i.indisvalid
               AND ((i.indpred IS NULL AND am.amname = 'btree' AND a.attname = %(column)s)
@@ -58,9 +66,19 @@ _TABLE = sql.SQL(
       ARRAY(SELECT ARRAY[n.nspname::text, c.relname::text] FROM pg_partition_tree(t.oid) p
             JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE p.isleaf ORDER BY 1)
-    FROM pg_class t WHERE t.oid = to_regclass(%(table)s)
-    """
-)
+    FROM pg_class t WHERE t.oid = to_regclass(%(table)s)"""
+# Below this many rows a sequential scan costs a millisecond or two: not worth a warning.
+LARGE_TABLE_ROWS = 100_000
+# A never-analysed table (reltuples = -1) counts as large from this size on disk.
+LARGE_TABLE_BYTES = 64 * 1024 * 1024
+_PLAN_CHECK_TIMEOUT_MS = 1000  # its own small budget, never the check's
+# Estimated rows (the planner's reltuples), whether never analysed, size on disk, and the
+# names of the table and its leaf partitions (EXPLAIN names the partitions, not the parent).
+_SIZE = """
+    SELECT coalesce(sum(greatest(c.reltuples, 0)), 0), bool_or(c.reltuples < 0),
+           coalesce(sum(pg_relation_size(c.oid)), 0)::bigint, array_agg(c.relname::text)
+    FROM pg_class c WHERE c.oid = to_regclass(%(table)s)
+       OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%(table)s)) WHERE isleaf)"""
 
 
 def _short_name(name: str) -> str:
@@ -84,8 +102,8 @@ def _lead_column(contract: Contract) -> str:
 
 
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
-    """CREATE INDEX over (lead, claimed_at when recorded, the expiry column), over every row
-    so the status check sees every status; partial only without a status column."""
+    """CREATE INDEX on (lead, claimed_at when recorded, the expiry column) over every row, so
+    the status check sees every status; partial only without a status column."""
     lead = _lead_column(contract)
     columns = [lead]
     if contract.has_claimed_at and lead != contract.claimed_at_column:
@@ -113,8 +131,7 @@ def no_index_reason(contract: Contract) -> str | None:
 
 
 def offline_advice(contract: Contract) -> list[str]:
-    """What `leaseguard index-sql` prints without a database; no statement for a preset's
-    partitioned table (its partitions are known only from the catalog)."""
+    """What `leaseguard index-sql` prints without a database."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
     if contract.preset in PARTITIONED_TABLES:
@@ -132,32 +149,8 @@ def offline_advice(contract: Contract) -> list[str]:
     ]
 
 
-def partitioned_index_sql(contract: Contract, partitions: list[tuple[str, str]]) -> list[str]:
-    """ON ONLY the parent (invalid until every partition's is attached), one index built
-    concurrently per leaf partition (schema, name), and its ATTACH."""
-    parent = index_name(contract)
-    only = sql.SQL("ONLY {}").format(table_identifier(contract))
-    steps = [_create_index(contract, sql.SQL("IF NOT EXISTS"), parent, only)]
-    for schema, partition in partitions:
-        child = _short_name(f"{partition}{INDEX_SUFFIX}")
-        steps.append(
-            _create_index(contract, _CONCURRENTLY, child, sql.Identifier(schema, partition))
-        )
-        steps.append(
-            sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
-            .format(_index_ident(contract.schema, parent), _index_ident(schema, child))
-            .as_string(None)
-        )
-    return steps
-
-
-def _index_ident(schema: str | None, name: str) -> sql.Identifier:
-    return sql.Identifier(schema, name) if schema else sql.Identifier(name)
-
-
 def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
-    """What `leaseguard index-sql --dsn` prints: an existing index that already serves the
-    guard instead of a new one; a partitioned table gets the per-partition recipe."""
+    """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
     if (reason := no_index_reason(contract)) is not None:
         return [reason]
     lead = _lead_column(contract)
@@ -173,11 +166,83 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
             f"-- leaseguard: existing index(es) already serve the guard's checks on "
             f"{lead}: {', '.join(serving)}; nothing to create"
         ]
-    if relkind == "p":
-        return [
-            "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
-            "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
-            "(run each statement alone, not in a transaction)",
-            *partitioned_index_sql(contract, [(schema, name) for schema, name in partitions]),
+    if relkind != "p":
+        return [INDEX_COMMENT, recommended_index_sql(contract)]
+    # ON ONLY the parent (invalid until every partition's is attached), then one index built
+    # concurrently per leaf partition (schema, name), and its ATTACH.
+    parent = index_name(contract)
+    only = sql.SQL("ONLY {}").format(table_identifier(contract))
+    parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
+    attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
+    steps = [
+        "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
+        "so: an index ON ONLY the parent, one per partition built concurrently, then ATTACH "
+        "(run each statement alone, not in a transaction)",
+        _create_index(contract, sql.SQL("IF NOT EXISTS"), parent, only),
+    ]
+    for schema, partition in partitions:
+        child = _short_name(f"{partition}{INDEX_SUFFIX}")
+        steps += [
+            _create_index(contract, _CONCURRENTLY, child, sql.Identifier(schema, partition)),
+            attach.format(parent_name, sql.Identifier(schema, child)).as_string(None),
         ]
-    return [INDEX_COMMENT, recommended_index_sql(contract)]
+    return steps
+
+
+def advisory_plan_warning(
+    conn: psycopg.Connection[tuple[object, ...]],
+    contract: Contract,
+    verdict: Verdict,
+    status_column: StatusColumn | None = None,
+) -> str | None:
+    """A warning when the table is large and the guard query's plan (EXPLAIN) seq-scans it, or
+    no index can walk its status column. Advisory: any error gives None (logged at DEBUG)."""
+    try:
+        with read_transaction(conn):
+            lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
+            set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
+            table = table_identifier(contract).as_string(conn)
+            size: Any = conn.execute(_SIZE, {"table": table}).fetchone()
+            reltuples, unanalysed, on_disk, names = size
+            if reltuples >= LARGE_TABLE_ROWS:
+                rows = float(reltuples)
+            elif unanalysed and on_disk >= LARGE_TABLE_BYTES:
+                rows = float(on_disk // 100)  # ~100 bytes a row: for the message only
+            else:
+                return None
+            params = predicate_params(
+                contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
+            )
+            explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract)
+            row = conn.execute(explain, params).fetchone()
+    except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
+        log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
+        return None
+    if row is not None and _seq_scans(row[0], frozenset(names)):
+        where = (
+            f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
+            "with a sequential scan"
+        )
+    elif status_column and status_column.reads_rows(contract) and status_column.index_key is None:
+        where = (
+            f"the status check (every status classified) reads table {contract.table_label} "
+            f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
+            f"status column {contract.status_column}"
+        )
+    else:
+        return None
+    return (
+        f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
+        f"index {index_name(contract)} that keeps each check flat"
+    )
+
+
+def _seq_scans(node: Any, names: frozenset[str]) -> bool:
+    """Whether an EXPLAIN (FORMAT JSON) result has a Seq Scan (parallel or not) over `names`."""
+    if isinstance(node, list):
+        return any(_seq_scans(child, names) for child in node)
+    if not isinstance(node, dict):
+        return False
+    if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
+        return True
+    return any(_seq_scans(child, names) for child in node.values())

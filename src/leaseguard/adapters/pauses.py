@@ -1,11 +1,9 @@
 """Intake holds: pg_cron jobs paused for an action, counted per holder, recorded in cron.job.
 
-Several runs may hold one job at once (drains, a rolling deploy's batches, a migration): each
-writes its own record, an inactive never-firing cron.job row ``leaseguard-paused:<job>@<token>``
-made with pg_cron's own API (no privilege beyond the pause; it commits or rolls back with it),
-and only the LAST to let go gives the job back, all under one advisory lock. Records left over
-are warned about; `leaseguard resume` gives back exactly the recorded jobs, never an
-operator's (it has no record).
+Several runs may hold one job at once: each writes its own record (an inactive, never-firing
+cron.job row ``leaseguard-paused:<job>@<token>``, made with pg_cron's API in the pause's own
+transaction) and only the LAST to let go gives the job back, all under one advisory lock.
+`leaseguard resume` gives back exactly the recorded jobs, never an operator's (no record).
 """
 
 from __future__ import annotations
@@ -46,15 +44,12 @@ _HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake 
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = 'cron' AND c.relname = 'job'
-"""
+WHERE n.nspname = 'cron' AND c.relname = 'job'"""
 # A pause stops new runs, not one already started (a claim loop goes on after the commit).
 _RUNS_IN_PROGRESS = """
-SELECT count(*) FROM cron.job_run_details d
-WHERE d.jobid = ANY(%s) AND d.status IN ('starting', 'running')
-  AND (coalesce(d.job_pid, 0) = 0
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))
-"""
+SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
+  AND d.status IN ('starting', 'running') AND (coalesce(d.job_pid, 0) = 0
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -63,15 +58,14 @@ _PRIVILEGE_HINT = (
     "connect as the role that owns the intake jobs (pg_cron shows and lets each role alter "
     "only its own jobs): --cron-user / drain.cron_user / leaseguard_cron_user"
 )
-# pg_cron may start one more run it had planned when the pause committed: a run is ruled
-# out only once it has had a scheduler tick to appear.
+# pg_cron may start one more run planned when the pause committed: give it a tick to appear.
 QUIET_SETTLE_S = 1.0
 DEFAULT_QUIET_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
 class PauseRecord:
-    """One holder's hold on one job, not given back yet."""
+    """One holder's hold on one job."""
 
     job: str
     paused_at: str
@@ -80,12 +74,12 @@ class PauseRecord:
     token: str = ""
 
     def as_dict(self) -> dict[str, str]:
-        return {"job": self.job, "paused_at": self.paused_at, "by": self.by, "action": self.action}
+        return {k: v for k, v in asdict(self).items() if k != "token"}
 
 
 @dataclass(frozen=True)
 class Hold:
-    """What one holder holds: its token, the jobs it counts on, and who else held them."""
+    """What one holder holds: its token and the jobs it counts on."""
 
     token: str
     jobs: tuple[str, ...]
@@ -131,11 +125,8 @@ def drain_identity(front: str) -> str:
 def hold_jobs(
     conn: psycopg.Connection[Any], names: Sequence[str], by: str, action: str = "drain"
 ) -> Hold:
-    """Hold `names` (all must exist): pause the active ones, count this holder on each.
-
-    A job inactive with other holders' records is held too; one inactive without any record
-    was disabled by an operator and is left alone (`not_held`).
-    """
+    """Hold `names` (all must exist): pause the active ones, count this holder on each. One
+    inactive without any holder's record was disabled by an operator: left alone (`not_held`)."""
     token = secrets.token_hex(6)
     with _holds_transaction(conn) as step:
         changes = plan_changes(conn, dict.fromkeys(names, False))
@@ -152,7 +143,14 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            _record(conn, PauseRecord(change.job, stamp, by, action, token))
+            record = PauseRecord(change.job, stamp, by, action, token)
+            payload = json.dumps(asdict(record))
+            created = conn.execute(
+                "SELECT cron.schedule(%s, %s, %s)",
+                (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
+            ).fetchone()
+            assert created is not None
+            conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (int(created[0]),))
     return Hold(
         token=token,
         jobs=tuple(c.job for c in held),
@@ -184,11 +182,7 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 def resume_recorded(
     conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
 ) -> tuple[list[PauseRecord], ActivePlan | None]:
-    """Give back every recorded hold (only on `jobs` if given): reactivate, delete records.
-
-    The operator's command for holds whose runs are gone. A recorded job already active
-    just loses its records; one that no longer exists is reported missing.
-    """
+    """Give back every recorded hold (on `jobs` if given): the operator's command for lost runs."""
     with _holds_transaction(conn) as step:
         records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
         if not records:
@@ -214,8 +208,7 @@ def wait_quiet(
         while True:
             with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
                 row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
-            running = int(row[0]) if row else 0
-            waited = time.monotonic() - started
+            running, waited = int(row[0]) if row else 0, time.monotonic() - started
             if running == 0 and waited >= QUIET_SETTLE_S:
                 return
             if waited > timeout_s:
@@ -233,8 +226,7 @@ def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
 
 
 def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for holds not given back; [] when cron.job is not readable here (advisory:
-    a guard role without access to cron.job gets no warning rather than a failed check)."""
+    """Warnings for holds not given back; [] when cron.job is not readable (advisory)."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
@@ -255,12 +247,11 @@ def scan_leftovers(
 ) -> list[str]:
     """leftover_warnings over a connection of its own (closed after); [] if none opens."""
     try:
-        conn = connect()
+        with connect() as conn:
+            return leftover_warnings(conn, exclude_by=exclude_by)
     except Exception as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
-    with conn:
-        return leftover_warnings(conn, exclude_by=exclude_by)
 
 
 @contextmanager
@@ -275,33 +266,18 @@ def _record_name(job: str, token: str) -> str:
     return f"{RECORD_PREFIX}{job}@{token}" if token else f"{RECORD_PREFIX}{job}"
 
 
-def _record(conn: psycopg.Connection[Any], record: PauseRecord) -> None:
-    payload = json.dumps({**record.as_dict(), "token": record.token})
-    created = conn.execute(
-        "SELECT cron.schedule(%s, %s, %s)",
-        (_record_name(record.job, record.token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
-    ).fetchone()
-    assert created is not None
-    conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (int(created[0]),))
-
-
 def _forget(conn: psycopg.Connection[Any], names: list[str]) -> None:
     conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
 
 
 def _parse(name: str, command: str) -> PauseRecord:
-    # Records made before holds were counted have no token: ``leaseguard-paused:<job>``.
+    """A record from its row; ``leaseguard-paused:<job>`` (no token) is a single holder's."""
     job, _, token = name.removeprefix(RECORD_PREFIX).rpartition("@")
     if not job:
         job, token = token, ""
     try:
         data = json.loads(command.partition(_MARKER)[2])
-        return PauseRecord(
-            str(data["job"]),
-            str(data["paused_at"]),
-            str(data["by"]),
-            str(data.get("action", "drain")),
-            token,
-        )
+        by, action = str(data["by"]), str(data.get("action", "drain"))
+        return PauseRecord(str(data["job"]), str(data["paused_at"]), by, action, token)
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)

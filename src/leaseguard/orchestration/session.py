@@ -17,13 +17,13 @@ from typing import Protocol, TypeVar, Unpack
 
 import psycopg
 
+from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.db import connect, describe_target, end_left_behind
 from leaseguard.adapters.guard import judge_subjects
 from leaseguard.adapters.host_lookup import look_up_host
+from leaseguard.adapters.indexing import advisory_plan_warning
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
-from leaseguard.adapters.plan_warning import advisory_plan_warning
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner
-from leaseguard.adapters.statuses import StatusColumn
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
 from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts

@@ -1,0 +1,322 @@
+"""The schema pre-flight: what the catalog says about the judged table, refused by name.
+
+The guard reads the primary's live rows, all of them: a standby, a relation that is not the
+table (a materialized view is a snapshot; a view's base tables may hide rows) and row-level
+security that hides rows are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
+from leaseguard.core.predicate import columns_query, owners_table, table_identifier
+from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+_MAX_SHOWN_CHARS = 64  # a status value can be any length
+TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
+_KIND_NAMES = dict(
+    zip("vmfSciIt", ("a view", "a materialized view", "a foreign table", "a sequence",
+        "a composite type", "an index", "a partitioned index", "a TOAST table"), strict=True)
+)  # fmt: skip
+# format_type() spells a precision when the column has one (ActiveRecord 7, Ecto: timestamp(6)).
+_TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
+
+_LOCKS_READABLE = (
+    "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
+    "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')"
+)
+# Always one row (oid NULL when no relation has the name); the TimeZone words a message.
+_RELATION = sql.SQL("""
+    SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
+      (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
+      current_database(), host(inet_server_addr()), inet_server_port()
+    FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
+    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""")
+# Whether a permissive `FOR SELECT ... USING (true)` policy on `c` applies to {role}
+# (polroles {0} is PUBLIC) with no restrictive policy beside it.
+_SHOWS_ALL = sql.SQL("""
+    EXISTS (SELECT FROM pg_catalog.pg_policy AS p WHERE p.polrelid = c.oid AND p.polpermissive
+      AND p.polcmd IN ('r', '*') AND pg_get_expr(p.polqual, p.polrelid) = 'true'
+      AND (p.polroles = '{{0}}'::oid[] OR EXISTS (SELECT FROM unnest(p.polroles) AS pr(oid)
+                                                  WHERE pg_has_role({role}, pr.oid, 'USAGE'))))
+    AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
+                    WHERE p.polrelid = c.oid AND NOT p.polpermissive)""")
+# row_security_active() is PostgreSQL's own answer; the second column words the message.
+_ROW_SECURITY = sql.SQL(
+    "SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), "
+    "{shows} FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass(%(relation)s)"
+).format(shows=_SHOWS_ALL.format(role=sql.SQL("current_user")))
+# Every non-view relation a view reads (through nested views), with each role that reads it:
+# the guard's, and every non-security_invoker view's owner on the way (every owner against
+# every base: more refusals than PostgreSQL would make, never fewer).
+_VIEW_BASES = sql.SQL("""
+    WITH RECURSIVE rel(oid) AS (
+        SELECT to_regclass(%(relation)s)::oid
+      UNION
+        SELECT d.refobjid FROM rel JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = rel.oid
+        JOIN pg_catalog.pg_depend AS d
+          ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+         AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid <> rel.oid
+    ), readers(oid) AS (
+        SELECT a.oid FROM pg_catalog.pg_roles AS a WHERE a.rolname = current_user
+      UNION
+        SELECT c.relowner FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+        WHERE c.relkind = 'v' AND NOT EXISTS (
+          SELECT FROM pg_catalog.pg_options_to_table(c.reloptions) AS o
+          WHERE o.option_name = 'security_invoker'
+            AND lower(o.option_value) IN ('true', 'on', 'yes', '1', 't', 'y')))
+    SELECT c.oid::regclass::text, c.relkind::text, a.rolname::text,
+      c.relrowsecurity AND NOT a.rolsuper AND NOT a.rolbypassrls
+        AND (c.relforcerowsecurity OR NOT pg_has_role(a.oid, c.relowner, 'USAGE')), {shows}
+    FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+    CROSS JOIN readers JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
+    WHERE c.relkind <> 'v' ORDER BY 1, 3""").format(shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")))
+# The status column's enum labels, NOT NULL, type, and an index that can walk it: a valid,
+# non-partial, default-opclass btree whose first key is the column ('column') or
+# `status::text` ('text') in the comparison's collation, the plain column preferred.
+_STATUS_COLUMN = sql.SQL("""
+    SELECT t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
+                                  WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
+      a.attnotnull,
+      (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END FROM pg_index i
+       JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+       JOIN pg_opclass oc ON oc.oid = i.indclass[0]
+       WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
+         AND i.indisvalid AND i.indisready AND i.indpred IS NULL
+         AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
+              OR (i.indkey[0] = 0
+                  AND pg_get_indexdef(i.indexrelid, 1, false) = format('(%%I)::text', a.attname)
+                  AND i.indcollation[0] = CASE a.attcollation WHEN 0
+                      THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
+       ORDER BY i.indkey[0] = a.attnum DESC LIMIT 1),
+      t.oid
+    FROM pg_class c
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
+    JOIN pg_type t ON t.oid = a.atttypid
+    WHERE c.oid = to_regclass(%(relation)s)""")
+
+
+@dataclass(frozen=True)
+class StatusColumn:
+    """The status column's catalog facts, read once per connection."""
+
+    enum_labels: tuple[str, ...] | None  # None: not an enum
+    not_null: bool
+    index_key: str | None  # 'column' / 'text': an index can walk it; None: none can
+    type_oid: int | None = None  # the enum type, to re-read its labels on every check
+
+    def reads_rows(self, contract: Contract) -> bool:
+        """Whether the check must read rows (else the enum's labels answer it)."""
+        labels, classified = set(self.enum_labels or ()), set(contract.classified_statuses)
+        unanswered = self.enum_labels is None or not self.not_null or not labels <= classified
+        return contract.has_status_column and unanswered
+
+
+def standby_message(where: str) -> str:
+    return (
+        f"the guard is connected to a standby ({where}: pg_is_in_recovery() is true); a "
+        "standby replays the primary's claims late, or not at all while replay is paused, so "
+        "it cannot say what is live now: connect the guard to the primary"
+    )
+
+
+def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
+    """Fail naming the server, relation or column (a standby first, then what the relation is)."""
+    table = table_identifier(contract).as_string(conn)
+    label = contract.table_label
+    zone = _check_relation(conn, table, contract)
+    _check_rows_visible(conn, table, label)
+    if contract.relation_kind == "view":
+        _check_view_bases(conn, table, label)
+    if owners := OWNERS.get(contract.claim_rule):
+        _check_owners(conn, contract, owners, zone)
+    if contract.claim_rule in ADVISORY_LOCK_RULES and not _first(conn, _LOCKS_READABLE):
+        # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
+        raise SchemaMismatch(
+            f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
+            f"{label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks TO "
+            "<guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
+        )
+    types = _column_types(conn, table)
+    for key, column in contract.columns().items():
+        if column not in types:
+            raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
+    for key in ("claimed_at_column", "lease.expires_at_column"):
+        time_column = contract.columns().get(key)
+        if time_column and not _TIME_TYPE.fullmatch(types[time_column]):
+            raise SchemaMismatch(
+                f"column {time_column} ({key}) of table {label} has type "
+                f"{types[time_column]}, expected a timestamp"
+            )
+        if time_column and _naive_undeclared(contract, types[time_column]):
+            raise SchemaMismatch(_naive_zone_refusal(time_column, key, label, zone))
+    return _read_status_column(conn, contract, table)
+
+
+def _first(conn: Connection, query: str, *params: object) -> object:
+    row = conn.execute(query, params).fetchone()
+    return None if row is None else row[0]
+
+
+def _column_types(conn: Connection, relation: str) -> dict[str, str]:
+    rows = conn.execute(columns_query(), {"relation": relation}).fetchall()
+    return {str(name): str(kind) for name, kind in rows}
+
+
+def _naive_undeclared(contract: Contract, column_type: str) -> bool:
+    """A `timestamp without time zone` column, and no zone declared to read it in."""
+    return contract.timestamp_zone is None and column_type.endswith("without time zone")
+
+
+def _naive_zone_refusal(column: str, key: str, label: str, database_zone: str) -> str:
+    return (
+        f"column {column} ({key}) of table {label} is a timestamp without time zone and the "
+        "contract declares no timestamp_zone: the guard cannot know the zone it was written "
+        f"in (this database's TimeZone is {database_zone}, which the writer may not have "
+        "used; a wrong zone shifts every claim by hours); set timestamp_zone to the zone the "
+        "application writes it in"
+    )
+
+
+def _kind_name(kind: object) -> str:
+    return _KIND_NAMES.get(str(kind), f"a relation of kind {kind!r}")
+
+
+def _check_relation(conn: Connection, relation: str, contract: Contract) -> str:
+    """The database's TimeZone; a standby, a missing relation or a kind not allowed fails."""
+    row = conn.execute(_RELATION, {"relation": relation}).fetchone()
+    assert row is not None
+    oid, kind, standby, zone, database, address, port = row
+    if standby:
+        server = f"{address}:{port}" if address else "a local socket"
+        raise NotPrimary(standby_message(f"database {database} at {server}"))
+    label = contract.table_label
+    if oid is None:
+        raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
+    if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
+        return str(zone)
+    if kind == "v":
+        raise SchemaMismatch(
+            f"table {label} is a view, not the table that holds the rows; name the table, or "
+            "set relation_kind: view to judge through the view on purpose (its base tables' "
+            "row-level security is then checked)"
+        )
+    if kind == "m":
+        raise SchemaMismatch(
+            f"table {label} is a materialized view: a snapshot from its last refresh, not the "
+            "live rows; name the table that holds them"
+        )
+    raise SchemaMismatch(
+        f"table {label} is {_kind_name(kind)}, not a table that holds the rows; name that table"
+    )
+
+
+def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
+    """relation_kind: view. Every relation it reads must be a table showing all its rows."""
+    for base, kind, reader, limited, shows_all in conn.execute(
+        _VIEW_BASES, {"relation": relation}
+    ).fetchall():
+        if kind not in TABLE_KINDS:
+            raise SchemaMismatch(
+                f"view {label} reads {base}, {_kind_name(kind)}, whose rows may not be the live "
+                "ones; judge a view only over tables"
+            )
+        if limited and not shows_all:
+            raise SchemaMismatch(
+                f"view {label} reads table {base}, whose row-level security applies to "
+                f"role {reader} (the view's owner or the guard's role), so the view could "
+                "show only some of its rows and miss live work; let that role bypass it "
+                f"or add a policy that shows it every row, or name table {base} itself"
+            )
+
+
+def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
+    """Fail when row-level security would hide rows (live work never seen) from the guard's
+    role (graphile-worker enables RLS on its jobs table with no policy at all)."""
+    row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
+    if row is None or not row[0] or row[2]:
+        return
+    why = "forces row-level security on its owner too" if row[1] else "has row-level security"
+    raise SchemaMismatch(
+        f"table {label} {why}, so the guard's role could see only some of its rows and "
+        "miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) or add "
+        "a policy that shows it every row (CREATE POLICY leaseguard_read ON "
+        f"{label} FOR SELECT TO <guard role> USING (true))"
+    )
+
+
+def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
+    """Solid Queue, good_job: the owners' table must exist, have the columns that say an owner
+    is alive, and show every row: a hidden owner makes its live claim look dead ("proceed")."""
+    table = owners_table(contract, owners).as_string(conn)
+    label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
+    if _first(conn, "SELECT to_regclass(%s)::oid", table) is None:
+        raise SchemaMismatch(
+            f"table {label} (the owners of the claims in {contract.table_label}) does "
+            "not exist (or is not visible)"
+        )
+    _check_rows_visible(conn, table, label)
+    types = _column_types(conn, table)
+    beat = owners.heartbeat_column
+    needed = [c for c in ("id", owners.lock_type_column) if c]
+    if any(c not in types for c in needed) or not _TIME_TYPE.fullmatch(types.get(beat, "")):
+        raise SchemaMismatch(
+            f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
+            f"decide whether the owner of a claim in {contract.table_label} is alive"
+        )
+    if _naive_undeclared(contract, types[beat]):
+        refusal = _naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
+        raise SchemaMismatch(refusal)
+
+
+def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:
+    """The status column's facts; a configured status its enum cannot hold is a usage error."""
+    if not contract.has_status_column:
+        return StatusColumn(enum_labels=None, not_null=True, index_key=None)
+    params = {"relation": relation, "column": contract.status_column}
+    row = conn.execute(_STATUS_COLUMN, params).fetchone()
+    if row is None:  # the pre-flight found the column; it vanished since
+        raise SchemaMismatch(
+            f"column {contract.status_column} (status_column) does not exist in table "
+            f"{contract.table_label}"
+        )
+    is_enum, labels, not_null, index_key, type_oid = row
+    enum_labels = tuple(str(label) for label in labels) if is_enum else None  # type: ignore[attr-defined]
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
+        if enum_labels is not None and (
+            missing := [s for s in getattr(contract, key) or () if s not in enum_labels]
+        ):
+            raise ConfigError(
+                f"{key} names {_shown(missing)}, not a label of the enum type of column "
+                f"{contract.status_column} in table {contract.table_label} "
+                f"(its labels: {_shown(list(enum_labels))})"
+            )
+    return StatusColumn(
+        enum_labels=enum_labels,
+        not_null=bool(not_null),
+        index_key=index_key if isinstance(index_key, str) else None,
+        type_oid=int(str(type_oid)) if is_enum else None,
+    )
+
+
+def quoted_status(value: object) -> str:
+    """A status as a message names it: JSON-quoted, cut to 64 characters; NULL."""
+    if value is None:
+        return "NULL"
+    text = str(value)
+    cut = "..." if len(text) > _MAX_SHOWN_CHARS else ""
+    return json.dumps(text[:_MAX_SHOWN_CHARS] + cut, ensure_ascii=False)
+
+
+def _shown(values: list[str]) -> str:
+    shown = ", ".join(quoted_status(v) for v in values[:10])
+    return shown + (", ..." if len(values) > 10 else "")
