@@ -47,11 +47,14 @@ class ActionModule(LeaseguardAction):
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(NO_PAUSES)
         options = api.drain_options(drain_args)
-        with guard_session(self, args, host, task_vars) as session:
-            session.cron_database = options.cron_database
-            fleet = args["fleet_lookups"] is not None
+        waits, fleet = args["wait"] and not self._task.check_mode, args["fleet_lookups"] is not None
+        front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
+        # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
+        intake = options.intake(front) if waits and not each else None
+        intake = intake or api.IntakeAccess(options.cron_database)
+        with guard_session(self, args, host, task_vars, intake) as session:
             looked_up = {} if fleet else {"lookup": host_lookup(session)}
-            if not args["wait"] or self._task.check_mode:
+            if not waits:
                 if each:
                     judged = {
                         h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
@@ -65,7 +68,6 @@ class ActionModule(LeaseguardAction):
                     if each:
                         drained = api.drain_each(session, options, stop=stop)
                     else:
-                        front = f"ansible-playbook lease_guard ({session.host})"
                         drained = api.drain_host(
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )

@@ -83,7 +83,7 @@ def given_facts(args):
     }
 
 
-def guard_session(action, args, host, task_vars):
+def guard_session(action, args, host, task_vars, intake):
     """The task's session. This host's: its lookups run through the task's connection while
     the tunnel and the guard's connection open, as `fab guard`'s do. With fleet_lookups, one
     session through this host's path judging every host of the play by the fleet rule, or
@@ -92,25 +92,26 @@ def guard_session(action, args, host, task_vars):
     lookups, each = args["fleet_lookups"], args["each_host"]
     if lookups is None:
         path = database_path(action, args, probe=False)
-        return api.host_session(contract, runner, path, **given_facts(args))
+        return api.host_session(contract, runner, path, intake=intake, **given_facts(args))
     hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
     # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
-    return _fleet_session(action, args, contract, runner, per_host, offsets, each)
+    return _fleet_session(action, args, contract, runner, per_host, offsets, each, intake)
 
 
 @contextmanager
-def _fleet_session(action, args, contract, runner, per_host, offsets, each):
+def _fleet_session(action, args, contract, runner, per_host, offsets, each, intake):
     with database_path(action, args) as (conninfo, tunnel):
+        given = {"host_offsets": offsets, "intake": intake}
         if each:
             session = api.GuardSession(
-                contract, conninfo, per_host, runner, tunnel, label="fleet", host_offsets=offsets
+                contract, conninfo, per_host, runner, tunnel, label="fleet", **given
             )
             opened = closing(session)
         else:
             opened = api.fleet_session(
-                contract, conninfo, per_host, runner=runner, link=tunnel, host_offsets=offsets
+                contract, conninfo, per_host, runner=runner, link=tunnel, **given
             )
         with opened as session:
             yield session

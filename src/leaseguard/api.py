@@ -60,6 +60,7 @@ _HOME = {
     "shared_failures": "leaseguard.orchestration.drain_run",
     "signals_set": "leaseguard.orchestration.drain_run",
     "GuardSession": "leaseguard.orchestration.session",
+    "IntakeAccess": "leaseguard.orchestration.session",
     "fleet_session": "leaseguard.orchestration.session",
 }
 __all__ = sorted(_HOME)

@@ -23,9 +23,9 @@ from leaseguard.orchestration.drain import Action, Drainer, DrainResult, Termina
 from leaseguard.orchestration.drain_options import DrainOptions
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
-from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
-Connect = Callable[[str | None], psycopg.Connection[Any]]
+Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 
 
 def drain_host(
@@ -43,27 +43,17 @@ def drain_host(
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
-    """Hold intake, wait for the live leases to end (lease-bounded), give intake back.
-
-    `board`: the status files several hosts share (default: this drain's own). For a fleet,
-    `session` is a fleet session, `runners` every host's and `connect` reaches the database
-    through any host that still can. `act` runs once drained, intake still held (`action`
-    names it in the hold's record). `judge` replaces session.judge (a fleet's shared poll).
-    """
-    by = drain_identity(front)
-    session.pause_owner = by
-    session.cron_database = options.cron_database
-    session.cron_user, session.cron_password = options.cron_user, options.cron_password
-    # One intake over every pause asked for: the pg_cron jobs once, through `connect`; a
-    # pause command on each runner.
+    """Hold intake, wait for the live leases to end (lease-bounded), run `act` if drained,
+    give intake back. For a fleet, `runners` are every host's and `connect` reaches the
+    database through any host that still can; `judge` replaces session.judge."""
     parts: list[Intake] = []
     if options.pause_cron_jobs:
-        reach = connect or session.connect_writable
+        reach, access = connect or session.connect_writable, options.intake()
         parts.append(
             CronJobsPause(
-                lambda: reach(options.cron_database),
+                lambda: reach(access),
                 options.pause_cron_jobs,
-                by=by,
+                by=drain_identity(front),
                 action=action,
                 retry_s=options.resume_retry_s,
                 resume_hint=resume_hint or RESUME_HINT,
@@ -182,11 +172,11 @@ def status_board(options: DrainOptions) -> StatusBoard:
 def first_that_connects(connects: Sequence[Connect]) -> Connect:
     """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
 
-    def connect(dbname: str | None) -> psycopg.Connection[Any]:
+    def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
         failure: LeaseguardError | None = None
         for attempt in connects:
             try:
-                return attempt(dbname)
+                return attempt(intake)
             except LeaseguardError as exc:
                 failure = exc
         assert failure is not None
