@@ -13,8 +13,8 @@ import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, Unpack
 
@@ -62,48 +62,28 @@ class IntakeAccess:
     owner: str | None = None
 
 
-class PollWatch:
-    """The watchdog of one poll: past its budget, `cut` ends every wait the poll may be in."""
+def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
+    """A poll within the session's budget (a watchdog cuts it past it), failing with the
+    cause it met: the budget running out, else a lost tunnel's own failure."""
 
-    def __init__(self, budget_s: float, cut: Callable[[], None]) -> None:
-        self.budget_s, self.cut = budget_s, cut
-        self.expired = False
-        self._ends_at: float | None = None
-
-    @contextmanager
-    def poll(self) -> Iterator[None]:
-        self.expired = False
+    @functools.wraps(judge)
+    def bounded(self: GuardSession) -> T:
+        self._expired = False
         self._ends_at = time.monotonic() + self.budget_s
-        timer = threading.Timer(self.budget_s, self._expire)
+        timer = threading.Timer(self.budget_s, self._cut)
         timer.daemon = True
         timer.start()
         try:
-            yield
+            return judge(self)
+        except LeaseguardError as exc:
+            if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+                exc = self.link.failure() or exc
+            raise (self._no_answer() if self._expired else exc) from None
         finally:
             timer.cancel()
             # A cut in flight (closing the SSH connection) is given a moment, not the budget.
             timer.join(timeout=1.0)
-            self._ends_at = None
-
-    def remaining_s(self) -> float:
-        """Time left in the poll in flight; unbounded outside one (pauses, resumes)."""
-        return float("inf") if self._ends_at is None else self._ends_at - time.monotonic()
-
-    def _expire(self) -> None:
-        self.expired = True
-        self.cut()
-
-
-def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
-    """A poll within the session's budget, failing with the cause it met (a lost link first)."""
-
-    @functools.wraps(judge)
-    def bounded(self: GuardSession) -> T:
-        with self.watch.poll():
-            try:
-                return judge(self)
-            except LeaseguardError as exc:
-                raise self._explain(exc) from None
+            self._ends_at = 0.0
 
     return bounded
 
@@ -133,8 +113,9 @@ class GuardSession:
         self.judged = Judged(contract, facts, host_offsets, host_minus_here, host_labels)
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
         self._path = 0
-        budget = contract.connect_timeout_s + contract.statement_timeout_ms / 1000
-        self.watch = PollWatch(budget + POLL_MARGIN_S, self._cut)
+        timeouts_s = contract.connect_timeout_s + contract.statement_timeout_ms / 1000
+        self.budget_s = timeouts_s + POLL_MARGIN_S  # the longest one poll may take
+        self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
         self._plan_checked = False  # the seq-scan advice: once per session, not every poll
         self._conn: Conn | None = None
         # The schema pre-flight runs once per connection; the status check on every poll.
@@ -179,7 +160,8 @@ class GuardSession:
             self._status_column = None
             # A connection lost under the poll is replaced once: a shared one that broke
             # meanwhile, or one whose path died while other hosts' paths remain.
-            if not (self._connection_broke() and (reused or len(self._paths) > 1)):
+            broke = self._conn is None or self._conn.closed or self._conn.broken
+            if not (broke and (reused or len(self._paths) > 1)):
                 raise
         self.close()
         return self._judge_on(self._connection())
@@ -209,9 +191,6 @@ class GuardSession:
         """Judge on `conn`, opened along this session's path while the lookups ran."""
         self.close()
         self._conn, self._backend_pid = conn, conn.info.backend_pid
-
-    def _connection_broke(self) -> bool:
-        return self._conn is None or self._conn.closed or self._conn.broken
 
     def close(self) -> None:
         if self._conn is not None:
@@ -245,15 +224,16 @@ class GuardSession:
             except (DatabaseUnavailable, TunnelError) as exc:
                 failure = failure or exc
                 self._path = (self._path + 1) % len(self._paths)
-                if self.watch.expired:
+                if self._expired:
                     break
         assert failure is not None
         raise failure
 
     def _open_via(self, conninfo: str, link: Link | None, intake: IntakeAccess | None) -> Conn:
-        remaining = self.watch.remaining_s()
-        if self.watch.expired or remaining <= 0:
-            raise self._expired()
+        # Unbounded outside a poll (pauses, resumes).
+        remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
+        if self._expired or remaining <= 0:
+            raise self._no_answer()
         if link is not None:
             link.ensure(within_s=remaining)
         access = intake or IntakeAccess()
@@ -273,17 +253,9 @@ class GuardSession:
                 raise failure from None
             raise
 
-    def _explain(self, exc: LeaseguardError) -> LeaseguardError:
-        """The cause a failed poll met: its budget running out, or the tunnel's own failure."""
-        if self.watch.expired:
-            return self._expired()
-        if isinstance(exc, DatabaseUnavailable) and self.link is not None:
-            return self.link.failure() or exc
-        return exc
-
-    def _expired(self) -> LeaseguardError:
+    def _no_answer(self) -> LeaseguardError:
         budget = (
-            f"{self.watch.budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
+            f"{self.budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
             f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
             f"{POLL_MARGIN_S:.0f}s)"
         )
@@ -298,6 +270,7 @@ class GuardSession:
 
     def _cut(self) -> None:
         """Runs on the watchdog's thread: end the waits the poll in flight is in."""
+        self._expired = True
         if self.link is not None:
             self.link.cut()
         conn = self._conn
@@ -337,7 +310,6 @@ class GuardSession:
         return self._open(intake or self.intake)
 
 
-@contextmanager
 def local_session(
     contract: Contract,
     conninfo: str,
@@ -346,27 +318,17 @@ def local_session(
     link: Link | None = None,
     intake: IntakeAccess | None = None,
     **given: Unpack[Given],
-) -> Iterator[GuardSession]:
+) -> closing[GuardSession]:
     """A session on the DSN as given; lookups run here unless another runner is given
     (one exec each: a local one exec would add `sh:` to a missing command's message)."""
     runner = runner or LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
-    session = GuardSession(
-        contract,
-        conninfo,
-        looked_up.facts,
-        runner,
-        link,
-        host_minus_here=looked_up.clock,
-        intake=intake,
+    facts, clock = looked_up.facts, looked_up.clock
+    return closing(
+        GuardSession(contract, conninfo, facts, runner, link, host_minus_here=clock, intake=intake)
     )
-    try:
-        yield session
-    finally:
-        session.close()
 
 
-@contextmanager
 def fleet_session(
     contract: Contract,
     conninfo: str,
@@ -377,21 +339,20 @@ def fleet_session(
     host_offsets: Mapping[str, ClockOffset] | None = None,
     fallbacks: Sequence[tuple[str, Link]] = (),
     intake: IntakeAccess | None = None,
-) -> Iterator[GuardSession]:
+) -> closing[GuardSession]:
     """One session judging once for every host by the fleet rule, on facts already looked
     up; without `host_offsets` starts are taken as read here."""
-    session = GuardSession(
-        contract,
-        conninfo,
-        combine_facts(per_host),
-        runner or LocalRunner(),
-        link,
-        label="fleet",
-        host_offsets=host_offsets,
-        fallbacks=fallbacks,
-        intake=intake,
+    facts, runner = combine_facts(per_host), runner or LocalRunner()
+    return closing(
+        GuardSession(
+            contract,
+            conninfo,
+            facts,
+            runner,
+            link,
+            label="fleet",
+            host_offsets=host_offsets,
+            fallbacks=fallbacks,
+            intake=intake,
+        )
     )
-    try:
-        yield session
-    finally:
-        session.close()
