@@ -7,7 +7,6 @@ belongs to the reaper, not to the guard. Idle polls log at DEBUG, state changes 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections import Counter
@@ -129,7 +128,7 @@ def _clock(seconds: float) -> str:  # H:MM:SS
 class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:

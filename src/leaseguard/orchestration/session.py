@@ -52,9 +52,8 @@ class Link(Protocol):
 
 @dataclass(frozen=True)
 class IntakeAccess:
-    """Where the intake's pg_cron jobs are and as whom (None: the guard's database, its role;
-    pg_cron shows each role its own jobs only); `owner` is this process's own drain, whose
-    holds are not leftovers."""
+    """Where the intake's pg_cron jobs are and as whom (pg_cron shows each role its own jobs);
+    `owner`: this process's own drain, whose holds are no leftovers."""
 
     database: str | None = None
     user: str | None = None
@@ -168,8 +167,7 @@ class GuardSession:
 
     @_bounded
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (server start, name), on a short connection:
-        hosts reaching the same one share one connection."""
+        """Which database this session reaches (server start, name), on a short connection."""
         query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
         try:
             row = self._connection().execute(query).fetchone()
@@ -214,9 +212,8 @@ class GuardSession:
         return self._conn
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
-        """A new connection within what is left of the poll (writable, as `intake`, when
-        given): along the current path, else each other host's in turn; the path that
-        answers stays the current one."""
+        """A new connection within the poll's budget (writable, as `intake`, when given) along
+        the current path, else each other host's in turn: the one that answers stays current."""
         failure: LeaseguardError | None = None
         for _ in self._paths:
             try:
@@ -305,8 +302,7 @@ class GuardSession:
         return self._leftovers
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
-        """A normal (not read-only) connection through the same path, for intake holds: in
-        the intake's database, as its own role (default: this session's intake)."""
+        """A writable connection for intake holds, as `intake` (default: the session's)."""
         return self._open(intake or self.intake)
 
 
@@ -319,8 +315,8 @@ def local_session(
     intake: IntakeAccess | None = None,
     **given: Unpack[Given],
 ) -> closing[GuardSession]:
-    """A session on the DSN as given; lookups run here unless another runner is given
-    (one exec each: a local one exec would add `sh:` to a missing command's message)."""
+    """A session on the DSN as given; lookups run here (one exec each: a local one exec would
+    add `sh:` to a missing command's message) unless another runner is given."""
     runner = runner or LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, clock = looked_up.facts, looked_up.clock

@@ -1,12 +1,10 @@
-"""Whom a guard session judges, and by which facts: one host, a fleet by the fleet rule
-(`leaseguard.core.fleet`), or each host of a fleet by its own facts, all in one query.
+"""Whom a guard session judges: one host, a fleet by the fleet rule, or each host by its own.
 
 A runtime's start comes from its host's clock, claimed_at from the database's: off by more
-than clock_skew_s, a claim made just after a restart could look older than it and be called
-an orphan while alive. So on a session's first poll (clocks do not drift measurably during a
-drain) each start is moved into the database clock: its host's offset from here chained with
-this machine's from the database. Only the measurements' uncertainty is left, and it widens
-the orphan tolerance (never narrows it).
+than clock_skew_s, a claim made just after a restart could be called an orphan while alive.
+So on a session's first poll each start is moved into the database clock (its host's offset
+from here chained with this machine's from the database); the measurements' uncertainty
+widens the orphan tolerance, never narrows it.
 """
 
 from __future__ import annotations
@@ -30,11 +28,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class Judged:
-    """One host's facts (`RuntimeFacts`), a fleet's combined facts (`FleetFacts`: judged by
-    the fleet rule, the verdict naming which host supplied each), or every host's facts by
-    name (`each`: each host judged by its own). `host_offsets` are the hosts' clocks minus
-    this machine's (None: start times read here, a CLI given the facts); `host_labels` how
-    each host is named in its verdict."""
+    """One host's facts, a fleet's combined facts (`fleet`) or each host's by name (`each`);
+    `host_offsets`: the hosts' clocks minus this machine's (None: start times read here)."""
 
     def __init__(
         self,
@@ -51,15 +46,12 @@ class Judged:
             facts = facts.facts
         self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
-        self.host_offsets = host_offsets
-        # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
-        self.host_minus_here = host_minus_here
-        self.host_labels = dict(host_labels or {})
+        self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
+        self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
         self.clock_offset: ClockOffset | None = None  # measured once, on the first poll
         self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
 
     def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
-        """Whom one poll judges: `host` (or the fleet by the fleet rule), or each host."""
         if self.clock_offset is None and self._needs_clock():
             self.clock_offset = self._measure_clock(conn, runner)
         if self.each is None:
@@ -94,8 +86,7 @@ class Judged:
         return self.facts.runtime_started_at is not None
 
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
-        """The clock offset that widens the orphan tolerance; a fleet's facts move into the
-        database clock on the way."""
+        """The offset widening the orphan tolerance; a fleet's starts move into the database's."""
         if self.fleet is not None:
             per_host = self.fleet.per_host
         elif self.each is not None:
@@ -136,7 +127,6 @@ class Judged:
 def _each_host(
     contract: Contract, per_host: Mapping[str, RuntimeFacts]
 ) -> dict[str, tuple[RuntimeFacts, float | None]]:
-    """Every host's facts and its own lease (a host without a task timeout is named)."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     each = {}
