@@ -226,10 +226,12 @@ def open_session(
 ) -> AbstractContextManager[GuardSession]:
     """This host's session, or with --host-facts/--facts-file one judgment for the fleet by
     the fleet rule (`leaseguard.core.fleet`: the oldest start, the longest lease), its start
-    times read in this machine's clock and moved into the database's."""
+    times read in this machine's clock and moved into the database's. `intake` defaults to
+    --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
     from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
 
-    intake = intake or IntakeAccess()
+    password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
+    intake = intake or IntakeAccess(args.cron_database, args.cron_user, password)
 
     reports = _read_facts_file(args.facts_file) if args.facts_file else {}
     for text in args.host_facts or ():
@@ -269,15 +271,12 @@ def _read_facts_file(path: str) -> dict[str, Any]:
 
 def run_check(args: argparse.Namespace) -> int:
     from leaseguard.cli.contract import contract_from_args, resolve_dsn
-    from leaseguard.orchestration.session import IntakeAccess
 
     contract = contract_from_args(args)
     facts = given_facts(args)
     host = socket.gethostname()
     try:
-        password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
-        intake = IntakeAccess(args.cron_database, args.cron_user, password)
-        with open_session(args, contract, facts, resolve_dsn(args), intake) as session:
+        with open_session(args, contract, facts, resolve_dsn(args)) as session:
             verdict = session.judge()
     except ConfigError:
         raise
