@@ -53,7 +53,7 @@ _HOME = {
     "parse_timeout_s": "leaseguard.core.timeouts",
     "parse_timestamp": "leaseguard.core.timestamps",
     "failure_result": "leaseguard.core.verdict",
-    "intake_line": "leaseguard.orchestration.drain",
+    "intake_line": "leaseguard.orchestration.intake",
     "drain_options": "leaseguard.orchestration.drain_options",
     "drain_each": "leaseguard.orchestration.drain_run",
     "drain_host": "leaseguard.orchestration.drain_run",

@@ -23,7 +23,7 @@ from leaseguard.core.errors import (
     PollFailed,
 )
 from leaseguard.core.verdict import Decision, Verdict
-from leaseguard.orchestration.intake import Intake
+from leaseguard.orchestration.intake import Intake, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -99,15 +99,6 @@ class DrainResult:
             "intake": {"held": self.intake is not None, "what": list(self.intake or ())},
             "action": asdict(self.action) if self.action else None,
         }
-
-
-def intake_line(held: tuple[str, ...] | None) -> str:
-    if held is None:
-        return (
-            "intake: not held (no intake configured: nothing stops new claims between the "
-            "verdict and the action)"
-        )
-    return f"intake: held ({', '.join(held) or 'nothing left active to pause'})"
 
 
 @dataclass(frozen=True)

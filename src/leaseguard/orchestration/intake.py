@@ -179,6 +179,15 @@ class Intakes:
             raise failures[0]
 
 
+def intake_line(held: tuple[str, ...] | None) -> str:
+    if held is None:
+        return (
+            "intake: not held (no intake configured: nothing stops new claims between the "
+            "verdict and the action)"
+        )
+    return f"intake: held ({', '.join(held) or 'nothing left active to pause'})"
+
+
 def intake_hold(
     state: str,
     *,
@@ -197,7 +206,6 @@ def intake_hold(
 ) -> dict[str, Any]:
     """`state` "held": take the hold (the result's ``hold`` is what "released" gives back);
     "released": let go of exactly `hold`. `cron_path` yields a fresh conninfo each time."""
-    from leaseguard.orchestration.drain import intake_line  # drain imports this module
 
     @contextmanager
     def cron_connection() -> Iterator[psycopg.Connection[Any]]:
