@@ -95,25 +95,16 @@ def drain_each(
     judge_for = shared_poll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
+        judge = judge_for(host)
         if own is not None:
             mine = own[host]
             return drain_host(
-                mine,
-                options,
-                board=board,
-                stop=stop,
-                judge=judge_for(host),
-                act=act(mine),
-                **kwargs,
+                mine, options, board=board, stop=stop, judge=judge, act=act(mine), **kwargs
             )
         label = session.judged.host_labels.get(host, host)
+        observer = board.observer(label, None)
         return Drainer(
-            judge_for(host),
-            options.poll_s,
-            options.deadline_s,
-            observer=board.observer(label, None),
-            stop=stop,
-            label=label,
+            judge, options.poll_s, options.deadline_s, observer=observer, stop=stop, label=label
         ).run()
 
     hosts = sorted(session.judged.each)
