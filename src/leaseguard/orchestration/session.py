@@ -214,10 +214,30 @@ class GuardSession:
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A new connection within the poll's budget (writable, as `intake`, when given) along
         the current path, else each other host's in turn: the one that answers stays current."""
-        failure: LeaseguardError | None = None
+        access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
+            conninfo, link = self._paths[self._path]
             try:
-                return self._open_via(*self._paths[self._path], intake)
+                # Unbounded outside a poll (pauses, resumes).
+                remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
+                if self._expired or remaining <= 0:
+                    raise self._no_answer()
+                if link is not None:
+                    link.ensure(within_s=remaining)
+                try:
+                    return connect(
+                        conninfo,
+                        self.contract.connect_timeout_s,
+                        writable=intake is not None,
+                        dbname=access.database,
+                        timeout_s=remaining,
+                        user=access.user,
+                        password=access.password,
+                    )
+                except DatabaseUnavailable:
+                    if link is not None and (cause := link.failure()) is not None:
+                        raise cause from None
+                    raise
             except (DatabaseUnavailable, TunnelError) as exc:
                 failure = failure or exc
                 self._path = (self._path + 1) % len(self._paths)
@@ -225,30 +245,6 @@ class GuardSession:
                     break
         assert failure is not None
         raise failure
-
-    def _open_via(self, conninfo: str, link: Link | None, intake: IntakeAccess | None) -> Conn:
-        # Unbounded outside a poll (pauses, resumes).
-        remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
-        if self._expired or remaining <= 0:
-            raise self._no_answer()
-        if link is not None:
-            link.ensure(within_s=remaining)
-        access = intake or IntakeAccess()
-        try:
-            return connect(
-                conninfo,
-                self.contract.connect_timeout_s,
-                writable=intake is not None,
-                dbname=access.database,
-                timeout_s=remaining,
-                user=access.user,
-                password=access.password,
-            )
-        except DatabaseUnavailable:
-            failure = link.failure() if link is not None else None
-            if failure is not None:
-                raise failure from None
-            raise
 
     def _no_answer(self) -> LeaseguardError:
         budget = (
