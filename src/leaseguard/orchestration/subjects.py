@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 import psycopg
 
@@ -52,7 +51,8 @@ class Judged:
         self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
 
     def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
-        if self.clock_offset is None and self._needs_clock():
+        every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
+        if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
             self.clock_offset = self._measure_clock(conn, runner)
         if self.each is None:
             judged = [(host, self.facts, self.lease_s, self.clock_offset)]
@@ -70,7 +70,10 @@ class Judged:
         """The verdicts with the session's advice, each host's replicas, the fleet's report."""
         each = [] if self.each is None else sorted(self.each.items())
         facts = [f for _, (f, _) in each] if each else [self.facts]
-        fleet = self._fleet_report() if self.fleet is not None else None
+        fleet = self.fleet.as_dict() if self.fleet is not None else None
+        if fleet is not None and self.host_offsets is not None and self.minus_database:
+            offsets = self.minus_database.items()
+            fleet["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
         return [
             dataclasses.replace(
                 v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
@@ -79,11 +82,6 @@ class Judged:
             else v
             for v, f in zip(verdicts, facts, strict=True)
         ]
-
-    def _needs_clock(self) -> bool:
-        if self.each is not None:
-            return any(f.runtime_started_at is not None for f, _ in self.each.values())
-        return self.facts.runtime_started_at is not None
 
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
         """The offset widening the orphan tolerance; a fleet's starts move into the database's."""
@@ -113,15 +111,6 @@ class Judged:
         if host not in self.host_offsets:
             raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
         return self.host_offsets[host]
-
-    def _fleet_report(self) -> dict[str, Any]:
-        assert self.fleet is not None
-        report = self.fleet.as_dict()
-        if self.host_offsets is not None and self.minus_database:
-            report["clock_offsets_s"] = {
-                host: round(offset.offset_s, 3) for host, offset in self.minus_database.items()
-            }
-        return report
 
 
 def _each_host(
