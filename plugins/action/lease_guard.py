@@ -49,11 +49,14 @@ class ActionModule(LeaseguardAction):
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(NO_PAUSES)
         options = api.drain_options(drain_args)
-        with _session(self, args, host, task_vars) as session:
-            session.cron_database = options.cron_database
-            fleet = args["fleet_lookups"] is not None
+        waits, fleet = args["wait"] and not self._task.check_mode, args["fleet_lookups"] is not None
+        front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
+        # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
+        intake = options.intake(front) if waits and not each else None
+        intake = intake or api.IntakeAccess(options.cron_database)
+        with _session(self, args, host, task_vars, intake) as session:
             looked_up = {} if fleet else {"lookup": _lookup(session)}
-            if not args["wait"] or self._task.check_mode:
+            if not waits:
                 if each:
                     judged = {
                         h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
@@ -67,7 +70,6 @@ class ActionModule(LeaseguardAction):
                     if each:
                         drained = api.drain_each(session, options, stop=stop)
                     else:
-                        front = f"ansible-playbook lease_guard ({session.host})"
                         drained = api.drain_host(
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )
@@ -174,7 +176,7 @@ def _report(verdict, args):
 
 
 @contextmanager
-def _session(action, args, host, task_vars):
+def _session(action, args, host, task_vars, intake):
     """This host's session (its lookups run while the tunnel and connection open, as `fab
     guard`'s do); with fleet_lookups one through this host's path judging every host of the
     play by the fleet rule, or with each_host each host of the batch by its own facts."""
@@ -182,7 +184,9 @@ def _session(action, args, host, task_vars):
     lookups, each = args["fleet_lookups"], args["each_host"]
     if lookups is None:
         path = database_path(action, args, probe=False)
-        with api.host_session(contract, runner, path, **_given_facts(args)) as session:
+        with api.host_session(
+            contract, runner, path, intake=intake, **_given_facts(args)
+        ) as session:
             yield session
         return
     hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
@@ -190,7 +194,7 @@ def _session(action, args, host, task_vars):
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
     with database_path(action, args) as (conninfo, tunnel):
-        given = dict(runner=runner, link=tunnel, host_offsets=offsets)
+        given = dict(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
         if each:  # each host judged by its own facts
             opened = closing(api.GuardSession(contract, conninfo, per_host, label="fleet", **given))
         else:

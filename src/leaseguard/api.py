@@ -52,13 +52,14 @@ _HOME = {
     "parse_timeout_s": "leaseguard.core.lookups",
     "parse_timestamp": "leaseguard.core.lookups",
     "failure_result": "leaseguard.core.verdict",
-    "intake_line": "leaseguard.orchestration.drain",
+    "intake_line": "leaseguard.orchestration.intake",
     "drain_options": "leaseguard.orchestration.drain_options",
     "drain_each": "leaseguard.orchestration.drain_run",
     "drain_host": "leaseguard.orchestration.drain_run",
     "shared_failures": "leaseguard.orchestration.drain_run",
     "signals_set": "leaseguard.orchestration.drain_run",
     "GuardSession": "leaseguard.orchestration.session",
+    "IntakeAccess": "leaseguard.orchestration.session",
     "fleet_session": "leaseguard.orchestration.session",
 }
 __all__ = sorted(_HOME)

@@ -12,7 +12,7 @@ from leaseguard.adapters.guard import Subject, judge_subjects
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
-from leaseguard.orchestration.drain_run import SharedPoll
+from leaseguard.orchestration.drain_run import shared_poll
 from leaseguard.orchestration.session import GuardSession
 from sandbox.runs_table import insert_runs
 from tests.support.judging import evaluate
@@ -165,13 +165,13 @@ def test_twenty_hosts_draining_at_once_share_one_backend_and_one_query_per_poll(
         return judge_each()
 
     session.judge_each = counted
-    shared = SharedPoll(session, fresh_s=0.5)
+    judge_for = shared_poll(session, fresh_s=0.5)
     rounds = 3
     start = threading.Barrier(len(per_host))
     seen = {}
 
     def drain(host):
-        judge = shared.judge_for(host)
+        judge = judge_for(host)
         for _ in range(rounds):
             start.wait()
             seen.setdefault(host, []).append(judge().counts.live)
@@ -195,7 +195,7 @@ def test_a_host_that_already_took_the_last_poll_gets_a_new_one(runs):
     fill(runs, [(1, "running", now - timedelta(minutes=5), None)])
     session = session_of(runs, {"app1": facts(now - timedelta(hours=1)), "app2": facts(None)})
     try:
-        judge = SharedPoll(session, fresh_s=60).judge_for("app1")
+        judge = shared_poll(session, fresh_s=60)("app1")
         assert judge().counts.live == 1
         with runs.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done'")

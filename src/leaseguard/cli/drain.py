@@ -156,10 +156,10 @@ def run_drain(args: argparse.Namespace) -> int:
     options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
     configure_logging(verbose=args.verbose)
     board = status_board(options)
-    host = socket.gethostname()
+    host, intake = socket.gethostname(), options.intake("leaseguard drain")
     try:
         with (
-            open_session(args, contract, facts, resolve_dsn(args)) as session,
+            open_session(args, contract, facts, resolve_dsn(args), intake) as session,
             terminate_as_interrupt(),
         ):
             result = drain_host(

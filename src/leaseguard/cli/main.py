@@ -23,7 +23,7 @@ from leaseguard.core.errors import EXIT_FAILED, EXIT_USAGE, ConfigError, Leasegu
 
 if TYPE_CHECKING:
     from leaseguard.core.contract import Contract
-    from leaseguard.orchestration.session import GuardSession
+    from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 DESCRIPTION = """\
 Judge whether work is in flight by the protected system's own claim lease
@@ -217,12 +217,20 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def open_session(
-    args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
+    args: argparse.Namespace,
+    contract: Contract,
+    facts: dict[str, Any],
+    dsn: str,
+    intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
     """This host's session, or with --host-facts/--facts-file one judgment for the fleet by
     the fleet rule (`leaseguard.core.fleet`: the oldest start, the longest lease), its start
-    times read in this machine's clock and moved into the database's."""
-    from leaseguard.orchestration.session import fleet_session, local_session
+    times read in this machine's clock and moved into the database's. `intake` defaults to
+    --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
+    from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
+
+    password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
+    intake = intake or IntakeAccess(args.cron_database, args.cron_user, password)
 
     reports = _read_facts_file(args.facts_file) if args.facts_file else {}
     for text in args.host_facts or ():
@@ -237,7 +245,7 @@ def open_session(
             "runtime_started_at": started.strip() or None,
         }
     if not reports:
-        return local_session(contract, dsn, **facts)
+        return local_session(contract, dsn, intake=intake, **facts)
     if args.task_timeout_s is not None or args.runtime_started_at is not None:
         raise ConfigError(
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
@@ -245,7 +253,7 @@ def open_session(
         )
     from leaseguard.core.fleet import fleet_facts
 
-    return fleet_session(contract, dsn, fleet_facts(reports, with_clocks=False)[0])
+    return fleet_session(contract, dsn, fleet_facts(reports, with_clocks=False)[0], intake=intake)
 
 
 def _read_facts_file(path: str) -> dict[str, Any]:
@@ -268,9 +276,6 @@ def run_check(args: argparse.Namespace) -> int:
     host = socket.gethostname()
     try:
         with open_session(args, contract, facts, resolve_dsn(args)) as session:
-            session.cron_database = args.cron_database
-            session.cron_user = args.cron_user
-            session.cron_password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
             verdict = session.judge()
     except ConfigError:
         raise

@@ -12,7 +12,6 @@ from typing import Any, TypeVar
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.pauses import drain_identity
 from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_PROCEED,
@@ -124,8 +123,8 @@ def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
 
         def drain(group: list[str]) -> dict[str, DrainResult | LeaseguardError]:
             try:
-                with judging_session(opened, run.settings, hosts=group) as shared:
-                    shared.pause_owner = drain_identity("fab drain")
+                intake = run.options.intake("fab drain")
+                with judging_session(opened, run.settings, hosts=group, intake=intake) as shared:
                     drained = drain_each(
                         shared,
                         run.options,
@@ -162,17 +161,17 @@ def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return reports
         sessions = opened.sessions
-        for s in sessions.values():  # any host's path may carry the intake's hold
-            s.cron_user, s.cron_password = run.options.cron_user, run.options.cron_password
         runners = {host: s.runner for host, s in sessions.items()}
         try:
-            with judging_session(opened, run.settings, fleet_rule=True) as fleet:
+            front = f"fab drain ({','.join(hosts)})"
+            intake = run.options.intake(front)
+            with judging_session(opened, run.settings, fleet_rule=True, intake=intake) as fleet:
                 result = drain_host(
                     fleet,
                     run.options,
                     run.progress,
                     run.board,
-                    front=f"fab drain ({','.join(hosts)})",
+                    front=front,
                     resume_hint=RESUME_HINT,
                     stop=run.stop,
                     runners=list(runners.values()),

@@ -24,7 +24,7 @@ from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
 
 
@@ -142,6 +142,7 @@ def judging_session(
     *,
     fleet_rule: bool = False,
     hosts: list[str] | None = None,
+    intake: IntakeAccess | None = None,
 ) -> Iterator[GuardSession]:
     """The one session judging `hosts` (default: all; one database), each by its own facts
     or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
@@ -161,14 +162,12 @@ def judging_session(
         host_offsets=offsets,
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
+        intake=intake or settings.drain.intake(),
     )
     with contextlib.closing(session):
-        # The intake identity, and the connection one host alone opened already, if any.
+        # The connection one host alone opened already, if any.
         if (early := through.handover()) is not None:
             session.adopt(early)
-        drain = settings.drain
-        session.cron_database = drain.cron_database
-        session.cron_user, session.cron_password = drain.cron_user, drain.cron_password
         yield session
 
 

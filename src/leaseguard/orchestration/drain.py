@@ -1,14 +1,12 @@
 """Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
 
-The deadline defaults to the longest remaining lease seen at the start and is never longer:
-past it every row belongs to the reaper, not to the guard. An idle poll logs at DEBUG and
-bumps a counter; a state change logs at INFO; the counters are logged at the end.
+The deadline is at most the longest remaining lease seen at the start: past it every row
+belongs to the reaper, not to the guard. Idle polls log at DEBUG, state changes at INFO.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections import Counter
@@ -25,7 +23,7 @@ from leaseguard.core.errors import (
     PollFailed,
 )
 from leaseguard.core.verdict import Decision, Verdict
-from leaseguard.orchestration.intake import Intake
+from leaseguard.orchestration.intake import Intake, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -38,8 +36,6 @@ ERROR_BUDGET_MIN_POLLS = 3
 
 @dataclass
 class DrainCounters:
-    """Process-lifetime counters of one drain, reported at the end."""
-
     polls: int = 0
     idle_polls: int = 0
     live_count_changes: int = 0
@@ -57,9 +53,8 @@ COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors
 
 @dataclass(frozen=True)
 class DrainResult:
-    """Where a drain stands or ended: the last good verdict (None before any), the counters,
-    the time spent, the deadline (0.0 until a first verdict) and the error that ended it (None:
-    drained, or deadline reached)."""
+    """Where a drain stands or ended: the last good verdict, the deadline (0.0 until a first
+    verdict), the error that ended it (None: drained, or deadline reached)."""
 
     verdict: Verdict | None
     counters: DrainCounters
@@ -88,8 +83,9 @@ class DrainResult:
 
     @property
     def decision(self) -> Decision:
-        failed = Decision.FAILED if self.error is not None else Decision.DEFER
-        return Decision.PROCEED if self.drained else failed
+        if self.drained:
+            return Decision.PROCEED
+        return Decision.FAILED if self.error is not None else Decision.DEFER
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -105,20 +101,8 @@ class DrainResult:
         }
 
 
-def intake_line(held: tuple[str, ...] | None) -> str:
-    """What stopped new claims between the verdict and the action, said plainly."""
-    if held is None:
-        return (
-            "intake: not held (no intake configured: nothing stops new claims between the "
-            "verdict and the action)"
-        )
-    return f"intake: held ({', '.join(held) or 'nothing left active to pause'})"
-
-
 @dataclass(frozen=True)
 class ActionOutcome:
-    """What an action run under the hold did: its exit status and a line naming it."""
-
     exit_status: int
     description: str
 
@@ -135,7 +119,7 @@ def _clock(seconds: float) -> str:  # H:MM:SS
 class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
-    def __init__(self, stream: TextIO = sys.stderr) -> None:
+    def __init__(self, stream: TextIO) -> None:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
@@ -156,16 +140,13 @@ class TerminalProgress:
 
 
 def progress_for(stream: TextIO) -> TerminalProgress | None:
-    """A bar only where a person watches a terminal; None means plain state-change logs."""
+    """A bar only where a person watches a terminal; else plain state-change logs."""
     return TerminalProgress(stream) if stream.isatty() else None
 
 
 class DrainObserver:
-    """Watches the drain from outside (the status files); this base watches nothing.
-
-    after_poll follows every poll, failed ones too (its state holds the last good verdict);
-    finished follows the end, after intake was given back (None: ended by an exception).
-    """
+    """Watches from outside (the status files): after every poll, failed ones too, and at the
+    end, after intake was given back (None: ended by an exception). This one watches nothing."""
 
     def after_poll(self, state: DrainResult) -> None:
         pass
@@ -191,22 +172,20 @@ class Drainer:
     label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
 
     def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
-        """Hold intake, wait for the live leases to end, run `act` if drained, give back.
-
-        Intake is held from before the first verdict until `act` has returned.
-        """
+        """Hold intake, wait for the live leases to end, run `act` if drained, give back:
+        intake is held from before the first verdict until `act` has returned."""
         result: DrainResult | None = None
         try:
+            if self.stop.is_set():  # stopped before anything was paused
+                result = DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
+                return result
             result = self._drain(intake, act)
             return result
         finally:
             self.observer.finished(result)
 
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
-        started = self.clock()
-        if self.stop.is_set():  # stopped before anything was paused
-            return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
-        held: tuple[str, ...] | None = None
+        started, held = self.clock(), None
         try:
             if intake is not None:
                 intake.pause()
@@ -235,12 +214,11 @@ class Drainer:
             self.observer.after_poll(state(None, 0.0))
             return state(None, 0.0, exc)
         deadline = verdict.wait_upper_bound_s
-        if self.deadline_s is not None:
-            deadline = min(deadline, self.deadline_s)
+        deadline = deadline if self.deadline_s is None else min(deadline, self.deadline_s)
         self.observer.after_poll(state(verdict, deadline))
-        host, live = verdict.host or "-", verdict.counts.live
         log.info(
-            f"drain host={host} start live={live} deadline_s={deadline:.0f} {intake_line(held)}"
+            f"drain host={verdict.host or '-'} start live={verdict.counts.live} "
+            f"deadline_s={deadline:.0f} {intake_line(held)}"
         )
         failing_since: float | None = None
         least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
@@ -263,10 +241,10 @@ class Drainer:
             finally:
                 self.observer.after_poll(state(verdict, deadline))
         result = state(verdict, deadline)
-        end = "drained" if result.drained else "deadline reached"
-        live = verdict.counts.live
         log.info(
-            f"drain host={verdict.host or '-'} {end} live={live} elapsed_s={result.elapsed_s:.1f}"
+            f"drain host={verdict.host or '-'} "
+            f"{'drained' if result.drained else 'deadline reached'} "
+            f"live={verdict.counts.live} elapsed_s={result.elapsed_s:.1f}"
         )
         return result
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import Any
 
+from leaseguard.adapters.pauses import drain_identity
 from leaseguard.core.config_values import parse_command, reject_unknown
 from leaseguard.core.errors import ConfigError
 from leaseguard.orchestration.drain import DEFAULT_POLL_S
 from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
+from leaseguard.orchestration.session import IntakeAccess
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,11 @@ class DrainOptions:
     status_file: str | None = None
     metrics_file: str | None = None
     resume_retry_s: float = DEFAULT_RESUME_RETRY_S
+
+    def intake(self, front: str | None = None) -> IntakeAccess:
+        """Where and as whom intake is held; `front` names this process's own drain."""
+        owner = drain_identity(front) if front else None
+        return IntakeAccess(self.cron_database, self.cron_user, self.cron_password, owner)
 
 
 def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:

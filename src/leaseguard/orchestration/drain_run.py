@@ -23,9 +23,9 @@ from leaseguard.orchestration.drain import Action, Drainer, DrainResult, Termina
 from leaseguard.orchestration.drain_options import DrainOptions
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
-from leaseguard.orchestration.session import GuardSession
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
-Connect = Callable[[str | None], psycopg.Connection[Any]]
+Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 
 
 def drain_host(
@@ -43,27 +43,17 @@ def drain_host(
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
-    """Hold intake, wait for the live leases to end (lease-bounded), give intake back.
-
-    `board`: the status files several hosts share (default: this drain's own). For a fleet,
-    `session` is a fleet session, `runners` every host's and `connect` reaches the database
-    through any host that still can. `act` runs once drained, intake still held (`action`
-    names it in the hold's record). `judge` replaces session.judge (a fleet's shared poll).
-    """
-    by = drain_identity(front)
-    session.pause_owner = by
-    session.cron_database = options.cron_database
-    session.cron_user, session.cron_password = options.cron_user, options.cron_password
-    # One intake over every pause asked for: the pg_cron jobs once, through `connect`; a
-    # pause command on each runner.
+    """Hold intake, wait for the live leases to end (lease-bounded), run `act` if drained,
+    give intake back. For a fleet, `runners` are every host's and `connect` reaches the
+    database through any host that still can; `judge` replaces session.judge."""
     parts: list[Intake] = []
     if options.pause_cron_jobs:
-        reach = connect or session.connect_writable
+        reach, access = connect or session.connect_writable, options.intake()
         parts.append(
             CronJobsPause(
-                lambda: reach(options.cron_database),
+                lambda: reach(access),
                 options.pause_cron_jobs,
-                by=by,
+                by=drain_identity(front),
                 action=action,
                 retry_s=options.resume_retry_s,
                 resume_hint=resume_hint or RESUME_HINT,
@@ -97,18 +87,15 @@ def drain_each(
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
     """Every host of a judge_each session drained by its own facts, all at once, on the
-    fleet's one query per poll interval (SharedPoll).
-
-    With `own` (each host's own session) each host's drain holds its own intake and runs
-    `act(its session)` (`kwargs`: drain_host's); without, intake is the caller's to hold.
-    """
+    fleet's one query per poll. With `own` (each host's session) each host's drain holds its
+    own intake and runs `act(its session)`; without, intake is the caller's to hold."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
-    shared = SharedPoll(session, options.poll_s / 2)
+    judge_for = shared_poll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
-        judge = shared.judge_for(host)
+        judge = judge_for(host)
         if own is not None:
             mine = own[host]
             return drain_host(
@@ -125,45 +112,36 @@ def drain_each(
         return dict(zip(hosts, pool.map(drain, hosts), strict=True))
 
 
-class SharedPoll:
-    """Each host of a fleet drained as if alone, all of their polls the fleet's one query.
+def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callable[[], Verdict]]:
+    """Each host's judge, all of them the fleet's one query (judge_each): a host takes the
+    last poll when it began after this host's previous answer and within `fresh_s`, else a
+    new one. Hosts asking meanwhile wait on the lock for the poll in flight, so their drains
+    fall into step: one query per poll interval for the whole fleet, whatever its size."""
+    lock = threading.Lock()
+    started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
+    outcome: dict[str, Verdict] | LeaseguardError | None = None
 
-    A host's drain takes the fleet's last poll when that poll began after this host's
-    previous answer and within `fresh_s`, else a new poll (judge_each) made for every host.
-    Hosts asking meanwhile wait on the lock for the poll in flight, so their drains fall into
-    step: one query per poll interval for the whole fleet, whatever its size.
-    """
-
-    def __init__(self, session: GuardSession, fresh_s: float) -> None:
-        self.session, self.fresh_s = session, fresh_s
-        self._lock = threading.Lock()
-        self._started = 0.0  # when the last poll began
-        self._outcome: dict[str, Verdict] | LeaseguardError | None = None
-        self._served: dict[str, float] = {}  # when each host last took that poll
-
-    def judge_for(self, host: str) -> Callable[[], Verdict]:
-        return lambda: self.verdict(host)
-
-    def verdict(self, host: str) -> Verdict:
-        with self._lock:
+    def verdict(host: str) -> Verdict:
+        nonlocal started, served, outcome
+        with lock:
             now = time.monotonic()
-            stale = now - self._started > self.fresh_s
-            if self._outcome is None or stale or self._started < self._served.get(host, -1.0):
+            if outcome is None or now - started > fresh_s or started < served.get(host, -1.0):
                 try:
-                    self._outcome = self.session.judge_each()
+                    outcome = session.judge_each()
                 except LeaseguardError as exc:  # every host that asks now gets this failure
-                    self._outcome = exc
-                self._started, self._served = now, {}
-            self._served[host] = time.monotonic()  # after the poll it took
-            outcome = self._outcome
-        if isinstance(outcome, LeaseguardError):
-            raise outcome
-        return outcome[host]
+                    outcome = exc
+                started, served = now, {}
+            served[host] = time.monotonic()  # after the poll it took
+            taken = outcome
+        if isinstance(taken, LeaseguardError):
+            raise taken
+        return taken[host]
+
+    return lambda host: lambda: verdict(host)
 
 
 def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
-    """The failures that ended several hosts' drains at once (the fleet's poll failed), each
-    with its hosts."""
+    """The failures that ended several hosts' drains at once (the fleet's poll), by cause."""
     by_cause: dict[int, list[str]] = {}
     for host, result in results.items():
         if result.error is not None:
@@ -172,8 +150,7 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
-    """The drain's status/metrics files, checked before anything is paused: a directory that
-    cannot take them is a usage error, not a drain that runs unobserved."""
+    """The status/metrics files, written once before any pause: a drain never runs unobserved."""
     board = StatusBoard(options.status_file, options.metrics_file)
     board.check_writable()
     return board
@@ -182,11 +159,11 @@ def status_board(options: DrainOptions) -> StatusBoard:
 def first_that_connects(connects: Sequence[Connect]) -> Connect:
     """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
 
-    def connect(dbname: str | None) -> psycopg.Connection[Any]:
+    def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
         failure: LeaseguardError | None = None
         for attempt in connects:
             try:
-                return attempt(dbname)
+                return attempt(intake)
             except LeaseguardError as exc:
                 failure = exc
         assert failure is not None
@@ -197,14 +174,9 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
 
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP (a closed terminal) set `stop` instead of raising: the drains see
-    it and wind down, and the main thread waits for their resume before the exit.
-
-    The handler only queues the signal (SimpleQueue.put is reentrant) and a thread of its own
-    sets `stop` and says so: set inside the handler, the Event deadlocked the main thread when
-    a second signal landed while the first handler held the Event's lock, leaving intake
-    paused for good.
-    """
+    """SIGINT/SIGTERM/SIGHUP set `stop` (the drains wind down and resume intake) instead of
+    raising. The handler only queues the signal: an Event set inside it deadlocks when a second
+    signal lands while the first holds the Event's lock, leaving intake paused for good."""
     received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def relay() -> None:
@@ -227,14 +199,14 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
         relaying.join()
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C: `finally` resumes intake."""
-    with _handling((signal.SIGTERM, signal.SIGHUP), _interrupt):
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    with _handling((signal.SIGTERM, signal.SIGHUP), interrupt):
         yield
 
 
@@ -253,14 +225,11 @@ def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[Non
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """UTC timeline lines on stderr from leaseguard's own loggers only (paramiko's chatter
-    stays out); DEBUG (idle polls) only when asked."""
+    """UTC timeline lines on stderr from leaseguard's loggers only; DEBUG (idle polls) if asked."""
     logger = logging.getLogger("leaseguard")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
-        formatter = logging.Formatter(
-            "%(asctime)sZ leaseguard %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-        )
+        formatter = logging.Formatter("%(asctime)sZ leaseguard %(message)s", "%Y-%m-%dT%H:%M:%S")
         formatter.converter = time.gmtime
         handler.setFormatter(formatter)
         logger.addHandler(handler)

@@ -1,7 +1,6 @@
 """A running drain, observable from outside: `--status-file` (JSON, read back by `leaseguard
-status`) and `--metrics-file` (Prometheus text, for node_exporter's textfile collector),
-rewritten atomically after every poll. Errors appear as class names only: a driver error
-echoing a DSN cannot leak. A file still saying `running` whose writer is gone is stale.
+status`) and `--metrics-file` (Prometheus text), rewritten atomically after every poll.
+Errors appear as class names only: a driver error echoing a DSN cannot leak.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def _seconds(value: float | None) -> float:
 
 
 class HostObserver(DrainObserver):
-    """One host's Drainer observer: updates its row, then rewrites the board's files."""
+    """One host's row of the board, updated after every poll, then the files rewritten."""
 
     def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
         self.board, self.row, self.intake = board, row, intake
@@ -61,22 +60,18 @@ class HostObserver(DrainObserver):
             if state is not None:
                 counters = state.counters.snapshot()
                 counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
-                row.update(
-                    elapsed_s=_seconds(state.elapsed_s),
-                    deadline_s=_seconds(state.deadline_s),
-                    counters=counters,
+                row["elapsed_s"], row["deadline_s"] = map(
+                    _seconds, (state.elapsed_s, state.deadline_s)
                 )
+                row["counters"] = counters
             paused = self.intake.paused_intake() if self.intake is not None else []
             row.update(ended or {}, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
 class StatusBoard:
-    """The snapshot of one drain process over its host(s), written to the files asked for.
-
-    Hosts draining in threads share one board, so the files always hold every host; each
-    write happens under the lock (an older snapshot never overwrites a newer one).
-    """
+    """One drain process's snapshot over its hosts (threads share it; every write under the
+    lock, so an older snapshot never overwrites a newer one)."""
 
     def __init__(self, status_file: str | Path | None, metrics_file: str | Path | None) -> None:
         self.status_path = Path(status_file) if status_file else None
@@ -89,14 +84,12 @@ class StatusBoard:
         self._failing: set[Path] = set()
 
     def observer(self, host: str, intake: Intake | None = None) -> HostObserver:
-        """The observer for one host's Drainer; its row appears in the files at once."""
         with self.lock:
             row = self.rows.setdefault(host, _new_row(host))
         return HostObserver(self, row, intake)
 
     def check_writable(self) -> None:
-        """Write the first snapshot now: a path that cannot take it fails before any pause,
-        and a previous drain's `finished` is replaced at once."""
+        """Write the first snapshot now: a path that cannot take it fails before any pause."""
         for path, text in self._texts(self.snapshot()):
             try:
                 atomic_write(path, text)
@@ -107,7 +100,6 @@ class StatusBoard:
                 ) from None
 
     def snapshot(self) -> dict[str, Any]:
-        """The status file's JSON: the totals over every host, then each host's row."""
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
         updated_at = time.time()
@@ -141,7 +133,7 @@ class StatusBoard:
         }
 
     def publish(self) -> None:
-        """Rewrite both files now; a failed write never stops the drain: it is logged once."""
+        """Rewrite both files; a failed write never stops the drain: it is logged once."""
         with self.lock:
             if self.status_path is None and self.metrics_path is None:
                 return
@@ -150,13 +142,9 @@ class StatusBoard:
                 self._write(path, text, final=snapshot["state"] != RUNNING)
 
     def _texts(self, snapshot: dict[str, Any], indent: int | None = None) -> list[tuple[Path, str]]:
-        texts = []
-        if self.status_path is not None:
-            newline = "\n" if indent else ""
-            texts.append((self.status_path, json.dumps(snapshot, indent=indent) + newline))
-        if self.metrics_path is not None:
-            texts.append((self.metrics_path, render_metrics(snapshot)))
-        return texts
+        status = json.dumps(snapshot, indent=indent) + ("\n" if indent else "")
+        texts = [(self.status_path, status), (self.metrics_path, render_metrics(snapshot))]
+        return [(path, text) for path, text in texts if path is not None]
 
     def _write(self, path: Path, text: str, final: bool) -> None:
         try:
@@ -214,11 +202,8 @@ def _iso(unix: float) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write a temp file beside `path`, then rename it over `path` (readers see old or new).
-
-    The temp name ends in `.tmp`, which node_exporter's textfile collector ignores; the mode
-    is 0644 minus the umask, so a collector running as another user can read the result.
-    """
+    """A temp file renamed over `path` (readers see old or new); `.tmp`, which node_exporter's
+    collector ignores, and 0644 minus the umask, for a collector running as another user."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -260,7 +245,10 @@ def render_metrics(snapshot: dict[str, Any]) -> str:
         out += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}"]
         for row in snapshot["drains"]:
             for labels, value in _samples(name, row, snapshot["updated_at_unix"]):
-                out.append(f"{full}{_labels({'host': row['host'], **labels})} {_number(value)}")
+                pairs = {"host": row["host"], **labels}.items()
+                text = ",".join(f'{key}="{_escape(str(value))}"' for key, value in pairs)
+                number = float(value)
+                out.append(f"{full}{{{text}}} {int(number) if number.is_integer() else number!r}")
     return "\n".join(out) + "\n"
 
 
@@ -283,16 +271,8 @@ def _samples(name: str, row: dict[str, Any], updated_at: float) -> list[tuple[di
     return [({}, value)]
 
 
-def _labels(labels: dict[str, str]) -> str:
-    def escape(value: str) -> str:
-        return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-    return "{" + ",".join(f'{key}="{escape(str(value))}"' for key, value in labels.items()) + "}"
-
-
-def _number(value: float) -> str:
-    number = float(value)
-    return str(int(number)) if number.is_integer() else repr(number)
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 # --- reading the status file back (`leaseguard status`) -------------------------------------

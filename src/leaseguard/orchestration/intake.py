@@ -1,12 +1,11 @@
 """Intake: what stops new claims while a drain or an action waits, given back on every exit.
 
-Pausing pg_cron jobs (`CronJobsPause`), a command on the host (`CommandPause`), or several
-as one (`Intakes`); resume() undoes exactly what pause() did, nothing an operator paused by
-hand. `intake_hold` is the intake_hold module's use case: hold now, release in a later task.
+resume() undoes exactly what pause() did, nothing an operator paused by hand.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,8 +36,6 @@ DEFAULT_RESUME_RETRY_S = 60.0
 
 
 class Intake(Protocol):
-    """Stops new claims during the drain; resume() must undo exactly what pause() did."""
-
     def pause(self) -> None: ...
 
     def resume(self) -> None: ...
@@ -48,9 +45,8 @@ class Intake(Protocol):
 
 @dataclass(eq=False)
 class CronJobsPause:
-    """Hold named pg_cron jobs for an action (waiting for runs already going), and let go of
-    exactly this hold after it, retried with backoff for `retry_s`, each attempt over a fresh
-    path from `connect`; then failing, naming the held jobs and how to give them back."""
+    """Hold named pg_cron jobs (waiting for runs already going), then let go of exactly this
+    hold, retried over a fresh connection for `retry_s`, then failing naming how to resume."""
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
@@ -62,12 +58,8 @@ class CronJobsPause:
     hold: Hold | None = field(default=None, init=False)
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
-    @property
-    def paused(self) -> list[str]:
-        return list(self.hold.jobs) if self.hold else []
-
     def paused_intake(self) -> list[str]:
-        return [f"pg_cron:{name}" for name in self.paused]
+        return [f"pg_cron:{name}" for name in (self.hold.jobs if self.hold else ())]
 
     def pause(self) -> None:
         with self.connect() as conn:
@@ -84,18 +76,12 @@ class CronJobsPause:
             )
         wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s)
 
-    def adopt(self, hold: Hold) -> None:
-        """Let go later of a hold another task took (the Ansible front's release task)."""
-        self.hold = hold
-
     def resume(self) -> None:
         if self.hold is None or not self.hold.jobs:
             self.hold = None
             return
-        give_up_at = time.monotonic() + self.retry_s
-        delay, attempt = 0.5, 0
-        while True:
-            attempt += 1
+        give_up_at, delay = time.monotonic() + self.retry_s, 0.5
+        for attempt in itertools.count(1):
             try:
                 with self.connect() as conn:
                     released = release_hold(conn, self.hold)
@@ -104,7 +90,7 @@ class CronJobsPause:
                 if time.monotonic() + delay > give_up_at:
                     message = (
                         f"INTAKE STILL PAUSED: cannot resume pg_cron job(s) "
-                        f"{', '.join(self.paused)} after {attempt} attempt(s) over "
+                        f"{', '.join(self.hold.jobs)} after {attempt} attempt(s) over "
                         f"{self.retry_s:g}s ({exc.kind}: {exc}); the hold is recorded in "
                         f"cron.job; give it back with {self.resume_hint}"
                     )
@@ -134,7 +120,7 @@ class CronJobsPause:
 
 @dataclass(eq=False)
 class CommandPause:
-    """Run a configured pause command on the host before waiting, and its resume after."""
+    """A configured pause command on the host before waiting, its resume command after."""
 
     runner: Runner
     pause_argv: Sequence[str]
@@ -163,10 +149,10 @@ class CommandPause:
 
 
 class Intakes:
-    """Several intake pauses as one: resumed in reverse order, each attempted."""
+    """Several intake pauses as one, resumed in reverse order, each attempted; `held`: the
+    parts already hold (taken by another task)."""
 
     def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
-        """`held`: the parts already hold (adopted from another task); resume() gives back."""
         self.parts = list(parts)
         self.active: list[Intake] = list(parts) if held else []
 
@@ -193,6 +179,15 @@ class Intakes:
             raise failures[0]
 
 
+def intake_line(held: tuple[str, ...] | None) -> str:
+    if held is None:
+        return (
+            "intake: not held (no intake configured: nothing stops new claims between the "
+            "verdict and the action)"
+        )
+    return f"intake: held ({', '.join(held) or 'nothing left active to pause'})"
+
+
 def intake_hold(
     state: str,
     *,
@@ -211,7 +206,6 @@ def intake_hold(
 ) -> dict[str, Any]:
     """`state` "held": take the hold (the result's ``hold`` is what "released" gives back);
     "released": let go of exactly `hold`. `cron_path` yields a fresh conninfo each time."""
-    from leaseguard.orchestration.drain import intake_line  # drain imports this module
 
     @contextmanager
     def cron_connection() -> Iterator[psycopg.Connection[Any]]:
@@ -235,7 +229,7 @@ def intake_hold(
             quiet_timeout_s=quiet_timeout_s,
         )
         if not held:
-            cron.adopt(Hold.from_dict(hold["cron"]))
+            cron.hold = Hold.from_dict(hold["cron"])
     if pause_command if held else (hold.get("command") and resume_command):
         command = CommandPause(runner, pause_command, resume_command, paused=not held)
     parts: list[Intake] = [part for part in (cron, command) if part is not None]

@@ -1,18 +1,21 @@
 """A guard session: look up once, then judge as often as needed, over one connection.
 
-Every front judges through it; whom it judges (one host, a fleet by the fleet rule, or each
-host of a fleet in one query) is leaseguard.orchestration.subjects'. A connection that broke
-(idle timeout, restart, dropped tunnel) is replaced once, along the next path if its own
-died; any other failure (a lock or statement timeout, a schema error) is the answer:
-retrying would spend its budget twice. A watchdog bounds every poll (connect timeout +
-statement budget + a margin): a partitioned host answers nothing, and TCP would wait ~15 min.
+A connection that broke (idle timeout, restart, dropped tunnel) is replaced once, along the
+next path if its own died; any other failure (a lock or statement timeout, a schema error)
+is the answer: retrying would spend its budget twice. A watchdog bounds every poll (connect
+timeout + statement budget + a margin): a partitioned host answers nothing, and TCP would
+wait ~15 min.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar, Unpack
 
 import psycopg
@@ -28,7 +31,6 @@ from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
 from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
-from leaseguard.orchestration.poll_watch import PollWatch, shutdown_socket
 from leaseguard.orchestration.subjects import Judged
 
 # Round trips, the transaction's small statements, a thread waking up.
@@ -47,23 +49,47 @@ class Link(Protocol):
     def cut(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class IntakeAccess:
+    """Where the intake's pg_cron jobs are and as whom (pg_cron shows each role its own jobs);
+    `owner`: this process's own drain, whose holds are no leftovers."""
+
+    database: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    owner: str | None = None
+
+
 def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
-    """A poll within the session's budget, failing with the cause it met (a lost link first)."""
+    """A poll within the session's budget (a watchdog cuts it past it), failing with the
+    cause it met: the budget running out, else a lost tunnel's own failure."""
 
     @functools.wraps(judge)
     def bounded(self: GuardSession) -> T:
-        with self.watch.poll():
-            try:
-                return judge(self)
-            except LeaseguardError as exc:
-                raise self.explain(exc) from None
+        self._expired = False
+        self._ends_at = time.monotonic() + self.budget_s
+        timer = threading.Timer(self.budget_s, self._cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            return judge(self)
+        except LeaseguardError as exc:
+            if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+                exc = self.link.failure() or exc
+            raise (self._no_answer() if self._expired else exc) from None
+        finally:
+            timer.cancel()
+            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
+            timer.join(timeout=1.0)
+            self._ends_at = 0.0
 
     return bounded
 
 
 class GuardSession:
     """Judges the table with one host's facts, a fleet's combined facts (`FleetFacts`) or
-    each host's own (a mapping); `host_offsets` are the hosts' clocks minus this machine's."""
+    each host's own (a mapping); `host_offsets` are the hosts' clocks minus this machine's,
+    `fallbacks` the other hosts' paths to the database, tried in turn."""
 
     def __init__(
         self,
@@ -78,27 +104,20 @@ class GuardSession:
         host_minus_here: ClockOffset | None = None,
         fallbacks: Sequence[tuple[str, Link]] = (),
         host_labels: Mapping[str, str] | None = None,
+        intake: IntakeAccess | None = None,
     ) -> None:
-        self.contract = contract
-        # Whom it judges: this host, the fleet by the fleet rule, or each host of a fleet.
+        self.contract, self.runner, self.label = contract, runner, label
+        self.intake = intake or IntakeAccess()
         self.judged = Judged(contract, facts, host_offsets, host_minus_here, host_labels)
-        # The paths to the database, tried in turn: one host's tunnel, then the others'.
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
         self._path = 0
-        self.runner = runner
-        self.label = label
-        self.watch = PollWatch(self.poll_budget_s, self._cut)
-        # The seq-scan advice is given once per session, not on every poll of a drain.
-        self.plan_checked = False
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        timeouts_s = contract.connect_timeout_s + contract.statement_timeout_ms / 1000
+        self.budget_s = timeouts_s + POLL_MARGIN_S  # the longest one poll may take
+        self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
+        self._plan_checked = False  # the seq-scan advice: once per session, not every poll
+        self._conn: Conn | None = None
         # The schema pre-flight runs once per connection; the status check on every poll.
         self._status_column: StatusColumn | None = None
-        # Leftover intake pauses are looked for once, in cron_database (None: this
-        # database), except those of `pause_owner` (this process's own drain).
-        self.cron_database: str | None = None
-        self.cron_user: str | None = None  # the intake's own role (owns the pg_cron jobs)
-        self.cron_password: str | None = None
-        self.pause_owner: str | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
 
@@ -113,12 +132,6 @@ class GuardSession:
     @property
     def host(self) -> str:
         return self.label or self.runner.label
-
-    @property
-    def poll_budget_s(self) -> float:
-        """The longest one poll may take: connect timeout + statement budget + margin."""
-        contract = self.contract
-        return contract.connect_timeout_s + contract.statement_timeout_ms / 1000 + POLL_MARGIN_S
 
     @property
     def facts(self) -> RuntimeFacts:
@@ -145,15 +158,15 @@ class GuardSession:
             self._status_column = None
             # A connection lost under the poll is replaced once: a shared one that broke
             # meanwhile, or one whose path died while other hosts' paths remain.
-            if not (self._connection_broke() and (reused or len(self._paths) > 1)):
+            broke = self._conn is None or self._conn.closed or self._conn.broken
+            if not (broke and (reused or len(self._paths) > 1)):
                 raise
         self.close()
         return self._judge_on(self._connection())
 
     @_bounded
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (server start, name), on a short connection:
-        hosts reaching the same one share one connection."""
+        """Which database this session reaches (server start, name), on a short connection."""
         query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
         try:
             row = self._connection().execute(query).fetchone()
@@ -176,10 +189,6 @@ class GuardSession:
         self.close()
         self._conn, self._backend_pid = conn, conn.info.backend_pid
 
-    def _connection_broke(self) -> bool:
-        """True when the connection itself is gone (server restart, terminated, idle cut)."""
-        return self._conn is None or self._conn.closed or self._conn.broken
-
     def close(self) -> None:
         if self._conn is not None:
             # Lost, or closed by a failed rollback, rather than ended here: its server side
@@ -190,7 +199,7 @@ class GuardSession:
             self._conn = None
             self._status_column = None
 
-    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+    def _connection(self) -> Conn:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
             self.close()
         if self._conn is None:
@@ -201,58 +210,44 @@ class GuardSession:
                 self._left_behind = 0
         return self._conn
 
-    def _open(
-        self, *, writable: bool = False, dbname: str | None = None, as_intake: bool = False
-    ) -> Conn:
-        """A new connection within what is left of the poll: along the current path, else
-        each other host's in turn; the path that answers stays the current one."""
-        failure: LeaseguardError | None = None
+    def _open(self, intake: IntakeAccess | None = None) -> Conn:
+        """A new connection within the poll's budget (writable, as `intake`, when given) along
+        the current path, else each other host's in turn: the one that answers stays current."""
+        access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
+            conninfo, link = self._paths[self._path]
             try:
-                return self._open_via(*self._paths[self._path], writable, dbname, as_intake)
+                # Unbounded outside a poll (pauses, resumes).
+                remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
+                if self._expired or remaining <= 0:
+                    raise self._no_answer()
+                if link is not None:
+                    link.ensure(within_s=remaining)
+                try:
+                    return connect(
+                        conninfo,
+                        self.contract.connect_timeout_s,
+                        writable=intake is not None,
+                        dbname=access.database,
+                        timeout_s=remaining,
+                        user=access.user,
+                        password=access.password,
+                    )
+                except DatabaseUnavailable:
+                    if link is not None and (cause := link.failure()) is not None:
+                        raise cause from None
+                    raise
             except (DatabaseUnavailable, TunnelError) as exc:
                 failure = failure or exc
                 self._path = (self._path + 1) % len(self._paths)
-                if self.watch.expired:
+                if self._expired:
                     break
         assert failure is not None
         raise failure
 
-    def _open_via(
-        self, conninfo: str, link: Link | None, writable: bool, dbname: str | None, as_intake: bool
-    ) -> Conn:
-        remaining = self.watch.remaining_s()
-        if self.watch.expired or remaining <= 0:
-            raise self._expired()
-        if link is not None:
-            link.ensure(within_s=remaining)
-        try:
-            return connect(
-                conninfo,
-                self.contract.connect_timeout_s,
-                writable=writable,
-                dbname=dbname,
-                timeout_s=remaining,
-                user=self.cron_user if as_intake else None,
-                password=self.cron_password if as_intake else None,
-            )
-        except DatabaseUnavailable:
-            failure = link.failure() if link is not None else None
-            if failure is not None:
-                raise failure from None
-            raise
-
-    def explain(self, exc: LeaseguardError) -> LeaseguardError:
-        """The cause a failed poll met: its budget running out, or the tunnel's own failure."""
-        if self.watch.expired:
-            return self._expired()
-        if isinstance(exc, DatabaseUnavailable) and self.link is not None:
-            return self.link.failure() or exc
-        return exc
-
-    def _expired(self) -> LeaseguardError:
+    def _no_answer(self) -> LeaseguardError:
         budget = (
-            f"{self.poll_budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
+            f"{self.budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
             f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
             f"{POLL_MARGIN_S:.0f}s)"
         )
@@ -267,74 +262,64 @@ class GuardSession:
 
     def _cut(self) -> None:
         """Runs on the watchdog's thread: end the waits the poll in flight is in."""
+        self._expired = True
         if self.link is not None:
             self.link.cut()
         conn = self._conn
         if conn is not None and not conn.closed:
-            shutdown_socket(conn)
+            try:  # the thread blocked on it reads end-of-file and fails at once
+                with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, psycopg.Error):
+                pass  # already closed: nothing waits on it
 
-    def _judge_on(self, conn: psycopg.Connection[tuple[object, ...]]) -> list[Verdict]:
+    def _judge_on(self, conn: Conn) -> list[Verdict]:
         subjects = self.judged.subjects(conn, self.runner, self.host)
         verdicts, self._status_column = judge_subjects(
             conn, self.contract, subjects, status_column=self._status_column
         )
-        return self.judged.finish(verdicts, self._advice(conn, verdicts[0]))
-
-    def _reads_own_cron(self) -> bool:
-        """Whether cron.job is read on the guard's own connection, in its database and as its
-        role (pg_cron shows each role its own jobs only)."""
-        return self.cron_database is None and self.cron_user is None
-
-    def _advice(self, conn: Conn, verdict: Verdict) -> tuple[str, ...]:
-        """The warnings given once per session: the plan's, the leftover pauses'."""
         advice: tuple[str, ...] = ()
-        if not self.plan_checked:
-            self.plan_checked = True
-            plan = advisory_plan_warning(conn, self.contract, verdict, self._status_column)
+        if not self._plan_checked:
+            self._plan_checked = True
+            plan = advisory_plan_warning(conn, self.contract, verdicts[0], self._status_column)
             advice = (plan,) if plan else ()
-        return (*advice, *self.leftover_pauses())
+        return self.judged.finish(verdicts, (*advice, *self._leftover_pauses(conn)))
 
-    def leftover_pauses(self) -> tuple[str, ...]:
+    def _leftover_pauses(self, conn: Conn) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
-        if self._leftovers is None and self._reads_own_cron() and self._conn is not None:
-            # cron.job is in this database: read on the guard's connection, not a new one.
-            self._leftovers = tuple(leftover_warnings(self._conn, exclude_by=self.pause_owner))
         if self._leftovers is None:
-            self._leftovers = tuple(
-                scan_leftovers(
-                    lambda: self.connect_writable(self.cron_database), exclude_by=self.pause_owner
-                )
-            )
+            owner = self.intake.owner
+            if self.intake.database is None and self.intake.user is None:
+                # cron.job is in this database, readable as this role: on the guard's connection.
+                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner))
+            else:
+                self._leftovers = tuple(scan_leftovers(self.connect_writable, exclude_by=owner))
         return self._leftovers
 
-    def connect_writable(self, dbname: str | None = None) -> psycopg.Connection[tuple[object, ...]]:
-        """A normal (not read-only) connection through the same path, for intake holds: as
-        the intake's own role when one is configured (`cron_user`)."""
-        return self._open(writable=True, dbname=dbname, as_intake=True)
+    def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
+        """A writable connection for intake holds, as `intake` (default: the session's)."""
+        return self._open(intake or self.intake)
 
 
-@contextmanager
 def local_session(
     contract: Contract,
     conninfo: str,
     *,
     runner: Runner | None = None,
     link: Link | None = None,
+    intake: IntakeAccess | None = None,
     **given: Unpack[Given],
-) -> Iterator[GuardSession]:
-    """A session on the DSN as given; lookups run here unless another runner is given
-    (one exec each: a local one exec would add `sh:` to a missing command's message)."""
+) -> closing[GuardSession]:
+    """A session on the DSN as given; lookups run here (one exec each: a local one exec would
+    add `sh:` to a missing command's message) unless another runner is given."""
     runner = runner or LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
-    facts, host_minus_here = looked_up.facts, looked_up.clock
-    session = GuardSession(contract, conninfo, facts, runner, link, host_minus_here=host_minus_here)
-    try:
-        yield session
-    finally:
-        session.close()
+    facts, clock = looked_up.facts, looked_up.clock
+    return closing(
+        GuardSession(contract, conninfo, facts, runner, link, host_minus_here=clock, intake=intake)
+    )
 
 
-@contextmanager
 def fleet_session(
     contract: Contract,
     conninfo: str,
@@ -344,22 +329,21 @@ def fleet_session(
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
     fallbacks: Sequence[tuple[str, Link]] = (),
-) -> Iterator[GuardSession]:
+    intake: IntakeAccess | None = None,
+) -> closing[GuardSession]:
     """One session judging once for every host by the fleet rule, on facts already looked
-    up. `host_offsets` (the hosts' clocks minus this machine's) move every start into the
-    database clock; without them starts are taken as read here. `runner`/`link` are the
-    path the judgment runs through; `fallbacks` the other hosts' paths, tried in turn."""
-    session = GuardSession(
-        contract,
-        conninfo,
-        combine_facts(per_host),
-        runner or LocalRunner(),
-        link,
-        label="fleet",
-        host_offsets=host_offsets,
-        fallbacks=fallbacks,
+    up; without `host_offsets` starts are taken as read here."""
+    facts, runner = combine_facts(per_host), runner or LocalRunner()
+    return closing(
+        GuardSession(
+            contract,
+            conninfo,
+            facts,
+            runner,
+            link,
+            label="fleet",
+            host_offsets=host_offsets,
+            fallbacks=fallbacks,
+            intake=intake,
+        )
     )
-    try:
-        yield session
-    finally:
-        session.close()

@@ -21,7 +21,7 @@ from leaseguard.adapters.ssh_connect import open_connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import reject_hostaddr
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
-from leaseguard.orchestration.session import Conn, GuardSession
+from leaseguard.orchestration.session import Conn, GuardSession, IntakeAccess
 
 if TYPE_CHECKING:  # adapters.ssh imports Fabric, naming the extra if it is missing
     from fabric import Connection
@@ -49,7 +49,13 @@ def tunnelled(
 
 @contextmanager
 def host_session(
-    contract: Contract, runner: Runner, path: Path, *, connect: bool = True, **given: Any
+    contract: Contract,
+    runner: Runner,
+    path: Path,
+    *,
+    connect: bool = True,
+    intake: IntakeAccess | None = None,
+    **given: Any,
 ) -> Iterator[GuardSession]:
     """A host's session: its lookups and clock (one exec) run on a thread while `path` opens
     and, with `connect`, the guard's connection opens through it. Failures are reported in
@@ -68,7 +74,9 @@ def host_session(
                 raise early
             facts, clock = looked_up.facts, looked_up.clock
             with closing(
-                GuardSession(contract, conninfo, facts, runner, tunnel, host_minus_here=clock)
+                GuardSession(
+                    contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
+                )
             ) as session:
                 if early is not None:
                     session.adopt(early)

@@ -1,19 +1,16 @@
-"""Whom a guard session judges, and by which facts: one host, a fleet by the fleet rule
-(`leaseguard.core.fleet`), or each host of a fleet by its own facts, all in one query.
+"""Whom a guard session judges: one host, a fleet by the fleet rule, or each host by its own.
 
 A runtime's start comes from its host's clock, claimed_at from the database's: off by more
-than clock_skew_s, a claim made just after a restart could look older than it and be called
-an orphan while alive. So on a session's first poll (clocks do not drift measurably during a
-drain) each start is moved into the database clock: its host's offset from here chained with
-this machine's from the database. Only the measurements' uncertainty is left, and it widens
-the orphan tolerance (never narrows it).
+than clock_skew_s, a claim made just after a restart could be called an orphan while alive.
+So on a session's first poll each start is moved into the database clock (its host's offset
+from here chained with this machine's from the database); the measurements' uncertainty
+widens the orphan tolerance, never narrows it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
 
 import psycopg
 
@@ -35,11 +32,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class Judged:
-    """One host's facts (`RuntimeFacts`), a fleet's combined facts (`FleetFacts`: judged by
-    the fleet rule, the verdict naming which host supplied each), or every host's facts by
-    name (`each`: each host judged by its own). `host_offsets` are the hosts' clocks minus
-    this machine's (None: start times read here, a CLI given the facts); `host_labels` how
-    each host is named in its verdict."""
+    """One host's facts, a fleet's combined facts (`fleet`) or each host's by name (`each`);
+    `host_offsets`: the hosts' clocks minus this machine's (None: start times read here)."""
 
     def __init__(
         self,
@@ -56,16 +50,14 @@ class Judged:
             facts = facts.facts
         self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
-        self.host_offsets = host_offsets
-        # The host's clock minus this machine's, read by the lookups' own exec (look_up_host).
-        self.host_minus_here = host_minus_here
-        self.host_labels = dict(host_labels or {})
+        self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
+        self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
         self.clock_offset: ClockOffset | None = None  # measured once, on the first poll
         self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
 
     def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
-        """Whom one poll judges: `host` (or the fleet by the fleet rule), or each host."""
-        if self.clock_offset is None and self._needs_clock():
+        every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
+        if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
             self.clock_offset = self._measure_clock(conn, runner)
         if self.each is None:
             judged = [(host, self.facts, self.lease_s, self.clock_offset)]
@@ -83,7 +75,10 @@ class Judged:
         """The verdicts with the session's advice, each host's replicas, the fleet's report."""
         each = [] if self.each is None else sorted(self.each.items())
         facts = [f for _, (f, _) in each] if each else [self.facts]
-        fleet = self._fleet_report() if self.fleet is not None else None
+        fleet = self.fleet.as_dict() if self.fleet is not None else None
+        if fleet is not None and self.host_offsets is not None and self.minus_database:
+            offsets = self.minus_database.items()
+            fleet["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
         return [
             dataclasses.replace(
                 v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
@@ -93,14 +88,8 @@ class Judged:
             for v, f in zip(verdicts, facts, strict=True)
         ]
 
-    def _needs_clock(self) -> bool:
-        if self.each is not None:
-            return any(f.runtime_started_at is not None for f, _ in self.each.values())
-        return self.facts.runtime_started_at is not None
-
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
-        """The clock offset that widens the orphan tolerance; a fleet's facts move into the
-        database clock on the way."""
+        """The offset widening the orphan tolerance; a fleet's starts move into the database's."""
         if self.fleet is not None:
             per_host = self.fleet.per_host
         elif self.each is not None:
@@ -128,20 +117,10 @@ class Judged:
             raise LookupFailed(f"host {host}: no clock reading (its start cannot be compared)")
         return self.host_offsets[host]
 
-    def _fleet_report(self) -> dict[str, Any]:
-        assert self.fleet is not None
-        report = self.fleet.as_dict()
-        if self.host_offsets is not None and self.minus_database:
-            report["clock_offsets_s"] = {
-                host: round(offset.offset_s, 3) for host, offset in self.minus_database.items()
-            }
-        return report
-
 
 def _each_host(
     contract: Contract, per_host: Mapping[str, RuntimeFacts]
 ) -> dict[str, tuple[RuntimeFacts, float | None]]:
-    """Every host's facts and its own lease (a host without a task timeout is named)."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     each = {}
