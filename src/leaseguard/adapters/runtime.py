@@ -11,7 +11,7 @@ import shlex
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, TypedDict, Unpack
 
@@ -102,14 +102,12 @@ def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
 
 
 class Lookups:
-    """The lookups of one check on one host. `ran`: results of commands already run (the one
-    exec), by argv; any other command runs in its own exec. `replicas` names what a filter or
+    """The lookups of one check on one host, one exec each. `replicas` names what a filter or
     unit glob matched, `warnings` what the verdict must say (a named container's siblings)."""
 
-    def __init__(self, runner: Runner, ran: Mapping[Argv, CommandResult] | None = None) -> None:
+    def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.host = f"host {runner.label}"
-        self._ran = dict(ran or {})
         self._containers_seen: dict[Argv, Containers] = {}
         self.replicas: list[str] = []
         self.warnings: list[str] = []
@@ -234,7 +232,7 @@ class Lookups:
     ) -> str | None:
         """stdout of argv (None for exit status 1 when `absent_ok`: grep found nothing); else
         LookupFailed naming the command (`shown` for one wrapped in `sh -c`)."""
-        result = self._ran.get(argv) or self.runner.run(list(argv))
+        result = self.runner.run(list(argv))
         if result.exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
@@ -244,3 +242,31 @@ class Lookups:
             f"{self.host}: {what}: `{shown or shlex.join(argv[:3])}` "
             f"{lookups.exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )
+
+
+# Through become, ansible's ssh runs commands on a tty: stderr merged into stdout, CRLF line
+# ends. The shell captures the command's stderr and prints it after a marked line instead.
+_TTY_SCRIPT = (
+    'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
+    '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
+    'printf "\\n%s %d\\n%s" "$m err@@" "$s" "$e"; exit "$s"'
+)
+
+
+def tty_argv(argv: Argv, nonce: str) -> Argv:
+    """`argv` run so that its stdout, exit status and stderr can be told apart on a tty."""
+    return ("sh", "-c", _TTY_SCRIPT, "sh", nonce, *argv)
+
+
+def split_tty(result: CommandResult, nonce: str) -> CommandResult:
+    """`tty_argv`'s command's own result, CRLF undone. Without both markers the command
+    never ran (become failed): the output is the complaint, the status at least 1."""
+    text = result.stdout.replace("\r\n", "\n")
+    out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
+    start, stop = text.find(out), text.rfind(err)
+    if start < 0 or stop < start + len(out):
+        return CommandResult(result.exit_code or 1, "", text)
+    status, newline, stderr = text[stop + len(err) :].partition("\n")
+    if not (newline and (code := status.strip()).isascii() and code.isdigit()):
+        return CommandResult(result.exit_code or 1, "", text)
+    return CommandResult(int(code), text[start + len(out) : stop], stderr)
