@@ -28,8 +28,8 @@ _HOME = {
     "missing_target": "leaseguard.core.restart",
     # SSH paths to the database
     "DatabaseAddress": "leaseguard.adapters.ssh",
-    "SshOptions": "leaseguard.adapters.ssh_connect",
-    "make_connection": "leaseguard.adapters.ssh_connect",
+    "SshOptions": "leaseguard.adapters.ssh",
+    "make_connection": "leaseguard.adapters.ssh",
     "direct_conninfo": "leaseguard.core.dsn",
     "each_hosts_own": "leaseguard.core.dsn",
     "invalid_dsn": "leaseguard.core.dsn",

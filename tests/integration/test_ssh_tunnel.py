@@ -5,8 +5,7 @@ import threading
 
 import pytest
 
-from leaseguard.adapters.ssh import DatabaseAddress, forwarded
-from leaseguard.adapters.ssh_connect import SshOptions, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, forwarded, make_connection
 from leaseguard.core.errors import TunnelError
 
 pytestmark = pytest.mark.integration

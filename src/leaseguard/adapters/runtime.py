@@ -1,9 +1,6 @@
-"""Ask a host what the protected system is configured with: task timeout and start time.
-
-Each lookup is a command run on the host plus a pure parser (leaseguard.core.lookups); only
-the Runner differs between the CLI (a local subprocess), Fabric (SSH) and Ansible (the task's
-connection). Any failed lookup raises LookupFailed naming the host and the lookup.
-"""
+"""Ask a host its task timeout and runtime start time: each lookup a command run by a Runner
+(a local subprocess, SSH, or an Ansible task's connection) plus a pure parser
+(leaseguard.core.lookups); a failed one raises LookupFailed naming the host and the lookup."""
 
 from __future__ import annotations
 
@@ -53,8 +50,7 @@ class LocalRunner:
 
 
 class Given(TypedDict, total=False):
-    """Facts a front already has (flags, an earlier Ansible task): not looked up again.
-    `task_timeout_source` keeps where an earlier lookup read the timeout, for the verdict."""
+    """Facts a front already has (flags, an earlier Ansible task's lookup): not looked up."""
 
     task_timeout_s: float | None
     runtime_started_at: datetime | None
@@ -65,14 +61,9 @@ class Given(TypedDict, total=False):
 def resolve_runtime_facts(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
-    """Look up what was not given, one exec each. A failed lookup raises, unless
+    """The facts given, the rest looked up; a failed lookup raises unless
     task_timeout.default_s is configured."""
-    return resolve(contract, Lookups(runner), given)
-
-
-def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
-    """The facts: those given, the rest from `lookup` (defaults where configured)."""
-    warnings: list[str] = []
+    lookup, warnings = Lookups(runner), []
     spec = contract.task_timeout
     seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
@@ -109,6 +100,7 @@ class Lookups:
         self.runner = runner
         self.host = f"host {runner.label}"
         self._containers_seen: dict[Argv, Containers] = {}
+        self._pids: dict[str, int] = {}
         self.replicas: list[str] = []
         self.warnings: list[str] = []
 
@@ -168,9 +160,8 @@ class Lookups:
                 return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
-        """The start time; over several replicas the OLDEST (a claim older than every
-        replica's start is an orphan, one newer than any may run there). `variable`: the
-        one the task timeout reads from the same container (one command serves both)."""
+        """The start time; over several replicas the OLDEST (a claim newer than any may run
+        there). `variable`: the task timeout's, read by the same container command."""
         match spec.source:
             case "docker" | "podman":
                 found = self._containers(spec.source, spec.container, variable)
@@ -217,10 +208,13 @@ class Lookups:
         return units
 
     def _pid(self, pid_file: str) -> int:
-        text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
-        if not text.isdigit() or int(text) <= 0:
-            raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
-        return int(text)
+        """The pid the file holds, read once per check (the timeout and start share it)."""
+        if pid_file not in self._pids:
+            text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
+            if not text.isdigit() or int(text) <= 0:
+                raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
+            self._pids[pid_file] = int(text)
+        return self._pids[pid_file]
 
     def _run(self, argv: Argv, what: str, *, shown: str = "") -> str:
         out = self._output(argv, what, shown=shown)
@@ -230,7 +224,7 @@ class Lookups:
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
-        """stdout of argv (None for exit status 1 when `absent_ok`: grep found nothing); else
+        """stdout (None for exit status 1 when `absent_ok`: grep found nothing); else
         LookupFailed naming the command (`shown` for one wrapped in `sh -c`)."""
         result = self.runner.run(list(argv))
         if result.exit_code == 0:
@@ -244,8 +238,8 @@ class Lookups:
         )
 
 
-# Through become, ansible's ssh runs commands on a tty: stderr merged into stdout, CRLF line
-# ends. The shell captures the command's stderr and prints it after a marked line instead.
+# Through become, ansible's ssh runs commands on a tty (stderr merged into stdout, CRLF line
+# ends): the command's stderr is captured and printed after a marked line instead.
 _TTY_SCRIPT = (
     'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
     '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
