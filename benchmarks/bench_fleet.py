@@ -6,7 +6,7 @@ Measured, per front and fleet size: backends held on the database while a drain 
 (pg_stat_activity); polls per second at the database (the drain database's committed
 transactions over the drain's span); the time until every host has its first verdict (the
 status file); the per-extra-host cost of `fab guard` and `fab drain` against Fabric alone
-running `true`, and running the lookups' own commands (the control), on the same hosts.
+running `true`, and running the lookups' own one exec (the control), on the same hosts.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -33,10 +33,8 @@ from benchmarks.infra import (
     fab_env,
     fleet_fab_config,
 )
-from leaseguard.adapters.host_lookup import look_up_host
-from leaseguard.adapters.runtime import LocalRunner
+from leaseguard.adapters.host_lookup import batch_script, planned_commands
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.lookups import CommandResult
 from sandbox.ansible_env import ansible_env
 from sandbox.fleet import Fleet
 
@@ -49,22 +47,12 @@ FORKS = 25
 FABRIC_ALONE = """
 import sys
 from fabric import ThreadingGroup
-hosts, key, known_hosts, *commands = sys.argv[1].split(","), *sys.argv[2:]
+hosts, key, known_hosts, command = sys.argv[1].split(","), *sys.argv[2:5]
 group = ThreadingGroup(*hosts, connect_kwargs={"key_filename": key})
 for connection in group:
     connection.client.load_host_keys(known_hosts)
-for command in commands:
-    group.run(command, hide=True)
+group.run(command, hide=True)
 """
-
-
-class _Recording(LocalRunner):
-    def __init__(self) -> None:
-        self.commands: list[str] = []
-
-    def run(self, argv: Sequence[str]) -> CommandResult:
-        self.commands.append(shlex.join(argv))
-        return super().run(argv)
 
 
 def run_bench(
@@ -184,13 +172,13 @@ def _measure(
 
     lookups = yaml.safe_load(config.read_text())["leaseguard"]
     contract = contract_from_mapping({k: v for k, v in lookups.items() if k != "connection"})
-    recorder = _Recording()
-    look_up_host(contract, recorder)  # the lookups' own commands, one exec each
-    commands = {"fabric alone": ["true"], "fabric running the lookups": recorder.commands}
+    plan = planned_commands(contract, timeout_given=False, start_given=False)
+    script = "sh -c " + shlex.quote(batch_script(plan, "0"))  # the lookups' own one exec
+    commands = {"fabric alone": "true", "fabric running the lookups": script}
 
     def alone(kind: str, n: int) -> dict[str, float]:
         argv = [sys.executable, "-c", FABRIC_ALONE, ",".join(fleet.targets(n))]
-        argv += [str(fleet.key_path), str(fleet.known_hosts), *commands[kind]]
+        argv += [str(fleet.key_path), str(fleet.known_hosts), commands[kind]]
         return {"wall_s": _timed(argv, FAB_CWD, fab_env())[0]}
 
     def fab_guard(n: int) -> dict[str, float]:
@@ -309,7 +297,7 @@ def _report(
                     fmt_ratio(ratio),
                     "<= 1.20x",
                     ratio <= 1.2,
-                    f"{fmt_ratio(control)} Fabric alone running the lookups' own commands: the "
+                    f"{fmt_ratio(control)} Fabric alone running the lookups' own one exec: the "
                     "hosts' lookups (grep, cat, /proc reads, date) share the 2 cores",
                 )
             )
@@ -317,7 +305,7 @@ def _report(
         f"{reps} repetitions, every run and size rotated within each repetition (order reversed "
         f"every other one), after one warm-up of each. Drains wait {DRAIN_S:g} s on a live claim "
         f"(poll {POLL_S:g} s) and end at their deadline. Fabric alone: a ThreadingGroup running "
-        "`true` (or the lookups' commands, the control) on the same hosts, key and known_hosts.",
+        "`true` (or the lookups' one exec, the control) on the same hosts, key and known_hosts.",
         "Polls/s at the database: the drain database's committed transactions from every host's "
         f"first verdict to the end (one poll is one transaction; one per interval is "
         f"{1 / POLL_S:g}/s; PostgreSQL flushes the counts up to a second late, so the first "

@@ -39,7 +39,7 @@ _HOME = {
     "tty_argv": "leaseguard.adapters.runtime",
     "parse_openssh_args": "leaseguard.core.ssh_args",
     "host_session": "leaseguard.orchestration.ssh_session",
-    "tunnelled": "leaseguard.orchestration.ssh_session",
+    "tunnelled": "leaseguard.adapters.ssh",
     # judgment and drains (lease_guard)
     "refuse_non_ascii_numbers": "leaseguard.core.config_values",
     "CONFIG_KEYS": "leaseguard.core.contract",

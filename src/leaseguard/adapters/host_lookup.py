@@ -1,9 +1,17 @@
-"""A host looked up the one way every front does (`look_up_host`), and a runtime's restart
-checked by its start time (`restart_runtime`)."""
+"""A host looked up the one way every front does, and a restart checked by its start time.
+
+Over SSH each exec pays the host's login shell, so the lookups' commands and the host's
+clock run as ONE `sh` script, each command judged exactly as if run alone; a command the
+script could not plan (one on a pid file's process) runs alone afterwards.
+"""
 
 from __future__ import annotations
 
+import secrets
+import shlex
 import time
+from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Unpack
 
@@ -13,6 +21,8 @@ from leaseguard.core import restart
 from leaseguard.core.clock_offset import ClockOffset
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
+from leaseguard.core.lookups import Argv, CommandResult
+from leaseguard.core.replicas import shared_variable
 from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts
 
@@ -27,12 +37,103 @@ class HostLookup:
     clock: ClockOffset | None
 
 
-def look_up_host(contract: Contract, runner: Runner, **given: Unpack[Given]) -> HostLookup:
-    """What was not given, looked up (a failure raises, naming host and lookup), and the
-    host's clock when a start time makes it matter."""
+def look_up_host(
+    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+) -> HostLookup:
+    """The facts not given, looked up, and the host's clock when a start time needs it: with
+    `one_exec` in one exec, except through become (its tty merges the streams split here)."""
+    clock = None
+    if one_exec and not getattr(runner, "becomes", False):
+        timeout_given = given.get("task_timeout_s") is not None
+        start_given = given.get("runtime_started_at") is not None
+        ran, clock = run_together(runner, planned_commands(contract, timeout_given, start_given))
+        runner = _Answered(runner, ran)
     facts = resolve_runtime_facts(contract, runner, **given)
-    clock = offset_from_here(runner) if facts.runtime_started_at is not None else None
+    if clock is None and facts.runtime_started_at is not None:
+        clock = offset_from_here(runner)
     return HostLookup(facts, clock)
+
+
+class _Answered:
+    """`runner`, answering the commands already run from their results."""
+
+    def __init__(self, runner: Runner, ran: dict[Argv, CommandResult]) -> None:
+        self.runner, self.ran, self.label = runner, ran, runner.label
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        return self.ran.get(tuple(argv)) or self.runner.run(argv)
+
+
+class _Planner:
+    """A runner that runs nothing: it notes each command and answers it with nothing."""
+
+    label = "(planning)"
+
+    def __init__(self) -> None:
+        self.commands: list[Argv] = []
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        self.commands.append(tuple(argv))
+        return CommandResult(0, "")
+
+
+def planned_commands(contract: Contract, timeout_given: bool, start_given: bool) -> list[Argv]:
+    """The commands the lookups will run, each once (a failure without an answer, such as a
+    bad variable name, leaves the rest out: run alone, it fails naming what is wrong)."""
+    planner = _Planner()
+    lookups = Lookups(planner)
+    timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
+    if timeout_wanted:
+        with suppress(LookupFailed):
+            lookups.task_timeout(contract.task_timeout)
+    if not start_given:
+        variable = shared_variable(contract, timeout_looked_up=timeout_wanted)
+        with suppress(LookupFailed):
+            lookups.runtime_start(contract.runtime, variable)
+    return list(dict.fromkeys(planner.commands))
+
+
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """Each command (stdin closed), its parts of stdout and stderr opened by a marker line
+    (`@@leaseguard NONCE@@ KEY`: its index, `I rc` its exit status), then `date +%s.%N`."""
+    mark = f"@@leaseguard {nonce}@@"
+    return (
+        "".join(
+            f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
+            f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
+            for i, argv in enumerate(commands)
+        )
+        + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
+    )
+
+
+def run_together(
+    runner: Runner, commands: Sequence[Argv]
+) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
+    """Each command's result and the host's clock minus this machine's, from one exec (the
+    random nonce keeps a command's own output from passing for a marker)."""
+    nonce = secrets.token_hex(8)
+    before = time.time()
+    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
+    after = time.time()
+
+    def parts(text: str) -> dict[str, str]:
+        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
+        return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
+
+    out, err = parts(result.stdout), parts(result.stderr)
+    ran = {}
+    for i, argv in enumerate(commands):
+        status = out.get(f"{i} rc", "").strip()
+        if str(i) in out and status.isascii() and status.isdigit():
+            ran[argv] = CommandResult(int(status), out[str(i)], err.get(str(i), ""))
+        else:  # never finished (the exec timed out): the exec's status, as alone
+            ran[argv] = CommandResult(result.exit_code or 1, "", err.get(str(i), ""))
+    try:
+        reading = float(out.get("clock", ""))
+    except ValueError:
+        return ran, None
+    return ran, ClockOffset(reading - (before + after) / 2, (after - before) / 2)
 
 
 def restart_runtime(
@@ -43,36 +144,38 @@ def restart_runtime(
     *,
     check_mode: bool = False,
 ) -> dict[str, Any]:
-    """runtime_restart's result: the restart through `runner`, then its start time read
-    every POLL_S until it moved past `lookup`'s (the registered lookup from before) or
-    verify_timeout_s passed, which fails. A restart that cannot be checked is refused."""
+    """runtime_restart's result: the restart (with the first reading of its start time in
+    one exec, but through become), then its start time read every POLL_S until it moves past
+    `lookup`'s (the lookup registered before) or verify_timeout_s fails it."""
     restart.checked_restart(spec, lookup)
     if check_mode:
         return restart.would_restart(spec)
     argv = restart.restart_argv(spec)
-    ran = runner.run(list(argv))
-    result = restart.restart_result(spec, argv, ran.exit_code)
-    if ran.exit_code != 0:
-        return {**result, "failed": True, "msg": restart.restart_failed_message(spec, ran)}
+    reader = runner
+    if spec.verifies and not getattr(runner, "becomes", False):
+        ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
+        reader = _Answered(runner, ran)
+    done = reader.run(list(argv))
+    result = restart.restart_result(spec, argv, done.exit_code)
+    if done.exit_code != 0:
+        return {**result, "failed": True, "msg": restart.restart_failed_message(spec, done)}
     before = restart.start_of(lookup)
     if not spec.verifies:
         return {**result, "before": before, "msg": restart.restarted_message(spec, before, None)}
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
-            started, error = Lookups(runner).runtime_start(contract.runtime), None
+            started, error = Lookups(reader).runtime_start(contract.runtime), None
         except LookupFailed as exc:  # e.g. still starting: read again until the deadline
             started, error = None, exc
         moved = restart.start_moved(before["runtime_started_epoch_s"], started)
         if moved or (left := ends_at - time.monotonic()) <= 0:
             break
         time.sleep(min(POLL_S, left))
+        reader = runner
     after = restart.start_of(started)
     result.update(before=before, after=after)
     if moved:
         return {**result, "msg": restart.restarted_message(spec, before, after)}
-    return {
-        **result,
-        "failed": True,
-        "msg": restart.not_moved_message(spec, before, started, error),
-    }
+    message = restart.not_moved_message(spec, before, started, error)
+    return {**result, "failed": True, "msg": message}

@@ -1,6 +1,5 @@
-"""Ask a host its task timeout and runtime start time: each lookup a command run by a Runner
-(a local subprocess, SSH, or an Ansible task's connection) plus a pure parser
-(leaseguard.core.lookups); a failed one raises LookupFailed naming the host and the lookup."""
+"""A host's task timeout and runtime start time: each lookup a command run by a Runner (local,
+SSH, an Ansible task's connection) and a parser; a failure names the host and the lookup."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ class Given(TypedDict, total=False):
 def resolve_runtime_facts(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
-    """The facts given, the rest looked up; a failed lookup raises unless
-    task_timeout.default_s is configured."""
+    """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
     lookup, warnings = Lookups(runner), []
     spec = contract.task_timeout
     seconds = given.get("task_timeout_s")
@@ -224,8 +222,7 @@ class Lookups:
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
-        """stdout (None for exit status 1 when `absent_ok`: grep found nothing); else
-        LookupFailed naming the command (`shown` for one wrapped in `sh -c`)."""
+        """stdout (None for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
         result = self.runner.run(list(argv))
         if result.exit_code == 0:
             return result.stdout

@@ -1,6 +1,5 @@
-"""SSH: a host's Fabric connection (jump hosts, the connect budget, and host keys checked
-against known_hosts: a guard that decides whether to kill work must know which host it
-asked), the lookups run over it, and the tunnel to its database."""
+"""SSH: a host's Fabric connection (host keys checked: a guard must know which host it asked),
+the lookups run over it, and the tunnel to its database."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import shlex
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -102,8 +101,7 @@ class _Connection(Connection):  # type: ignore[misc]
 
 
 def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
-    """ProxyJump's "a,b" as OpenSSH walks it: a first (through its own ssh_config
-    ProxyJump, if any), b through a, and the caller's host through b."""
+    """ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b."""
     first, *rest = (hop.strip() for hop in jumps.split(","))
     hop_options = replace(options, user=None, port=None, gateway=None)
     gateway = make_connection(first, hop_options, config)
@@ -226,20 +224,26 @@ class FabricRunner:
 
 
 @contextmanager
-def forwarded(
-    connection: Connection, address: DatabaseAddress, *, probe: bool = True
-) -> Iterator[DatabaseTunnel]:
-    """A DatabaseTunnel to `address` through the host, its listener closed on every path.
-    Without `probe` the caller's own connection tries the address first (`failure()`)."""
-    open_connection(connection)
-    tunnel = DatabaseTunnel(connection, address)
-    try:
-        if probe:  # a refused address named in one round trip, not after a connect timeout
-            tunnel._open_channel().close()
-        tunnel._thread(tunnel._accept_loop)
-        yield tunnel
-    finally:
-        tunnel.close()
+def tunnelled(
+    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
+) -> Iterator[tuple[str, DatabaseTunnel]]:
+    """`conninfo` through a tunnel to `address` over `connection`, and the tunnel (`probe`:
+    the address tried first); both closed on every path, with the connection's jump hosts."""
+    from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
+
+    from leaseguard.core.dsn import reject_hostaddr
+
+    with closing(connection):
+        reject_hostaddr(conninfo)
+        open_connection(connection)
+        tunnel = DatabaseTunnel(connection, address)
+        try:
+            if probe:  # a refused address named in one round trip, not after a connect timeout
+                tunnel._open_channel().close()
+            tunnel._thread(tunnel._accept_loop)
+            yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
+        finally:
+            tunnel.close()
 
 
 class DatabaseTunnel:

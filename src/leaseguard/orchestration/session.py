@@ -323,9 +323,10 @@ def local_session(
     link: Link | None = None,
     **given: Unpack[Given],
 ) -> Iterator[GuardSession]:
-    """A session on the DSN as given; lookups run here unless another runner is given."""
+    """A session on the DSN as given; lookups run here unless another runner is given
+    (one exec each: a local one exec would add `sh:` to a missing command's message)."""
     runner = runner or LocalRunner()
-    looked_up = look_up_host(contract, runner, **given)
+    looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, host_minus_here = looked_up.facts, looked_up.clock
     session = GuardSession(contract, conninfo, facts, runner, link, host_minus_here=host_minus_here)
     try:
