@@ -1,9 +1,6 @@
 """A host looked up the one way every front does, and a restart checked by its start time.
-
-Over SSH each exec pays the host's login shell, so the lookups' commands and the host's
-clock run as ONE `sh` script, each command judged exactly as if run alone; a command the
-script could not plan (one on a pid file's process) runs alone afterwards.
-"""
+Over SSH each exec pays the host's login shell: the lookups and the clock run as ONE script,
+each command judged as if run alone (one on a pid file's process runs alone after it)."""
 
 from __future__ import annotations
 

@@ -375,20 +375,13 @@ class DatabaseTunnel:
 def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
     """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
     ends: list[Any] = [client, channel]
-    while True:
-        readable, _, _ = select.select(ends, [], [])
-        for end in readable:
-            try:
+    with suppress(OSError, EOFError):  # paramiko: EOFError for a channel already closed
+        while True:
+            for end in select.select(ends, [], [])[0]:
                 data = end.recv(32768)
-            except OSError:
-                return
-            if not data:
-                return
-            other = channel if end is client else client
-            try:
-                other.sendall(data)
-            except (OSError, EOFError):  # paramiko: EOFError for a channel already closed
-                return
+                if not data:
+                    return
+                (channel if end is client else client).sendall(data)
 
 
 def _shutdown(sock: socket.socket) -> None:
