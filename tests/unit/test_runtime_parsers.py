@@ -224,7 +224,7 @@ def _process_contract(pid_file):
     return contract_from_mapping({"task_timeout": source, "runtime": source})
 
 
-def test_process_lookups_after_the_one_exec_agree_with_separate_execs(tmp_path):
+def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
     import os
     import subprocess
 
@@ -240,7 +240,7 @@ def test_process_lookups_after_the_one_exec_agree_with_separate_execs(tmp_path):
             separate = resolve_runtime_facts(contract, alone)
         finally:
             app.kill()
-    assert together.calls == alone.calls  # the one exec read the pid file, then each /proc
+    assert together.calls == 2 < alone.calls  # the pid file, then both /proc reads at once
     assert looked_up.facts == separate
     assert looked_up.facts.task_timeout.seconds == 42.0
     assert looked_up.clock is not None

@@ -1,6 +1,6 @@
 """A host looked up the one way every front does, and a restart checked by its start time.
-Over SSH each exec pays the host's login shell: the lookups and the clock run as ONE script,
-each command judged as if run alone (one on a pid file's process runs alone after it)."""
+Over SSH each exec pays the host's login shell: the lookups and the clock run as ONE script
+(two for a pid file's process), each command judged as if run alone."""
 
 from __future__ import annotations
 
@@ -43,7 +43,11 @@ def look_up_host(
     if one_exec and not getattr(runner, "becomes", False):
         timeout_given = given.get("task_timeout_s") is not None
         start_given = given.get("runtime_started_at") is not None
-        ran, clock = run_together(runner, planned_commands(contract, timeout_given, start_given))
+        ran: dict[Argv, CommandResult] = {}
+        for _round in range(2):  # a pid file's process is known once the file was read
+            if commands := planned_commands(contract, timeout_given, start_given, ran):
+                answers, clock = run_together(runner, commands)
+                ran |= answers
         runner = _Answered(runner, ran)
     facts = resolve_runtime_facts(contract, runner, **given)
     if clock is None and facts.runtime_started_at is not None:
@@ -74,11 +78,17 @@ class _Planner:
         return CommandResult(0, "")
 
 
-def planned_commands(contract: Contract, timeout_given: bool, start_given: bool) -> list[Argv]:
-    """The commands the lookups will run, each once (a failure without an answer, such as a
-    bad variable name, leaves the rest out: run alone, it fails naming what is wrong)."""
+def planned_commands(
+    contract: Contract,
+    timeout_given: bool,
+    start_given: bool,
+    ran: dict[Argv, CommandResult] | None = None,
+) -> list[Argv]:
+    """The commands the lookups will run that `ran` has no answer for, each once (a failure
+    without an answer, such as a bad variable name, leaves the rest out: run alone, it fails
+    naming what is wrong)."""
     planner = _Planner()
-    lookups = Lookups(planner)
+    lookups = Lookups(_Answered(planner, ran or {}))
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
     if timeout_wanted:
         with suppress(LookupFailed):

@@ -63,7 +63,6 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     jumps = connection.ssh_config.get("proxyjump")
     if not options.gateway and jumps and isinstance(connection.gateway, Connection):
         connection.gateway = _jump_chain(jumps, options, config)
-    _apply_host_key_policy(connection, options)
     return connection
 
 
@@ -80,7 +79,7 @@ def _connection(
     kwargs |= {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
     if options.key_filename:
         kwargs["key_filename"] = options.key_filename
-    return _Connection(
+    connection = _Connection(
         host,
         user=options.user,
         port=options.port,
@@ -89,6 +88,11 @@ def _connection(
         connect_timeout=bound,
         connect_kwargs=kwargs,
     )
+    # Only known_hosts' keys trusted; unknown ones refused, or warned of when accepted.
+    trust_known_hosts(connection, options.known_hosts)
+    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    return connection
 
 
 class _Connection(Connection):  # type: ignore[misc]
@@ -108,15 +112,6 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
     for hop in rest:
         gateway = _connection(hop, hop_options, config, gateway)
     return gateway
-
-
-def _apply_host_key_policy(connection: Connection, options: SshOptions) -> None:
-    """Only known_hosts' keys trusted (unknown ones warned of when accepted), on every hop."""
-    trust_known_hosts(connection, options.known_hosts)
-    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
-    connection.client.set_missing_host_key_policy(policy())
-    if isinstance(connection.gateway, Connection):
-        _apply_host_key_policy(connection.gateway, options)
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
