@@ -56,25 +56,19 @@ def look_up_host(
 
 
 class _Answered:
-    """`runner`, answering the commands already run from their results."""
+    """`runner`, answering the commands already run from their results; without a runner
+    (planning), noting the others in `asked` and answering them with nothing."""
 
-    def __init__(self, runner: Runner, ran: dict[Argv, CommandResult]) -> None:
-        self.runner, self.ran, self.label = runner, ran, runner.label
-
-    def run(self, argv: Sequence[str]) -> CommandResult:
-        return self.ran.get(tuple(argv)) or self.runner.run(argv)
-
-
-class _Planner:
-    """A runner that runs nothing: it notes each command and answers it with nothing."""
-
-    label = "(planning)"
-
-    def __init__(self) -> None:
-        self.commands: list[Argv] = []
+    def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
+        self.runner, self.ran, self.asked = runner, ran, list[Argv]()
+        self.label = runner.label if runner is not None else "(planning)"
 
     def run(self, argv: Sequence[str]) -> CommandResult:
-        self.commands.append(tuple(argv))
+        if (answer := self.ran.get(tuple(argv))) is not None:
+            return answer
+        if self.runner is not None:
+            return self.runner.run(argv)
+        self.asked.append(tuple(argv))
         return CommandResult(0, "")
 
 
@@ -87,8 +81,8 @@ def planned_commands(
     """The commands the lookups will run that `ran` has no answer for, each once (a failure
     without an answer, such as a bad variable name, leaves the rest out: run alone, it fails
     naming what is wrong)."""
-    planner = _Planner()
-    lookups = Lookups(_Answered(planner, ran or {}))
+    planner = _Answered(None, ran or {})
+    lookups = Lookups(planner)
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
     if timeout_wanted:
         with suppress(LookupFailed):
@@ -97,7 +91,7 @@ def planned_commands(
         variable = shared_variable(contract, timeout_looked_up=timeout_wanted)
         with suppress(LookupFailed):
             lookups.runtime_start(contract.runtime, variable)
-    return list(dict.fromkeys(planner.commands))
+    return list(dict.fromkeys(planner.asked))
 
 
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
