@@ -33,9 +33,8 @@ from benchmarks.infra import (
     fab_env,
     fleet_fab_config,
 )
-from leaseguard.adapters.host_lookup import planned_commands
+from leaseguard.adapters.host_lookup import batch_script, planned_commands
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.one_exec import batch_script
 from sandbox.ansible_env import ansible_env
 from sandbox.fleet import Fleet
 

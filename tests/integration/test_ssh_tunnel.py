@@ -5,8 +5,7 @@ import threading
 
 import pytest
 
-from leaseguard.adapters.ssh import DatabaseAddress, forwarded
-from leaseguard.adapters.ssh_connect import SshOptions, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection, tunnelled
 from leaseguard.core.errors import TunnelError
 
 pytestmark = pytest.mark.integration
@@ -26,28 +25,28 @@ def connect_to(host):
     return make_connection(host.addr, options)
 
 
+DSN = "dbname=postgres user=postgres"
+
+
 def test_the_tunnels_ssh_socket_sends_small_packets_at_once(app_host_pg):
     connection = connect_to(app_host_pg)
-    try:
-        with forwarded(connection, DatabaseAddress()) as tunnel:
-            assert nodelay(connection) == 1
-            with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5):
-                pass  # the forward reaches PostgreSQL on the host's loopback
-    finally:
-        connection.close()
+    with tunnelled(connection, DSN, DatabaseAddress()) as (conninfo, tunnel):
+        assert nodelay(connection) == 1
+        assert f"port={tunnel.port}" in conninfo
+        with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5):
+            pass  # the forward reaches PostgreSQL on the host's loopback
+    assert not connection.is_connected
 
 
 def test_an_address_the_host_cannot_reach_fails_before_the_tunnel_opens(app_host_pg):
     """Not after the database client has waited out its connect timeout."""
     connection = connect_to(app_host_pg)
-    try:
-        with (
-            pytest.raises(TunnelError, match=r"could not connect to 127\.0\.0\.1:5999"),
-            forwarded(connection, DatabaseAddress(port=5999)),
-        ):
-            pytest.fail("the tunnel must not open to an address the host cannot reach")
-    finally:
-        connection.close()
+    with (
+        pytest.raises(TunnelError, match=r"could not connect to 127\.0\.0\.1:5999"),
+        tunnelled(connection, DSN, DatabaseAddress(port=5999)),
+    ):
+        pytest.fail("the tunnel must not open to an address the host cannot reach")
+    assert not connection.is_connected
 
 
 def test_an_unreachable_address_is_named_at_once(app_host_pg):
@@ -65,7 +64,7 @@ def test_an_unreachable_address_is_named_at_once(app_host_pg):
             ssh_session(
                 connection,
                 Contract(),
-                "dbname=postgres user=postgres",
+                DSN,
                 DatabaseAddress(port=5999),
                 task_timeout_s=60.0,
                 runtime_started_at=datetime.now(UTC),
@@ -91,15 +90,12 @@ def test_a_closed_tunnel_leaves_no_thread_and_a_closed_connection_no_jump_host(a
         gateway=f"root@{app_host_pg.addr}",
     )
     connection = make_connection(app_host_pg.addr, options)
-    try:
-        with forwarded(connection, DatabaseAddress()) as tunnel:
-            with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5) as client:
-                client.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # SSLRequest
-                assert client.recv(1) in (b"N", b"S")  # PostgreSQL answered through it
-                assert len(tunnel_threads()) == 2  # the accept loop, this forward
-            assert connection.gateway.is_connected
-        assert tunnel_threads() == []
-    finally:
-        connection.close()
+    with tunnelled(connection, DSN, DatabaseAddress()) as (_, tunnel):
+        with socket.create_connection(("127.0.0.1", tunnel.port), timeout=5) as client:
+            client.sendall(b"\x00\x00\x00\x08\x04\xd2\x16\x2f")  # SSLRequest
+            assert client.recv(1) in (b"N", b"S")  # PostgreSQL answered through it
+            assert len(tunnel_threads()) == 2  # the accept loop, this forward
+        assert connection.gateway.is_connected
+    assert tunnel_threads() == []
     assert not connection.is_connected
     assert not connection.gateway.is_connected

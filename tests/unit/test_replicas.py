@@ -6,7 +6,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.adapters.host_lookup import planned_commands
 from leaseguard.adapters.runtime import resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
@@ -149,14 +148,10 @@ def test_only_the_named_variable_is_asked_for_and_only_its_entries_are_read():
     assert read_containers(out, "backend", "x").matches[0].value("APP_TASK_TIMEOUT_S") == "60"
 
 
-def test_timeout_and_start_from_the_same_container_are_one_planned_command():
-    contract = contract_from_mapping({"task_timeout": {"container": "label=a=b"}})
-    assert len(planned_commands(contract, timeout_given=False, start_given=False).commands) == 2
-    contract = contract_from_mapping(
-        {"task_timeout": {"container": "label=a=b"}, "runtime": {"container": "label=a=b"}}
-    )
-    [command] = planned_commands(contract, timeout_given=False, start_given=False).commands
-    assert command[4:6] == ("docker", "label=a=b")
+def test_timeout_and_start_from_the_same_container_are_one_command():
+    _facts, host = facts_for("label=a=b", REPLICAS)
+    [command] = host.calls
+    assert command[4:6] == ["docker", "label=a=b"]
 
 
 def test_the_command_source_refuses_a_filter():

@@ -224,7 +224,7 @@ def _process_contract(pid_file):
     return contract_from_mapping({"task_timeout": source, "runtime": source})
 
 
-def test_process_lookups_run_in_the_one_exec_and_agree_with_separate_execs(tmp_path):
+def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
     import os
     import subprocess
 
@@ -240,7 +240,7 @@ def test_process_lookups_run_in_the_one_exec_and_agree_with_separate_execs(tmp_p
             separate = resolve_runtime_facts(contract, alone)
         finally:
             app.kill()
-    assert together.calls == 1 < alone.calls  # alone: the pid file, then each /proc read
+    assert together.calls == 2 < alone.calls  # the pid file, then both /proc reads at once
     assert looked_up.facts == separate
     assert looked_up.facts.task_timeout.seconds == 42.0
     assert looked_up.clock is not None
@@ -307,7 +307,7 @@ def on_a_tty(argv):
     ],
 )
 def test_a_command_on_a_tty_keeps_its_stdout_status_and_stderr_apart(script, expected):
-    from leaseguard.core.one_exec import split_tty, tty_argv
+    from leaseguard.adapters.runtime import split_tty, tty_argv
 
     ran = on_a_tty(list(tty_argv(("sh", "-c", script), "0123abcd")))
     assert "\r\n" in ran.stdout  # the hazard is real here
@@ -315,7 +315,7 @@ def test_a_command_on_a_tty_keeps_its_stdout_status_and_stderr_apart(script, exp
 
 
 def test_tty_output_without_the_markers_fails_with_it_as_the_complaint():
-    from leaseguard.core.one_exec import split_tty
+    from leaseguard.adapters.runtime import split_tty
 
     ran = CommandResult(0, "su: Authentication failure\r\n")
     assert split_tty(ran, "0123abcd") == CommandResult(1, "", "su: Authentication failure\n")

@@ -44,7 +44,7 @@ def test_a_hostaddr_in_the_dsn_is_refused_since_libpq_would_prefer_it_to_the_tun
 
 def test_a_proxyjump_chain_reaches_the_hops_in_order():
     """-J a,b: like ssh, a is reached first, b through a, the host through b."""
-    from leaseguard.adapters.ssh_connect import SshOptions, make_connection
+    from leaseguard.adapters.ssh import SshOptions, make_connection
 
     target = make_connection("app1", SshOptions(gateway="ops@bastion:2222, deploy@inner"))
     inner = target.gateway

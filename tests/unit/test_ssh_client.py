@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import paramiko
 
-from leaseguard.adapters.ssh_connect import trust_known_hosts
+from leaseguard.adapters.ssh import trust_known_hosts
 
 KEY_A = paramiko.RSAKey.generate(1024)
 KEY_B = paramiko.RSAKey.generate(1024)

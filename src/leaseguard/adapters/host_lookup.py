@@ -1,42 +1,26 @@
-"""A host looked up the one way every front does (`look_up_host`), and a runtime's restart
-checked by its start time (`restart_runtime`).
-
-Over SSH each exec pays the host's login shell, so every lookup and the host's clock run as
-ONE script (leaseguard.core.one_exec): the commands the lookups ask of a runner that answers
-nothing (a pid file gets a placeholder pid), each judged exactly as if run alone. One the
-script could not answer (a pid file rewritten meanwhile) runs alone afterwards.
-"""
+"""A host looked up the one way every front does, and a restart checked by its start time.
+Over SSH each exec pays the host's login shell: the lookups and the clock run as ONE script
+(two for a pid file's process), each command judged as if run alone."""
 
 from __future__ import annotations
 
 import secrets
+import shlex
 import time
 from collections.abc import Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Unpack
 
 from leaseguard.adapters.clock import offset_from_here
-from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve
+from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve_runtime_facts
+from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import Argv, CommandResult, pid_argv
-from leaseguard.core.one_exec import Plan, batch_script, split_batch
+from leaseguard.core.lookups import Argv, CommandResult
 from leaseguard.core.replicas import shared_variable
-from leaseguard.core.restart import (
-    RestartSpec,
-    checked_restart,
-    not_moved_message,
-    restart_argv,
-    restart_failed_message,
-    restart_result,
-    restarted_message,
-    start_moved,
-    start_of,
-    would_restart,
-)
+from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts
 
 POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
@@ -53,45 +37,51 @@ class HostLookup:
 def look_up_host(
     contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
 ) -> HostLookup:
-    """What was not given, looked up (a failure raises, naming host and lookup), and the
-    host's clock when a start time makes it matter: with `one_exec` all in one exec (whose
-    round trip bounds the clock's uncertainty), except through become, whose tty merges the
-    streams that exec's output is split by; else one exec each, the clock read alone."""
-    ran: dict[Argv, CommandResult] = {}
+    """The facts not given, looked up, and the host's clock when a start time needs it: with
+    `one_exec` in one exec, except through become (its tty merges the streams split here)."""
     clock = None
     if one_exec and not getattr(runner, "becomes", False):
         timeout_given = given.get("task_timeout_s") is not None
         start_given = given.get("runtime_started_at") is not None
-        ran, clock = run_together(runner, planned_commands(contract, timeout_given, start_given))
-    facts = resolve(contract, Lookups(runner, ran), given)
+        ran: dict[Argv, CommandResult] = {}
+        for _round in range(2):  # a pid file's process is known once the file was read
+            if commands := planned_commands(contract, timeout_given, start_given, ran):
+                answers, clock = run_together(runner, commands)
+                ran |= answers
+        runner = _Answered(runner, ran)
+    facts = resolve_runtime_facts(contract, runner, **given)
     if clock is None and facts.runtime_started_at is not None:
         clock = offset_from_here(runner)
     return HostLookup(facts, clock)
 
 
-class _Planner:
-    """A runner that runs nothing: it notes each command and answers it with nothing, and
-    a pid file with a placeholder pid (so that the commands on that pid are noted too)."""
+class _Answered:
+    """`runner`, answering the commands already run from their results; without a runner
+    (planning), noting the others in `asked` and answering them with nothing."""
 
-    label = "(planning)"
-
-    def __init__(self) -> None:
-        self.plan = Plan()
+    def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
+        self.runner, self.ran, self.asked = runner, ran, list[Argv]()
+        self.label = runner.label if runner is not None else "(planning)"
 
     def run(self, argv: Sequence[str]) -> CommandResult:
-        self.plan.commands.append(tuple(argv))
-        if tuple(argv) != pid_argv(argv[-1]):
-            return CommandResult(0, "")
-        slots = {pid_file: slot for slot, pid_file in self.plan.pid_files.items()}
-        slot = slots.get(argv[-1]) or str(918273645546372819 + len(slots))
-        self.plan.pid_files[slot] = argv[-1]
-        return CommandResult(0, slot)
+        if (answer := self.ran.get(tuple(argv))) is not None:
+            return answer
+        if self.runner is not None:
+            return self.runner.run(argv)
+        self.asked.append(tuple(argv))
+        return CommandResult(0, "")
 
 
-def planned_commands(contract: Contract, timeout_given: bool, start_given: bool) -> Plan:
-    """The commands the lookups will run, each once. One that fails without an answer (a bad
-    variable name or filter) is left out: run alone, it fails naming what is wrong."""
-    planner = _Planner()
+def planned_commands(
+    contract: Contract,
+    timeout_given: bool,
+    start_given: bool,
+    ran: dict[Argv, CommandResult] | None = None,
+) -> list[Argv]:
+    """The commands the lookups will run that `ran` has no answer for, each once (a failure
+    without an answer, such as a bad variable name, leaves the rest out: run alone, it fails
+    naming what is wrong)."""
+    planner = _Answered(None, ran or {})
     lookups = Lookups(planner)
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
     if timeout_wanted:
@@ -101,20 +91,48 @@ def planned_commands(contract: Contract, timeout_given: bool, start_given: bool)
         variable = shared_variable(contract, timeout_looked_up=timeout_wanted)
         with suppress(LookupFailed):
             lookups.runtime_start(contract.runtime, variable)
-    planner.plan.commands = list(dict.fromkeys(planner.plan.commands))
-    return planner.plan
+    return list(dict.fromkeys(planner.asked))
+
+
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """Each command (stdin closed), its parts of stdout and stderr opened by a marker line
+    (`@@leaseguard NONCE@@ KEY`: its index, `I rc` its exit status), then `date +%s.%N`."""
+    mark = f"@@leaseguard {nonce}@@"
+    return (
+        "".join(
+            f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
+            f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
+            for i, argv in enumerate(commands)
+        )
+        + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
+    )
 
 
 def run_together(
-    runner: Runner, plan: Plan
+    runner: Runner, commands: Sequence[Argv]
 ) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
-    """Each command's result and the host's clock minus this machine's, from one exec."""
+    """Each command's result and the host's clock minus this machine's, from one exec (the
+    random nonce keeps a command's own output from passing for a marker)."""
     nonce = secrets.token_hex(8)
     before = time.time()
-    result = runner.run(["sh", "-c", batch_script(plan, nonce)])
+    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
     after = time.time()
-    ran, reading = split_batch(plan, nonce, result)
-    if reading is None:
+
+    def parts(text: str) -> dict[str, str]:
+        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
+        return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
+
+    out, err = parts(result.stdout), parts(result.stderr)
+    ran = {}
+    for i, argv in enumerate(commands):
+        status = out.get(f"{i} rc", "").strip()
+        if str(i) in out and status.isascii() and status.isdigit():
+            ran[argv] = CommandResult(int(status), out[str(i)], err.get(str(i), ""))
+        else:  # never finished (the exec timed out): the exec's status, as alone
+            ran[argv] = CommandResult(result.exit_code or 1, "", err.get(str(i), ""))
+    try:
+        reading = float(out.get("clock", ""))
+    except ValueError:
         return ran, None
     return ran, ClockOffset(reading - (before + after) / 2, (after - before) / 2)
 
@@ -127,43 +145,38 @@ def restart_runtime(
     *,
     check_mode: bool = False,
 ) -> dict[str, Any]:
-    """runtime_restart's result: the restart through `runner`, then its start time read
-    every POLL_S until it moved past `lookup`'s (the registered lookup from before) or
-    verify_timeout_s passed, which fails. A restart that cannot be checked is refused."""
-    checked_restart(spec, lookup)
+    """runtime_restart's result: the restart (with the first reading of its start time in
+    one exec, but through become), then its start time read every POLL_S until it moves past
+    `lookup`'s (the lookup registered before) or verify_timeout_s fails it."""
+    restart.checked_restart(spec, lookup)
     if check_mode:
-        return would_restart(spec)
-    argv = restart_argv(spec)
+        return restart.would_restart(spec)
+    argv = restart.restart_argv(spec)
+    reader = runner
     if spec.verifies and not getattr(runner, "becomes", False):
-        plan = planned_commands(contract, timeout_given=True, start_given=False)
-        plan.commands.insert(0, argv)  # with the first reading: each exec pays a login shell
-        ran, _clock = run_together(runner, plan)
-    else:
-        ran = {argv: runner.run(list(argv))}
-    result = restart_result(spec, argv, ran[argv].exit_code)
-    if ran[argv].exit_code != 0:
-        return {**result, "failed": True, "msg": restart_failed_message(spec, ran[argv])}
-    before = start_of(lookup)
+        ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
+        reader = _Answered(runner, ran)
+    done = reader.run(list(argv))
+    result = restart.restart_result(spec, argv, done.exit_code)
+    if done.exit_code != 0:
+        return {**result, "failed": True, "msg": restart.restart_failed_message(spec, done)}
+    before = restart.start_of(lookup)
     if not spec.verifies:
-        return {**result, "before": before, "msg": restarted_message(spec, before, None)}
-    started, error = _read_start(Lookups(runner, ran), contract)
+        return {**result, "before": before, "msg": restart.restarted_message(spec, before, None)}
     ends_at = time.monotonic() + spec.verify_timeout_s
-    moved = start_moved(before["runtime_started_epoch_s"], started)
-    while not moved and (left := ends_at - time.monotonic()) > 0:
+    while True:
+        try:
+            started, error = Lookups(reader).runtime_start(contract.runtime), None
+        except LookupFailed as exc:  # e.g. still starting: read again until the deadline
+            started, error = None, exc
+        moved = restart.start_moved(before["runtime_started_epoch_s"], started)
+        if moved or (left := ends_at - time.monotonic()) <= 0:
+            break
         time.sleep(min(POLL_S, left))
-        started, error = _read_start(Lookups(runner), contract)
-        moved = start_moved(before["runtime_started_epoch_s"], started)
-    after = start_of(started)
+        reader = runner
+    after = restart.start_of(started)
     result.update(before=before, after=after)
     if moved:
-        return {**result, "msg": restarted_message(spec, before, after)}
-    return {**result, "failed": True, "msg": not_moved_message(spec, before, started, error)}
-
-
-def _read_start(
-    lookups: Lookups, contract: Contract
-) -> tuple[datetime | None, LookupFailed | None]:
-    try:
-        return lookups.runtime_start(contract.runtime), None
-    except LookupFailed as exc:  # e.g. still starting: read again until the deadline
-        return None, exc
+        return {**result, "msg": restart.restarted_message(spec, before, after)}
+    message = restart.not_moved_message(spec, before, started, error)
+    return {**result, "failed": True, "msg": message}

@@ -1,9 +1,5 @@
-"""Ask a host what the protected system is configured with: task timeout and start time.
-
-Each lookup is a command run on the host plus a pure parser (leaseguard.core.lookups); only
-the Runner differs between the CLI (a local subprocess), Fabric (SSH) and Ansible (the task's
-connection). Any failed lookup raises LookupFailed naming the host and the lookup.
-"""
+"""A host's task timeout and runtime start time: each lookup a command run by a Runner (local,
+SSH, an Ansible task's connection) and a parser; a failure names the host and the lookup."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ import shlex
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, TypedDict, Unpack
 
@@ -58,8 +54,7 @@ class LocalRunner:
 
 
 class Given(TypedDict, total=False):
-    """Facts a front already has (flags, an earlier Ansible task): not looked up again.
-    `task_timeout_source` keeps where an earlier lookup read the timeout, for the verdict."""
+    """Facts a front already has (flags, an earlier Ansible task's lookup): not looked up."""
 
     task_timeout_s: float | None
     runtime_started_at: datetime | None
@@ -70,14 +65,8 @@ class Given(TypedDict, total=False):
 def resolve_runtime_facts(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
-    """Look up what was not given, one exec each. A failed lookup raises, unless
-    task_timeout.default_s is configured."""
-    return resolve(contract, Lookups(runner), given)
-
-
-def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
-    """The facts: those given, the rest from `lookup` (defaults where configured)."""
-    warnings: list[str] = []
+    """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
+    lookup, warnings = Lookups(runner), []
     spec = contract.task_timeout
     seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
@@ -107,15 +96,14 @@ def resolve(contract: Contract, lookup: Lookups, given: Given) -> RuntimeFacts:
 
 
 class Lookups:
-    """The lookups of one check on one host. `ran`: results of commands already run (the one
-    exec), by argv; any other command runs in its own exec. `replicas` names what a filter or
+    """The lookups of one check on one host, one exec each. `replicas` names what a filter or
     unit glob matched, `warnings` what the verdict must say (a named container's siblings)."""
 
-    def __init__(self, runner: Runner, ran: Mapping[Argv, CommandResult] | None = None) -> None:
+    def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.host = f"host {runner.label}"
-        self._ran = dict(ran or {})
         self._containers_seen: dict[Argv, Containers] = {}
+        self._pids: dict[str, int] = {}
         self.replicas: list[str] = []
         self.warnings: list[str] = []
 
@@ -175,9 +163,8 @@ class Lookups:
                 return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
-        """The start time; over several replicas the OLDEST (a claim older than every
-        replica's start is an orphan, one newer than any may run there). `variable`: the
-        one the task timeout reads from the same container (one command serves both)."""
+        """The start time; over several replicas the OLDEST (a claim newer than any may run
+        there). `variable`: the task timeout's, read by the same container command."""
         match spec.source:
             case "docker" | "podman":
                 found = self._containers(spec.source, spec.container, variable)
@@ -224,10 +211,13 @@ class Lookups:
         return units
 
     def _pid(self, pid_file: str) -> int:
-        text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
-        if not text.isdigit() or int(text) <= 0:
-            raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
-        return int(text)
+        """The pid the file holds, read once per check (the timeout and start share it)."""
+        if pid_file not in self._pids:
+            text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
+            if not text.isdigit() or int(text) <= 0:
+                raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
+            self._pids[pid_file] = int(text)
+        return self._pids[pid_file]
 
     def _run(self, argv: Argv, what: str, *, shown: str = "") -> str:
         out = self._output(argv, what, shown=shown)
@@ -237,9 +227,8 @@ class Lookups:
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
-        """stdout of argv (None for exit status 1 when `absent_ok`: grep found nothing); else
-        LookupFailed naming the command (`shown` for one wrapped in `sh -c`)."""
-        result = self._ran.get(argv) or self.runner.run(list(argv))
+        """stdout (None for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
+        result = self.runner.run(list(argv))
         if result.exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
@@ -249,3 +238,31 @@ class Lookups:
             f"{self.host}: {what}: `{shown or shlex.join(argv[:3])}` "
             f"{lookups.exit_meaning(result.exit_code)}{f': {said}' if said else ''}"
         )
+
+
+# Through become, ansible's ssh runs commands on a tty (stderr merged into stdout, CRLF line
+# ends): the command's stderr is captured and printed after a marked line instead.
+_TTY_SCRIPT = (
+    'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
+    '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
+    'printf "\\n%s %d\\n%s" "$m err@@" "$s" "$e"; exit "$s"'
+)
+
+
+def tty_argv(argv: Argv, nonce: str) -> Argv:
+    """`argv` run so that its stdout, exit status and stderr can be told apart on a tty."""
+    return ("sh", "-c", _TTY_SCRIPT, "sh", nonce, *argv)
+
+
+def split_tty(result: CommandResult, nonce: str) -> CommandResult:
+    """`tty_argv`'s command's own result, CRLF undone. Without both markers the command
+    never ran (become failed): the output is the complaint, the status at least 1."""
+    text = result.stdout.replace("\r\n", "\n")
+    out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
+    start, stop = text.find(out), text.rfind(err)
+    if start < 0 or stop < start + len(out):
+        return CommandResult(result.exit_code or 1, "", text)
+    status, newline, stderr = text[stop + len(err) :].partition("\n")
+    if not (newline and (code := status.strip()).isascii() and code.isdigit()):
+        return CommandResult(result.exit_code or 1, "", text)
+    return CommandResult(int(code), text[start + len(out) : stop], stderr)

@@ -1,5 +1,5 @@
-"""SSH: lookups run on a host over its connection (leaseguard.adapters.ssh_connect), and
-the tunnel to its database."""
+"""SSH: a host's Fabric connection (host keys checked: a guard must know which host it asked),
+the lookups run over it, and the tunnel to its database."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import shlex
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import closing, contextmanager, suppress
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 try:
     import paramiko
-    from fabric import Connection
+    from fabric import Config, Connection
     from invoke.exceptions import CommandTimedOut
 except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproject.toml)
     raise ModuleNotFoundError(
@@ -25,13 +26,25 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
-from leaseguard.adapters.ssh_connect import open_connection
 from leaseguard.core.errors import TunnelError
 from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
 _JOIN_S = 2.0  # how long closing a tunnel waits for each of its threads
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to reach a host: what Fabric users set, plus the host-key policy."""
+
+    user: str | None = None
+    port: int | None = None
+    key_filename: str | None = None
+    known_hosts: str | None = None
+    accept_unknown_host_keys: bool = False
+    gateway: str | None = None  # ProxyJump-style: "user@host:port", or hops "a,b" in order
+    connect_timeout_s: int = 10
 
 
 @dataclass(frozen=True)
@@ -42,8 +55,147 @@ class DatabaseAddress:
     port: int = 5432
 
 
+def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
+    """A Fabric Connection whose host keys are verified, through `options.gateway` or else
+    ssh_config's ProxyJump (rebuilt: Fabric walks "a,b" from b, without our timeouts)."""
+    gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
+    connection = _connection(host, options, config, gateway)
+    jumps = connection.ssh_config.get("proxyjump")
+    if not options.gateway and jumps and isinstance(connection.gateway, Connection):
+        connection.gateway = _jump_chain(jumps, options, config)
+    return connection
+
+
+def _connection(
+    host: str, options: SshOptions, config: Config | None, gateway: Connection | None
+) -> Connection:
+    # paramiko's own banner, auth and channel waits (15 s, 30 s, an hour) are bounded by the
+    # connect budget. Fabric uses the config's connect_kwargs only when given none: merged
+    # here (its key files Fabric merges itself; its `timeout`, fab -t, is the budget).
+    bound = options.connect_timeout_s
+    configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
+    waits = ("banner_timeout", "auth_timeout", "channel_timeout")
+    kwargs: dict[str, Any] = dict.fromkeys(waits, bound)
+    kwargs |= {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
+    if options.key_filename:
+        kwargs["key_filename"] = options.key_filename
+    connection = _Connection(
+        host,
+        user=options.user,
+        port=options.port,
+        config=config,
+        gateway=gateway,
+        connect_timeout=bound,
+        connect_kwargs=kwargs,
+    )
+    # Only known_hosts' keys trusted; unknown ones refused, or warned of when accepted.
+    trust_known_hosts(connection, options.known_hosts)
+    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    return connection
+
+
+class _Connection(Connection):  # type: ignore[misc]
+    """Fabric's Connection, whose close() also closes its jump hosts (Fabric leaves them open)."""
+
+    def close(self) -> None:
+        super().close()
+        if isinstance(self.gateway, Connection):
+            self.gateway.close()
+
+
+def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
+    """ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b."""
+    first, *rest = (hop.strip() for hop in jumps.split(","))
+    hop_options = replace(options, user=None, port=None, gateway=None)
+    gateway = make_connection(first, hop_options, config)
+    for hop in rest:
+        gateway = _connection(hop, hop_options, config, gateway)
+    return gateway
+
+
+def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
+    """The client trusts its own host's keys: the system known_hosts entry (paramiko's
+    precedence), else UserKnownHostsFile's or `known_hosts`' (unreadable files skipped)."""
+    port = int(connection.port)
+    name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
+    configured = f"{connection.ssh_config.get('userknownhostsfile', '')} {known_hosts or ''}"
+    entry = None
+    for paths in (["~/.ssh/known_hosts"], configured.split()):
+        keys = paramiko.HostKeys()
+        for path in (Path(p).expanduser() for p in paths):
+            if path.is_file():
+                with suppress(OSError):
+                    keys.load(str(path))
+        entry = entry or keys.lookup(name)
+    for keytype, key in (entry or {}).items():
+        connection.client.get_host_keys().add(name, keytype, key)
+
+
+def open_connection(connection: Connection) -> None:
+    """Connect now; an SSH failure is a TunnelError naming the host and what to try next."""
+    named = _named(connection)
+    try:
+        if not connection.is_connected:
+            connection.open()
+            _tune(connection)
+    except paramiko.BadHostKeyException:
+        raise TunnelError(
+            f"host {named}: host key does not match known_hosts (BadHostKeyException); if "
+            "the host was reinstalled, check its new key's fingerprint and replace its "
+            "known_hosts line"
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        raise TunnelError(
+            f"host {named}: SSH authentication failed ({type(exc).__name__}); "
+            "check the user and the key (fab -i, connect_kwargs.key_filename, IdentityFile) "
+            "or its passphrase (connect_kwargs.passphrase, fab --prompt-for-passphrase)"
+        ) from None
+    except paramiko.SSHException as exc:
+        if "not found in known_hosts" in str(exc):
+            raise TunnelError(
+                f"host {named}: host key is not in known_hosts; add it "
+                "(ssh-keyscan) or set accept_unknown_host_keys explicitly"
+            ) from None
+        raise TunnelError(
+            f"host {named}: SSH failed ({type(exc).__name__}); "
+            f"check that `ssh {connection.original_host}` works from here"
+        ) from None
+    except (OSError, EOFError) as exc:
+        gateway = connection.gateway
+        through = (
+            f" (through the jump host {_named(gateway)})" if isinstance(gateway, Connection) else ""
+        )
+        raise TunnelError(
+            f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
+            f"check that it is up, that sshd answers on port {connection.port}{through} and "
+            "the connect timeout (fab -t), or run with -H excluding it"
+        ) from None
+
+
+def _named(connection: Connection) -> str:
+    """ "app2 (10.0.0.12:22)": the host as given (-H, an ssh_config alias) and where it is."""
+    given = str(connection.original_host).rpartition("@")[2]
+    return f"{given} ({connection.host}:{connection.port})"
+
+
+def _tune(connection: Connection) -> None:
+    """Nagle off, keepalives, and TCP_USER_TIMEOUT: data unacknowledged for the connect
+    timeout means a dead link (TCP alone retransmits for ~15 minutes)."""
+    transport = connection.client.get_transport()
+    if transport is not None:  # after 1 s idle: a dead link then has data unacknowledged
+        transport.set_keepalive(1)
+    sock = getattr(transport, "sock", None)
+    if isinstance(sock, socket.socket):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
+    if isinstance(connection.gateway, Connection) and connection.gateway.is_connected:
+        _tune(connection.gateway)
+
+
 class FabricRunner:
-    """Runs lookup commands on a host over an open Fabric Connection."""
+    """Runs lookup commands on a host over its Fabric Connection."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
@@ -67,33 +219,32 @@ class FabricRunner:
 
 
 @contextmanager
-def forwarded(
-    connection: Connection, address: DatabaseAddress, *, probe: bool = True
-) -> Iterator[DatabaseTunnel]:
-    """A DatabaseTunnel to `address` through the host, its listener closed on every path.
+def tunnelled(
+    connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
+) -> Iterator[tuple[str, DatabaseTunnel]]:
+    """`conninfo` through a tunnel to `address` over `connection`, and the tunnel (`probe`:
+    the address tried first); both closed on every path, with the connection's jump hosts."""
+    from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
 
-    `probe=False`: the caller connects through it at once, and a refused address fails that
-    connection as fast, naming the same cause (`failure()`).
-    """
-    open_connection(connection)
-    tunnel = DatabaseTunnel(connection, address)
-    try:
-        if probe:  # a refused address named in one round trip, not after a connect timeout
-            tunnel._open_channel().close()
-        tunnel._thread(tunnel._accept_loop)
-        yield tunnel
-    finally:
-        tunnel.close()
+    from leaseguard.core.dsn import reject_hostaddr
+
+    with closing(connection):
+        reject_hostaddr(conninfo)
+        open_connection(connection)
+        tunnel = DatabaseTunnel(connection, address)
+        try:
+            if probe:  # a refused address named in one round trip, not after a connect timeout
+                tunnel._open_channel().close()
+            tunnel._thread(tunnel._accept_loop)
+            yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
+        finally:
+            tunnel.close()
 
 
 class DatabaseTunnel:
-    """A local listener forwarding each accepted connection over its own SSH channel.
-
-    Unlike Fabric's forward_local (one manager thread that dies on the first refused
-    channel, its socket still listening), a refused channel closes only its own connection,
-    at once, keeping the reason (`failure()`); a dead SSH connection is reopened by
-    `ensure()`, so a drain reaches a database (or a host) that comes back.
-    """
+    """A local listener forwarding each connection over its own SSH channel. Unlike Fabric's
+    forward_local (dead after one refused channel), a refusal ends only its connection and
+    is kept (`failure()`); `ensure()` reopens a dead SSH connection for a drain."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
         self.connection = connection
@@ -102,48 +253,30 @@ class DatabaseTunnel:
         self.target = f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
-        # Shared with the forwarding threads: open client sockets, threads, last refusal.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # for the sets and failure the threads share
         self._open: set[socket.socket] = set()
-        self._threads: set[threading.Thread] = set()
+        self._threads: list[threading.Thread] = []
         self._failure: TunnelError | None = None
 
     def close(self) -> None:
         """Stop accepting, end every forwarded connection and wait for their threads."""
         _shutdown(self._listener)  # wakes the accept() in flight (close alone would not)
         self._listener.close()
-        self.abort()
+        self._abort()
         with self._lock:
             threads = list(self._threads)
-        for thread in threads:
-            # Bounded: a channel close stuck on a dead link must not hang the front.
+        for thread in threads:  # bounded: a close stuck on a dead link must not hang the front
             thread.join(timeout=_JOIN_S)
 
-    def _thread(self, target: Callable[..., None], *args: object) -> None:
-        def tracked() -> None:
-            try:
-                target(*args)
-            finally:
-                with self._lock:
-                    self._threads.discard(thread)
-
-        thread = threading.Thread(target=tracked, name=f"leaseguard-tunnel-{self.host}")
-        thread.daemon = True
-        with self._lock:
-            self._threads.add(thread)
-        thread.start()
-
     def cut(self) -> None:
-        """Give up on the link: every forwarded connection and the SSH connection end, and
-        with them every wait on the host; the next ensure() reconnects."""
-        self.abort()
+        """End every forwarded connection and the SSH connection; ensure() reconnects."""
+        self._abort()
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
 
     def ensure(self, *, within_s: float = float("inf")) -> None:
-        """Make the SSH connection usable for the next database connection: reopened when
-        `within_s` (the caller's time left) holds a whole connect, else reported lost."""
+        """Reopen a dead SSH connection if `within_s` (time left) holds a connect, else raise."""
         with self._lock:
             self._failure = None
         transport = self.connection.client.get_transport()
@@ -163,8 +296,7 @@ class DatabaseTunnel:
         with self._lock:
             return self._failure
 
-    def abort(self) -> None:
-        """End every forwarded connection now (their database clients see the close)."""
+    def _abort(self) -> None:
         with self._lock:
             for sock in self._open:
                 _shutdown(sock)
@@ -173,6 +305,13 @@ class DatabaseTunnel:
         cause = transport.get_exception() if transport is not None else None
         reason = type(cause).__name__ if cause is not None else "closed"
         return TunnelError(f"host {self.host}: the SSH connection was lost ({reason})")
+
+    def _thread(self, target: Callable[..., None], *args: object) -> None:
+        name = f"leaseguard-tunnel-{self.host}"
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        thread.start()
 
     def _accept_loop(self) -> None:
         while True:
@@ -231,20 +370,13 @@ class DatabaseTunnel:
 def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
     """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
     ends: list[Any] = [client, channel]
-    while True:
-        readable, _, _ = select.select(ends, [], [])
-        for end in readable:
-            try:
+    with suppress(OSError, EOFError):  # paramiko: EOFError for a channel already closed
+        while True:
+            for end in select.select(ends, [], [])[0]:
                 data = end.recv(32768)
-            except OSError:
-                return
-            if not data:
-                return
-            other = channel if end is client else client
-            try:
-                other.sendall(data)
-            except (OSError, EOFError):  # paramiko: EOFError for a channel already closed
-                return
+                if not data:
+                    return
+                (channel if end is client else client).sendall(data)
 
 
 def _shutdown(sock: socket.socket) -> None:

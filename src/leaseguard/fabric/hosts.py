@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from invoke.context import Context
 from invoke.exceptions import Exit
 
+from leaseguard.adapters.ssh import tunnelled
 from leaseguard.core.dsn import each_hosts_own
 from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
@@ -25,7 +26,7 @@ from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
-from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
+from leaseguard.orchestration.ssh_session import ssh_session
 
 
 def guard_hosts(c: Context, json_: bool) -> None:

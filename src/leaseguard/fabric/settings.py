@@ -12,8 +12,7 @@ from fabric import Config, Connection
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.ssh import DatabaseAddress
-from leaseguard.adapters.ssh_connect import SshOptions, make_connection
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.core.config_values import (
     flag,
     optional_port,
