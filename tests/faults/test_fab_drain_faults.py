@@ -115,3 +115,33 @@ def test_a_fleet_drain_pauses_shared_intake_once_and_judges_the_fleet(
     assert "host=fleet decision=defer" in line
     assert f"fleet=root@{app_host_pg.addr},root@{app_host_pg.addr}:22" in line
     assert active(app_host_pg, intake) == "t"
+
+
+def test_a_signal_while_waiting_for_a_run_in_progress_resumes_intake_at_once(
+    app_host_pg, app_db, intake, tmp_path
+):
+    """A pause waits for a pg_cron run already going (up to 120 s); a signal then must not sit
+    that wait out with intake paused."""
+    with app_host_pg.pg.connect(socket=True) as conn, app_host_pg.pg.connect(socket=True) as run:
+        conn.autocommit = True
+        conn.execute(
+            "INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, "
+            "command, status, start_time) SELECT jobid, nextval('cron.runid_seq'), %s, "
+            "database, username, command, 'running', now() FROM cron.job WHERE jobname = %s",
+            (run.info.backend_pid, intake),
+        )
+        proc, out, err = start_fab(
+            app_host_pg, app_db, tmp_path, f"root@{app_host_pg.addr}", "--pause-cron-job", intake
+        )
+        try:
+            assert err.wait_for(f"intake paused pg_cron job={intake}")
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)  # the run is still in progress: only the signal ended it
+        finally:
+            terminate(proc)
+    stderr = err.text()
+    assert proc.returncode == 1, stderr
+    assert f"intake resumed pg_cron job={intake}" in stderr
+    assert "drain interrupted; intake was resumed" in stderr
+    assert "decision=failed error=DrainInterrupted" in out.text()
+    assert active(app_host_pg, intake) == "t"

@@ -8,6 +8,7 @@ runs only of active jobs), each claim finished 0.3 s later: the incident's busy 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -295,6 +296,38 @@ def test_the_hold_waits_for_a_run_already_in_progress(db, intake):
             )
             wait_quiet(lambda: cron_conn(db), hold, timeout_s=1.5)
         release_hold(conn, hold)
+
+
+def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
+    """SIGTERM during the wait for a run already in progress: the drain does not sit out the
+    quiet timeout (120 s) with intake paused; it ends, intake given back, no driver text."""
+    with cron_conn(db) as conn, cron_conn(db) as running:
+        pid = running.execute("SELECT pg_backend_pid()").fetchone()[0]
+        jobid = conn.execute("SELECT jobid FROM cron.job WHERE jobname = %s", (intake,)).fetchone()
+        conn.execute(
+            "INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, "
+            "command, status, start_time) VALUES (%s, nextval('cron.runid_seq'), %s, %s, "
+            "current_user, 'SELECT 1', 'running', now())",
+            (jobid[0], pid, db.name),
+        )
+        drain = subprocess.Popen(
+            drain_argv(db, "--pause-cron-job", intake, "--", "true"),
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+        )
+        try:
+            lines = Lines(drain.stderr)
+            assert lines.wait_for(f"intake paused pg_cron job={intake}")
+            assert not active(db, intake)
+            drain.send_signal(signal.SIGTERM)
+            assert drain.wait(timeout=30) != 0
+        finally:
+            if drain.poll() is None:
+                drain.kill()
+        assert lines.wait_for("intake was resumed"), lines.text()
+        assert active(db, intake)
+        assert "in progress" not in lines.text()  # no driver text from the interrupted query
 
 
 # --- the intake's own identity beside a read-only guard role ----------------------------------

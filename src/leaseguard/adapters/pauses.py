@@ -13,6 +13,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -199,13 +200,15 @@ def wait_quiet(
     hold: Hold,
     *,
     timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
+    stop: threading.Event | None = None,
 ) -> None:
-    """Return once no run of the held jobs is in progress, or fail closed naming them."""
+    """Return once no run of the held jobs is in progress (or once `stop` is set: a signal
+    ends the wait at once, so the caller gives intake back), or fail closed naming them."""
     if not hold.jobids:
         return
-    started = time.monotonic()
+    started, stop = time.monotonic(), stop or threading.Event()
     with connect() as conn:
-        while True:
+        while not stop.is_set():
             with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
                 row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
             running, waited = int(row[0]) if row else 0, time.monotonic() - started
@@ -217,7 +220,7 @@ def wait_quiet(
                     f"{', '.join(hold.jobs)} still in progress {timeout_s:g}s after the pause; "
                     "not judging while intake may still claim"
                 )
-            time.sleep(0.1)
+            stop.wait(0.1)
 
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:

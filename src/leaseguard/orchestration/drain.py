@@ -190,6 +190,9 @@ class Drainer:
             if intake is not None:
                 intake.pause()
                 held = tuple(intake.paused_intake())
+                if self.stop.is_set():  # a signal while waiting for intake to be quiet
+                    elapsed = self.clock() - started
+                    return DrainResult(None, self.counters, elapsed, 0.0, self._interrupted(), held)
             result = replace(self._wait(started, held), intake=held)
             if act is not None and result.drained and not self.stop.is_set():
                 result = replace(result, action=act(result))

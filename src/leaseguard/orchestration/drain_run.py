@@ -47,6 +47,7 @@ def drain_host(
     give intake back. For a fleet, `runners` are every host's and `connect` reaches the
     database through any host that still can; `judge` replaces session.judge."""
     parts: list[Intake] = []
+    stop = stop or threading.Event()
     if options.pause_cron_jobs:
         reach, access = connect or session.connect_writable, options.intake()
         parts.append(
@@ -57,6 +58,7 @@ def drain_host(
                 action=action,
                 retry_s=options.resume_retry_s,
                 resume_hint=resume_hint or RESUME_HINT,
+                stop=stop,
             )
         )
     if options.pause_command:
@@ -70,7 +72,7 @@ def drain_host(
         deadline_s=options.deadline_s,
         progress=progress,
         observer=board.observer(session.host, intake),
-        stop=stop or threading.Event(),
+        stop=stop,
         label=session.host,
     )
     return drainer.run(intake, act)
@@ -234,4 +236,7 @@ def configure_logging(*, verbose: bool = False) -> None:
         handler.setFormatter(formatter)
         logger.addHandler(handler)
         logger.propagate = False
+        # psycopg's own warnings (a rollback failing under an interrupted query) carry the
+        # driver's text and the connection's address: never on the timeline.
+        logging.getLogger("psycopg").addHandler(logging.NullHandler())
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -55,6 +56,7 @@ class CronJobsPause:
     retry_s: float = DEFAULT_RESUME_RETRY_S
     resume_hint: str = RESUME_HINT
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
+    stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
     hold: Hold | None = field(default=None, init=False)
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
@@ -74,7 +76,7 @@ class CronJobsPause:
                 "pause): not held by this run, so it will not be resumed by it",
                 name,
             )
-        wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s)
+        wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
 
     def resume(self) -> None:
         if self.hold is None or not self.hold.jobs:
