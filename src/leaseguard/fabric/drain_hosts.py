@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import asdict, replace
+from typing import Any
 
 from invoke.context import Context
 from invoke.exceptions import Exit
@@ -21,9 +20,20 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.verdict import failure_result
-from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
-from leaseguard.fabric.hosts import by_database, judging_session, not_judged, opened_hosts
-from leaseguard.fabric.settings import FabricSettings, settings_or_exit
+from leaseguard.fabric.hosts import (
+    Failed,
+    Sessions,
+    exit_with_worst,
+    failure_line,
+    for_each_host,
+    judging_session,
+    not_judged,
+    opened_hosts,
+    per_database,
+    say,
+)
+from leaseguard.fabric.settings import settings_or_exit
+from leaseguard.fabric.tasks import fleet_hosts
 from leaseguard.orchestration.drain import (
     Action,
     ActionOutcome,
@@ -31,7 +41,7 @@ from leaseguard.orchestration.drain import (
     DrainResult,
     progress_for,
 )
-from leaseguard.orchestration.drain_options import DrainOptions, drain_options
+from leaseguard.orchestration.drain_options import drain_options
 from leaseguard.orchestration.drain_run import (
     configure_logging,
     drain_each,
@@ -41,150 +51,94 @@ from leaseguard.orchestration.drain_run import (
     signals_set,
     status_board,
 )
-from leaseguard.orchestration.drain_status import StatusBoard
+from leaseguard.orchestration.session import GuardSession
 
-T = TypeVar("T")
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-
-# A host's (or the fleet's) exit status and its lines (True: to stdout, the timeline or the
-# --json object; False: to stderr), printed once every drain ended, never interleaved.
+# A host's (or the fleet's) exit status and its lines (True: to stdout), printed once every
+# drain ended, never interleaved.
 Report = tuple[int, list[tuple[bool, str]]]
 
 
-def drain_hosts(
-    c: Context,
-    *,
-    deadline_s: float | None,
-    poll_s: float | None,
-    pause_cron_job: list[str] | None,
-    resume_retry_s: float | None,
-    json_: bool,
-    status_file: str | None,
-    metrics_file: str | None,
-    run: str | None,
-) -> None:
-    """`fab drain`: each host drained by its own facts, or the fleet drained as one; either
-    way judged by one query per poll over one connection. A flag given wins over `drain:`."""
+def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
+    """`fab drain`: each host by its own facts or, with pg_cron jobs to pause, the fleet as one;
+    either way one query per poll over one connection. A flag given wins over `drain:`."""
     settings = settings_or_exit(c)
-    given = {
-        "deadline_s": deadline_s,
-        "poll_s": poll_s,
-        "resume_retry_s": resume_retry_s,
-        "pause_cron_jobs": list(pause_cron_job or ()) or None,
-        "status_file": status_file or None,
-        "metrics_file": metrics_file or None,
-    }
     merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
-    options = _or_usage_exit(drain_options, merged)
-    hosts = fleet_hosts(c)
-    configure_logging()
-    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    board = _or_usage_exit(status_board, options)  # one snapshot over every host
-    drain_run = _DrainRun(c, settings, options, progress, json_, threading.Event(), board, run)
-    with signals_set(drain_run.stop, say):
-        drain = _drain_fleet if options.pause_cron_jobs else _drain_each
-        reports = drain(hosts, drain_run)
-    for _, lines in reports:
-        for to_stdout, line in lines:
-            print(line) if to_stdout else say(line)
-    if drain_run.stop.is_set():
-        say("drain interrupted; intake was resumed")
-        raise Exit(code=EXIT_FAILED)
-    exit_with_worst([status for status, _ in reports])
-
-
-def _or_usage_exit(read: Callable[[Any], T], value: Any) -> T:
     try:
-        return read(value)
+        options = drain_options(merged)
+        hosts = fleet_hosts(c)
+        configure_logging()
+        board = status_board(options)  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
+    common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
+    stop = threading.Event()
 
+    def each(opened: tuple[Sessions, Failed]) -> list[Report]:
+        """Every host's own drain (its facts, its intake), all on ONE query per poll."""
 
-@dataclass(frozen=True)
-class _DrainRun:
-    """What every host's drain of one `fab drain` shares."""
-
-    c: Context
-    settings: FabricSettings
-    options: DrainOptions
-    progress: Any
-    json_output: bool
-    stop: threading.Event
-    board: StatusBoard | None = None
-    command: str | None = None  # --run: run on the hosts once drained, intake still held
-
-
-def _drain_each(hosts: list[str], run: _DrainRun) -> list[Report]:
-    """Every host's own drain (its facts, its intake), all polled by ONE query per poll per
-    database."""
-    results: dict[str, DrainResult | LeaseguardError] = {}
-    with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
-        groups = by_database(opened, run.settings) if opened.sessions else []
-        results.update(opened.failed)
-
-        def drain(group: list[str]) -> dict[str, DrainResult | LeaseguardError]:
-            try:
-                with judging_session(opened, run.settings, hosts=group) as shared:
-                    shared.pause_owner = drain_identity("fab drain")
-                    drained = drain_each(
-                        shared,
-                        run.options,
-                        run.board,
-                        stop=run.stop,
-                        own=opened.sessions,
-                        act=lambda own: _command_on({own.host: own.runner}, run.command),
-                        progress=run.progress,
-                        front="fab drain",
-                        resume_hint=RESUME_HINT,
-                    )
-            except LeaseguardError as exc:  # a host without a timeout
-                return dict(not_judged(group, exc))
+        def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
+            shared.pause_owner = drain_identity("fab drain")
+            drained = drain_each(
+                shared,
+                options,
+                board,
+                stop=stop,
+                own=opened[0],
+                act=lambda own: _command_on({own.host: own.runner}, run),
+                front="fab drain",
+                **common,
+            )
             # The fleet's one poll failed: its cause said once, each host not judged by it.
             for named in shared_failures(drained).values():
                 cause = drained[named[0]].error
                 assert cause is not None
                 for host, error in not_judged(named, cause).items():
                     drained[host] = replace(drained[host], error=error)
-            return dict(drained)
+            return drained
 
-        by_first = {group[0]: group for group in groups}
-        if by_first:  # else no host opened (and a pool needs a worker)
-            for drained in for_each_host(list(by_first), lambda first: drain(by_first[first])):
-                results.update(drained)
-    return [_report(host, results[host], run.json_output) for host in hosts]
+        results = per_database(opened, settings, drain)
+        return [_report(host, results[host], json_) for host in hosts]
 
-
-def _drain_fleet(hosts: list[str], run: _DrainRun) -> list[Report]:
-    """Every host's facts looked up (in parallel), then one drain judged by the fleet rule."""
-    with opened_hosts(list(dict.fromkeys(hosts)), run.c, run.settings) as opened:
-        if opened.failed:
-            reports = [_report(h, e, run.json_output) for h, e in sorted(opened.failed.items())]
+    def as_one(opened: tuple[Sessions, Failed]) -> list[Report]:
+        """Every host's facts looked up, then one drain judged by the fleet rule."""
+        sessions, failed = opened
+        if failed:
             say("no intake was paused: every host's facts are needed to judge the fleet")
-            return reports
-        sessions = opened.sessions
+            return [_report(host, error, json_) for host, error in sorted(failed.items())]
         for s in sessions.values():  # any host's path may carry the intake's hold
-            s.cron_user, s.cron_password = run.options.cron_user, run.options.cron_password
+            s.cron_user, s.cron_password = options.cron_user, options.cron_password
         runners = {host: s.runner for host, s in sessions.items()}
         try:
-            with judging_session(opened, run.settings, fleet_rule=True) as fleet:
-                result = drain_host(
+            with judging_session(sessions, settings, list(sessions), fleet_rule=True) as fleet:
+                result: DrainResult | LeaseguardError = drain_host(
                     fleet,
-                    run.options,
-                    run.progress,
-                    run.board,
+                    options,
+                    board=board,
                     front=f"fab drain ({','.join(hosts)})",
-                    resume_hint=RESUME_HINT,
-                    stop=run.stop,
+                    stop=stop,
                     runners=list(runners.values()),
                     connect=first_that_connects(
                         [sessions[h].connect_writable for h in sorted(sessions)]
                     ),
-                    act=_command_on(runners, run.command),
-                    action=f"command on {','.join(hosts)}" if run.command else "drain",
+                    act=_command_on(runners, run),
+                    action=f"command on {','.join(hosts)}" if run else "drain",
+                    **common,
                 )
         except LeaseguardError as exc:
-            return [_report("fleet", exc, run.json_output)]
-    return [_report("fleet", result, run.json_output)]
+            result = exc
+        return [_report("fleet", result, json_)]
+
+    with signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
+        reports = as_one(opened) if options.pause_cron_jobs else each(opened)
+    for _, lines in reports:
+        for to_stdout, line in lines:
+            print(line) if to_stdout else say(line)
+    if stop.is_set():
+        say("drain interrupted; intake was resumed")
+        raise Exit(code=EXIT_FAILED)
+    exit_with_worst([status for status, _ in reports])
 
 
 def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
@@ -196,14 +150,16 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         hosts = sorted(runners)
         say(f"intake held: running the command on {', '.join(hosts)}")
         ran = for_each_host(hosts, lambda h: _run(runners[h], command))
-        statuses = dict(zip(hosts, ran, strict=True))
-        failed = {host: status for host, status in statuses.items() if status != 0}
+        failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
             return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
         named = ", ".join(f"{host} exited {status}" for host, status in failed.items())
         return ActionOutcome(next(iter(failed.values())), f"command failed: {named}")
 
     return act
+
+
+_OUTPUT = threading.Lock()  # one host's lines together
 
 
 def _run(runner: Any, command: str) -> int:
@@ -219,12 +175,8 @@ def _run(runner: Any, command: str) -> int:
     return int(ran.exited)
 
 
-_OUTPUT = threading.Lock()  # one host's lines together
-
-
 def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
-    """The drain's result, or why it could not run; a failed drain reports only its failure,
-    never a stale verdict."""
+    """The drain's result, or why it could not run; a failed drain reports only its failure."""
     if isinstance(result, LeaseguardError):
         if json_output:
             return EXIT_FAILED, [(True, json.dumps(failure_result(result, host)))]
@@ -232,10 +184,10 @@ def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool)
     if json_output:
         return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
     lines: list[tuple[bool, str]] = []
-    if result.error is None and result.verdict is not None:
-        lines.append((True, result.verdict.timeline()))
     if result.error is not None:
         lines.append((True, failure_line(host, result.error)))
+    elif result.verdict is not None:
+        lines.append((True, result.verdict.timeline()))
     if result.verdict is not None:
         lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
     if result.action is not None:

@@ -1,10 +1,8 @@
-"""The hosts of one `fab` run, opened once in parallel (SSH, tunnel, its lookups' one exec),
-and the sessions judging them: ONE query per poll for every host of a database, over ONE
-connection through the first host's tunnel, falling over to the next host's; `fab guard` and
-`fab resume` themselves.
+"""The -H hosts of one `fab` run opened in parallel, judged by one query per poll per database
+(through the first host's tunnel, falling over to the next's); `fab guard` and `fab resume`.
 
-At each host's own loopback (the default) the database may be each host's own: each is
-identified once (server start time and database name) and the hosts grouped by it.
+At each host's own loopback (the default) each host may have its own database: the hosts are
+grouped by its identity (server start time and database name).
 """
 
 from __future__ import annotations
@@ -12,42 +10,75 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.core.dsn import each_hosts_own
-from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.errors import (
+    EXIT_DEFER,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    LeaseguardError,
+)
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
-from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
+from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
 from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
+from leaseguard.fabric.tasks import fleet_hosts
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
+
+T = TypeVar("T")
+U = TypeVar("U")
+Sessions = dict[str, GuardSession]
+Failed = dict[str, LeaseguardError]
+
+
+def say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
+
+
+def failure_line(host: str, error: Exception) -> str:
+    return f"{failure_timeline(datetime.now(UTC), host, error)} reason={json.dumps(str(error))}"
+
+
+def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
+        return list(pool.map(work, hosts))
+
+
+def exit_with_worst(statuses: list[int]) -> None:
+    """Usage, else failed, else defer, else a --run command's own status, else proceed."""
+    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED, EXIT_DEFER) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s != EXIT_PROCEED), EXIT_PROCEED)
+    if worst != EXIT_PROCEED:
+        raise Exit(code=worst)
 
 
 def guard_hosts(c: Context, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
     settings = settings_or_exit(c)
     hosts = fleet_hosts(c)
-    with opened_hosts(list(dict.fromkeys(hosts)), c, settings) as opened:
-        judged = judge_opened(opened, settings)
+    with opened_hosts(hosts, c, settings) as opened:
+        judged = per_database(opened, settings, lambda session, _: session.judge_each())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
             r.as_dict() if isinstance(r, Verdict) else failure_result(r, h) for h, r in outcomes
         ]
         print(json.dumps(dicts))
-    else:
-        for host, result in outcomes:
-            if isinstance(result, Verdict):
-                print(result.timeline())
-                for warning in result.warnings:
-                    print(f"leaseguard: warning: {warning}", file=sys.stderr)
-            else:
-                print(failure_line(host, result))
+    for host, result in [] if json_ else outcomes:
+        if isinstance(result, Verdict):
+            print(result.timeline())
+            for warning in result.warnings:
+                print(f"leaseguard: warning: {warning}", file=sys.stderr)
+        else:
+            print(failure_line(host, result))
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
@@ -74,80 +105,89 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
 
 
-@dataclass
-class OpenedHosts:
-    """The hosts that opened (lookups done, tunnel up) and those that failed, with why."""
-
-    sessions: dict[str, GuardSession] = field(default_factory=dict)
-    failed: dict[str, LeaseguardError] = field(default_factory=dict)
-
-
 @contextlib.contextmanager
-def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[OpenedHosts]:
-    """Every host opened in parallel; all closed (tunnels and SSH connections) at the end.
-    One host alone opens its guard connection while its lookups run."""
-    opened = OpenedHosts()
-    with contextlib.ExitStack() as stack:
-        alone = len(hosts) == 1
-        for host, result in for_each_host(hosts, lambda h: _open(h, c, settings, alone)):
-            if isinstance(result, LeaseguardError):
-                opened.failed[host] = result
-                continue
-            session, closing = result
-            stack.enter_context(closing)
-            opened.sessions[host] = session
-        yield opened
-
-
-def _open(
-    host: str, c: Context, settings: FabricSettings, connect: bool
-) -> tuple[str, tuple[GuardSession, contextlib.ExitStack] | LeaseguardError]:
+def opened_hosts(
+    hosts: list[str], c: Context, settings: FabricSettings
+) -> Iterator[tuple[Sessions, Failed]]:
+    """Every host opened in parallel (SSH, tunnel, lookups), and those that failed, with why;
+    all closed at the end. One host alone opens its guard connection while its lookups run."""
+    hosts = list(dict.fromkeys(hosts))
     path = (settings.contract, settings.conninfo, settings.address)
+
+    def open_one(host: str) -> tuple[GuardSession, contextlib.ExitStack] | LeaseguardError:
+        with contextlib.ExitStack() as stack:
+            try:
+                connection = connection_to(host, c, settings)
+                opened = ssh_session(connection, *path, connect=len(hosts) == 1)
+                return stack.enter_context(opened), stack.pop_all()
+            except LeaseguardError as exc:
+                return exc
+
+    sessions: Sessions = {}
+    failed: Failed = {}
     with contextlib.ExitStack() as stack:
+        for host, result in zip(hosts, for_each_host(hosts, open_one), strict=True):
+            if isinstance(result, LeaseguardError):
+                failed[host] = result
+            else:
+                sessions[host] = result[0]
+                stack.enter_context(result[1])
+        yield sessions, failed
+
+
+def per_database(
+    opened: tuple[Sessions, Failed],
+    settings: FabricSettings,
+    work: Callable[[GuardSession, list[str]], Mapping[str, T]],
+) -> dict[str, T | LeaseguardError]:
+    """`work(session, hosts)` for each database's hosts (in parallel): each host's outcome, or
+    why it has none."""
+    sessions, failed = opened
+    groups = _by_database(sessions, failed, settings) if sessions else []
+    outcomes: dict[str, T | LeaseguardError] = dict(failed)
+
+    def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
-            connection = connection_to(host, c, settings)
-            session = stack.enter_context(ssh_session(connection, *path, connect=connect))
+            with judging_session(sessions, settings, hosts) as session:
+                return work(session, hosts)
         except LeaseguardError as exc:
-            return host, exc
-        return host, (session, stack.pop_all())
+            return not_judged(hosts, exc)
+
+    for done in for_each_host(groups, judge) if groups else []:
+        outcomes.update(done)
+    return outcomes
 
 
-def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
-    """The opened hosts grouped by database (module docstring); a host whose database could
-    not be identified is moved to `opened.failed`."""
-    hosts = sorted(opened.sessions)
+def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -> list[list[str]]:
+    """The hosts grouped by database; one whose database is not identified moves to failed."""
+    hosts = sorted(sessions)
     if not each_hosts_own(settings.address.host) or len(hosts) == 1:
         return [hosts]
+
+    def identity(host: str) -> tuple[object, ...] | LeaseguardError:
+        try:
+            return sessions[host].database_identity()
+        except LeaseguardError as exc:
+            return exc
+
     groups: dict[object, list[str]] = {}
-    for host, identity in for_each_host(hosts, lambda h: (h, _identity(opened.sessions[h]))):
-        if isinstance(identity, LeaseguardError):
-            opened.failed[host] = identity
-            del opened.sessions[host]
+    for host, found in zip(hosts, for_each_host(hosts, identity), strict=True):
+        if isinstance(found, LeaseguardError):
+            failed[host] = found
+            del sessions[host]
         else:
-            groups.setdefault(identity, []).append(host)
+            groups.setdefault(found, []).append(host)
     return list(groups.values())
-
-
-def _identity(session: GuardSession) -> tuple[object, ...] | LeaseguardError:
-    try:
-        return session.database_identity()
-    except LeaseguardError as exc:
-        return exc
 
 
 @contextlib.contextmanager
 def judging_session(
-    opened: OpenedHosts,
-    settings: FabricSettings,
-    *,
-    fleet_rule: bool = False,
-    hosts: list[str] | None = None,
+    sessions: Sessions, settings: FabricSettings, hosts: list[str], *, fleet_rule: bool = False
 ) -> Iterator[GuardSession]:
-    """The one session judging `hosts` (default: all; one database), each by its own facts
-    or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
-    chosen = {host: opened.sessions[host] for host in sorted(hosts or opened.sessions)}
+    """The one session judging `hosts` (one database), each by its own facts or, with
+    `fleet_rule`, as one; its paths are every such host's tunnel."""
+    chosen = {host: sessions[host] for host in sorted(hosts)}
     through, *others = chosen.values()
-    # Each host's facts and clock (read by its lookups' exec), as every front passes them.
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
     )
@@ -163,7 +203,7 @@ def judging_session(
         host_labels={host: s.host for host, s in chosen.items()},
     )
     with contextlib.closing(session):
-        # The intake identity, and the connection one host alone opened already, if any.
+        # The connection one host alone opened already, if any.
         if (early := through.handover()) is not None:
             session.adopt(early)
         drain = settings.drain
@@ -173,8 +213,8 @@ def judging_session(
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
-    """The fleet's one judgment failed: its cause said once, each host not judged by it
-    (one host alone: the failure is its own)."""
+    """The fleet's one judgment failed: its cause said once, each host not judged by it (one
+    host alone: the failure is its own)."""
     if len(hosts) == 1:
         return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")
@@ -185,18 +225,3 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
         )
         for host in hosts
     }
-
-
-def judge_opened(
-    opened: OpenedHosts, settings: FabricSettings
-) -> dict[str, Verdict | LeaseguardError]:
-    """Every host's verdict (each by its own facts) from one query, or why it has none."""
-    groups = by_database(opened, settings) if opened.sessions else []
-    outcomes: dict[str, Verdict | LeaseguardError] = dict(opened.failed)
-    for hosts in groups:
-        try:
-            with judging_session(opened, settings, hosts=hosts) as session:
-                outcomes.update(session.judge_each())
-        except LeaseguardError as exc:
-            outcomes.update(not_judged(hosts, exc))
-    return outcomes

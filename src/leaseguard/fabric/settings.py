@@ -1,5 +1,4 @@
-"""The `leaseguard:` section of a Fabric config, read and validated once per task, and the
-SSH connection it asks for."""
+"""The `leaseguard:` section of a Fabric config, read once per task, and its SSH connection."""
 
 from __future__ import annotations
 
@@ -14,13 +13,7 @@ from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import DatabaseAddress
 from leaseguard.adapters.ssh_connect import SshOptions, make_connection
-from leaseguard.core.config_values import (
-    flag,
-    optional_port,
-    optional_text,
-    reject_unknown,
-    whole_number,
-)
+from leaseguard.core import config_values as values
 from leaseguard.core.contract import CONFIG_KEYS, CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.core.errors import EXIT_USAGE, ConfigError
 
@@ -39,20 +32,12 @@ DRAIN_KEYS = frozenset(
 
 
 def env_defaults() -> dict[str, Any]:
-    """Every `leaseguard:` key, unset (None), as the collection's config.
-
-    invoke reads `FABRIC_<KEY_PATH>` environment variables only for keys its config already
-    holds; these make `FABRIC_LEASEGUARD_CONNECTION_DSN=...` work.
-    """
-    tree: dict[str, Any] = {}
-    keys = (
-        set(CONFIG_KEYS)
-        | {f"connection.{k}" for k in CONNECTION_KEYS}
-        | {f"drain.{k}" for k in DRAIN_KEYS}
-    )
-    for key in keys:
+    """Every `leaseguard:` key, unset: invoke reads a `FABRIC_<KEY_PATH>` variable only for a
+    key its config holds (`FABRIC_LEASEGUARD_CONNECTION_DSN=...`)."""
+    tree = {"connection": dict.fromkeys(CONNECTION_KEYS), "drain": dict.fromkeys(DRAIN_KEYS)}
+    for key in CONFIG_KEYS:
         *parents, leaf = key.split(".")
-        node = tree
+        node: dict[str, Any] = tree
         for parent in parents:
             node = node.setdefault(parent, {})
         node[leaf] = None
@@ -78,7 +63,7 @@ def settings_from_config(config: Any) -> FabricSettings:
     connection = section.pop("connection", None) or {}
     if not isinstance(connection, dict):
         raise ConfigError("connection must be a mapping")
-    reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
+    values.reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
     drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
     contract = load_contract(section)
@@ -87,25 +72,26 @@ def settings_from_config(config: Any) -> FabricSettings:
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
         connection["accept_unknown_host_keys"] = accept.lower() == "true"
+
+    def text(key: str) -> str | None:
+        return values.optional_text(connection, key, prefix="connection.")
+
     ssh = SshOptions(
-        known_hosts=optional_text(connection, "known_hosts", prefix="connection."),
-        accept_unknown_host_keys=flag(
+        known_hosts=text("known_hosts"),
+        accept_unknown_host_keys=values.flag(
             connection, "accept_unknown_host_keys", False, prefix="connection."
         ),
-        gateway=optional_text(connection, "gateway", prefix="connection."),
+        gateway=text("gateway"),
         # One connect budget for the whole path: the SSH hop and the database behind it.
         connect_timeout_s=contract.connect_timeout_s,
     )
-    given = connection.get("dsn") != ""  # an empty dsn means "from LEASEGUARD_DSN", as unset
-    dsn = optional_text(connection, "dsn", prefix="connection.") if given else None
-    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
-    address = DatabaseAddress(
-        *tunnel_far_end(
-            dsn,
-            optional_text(connection, "db_host", prefix="connection."),
-            optional_port(connection, "db_port", prefix="connection."),
-        )
+    # An empty dsn means "from LEASEGUARD_DSN", as unset.
+    dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
+        "LEASEGUARD_DSN", ""
     )
+    host = text("db_host")
+    port = values.optional_port(connection, "db_port", prefix="connection.")
+    address = DatabaseAddress(*tunnel_far_end(dsn, host, port))
     return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
 
 
@@ -118,7 +104,7 @@ def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
     ]
     for key, value in given:
         if value is not None:
-            return whole_number({key: value}, key, Contract.connect_timeout_s)
+            return values.whole_number({key: value}, key, Contract.connect_timeout_s)
     return Contract.connect_timeout_s
 
 

@@ -1,23 +1,58 @@
 """Fabric tasks `guard`, `drain` and `resume` (fabfile.py: `ns = collection()`).
 
-Each task runs once with every -H host (leaseguard.fabric.fleet) and exits with the worst
-status. What a task runs is imported when it runs: loading the collection imports no psycopg.
+Each task runs once with every -H host and exits with the worst status. What a task runs is
+imported when it runs: loading the collection imports no psycopg.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from typing import Any
 
-from fabric import Executor, task
+from fabric import Connection, Executor, task
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
 from leaseguard.core.errors import EXIT_USAGE
-from leaseguard.fabric.fleet import FleetExecutor, fleet
 from leaseguard.fabric.settings import CONNECTION_KEYS, env_defaults, settings_from_config
+
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+
+
+class FleetExecutor(Executor):  # type: ignore[misc]
+    """Runs tasks marked `fleet` once with every -H host (Fabric: once per host, serially)."""
+
+    def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
+        expanded: list[Any] = []
+        host_str = self.core[0].args.hosts.value if apply_hosts else None
+        for call in calls:
+            body = getattr(getattr(call, "task", call), "body", None)
+            if getattr(body, "leaseguard_fleet", False):
+                self.config[FLEET_HOSTS_KEY] = host_str.split(",") if host_str else []
+                expanded.append(call)
+            else:
+                expanded.extend(super().expand_calls([call], apply_hosts=apply_hosts))
+        return expanded
+
+
+def fleet(body: Callable[..., Any]) -> Callable[..., Any]:
+    body.leaseguard_fleet = True  # type: ignore[attr-defined]
+    return body
+
+
+def fleet_hosts(c: Context) -> list[str]:
+    if isinstance(c, Connection):  # run by a plain Fabric executor: one host per call
+        return [c.original_host]
+    hosts = list(c.config.get(FLEET_HOSTS_KEY) or [])
+    if not hosts:
+        raise Exit("leaseguard: give the hosts to check with -H host1,host2", code=EXIT_USAGE)
+    for host in hosts:
+        if not host.rpartition("@")[2].partition(":")[0]:  # "root@", ":22", ""
+            raise Exit(f"leaseguard: -H {host!r} names no host", code=EXIT_USAGE)
+    return hosts
 
 
 @task(
@@ -75,17 +110,9 @@ def drain(
     """
     from leaseguard.fabric.drain_hosts import drain_hosts
 
-    drain_hosts(
-        c,
-        deadline_s=deadline_s,
-        poll_s=poll_s,
-        pause_cron_job=pause_cron_job,
-        resume_retry_s=resume_retry_s,
-        json_=json_,
-        status_file=status_file,
-        metrics_file=metrics_file,
-        run=run,
-    )
+    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
+    files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
+    drain_hosts(c, {**given, **files, "pause_cron_jobs": pause_cron_job or None}, json_, run)
 
 
 @task(
@@ -107,9 +134,8 @@ def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> Non
 
 
 def collection() -> Collection:
-    """The task collection a fabfile exposes; also hands the running `fab` the fleet executor
-    (a collection's own config is merged too late to choose it) and names every
-    `leaseguard:` key, unset, so that `FABRIC_LEASEGUARD_*` variables reach them."""
+    """The fabfile's tasks; also hands the running `fab` the fleet executor (a collection's own
+    config is merged too late to choose it)."""
     import fabric.main
 
     program = getattr(fabric.main, "program", None)
@@ -118,16 +144,15 @@ def collection() -> Collection:
             program.executor_class = FleetExecutor
         _usage_errors_exit_2(program)
     ns = Collection(guard, drain, resume)
-    ns.configure(env_defaults())
+    ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
     return ns
 
 
 def _usage_errors_exit_2(program: Any) -> None:
     """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed").
 
-    invoke leaves every word it does not know to parse_tasks, which runs after the fabfile
-    loads, so wrapping it catches them all; only a core flag's own bad value (`fab -H` with
-    nothing after it) fails before and keeps invoke's status.
+    invoke leaves every word it does not know to parse_tasks, run after the fabfile loads;
+    only a core flag's own bad value (`fab -H` alone) fails before and keeps invoke's status.
     """
     parse_tasks = program.parse_tasks
     if getattr(parse_tasks, "leaseguard_usage", False):
@@ -147,7 +172,6 @@ def _usage_errors_exit_2(program: Any) -> None:
 
 
 def _did_you_mean(message: str, program: Any) -> str:
-    """ "; did you mean 'guard'?" for "No idea what 'gaurd' is!", from task and flag names."""
     unknown = re.match(r"No idea what '([^']+)' is!", message)
     collection = getattr(program, "collection", None)
     if unknown is None or collection is None:
