@@ -32,8 +32,7 @@ from leaseguard.fabric.hosts import (
     per_database,
     say,
 )
-from leaseguard.fabric.settings import settings_or_exit
-from leaseguard.fabric.tasks import fleet_hosts
+from leaseguard.fabric.tasks import fleet_hosts, settings_or_exit
 from leaseguard.orchestration.drain import (
     Action,
     ActionOutcome,

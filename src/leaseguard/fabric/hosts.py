@@ -28,8 +28,7 @@ from leaseguard.core.errors import (
 )
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
-from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
-from leaseguard.fabric.tasks import fleet_hosts
+from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
 from leaseguard.orchestration.session import GuardSession
 from leaseguard.orchestration.ssh_session import ssh_session, tunnelled
 
