@@ -12,44 +12,15 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.pauses import drain_identity
-from leaseguard.core.errors import (
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    EXIT_USAGE,
-    ConfigError,
-    LeaseguardError,
-)
+from leaseguard.core.errors import EXIT_FAILED, EXIT_PROCEED, EXIT_USAGE, ConfigError
+from leaseguard.core.errors import LeaseguardError as Failure
 from leaseguard.core.verdict import failure_result
-from leaseguard.fabric.hosts import (
-    Failed,
-    Sessions,
-    exit_with_worst,
-    failure_line,
-    for_each_host,
-    judging_session,
-    not_judged,
-    opened_hosts,
-    per_database,
-    say,
-)
+from leaseguard.fabric import hosts as fleet
 from leaseguard.fabric.tasks import fleet_hosts, settings_or_exit
-from leaseguard.orchestration.drain import (
-    Action,
-    ActionOutcome,
-    DrainCounters,
-    DrainResult,
-    progress_for,
-)
+from leaseguard.orchestration import drain_run
+from leaseguard.orchestration.drain import Action, ActionOutcome, DrainCounters, DrainResult
+from leaseguard.orchestration.drain import progress_for as terminal_progress
 from leaseguard.orchestration.drain_options import drain_options
-from leaseguard.orchestration.drain_run import (
-    configure_logging,
-    drain_each,
-    drain_host,
-    first_that_connects,
-    shared_failures,
-    signals_set,
-    status_board,
-)
 from leaseguard.orchestration.session import GuardSession
 
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
@@ -66,20 +37,20 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     try:
         options = drain_options(merged)
         hosts = fleet_hosts(c)
-        configure_logging()
-        board = status_board(options)  # one snapshot over every host
+        drain_run.configure_logging()
+        board = drain_run.status_board(options)  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
+    progress = terminal_progress(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
     stop = threading.Event()
 
-    def each(opened: tuple[Sessions, Failed]) -> list[Report]:
+    def each(opened: fleet.Opened) -> list[Report]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
 
         def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
             shared.pause_owner = drain_identity("fab drain")
-            drained = drain_each(
+            drained = drain_run.drain_each(
                 shared,
                 options,
                 board,
@@ -90,54 +61,54 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                 **common,
             )
             # The fleet's one poll failed: its cause said once, each host not judged by it.
-            for named in shared_failures(drained).values():
+            for named in drain_run.shared_failures(drained).values():
                 cause = drained[named[0]].error
                 assert cause is not None
-                for host, error in not_judged(named, cause).items():
+                for host, error in fleet.not_judged(named, cause).items():
                     drained[host] = replace(drained[host], error=error)
             return drained
 
-        results = per_database(opened, settings, drain)
+        results = fleet.per_database(opened, settings, drain)
         return [_report(host, results[host], json_) for host in hosts]
 
-    def as_one(opened: tuple[Sessions, Failed]) -> list[Report]:
+    def as_one(opened: fleet.Opened) -> list[Report]:
         """Every host's facts looked up, then one drain judged by the fleet rule."""
         sessions, failed = opened
         if failed:
-            say("no intake was paused: every host's facts are needed to judge the fleet")
+            fleet.say("no intake was paused: every host's facts are needed to judge the fleet")
             return [_report(host, error, json_) for host, error in sorted(failed.items())]
         for s in sessions.values():  # any host's path may carry the intake's hold
             s.cron_user, s.cron_password = options.cron_user, options.cron_password
         runners = {host: s.runner for host, s in sessions.items()}
         try:
-            with judging_session(sessions, settings, list(sessions), fleet_rule=True) as fleet:
-                result: DrainResult | LeaseguardError = drain_host(
-                    fleet,
+            with fleet.judging_session(sessions, settings, fleet_rule=True) as session:
+                result: DrainResult | Failure = drain_run.drain_host(
+                    session,
                     options,
                     board=board,
                     front=f"fab drain ({','.join(hosts)})",
                     stop=stop,
                     runners=list(runners.values()),
-                    connect=first_that_connects(
+                    connect=drain_run.first_that_connects(
                         [sessions[h].connect_writable for h in sorted(sessions)]
                     ),
                     act=_command_on(runners, run),
                     action=f"command on {','.join(hosts)}" if run else "drain",
                     **common,
                 )
-        except LeaseguardError as exc:
+        except Failure as exc:
             result = exc
         return [_report("fleet", result, json_)]
 
-    with signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
+    with drain_run.signals_set(stop, fleet.say), fleet.opened_hosts(hosts, c, settings) as opened:
         reports = as_one(opened) if options.pause_cron_jobs else each(opened)
     for _, lines in reports:
         for to_stdout, line in lines:
-            print(line) if to_stdout else say(line)
+            print(line) if to_stdout else fleet.say(line)
     if stop.is_set():
-        say("drain interrupted; intake was resumed")
+        fleet.say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with_worst([status for status, _ in reports])
+    fleet.exit_with_worst([status for status, _ in reports])
 
 
 def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
@@ -147,8 +118,8 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
 
     def act(result: DrainResult) -> ActionOutcome:
         hosts = sorted(runners)
-        say(f"intake held: running the command on {', '.join(hosts)}")
-        ran = for_each_host(hosts, lambda h: _run(runners[h], command))
+        fleet.say(f"intake held: running the command on {', '.join(hosts)}")
+        ran = fleet.for_each_host(hosts, lambda h: _run(runners[h], command))
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
             return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
@@ -166,7 +137,7 @@ def _run(runner: Any, command: str) -> int:
     try:
         ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
     except Exception as exc:  # paramiko's and the socket's own errors: the class only
-        say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
+        fleet.say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
         return EXIT_FAILED
     with _OUTPUT:
         for line in (str(ran.stdout) + str(ran.stderr)).splitlines():
@@ -174,9 +145,9 @@ def _run(runner: Any, command: str) -> int:
     return int(ran.exited)
 
 
-def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
+def _report(host: str, result: DrainResult | Failure, json_output: bool) -> Report:
     """The drain's result, or why it could not run; a failed drain reports only its failure."""
-    if isinstance(result, LeaseguardError):
+    if isinstance(result, Failure):
         if json_output:
             return EXIT_FAILED, [(True, json.dumps(failure_result(result, host)))]
         result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
@@ -184,7 +155,7 @@ def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool)
         return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
     lines: list[tuple[bool, str]] = []
     if result.error is not None:
-        lines.append((True, failure_line(host, result.error)))
+        lines.append((True, fleet.failure_line(host, result.error)))
     elif result.verdict is not None:
         lines.append((True, result.verdict.timeline()))
     if result.verdict is not None:

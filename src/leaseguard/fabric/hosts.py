@@ -36,6 +36,7 @@ T = TypeVar("T")
 U = TypeVar("U")
 Sessions = dict[str, GuardSession]
 Failed = dict[str, LeaseguardError]
+Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed with why
 
 
 def say(message: str) -> None:
@@ -105,9 +106,7 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
 
 
 @contextlib.contextmanager
-def opened_hosts(
-    hosts: list[str], c: Context, settings: FabricSettings
-) -> Iterator[tuple[Sessions, Failed]]:
+def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[Opened]:
     """Every host opened in parallel (SSH, tunnel, lookups), and those that failed, with why;
     all closed at the end. One host alone opens its guard connection while its lookups run."""
     hosts = list(dict.fromkeys(hosts))
@@ -135,7 +134,7 @@ def opened_hosts(
 
 
 def per_database(
-    opened: tuple[Sessions, Failed],
+    opened: Opened,
     settings: FabricSettings,
     work: Callable[[GuardSession, list[str]], Mapping[str, T]],
 ) -> dict[str, T | LeaseguardError]:
@@ -181,11 +180,15 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
 
 @contextlib.contextmanager
 def judging_session(
-    sessions: Sessions, settings: FabricSettings, hosts: list[str], *, fleet_rule: bool = False
+    sessions: Sessions,
+    settings: FabricSettings,
+    hosts: list[str] | None = None,
+    *,
+    fleet_rule: bool = False,
 ) -> Iterator[GuardSession]:
-    """The one session judging `hosts` (one database), each by its own facts or, with
-    `fleet_rule`, as one; its paths are every such host's tunnel."""
-    chosen = {host: sessions[host] for host in sorted(hosts)}
+    """The one session judging `hosts` (default: all; one database), each by its own facts or,
+    with `fleet_rule`, as one; its paths are every such host's tunnel."""
+    chosen = {host: sessions[host] for host in sorted(hosts or sessions)}
     through, *others = chosen.values()
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
