@@ -229,7 +229,7 @@ def drain(
     given back once, after the wait (and after --run's command on every host), on every
     exit path (Ctrl-C, SIGTERM and SIGHUP included).
     """
-    from leaseguard.fabric.drain_hosts import drain_hosts
+    from leaseguard.fabric.hosts import drain_hosts
 
     given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
     files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
