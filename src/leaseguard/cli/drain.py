@@ -1,7 +1,4 @@
-"""`leaseguard drain`, `resume` and `status`: intake held around a wait, given back, watched.
-
-Loaded by name (cli.main.COMMANDS) only when used: `leaseguard check` imports no drain code.
-"""
+"""`leaseguard drain`, `resume`, `status` (loaded by name only when used, see COMMANDS)."""
 
 from __future__ import annotations
 

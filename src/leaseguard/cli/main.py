@@ -1,8 +1,6 @@
-"""`leaseguard` command line: flags become one contract, results exit statuses (0 proceed,
-75 defer, 1 check failed, 2 usage error).
+"""`leaseguard` command line: flags become one contract, results exit statuses.
 
-A command's parser imports its options, and its handler the rest, when used: `--help` and
-`--version` load no psycopg, `check` no budgets code.
+A command's parser and handler import what they need when used: `--help` loads no psycopg.
 """
 
 from __future__ import annotations
@@ -208,8 +206,7 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
 def open_session(
     args: argparse.Namespace, contract: Contract, facts: dict[str, Any], dsn: str
 ) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file the fleet's, judged by the fleet
-    rule (the oldest start, the longest lease)."""
+    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
     from leaseguard.orchestration.session import fleet_session, local_session
 
     reports = _read_facts_file(args.facts_file) if args.facts_file else {}

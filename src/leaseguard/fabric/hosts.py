@@ -1,6 +1,5 @@
 """What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
-database (through the first host's tunnel, falling over to the next's); each host drained on
-its own, or the fleet drained as one.
+database (through the first host's tunnel, falling over to the next's).
 
 At each host's own loopback (the default) each host may have its own database: the hosts are
 grouped by its identity (server start time and database name).
@@ -121,8 +120,7 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
 
 @contextlib.contextmanager
 def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[Opened]:
-    """Every host opened in parallel (SSH, tunnel, lookups), and those that failed, with why;
-    all closed at the end. One host alone opens its guard connection while its lookups run."""
+    """Every host opened in parallel, closed at the end; one alone connects during its lookups."""
     hosts = list(dict.fromkeys(hosts))
     path = (settings.contract, settings.conninfo, settings.address)
 
@@ -152,8 +150,7 @@ def per_database(
     settings: FabricSettings,
     work: Callable[[GuardSession, list[str]], Mapping[str, T]],
 ) -> dict[str, T | LeaseguardError]:
-    """`work(session, hosts)` for each database's hosts (in parallel): each host's outcome, or
-    why it has none."""
+    """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
     sessions, failed = opened
     groups = _by_database(sessions, failed, settings) if sessions else []
     outcomes: dict[str, T | LeaseguardError] = dict(failed)
@@ -200,8 +197,7 @@ def judging_session(
     *,
     fleet_rule: bool = False,
 ) -> Iterator[GuardSession]:
-    """The one session judging `hosts` (default: all; one database), each by its own facts or,
-    with `fleet_rule`, as one; its paths are every such host's tunnel."""
+    """One session judging `hosts` (default: all), each by its own facts or as one fleet."""
     chosen = {host: sessions[host] for host in sorted(hosts or sessions)}
     through, *others = chosen.values()
     per_host, offsets = fleet_facts(
@@ -229,8 +225,7 @@ def judging_session(
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
-    """The fleet's one judgment failed: its cause said once, each host not judged by it (one
-    host alone: the failure is its own)."""
+    """The fleet's one judgment failed: its cause said once, each host not judged by it."""
     if len(hosts) == 1:
         return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")
@@ -251,8 +246,7 @@ Report = tuple[int, list[tuple[bool, str]]]
 
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
-    """`fab drain`: each host by its own facts or, with pg_cron jobs to pause, the fleet as one;
-    either way one query per poll over one connection. A flag given wins over `drain:`."""
+    """`fab drain`: each host on its own or, with pg_cron jobs to pause, the fleet as one."""
     settings = settings_or_exit(c)
     merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
     try:

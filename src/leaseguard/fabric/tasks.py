@@ -1,8 +1,6 @@
-"""Fabric tasks `guard`, `drain` and `resume` (fabfile.py: `ns = collection()`) and the
-`leaseguard:` section of the Fabric config, read once per task.
+"""Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config.
 
-Each task runs once with every -H host and exits with the worst status. What a task runs is
-imported when it runs: loading the collection imports no psycopg.
+What a task runs is imported when it runs: loading the collection imports no psycopg.
 """
 
 from __future__ import annotations
@@ -254,13 +252,12 @@ def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> Non
 
 
 def collection() -> Collection:
-    """The fabfile's tasks; also hands the running `fab` the fleet executor (a collection's own
-    config is merged too late to choose it)."""
+    """The fabfile's tasks; also hands the running `fab` the fleet executor."""
     import fabric.main
 
     program = getattr(fabric.main, "program", None)
     if program is not None:
-        if program.executor_class is Executor:
+        if program.executor_class is Executor:  # a collection's config comes too late for it
             program.executor_class = FleetExecutor
         _usage_errors_exit_2(program)
     ns = Collection(guard, drain, resume)
@@ -269,11 +266,7 @@ def collection() -> Collection:
 
 
 def _usage_errors_exit_2(program: Any) -> None:
-    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed").
-
-    invoke leaves every word it does not know to parse_tasks, run after the fabfile loads;
-    only a core flag's own bad value (`fab -H` alone) fails before and keeps invoke's status.
-    """
+    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed")."""
     parse_tasks = program.parse_tasks
     if getattr(parse_tasks, "leaseguard_usage", False):
         return
