@@ -13,7 +13,7 @@ from invoke.context import Context
 from paramiko import SSHConfig
 
 from leaseguard.core.errors import ConfigError
-from leaseguard.fabric.settings import (
+from leaseguard.fabric.tasks import (
     DRAIN_KEYS,
     connection_to,
     env_defaults,

@@ -16,7 +16,7 @@ import pytest
 from fabric import Config
 from invoke.context import Context
 
-from leaseguard.fabric.settings import connection_to, settings_from_config
+from leaseguard.fabric.tasks import connection_to, settings_from_config
 
 SETTINGS = settings_from_config({"leaseguard": {"connection": {}}})
 

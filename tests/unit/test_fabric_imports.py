@@ -56,7 +56,7 @@ def test_listing_the_tasks_loads_no_database_driver() -> None:
     assert loaded(modules, "leaseguard.fabric.tasks")  # the detector saw the collection
     assert not loaded(modules, "psycopg")
     assert not loaded(modules, "leaseguard.orchestration.ssh_session")
-    assert not loaded(modules, "leaseguard.fabric.drain_hosts")
+    assert not loaded(modules, "leaseguard.fabric.hosts")
 
 
 def test_a_guard_that_runs_loads_the_database_code_and_names_a_refused_host(refused_port) -> None:

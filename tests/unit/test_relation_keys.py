@@ -11,7 +11,7 @@ from leaseguard.cli.main import build_parser
 from leaseguard.core.contract import Contract, contract_from_mapping
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.predicate import table_identifier
-from leaseguard.fabric.settings import settings_from_config
+from leaseguard.fabric.tasks import settings_from_config
 from tests.support.ansible_run import REPO
 
 sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes

@@ -1,7 +1,4 @@
-"""The contract's command-line options (`check`, `drain`, `index-sql`) and `index-sql` itself.
-
-Layers, lowest first: the built-in defaults, the --config file, the flags.
-"""
+"""The contract's command-line options (defaults < --config file < flags) and `index-sql`."""
 
 from __future__ import annotations
 
@@ -10,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from leaseguard.cli.main import COMMANDS
 from leaseguard.core.config_values import NOT_ASCII
 from leaseguard.core.contract import (
     CONFIG_KEYS,
@@ -23,23 +21,25 @@ from leaseguard.core.errors import EXIT_FAILED, ConfigError, LeaseguardError
 from leaseguard.core.lookups import is_decimal_text
 from leaseguard.core.presets import PRESETS
 
+DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
+
 
 def number_arg(text: str) -> float:
-    """A flag's number, in ASCII digits; the error never repeats the value (argparse's own
-    "invalid float value: '...'" would, and float() reads any script's digits)."""
+    """A flag's number in ASCII digits; the error never repeats the value (argparse's would)."""
     if not is_decimal_text(text):
         raise argparse.ArgumentTypeError(NOT_ASCII)
     return float(text)
 
 
-def add_config_option(container: Any) -> None:
-    """--config, on a parser or an argument group."""
+def add_config_option(container: Any, dsn_help: str = DSN_HELP) -> None:
+    """--config and --dsn, on a parser or an argument group."""
     container.add_argument(
         "--config",
         metavar="FILE",
         help="YAML file with the contract keys "
         "(top level or under 'leaseguard:'); flags override it",
     )
+    container.add_argument("--dsn", help=dsn_help)
 
 
 def add_table_options(parser: argparse.ArgumentParser) -> None:
@@ -158,23 +158,16 @@ is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is re
 
 
 def add_index_sql_command(commands: Any) -> None:
-    parser = commands.add_parser(
-        "index-sql",
-        help="print the index that keeps the guard's checks flat (no database needed)",
-        description=INDEX_SQL,
-    )
-    add_config_option(parser)
-    parser.add_argument(
-        "--dsn",
-        help="read the table first (existing indexes, partitions); without it no database "
-        "is needed",
+    parser = commands.add_parser("index-sql", help=COMMANDS["index-sql"][1], description=INDEX_SQL)
+    add_config_option(
+        parser,
+        "read the table first (existing indexes, partitions); without it no database is needed",
     )
     add_table_options(parser)
     parser.set_defaults(handler=run_index_sql)
 
 
 def run_index_sql(args: argparse.Namespace) -> int:
-    """Print the index for the contract (the flags that do not shape it are ignored)."""
     from leaseguard.adapters.db import connect, translate_errors
     from leaseguard.adapters.indexing import index_advice, offline_advice
 

@@ -1,7 +1,4 @@
-"""`leaseguard drain` and `leaseguard resume`: intake paused around a wait, and given back.
-
-Loaded by name (cli.main.COMMANDS) only when used: `leaseguard check` imports no drain code.
-"""
+"""`leaseguard drain`, `resume`, `status` (loaded by name only when used, see COMMANDS)."""
 
 from __future__ import annotations
 
@@ -54,15 +51,33 @@ when nothing was recorded), 1 failed, 2 usage.
 """
 
 
+STATUS = """\
+Print the snapshot a drain started with --status-file PATH keeps up to date: state,
+host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
+elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
+available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
+unreadable, or stale: its writer is gone and the drain did not finish).
+"""
+
+
+def add_status_command(commands: Any) -> None:
+    parser = commands.add_parser("status", help=COMMANDS["status"][1], description=STATUS)
+    parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
+    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+    parser.set_defaults(handler=run_status)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_status import read_status, status_line
+
+    status = read_status(args.path)
+    print(json.dumps(status) if args.json else status_line(status))
+    return EXIT_PROCEED if status["available"] else EXIT_FAILED
+
+
 def add_resume_command(commands: Any) -> None:
     parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
-    conn = parser.add_argument_group("connection")
-    add_config_option(conn)
-    conn.add_argument(
-        "--dsn",
-        help="libpq connection string; default $LEASEGUARD_DSN, "
-        "else the PG* variables and ~/.pgpass",
-    )
+    add_config_option(parser.add_argument_group("connection"))
     add_cron_database_option(parser)
     parser.add_argument(
         "--job",
@@ -156,7 +171,7 @@ def run_drain(args: argparse.Namespace) -> int:
     options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
     configure_logging(verbose=args.verbose)
     board = status_board(options)
-    host, intake = socket.gethostname(), options.intake("leaseguard drain")
+    intake = options.intake("leaseguard drain")
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
@@ -175,7 +190,7 @@ def run_drain(args: argparse.Namespace) -> int:
         print(f"leaseguard: drain interrupted{ran}; intake was resumed", file=sys.stderr)
         return EXIT_FAILED
     except LeaseguardError as exc:
-        return report_failure(exc, host, as_json=args.json)
+        return report_failure(exc, as_json=args.json)
     report_drain(result, as_json=args.json)
     return result.exit_status
 
@@ -205,19 +220,19 @@ def command_action(argv: list[str]) -> Action:
 
 def report_drain(result: DrainResult, *, as_json: bool) -> None:
     """A failed drain prints its failure line, never the last (stale) verdict before it."""
+    verdict, error = result.verdict, result.error
     if as_json:
         print(json.dumps(result.as_dict()))
-    elif result.error is not None:
-        print(failure_timeline(datetime.now(UTC), socket.gethostname(), result.error))
-    elif result.verdict is not None:
-        print(result.verdict.timeline())
+    elif error is not None:
+        print(failure_timeline(datetime.now(UTC), socket.gethostname(), error))
+    elif verdict is not None:
+        print(verdict.timeline())
     if result.action is not None and not as_json:
         print(f"leaseguard: {result.action.description}; {result.intake_line}", file=sys.stderr)
-    if result.error is not None:
-        print(f"leaseguard: drain failed: {result.error}", file=sys.stderr)
-    if result.verdict is not None and not as_json:
-        for warning in result.verdict.warnings:
-            print(f"leaseguard: warning: {warning}", file=sys.stderr)
+    if error is not None:
+        print(f"leaseguard: drain failed: {error}", file=sys.stderr)
+    for warning in verdict.warnings if verdict is not None and not as_json else ():
+        print(f"leaseguard: warning: {warning}", file=sys.stderr)
 
 
 def run_resume(args: argparse.Namespace) -> int:
@@ -234,6 +249,6 @@ def run_resume(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except LeaseguardError as exc:
-        return report_failure(exc, socket.gethostname(), as_json=args.json)
+        return report_failure(exc, as_json=args.json)
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return EXIT_PROCEED

@@ -1,8 +1,6 @@
-"""`leaseguard` command line: flags become one contract, results exit statuses (0 proceed,
-75 defer, 1 check failed, 2 usage error).
+"""`leaseguard` command line: flags become one contract, results exit statuses.
 
-A command's parser imports its options, and its handler the rest, when used: `--help` and
-`--version` load no psycopg, `check` no budgets code (tests/unit/test_cli_startup.py).
+A command's parser and handler import what they need when used: `--help` loads no psycopg.
 """
 
 from __future__ import annotations
@@ -56,7 +54,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "print the index that keeps the guard's checks flat (no database needed)",
     ),
     "status": (
-        "leaseguard.cli.status:add_status_command",
+        "leaseguard.cli.drain:add_status_command",
         "print a drain's status file (written with drain --status-file)",
     ),
 }
@@ -88,10 +86,8 @@ class Parser(argparse.ArgumentParser):
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             # This parser's options and those of the subcommands built in full.
-            parsers = [self]
-            for action in self._actions:
-                if isinstance(action, argparse._SubParsersAction):
-                    parsers += action.choices.values()
+            subparsers = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+            parsers = [self, *(p for a in subparsers for p in a.choices.values())]
             names = [n for p in parsers for a in p._actions for n in a.option_strings]
             hint = "".join(
                 _did_you_mean(word.partition("=")[0], names)
@@ -103,7 +99,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
-    import difflib  # only on the error path
+    import difflib
 
     close = difflib.get_close_matches(str(word), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -125,11 +121,8 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
 
 
 def add_check_command(commands: Any) -> None:
-    parser = commands.add_parser(
-        "check",
-        help=COMMANDS["check"][1],
-        description="Judge every claimed or queued row once. " + DESCRIPTION,
-    )
+    description = "Judge every claimed or queued row once. " + DESCRIPTION
+    parser = commands.add_parser("check", help=COMMANDS["check"][1], description=description)
     add_contract_options(parser)
     add_cron_database_option(parser)
     parser.set_defaults(handler=run_check)
@@ -151,17 +144,10 @@ def add_cron_database_option(parser: Any) -> None:
 
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
-    """The options of every subcommand that evaluates the predicate: the contract, the DSN and
-    the facts about the host (or a fleet's hosts) given instead of looked up."""
+    """The options of a command judging the table: the contract, the DSN, the host's facts."""
     from leaseguard.cli.contract import add_config_option, add_table_options
 
-    conn = parser.add_argument_group("connection")
-    add_config_option(conn)
-    conn.add_argument(
-        "--dsn",
-        help="libpq connection string; default $LEASEGUARD_DSN, "
-        "else the PG* variables and ~/.pgpass",
-    )
+    add_config_option(parser.add_argument_group("connection"))
     add_table_options(parser)
     facts = parser.add_argument_group("facts about the host (instead of looking them up)")
     facts.add_argument(
@@ -200,11 +186,11 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 
     task_timeout_s = started_at = None
-    try:
-        if args.task_timeout_s is not None:
+    if args.task_timeout_s is not None:
+        try:
             task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
-    except LeaseguardError as exc:
-        raise ConfigError(str(exc)) from None
+        except LeaseguardError as exc:
+            raise ConfigError(str(exc)) from None
     if args.runtime_started_at:
         try:
             started_at = parse_timestamp(args.runtime_started_at, what="the value")
@@ -223,10 +209,8 @@ def open_session(
     dsn: str,
     intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file one judgment for the fleet by
-    the fleet rule (`leaseguard.core.fleet`: the oldest start, the longest lease), its start
-    times read in this machine's clock and moved into the database's. `intake` defaults to
-    --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
+    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule);
+    `intake` defaults to --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
     from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
 
     password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
@@ -273,25 +257,24 @@ def run_check(args: argparse.Namespace) -> int:
 
     contract = contract_from_args(args)
     facts = given_facts(args)
-    host = socket.gethostname()
     try:
         with open_session(args, contract, facts, resolve_dsn(args)) as session:
             verdict = session.judge()
     except ConfigError:
         raise
     except LeaseguardError as exc:
-        return report_failure(exc, host, as_json=args.json)
+        return report_failure(exc, as_json=args.json)
     print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:
         print(f"leaseguard: warning: {warning}", file=sys.stderr)
     return verdict.exit_status
 
 
-def report_failure(exc: LeaseguardError, host: str | None, *, as_json: bool) -> int:
+def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
     from leaseguard.core.verdict import failure_result, failure_timeline
 
-    now = datetime.now(UTC)
+    now, host = datetime.now(UTC), socket.gethostname()
     print(
         json.dumps(failure_result(exc, host, now)) if as_json else failure_timeline(now, host, exc)
     )

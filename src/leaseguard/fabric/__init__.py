@@ -1,7 +1,4 @@
-"""The Fabric front: `fab guard`, `fab drain`, `fab resume` (tasks.py; fabfile.py loads it).
-
-Fabric is the `leaseguard[fabric]` extra: without it, importing this front says so.
-"""
+"""The Fabric front (tasks.py; fabfile.py loads it): the `leaseguard[fabric]` extra."""
 
 try:
     import fabric  # noqa: F401

@@ -1,10 +1,8 @@
-"""The hosts of one `fab` run, opened once in parallel (SSH, tunnel, its lookups' one exec),
-and the sessions judging them: ONE query per poll for every host of a database, over ONE
-connection through the first host's tunnel, falling over to the next host's; `fab guard` and
-`fab resume` themselves.
+"""What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
+database (through the first host's tunnel, falling over to the next's).
 
-At each host's own loopback (the default) the database may be each host's own: each is
-identified once (server start time and database name) and the hosts grouped by it.
+At each host's own loopback (the default) each host may have its own database: the hosts are
+grouped by its identity (server start time and database name).
 """
 
 from __future__ import annotations
@@ -12,43 +10,88 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import tunnelled
 from leaseguard.core.dsn import each_hosts_own
-from leaseguard.core.errors import EXIT_FAILED, LeaseguardError
+from leaseguard.core.errors import (
+    EXIT_DEFER,
+    EXIT_FAILED,
+    EXIT_PROCEED,
+    EXIT_USAGE,
+    ConfigError,
+    LeaseguardError,
+)
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
-from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.fleet import exit_with_worst, failure_line, fleet_hosts, for_each_host, say
-from leaseguard.fabric.settings import FabricSettings, connection_to, settings_or_exit
+from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
+from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
+from leaseguard.orchestration import drain_run
+from leaseguard.orchestration.drain import (
+    Action,
+    ActionOutcome,
+    DrainCounters,
+    DrainResult,
+    progress_for,
+)
+from leaseguard.orchestration.drain_options import drain_options
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
+
+T = TypeVar("T")
+U = TypeVar("U")
+Sessions = dict[str, GuardSession]
+Failed = dict[str, LeaseguardError]
+Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed with why
+
+
+def say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
+
+
+def failure_line(host: str, error: Exception) -> str:
+    return f"{failure_timeline(datetime.now(UTC), host, error)} reason={json.dumps(str(error))}"
+
+
+def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
+    with ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
+        return list(pool.map(work, hosts))
+
+
+def exit_with_worst(statuses: list[int]) -> None:
+    """Usage, else failed, else defer, else a --run command's own status, else proceed."""
+    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED, EXIT_DEFER) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s != EXIT_PROCEED), EXIT_PROCEED)
+    if worst != EXIT_PROCEED:
+        raise Exit(code=worst)
 
 
 def guard_hosts(c: Context, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
     settings = settings_or_exit(c)
     hosts = fleet_hosts(c)
-    with opened_hosts(list(dict.fromkeys(hosts)), c, settings) as opened:
-        judged = judge_opened(opened, settings)
+    with opened_hosts(hosts, c, settings) as opened:
+        judged = per_database(opened, settings, lambda session, _: session.judge_each())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
             r.as_dict() if isinstance(r, Verdict) else failure_result(r, h) for h, r in outcomes
         ]
         print(json.dumps(dicts))
-    else:
-        for host, result in outcomes:
-            if isinstance(result, Verdict):
-                print(result.timeline())
-                for warning in result.warnings:
-                    print(f"leaseguard: warning: {warning}", file=sys.stderr)
-            else:
-                print(failure_line(host, result))
+    for host, result in [] if json_ else outcomes:
+        if isinstance(result, Verdict):
+            print(result.timeline())
+            for warning in result.warnings:
+                print(f"leaseguard: warning: {warning}", file=sys.stderr)
+        else:
+            print(failure_line(host, result))
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
@@ -75,81 +118,90 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
 
 
-@dataclass
-class OpenedHosts:
-    """The hosts that opened (lookups done, tunnel up) and those that failed, with why."""
-
-    sessions: dict[str, GuardSession] = field(default_factory=dict)
-    failed: dict[str, LeaseguardError] = field(default_factory=dict)
-
-
 @contextlib.contextmanager
-def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[OpenedHosts]:
-    """Every host opened in parallel; all closed (tunnels and SSH connections) at the end.
-    One host alone opens its guard connection while its lookups run."""
-    opened = OpenedHosts()
-    with contextlib.ExitStack() as stack:
-        alone = len(hosts) == 1
-        for host, result in for_each_host(hosts, lambda h: _open(h, c, settings, alone)):
-            if isinstance(result, LeaseguardError):
-                opened.failed[host] = result
-                continue
-            session, closing = result
-            stack.enter_context(closing)
-            opened.sessions[host] = session
-        yield opened
-
-
-def _open(
-    host: str, c: Context, settings: FabricSettings, connect: bool
-) -> tuple[str, tuple[GuardSession, contextlib.ExitStack] | LeaseguardError]:
+def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[Opened]:
+    """Every host opened in parallel, closed at the end; one alone connects during its lookups."""
+    hosts = list(dict.fromkeys(hosts))
     path = (settings.contract, settings.conninfo, settings.address)
+
+    def open_one(host: str) -> tuple[GuardSession, contextlib.ExitStack] | LeaseguardError:
+        with contextlib.ExitStack() as stack:
+            try:
+                connection = connection_to(host, c, settings)
+                opened = ssh_session(connection, *path, connect=len(hosts) == 1)
+                return stack.enter_context(opened), stack.pop_all()
+            except LeaseguardError as exc:
+                return exc
+
+    sessions: Sessions = {}
+    failed: Failed = {}
     with contextlib.ExitStack() as stack:
+        for host, result in zip(hosts, for_each_host(hosts, open_one), strict=True):
+            if isinstance(result, LeaseguardError):
+                failed[host] = result
+            else:
+                sessions[host] = result[0]
+                stack.enter_context(result[1])
+        yield sessions, failed
+
+
+def per_database(
+    opened: Opened,
+    settings: FabricSettings,
+    work: Callable[[GuardSession, list[str]], Mapping[str, T]],
+    intake: IntakeAccess | None = None,
+) -> dict[str, T | LeaseguardError]:
+    """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
+    sessions, failed = opened
+    groups = _by_database(sessions, failed, settings) if sessions else []
+    outcomes: dict[str, T | LeaseguardError] = dict(failed)
+
+    def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
-            connection = connection_to(host, c, settings)
-            session = stack.enter_context(ssh_session(connection, *path, connect=connect))
+            with judging_session(sessions, settings, hosts, intake=intake) as session:
+                return work(session, hosts)
         except LeaseguardError as exc:
-            return host, exc
-        return host, (session, stack.pop_all())
+            return not_judged(hosts, exc)
+
+    for done in for_each_host(groups, judge) if groups else []:
+        outcomes.update(done)
+    return outcomes
 
 
-def by_database(opened: OpenedHosts, settings: FabricSettings) -> list[list[str]]:
-    """The opened hosts grouped by database (module docstring); a host whose database could
-    not be identified is moved to `opened.failed`."""
-    hosts = sorted(opened.sessions)
+def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -> list[list[str]]:
+    """The hosts grouped by database; one whose database is not identified moves to failed."""
+    hosts = sorted(sessions)
     if not each_hosts_own(settings.address.host) or len(hosts) == 1:
         return [hosts]
+
+    def identity(host: str) -> tuple[object, ...] | LeaseguardError:
+        try:
+            return sessions[host].database_identity()
+        except LeaseguardError as exc:
+            return exc
+
     groups: dict[object, list[str]] = {}
-    for host, identity in for_each_host(hosts, lambda h: (h, _identity(opened.sessions[h]))):
-        if isinstance(identity, LeaseguardError):
-            opened.failed[host] = identity
-            del opened.sessions[host]
+    for host, found in zip(hosts, for_each_host(hosts, identity), strict=True):
+        if isinstance(found, LeaseguardError):
+            failed[host] = found
+            del sessions[host]
         else:
-            groups.setdefault(identity, []).append(host)
+            groups.setdefault(found, []).append(host)
     return list(groups.values())
-
-
-def _identity(session: GuardSession) -> tuple[object, ...] | LeaseguardError:
-    try:
-        return session.database_identity()
-    except LeaseguardError as exc:
-        return exc
 
 
 @contextlib.contextmanager
 def judging_session(
-    opened: OpenedHosts,
+    sessions: Sessions,
     settings: FabricSettings,
+    hosts: list[str] | None = None,
     *,
     fleet_rule: bool = False,
-    hosts: list[str] | None = None,
     intake: IntakeAccess | None = None,
 ) -> Iterator[GuardSession]:
-    """The one session judging `hosts` (default: all; one database), each by its own facts
-    or, with `fleet_rule`, as one; its paths are every such host's tunnel."""
-    chosen = {host: opened.sessions[host] for host in sorted(hosts or opened.sessions)}
+    """One session judging `hosts` (default: all), each by its own facts or as one fleet."""
+    chosen = {host: sessions[host] for host in sorted(hosts or sessions)}
     through, *others = chosen.values()
-    # Each host's facts and clock (read by its lookups' exec), as every front passes them.
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
     )
@@ -173,8 +225,7 @@ def judging_session(
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
-    """The fleet's one judgment failed: its cause said once, each host not judged by it
-    (one host alone: the failure is its own)."""
+    """The fleet's one judgment failed: its cause said once, each host not judged by it."""
     if len(hosts) == 1:
         return {hosts[0]: cause}
     say(f"the fleet's judgment failed ({cause.kind}): {cause}")
@@ -187,16 +238,138 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
     }
 
 
-def judge_opened(
-    opened: OpenedHosts, settings: FabricSettings
-) -> dict[str, Verdict | LeaseguardError]:
-    """Every host's verdict (each by its own facts) from one query, or why it has none."""
-    groups = by_database(opened, settings) if opened.sessions else []
-    outcomes: dict[str, Verdict | LeaseguardError] = dict(opened.failed)
-    for hosts in groups:
+_OUTPUT = threading.Lock()  # one host's lines together
+RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+# A host's (or the fleet's) exit status and its lines (True: to stdout), printed once every
+# drain ended, never interleaved.
+Report = tuple[int, list[tuple[bool, str]]]
+
+
+def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
+    """`fab drain`: each host on its own or, with pg_cron jobs to pause, the fleet as one."""
+    settings = settings_or_exit(c)
+    merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
+    try:
+        options = drain_options(merged)
+        hosts = fleet_hosts(c)
+        drain_run.configure_logging()
+        board = drain_run.status_board(options)  # one snapshot over every host
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
+    common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
+    stop = threading.Event()
+
+    def each(opened: Opened) -> list[Report]:
+        """Every host's own drain (its facts, its intake), all on ONE query per poll."""
+
+        def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
+            drained = drain_run.drain_each(
+                shared,
+                options,
+                board,
+                stop=stop,
+                own=opened[0],
+                act=lambda own: _command_on({own.host: own.runner}, run),
+                front="fab drain",
+                **common,
+            )
+            # The fleet's one poll failed: its cause said once, each host not judged by it.
+            for named in drain_run.shared_failures(drained).values():
+                cause = drained[named[0]].error
+                assert cause is not None
+                for host, error in not_judged(named, cause).items():
+                    drained[host] = replace(drained[host], error=error)
+            return drained
+
+        results = per_database(opened, settings, drain, options.intake("fab drain"))
+        return [_report(host, results[host], json_) for host in hosts]
+
+    def as_one(opened: Opened) -> list[Report]:
+        """Every host's facts looked up, then one drain judged by the fleet rule."""
+        sessions, failed = opened
+        if failed:
+            say("no intake was paused: every host's facts are needed to judge the fleet")
+            return [_report(host, error, json_) for host, error in sorted(failed.items())]
+        runners = {host: s.runner for host, s in sessions.items()}
         try:
-            with judging_session(opened, settings, hosts=hosts) as session:
-                outcomes.update(session.judge_each())
+            front = f"fab drain ({','.join(hosts)})"
+            intake = options.intake(front)
+            with judging_session(sessions, settings, fleet_rule=True, intake=intake) as session:
+                result: DrainResult | LeaseguardError = drain_run.drain_host(
+                    session,
+                    options,
+                    board=board,
+                    front=front,
+                    stop=stop,
+                    runners=list(runners.values()),
+                    connect=drain_run.first_that_connects(
+                        [sessions[h].connect_writable for h in sorted(sessions)]
+                    ),
+                    act=_command_on(runners, run),
+                    action=f"command on {','.join(hosts)}" if run else "drain",
+                    **common,
+                )
         except LeaseguardError as exc:
-            outcomes.update(not_judged(hosts, exc))
-    return outcomes
+            result = exc
+        return [_report("fleet", result, json_)]
+
+    with drain_run.signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
+        reports = as_one(opened) if options.pause_cron_jobs else each(opened)
+    for _, lines in reports:
+        for to_stdout, line in lines:
+            print(line) if to_stdout else say(line)
+    if stop.is_set():
+        say("drain interrupted; intake was resumed")
+        raise Exit(code=EXIT_FAILED)
+    exit_with_worst([status for status, _ in reports])
+
+
+def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
+    """--run: `command` on every host at once, intake still held; the first failure's status."""
+    if not command:
+        return None
+
+    def run(runner: Any) -> int:
+        """One host's command over SSH; its output printed under the host's name."""
+        try:
+            ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
+        except Exception as exc:  # paramiko's and the socket's own errors: the class only
+            say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
+            return EXIT_FAILED
+        with _OUTPUT:
+            for line in (str(ran.stdout) + str(ran.stderr)).splitlines():
+                print(f"[{runner.label}] {line}", file=sys.stderr)
+        return int(ran.exited)
+
+    def act(result: DrainResult) -> ActionOutcome:
+        hosts = sorted(runners)
+        say(f"intake held: running the command on {', '.join(hosts)}")
+        ran = for_each_host([runners[h] for h in hosts], run)
+        failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
+        if not failed:
+            return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
+        named = ", ".join(f"{host} exited {status}" for host, status in failed.items())
+        return ActionOutcome(next(iter(failed.values())), f"command failed: {named}")
+
+    return act
+
+
+def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
+    """The drain's result, or why it could not run; a failed drain reports only its failure."""
+    if isinstance(result, LeaseguardError):
+        if json_output:
+            return EXIT_FAILED, [(True, json.dumps(failure_result(result, host)))]
+        result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
+    if json_output:
+        return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
+    lines: list[tuple[bool, str]] = []
+    if result.error is not None:
+        lines.append((True, failure_line(host, result.error)))
+    elif result.verdict is not None:
+        lines.append((True, result.verdict.timeline()))
+    if result.verdict is not None:
+        lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
+    if result.action is not None:
+        lines.append((False, f"{result.action.description}; {result.intake_line}"))
+    return result.exit_status, lines

@@ -1,29 +1,183 @@
-"""Fabric tasks `guard`, `drain` and `resume` (fabfile.py: `ns = collection()`).
+"""Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config.
 
-Each task runs once with every -H host (leaseguard.fabric.fleet) and exits with the worst
-status. What a task runs is imported when it runs: loading the collection imports no psycopg.
+What a task runs is imported when it runs: loading the collection imports no psycopg.
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
-from typing import Any
+import threading
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
-from fabric import Executor, task
+from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError
 
-from leaseguard.core.errors import EXIT_USAGE
-from leaseguard.fabric.fleet import FleetExecutor, fleet
-from leaseguard.fabric.settings import CONNECTION_KEYS, env_defaults, settings_from_config
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.core import config_values as values
+from leaseguard.core.contract import CONFIG_KEYS, CRON_BUDGETS_SECTION, Contract, load_contract
+from leaseguard.core.errors import EXIT_USAGE, ConfigError
+
+if TYPE_CHECKING:
+    from leaseguard.orchestration.drain_options import DrainOptions
+
+CONNECTION_KEYS = frozenset(
+    {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
+)
+# DrainOptions' fields, named here so that loading the collection imports no psycopg.
+DRAIN_KEYS = frozenset(
+    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
+    | {"resume_command", "status_file", "metrics_file", "resume_retry_s"}
+    | {"cron_user", "cron_password"}
+)
+
+
+def env_defaults() -> dict[str, Any]:
+    """Every `leaseguard:` key, unset: invoke reads a `FABRIC_<KEY_PATH>` variable only for a
+    key its config holds (`FABRIC_LEASEGUARD_CONNECTION_DSN=...`)."""
+    tree = {"connection": dict.fromkeys(CONNECTION_KEYS), "drain": dict.fromkeys(DRAIN_KEYS)}
+    for key in CONFIG_KEYS:
+        *parents, leaf = key.split(".")
+        node: dict[str, Any] = tree
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        node[leaf] = None
+    return {"leaseguard": tree}
+
+
+@dataclass(frozen=True)
+class FabricSettings:
+    contract: Contract
+    conninfo: str
+    address: DatabaseAddress
+    ssh: SshOptions
+    drain: DrainOptions
+
+
+def settings_from_config(config: Any) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+    # psycopg parses the DSN and lives beside the drain's options: imported when a task runs.
+    from leaseguard.core.dsn import tunnel_far_end
+    from leaseguard.orchestration.drain_options import drain_options
+
+    section = _plain(config.get("leaseguard", {}) or {})
+    connection = section.pop("connection", None) or {}
+    if not isinstance(connection, dict):
+        raise ConfigError("connection must be a mapping")
+    values.reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
+    drain = section.pop("drain", {}) or {}
+    section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
+    contract = load_contract(section)
+    contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
+    # A FABRIC_LEASEGUARD_* variable is a string here: "true"/"false" read as booleans.
+    accept = connection.get("accept_unknown_host_keys")
+    if isinstance(accept, str) and accept.lower() in ("true", "false"):
+        connection["accept_unknown_host_keys"] = accept.lower() == "true"
+
+    def text(key: str) -> str | None:
+        return values.optional_text(connection, key, prefix="connection.")
+
+    ssh = SshOptions(
+        known_hosts=text("known_hosts"),
+        accept_unknown_host_keys=values.flag(
+            connection, "accept_unknown_host_keys", False, prefix="connection."
+        ),
+        gateway=text("gateway"),
+        # One connect budget for the whole path: the SSH hop and the database behind it.
+        connect_timeout_s=contract.connect_timeout_s,
+    )
+    # An empty dsn means "from LEASEGUARD_DSN", as unset.
+    dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
+        "LEASEGUARD_DSN", ""
+    )
+    host = text("db_host")
+    port = values.optional_port(connection, "db_port", prefix="connection.")
+    address = DatabaseAddress(*tunnel_far_end(dsn, host, port))
+    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+
+
+def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
+    """`fab -t N`, then `leaseguard.connect_timeout_s`, then `timeouts.connect`, then 10 s."""
+    given = [
+        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
+        ("connect_timeout_s", section.get("connect_timeout_s")),
+        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
+    ]
+    for key, value in given:
+        if value is not None:
+            return values.whole_number({key: value}, key, Contract.connect_timeout_s)
+    return Contract.connect_timeout_s
+
+
+def _plain(value: Any) -> Any:
+    """invoke's DataProxy as plain dicts/lists; unset keys (None) left out, as if absent."""
+    if hasattr(value, "keys"):
+        items = {str(k): _plain(value[k]) for k in value.keys()}  # noqa: SIM118
+        return {k: v for k, v in items.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
+# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
+_CONFIG_CLONING = threading.Lock()
+
+
+def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
+    config = None
+    if isinstance(c.config, Config):
+        with _CONFIG_CLONING:
+            config = c.config.clone()
+    return make_connection(host, settings.ssh, config)
+
+
+def settings_or_exit(c: Context) -> FabricSettings:
+    """The task's settings; a config they refuse ends the task as a usage error (exit 2)."""
+    try:
+        return settings_from_config(c.config)
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+
+
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+
+
+class FleetExecutor(Executor):  # type: ignore[misc]
+    """Runs this module's tasks once with every -H host (Fabric: once per host, serially)."""
+
+    def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
+        expanded: list[Any] = []
+        host_str = self.core[0].args.hosts.value if apply_hosts else None
+        for call in calls:
+            body = getattr(getattr(call, "task", call), "body", None)
+            if getattr(body, "__module__", None) == __name__:
+                self.config[FLEET_HOSTS_KEY] = host_str.split(",") if host_str else []
+                expanded.append(call)
+            else:
+                expanded.extend(super().expand_calls([call], apply_hosts=apply_hosts))
+        return expanded
+
+
+def fleet_hosts(c: Context) -> list[str]:
+    if isinstance(c, Connection):  # run by a plain Fabric executor: one host per call
+        return [c.original_host]
+    hosts = list(c.config.get(FLEET_HOSTS_KEY) or [])
+    if not hosts:
+        raise Exit("leaseguard: give the hosts to check with -H host1,host2", code=EXIT_USAGE)
+    for host in hosts:
+        if not host.rpartition("@")[2].partition(":")[0]:  # "root@", ":22", ""
+            raise Exit(f"leaseguard: -H {host!r} names no host", code=EXIT_USAGE)
+    return hosts
 
 
 @task(
     help={"json_": "print a JSON list (one object per host) instead of timeline lines"},
 )
-@fleet
 def guard(c: Context, json_: bool = False) -> None:
     """Judge every host's live leases: exit 0 proceed, 75 defer, 1 failed.
 
@@ -54,7 +208,6 @@ def guard(c: Context, json_: bool = False) -> None:
     },
     iterable=["pause_cron_job"],
 )
-@fleet
 def drain(
     c: Context,
     deadline_s: float | None = None,
@@ -73,19 +226,11 @@ def drain(
     given back once, after the wait (and after --run's command on every host), on every
     exit path (Ctrl-C, SIGTERM and SIGHUP included).
     """
-    from leaseguard.fabric.drain_hosts import drain_hosts
+    from leaseguard.fabric.hosts import drain_hosts
 
-    drain_hosts(
-        c,
-        deadline_s=deadline_s,
-        poll_s=poll_s,
-        pause_cron_job=pause_cron_job,
-        resume_retry_s=resume_retry_s,
-        json_=json_,
-        status_file=status_file,
-        metrics_file=metrics_file,
-        run=run,
-    )
+    given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
+    files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
+    drain_hosts(c, {**given, **files, "pause_cron_jobs": pause_cron_job or None}, json_, run)
 
 
 @task(
@@ -95,7 +240,6 @@ def drain(
     },
     iterable=["job"],
 )
-@fleet
 def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> None:
     """Give back the intake pauses a drain recorded and never resumed (through the first host).
 
@@ -107,28 +251,21 @@ def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> Non
 
 
 def collection() -> Collection:
-    """The task collection a fabfile exposes; also hands the running `fab` the fleet executor
-    (a collection's own config is merged too late to choose it) and names every
-    `leaseguard:` key, unset, so that `FABRIC_LEASEGUARD_*` variables reach them."""
+    """The fabfile's tasks; also hands the running `fab` the fleet executor."""
     import fabric.main
 
     program = getattr(fabric.main, "program", None)
     if program is not None:
-        if program.executor_class is Executor:
+        if program.executor_class is Executor:  # a collection's config comes too late for it
             program.executor_class = FleetExecutor
         _usage_errors_exit_2(program)
     ns = Collection(guard, drain, resume)
-    ns.configure(env_defaults())
+    ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
     return ns
 
 
 def _usage_errors_exit_2(program: Any) -> None:
-    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed").
-
-    invoke leaves every word it does not know to parse_tasks, which runs after the fabfile
-    loads, so wrapping it catches them all; only a core flag's own bad value (`fab -H` with
-    nothing after it) fails before and keeps invoke's status.
-    """
+    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed")."""
     parse_tasks = program.parse_tasks
     if getattr(parse_tasks, "leaseguard_usage", False):
         return
@@ -147,7 +284,6 @@ def _usage_errors_exit_2(program: Any) -> None:
 
 
 def _did_you_mean(message: str, program: Any) -> str:
-    """ "; did you mean 'guard'?" for "No idea what 'gaurd' is!", from task and flag names."""
     unknown = re.match(r"No idea what '([^']+)' is!", message)
     collection = getattr(program, "collection", None)
     if unknown is None or collection is None:
@@ -159,6 +295,3 @@ def _did_you_mean(message: str, program: Any) -> str:
             known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
     close = difflib.get_close_matches(word, known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
-
-
-__all__ = ["CONNECTION_KEYS", "collection", "drain", "guard", "resume", "settings_from_config"]
