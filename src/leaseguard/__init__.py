@@ -1,7 +1,14 @@
 """leaseguard: judge in-flight work by the protected system's own claim lease."""
 
+from __future__ import annotations
+
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # typed for checkers; imported on first use at run time
+    from leaseguard.core.contract import Contract, load_contract
+    from leaseguard.core.errors import LeaseguardError
+    from leaseguard.core.verdict import Decision, Verdict
 
 __version__ = "0.1.0"
 __all__ = ["Contract", "Decision", "LeaseguardError", "Verdict", "load_contract"]
