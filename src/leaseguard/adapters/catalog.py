@@ -1,9 +1,4 @@
-"""The schema pre-flight: what the catalog says about the judged table, refused by name.
-
-The guard reads the primary's live rows, all of them: a standby, a relation that is not the
-table (a materialized view is a snapshot; a view's base tables may hide rows) and row-level
-security that hides rows are refused.
-"""
+"""The schema pre-flight: a standby, a relation not the table, rows RLS hides: refused by name."""
 
 from __future__ import annotations
 
@@ -240,8 +235,7 @@ def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
 
 
 def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
-    """Fail when row-level security would hide rows (live work never seen) from the guard's
-    role (graphile-worker enables RLS on its jobs table with no policy at all)."""
+    """Fail when row-level security would hide rows (live work) from the guard's role."""
     row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
     if row is None or not row[0] or row[2]:
         return
@@ -255,8 +249,7 @@ def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
 
 
 def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
-    """Solid Queue, good_job: the owners' table must exist, have the columns that say an owner
-    is alive, and show every row: a hidden owner makes its live claim look dead ("proceed")."""
+    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
     if _first(conn, "SELECT to_regclass(%s)::oid", table) is None:

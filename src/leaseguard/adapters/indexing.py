@@ -1,6 +1,4 @@
-"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`): one
-btree leading with the plain status column serves the guard query and the status walk (a
-partial one cannot show a status it lacks); and the warning pointing at it on a seq scan."""
+"""The index keeping the guard's checks flat (`leaseguard index-sql`), and the seq-scan warning."""
 
 from __future__ import annotations
 
@@ -102,8 +100,7 @@ def _lead_column(contract: Contract) -> str:
 
 
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
-    """CREATE INDEX on (lead, claimed_at when recorded, the expiry column) over every row, so
-    the status check sees every status; partial only without a status column."""
+    """CREATE INDEX on (lead, claimed_at, expiry) over every row; partial only without a status."""
     lead = _lead_column(contract)
     columns = [lead]
     if contract.has_claimed_at and lead != contract.claimed_at_column:
@@ -195,8 +192,7 @@ def advisory_plan_warning(
     verdict: Verdict,
     status_column: StatusColumn | None = None,
 ) -> str | None:
-    """A warning when the table is large and the guard query's plan (EXPLAIN) seq-scans it, or
-    no index can walk its status column. Advisory: any error gives None (logged at DEBUG)."""
+    """A warning when a large table is seq-scanned (EXPLAIN) or unindexed; any error: None."""
     try:
         with read_transaction(conn):
             lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
