@@ -29,8 +29,7 @@ _PASSWORD_FROM = (  # where a password is set, not one
     "leaseguard_db_password (LEASEGUARD_DB_PASSWORD)"
 )
 
-# libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase:
-# the raw text may quote the DSN.
+# libpq's connection failures, reported by a fixed phrase (the raw text may quote the DSN).
 _CONNECT_CAUSES = (
     ("password authentication failed", "authentication failed; check " + _PASSWORD_FROM),
     ("no password supplied", "a password is required but none was given; set " + _PASSWORD_FROM),
@@ -67,9 +66,8 @@ def connect(
     user: str | None = None,
     password: str | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit).
-
-    Never prepared on the server: a pooler in transaction mode may switch sessions."""
+    """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit); never
+    prepared on the server: a pooler in transaction mode may run the next one on another session."""
     try:
         given = conninfo_to_dict(conninfo)
         if dbname:

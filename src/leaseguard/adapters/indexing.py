@@ -49,9 +49,8 @@ _NO_INDEX_REASONS = {
 }
 _CONCURRENTLY = sql.SQL("CONCURRENTLY IF NOT EXISTS")
 
-# The table's kind; the valid indexes that serve the guard: leaseguard's own (by name), or a
-# non-partial btree whose first key is the lead column (River's and Oban's fetching indexes
-# are); and its leaf partitions (schema, name).
+# The table's kind; the valid indexes serving the guard (leaseguard's own, or a non-partial
+# btree leading with the lead column: River's, Oban's); its leaf partitions (schema, name).
 _TABLE = """
     SELECT t.relkind::text,
       ARRAY(SELECT i.indexrelid::regclass::text FROM pg_index i
@@ -70,8 +69,7 @@ LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
 _PLAN_CHECK_TIMEOUT_MS = 1000  # its own small budget, never the check's
-# Estimated rows (the planner's reltuples), whether never analysed, size on disk, and the
-# names of the table and its leaf partitions (EXPLAIN names the partitions, not the parent).
+# Estimated rows, whether never analysed, size on disk, names of the table and its leaves.
 _SIZE = """
     SELECT coalesce(sum(greatest(c.reltuples, 0)), 0), bool_or(c.reltuples < 0),
            coalesce(sum(pg_relation_size(c.oid)), 0)::bigint, array_agg(c.relname::text)
@@ -165,8 +163,6 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
         ]
     if relkind != "p":
         return [INDEX_COMMENT, recommended_index_sql(contract)]
-    # ON ONLY the parent (invalid until every partition's is attached), then one index built
-    # concurrently per leaf partition (schema, name), and its ATTACH.
     parent = index_name(contract)
     only = sql.SQL("ONLY {}").format(table_identifier(contract))
     parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))

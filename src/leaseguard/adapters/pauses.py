@@ -1,6 +1,4 @@
-"""Intake holds: each holder's record an inactive cron.job row; the LAST to let go gives back.
-
-`leaseguard resume` gives back exactly the recorded jobs, never an operator's (no record)."""
+"""Intake holds, one record (an inactive cron.job row) per holder: the LAST to let go gives back."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
 _HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
-# Asked so that it cannot fail: where pg_cron is not installed (most databases a guard
-# reads), reading cron.job itself would log an ERROR on the server at every check.
+# Asked so it cannot fail: reading a missing cron.job would log a server ERROR every check.
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace

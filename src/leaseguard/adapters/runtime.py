@@ -177,8 +177,7 @@ class Lookups:
                 return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
-        """The start time; over several replicas the OLDEST (a claim newer than any may run
-        there). `variable`: the task timeout's, read by the same container command."""
+        """The start time; over several replicas the OLDEST (a newer claim may run there)."""
         match spec.source:
             case "docker" | "podman":
                 found = self._containers(spec.source, spec.container, variable)
@@ -254,8 +253,7 @@ class Lookups:
         )
 
 
-# Through become, ansible's ssh runs commands on a tty (stderr merged into stdout, CRLF line
-# ends): the command's stderr is captured and printed after a marked line instead.
+# Through become, ansible's ssh runs on a tty (stderr merged, CRLF): stderr follows a marker.
 _TTY_SCRIPT = (
     'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
     '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '

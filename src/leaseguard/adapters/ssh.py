@@ -67,9 +67,8 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
 def _connection(
     host: str, options: SshOptions, config: Config | None, gateway: Connection | None
 ) -> Connection:
-    # paramiko's own banner, auth and channel waits (15 s, 30 s, an hour) are bounded by the
-    # connect budget. Fabric uses the config's connect_kwargs only when given none: merged
-    # here (its key files Fabric merges itself; its `timeout`, fab -t, is the budget).
+    # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
+    # connect_kwargs merged here (Fabric ignores them when given any).
     bound = options.connect_timeout_s
     configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
     waits = ("banner_timeout", "auth_timeout", "channel_timeout")
