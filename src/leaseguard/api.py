@@ -17,7 +17,7 @@ _HOME = {
     # budgets (cron_budget)
     "task_budgets": "leaseguard.core.budgets.config",
     "converge_jobs": "leaseguard.adapters.budgets",
-    "resume_pauses": "leaseguard.adapters.resume",
+    "resume_pauses": "leaseguard.adapters.pauses",
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)

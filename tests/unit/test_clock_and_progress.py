@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from leaseguard.adapters.clock import offset_from_here
+from leaseguard.adapters.runtime import offset_from_here
 from leaseguard.core.fleet import ClockOffset, controller_offset, controller_warning
 from leaseguard.core.lookups import CommandResult
 from leaseguard.core.verdict import Counts

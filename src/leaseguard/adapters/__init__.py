@@ -1,4 +1,1 @@
-"""Adapters: the core's reach into the world (PostgreSQL, pg_cron, SSH tunnel, host lookups).
-
-Each module wraps one outside system; none decides what a front does (docs/architecture.md).
-"""
+"""Adapters: the core's reach into PostgreSQL, pg_cron, SSH, hosts; none decides for a front."""

@@ -1,6 +1,4 @@
-"""The budgets use case `leaseguard budgets` and cron_budget run: converge cron.job on a
-declaration (read, plan, write in one transaction, all or nothing on the plan's `refusals`),
-then set jobs' active flags."""
+"""`leaseguard budgets`, cron_budget: converge cron.job on a declaration, set active flags."""
 
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
 
-# Serialises concurrent runs (two deploys) between reading cron.job and writing it;
-# the bytes of "lgcronbg" as a bigint.
+# Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
 
 
@@ -38,10 +35,7 @@ def converge_jobs(
     check_mode: bool = False,
     connect_timeout_s: int = 10,
 ) -> tuple[BudgetPlan | None, ActivePlan | None]:
-    """Converge `declared` (unless `check_mode` or refused, write: the plan's `applied`), then
-    set `active`'s flags unless the plan is refused; any failure rolls all back. `path` yields
-    the conninfo of the database the jobs run in (a tunnel's, say), entered only once the input
-    is valid; `cron_database`: the one holding cron.job when it is another."""
+    """Converge `declared` all or nothing, then `active`'s flags unless refused (`path`: a DSN)."""
     wanted = validate_active(active) if active else {}
     plan = switched = None
     with path as conninfo:

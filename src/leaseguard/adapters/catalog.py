@@ -1,9 +1,4 @@
-"""The schema pre-flight: what the catalog says about the judged table, refused by name.
-
-The guard reads the primary's live rows, all of them: a standby, a relation that is not the
-table (a materialized view is a snapshot; a view's base tables may hide rows) and row-level
-security that hides rows are refused.
-"""
+"""The schema pre-flight: a standby, a relation not the table, rows RLS hides: refused by name."""
 
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ _RELATION = sql.SQL("""
       current_database(), host(inet_server_addr()), inet_server_port()
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
     LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""")
-# Whether a permissive `FOR SELECT ... USING (true)` policy on `c` applies to {role}
-# (polroles {0} is PUBLIC) with no restrictive policy beside it.
+# A permissive `USING (true)` SELECT policy on `c` applies to {role}; no restrictive one.
 _SHOWS_ALL = sql.SQL("""
     EXISTS (SELECT FROM pg_catalog.pg_policy AS p WHERE p.polrelid = c.oid AND p.polpermissive
       AND p.polcmd IN ('r', '*') AND pg_get_expr(p.polqual, p.polrelid) = 'true'
@@ -55,9 +49,8 @@ _ROW_SECURITY = sql.SQL(
     "SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), "
     "{shows} FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass(%(relation)s)"
 ).format(shows=_SHOWS_ALL.format(role=sql.SQL("current_user")))
-# Every non-view relation a view reads (through nested views), with each role that reads it:
-# the guard's, and every non-security_invoker view's owner on the way (every owner against
-# every base: more refusals than PostgreSQL would make, never fewer).
+# Every non-view relation a view reads, with each role reading it (the guard's, the definer
+# views' owners; every owner against every base: more refusals than PostgreSQL, never fewer).
 _VIEW_BASES = sql.SQL("""
     WITH RECURSIVE rel(oid) AS (
         SELECT to_regclass(%(relation)s)::oid
@@ -80,9 +73,8 @@ _VIEW_BASES = sql.SQL("""
     FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
     CROSS JOIN readers JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
     WHERE c.relkind <> 'v' ORDER BY 1, 3""").format(shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")))
-# The status column's enum labels, NOT NULL, type, and an index that can walk it: a valid,
-# non-partial, default-opclass btree whose first key is the column ('column') or
-# `status::text` ('text') in the comparison's collation, the plain column preferred.
+# The status column's enum labels, NOT NULL, type, and a plain btree leading with the column
+# ('column', preferred) or `status::text` ('text') in the comparison's collation.
 _STATUS_COLUMN = sql.SQL("""
     SELECT t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
                                   WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
@@ -240,8 +232,7 @@ def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
 
 
 def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
-    """Fail when row-level security would hide rows (live work never seen) from the guard's
-    role (graphile-worker enables RLS on its jobs table with no policy at all)."""
+    """Fail when row-level security would hide rows (live work) from the guard's role."""
     row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
     if row is None or not row[0] or row[2]:
         return
@@ -255,8 +246,7 @@ def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
 
 
 def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
-    """Solid Queue, good_job: the owners' table must exist, have the columns that say an owner
-    is alive, and show every row: a hidden owner makes its live claim look dead ("proceed")."""
+    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
     if _first(conn, "SELECT to_regclass(%s)::oid", table) is None:

@@ -1,6 +1,4 @@
-"""pg_cron's cron.job: its rows, the one time-boxed transaction every writer runs in, jobs'
-active flags. A job is reported paused only when this run switched it, so a caller resumes
-exactly those, never a job an operator disabled on purpose."""
+"""pg_cron's cron.job: rows, the one time-boxed transaction, active flags."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ class CronStep:
 def cron_transaction(
     conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
-    """One time-boxed transaction on cron.job (read-only in check mode); any failure rolls it
-    all back, its message naming the step, database and SQLSTATE, never driver text."""
+    """One time-boxed cron.job transaction; a failure rolls back naming step, database, SQLSTATE."""
     db = conn.info.dbname
     step = CronStep()
     try:
@@ -163,8 +160,7 @@ def validate_active(wanted: object) -> dict[str, bool]:
 def set_jobs_active(
     conn: psycopg.Connection[Any], wanted: Mapping[str, bool], *, check_mode: bool = False
 ) -> ActivePlan:
-    """Set each named job's active flag in one transaction (read-only in check mode); a missing
-    job is skipped (nothing runs it, so nothing to pause)."""
+    """Set each named job's active flag in one transaction; a missing job is skipped."""
     hint = "the role must own the jobs or be allowed cron.alter_job"
     try:
         with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:

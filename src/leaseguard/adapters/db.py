@@ -1,14 +1,11 @@
-"""The guard's database connection: read-only, time-boxed, named, and leak-proof.
-
-psycopg's messages can quote a DSN or a password hint, so no driver text leaves this module:
-errors name the target (host:port/db), the table or column, the exception class and SQLSTATE.
-"""
+"""The database connection: time-boxed, named; no driver text (it may quote a DSN) leaves here."""
 
 from __future__ import annotations
 
 import logging
 import math
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,6 +18,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from leaseguard.core.contract import Contract
 from leaseguard.core.dsn import invalid_dsn
 from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
+from leaseguard.core.fleet import ClockOffset, controller_offset
 
 log = logging.getLogger("leaseguard.db")
 APPLICATION_NAME = "leaseguard"
@@ -31,8 +29,7 @@ _PASSWORD_FROM = (  # where a password is set, not one
     "leaseguard_db_password (LEASEGUARD_DB_PASSWORD)"
 )
 
-# libpq's connection failures, recognised by a fixed phrase and reported by a fixed phrase:
-# the raw text may quote the DSN.
+# libpq's connection failures, reported by a fixed phrase (the raw text may quote the DSN).
 _CONNECT_CAUSES = (
     ("password authentication failed", "authentication failed; check " + _PASSWORD_FROM),
     ("no password supplied", "a password is required but none was given; set " + _PASSWORD_FROM),
@@ -69,13 +66,8 @@ def connect(
     user: str | None = None,
     password: str | None = None,
 ) -> psycopg.Connection[tuple[object, ...]]:
-    """Open a connection named leaseguard: the one way every part of leaseguard connects.
-
-    The guard's is read-only and repeatable-read (one snapshot, one now() per check); a
-    writable one (cron.job's writers) is autocommit, each caller opening its own transaction.
-    `dbname`/`user` replace the DSN's (the DSN's password is then dropped). Never prepared on
-    the server: a pooler in transaction mode may run the next transaction on another session.
-    """
+    """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit); never
+    prepared on the server: a pooler in transaction mode may run the next one on another session."""
     try:
         given = conninfo_to_dict(conninfo)
         if dbname:
@@ -85,8 +77,7 @@ def connect(
             conninfo = make_conninfo("", **{**as_user, "user": user, "password": password})
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
-    # A database that stops answering ends the wait within the connect timeout, not TCP's
-    # ~15 minutes: keepalives after 1 s of silence, tcp_user_timeout for unacknowledged data.
+    # A silent database ends the wait within the connect timeout, not TCP's ~15 minutes.
     liveness = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1}
     liveness |= {"keepalives_count": max(1, connect_timeout_s)}
     liveness["tcp_user_timeout"] = connect_timeout_s * 1000
@@ -135,6 +126,16 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     conn.commit()
 
 
+def here_minus_database(conn: psycopg.Connection[tuple[object, ...]]) -> ClockOffset:
+    """This machine's clock minus the database's (clock_timestamp, not the transaction's now())."""
+    before = time.time()
+    with read_transaction(conn):
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+    after = time.time()
+    assert row is not None
+    return controller_offset(float(row[0]), before, after)  # type: ignore[arg-type]
+
+
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
     """End the lost connection's idle backend `pid` (a partition leaves it for hours); advisory."""
     try:
@@ -153,12 +154,10 @@ def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
 def guard_transaction(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract
 ) -> Iterator[psycopg.Cursor[tuple[object, ...]]]:
-    """A read-only transaction with the guard's own statement and lock budgets: a migration
-    holding an ACCESS EXCLUSIVE lock must fail the check in time, not hang the deploy."""
+    """A read-only transaction with the guard's budgets: a migration's lock fails it in time."""
     with translate_errors(contract), read_transaction(conn):
         cur = conn.cursor()
-        # Naive timestamps are read in the contract's zone, never the database's or role's.
-        # No parallel workers: their start-up would cost more than reading a handful of rows.
+        # Naive timestamps in the contract's zone; no parallel workers (start-up costs more).
         set_local_limits(
             cur,
             statement_timeout=contract.statement_timeout_ms,

@@ -1,8 +1,4 @@
-"""The lease predicate judged on the protected system's database.
-
-In one snapshot: the counts, every status classified (the judgment reads only claimed and
-queued rows, so a typo or a status the system grew later would hide live work), live claims.
-"""
+"""The lease predicate judged in one snapshot: counts, every status classified, live claims."""
 
 from __future__ import annotations
 
@@ -84,8 +80,7 @@ def judge_subjects(
     as_of: datetime | None = None,
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
-    """Every subject's verdict from one snapshot, and the status column's facts; `status_column`
-    (from an earlier check on this connection) skips the pre-flight; `as_of` pins now()."""
+    """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
     params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
     try:
@@ -108,8 +103,7 @@ def judge_subjects(
                 taken = controller_offset(checked_at.timestamp(), sent_at, time.time())
                 here = controller_warning(taken)
             check_statuses(cur, contract, status_column)
-            # Only when something is live: the listing reads the queued rows again, and a
-            # backlog can hold far more of them than there are workers.
+            # Only when something is live: a backlog can hold far more rows than workers.
             live: dict[int, list[LiveClaim]] = {}
             if any(c.live for c in counts):
                 listed: Any = cur.execute(live_claims_query(contract), params).fetchall()
@@ -180,9 +174,7 @@ def _ids(ids: list[str]) -> str:
 def _wait_upper_bound(
     live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int
 ) -> tuple[float, bool]:
-    """The longest remaining lease, and whether it bounds every live row. A live row with no
-    computable expiry (a held advisory lock) or a live count the listing no longer showed (pg_locks
-    is read anew by each query) is bounded by one full lease; an 'infinity' lease bounds nothing."""
+    """The longest remaining lease (no expiry: one full lease), and whether it bounds all."""
     known = [c.remaining_s for c in live if c.remaining_s is not None]
     unbounded = any(c.remaining_s is None and not c.never_expires for c in live)
     unbounded = unbounded or bool(live_count and not live)
@@ -199,8 +191,7 @@ def _key(contract: Contract, index_key: str | None) -> sql.Composable:
 
 
 def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
-    """The statuses (as text; NULL for NULL) in none of the lists, by a loose index scan (each
-    step asks the index for the next greater status), stopping after %(max_named)s + 1."""
+    """The unlisted statuses (as text), by a loose index scan, stopping after %(max_named)s + 1."""
     return sql.SQL("""
         WITH RECURSIVE walk(v, unknown) AS (
             (SELECT {key}, 0 FROM {table} WHERE {key} IS NOT NULL ORDER BY {key} LIMIT 1)

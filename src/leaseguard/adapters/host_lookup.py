@@ -1,6 +1,4 @@
-"""A host looked up the one way every front does, and a restart checked by its start time.
-Over SSH each exec pays the host's login shell: the lookups and the clock run as ONE script
-(two for a pid file's process), each command judged as if run alone."""
+"""A host looked up in ONE exec (each pays a login shell); a restart checked by its start."""
 
 from __future__ import annotations
 
@@ -12,8 +10,13 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Unpack
 
-from leaseguard.adapters.clock import offset_from_here
-from leaseguard.adapters.runtime import Given, Lookups, Runner, resolve_runtime_facts
+from leaseguard.adapters.runtime import (
+    Given,
+    Lookups,
+    Runner,
+    offset_from_here,
+    resolve_runtime_facts,
+)
 from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
@@ -37,8 +40,7 @@ class HostLookup:
 def look_up_host(
     contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
 ) -> HostLookup:
-    """The facts not given, looked up, and the host's clock when a start time needs it: with
-    `one_exec` in one exec, except through become (its tty merges the streams split here)."""
+    """The facts not given and the host's clock, in one exec unless through become (its tty)."""
     clock = None
     if one_exec and not getattr(runner, "becomes", False):
         timeout_given = given.get("task_timeout_s") is not None
@@ -56,8 +58,7 @@ def look_up_host(
 
 
 class _Answered:
-    """`runner`, answering the commands already run from their results; without a runner
-    (planning), noting the others in `asked` and answering them with nothing."""
+    """`runner` answering commands already run; without one (planning), noting them in `asked`."""
 
     def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
         self.runner, self.ran, self.asked = runner, ran, list[Argv]()
@@ -78,9 +79,7 @@ def planned_commands(
     start_given: bool,
     ran: dict[Argv, CommandResult] | None = None,
 ) -> list[Argv]:
-    """The commands the lookups will run that `ran` has no answer for, each once (a failure
-    without an answer, such as a bad variable name, leaves the rest out: run alone, it fails
-    naming what is wrong)."""
+    """The commands the lookups will run that `ran` has no answer for, each once."""
     planner = _Answered(None, ran or {})
     lookups = Lookups(planner)
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
@@ -95,8 +94,7 @@ def planned_commands(
 
 
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
-    """Each command (stdin closed), its parts of stdout and stderr opened by a marker line
-    (`@@leaseguard NONCE@@ KEY`: its index, `I rc` its exit status), then `date +%s.%N`."""
+    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
     mark = f"@@leaseguard {nonce}@@"
     return (
         "".join(
@@ -111,8 +109,7 @@ def batch_script(commands: Sequence[Argv], nonce: str) -> str:
 def run_together(
     runner: Runner, commands: Sequence[Argv]
 ) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
-    """Each command's result and the host's clock minus this machine's, from one exec (the
-    random nonce keeps a command's own output from passing for a marker)."""
+    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
     nonce = secrets.token_hex(8)
     before = time.time()
     result = runner.run(["sh", "-c", batch_script(commands, nonce)])
@@ -145,9 +142,7 @@ def restart_runtime(
     *,
     check_mode: bool = False,
 ) -> dict[str, Any]:
-    """runtime_restart's result: the restart (with the first reading of its start time in
-    one exec, but through become), then its start time read every POLL_S until it moves past
-    `lookup`'s (the lookup registered before) or verify_timeout_s fails it."""
+    """runtime_restart's result: restart, then read the start time every POLL_S until it moves."""
     restart.checked_restart(spec, lookup)
     if check_mode:
         return restart.would_restart(spec)

@@ -1,6 +1,4 @@
-"""The index that keeps the guard's checks flat as the table grows (`leaseguard index-sql`): one
-btree leading with the plain status column serves the guard query and the status walk (a
-partial one cannot show a status it lacks); and the warning pointing at it on a seq scan."""
+"""The index keeping the guard's checks flat (`leaseguard index-sql`), and the seq-scan warning."""
 
 from __future__ import annotations
 
@@ -51,9 +49,8 @@ _NO_INDEX_REASONS = {
 }
 _CONCURRENTLY = sql.SQL("CONCURRENTLY IF NOT EXISTS")
 
-# The table's kind; the valid indexes that serve the guard: leaseguard's own (by name), or a
-# non-partial btree whose first key is the lead column (River's and Oban's fetching indexes
-# are); and its leaf partitions (schema, name).
+# The table's kind; the valid indexes serving the guard (leaseguard's own, or a non-partial
+# btree leading with the lead column: River's, Oban's); its leaf partitions (schema, name).
 _TABLE = """
     SELECT t.relkind::text,
       ARRAY(SELECT i.indexrelid::regclass::text FROM pg_index i
@@ -72,8 +69,7 @@ LARGE_TABLE_ROWS = 100_000
 # A never-analysed table (reltuples = -1) counts as large from this size on disk.
 LARGE_TABLE_BYTES = 64 * 1024 * 1024
 _PLAN_CHECK_TIMEOUT_MS = 1000  # its own small budget, never the check's
-# Estimated rows (the planner's reltuples), whether never analysed, size on disk, and the
-# names of the table and its leaf partitions (EXPLAIN names the partitions, not the parent).
+# Estimated rows, whether never analysed, size on disk, names of the table and its leaves.
 _SIZE = """
     SELECT coalesce(sum(greatest(c.reltuples, 0)), 0), bool_or(c.reltuples < 0),
            coalesce(sum(pg_relation_size(c.oid)), 0)::bigint, array_agg(c.relname::text)
@@ -102,8 +98,7 @@ def _lead_column(contract: Contract) -> str:
 
 
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
-    """CREATE INDEX on (lead, claimed_at when recorded, the expiry column) over every row, so
-    the status check sees every status; partial only without a status column."""
+    """CREATE INDEX on (lead, claimed_at, expiry) over every row; partial only without a status."""
     lead = _lead_column(contract)
     columns = [lead]
     if contract.has_claimed_at and lead != contract.claimed_at_column:
@@ -168,8 +163,6 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
         ]
     if relkind != "p":
         return [INDEX_COMMENT, recommended_index_sql(contract)]
-    # ON ONLY the parent (invalid until every partition's is attached), then one index built
-    # concurrently per leaf partition (schema, name), and its ATTACH.
     parent = index_name(contract)
     only = sql.SQL("ONLY {}").format(table_identifier(contract))
     parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
@@ -195,8 +188,7 @@ def advisory_plan_warning(
     verdict: Verdict,
     status_column: StatusColumn | None = None,
 ) -> str | None:
-    """A warning when the table is large and the guard query's plan (EXPLAIN) seq-scans it, or
-    no index can walk its status column. Advisory: any error gives None (logged at DEBUG)."""
+    """A warning when a large table is seq-scanned (EXPLAIN) or unindexed; any error: None."""
     try:
         with read_transaction(conn):
             lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)

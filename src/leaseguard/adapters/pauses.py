@@ -1,10 +1,4 @@
-"""Intake holds: pg_cron jobs paused for an action, counted per holder, recorded in cron.job.
-
-Several runs may hold one job at once: each writes its own record (an inactive, never-firing
-cron.job row ``leaseguard-paused:<job>@<token>``, made with pg_cron's API in the pause's own
-transaction) and only the LAST to let go gives the job back, all under one advisory lock.
-`leaseguard resume` gives back exactly the recorded jobs, never an operator's (no record).
-"""
+"""Intake holds, one record (an inactive cron.job row) per holder: the LAST to let go gives back."""
 
 from __future__ import annotations
 
@@ -18,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -30,7 +25,7 @@ from leaseguard.adapters.cron import (
     plan_changes,
     refused,
 )
-from leaseguard.adapters.db import read_transaction
+from leaseguard.adapters.db import connect, read_transaction
 from leaseguard.core.errors import DatabaseError
 
 log = logging.getLogger("leaseguard.pauses")
@@ -40,8 +35,7 @@ _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
 _HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
-# Asked so that it cannot fail: where pg_cron is not installed (most databases a guard
-# reads), reading cron.job itself would log an ERROR on the server at every check.
+# Asked so it cannot fail: reading a missing cron.job would log a server ERROR every check.
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
@@ -126,8 +120,7 @@ def drain_identity(front: str) -> str:
 def hold_jobs(
     conn: psycopg.Connection[Any], names: Sequence[str], by: str, action: str = "drain"
 ) -> Hold:
-    """Hold `names` (all must exist): pause the active ones, count this holder on each. One
-    inactive without any holder's record was disabled by an operator: left alone (`not_held`)."""
+    """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`)."""
     token = secrets.token_hex(6)
     with _holds_transaction(conn) as step:
         changes = plan_changes(conn, dict.fromkeys(names, False))
@@ -202,8 +195,7 @@ def wait_quiet(
     timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
     stop: threading.Event | None = None,
 ) -> None:
-    """Return once no run of the held jobs is in progress (or once `stop` is set: a signal
-    ends the wait at once, so the caller gives intake back), or fail closed naming them."""
+    """Return once no held job's run is in progress or `stop` is set; fail closed naming them."""
     if not hold.jobids:
         return
     started, stop = time.monotonic(), stop or threading.Event()
@@ -284,3 +276,62 @@ def _parse(name: str, command: str) -> PauseRecord:
         return PauseRecord(str(data["job"]), str(data["paused_at"]), by, action, token)
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)
+
+
+_SEES_JOBS = """
+SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)
+"""
+
+
+def resume_pauses(
+    conninfo: str,
+    *,
+    cron_database: str | None = None,
+    jobs: Sequence[str] | None = None,
+    connect_timeout_s: int = 10,
+    user: str | None = None,
+    password: str | None = None,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """What was recorded, reactivated, vanished; a role seeing no job fails ("none": a guess)."""
+    who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
+    with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
+        if check_mode:
+            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
+        records, plan = resume_recorded(conn, jobs)
+        if not records:
+            with cron_transaction(
+                conn, read_only=True, privilege_hint="connect as the jobs' owner"
+            ):
+                row = conn.execute(_SEES_JOBS).fetchone()
+            if not (row and row[0]):
+                raise DatabaseError(
+                    f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+                    "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+                    "intake is still held: run resume as the jobs' owner (--cron-user, "
+                    "drain.cron_user, leaseguard_cron_user)"
+                )
+    seen = plan.jobs if plan else ()
+    return {
+        "records": [record.as_dict() for record in records],
+        "resumed": plan.resumed if plan else [],
+        "already_active": [job.job for job in seen if job.exists and not job.changed],
+        "missing": plan.missing if plan else [],
+    }
+
+
+def resume_lines(outcome: dict[str, Any]) -> str:
+    """One timeline line per recorded job: what `resume` did with it."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if not outcome["records"]:
+        return f"{stamp} leaseguard resume recorded=0 (no drain left intake paused)"
+    lines = []
+    for record in outcome["records"]:
+        job = record["job"]
+        state = next((k for k in ("resumed", "already_active") if job in outcome[k]), "missing")
+        lines.append(
+            f"{stamp} leaseguard resume job={job} state={state} "
+            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"
+        )
+    return "\n".join(lines)

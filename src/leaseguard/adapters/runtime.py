@@ -1,5 +1,4 @@
-"""A host's task timeout and runtime start time: each lookup a command run by a Runner (local,
-SSH, an Ansible task's connection) and a parser; a failure names the host and the lookup."""
+"""A host's task timeout, start time, clock: commands a Runner runs; failures name the host."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, TypedDict, Unpack
@@ -14,6 +14,7 @@ from typing import Protocol, TypedDict, Unpack
 from leaseguard.core import lookups, replicas
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
+from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import (
     Argv,
     CommandResult,
@@ -51,6 +52,20 @@ class LocalRunner:
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
         return CommandResult(done.returncode, done.stdout, done.stderr)
+
+
+def offset_from_here(runner: Runner) -> ClockOffset:
+    """The host's clock minus this machine's, read with `date +%s.%N` (hosts need no Python)."""
+    before = time.time()
+    result = runner.run(["date", "+%s.%N"])
+    after = time.time()
+    try:
+        if result.exit_code != 0:
+            raise ValueError
+        reading = float(result.stdout.strip())
+    except ValueError:
+        raise LookupFailed(f"host {runner.label}: cannot read its clock (date)") from None
+    return ClockOffset(reading - (before + after) / 2, (after - before) / 2)
 
 
 class Given(TypedDict, total=False):
@@ -96,8 +111,7 @@ def resolve_runtime_facts(
 
 
 class Lookups:
-    """The lookups of one check on one host, one exec each. `replicas` names what a filter or
-    unit glob matched, `warnings` what the verdict must say (a named container's siblings)."""
+    """One check's lookups on one host; `replicas`: what a filter or glob matched."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
@@ -163,8 +177,7 @@ class Lookups:
                 return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
-        """The start time; over several replicas the OLDEST (a claim newer than any may run
-        there). `variable`: the task timeout's, read by the same container command."""
+        """The start time; over several replicas the OLDEST (a newer claim may run there)."""
         match spec.source:
             case "docker" | "podman":
                 found = self._containers(spec.source, spec.container, variable)
@@ -240,8 +253,7 @@ class Lookups:
         )
 
 
-# Through become, ansible's ssh runs commands on a tty (stderr merged into stdout, CRLF line
-# ends): the command's stderr is captured and printed after a marked line instead.
+# Through become, ansible's ssh runs on a tty (stderr merged, CRLF): stderr follows a marker.
 _TTY_SCRIPT = (
     'm="@@leaseguard $1"; shift; printf "%s\\n" "$m out@@"; '
     '{ e=$("$@" </dev/null 2>&1 1>&3 3>&-); s=$?; } 3>&1; '
@@ -255,8 +267,7 @@ def tty_argv(argv: Argv, nonce: str) -> Argv:
 
 
 def split_tty(result: CommandResult, nonce: str) -> CommandResult:
-    """`tty_argv`'s command's own result, CRLF undone. Without both markers the command
-    never ran (become failed): the output is the complaint, the status at least 1."""
+    """`tty_argv`'s command's result; without both markers (become failed): output, status >= 1."""
     text = result.stdout.replace("\r\n", "\n")
     out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
     start, stop = text.find(out), text.rfind(err)

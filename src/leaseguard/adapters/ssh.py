@@ -1,5 +1,4 @@
-"""SSH: a host's Fabric connection (host keys checked: a guard must know which host it asked),
-the lookups run over it, and the tunnel to its database."""
+"""SSH: a host's Fabric connection (host keys checked), the lookups over it, the database tunnel."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ class DatabaseAddress:
 
 
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
-    """A Fabric Connection whose host keys are verified, through `options.gateway` or else
-    ssh_config's ProxyJump (rebuilt: Fabric walks "a,b" from b, without our timeouts)."""
+    """A Fabric Connection with verified host keys, through `options.gateway` or ProxyJump."""
     gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
     connection = _connection(host, options, config, gateway)
     jumps = connection.ssh_config.get("proxyjump")
@@ -69,9 +67,8 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
 def _connection(
     host: str, options: SshOptions, config: Config | None, gateway: Connection | None
 ) -> Connection:
-    # paramiko's own banner, auth and channel waits (15 s, 30 s, an hour) are bounded by the
-    # connect budget. Fabric uses the config's connect_kwargs only when given none: merged
-    # here (its key files Fabric merges itself; its `timeout`, fab -t, is the budget).
+    # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
+    # connect_kwargs merged here (Fabric ignores them when given any).
     bound = options.connect_timeout_s
     configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
     waits = ("banner_timeout", "auth_timeout", "channel_timeout")
@@ -115,8 +112,7 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
-    """The client trusts its own host's keys: the system known_hosts entry (paramiko's
-    precedence), else UserKnownHostsFile's or `known_hosts`' (unreadable files skipped)."""
+    """Trust the host's keys: ~/.ssh/known_hosts', else UserKnownHostsFile's or `known_hosts`'."""
     port = int(connection.port)
     name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
     configured = f"{connection.ssh_config.get('userknownhostsfile', '')} {known_hosts or ''}"
@@ -180,8 +176,7 @@ def _named(connection: Connection) -> str:
 
 
 def _tune(connection: Connection) -> None:
-    """Nagle off, keepalives, and TCP_USER_TIMEOUT: data unacknowledged for the connect
-    timeout means a dead link (TCP alone retransmits for ~15 minutes)."""
+    """Nagle off, keepalives, TCP_USER_TIMEOUT: a dead link known within the connect timeout."""
     transport = connection.client.get_transport()
     if transport is not None:  # after 1 s idle: a dead link then has data unacknowledged
         transport.set_keepalive(1)
@@ -222,8 +217,7 @@ class FabricRunner:
 def tunnelled(
     connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
 ) -> Iterator[tuple[str, DatabaseTunnel]]:
-    """`conninfo` through a tunnel to `address` over `connection`, and the tunnel (`probe`:
-    the address tried first); both closed on every path, with the connection's jump hosts."""
+    """`conninfo` through a tunnel to `address`, and the tunnel; both closed on every path."""
     from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
 
     from leaseguard.core.dsn import reject_hostaddr
@@ -242,9 +236,7 @@ def tunnelled(
 
 
 class DatabaseTunnel:
-    """A local listener forwarding each connection over its own SSH channel. Unlike Fabric's
-    forward_local (dead after one refused channel), a refusal ends only its connection and
-    is kept (`failure()`); `ensure()` reopens a dead SSH connection for a drain."""
+    """A local listener, one SSH channel a connection (Fabric's forward_local dies on a refusal)."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
         self.connection = connection

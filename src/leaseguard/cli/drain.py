@@ -236,7 +236,7 @@ def report_drain(result: DrainResult, *, as_json: bool) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from leaseguard.adapters.resume import resume_lines, resume_pauses
+    from leaseguard.adapters.pauses import resume_lines, resume_pauses
 
     try:
         outcome = resume_pauses(

@@ -97,7 +97,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
 
 def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    from leaseguard.adapters.resume import resume_lines, resume_pauses
+    from leaseguard.adapters.pauses import resume_lines, resume_pauses
 
     settings = settings_or_exit(c)
     host = fleet_hosts(c)[0]

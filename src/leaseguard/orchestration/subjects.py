@@ -14,9 +14,9 @@ from collections.abc import Mapping
 
 import psycopg
 
-from leaseguard.adapters.clock import here_minus_database, offset_from_here
+from leaseguard.adapters.db import here_minus_database
 from leaseguard.adapters.guard import Subject, lease_seconds
-from leaseguard.adapters.runtime import Runner
+from leaseguard.adapters.runtime import Runner, offset_from_here
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.fleet import (
