@@ -27,8 +27,8 @@ from leaseguard.orchestration.intake import Intake, intake_line
 log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
-# Failing polls end a drain only after failing for a span: a fraction of its deadline (a
-# blip must not end a two-hour drain), at least three polls' worth.
+# Failing polls end a drain after failing for a fraction of its deadline (a blip must not
+# end a two-hour drain), at least three polls' worth.
 ERROR_BUDGET_FRACTION = 0.1
 ERROR_BUDGET_MIN_POLLS = 3
 
@@ -155,15 +155,12 @@ class Drainer:
     # The status board's: after every poll, and at the end (None: ended by an exception).
     observer: Any = None
     stop: threading.Event = field(default_factory=threading.Event)
-    label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
+    label: str = "-"  # the host (or the fleet) in lines logged before any verdict
 
     def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
         result: DrainResult | None = None
         try:
-            if self.stop.is_set():  # stopped before anything was paused
-                result = DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
-                return result
             result = self._drain(intake, act)
             return result
         finally:
@@ -171,6 +168,8 @@ class Drainer:
                 self.observer.finished(result)
 
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
+        if self.stop.is_set():  # stopped before anything was paused
+            return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         started, held = self.clock(), None
         try:
             if intake is not None:

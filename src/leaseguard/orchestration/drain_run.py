@@ -127,9 +127,7 @@ def drain_host(
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
-    """Hold intake, wait for the live leases to end (lease-bounded), run `act` if drained,
-    give intake back. For a fleet, `runners` are every host's and `connect` reaches the
-    database through any host that still can; `judge` replaces session.judge."""
+    """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
     parts: list[Intake] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
@@ -172,9 +170,8 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Every host of a judge_each session drained by its own facts, all at once, on the
-    fleet's one query per poll. With `own` (each host's session) each host's drain holds its
-    own intake and runs `act(its session)`; without, intake is the caller's to hold."""
+    """Every host of a judge_each session drained by its own facts at once, on the fleet's one
+    query per poll; with `own` (each host's session) each holds its own intake, runs `act`."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
@@ -199,10 +196,9 @@ def drain_each(
 
 
 def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callable[[], Verdict]]:
-    """Each host's judge, all of them the fleet's one query (judge_each): a host takes the
-    last poll when it began after this host's previous answer and within `fresh_s`, else a
-    new one. Hosts asking meanwhile wait on the lock for the poll in flight, so their drains
-    fall into step: one query per poll interval for the whole fleet, whatever its size."""
+    """Each host's judge on the fleet's one query: a host takes the last poll if it began after
+    its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
+    so the drains fall into step: one query per poll interval, whatever the fleet's size."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     outcome: dict[str, Verdict] | LeaseguardError | None = None
@@ -236,7 +232,7 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
-    """The status/metrics files, written once before any pause: a drain never runs unobserved."""
+    """The status/metrics files, written once before any pause."""
     board = StatusBoard(options.status_file, options.metrics_file)
     board.check_writable()
     return board
@@ -260,9 +256,8 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
 
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP set `stop` (the drains wind down and resume intake) instead of
-    raising. The handler only queues the signal: an Event set inside it deadlocks when a second
-    signal lands while the first holds the Event's lock, leaving intake paused for good."""
+    """SIGINT/SIGTERM/SIGHUP set `stop` instead of raising. Only queued in the handler: an Event
+    set there deadlocks when a second signal lands while the first holds its lock."""
     received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def relay() -> None:
@@ -298,7 +293,6 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 @contextmanager
 def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
-    """`handler` for these signals during the block, the previous handlers after it."""
     try:
         previous = {sig: signal.signal(sig, handler) for sig in signals}
     except ValueError:  # not the main thread: nothing to install
@@ -311,7 +305,7 @@ def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[Non
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """UTC timeline lines on stderr from leaseguard's loggers only; DEBUG (idle polls) if asked."""
+    """UTC timeline lines on stderr from leaseguard's loggers; DEBUG (idle polls) if asked."""
     logger = logging.getLogger("leaseguard")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -320,7 +314,6 @@ def configure_logging(*, verbose: bool = False) -> None:
         handler.setFormatter(formatter)
         logger.addHandler(handler)
         logger.propagate = False
-        # psycopg's own warnings (a rollback failing under an interrupted query) carry the
-        # driver's text and the connection's address: never on the timeline.
+        # psycopg's own warnings carry the driver's text and the connection's address.
         logging.getLogger("psycopg").addHandler(logging.NullHandler())
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -42,28 +42,25 @@ class HostObserver:
 
     def finished(self, result: DrainResult | None) -> None:
         if result is None:  # ended by an exception (an interrupt, a crash)
-            ended = {"state": INTERRUPTED, "decision": Decision.FAILED.value, "exit_status": 1}
+            self.after_poll(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
         else:
-            ended = {"state": FINISHED, "decision": result.decision.value}
-            ended["exit_status"] = result.exit_status
-        self.after_poll(result, ended)
+            decision, exit_status = result.decision.value, result.exit_status
+            self.after_poll(result, state=FINISHED, decision=decision, exit_status=exit_status)
 
-    def after_poll(self, state: DrainResult | None, ended: dict[str, Any] | None = None) -> None:
+    def after_poll(self, result: DrainResult | None, /, **ended: Any) -> None:
         with self.board.lock:
             row = self.row
-            if state is not None and (verdict := state.verdict) is not None:
+            if result is not None and (verdict := result.verdict) is not None:
                 row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
-            if state is not None:
-                counters = state.counters.snapshot()
+            if result is not None:
+                counters = result.counters.snapshot()
                 counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
-                row["elapsed_s"], row["deadline_s"] = map(
-                    _seconds, (state.elapsed_s, state.deadline_s)
-                )
-                row["counters"] = counters
+                row.update(elapsed_s=_seconds(result.elapsed_s), counters=counters)
+                row["deadline_s"] = _seconds(result.deadline_s)
             paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended or {}, paused_intake=[str(name) for name in paused])
+            row.update(ended, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
