@@ -53,7 +53,7 @@ _HOME = {
     "parse_timestamp": "leaseguard.core.lookups",
     "failure_result": "leaseguard.core.verdict",
     "intake_line": "leaseguard.orchestration.intake",
-    "drain_options": "leaseguard.orchestration.drain_options",
+    "drain_options": "leaseguard.orchestration.drain_run",
     "drain_each": "leaseguard.orchestration.drain_run",
     "drain_host": "leaseguard.orchestration.drain_run",
     "shared_failures": "leaseguard.orchestration.drain_run",

@@ -10,7 +10,7 @@ from leaseguard.core.config_values import NOT_ASCII, refuse_non_ascii_numbers
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, TimeoutValueError
 from leaseguard.core.lookups import parse_timeout_s
-from leaseguard.orchestration.drain_options import drain_options
+from leaseguard.orchestration.drain_run import drain_options
 from tests.support.leaseguard_cli import leaseguard
 
 ARABIC_INDIC = "\u0663\u0666\u0660\u0660"  # 3600

@@ -21,7 +21,7 @@ import yaml
 
 from leaseguard.core.contract import Contract, LeaseRule, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.presets import PRESETS
-from leaseguard.orchestration.drain_options import DrainOptions
+from leaseguard.orchestration.drain_run import DrainOptions
 
 REPO = Path(__file__).resolve().parents[2]
 MODULES = ("lease_guard", "task_timeout", "runtime_restart", "cron_budget", "check_vars")

@@ -18,7 +18,7 @@ from leaseguard.cli.main import build_parser
 from leaseguard.core.budgets import config as budgets
 from leaseguard.core.contract import CONFIG_KEYS, Contract
 from leaseguard.fabric.tasks import CONNECTION_KEYS, settings_from_config
-from leaseguard.orchestration.drain_options import DrainOptions
+from leaseguard.orchestration.drain_run import DrainOptions
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "configuration.md"

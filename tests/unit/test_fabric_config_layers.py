@@ -19,7 +19,7 @@ from leaseguard.fabric.tasks import (
     env_defaults,
     settings_from_config,
 )
-from leaseguard.orchestration.drain_options import DrainOptions
+from leaseguard.orchestration.drain_run import DrainOptions
 
 
 def config_with(ssh_config: str = "", **data):

@@ -155,10 +155,11 @@ def add_drain_command(commands: Any) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from leaseguard.orchestration.drain_options import DrainOptions, drain_options
     from leaseguard.orchestration.drain_run import (
+        DrainOptions,
         configure_logging,
         drain_host,
+        drain_options,
         status_board,
         terminate_as_interrupt,
     )

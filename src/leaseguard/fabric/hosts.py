@@ -41,7 +41,7 @@ from leaseguard.orchestration.drain import (
     DrainResult,
     progress_for,
 )
-from leaseguard.orchestration.drain_options import drain_options
+from leaseguard.orchestration.drain_run import drain_options
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 

@@ -23,7 +23,7 @@ from leaseguard.core.contract import CONFIG_KEYS, CRON_BUDGETS_SECTION, Contract
 from leaseguard.core.errors import EXIT_USAGE, ConfigError
 
 if TYPE_CHECKING:
-    from leaseguard.orchestration.drain_options import DrainOptions
+    from leaseguard.orchestration.drain_run import DrainOptions
 
 CONNECTION_KEYS = frozenset(
     {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
@@ -62,7 +62,7 @@ def settings_from_config(config: Any) -> FabricSettings:
     """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
     # psycopg parses the DSN and lives beside the drain's options: imported when a task runs.
     from leaseguard.core.dsn import tunnel_far_end
-    from leaseguard.orchestration.drain_options import drain_options
+    from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
     connection = section.pop("connection", None) or {}

@@ -1,8 +1,7 @@
 """Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
 
 The deadline is at most the longest remaining lease seen at the start: past it every row
-belongs to the reaper, not to the guard. Idle polls log at DEBUG, state changes at INFO.
-"""
+belongs to the reaper, not to the guard."""
 
 from __future__ import annotations
 
@@ -28,8 +27,8 @@ from leaseguard.orchestration.intake import Intake, intake_line
 log = logging.getLogger("leaseguard.drain")
 
 DEFAULT_POLL_S = 5.0
-# Failing polls end a drain only after failing for a span: a fraction of its deadline (a
-# blip must not end a two-hour drain), at least three polls' worth.
+# Failing polls end a drain after failing for a fraction of its deadline (a blip must not
+# end a two-hour drain), at least three polls' worth.
 ERROR_BUDGET_FRACTION = 0.1
 ERROR_BUDGET_MIN_POLLS = 3
 
@@ -53,15 +52,13 @@ COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors
 
 @dataclass(frozen=True)
 class DrainResult:
-    """Where a drain stands or ended: the last good verdict, the deadline (0.0 until a first
-    verdict), the error that ended it (None: drained, or deadline reached)."""
+    """Where a drain stands or ended; error None: drained, or deadline reached."""
 
     verdict: Verdict | None
     counters: DrainCounters
     elapsed_s: float
     deadline_s: float
     error: LeaseguardError | None = None
-    # What was held ("pg_cron:claim", "command:app1"); None: no intake configured.
     intake: tuple[str, ...] | None = None
     action: ActionOutcome | None = None
 
@@ -140,19 +137,7 @@ class TerminalProgress:
 
 
 def progress_for(stream: TextIO) -> TerminalProgress | None:
-    """A bar only where a person watches a terminal; else plain state-change logs."""
     return TerminalProgress(stream) if stream.isatty() else None
-
-
-class DrainObserver:
-    """Watches from outside (the status files): after every poll, failed ones too, and at the
-    end, after intake was given back (None: ended by an exception). This one watches nothing."""
-
-    def after_poll(self, state: DrainResult) -> None:
-        pass
-
-    def finished(self, result: DrainResult | None) -> None:
-        pass
 
 
 @dataclass
@@ -167,24 +152,24 @@ class Drainer:
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
-    observer: DrainObserver = field(default_factory=DrainObserver)
+    # The status board's: after every poll, and at the end (None: ended by an exception).
+    observer: Any = None
     stop: threading.Event = field(default_factory=threading.Event)
-    label: str = "-"  # names the host (or the fleet) in lines logged before any verdict
+    label: str = "-"  # the host (or the fleet) in lines logged before any verdict
 
     def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
-        """Hold intake, wait for the live leases to end, run `act` if drained, give back:
-        intake is held from before the first verdict until `act` has returned."""
+        """Hold intake from before the first verdict until `act` (run if drained) returned."""
         result: DrainResult | None = None
         try:
-            if self.stop.is_set():  # stopped before anything was paused
-                result = DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
-                return result
             result = self._drain(intake, act)
             return result
         finally:
-            self.observer.finished(result)
+            if self.observer is not None:
+                self.observer.finished(result)
 
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
+        if self.stop.is_set():  # stopped before anything was paused
+            return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         started, held = self.clock(), None
         try:
             if intake is not None:
@@ -211,14 +196,18 @@ class Drainer:
         def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
             return DrainResult(verdict, self.counters, self.clock() - started, deadline, error)
 
+        def observed(verdict: Verdict | None, deadline: float) -> None:
+            if self.observer is not None:
+                self.observer.after_poll(state(verdict, deadline))
+
         try:
             verdict = self._poll()
         except LeaseguardError as exc:
-            self.observer.after_poll(state(None, 0.0))
+            observed(None, 0.0)
             return state(None, 0.0, exc)
         deadline = verdict.wait_upper_bound_s
         deadline = deadline if self.deadline_s is None else min(deadline, self.deadline_s)
-        self.observer.after_poll(state(verdict, deadline))
+        observed(verdict, deadline)
         log.info(
             f"drain host={verdict.host or '-'} start live={verdict.counts.live} "
             f"deadline_s={deadline:.0f} {intake_line(held)}"
@@ -242,7 +231,7 @@ class Drainer:
                 if now - failing_since >= budget:
                     return state(verdict, deadline, exc)
             finally:
-                self.observer.after_poll(state(verdict, deadline))
+                observed(verdict, deadline)
         result = state(verdict, deadline)
         log.info(
             f"drain host={verdict.host or '-'} "
@@ -263,8 +252,7 @@ class Drainer:
             log.warning("drain poll failed host=%s error=%s reason=%s", self.label, exc.kind, exc)
             raise
         except Exception as exc:
-            # Not one of ours: its text may carry a DSN or a password, so only the class name
-            # is kept, counted and logged, and the error budget applies.
+            # Not one of ours: its text may carry a DSN or a password; only the class name.
             kind = type(exc).__name__
             self.counters.errors[kind] += 1
             log.warning("drain poll failed reason=drain_poll_failed exc_type=%s", kind)

@@ -1,8 +1,11 @@
-"""What every front (CLI, Fabric, Ansible) does the same way around a session."""
+"""What every front (CLI, Fabric, Ansible) does the same way around a session: the `drain:`
+options, a host's or a fleet's drain, signals, the timeline's logging."""
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 import queue
 import signal
 import sys
@@ -11,21 +14,102 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from os import PathLike
 from typing import Any
 
 import psycopg
 
 from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.errors import LeaseguardError
+from leaseguard.core.config_values import parse_command, reject_unknown
+from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
-from leaseguard.orchestration.drain_options import DrainOptions
+from leaseguard.orchestration.drain import (
+    DEFAULT_POLL_S,
+    Action,
+    Drainer,
+    DrainResult,
+    TerminalProgress,
+)
 from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intake, Intakes
+from leaseguard.orchestration.intake import (
+    DEFAULT_RESUME_RETRY_S,
+    CommandPause,
+    CronJobsPause,
+    Intake,
+    Intakes,
+)
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    poll_s: float = DEFAULT_POLL_S
+    deadline_s: float | None = None
+    pause_cron_jobs: tuple[str, ...] = ()
+    cron_database: str | None = None
+    cron_user: str | None = None  # the jobs' owner: pg_cron shows each role only its own
+    cron_password: str | None = field(default=None, repr=False)
+    pause_command: tuple[str, ...] = ()
+    resume_command: tuple[str, ...] = ()
+    status_file: str | None = None
+    metrics_file: str | None = None
+    resume_retry_s: float = DEFAULT_RESUME_RETRY_S
+
+    def intake(self, front: str | None = None) -> IntakeAccess:
+        """Where and as whom intake is held; `front` names this process's own drain."""
+        owner = drain_identity(front) if front else None
+        return IntakeAccess(self.cron_database, self.cron_user, self.cron_password, owner)
+
+
+def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
+    """Validate the `drain:` section; messages name the key."""
+    data = dict(data or {})
+    reject_unknown(data, frozenset(DrainOptions.__dataclass_fields__), prefix="drain.")
+    jobs = data.get("pause_cron_jobs") or ()
+    jobs = (jobs,) if isinstance(jobs, str) else jobs
+    if not all(isinstance(j, str) and j for j in jobs):
+        raise ConfigError("drain.pause_cron_jobs must be a list of job names")
+    pause = parse_command(data, "pause_command", prefix="drain.")
+    resume = parse_command(data, "resume_command", prefix="drain.")
+    if bool(pause) != bool(resume):
+        raise ConfigError("drain.pause_command and drain.resume_command go together")
+    paths: dict[str, Any] = {}
+    for key in ("status_file", "metrics_file"):
+        value = data.get(key)
+        if value not in (None, "") and not isinstance(value, str | PathLike):
+            raise ConfigError(f"drain.{key} must be a file path")
+        paths[key] = None if value in (None, "") else str(value)
+    return DrainOptions(
+        poll_s=_seconds(data, "poll_s", DEFAULT_POLL_S),
+        deadline_s=_seconds(data, "deadline_s", None),
+        pause_cron_jobs=tuple(jobs),
+        cron_database=data.get("cron_database"),
+        cron_user=data.get("cron_user") or None,
+        cron_password=data.get("cron_password") or os.environ.get("LEASEGUARD_CRON_PASSWORD"),
+        pause_command=pause,
+        resume_command=resume,
+        resume_retry_s=_seconds(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
+        **paths,
+    )
+
+
+def _seconds(data: Mapping[str, Any], key: str, default: float | None) -> Any:
+    value = data.get(key)
+    if value is None:
+        return default
+    try:
+        if isinstance(value, str) and not value.isascii():
+            raise ValueError  # float() reads any script's digits: ASCII only
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"drain.{key} must be a number of seconds") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ConfigError(f"drain.{key} must be greater than 0")
+    return number
 
 
 def drain_host(
@@ -43,9 +127,7 @@ def drain_host(
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
 ) -> DrainResult:
-    """Hold intake, wait for the live leases to end (lease-bounded), run `act` if drained,
-    give intake back. For a fleet, `runners` are every host's and `connect` reaches the
-    database through any host that still can; `judge` replaces session.judge."""
+    """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
     parts: list[Intake] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
@@ -88,9 +170,8 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Every host of a judge_each session drained by its own facts, all at once, on the
-    fleet's one query per poll. With `own` (each host's session) each host's drain holds its
-    own intake and runs `act(its session)`; without, intake is the caller's to hold."""
+    """Every host of a judge_each session drained by its own facts at once, on the fleet's one
+    query per poll; with `own` (each host's session) each holds its own intake, runs `act`."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
@@ -115,10 +196,9 @@ def drain_each(
 
 
 def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callable[[], Verdict]]:
-    """Each host's judge, all of them the fleet's one query (judge_each): a host takes the
-    last poll when it began after this host's previous answer and within `fresh_s`, else a
-    new one. Hosts asking meanwhile wait on the lock for the poll in flight, so their drains
-    fall into step: one query per poll interval for the whole fleet, whatever its size."""
+    """Each host's judge on the fleet's one query: a host takes the last poll if it began after
+    its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
+    so the drains fall into step: one query per poll interval, whatever the fleet's size."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     outcome: dict[str, Verdict] | LeaseguardError | None = None
@@ -152,7 +232,7 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
 
 
 def status_board(options: DrainOptions) -> StatusBoard:
-    """The status/metrics files, written once before any pause: a drain never runs unobserved."""
+    """The status/metrics files, written once before any pause."""
     board = StatusBoard(options.status_file, options.metrics_file)
     board.check_writable()
     return board
@@ -176,9 +256,8 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
 
 @contextmanager
 def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[None]:
-    """SIGINT/SIGTERM/SIGHUP set `stop` (the drains wind down and resume intake) instead of
-    raising. The handler only queues the signal: an Event set inside it deadlocks when a second
-    signal lands while the first holds the Event's lock, leaving intake paused for good."""
+    """SIGINT/SIGTERM/SIGHUP set `stop` instead of raising. Only queued in the handler: an Event
+    set there deadlocks when a second signal lands while the first holds its lock."""
     received: queue.SimpleQueue[int | None] = queue.SimpleQueue()
 
     def relay() -> None:
@@ -214,7 +293,6 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 @contextmanager
 def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
-    """`handler` for these signals during the block, the previous handlers after it."""
     try:
         previous = {sig: signal.signal(sig, handler) for sig in signals}
     except ValueError:  # not the main thread: nothing to install
@@ -227,7 +305,7 @@ def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[Non
 
 
 def configure_logging(*, verbose: bool = False) -> None:
-    """UTC timeline lines on stderr from leaseguard's loggers only; DEBUG (idle polls) if asked."""
+    """UTC timeline lines on stderr from leaseguard's loggers; DEBUG (idle polls) if asked."""
     logger = logging.getLogger("leaseguard")
     if not logger.handlers:
         handler = logging.StreamHandler(sys.stderr)
@@ -236,7 +314,6 @@ def configure_logging(*, verbose: bool = False) -> None:
         handler.setFormatter(formatter)
         logger.addHandler(handler)
         logger.propagate = False
-        # psycopg's own warnings (a rollback failing under an interrupted query) carry the
-        # driver's text and the connection's address: never on the timeline.
+        # psycopg's own warnings carry the driver's text and the connection's address.
         logging.getLogger("psycopg").addHandler(logging.NullHandler())
     logger.setLevel(logging.DEBUG if verbose else logging.INFO)

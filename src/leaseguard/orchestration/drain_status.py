@@ -1,7 +1,5 @@
-"""A running drain, observable from outside: `--status-file` (JSON, read back by `leaseguard
-status`) and `--metrics-file` (Prometheus text), rewritten atomically after every poll.
-Errors appear as class names only: a driver error echoing a DSN cannot leak.
-"""
+"""A drain's `--status-file` (JSON, read by `leaseguard status`) and `--metrics-file`
+(Prometheus text), rewritten atomically after every poll; errors as class names only."""
 
 from __future__ import annotations
 
@@ -20,7 +18,7 @@ from typing import Any, TypeGuard
 
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.verdict import Decision
-from leaseguard.orchestration.drain import COUNTER_NAMES, DrainObserver, DrainResult
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainResult
 from leaseguard.orchestration.intake import Intake
 
 log = logging.getLogger("leaseguard.drain")
@@ -36,7 +34,7 @@ def _seconds(value: float | None) -> float:
     return round(max(float(value or 0.0), 0.0), 3)
 
 
-class HostObserver(DrainObserver):
+class HostObserver:
     """One host's row of the board, updated after every poll, then the files rewritten."""
 
     def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
@@ -44,34 +42,30 @@ class HostObserver(DrainObserver):
 
     def finished(self, result: DrainResult | None) -> None:
         if result is None:  # ended by an exception (an interrupt, a crash)
-            ended = {"state": INTERRUPTED, "decision": Decision.FAILED.value, "exit_status": 1}
+            self.after_poll(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
         else:
-            ended = {"state": FINISHED, "decision": result.decision.value}
-            ended["exit_status"] = result.exit_status
-        self.after_poll(result, ended)
+            decision, exit_status = result.decision.value, result.exit_status
+            self.after_poll(result, state=FINISHED, decision=decision, exit_status=exit_status)
 
-    def after_poll(self, state: DrainResult | None, ended: dict[str, Any] | None = None) -> None:
+    def after_poll(self, result: DrainResult | None, /, **ended: Any) -> None:
         with self.board.lock:
             row = self.row
-            if state is not None and (verdict := state.verdict) is not None:
+            if result is not None and (verdict := result.verdict) is not None:
                 row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
-            if state is not None:
-                counters = state.counters.snapshot()
+            if result is not None:
+                counters = result.counters.snapshot()
                 counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
-                row["elapsed_s"], row["deadline_s"] = map(
-                    _seconds, (state.elapsed_s, state.deadline_s)
-                )
-                row["counters"] = counters
+                row.update(elapsed_s=_seconds(result.elapsed_s), counters=counters)
+                row["deadline_s"] = _seconds(result.deadline_s)
             paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended or {}, paused_intake=[str(name) for name in paused])
+            row.update(ended, paused_intake=[str(name) for name in paused])
         self.board.publish()
 
 
 class StatusBoard:
-    """One drain process's snapshot over its hosts (threads share it; every write under the
-    lock, so an older snapshot never overwrites a newer one)."""
+    """One drain process's snapshot over its hosts, every write under the lock (threads)."""
 
     def __init__(self, status_file: str | Path | None, metrics_file: str | Path | None) -> None:
         self.status_path = Path(status_file) if status_file else None
@@ -202,8 +196,7 @@ def _iso(unix: float) -> str:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """A temp file renamed over `path` (readers see old or new); `.tmp`, which node_exporter's
-    collector ignores, and 0644 minus the umask, for a collector running as another user."""
+    """A temp file renamed over `path`: `.tmp` (node_exporter ignores it), 0644 minus umask."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -275,11 +268,8 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-# --- reading the status file back (`leaseguard status`) -------------------------------------
-
-
 def read_status(path: str | Path) -> dict[str, Any]:
-    """The snapshot at `path`, or `available: false` with a `reason` (never raises)."""
+    """The snapshot at `path`, or `available: false` with a `reason`."""
     path = Path(path)
 
     def unavailable(reason: str) -> dict[str, Any]:
@@ -324,7 +314,7 @@ def _shape_problem(snapshot: Any) -> str | None:
 
 
 def writer_alive(pid: int, started: Any = None) -> bool:
-    """Whether the writing process still runs (and is the same process, not a reused pid)."""
+    """Whether the writing process still runs (not a reused pid)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -338,7 +328,7 @@ def writer_alive(pid: int, started: Any = None) -> bool:
 
 
 def process_start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell reused pids."""
+    """The process's start in clock ticks since boot (Linux)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         return int(fields[19])  # field 22 of stat(5); fields here start at field 3
@@ -347,7 +337,7 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def status_line(status: Mapping[str, Any]) -> str:
-    """`leaseguard status` without --json: one line, as the timeline lines read."""
+    """`leaseguard status` without --json: one line."""
     if not status.get("available"):
         return f"available=false reason={json.dumps(status['reason'])} path={status['path']}"
     counters = status["counters"]

@@ -1,7 +1,6 @@
 """Intake: what stops new claims while a drain or an action waits, given back on every exit.
 
-resume() undoes exactly what pause() did, nothing an operator paused by hand.
-"""
+resume() undoes exactly what pause() did, nothing an operator paused by hand."""
 
 from __future__ import annotations
 
@@ -47,7 +46,7 @@ class Intake(Protocol):
 @dataclass(eq=False)
 class CronJobsPause:
     """Hold named pg_cron jobs (waiting for runs already going), then let go of exactly this
-    hold, retried over a fresh connection for `retry_s`, then failing naming how to resume."""
+    hold, retried for `retry_s`, then failing naming how to resume."""
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
@@ -122,8 +121,6 @@ class CronJobsPause:
 
 @dataclass(eq=False)
 class CommandPause:
-    """A configured pause command on the host before waiting, its resume command after."""
-
     runner: Runner
     pause_argv: Sequence[str]
     resume_argv: Sequence[str]
@@ -152,7 +149,7 @@ class CommandPause:
 
 class Intakes:
     """Several intake pauses as one, resumed in reverse order, each attempted; `held`: the
-    parts already hold (taken by another task)."""
+    parts already hold."""
 
     def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
         self.parts = list(parts)
@@ -163,8 +160,7 @@ class Intakes:
 
     def pause(self) -> None:
         for part in self.parts:
-            # Listed first: a part interrupted half way (held, then a signal while waiting
-            # for quiet) must still be given back; resume() of a part holding nothing is a no-op.
+            # Listed first: a part interrupted half way must still be given back.
             self.active.append(part)
             part.pause()
 
@@ -206,8 +202,7 @@ def intake_hold(
     quiet_timeout_s: float,
     resume_hint: str,
 ) -> dict[str, Any]:
-    """`state` "held": take the hold (the result's ``hold`` is what "released" gives back);
-    "released": let go of exactly `hold`. `cron_path` yields a fresh conninfo each time."""
+    """ "held": take the hold (the result's ``hold``); "released": let go of exactly `hold`."""
 
     @contextmanager
     def cron_connection() -> Iterator[psycopg.Connection[Any]]:

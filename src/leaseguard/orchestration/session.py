@@ -1,11 +1,8 @@
 """A guard session: look up once, then judge as often as needed, over one connection.
 
-A connection that broke (idle timeout, restart, dropped tunnel) is replaced once, along the
-next path if its own died; any other failure (a lock or statement timeout, a schema error)
-is the answer: retrying would spend its budget twice. A watchdog bounds every poll (connect
-timeout + statement budget + a margin): a partitioned host answers nothing, and TCP would
-wait ~15 min.
-"""
+A broken connection is replaced once (along the next path if its own died); any other failure
+is the answer: retrying would spend its budget twice. A watchdog bounds every poll: a
+partitioned host answers nothing, and TCP would wait ~15 min."""
 
 from __future__ import annotations
 
@@ -43,16 +40,13 @@ class Link(Protocol):
     """The path to the database when it is not direct (an SSH tunnel)."""
 
     def ensure(self, *, within_s: float = ...) -> None: ...
-
     def failure(self) -> TunnelError | None: ...
-
     def cut(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class IntakeAccess:
-    """Where the intake's pg_cron jobs are and as whom (pg_cron shows each role its own jobs);
-    `owner`: this process's own drain, whose holds are no leftovers."""
+    """Where the intake's pg_cron jobs are and as whom; `owner`: this process's own drain."""
 
     database: str | None = None
     user: str | None = None
@@ -61,8 +55,7 @@ class IntakeAccess:
 
 
 def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
-    """A poll within the session's budget (a watchdog cuts it past it), failing with the
-    cause it met: the budget running out, else a lost tunnel's own failure."""
+    """A poll cut by a watchdog past the budget, failing with the cause it met."""
 
     @functools.wraps(judge)
     def bounded(self: GuardSession) -> T:
@@ -87,9 +80,8 @@ def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
 
 
 class GuardSession:
-    """Judges the table with one host's facts, a fleet's combined facts (`FleetFacts`) or
-    each host's own (a mapping); `host_offsets` are the hosts' clocks minus this machine's,
-    `fallbacks` the other hosts' paths to the database, tried in turn."""
+    """Judges with one host's facts, a fleet's (`FleetFacts`) or each host's (a mapping);
+    `fallbacks`: the other hosts' paths to the database, tried in turn."""
 
     def __init__(
         self,
@@ -138,13 +130,12 @@ class GuardSession:
         return self.judged.facts
 
     def judge(self) -> Verdict:
-        """One check on the session's connection (replaced once if it broke meanwhile)."""
         if self.judged.each is not None:
             raise TypeError("a session of several hosts judges with judge_each()")
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
-        """Every host's verdict, each by its own facts, from ONE query over one connection."""
+        """Every host's verdict, each by its own facts, from ONE query."""
         assert self.judged.each is not None
         return dict(zip(sorted(self.judged.each), self._poll(), strict=True))
 
@@ -154,10 +145,8 @@ class GuardSession:
         try:
             return self._judge_on(self._connection())
         except LeaseguardError:
-            # The next poll re-reads the catalog: the error may come from a schema change.
-            self._status_column = None
-            # A connection lost under the poll is replaced once: a shared one that broke
-            # meanwhile, or one whose path died while other hosts' paths remain.
+            self._status_column = None  # the error may come from a schema change
+            # Replaced once: a shared one that broke meanwhile, or one whose path died.
             broke = self._conn is None or self._conn.closed or self._conn.broken
             if not (broke and (reused or len(self._paths) > 1)):
                 raise
@@ -166,7 +155,7 @@ class GuardSession:
 
     @_bounded
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (server start, name), on a short connection."""
+        """Which database this session reaches (server start, name)."""
         query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
         try:
             row = self._connection().execute(query).fetchone()
@@ -191,8 +180,7 @@ class GuardSession:
 
     def close(self) -> None:
         if self._conn is not None:
-            # Lost, or closed by a failed rollback, rather than ended here: its server side
-            # may still be open (a partition), for the next connection to end.
+            # Lost rather than ended here: its server side may still be open, for the next.
             if self._conn.broken or self._conn.closed:
                 self._left_behind = self._backend_pid
             self._conn.close()
@@ -211,8 +199,8 @@ class GuardSession:
         return self._conn
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
-        """A new connection within the poll's budget (writable, as `intake`, when given) along
-        the current path, else each other host's in turn: the one that answers stays current."""
+        """A connection (writable as `intake` if given) along the current path, else each other
+        in turn: the one that answers stays current."""
         access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
             conninfo, link = self._paths[self._path]
@@ -261,7 +249,7 @@ class GuardSession:
         )
 
     def _cut(self) -> None:
-        """Runs on the watchdog's thread: end the waits the poll in flight is in."""
+        """On the watchdog's thread: end the waits of the poll in flight."""
         self._expired = True
         if self.link is not None:
             self.link.cut()
@@ -290,7 +278,6 @@ class GuardSession:
         if self._leftovers is None:
             owner = self.intake.owner
             if self.intake.database is None and self.intake.user is None:
-                # cron.job is in this database, readable as this role: on the guard's connection.
                 self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner))
             else:
                 self._leftovers = tuple(scan_leftovers(self.connect_writable, exclude_by=owner))
@@ -310,8 +297,8 @@ def local_session(
     intake: IntakeAccess | None = None,
     **given: Unpack[Given],
 ) -> closing[GuardSession]:
-    """A session on the DSN as given; lookups run here (one exec each: a local one exec would
-    add `sh:` to a missing command's message) unless another runner is given."""
+    """A session on the DSN as given; lookups run here (one exec each, so no `sh:` in a
+    missing command's message) unless another runner is given."""
     runner = runner or LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, clock = looked_up.facts, looked_up.clock
@@ -331,8 +318,7 @@ def fleet_session(
     fallbacks: Sequence[tuple[str, Link]] = (),
     intake: IntakeAccess | None = None,
 ) -> closing[GuardSession]:
-    """One session judging once for every host by the fleet rule, on facts already looked
-    up; without `host_offsets` starts are taken as read here."""
+    """One session judging every host by the fleet rule, on facts already looked up."""
     facts, runner = combine_facts(per_host), runner or LocalRunner()
     return closing(
         GuardSession(
@@ -342,8 +328,8 @@ def fleet_session(
             runner,
             link,
             label="fleet",
+            intake=intake,
             host_offsets=host_offsets,
             fallbacks=fallbacks,
-            intake=intake,
         )
     )

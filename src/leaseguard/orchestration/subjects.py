@@ -1,11 +1,8 @@
 """Whom a guard session judges: one host, a fleet by the fleet rule, or each host by its own.
 
-A runtime's start comes from its host's clock, claimed_at from the database's: off by more
-than clock_skew_s, a claim made just after a restart could be called an orphan while alive.
-So on a session's first poll each start is moved into the database clock (its host's offset
-from here chained with this machine's from the database); the measurements' uncertainty
-widens the orphan tolerance, never narrows it.
-"""
+A start is read on its host's clock, claimed_at on the database's: skewed, a claim made just
+after a restart could look orphaned. So each start moves into the database clock on the first
+poll, and the measurement's uncertainty only widens the orphan tolerance."""
 
 from __future__ import annotations
 
@@ -72,7 +69,6 @@ class Judged:
         ]
 
     def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
-        """The verdicts with the session's advice, each host's replicas, the fleet's report."""
         each = [] if self.each is None else sorted(self.each.items())
         facts = [f for _, (f, _) in each] if each else [self.facts]
         fleet = self.fleet.as_dict() if self.fleet is not None else None
@@ -89,7 +85,6 @@ class Judged:
         ]
 
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
-        """The offset widening the orphan tolerance; a fleet's starts move into the database's."""
         if self.fleet is not None:
             per_host = self.fleet.per_host
         elif self.each is not None:
