@@ -5,8 +5,6 @@ reports; the playbook decides (fail_on_defer is the shortcut for callers that on
 
 from __future__ import annotations
 
-from collections import Counter
-
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
@@ -80,7 +78,7 @@ class ActionModule(LeaseguardAction):
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
                 try:
                     if each:
-                        drained = api.drain_each(session, options, stop=stop)
+                        drained = api.drain_every_host(session, options, stop)
                     else:
                         drained = api.drain_host(
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
@@ -89,9 +87,6 @@ class ActionModule(LeaseguardAction):
                     if stop.is_set():
                         say("drain interrupted by a signal" if each else _after_signal(options))
         if each:
-            for cause_hosts in api.shared_failures(drained).values():
-                cause = drained[cause_hosts[0]].error
-                raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
             return _each_result(judged, args["held_intakes"], host)
         if drained.error is not None:
@@ -135,10 +130,8 @@ def _each_result(judged, holds, host):
     its host's (its failure fails the task), and `summary` counts the decisions."""
     for name, result in judged.items():
         result["intake"] = _intake(_held((holds or {}).get(name)))
-    decisions = Counter(result["decision"] for result in judged.values())
-    summary = ", ".join(f"{decision} {n}" for decision, n in sorted(decisions.items()))
+    summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
-    worst = next(d for d in ("failed", "defer", "proceed") if decisions[d] or d == "proceed")
     own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
     return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
 

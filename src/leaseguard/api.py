@@ -51,9 +51,9 @@ _HOME = {
     "failure_result": "leaseguard.core.verdict",
     "intake_line": "leaseguard.orchestration.intake",
     "drain_options": "leaseguard.orchestration.drain_options",
-    "drain_each": "leaseguard.orchestration.drain_run",
+    "drain_every_host": "leaseguard.orchestration.ssh_session",
+    "decisions_summary": "leaseguard.orchestration.ssh_session",
     "drain_host": "leaseguard.orchestration.drain_run",
-    "shared_failures": "leaseguard.orchestration.drain_run",
     "signals_set": "leaseguard.orchestration.drain_run",
     "IntakeAccess": "leaseguard.orchestration.session",
 }

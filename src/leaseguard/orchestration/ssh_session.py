@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,9 @@ from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
 from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
+from leaseguard.orchestration.drain import DrainResult
+from leaseguard.orchestration.drain_options import DrainOptions
+from leaseguard.orchestration.drain_run import drain_each, shared_failures
 from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
 
 if TYPE_CHECKING:
@@ -146,3 +151,23 @@ def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
     """A host looked up in one exec, as task_timeout returns it."""
     looked_up = look_up_host(contract, runner)
     return {"changed": False, **host_report(looked_up.facts, looked_up.clock)}
+
+
+def drain_every_host(
+    session: GuardSession, options: DrainOptions, stop: threading.Event
+) -> dict[str, DrainResult]:
+    """Each host of an each_host session drained; a failure of the fleet's one poll (shared by
+    several hosts) fails them all, named once."""
+    drained = drain_each(session, options, stop=stop)
+    for hosts in shared_failures(drained).values():
+        cause = drained[hosts[0]].error
+        assert cause is not None
+        raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
+    return drained
+
+
+def decisions_summary(decisions: Iterable[str]) -> tuple[str, str]:
+    """How many hosts got each decision ('defer 1, proceed 19'), and the worst of them."""
+    counts = Counter(decisions)
+    summary = ", ".join(f"{decision} {n}" for decision, n in sorted(counts.items()))
+    return summary, next((d for d in ("failed", "defer") if counts[d]), "proceed")
