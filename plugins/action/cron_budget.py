@@ -8,12 +8,8 @@ from __future__ import annotations
 from collections import Counter
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import database_conninfo
-
-try:  # noqa: SIM105 (ansible-test's import check reads this form)
-    from leaseguard.api import converge_jobs, resume_pauses, task_budgets
-except ImportError:  # require_leaseguard() reports it
-    pass
 
 _DONE = {"create": "created", "update": "updated"}
 _TO_DO = {"create": "to create", "update": "to update"}
@@ -32,7 +28,7 @@ class ActionModule(LeaseguardAction):
         )
         if args["resume_recorded"]:
             with database_conninfo(self, args) as conninfo:
-                outcome = resume_pauses(conninfo, **common)
+                outcome = api.resume_pauses(conninfo, **common)
             resumed = outcome["resumed"]
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             if not check_mode:
@@ -40,8 +36,8 @@ class ActionModule(LeaseguardAction):
                     f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
                 )
             return result
-        declared = task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
-        plan, switched = converge_jobs(
+        declared = api.task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
+        plan, switched = api.converge_jobs(
             database_conninfo(self, args),
             declared,
             active=args["active"],

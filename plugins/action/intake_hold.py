@@ -6,12 +6,12 @@ options to `intake_hold`, with the host's runner and a fresh path to cron.job.""
 from __future__ import annotations
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
+    LeaseguardAction,
     drain_events,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     database_conninfo,

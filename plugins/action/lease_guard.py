@@ -5,21 +5,16 @@ reports; the playbook decides (fail_on_defer is the shortcut for callers that on
 
 from __future__ import annotations
 
-from collections import Counter
-from contextlib import closing, contextmanager
-
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    RESUME_HINT,
     LeaseguardAction,
     contract_from,
-    failure,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._drain_front import (
-    RESUME_HINT,
     drain_events,
+    failure,
     stop_on_signals,
 )
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
     conninfo_from,
@@ -54,8 +49,23 @@ class ActionModule(LeaseguardAction):
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
         intake = intake or api.IntakeAccess(options.cron_database)
-        with _session(self, args, host, task_vars, intake) as session:
-            looked_up = {} if fleet else {"lookup": _lookup(session)}
+        fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
+        given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
+        runner, path = AnsibleRunner(self, host), database_path(self, args, probe=fleet)
+        with api.task_session(
+            contract_from(args),
+            runner,
+            path,
+            intake,
+            given,
+            lookups=args["fleet_lookups"],
+            hosts=tuple(fleet_hosts),
+            each=each,
+        ) as session:
+            looked_up = {}
+            if not fleet:  # this host's facts and clock reading, as task_timeout returns them
+                report = api.host_report(session.facts, session.judged.host_minus_here)
+                looked_up = {"lookup": {"changed": False, **report}}
             if not waits:
                 if each:
                     judged = {
@@ -68,7 +78,7 @@ class ActionModule(LeaseguardAction):
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
                 try:
                     if each:
-                        drained = api.drain_each(session, options, stop=stop)
+                        drained = api.drain_every_host(session, options, stop)
                     else:
                         drained = api.drain_host(
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
@@ -77,9 +87,6 @@ class ActionModule(LeaseguardAction):
                     if stop.is_set():
                         say("drain interrupted by a signal" if each else _after_signal(options))
         if each:
-            for cause_hosts in api.shared_failures(drained).values():
-                cause = drained[cause_hosts[0]].error
-                raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
             return _each_result(judged, args["held_intakes"], host)
         if drained.error is not None:
@@ -123,10 +130,8 @@ def _each_result(judged, holds, host):
     its host's (its failure fails the task), and `summary` counts the decisions."""
     for name, result in judged.items():
         result["intake"] = _intake(_held((holds or {}).get(name)))
-    decisions = Counter(result["decision"] for result in judged.values())
-    summary = ", ".join(f"{decision} {n}" for decision, n in sorted(decisions.items()))
+    summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
-    worst = next(d for d in ("failed", "defer", "proceed") if decisions[d] or d == "proceed")
     own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
     return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
 
@@ -173,55 +178,3 @@ def _report(verdict, args):
     elif args["fail_on_defer"]:
         result["failed"] = True
     return result
-
-
-@contextmanager
-def _session(action, args, host, task_vars, intake):
-    """This host's session (its lookups run while the tunnel and connection open, as `fab
-    guard`'s do); with fleet_lookups one through this host's path judging every host of the
-    play by the fleet rule, or with each_host each host of the batch by its own facts."""
-    contract, runner = contract_from(args), AnsibleRunner(action, host)
-    lookups, each = args["fleet_lookups"], args["each_host"]
-    if lookups is None:
-        path = database_path(action, args, probe=False)
-        with api.host_session(
-            contract, runner, path, intake=intake, **_given_facts(args)
-        ) as session:
-            yield session
-        return
-    hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
-    # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
-    reports = {h: lookups.get(h) for h in hosts} if each else lookups
-    per_host, offsets = api.fleet_facts(reports, hosts, given_source="lookup")
-    with database_path(action, args) as (conninfo, tunnel):
-        given = dict(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
-        if each:  # each host judged by its own facts
-            opened = closing(api.GuardSession(contract, conninfo, per_host, label="fleet", **given))
-        else:
-            opened = api.fleet_session(contract, conninfo, per_host, **given)
-        with opened as session:
-            yield session
-
-
-def _given_facts(args):
-    """Facts the task passes in (explicit options win over a registered `lookup`)."""
-    lookup = args.get("lookup") or {}
-    seconds, source = args.get("task_timeout_s"), None
-    if seconds is None and lookup.get("task_timeout_s") is not None:
-        seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
-    if seconds is not None:
-        seconds = api.parse_timeout_s(seconds, what="task_timeout_s")
-    started = args.get("runtime_started_at") or lookup.get("runtime_started_at")
-    return {
-        "task_timeout_s": seconds,
-        "task_timeout_source": source,
-        "runtime_started_at": api.parse_timestamp(started, what="runtime_started_at")
-        if started
-        else None,
-        "replicas": [str(name) for name in lookup.get("replicas") or ()],
-    }
-
-
-def _lookup(session):
-    """A one-host session's facts and clock reading, as task_timeout returns them."""
-    return {"changed": False, **api.host_report(session.facts, session.judged.host_minus_here)}

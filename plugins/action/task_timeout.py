@@ -18,5 +18,4 @@ class ActionModule(LeaseguardAction):
     failure_what = "lookup"  # read-only, so check mode runs it as it is
 
     def act(self, args, host, task_vars):
-        looked_up = api.look_up_host(contract_from(args), AnsibleRunner(self, host))
-        return {"changed": False, **api.host_report(looked_up.facts, looked_up.clock)}
+        return api.lookup_report(contract_from(args), AnsibleRunner(self, host))

@@ -32,7 +32,7 @@ try:
     from leaseguard.api import ConfigError, LeaseguardError
 
     # Loaded now, so a missing requirement (psycopg, Fabric) is named before any task runs.
-    _LOADED = (api.host_session, api.drain_host, api.look_up_host)
+    _LOADED = (api.task_session, api.drain_host, api.lookup_report)
 except ImportError as exc:  # the controller's Python lacks the leaseguard package
     LEASEGUARD_IMPORT_ERROR = exc
     api = None

@@ -21,7 +21,6 @@ _HOME = {
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
-    "look_up_host": "leaseguard.adapters.host_lookup",
     "restart_runtime": "leaseguard.adapters.host_lookup",
     "CommandResult": "leaseguard.core.lookups",
     "RestartSpec": "leaseguard.core.restart",
@@ -38,7 +37,8 @@ _HOME = {
     "split_tty": "leaseguard.adapters.runtime",
     "tty_argv": "leaseguard.adapters.runtime",
     "parse_openssh_args": "leaseguard.core.dsn",
-    "host_session": "leaseguard.orchestration.ssh_session",
+    "task_session": "leaseguard.orchestration.ssh_session",
+    "lookup_report": "leaseguard.orchestration.ssh_session",
     "tunnelled": "leaseguard.adapters.ssh",
     # judgment and drains (lease_guard)
     "refuse_non_ascii_numbers": "leaseguard.core.config_values",
@@ -47,20 +47,15 @@ _HOME = {
     "ConfigError": "leaseguard.core.errors",
     "LeaseguardError": "leaseguard.core.errors",
     "TunnelError": "leaseguard.core.errors",
-    "fleet_facts": "leaseguard.core.fleet",
     "host_report": "leaseguard.core.fleet",
-    "parse_timeout_s": "leaseguard.core.lookups",
-    "parse_timestamp": "leaseguard.core.lookups",
     "failure_result": "leaseguard.core.verdict",
     "intake_line": "leaseguard.orchestration.intake",
     "drain_options": "leaseguard.orchestration.drain_run",
-    "drain_each": "leaseguard.orchestration.drain_run",
+    "drain_every_host": "leaseguard.orchestration.ssh_session",
+    "decisions_summary": "leaseguard.orchestration.ssh_session",
     "drain_host": "leaseguard.orchestration.drain_run",
-    "shared_failures": "leaseguard.orchestration.drain_run",
     "signals_set": "leaseguard.orchestration.drain_run",
-    "GuardSession": "leaseguard.orchestration.session",
     "IntakeAccess": "leaseguard.orchestration.session",
-    "fleet_session": "leaseguard.orchestration.session",
 }
 __all__ = sorted(_HOME)
 

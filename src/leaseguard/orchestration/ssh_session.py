@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -13,7 +15,11 @@ from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
-from leaseguard.orchestration.session import GuardSession, IntakeAccess
+from leaseguard.core.fleet import fleet_facts, host_report
+from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
+from leaseguard.orchestration.drain import DrainResult
+from leaseguard.orchestration.drain_run import DrainOptions, drain_each, shared_failures
+from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -83,3 +89,84 @@ def ssh_session(
             contract, ssh.FabricRunner(connection), path, connect=connect, **given
         ) as s:
             yield s
+
+
+@contextmanager
+def task_session(
+    contract: Contract,
+    runner: Runner,
+    path: Path,
+    intake: IntakeAccess,
+    given: dict[str, Any],
+    *,
+    lookups: dict[str, Any] | None = None,
+    hosts: tuple[str, ...] = (),
+    each: bool = False,
+) -> Iterator[GuardSession]:
+    """An Ansible task's session: this host's (`given`: its registered `lookup` or explicit
+    facts); with `lookups` (host -> registered lookup) one over this host's path judging
+    `hosts` by the fleet rule, or with `each` each host by its own facts."""
+    if lookups is None:
+        with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
+            yield s
+        return
+    # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
+    reports = {h: lookups.get(h) for h in hosts} if each else lookups
+    per_host, offsets = fleet_facts(reports, hosts, given_source="lookup")
+    with path as (conninfo, tunnel):
+        kw: dict[str, Any] = dict(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
+        if each:
+            opened = closing(GuardSession(contract, conninfo, per_host, label="fleet", **kw))
+        else:
+            opened = fleet_session(contract, conninfo, per_host, **kw)
+        with opened as session:
+            yield session
+
+
+def task_facts(
+    lookup: dict[str, Any] | None = None,
+    task_timeout_s: Any = None,
+    runtime_started_at: str | None = None,
+) -> dict[str, Any]:
+    """Facts a task passes in: explicit values win over a registered task_timeout `lookup`."""
+    lookup = lookup or {}
+    seconds, source = task_timeout_s, None
+    if seconds is None and lookup.get("task_timeout_s") is not None:
+        seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
+    started = runtime_started_at or lookup.get("runtime_started_at")
+    return {
+        "task_timeout_s": None
+        if seconds is None
+        else parse_timeout_s(seconds, what="task_timeout_s"),
+        "task_timeout_source": source,
+        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
+        if started
+        else None,
+        "replicas": [str(name) for name in lookup.get("replicas") or ()],
+    }
+
+
+def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
+    """A host looked up in one exec, as task_timeout returns it."""
+    looked_up = look_up_host(contract, runner)
+    return {"changed": False, **host_report(looked_up.facts, looked_up.clock)}
+
+
+def drain_every_host(
+    session: GuardSession, options: DrainOptions, stop: threading.Event
+) -> dict[str, DrainResult]:
+    """Each host of an each_host session drained; a failure of the fleet's one poll (shared by
+    several hosts) fails them all, named once."""
+    drained = drain_each(session, options, stop=stop)
+    for hosts in shared_failures(drained).values():
+        cause = drained[hosts[0]].error
+        assert cause is not None
+        raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
+    return drained
+
+
+def decisions_summary(decisions: Iterable[str]) -> tuple[str, str]:
+    """How many hosts got each decision ('defer 1, proceed 19'), and the worst of them."""
+    counts = Counter(decisions)
+    summary = ", ".join(f"{decision} {n}" for decision, n in sorted(counts.items()))
+    return summary, next((d for d in ("failed", "defer") if counts[d]), "proceed")
