@@ -14,8 +14,11 @@ description:
 author:
   - leaseguard maintainers (@leaseguard)
 options:
-  allow: {description: "Further C(leaseguard_*) names to accept (your own variables in the namespace).", type: list, elements: str,
-    default: []}
+  allow:
+    description: Further C(leaseguard_*) names to accept (your own variables in the namespace).
+    type: list
+    elements: str
+    default: []
   restart:
     description: The restart the C(restart) role will run; an empty setting its method needs fails the task,
       naming the role's variable.
@@ -66,10 +69,17 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-checked: {description: "The C(leaseguard_*) variables that were checked, sorted.", returned: always, type: list, elements: str,
-  sample: ["leaseguard_db_name", "leaseguard_on_busy"]}
-unknown: {description: "The unknown ones, each with the nearest known name (null when none is close).", returned: failure, type: dict,
-  sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}}
+checked:
+  description: The C(leaseguard_*) variables that were checked, sorted.
+  returned: always
+  type: list
+  elements: str
+  sample: [leaseguard_db_name, leaseguard_on_busy]
+unknown:
+  description: The unknown ones, each with the nearest known name (null when none is close).
+  returned: failure
+  type: dict
+  sample: {"leaseguard_on_bussy": "leaseguard_on_busy"}
 """
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only

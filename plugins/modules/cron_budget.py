@@ -22,16 +22,32 @@ extends_documentation_fragment:
   - leaseguard.deploy.connection
   - leaseguard.deploy.attributes.action_group
 options:
-  jobs: {description: "The jobs by name, each C(schedule), C(function) (C(schema.name), lower case) and default C(budget) (V(3s), V(1500ms),
-    V(1min) or ms). Other jobs are left alone.", type: dict}
-  overrides: {description: "This environment's budgets by job name (e.g. C(publish=6s)); needs O(environment).", type: dict}
-  environment: {description: "The environment whose O(overrides) these are, e.g. V(production).", type: str}
-  on_drift: {description: "Drift from a default; V(report) fails the task and changes nothing, V(apply) overwrites it.", type: str,
-    choices: ["report", "apply"], default: report}
-  cron_database: {description: "The database holding C(cron.job) (C(cron.database_name)); if not set, O(db_name).", type: str}
-  active: {description: "Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs); a missing job is skipped with a
-    warning.", type: dict}
-  resume_recorded: {description: "Give back the intake pauses drains recorded, as C(leaseguard resume) does.", type: bool, default: false}
+  jobs:
+    description: The jobs by name, each C(schedule), C(function) (C(schema.name), lower case)
+      and default C(budget) (V(3s), V(1500ms), V(1min) or ms). Other jobs are left alone.
+    type: dict
+  overrides:
+    description: This environment's budgets by job name (e.g. C(publish=6s)); needs O(environment).
+    type: dict
+  environment:
+    description: The environment whose O(overrides) these are, e.g. V(production).
+    type: str
+  on_drift:
+    description: Drift from a default; V(report) fails the task and changes nothing, V(apply) overwrites it.
+    type: str
+    choices: [report, apply]
+    default: report
+  cron_database:
+    description: The database holding C(cron.job) (C(cron.database_name)); if not set, O(db_name).
+    type: str
+  active:
+    description: Jobs' active flag by name (V(false) pauses, V(true) resumes), set after O(jobs);
+      a missing job is skipped with a warning.
+    type: dict
+  resume_recorded:
+    description: Give back the intake pauses drains recorded, as C(leaseguard resume) does.
+    type: bool
+    default: false
 attributes:
   check_mode: {support: full, description: "The same plan and C(changed), read-only."}
   diff_mode: {support: full, description: "Before and after of each declared job."}
@@ -72,28 +88,52 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-environment: {description: "The environment whose overrides were applied.", returned: "when O(jobs) is given", type: str}
-on_drift: {description: "The drift policy used.", returned: "when O(jobs) is given", type: str}
+environment: {description: "The environment whose overrides were applied.", returned: when O(jobs) is given, type: str}
+on_drift: {description: "The drift policy used.", returned: when O(jobs) is given, type: str}
 applied: {description: "Whether the plan was written (false in check mode and when the task refused).", returned: always, type: bool}
-jobs: {description: "One entry per declared job; C(state) is V(create), V(update), V(unchanged), V(drift), V(unparseable) or V(ambiguous).",
-  returned: "when O(jobs) is given", type: list, elements: dict, sample: [{"job": "publish", "state": "unchanged", "live_budget": "6s",
-  "declared_budget": "6s", "default_budget": "3s", "source": "override:production", "function": "public.publish_stats_projection_job_v1",
-  "schedule": "* * * * *", "changes": [], "reason": "", "before": {}, "after": {}}]}
-drift: {description: "Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).",
-  returned: "when O(jobs) is given", type: list, elements: dict, sample: [{"job": "publish", "live": "6s", "declared": "3s",
-  "source": "default", "applied": false}]}
-paused: {description: "Jobs this run deactivated through O(active) (resume exactly these).", returned: "when O(active) is given",
-  type: list, elements: str}
-records: {description: "The recorded pauses found (job, paused_at, by), with O(resume_recorded).", returned: "when O(resume_recorded)",
-  type: list, elements: dict}
-resumed: {description: "Jobs this run activated through O(active) or O(resume_recorded).",
-  returned: "when O(active) or O(resume_recorded) is given", type: list, elements: str}
-missing: {description: "Jobs named in O(active) that do not exist (skipped, with a warning).", returned: "when O(active) is given",
-  type: list, elements: str}
+jobs:
+  description: One entry per declared job; C(state) is V(create), V(update), V(unchanged),
+    V(drift), V(unparseable) or V(ambiguous).
+  returned: when O(jobs) is given
+  type: list
+  elements: dict
+  sample:
+    - {job: publish, state: unchanged, live_budget: 6s, declared_budget: 6s, default_budget: 3s,
+       source: "override:production", function: public.publish_stats_projection_job_v1,
+       schedule: "* * * * *", changes: [], reason: "", before: {}, after: {}}
+drift:
+  description: Live budgets differing from an undeclared default; C(applied) with O(on_drift=apply).
+  returned: when O(jobs) is given
+  type: list
+  elements: dict
+  sample: [{"job": "publish", "live": "6s", "declared": "3s", "source": "default", "applied": false}]
+paused:
+  description: Jobs this run deactivated through O(active) (resume exactly these).
+  returned: when O(active) is given
+  type: list
+  elements: str
+records:
+  description: The recorded pauses found (job, paused_at, by), with O(resume_recorded).
+  returned: when O(resume_recorded)
+  type: list
+  elements: dict
+resumed:
+  description: Jobs this run activated through O(active) or O(resume_recorded).
+  returned: when O(active) or O(resume_recorded) is given
+  type: list
+  elements: str
+missing:
+  description: Jobs named in O(active) that do not exist (skipped, with a warning).
+  returned: when O(active) is given
+  type: list
+  elements: str
 diff: {description: "Before and after per job, shown with C(--diff).", returned: success, type: dict}
 msg: {description: "A one-line summary, or on failure what failed and how to go on.", returned: always, type: str}
-error: {description: "What failed (connection, privileges, pg_cron); never a secret.", returned: on a database or configuration failure,
-  type: dict, sample: {"type": "ConfigError", "message": "cron_budgets.jobs.publish.budget must be greater than 0, got '-1s'"}}
+error:
+  description: What failed (connection, privileges, pg_cron); never a secret.
+  returned: on a database or configuration failure
+  type: dict
+  sample: {"type": "ConfigError", "message": "cron_budgets.jobs.publish.budget must be greater than 0, got '-1s'"}
 """
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only

@@ -26,13 +26,26 @@ extends_documentation_fragment:
   - leaseguard.deploy.connection
   - leaseguard.deploy.attributes.action_group
 options:
-  state: {description: "V(held) takes the hold; V(released) lets go of the hold given in O(hold).", type: str, required: true,
-    choices: ["held", "released"]}
-  hold: {description: "With O(state=released), the RV(hold) the O(state=held) task returned.", type: dict}
-  action: {description: "What the hold is for, recorded with it.", type: str, default: restart}
-  quiet_timeout_s: {description: "How long to wait for runs of the held jobs already in progress to end.", type: float, default: 120.0}
-  from_role_vars: {description: "Fill the options the task does not set from the roles' C(leaseguard_*) variables.", type: bool,
-    default: false}
+  state:
+    description: V(held) takes the hold; V(released) lets go of the hold given in O(hold).
+    type: str
+    required: true
+    choices: [held, released]
+  hold:
+    description: With O(state=released), the RV(hold) the O(state=held) task returned.
+    type: dict
+  action:
+    description: What the hold is for, recorded with it.
+    type: str
+    default: restart
+  quiet_timeout_s:
+    description: How long to wait for runs of the held jobs already in progress to end.
+    type: float
+    default: 120.0
+  from_role_vars:
+    description: Fill the options the task does not set from the roles' C(leaseguard_*) variables.
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -73,17 +86,38 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-hold: {description: "What this task holds, to pass as O(hold) when released (null when nothing is); C(what) names it all.",
-  returned: "O(state=held)", type: dict, sample: {"cron": {"token": "9f1c2a7b3d4e", "jobs": ["claim"], "jobids": [3],
-  "switched": ["claim"]}, "command": false, "what": ["pg_cron:claim"]}}
-paused: {description: "The pg_cron jobs this hold switched off.", returned: "O(state=held)", type: list, elements: str}
-resumed: {description: "The pg_cron jobs this release switched back on (none while another holder holds them).",
-  returned: "O(state=released)", type: list, elements: str}
-released: {description: "What this task let go of.", returned: "O(state=released)", type: list, elements: str, sample: ["pg_cron:claim"]}
-events: {description: "The hold's state changes as logged.", returned: always, type: list, elements: str,
-  sample: ["intake paused pg_cron job=claim by=ansible-playbook restart (app1) pid 4242 on ctl"]}
-error: {description: "What failed; the message names the job, the role and what to do.", returned: failure, type: dict,
-  sample: {"type": "DatabaseError", "message": "pg_cron job(s) not found: claim (as role guard_ro; ...)"}}
+hold:
+  description: What this task holds, to pass as O(hold) when released (null when nothing is); C(what) names it all.
+  returned: O(state=held)
+  type: dict
+  sample: {"cron": {"token": "9f1c2a7b3d4e", "jobs": ["claim"], "jobids": [3], "switched": ["claim"]}, "command": false, "what": ["pg_cron:claim"]}
+paused:
+  description: The pg_cron jobs this hold switched off.
+  returned: O(state=held)
+  type: list
+  elements: str
+resumed:
+  description: The pg_cron jobs this release switched back on (none while another holder holds them).
+  returned: O(state=released)
+  type: list
+  elements: str
+released:
+  description: What this task let go of.
+  returned: O(state=released)
+  type: list
+  elements: str
+  sample: ["pg_cron:claim"]
+events:
+  description: The hold's state changes as logged.
+  returned: always
+  type: list
+  elements: str
+  sample: ["intake paused pg_cron job=claim by=ansible-playbook restart (app1) pid 4242 on ctl"]
+error:
+  description: What failed; the message names the job, the role and what to do.
+  returned: failure
+  type: dict
+  sample: {"type": "DatabaseError", "message": "pg_cron job(s) not found: claim (as role guard_ro; ...)"}
 """
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only

@@ -51,21 +51,47 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-task_timeout_s: {description: "The configured task timeout, in seconds.", returned: success, type: float, sample: 3600.0}
-source: {description: "Where the value came from; C(default:...) when assumed.", returned: success, type: str,
-  sample: "docker:backend/APP_TASK_TIMEOUT_S"}
-assumed: {description: "Whether the lookup found nothing and O(task_timeout.default_s) was used.", returned: success, type: bool,
-  sample: false}
-replicas: {description: "What a C(container) filter or C(unit) glob matched; empty for one named container or unit.", returned: success,
-  type: list, elements: str, sample: ["proj-worker-1", "proj-worker-2"]}
-runtime_started_at: {description: "When the worker runtime started (ISO 8601, UTC offset); null when unknown.", returned: success,
-  type: str, sample: "2026-09-09T04:00:00.123456+00:00"}
-runtime_started_epoch_s: {description: "The same moment in seconds since the epoch.", returned: success, type: float,
-  sample: 1788926400.123456}
-clock: {description: "This host's clock minus the controller's (C(offset_s)), C(uncertainty_s) half the round trip.",
-  returned: "success, when RV(runtime_started_at) is known", type: dict, sample: {"offset_s": 0.004, "uncertainty_s": 0.012}}
-error: {description: "What failed; the message names the host, source and variable, never a value.", returned: failure, type: dict,
-  sample: {"type": "LookupFailed", "message": "host app1: docker:backend/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set"}}
+task_timeout_s:
+  description: The configured task timeout, in seconds.
+  returned: success
+  type: float
+  sample: 3600.0
+source:
+  description: Where the value came from; C(default:...) when assumed.
+  returned: success
+  type: str
+  sample: docker:backend/APP_TASK_TIMEOUT_S
+assumed:
+  description: Whether the lookup found nothing and O(task_timeout.default_s) was used.
+  returned: success
+  type: bool
+  sample: false
+replicas:
+  description: What a C(container) filter or C(unit) glob matched; empty for one named container or unit.
+  returned: success
+  type: list
+  elements: str
+  sample: ["proj-worker-1", "proj-worker-2"]
+runtime_started_at:
+  description: When the worker runtime started (ISO 8601, UTC offset); null when unknown.
+  returned: success
+  type: str
+  sample: "2026-09-09T04:00:00.123456+00:00"
+runtime_started_epoch_s:
+  description: The same moment in seconds since the epoch.
+  returned: success
+  type: float
+  sample: 1788926400.123456
+clock:
+  description: This host's clock minus the controller's (C(offset_s)), C(uncertainty_s) half the round trip.
+  returned: success, when RV(runtime_started_at) is known
+  type: dict
+  sample: {"offset_s": 0.004, "uncertainty_s": 0.012}
+error:
+  description: What failed; the message names the host, source and variable, never a value.
+  returned: failure
+  type: dict
+  sample: {"type": "LookupFailed", "message": "host app1: docker:backend/APP_TASK_TIMEOUT_S: variable APP_TASK_TIMEOUT_S is not set"}
 """
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
