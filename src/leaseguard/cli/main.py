@@ -13,7 +13,6 @@ import socket
 import sys
 from collections.abc import Container, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
@@ -128,12 +127,11 @@ def add_check_command(commands: Any) -> None:
     parser.set_defaults(handler=run_check)
 
 
+CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
+
+
 def add_cron_database_option(parser: Any) -> None:
-    parser.add_argument(
-        "--cron-database",
-        metavar="DB",
-        help="database holding pg_cron's cron.job (default: the DSN's)",
-    )
+    parser.add_argument("--cron-database", metavar="DB", help=CRON_DATABASE_HELP)
     parser.add_argument(
         "--cron-user",
         metavar="ROLE",
@@ -272,11 +270,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
-    from leaseguard.core.verdict import failure_result, failure_timeline
+    from leaseguard.orchestration.report import failure_output
 
-    now, host = datetime.now(UTC), socket.gethostname()
-    print(
-        json.dumps(failure_result(exc, host, now)) if as_json else failure_timeline(now, host, exc)
-    )
+    print(failure_output(exc, socket.gethostname(), as_json=as_json, fab=False))
     print(f"leaseguard: check failed: {exc}", file=sys.stderr)
     return EXIT_FAILED
