@@ -1,7 +1,4 @@
-"""`leaseguard` command line: flags become one contract, results exit statuses.
-
-A command's parser and handler import what they need when used: `--help` loads no psycopg.
-"""
+"""`leaseguard` command line: flags become one contract, results exit statuses."""
 
 from __future__ import annotations
 
@@ -28,8 +25,8 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand, in `leaseguard --help` order: the function adding its parser (a name in
-# this module, or "module:function" imported only when the command is named) and its help.
+# Every subcommand in --help order: its parser's function ("module:function" imported only
+# when the command is named: `--help` loads no psycopg) and its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": (
         "add_check_command",
@@ -184,11 +181,11 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 
     task_timeout_s = started_at = None
-    if args.task_timeout_s is not None:
-        try:
+    try:
+        if args.task_timeout_s is not None:
             task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
-        except LeaseguardError as exc:
-            raise ConfigError(str(exc)) from None
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None
     if args.runtime_started_at:
         try:
             started_at = parse_timestamp(args.runtime_started_at, what="the value")
@@ -207,8 +204,7 @@ def open_session(
     dsn: str,
     intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule);
-    `intake` defaults to --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
+    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
     from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
 
     password = os.environ.get("LEASEGUARD_CRON_PASSWORD")

@@ -1,9 +1,5 @@
 """What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
-database (through the first host's tunnel, falling over to the next's).
-
-At each host's own loopback (the default) each host may have its own database: the hosts are
-grouped by its identity (server start time and database name).
-"""
+database (through the first host's tunnel, falling over to the next's)."""
 
 from __future__ import annotations
 
@@ -165,7 +161,8 @@ def per_database(
 
 
 def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -> list[list[str]]:
-    """The hosts grouped by database; one whose database is not identified moves to failed."""
+    """The hosts grouped by database (at each host's own loopback each may have its own); one
+    whose database is not identified moves to failed."""
     hosts = sorted(sessions)
     if not each_hosts_own(settings.address.host) or len(hosts) == 1:
         return [hosts]
@@ -236,9 +233,7 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
 
 _OUTPUT = threading.Lock()  # one host's lines together
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-# A host's (or the fleet's) exit status and its lines (True: to stdout), printed once every
-# drain ended, never interleaved.
-Report = tuple[int, Lines]
+Report = tuple[int, Lines]  # printed once every drain ended, never interleaved
 
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
@@ -327,7 +322,6 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         return None
 
     def run(runner: Any) -> int:
-        """One host's command over SSH; its output printed under the host's name."""
         try:
             ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
         except Exception as exc:  # paramiko's and the socket's own errors: the class only
