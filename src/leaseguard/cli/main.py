@@ -85,12 +85,8 @@ class Parser(argparse.ArgumentParser):
             subparsers = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
             parsers = [self, *(p for a in subparsers for p in a.choices.values())]
             names = [n for p in parsers for a in p._actions for n in a.option_strings]
-            hint = "".join(
-                _did_you_mean(word.partition("=")[0], names)
-                for word in extras
-                if word.startswith("--")
-            )
-            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+            hint = [_did_you_mean(w.partition("=")[0], names) for w in extras if w[:2] == "--"]
+            self.error(f"unrecognized arguments: {' '.join(extras)}{''.join(hint)}")
         return parsed
 
 

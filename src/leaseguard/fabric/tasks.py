@@ -91,9 +91,8 @@ def settings_from_config(config: Any) -> FabricSettings:
     dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
         "LEASEGUARD_DSN", ""
     )
-    host = text("db_host")
     port = values.optional_port(connection, "db_port", prefix="connection.")
-    address = DatabaseAddress(*tunnel_far_end(dsn, host, port))
+    address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
     return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
 
 
