@@ -22,24 +22,16 @@ def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> 
 
 def drain_lines(result: DrainResult, host: str, *, as_json: bool, fab: bool) -> Lines:
     """A failed drain reports its failure, never the last (stale) verdict before it."""
-    verdict, error = result.verdict, result.error
-    lines: Lines = []
+    verdict, error, done = result.verdict, result.error, result.action
+    failed: Lines = [(False, f"drain failed: {error}")] if error is not None and not fab else []
     if as_json:
-        lines.append(
-            (True, json.dumps({"host": host, **result.as_dict()} if fab else result.as_dict()))
-        )
-    elif error is not None:
+        out = {"host": host, **result.as_dict()} if fab else result.as_dict()
+        return [(True, json.dumps(out)), *failed]
+    lines: Lines = []
+    if error is not None:
         lines.append((True, failure_output(error, host, as_json=False, fab=fab)))
     elif verdict is not None:
         lines.append((True, verdict.timeline()))
-    action = (
-        []
-        if result.action is None or as_json
-        else [(False, f"{result.action.description}; {result.intake_line}")]
-    )
-    if not fab:
-        lines += action
-        lines += [(False, f"drain failed: {error}")] if error is not None else []
-    if verdict is not None and not as_json:
-        lines += [(False, f"warning: {warning}") for warning in verdict.warnings]
-    return lines + action if fab else lines
+    action: Lines = [(False, f"{done.description}; {result.intake_line}")] if done else []
+    warned = [(False, f"warning: {w}") for w in (verdict.warnings if verdict else ())]
+    return lines + (warned + action if fab else action + failed + warned)
