@@ -154,13 +154,8 @@ def add_drain_command(commands: Any) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration import drain_run
     from leaseguard.orchestration.drain_options import DrainOptions, drain_options
-    from leaseguard.orchestration.drain_run import (
-        configure_logging,
-        drain_host,
-        status_board,
-        terminate_as_interrupt,
-    )
 
     contract = contract_from_args(args)
     facts = given_facts(args)
@@ -168,15 +163,15 @@ def run_drain(args: argparse.Namespace) -> int:
     flags = DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
     given = {key: getattr(args, key) for key in flags}
     options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
-    configure_logging(verbose=args.verbose)
-    board = status_board(options)
+    drain_run.configure_logging(verbose=args.verbose)
+    board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
-            terminate_as_interrupt(),
+            drain_run.terminate_as_interrupt(),
         ):
-            result = drain_host(
+            result = drain_run.drain_host(
                 session,
                 options,
                 progress_for(sys.stderr),
