@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
-from leaseguard.cli.contract import resolve_dsn
+from leaseguard.cli.contract import add_config_option, resolve_dsn
+from leaseguard.cli.main import COMMANDS, CRON_DATABASE_HELP
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -39,32 +40,19 @@ _DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "budgets",
-        help="compare (or with --apply, converge) pg_cron jobs' statement budgets; "
-        "exit 0 converged, 3 drift",
-        description=DESCRIPTION,
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML file with a cron_budgets section (top level or under 'leaseguard:')",
-    )
-    parser.add_argument(
-        "--dsn",
-        help="libpq connection string of the database the jobs run in; default "
+    parser = commands.add_parser("budgets", help=COMMANDS["budgets"][1], description=DESCRIPTION)
+    add_config_option(
+        parser,
+        "libpq connection string of the database the jobs run in; default "
         "$LEASEGUARD_DSN, else the PG* variables and ~/.pgpass",
+        "YAML file with a cron_budgets section (top level or under 'leaseguard:')",
     )
     parser.add_argument(
         "--environment",
         metavar="NAME",
         help="whose cron_budgets.overrides apply (default: none, every budget is the default)",
     )
-    parser.add_argument(
-        "--cron-database",
-        metavar="DB",
-        help="database holding pg_cron's cron.job (default: the DSN's)",
-    )
+    parser.add_argument("--cron-database", metavar="DB", help=CRON_DATABASE_HELP)
     parser.add_argument(
         "--apply",
         action="store_true",

@@ -31,14 +31,12 @@ def number_arg(text: str) -> float:
     return float(text)
 
 
-def add_config_option(container: Any, dsn_help: str = DSN_HELP) -> None:
+def add_config_option(container: Any, dsn_help: str = DSN_HELP, config_help: str = "") -> None:
     """--config and --dsn, on a parser or an argument group."""
-    container.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML file with the contract keys "
-        "(top level or under 'leaseguard:'); flags override it",
+    config_help = config_help or (
+        "YAML file with the contract keys (top level or under 'leaseguard:'); flags override it"
     )
+    container.add_argument("--config", metavar="FILE", help=config_help)
     container.add_argument("--dsn", help=dsn_help)
 
 

@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from typing import Any
 
 from leaseguard.cli.contract import add_config_option, contract_from_args, number_arg, resolve_dsn
@@ -29,8 +28,8 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.core.verdict import failure_timeline
 from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult, progress_for
+from leaseguard.orchestration.report import drain_lines
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -155,14 +154,8 @@ def add_drain_command(commands: Any) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from leaseguard.orchestration.drain_run import (
-        DrainOptions,
-        configure_logging,
-        drain_host,
-        drain_options,
-        status_board,
-        terminate_as_interrupt,
-    )
+    from leaseguard.orchestration import drain_run
+    from leaseguard.orchestration.drain_run import DrainOptions, drain_options
 
     contract = contract_from_args(args)
     facts = given_facts(args)
@@ -170,15 +163,15 @@ def run_drain(args: argparse.Namespace) -> int:
     flags = DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
     given = {key: getattr(args, key) for key in flags}
     options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
-    configure_logging(verbose=args.verbose)
-    board = status_board(options)
+    drain_run.configure_logging(verbose=args.verbose)
+    board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
-            terminate_as_interrupt(),
+            drain_run.terminate_as_interrupt(),
         ):
-            result = drain_host(
+            result = drain_run.drain_host(
                 session,
                 options,
                 progress_for(sys.stderr),
@@ -192,7 +185,8 @@ def run_drain(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except LeaseguardError as exc:
         return report_failure(exc, as_json=args.json)
-    report_drain(result, as_json=args.json)
+    for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
+        print(line if to_stdout else f"leaseguard: {line}", file=None if to_stdout else sys.stderr)
     return result.exit_status
 
 
@@ -217,23 +211,6 @@ def command_action(argv: list[str]) -> Action:
         return ActionOutcome(status, f"command {argv[0]} exited {status}")
 
     return run
-
-
-def report_drain(result: DrainResult, *, as_json: bool) -> None:
-    """A failed drain prints its failure line, never the last (stale) verdict before it."""
-    verdict, error = result.verdict, result.error
-    if as_json:
-        print(json.dumps(result.as_dict()))
-    elif error is not None:
-        print(failure_timeline(datetime.now(UTC), socket.gethostname(), error))
-    elif verdict is not None:
-        print(verdict.timeline())
-    if result.action is not None and not as_json:
-        print(f"leaseguard: {result.action.description}; {result.intake_line}", file=sys.stderr)
-    if error is not None:
-        print(f"leaseguard: drain failed: {error}", file=sys.stderr)
-    for warning in verdict.warnings if verdict is not None and not as_json else ():
-        print(f"leaseguard: warning: {warning}", file=sys.stderr)
 
 
 def run_resume(args: argparse.Namespace) -> int:

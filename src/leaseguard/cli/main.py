@@ -1,7 +1,4 @@
-"""`leaseguard` command line: flags become one contract, results exit statuses.
-
-A command's parser and handler import what they need when used: `--help` loads no psycopg.
-"""
+"""`leaseguard` command line: flags become one contract, results exit statuses."""
 
 from __future__ import annotations
 
@@ -13,7 +10,6 @@ import socket
 import sys
 from collections.abc import Container, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
@@ -29,8 +25,8 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand, in `leaseguard --help` order: the function adding its parser (a name in
-# this module, or "module:function" imported only when the command is named) and its help.
+# Every subcommand in --help order: its parser's function ("module:function" imported only
+# when the command is named: `--help` loads no psycopg) and its help.
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": (
         "add_check_command",
@@ -89,12 +85,8 @@ class Parser(argparse.ArgumentParser):
             subparsers = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
             parsers = [self, *(p for a in subparsers for p in a.choices.values())]
             names = [n for p in parsers for a in p._actions for n in a.option_strings]
-            hint = "".join(
-                _did_you_mean(word.partition("=")[0], names)
-                for word in extras
-                if word.startswith("--")
-            )
-            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+            hint = [_did_you_mean(w.partition("=")[0], names) for w in extras if w[:2] == "--"]
+            self.error(f"unrecognized arguments: {' '.join(extras)}{''.join(hint)}")
         return parsed
 
 
@@ -128,12 +120,11 @@ def add_check_command(commands: Any) -> None:
     parser.set_defaults(handler=run_check)
 
 
+CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
+
+
 def add_cron_database_option(parser: Any) -> None:
-    parser.add_argument(
-        "--cron-database",
-        metavar="DB",
-        help="database holding pg_cron's cron.job (default: the DSN's)",
-    )
+    parser.add_argument("--cron-database", metavar="DB", help=CRON_DATABASE_HELP)
     parser.add_argument(
         "--cron-user",
         metavar="ROLE",
@@ -186,11 +177,11 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 
     task_timeout_s = started_at = None
-    if args.task_timeout_s is not None:
-        try:
+    try:
+        if args.task_timeout_s is not None:
             task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
-        except LeaseguardError as exc:
-            raise ConfigError(str(exc)) from None
+    except LeaseguardError as exc:
+        raise ConfigError(str(exc)) from None
     if args.runtime_started_at:
         try:
             started_at = parse_timestamp(args.runtime_started_at, what="the value")
@@ -209,8 +200,7 @@ def open_session(
     dsn: str,
     intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
-    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule);
-    `intake` defaults to --cron-database, --cron-user and LEASEGUARD_CRON_PASSWORD."""
+    """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
     from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
 
     password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
@@ -272,11 +262,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
-    from leaseguard.core.verdict import failure_result, failure_timeline
+    from leaseguard.orchestration.report import failure_output
 
-    now, host = datetime.now(UTC), socket.gethostname()
-    print(
-        json.dumps(failure_result(exc, host, now)) if as_json else failure_timeline(now, host, exc)
-    )
+    print(failure_output(exc, socket.gethostname(), as_json=as_json, fab=False))
     print(f"leaseguard: check failed: {exc}", file=sys.stderr)
     return EXIT_FAILED

@@ -1,9 +1,5 @@
 """What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
-database (through the first host's tunnel, falling over to the next's).
-
-At each host's own loopback (the default) each host may have its own database: the hosts are
-grouped by its identity (server start time and database name).
-"""
+database (through the first host's tunnel, falling over to the next's)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from invoke.context import Context
@@ -31,7 +26,7 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
-from leaseguard.core.verdict import Verdict, failure_result, failure_timeline
+from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
 from leaseguard.orchestration import drain_run
 from leaseguard.orchestration.drain import (
@@ -42,6 +37,7 @@ from leaseguard.orchestration.drain import (
     progress_for,
 )
 from leaseguard.orchestration.drain_run import drain_options
+from leaseguard.orchestration.report import Lines, drain_lines, failure_output
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 
@@ -54,10 +50,6 @@ Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed
 
 def say(message: str) -> None:
     print(f"leaseguard: {message}", file=sys.stderr, flush=True)
-
-
-def failure_line(host: str, error: Exception) -> str:
-    return f"{failure_timeline(datetime.now(UTC), host, error)} reason={json.dumps(str(error))}"
 
 
 def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
@@ -91,7 +83,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
             for warning in result.warnings:
                 print(f"leaseguard: warning: {warning}", file=sys.stderr)
         else:
-            print(failure_line(host, result))
+            print(failure_output(result, host, as_json=False, fab=True))
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
@@ -113,7 +105,7 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
                 connect_timeout_s=settings.contract.connect_timeout_s,
             )
     except LeaseguardError as exc:
-        print(json.dumps(failure_result(exc, host)) if json_ else failure_line(host, exc))
+        print(failure_output(exc, host, as_json=json_, fab=True))
         raise Exit(code=EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
 
@@ -169,7 +161,8 @@ def per_database(
 
 
 def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -> list[list[str]]:
-    """The hosts grouped by database; one whose database is not identified moves to failed."""
+    """The hosts grouped by database (at each host's own loopback each may have its own); one
+    whose database is not identified moves to failed."""
     hosts = sorted(sessions)
     if not each_hosts_own(settings.address.host) or len(hosts) == 1:
         return [hosts]
@@ -240,9 +233,7 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
 
 _OUTPUT = threading.Lock()  # one host's lines together
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-# A host's (or the fleet's) exit status and its lines (True: to stdout), printed once every
-# drain ended, never interleaved.
-Report = tuple[int, list[tuple[bool, str]]]
+Report = tuple[int, Lines]  # printed once every drain ended, never interleaved
 
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
@@ -331,7 +322,6 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         return None
 
     def run(runner: Any) -> int:
-        """One host's command over SSH; its output printed under the host's name."""
         try:
             ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
         except Exception as exc:  # paramiko's and the socket's own errors: the class only
@@ -356,20 +346,9 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
 
 
 def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
-    """The drain's result, or why it could not run; a failed drain reports only its failure."""
+    """The drain's result, or why it could not run."""
     if isinstance(result, LeaseguardError):
         if json_output:
-            return EXIT_FAILED, [(True, json.dumps(failure_result(result, host)))]
+            return EXIT_FAILED, [(True, failure_output(result, host, as_json=True, fab=True))]
         result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
-    if json_output:
-        return result.exit_status, [(True, json.dumps({"host": host, **result.as_dict()}))]
-    lines: list[tuple[bool, str]] = []
-    if result.error is not None:
-        lines.append((True, failure_line(host, result.error)))
-    elif result.verdict is not None:
-        lines.append((True, result.verdict.timeline()))
-    if result.verdict is not None:
-        lines.extend((False, f"warning: {warning}") for warning in result.verdict.warnings)
-    if result.action is not None:
-        lines.append((False, f"{result.action.description}; {result.intake_line}"))
-    return result.exit_status, lines
+    return result.exit_status, drain_lines(result, host, as_json=json_output, fab=True)

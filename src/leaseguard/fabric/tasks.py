@@ -1,7 +1,5 @@
-"""Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config.
-
-What a task runs is imported when it runs: loading the collection imports no psycopg.
-"""
+"""Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config;
+what a task runs is imported when it runs: loading the collection imports no psycopg."""
 
 from __future__ import annotations
 
@@ -60,7 +58,6 @@ class FabricSettings:
 
 def settings_from_config(config: Any) -> FabricSettings:
     """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
-    # psycopg parses the DSN and lives beside the drain's options: imported when a task runs.
     from leaseguard.core.dsn import tunnel_far_end
     from leaseguard.orchestration.drain_run import drain_options
 
@@ -94,9 +91,8 @@ def settings_from_config(config: Any) -> FabricSettings:
     dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
         "LEASEGUARD_DSN", ""
     )
-    host = text("db_host")
     port = values.optional_port(connection, "db_port", prefix="connection.")
-    address = DatabaseAddress(*tunnel_far_end(dsn, host, port))
+    address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
     return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
 
 
