@@ -166,6 +166,7 @@ def run_drain(args: argparse.Namespace) -> int:
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
+    started: list[str] = []  # the command's name, once it runs
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
@@ -176,11 +177,11 @@ def run_drain(args: argparse.Namespace) -> int:
                 options,
                 progress_for(sys.stderr),
                 board,
-                act=command_action(args.command) if args.command else None,
+                act=command_action(args.command, started) if args.command else None,
                 action=f"command {args.command[0]}" if args.command else "drain",
             )
     except KeyboardInterrupt:
-        ran = f" (command {args.command[0]} interrupted)" if args.command else ""
+        ran = f" (command {args.command[0]} interrupted)" if started else ""
         print(f"leaseguard: drain interrupted{ran}; intake was resumed", file=sys.stderr)
         return EXIT_FAILED
     except LeaseguardError as exc:
@@ -190,8 +191,9 @@ def run_drain(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def command_action(argv: list[str]) -> Action:
-    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours."""
+def command_action(argv: list[str], started: list[str]) -> Action:
+    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
+    (`started` gets its name once it runs: a signal before then interrupted no command)."""
 
     def run(result: DrainResult) -> ActionOutcome:
         with tempfile.TemporaryDirectory(prefix="leaseguard-") as folder:
@@ -199,6 +201,7 @@ def command_action(argv: list[str]) -> Action:
             with open(verdict_file, "w", encoding="utf-8") as out:
                 json.dump(result.as_dict(), out)
             env = {**os.environ, "LEASEGUARD_VERDICT_FILE": verdict_file}
+            started.append(argv[0])
             log.info("intake held: running command %s", argv[0])
             try:
                 status = subprocess.run(argv, env=env, check=False).returncode
