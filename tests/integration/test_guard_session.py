@@ -2,6 +2,7 @@
 
 import logging
 import os
+import signal
 import threading
 import time
 
@@ -437,3 +438,22 @@ def test_a_reconnect_ends_the_backend_a_lost_connection_left_open(db):
             assert wait_until(lambda: not backend_alive(db, lost), timeout_s=10)
         finally:
             os.close(kept)
+
+
+def test_after_a_poll_cut_by_its_watchdog_intake_can_still_be_given_back(db):
+    """A poll past its budget (its backend frozen) fails closed; the resume of intake that
+    follows on the same session connects, rather than failing for the poll's spent budget."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+    keys = {"connect_timeout_s": 1, "statement_timeout_ms": 500, "lock_timeout_ms": 400}
+    with _session(db, **keys) as session:
+        session.judge()
+        pid = guard_backend(db)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(DatabaseUnavailable, match="no answer"):
+                session.judge()
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        with session.connect_writable() as writable:
+            assert writable.execute("SELECT 1").fetchone() == (1,)

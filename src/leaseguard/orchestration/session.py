@@ -74,7 +74,8 @@ def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
             timer.cancel()
             # A cut in flight (closing the SSH connection) is given a moment, not the budget.
             timer.join(timeout=1.0)
-            self._ends_at = 0.0
+            # The budget was this poll's: what follows it (a resume of intake) is not refused.
+            self._expired, self._ends_at = False, 0.0
 
     return bounded
 
