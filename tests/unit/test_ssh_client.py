@@ -3,8 +3,9 @@
 from types import SimpleNamespace
 
 import paramiko
+from fabric import Config, Connection
 
-from leaseguard.adapters.ssh import trust_known_hosts
+from leaseguard.adapters.ssh import SshOptions, make_connection, trust_known_hosts
 
 KEY_A = paramiko.RSAKey.generate(1024)
 KEY_B = paramiko.RSAKey.generate(1024)
@@ -40,3 +41,12 @@ def test_a_client_trusts_its_hosts_key_by_port_and_nothing_else(tmp_path):
     unknown = _connection("10.0.0.1", 22)  # the same address on another port is unknown
     trust_known_hosts(unknown, str(path))
     assert len(unknown.client.get_host_keys()) == 0
+
+
+def test_a_gateway_from_the_fabric_config_refuses_unknown_host_keys_too():
+    """Fabric's own default for a config's `gateway` Connection is to add unknown keys."""
+    jump = Connection("jump.example")
+    connection = make_connection("app.example", SshOptions(), Config(overrides={"gateway": jump}))
+    assert connection.gateway.host == "jump.example"
+    assert isinstance(connection.gateway.client._policy, paramiko.RejectPolicy)
+    assert isinstance(connection.client._policy, paramiko.RejectPolicy)

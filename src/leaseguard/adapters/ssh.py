@@ -61,7 +61,18 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     jumps = connection.ssh_config.get("proxyjump")
     if not options.gateway and jumps and isinstance(connection.gateway, Connection):
         connection.gateway = _jump_chain(jumps, options, config)
+    _verify_host_keys(connection, options)
     return connection
+
+
+def _verify_host_keys(connection: Connection, options: SshOptions) -> None:
+    """Only known_hosts' keys trusted, unknown ones refused (or warned of when accepted), on
+    the connection and every jump host, a Fabric config's own `gateway` Connection too."""
+    trust_known_hosts(connection, options.known_hosts)
+    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    if isinstance(connection.gateway, Connection):
+        _verify_host_keys(connection.gateway, options)
 
 
 def _connection(
@@ -85,10 +96,6 @@ def _connection(
         connect_timeout=bound,
         connect_kwargs=kwargs,
     )
-    # Only known_hosts' keys trusted; unknown ones refused, or warned of when accepted.
-    trust_known_hosts(connection, options.known_hosts)
-    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
-    connection.client.set_missing_host_key_policy(policy())
     return connection
 
 
