@@ -48,8 +48,8 @@ def look_up_host(
         ran: dict[Argv, CommandResult] = {}
         for _round in range(2):  # a pid file's process is known once the file was read
             if commands := planned_commands(contract, timeout_given, start_given, ran):
-                answers, clock = run_together(runner, commands)
-                ran |= answers
+                answers, read = run_together(runner, commands)
+                ran, clock = ran | answers, read or clock
         runner = _Answered(runner, ran)
     facts = resolve_runtime_facts(contract, runner, **given)
     if clock is None and facts.runtime_started_at is not None:
