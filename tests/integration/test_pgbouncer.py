@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from leaseguard.adapters.db import connect
+from leaseguard.core.contract import contract_from_mapping
+from leaseguard.orchestration.session import local_session
 from sandbox.pgbouncer import pgbouncer
 from sandbox.subprocess_env import clean_env
 from tests.integration.test_cli_drain import (  # noqa: F401 (claim_job: a fixture)
@@ -75,6 +77,15 @@ def test_no_connection_ever_prepares(bouncer, db, writable):
         for _ in range(8):
             with conn.transaction():
                 assert conn.execute("SELECT %s::int", (1,)).fetchone() == (1,)
+
+
+def test_a_session_behind_the_pooler_never_prepares_however_many_polls(bouncer, busy):
+    """More polls than psycopg's prepare threshold (5) on one session: a prepared statement
+    would break on the next server session (test_a_forced_prepare_breaks_behind_the_pooler)."""
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, bouncer.dsn(busy.name), task_timeout_s=3600.0) as session:
+        verdicts = [session.judge() for _ in range(8)]
+    assert {v.decision.value for v in verdicts} == {"defer"}
 
 
 def test_check_through_the_pooler_defers_on_a_live_claim(bouncer, busy):

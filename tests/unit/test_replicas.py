@@ -152,6 +152,8 @@ def test_timeout_and_start_from_the_same_container_are_one_command():
     _facts, host = facts_for("label=a=b", REPLICAS)
     [command] = host.calls
     assert command[4:6] == ["docker", "label=a=b"]
+    _facts, host = facts_for("label=a=b", REPLICAS, runtime={"container": "label=c=d"})
+    assert len(host.calls) == 2  # two containers: one command each
 
 
 def test_the_command_source_refuses_a_filter():
