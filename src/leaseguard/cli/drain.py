@@ -22,6 +22,7 @@ from leaseguard.cli.main import (
     given_facts,
     open_session,
     report_failure,
+    say,
 )
 from leaseguard.core.errors import (
     EXIT_FAILED,
@@ -157,14 +158,13 @@ def add_drain_command(commands: Any) -> None:
 
 def run_drain(args: argparse.Namespace) -> int:
     from leaseguard.orchestration import drain_run
-    from leaseguard.orchestration.drain_run import DrainOptions, drain_options
 
     contract = contract_from_args(args)
     facts = given_facts(args)
     # Every `drain:` key has its flag of the same name, but these two.
-    flags = DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
-    given = {key: getattr(args, key) for key in flags}
-    options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
+    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
+    given = {key: getattr(args, key) for key in keys}
+    options = drain_run.drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
@@ -193,12 +193,8 @@ def run_drain(args: argparse.Namespace) -> int:
         say(f"drain interrupted{ran}; intake was resumed")
         return EXIT_FAILED
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
-        print(line if to_stdout else f"leaseguard: {line}", file=None if to_stdout else sys.stderr)
+        print(line) if to_stdout else say(line)
     return result.exit_status
-
-
-def say(message: str) -> None:
-    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
 
 
 def command_action(argv: list[str], started: list[str], stop: threading.Event) -> Action:
