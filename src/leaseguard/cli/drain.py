@@ -170,6 +170,7 @@ def run_drain(args: argparse.Namespace) -> int:
     intake = options.intake("leaseguard drain")
     started: list[str] = []  # the command's name, once it runs
     stop = threading.Event()
+    result = None
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
@@ -189,9 +190,12 @@ def run_drain(args: argparse.Namespace) -> int:
     except LeaseguardError as exc:  # INTAKE STILL PAUSED among them
         return report_failure(exc, as_json=args.json)
     if stop.is_set():
+        if result is not None:  # its status file says interrupted, not finished
+            board.observer(session.host).finished(None)
         ran = f" (command {args.command[0]} interrupted)" if started else ""
         say(f"drain interrupted{ran}; intake was resumed")
         return EXIT_FAILED
+    assert result is not None
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
         print(line) if to_stdout else say(line)
     return result.exit_status
