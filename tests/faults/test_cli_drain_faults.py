@@ -7,6 +7,7 @@ gives it back), read with psql independently of the code under test.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -102,6 +103,41 @@ def test_a_signal_stops_the_drain_and_resumes_intake(app, signum):
     assert "drain interrupted; intake was resumed" in err.text()
     assert job_active(app, JOB) == "t"
     assert "leaseguard-paused" not in app.psql("SELECT string_agg(jobname, ',') FROM cron.job")
+
+
+def test_a_second_signal_during_the_resume_is_reported_and_the_resume_still_ends(app, tmp_path):
+    """SIGTERM, then SIGINT while the resume retries against a stopped server: the resume
+    goes on until the server is back, intake is active again, and the message is true."""
+    status_file = tmp_path / "drain.json"
+    proc, err = start_drain(app, "--resume-retry-s", "60", "--status-file", str(status_file))
+    stopped = False
+    try:
+        assert err.wait_for("start live=1")  # polling: its failed polls are not its end
+        stop_server(app)
+        stopped = True
+        proc.send_signal(signal.SIGTERM)
+        assert err.wait_for("intake resume failed attempt=1")
+        proc.send_signal(signal.SIGINT)
+        said = err.wait_for("SIGINT again: still resuming intake, then exiting", timeout_s=10)
+    finally:
+        if stopped:
+            start_server(app)
+    try:
+        proc.wait(timeout=90)
+    finally:
+        terminate(proc)
+    stderr = err.text()
+    assert job_active(app, JOB) == "t", stderr
+    assert said, stderr
+    assert proc.returncode == 1, stderr
+    assert "intake resumed pg_cron job=claim" in stderr
+    assert "drain interrupted; intake was resumed" in stderr
+    status = json.loads(status_file.read_text())
+    assert (status["state"], status["exit_status"], status["paused_intake"]) == (
+        "interrupted",
+        1,
+        [],
+    )
 
 
 def test_postgres_back_within_the_retry_window_gets_intake_resumed(app):

@@ -331,6 +331,25 @@ def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
         assert "in progress" not in lines.text()  # no driver text from the interrupted query
 
 
+def test_a_signal_while_the_command_runs_ends_it_and_gives_intake_back(db, intake):
+    drain = subprocess.Popen(
+        drain_argv(db, "--pause-cron-job", intake, "--", "sleep", "120"),
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        lines = Lines(drain.stderr)
+        assert lines.wait_for("intake held: running command sleep")
+        drain.send_signal(signal.SIGTERM)
+        assert drain.wait(timeout=30) == 1
+    finally:
+        if drain.poll() is None:
+            drain.kill()
+    assert "drain interrupted (command sleep interrupted); intake was resumed" in lines.text()
+    assert active(db, intake)
+
+
 # --- the intake's own identity beside a read-only guard role ----------------------------------
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from contextlib import nullcontext
 from datetime import UTC, datetime
 
@@ -12,7 +11,7 @@ from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.contract import add_config_option, resolve_dsn
-from leaseguard.cli.main import COMMANDS, CRON_DATABASE_HELP
+from leaseguard.cli.main import COMMANDS, CRON_DATABASE_HELP, say
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -91,7 +90,7 @@ def run_budgets(args: argparse.Namespace) -> int:
             print(json.dumps({"state": "failed", "checked_at": now.isoformat(), "error": error}))
         else:
             print(f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets state=failed error={exc.kind}")
-        _say(f"budgets failed: {exc}")
+        say(f"budgets failed: {exc}")
         return EXIT_FAILED
     assert plan is not None
     report_plan(plan, datetime.now(UTC), as_json=args.json)
@@ -99,7 +98,7 @@ def run_budgets(args: argparse.Namespace) -> int:
     for warning in scan_leftovers(
         lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
     ):
-        _say(f"warning: {warning}")
+        say(f"warning: {warning}")
     return EXIT_PROCEED if plan.converged else EXIT_DRIFT
 
 
@@ -116,22 +115,18 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
             f"source={job.job.source_label} state={state}"
         )
     for drift in (drift for drift in plan.drift if not drift["applied"]):
-        _say(
+        say(
             f"drift: job {drift['job']} live={drift['live'] or 'none'} declared="
             f"{drift['declared']} ({drift['source']}): left untouched; declare an override for "
             "this environment, or converge it deliberately with --apply --on-drift apply"
         )
     for warning in plan.warnings:
-        _say(f"warning: {warning}")
+        say(f"warning: {warning}")
     pending = ", ".join(job.job.name for job in plan.jobs if job.writes and not plan.applied)
     if pending and plan.refusals:
-        _say(
+        say(
             f"not applied: {pending}; nothing is written while a job drifts or is refused "
             f"({'; '.join(plan.refusals)})"
         )
     elif pending:
-        _say(f"not applied (read-only run): {pending}; rerun with --apply")
-
-
-def _say(message: str) -> None:
-    print(f"leaseguard: {message}", file=sys.stderr)
+        say(f"not applied (read-only run): {pending}; rerun with --apply")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
-from leaseguard.cli.main import COMMANDS
+from leaseguard.cli.main import COMMANDS, say
 from leaseguard.core.config_values import NOT_ASCII
 from leaseguard.core.contract import (
     CONFIG_KEYS,
@@ -179,7 +178,7 @@ def run_index_sql(args: argparse.Namespace) -> int:
     except ConfigError:
         raise
     except LeaseguardError as exc:
-        print(f"leaseguard: index-sql failed ({type(exc).__name__}): {exc}", file=sys.stderr)
+        say(f"index-sql failed ({type(exc).__name__}): {exc}")
         return EXIT_FAILED
     print("\n".join(lines))
     return 0

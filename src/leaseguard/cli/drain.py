@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from leaseguard.cli.contract import add_config_option, contract_from_args, number_arg, resolve_dsn
@@ -20,6 +22,7 @@ from leaseguard.cli.main import (
     given_facts,
     open_session,
     report_failure,
+    say,
 )
 from leaseguard.core.errors import (
     EXIT_FAILED,
@@ -155,43 +158,50 @@ def add_drain_command(commands: Any) -> None:
 
 def run_drain(args: argparse.Namespace) -> int:
     from leaseguard.orchestration import drain_run
-    from leaseguard.orchestration.drain_run import DrainOptions, drain_options
 
     contract = contract_from_args(args)
     facts = given_facts(args)
     # Every `drain:` key has its flag of the same name, but these two.
-    flags = DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
-    given = {key: getattr(args, key) for key in flags}
-    options = drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
+    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
+    given = {key: getattr(args, key) for key in keys}
+    options = drain_run.drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
     started: list[str] = []  # the command's name, once it runs
+    stop = threading.Event()
+    result = None
     try:
         with (
             open_session(args, contract, facts, resolve_dsn(args), intake) as session,
-            drain_run.terminate_as_interrupt(),
+            drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
                 session,
                 options,
                 progress_for(sys.stderr),
                 board,
-                act=command_action(args.command, started) if args.command else None,
+                stop=stop,
+                act=command_action(args.command, started, stop) if args.command else None,
                 action=f"command {args.command[0]}" if args.command else "drain",
             )
-    except KeyboardInterrupt:
-        ran = f" (command {args.command[0]} interrupted)" if started else ""
-        print(f"leaseguard: drain interrupted{ran}; intake was resumed", file=sys.stderr)
-        return EXIT_FAILED
-    except LeaseguardError as exc:
+    except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
+        stop.set()
+    except LeaseguardError as exc:  # INTAKE STILL PAUSED among them
         return report_failure(exc, as_json=args.json)
+    if stop.is_set():
+        if result is not None:  # its status file says interrupted, not finished
+            board.observer(session.host).finished(None)
+        ran = f" (command {args.command[0]} interrupted)" if started else ""
+        say(f"drain interrupted{ran}; intake was resumed")
+        return EXIT_FAILED
+    assert result is not None
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
-        print(line if to_stdout else f"leaseguard: {line}", file=None if to_stdout else sys.stderr)
+        print(line) if to_stdout else say(line)
     return result.exit_status
 
 
-def command_action(argv: list[str], started: list[str]) -> Action:
+def command_action(argv: list[str], started: list[str], stop: threading.Event) -> Action:
     """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
     (`started` gets its name once it runs: a signal before then interrupted no command)."""
 
@@ -204,12 +214,20 @@ def command_action(argv: list[str], started: list[str]) -> Action:
             started.append(argv[0])
             log.info("intake held: running command %s", argv[0])
             try:
-                status = subprocess.run(argv, env=env, check=False).returncode
+                child = subprocess.Popen(argv, env=env)
             except OSError as exc:
                 raise CommandFailed(
                     f"command {argv[0]} could not start ({type(exc).__name__}); "
                     "intake is given back"
                 ) from None
+            with child:
+                # A signal ends the command too: a quarter second to exit, then SIGKILL.
+                while child.poll() is None:
+                    if stop.wait(0.1):
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            child.wait(0.25)
+                        child.kill()
+                status = child.wait()
         log.info("command %s exited %d; giving intake back", argv[0], status)
         return ActionOutcome(status, f"command {argv[0]} exited {status}")
 

@@ -64,8 +64,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except ConfigError as exc:
-        print(f"leaseguard: {exc}", file=sys.stderr)
+        say(str(exc))
         return EXIT_USAGE
+
+
+def say(message: str) -> None:
+    print(f"leaseguard: {message}", file=sys.stderr, flush=True)
 
 
 class Parser(argparse.ArgumentParser):
@@ -256,7 +260,7 @@ def run_check(args: argparse.Namespace) -> int:
         return report_failure(exc, as_json=args.json)
     print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:
-        print(f"leaseguard: warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     return verdict.exit_status
 
 
@@ -265,5 +269,5 @@ def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
     from leaseguard.orchestration.report import failure_output
 
     print(failure_output(exc, socket.gethostname(), as_json=as_json, fab=False))
-    print(f"leaseguard: check failed: {exc}", file=sys.stderr)
+    say(f"check failed: {exc}")
     return EXIT_FAILED

@@ -265,7 +265,6 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                 front="fab drain",
                 **common,
             )
-            # The fleet's one poll failed: its cause said once, each host not judged by it.
             for named in drain_run.shared_failures(drained).values():
                 cause = drained[named[0]].error
                 assert cause is not None

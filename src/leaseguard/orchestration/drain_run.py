@@ -281,17 +281,6 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
 
 
 @contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt like Ctrl-C: `finally` resumes intake."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    with _handling((signal.SIGTERM, signal.SIGHUP), interrupt):
-        yield
-
-
-@contextmanager
 def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
     try:
         previous = {sig: signal.signal(sig, handler) for sig in signals}
