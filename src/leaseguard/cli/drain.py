@@ -197,7 +197,10 @@ def run_drain(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     assert result is not None
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
-        print(line) if to_stdout else say(line)
+        if to_stdout:
+            print(line)
+        else:
+            say(line)
     return result.exit_status
 
 
