@@ -290,21 +290,15 @@ class GuardSession:
 
 
 def local_session(
-    contract: Contract,
-    conninfo: str,
-    *,
-    runner: Runner | None = None,
-    link: Link | None = None,
-    intake: IntakeAccess | None = None,
-    **given: Unpack[Given],
+    contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
-    """A session on the DSN as given; lookups run here (one exec each, so no `sh:` in a
-    missing command's message) unless another runner is given."""
-    runner = runner or LocalRunner()
+    """A session on the DSN as given, looked up here (one exec each: no `sh:` in a missing
+    command's message)."""
+    runner = LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, clock = looked_up.facts, looked_up.clock
     return closing(
-        GuardSession(contract, conninfo, facts, runner, link, host_minus_here=clock, intake=intake)
+        GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
     )
 
 
@@ -313,24 +307,24 @@ def fleet_session(
     conninfo: str,
     per_host: Mapping[str, RuntimeFacts],
     *,
+    each: bool = False,
     runner: Runner | None = None,
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
-    fallbacks: Sequence[tuple[str, Link]] = (),
     intake: IntakeAccess | None = None,
 ) -> closing[GuardSession]:
-    """One session judging every host by the fleet rule, on facts already looked up."""
-    facts, runner = combine_facts(per_host), runner or LocalRunner()
+    """One session judging every host by the fleet rule, or with `each` each by its own facts,
+    on facts already looked up."""
+    facts = per_host if each else combine_facts(per_host)
     return closing(
         GuardSession(
             contract,
             conninfo,
             facts,
-            runner,
+            runner or LocalRunner(),
             link,
             label="fleet",
             intake=intake,
             host_offsets=host_offsets,
-            fallbacks=fallbacks,
         )
     )
