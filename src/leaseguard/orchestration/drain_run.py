@@ -179,14 +179,11 @@ def drain_each(
     judge_for = shared_poll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
-        if own is None:  # the caller holds every host's intake: `options` pause nothing
-            label = session.judged.host_labels.get(host, host)
-            return drain_host(
-                session, options, board=board, stop=stop, judge=judge_for(host), label=label
-            )
-        mine = own[host]
+        mine = session if own is None else own[host]  # None: the caller holds every intake
+        label = session.judged.host_labels.get(host, host) if own is None else None
+        judge, action = judge_for(host), act(mine)
         return drain_host(
-            mine, options, board=board, stop=stop, judge=judge_for(host), act=act(mine), **kwargs
+            mine, options, board=board, stop=stop, judge=judge, act=action, label=label, **kwargs
         )
 
     hosts = sorted(session.judged.each)
