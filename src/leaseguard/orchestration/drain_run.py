@@ -171,8 +171,8 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Every host of a judge_each session drained at once on the fleet's one query per poll;
-    with `own` (each host's session) each holds its own intake and runs `act`."""
+    """Each host of a judge_each session drained on the fleet's one query per poll; with `own`,
+    each on its own session, holding its own intake and running `act`."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()

@@ -148,8 +148,7 @@ class CommandPause:
 
 
 class Intakes:
-    """Several intake pauses as one, resumed in reverse order, each attempted; `held`: the
-    parts already hold."""
+    """Several intake pauses as one (`held`: already held), resumed in reverse, each attempted."""
 
     def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
         self.parts = list(parts)

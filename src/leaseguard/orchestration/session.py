@@ -284,8 +284,7 @@ class GuardSession:
 def local_session(
     contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
-    """A session on the DSN as given, looked up here (one exec each: no `sh:` in a missing
-    command's message)."""
+    """A session on the DSN as given, looked up here one exec each (no `sh:` in a message)."""
     runner = LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, clock = looked_up.facts, looked_up.clock
@@ -305,8 +304,7 @@ def fleet_session(
     host_offsets: Mapping[str, ClockOffset] | None = None,
     intake: IntakeAccess | None = None,
 ) -> closing[GuardSession]:
-    """One session judging every host by the fleet rule, or with `each` each by its own facts,
-    on facts already looked up."""
+    """One session judging every host by the fleet rule (`each`: each by its own facts)."""
     facts = per_host if each else combine_facts(per_host)
     return closing(
         GuardSession(

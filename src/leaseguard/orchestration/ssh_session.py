@@ -101,9 +101,8 @@ def task_session(
     hosts: tuple[str, ...] = (),
     each: bool = False,
 ) -> Iterator[GuardSession]:
-    """An Ansible task's session: this host's (`given`: its registered `lookup` or explicit
-    facts); with `lookups` (host -> registered lookup) one over this host's path judging
-    `hosts` by the fleet rule, or with `each` each host by its own facts."""
+    """An Ansible task's session: this host's (`given`: its `lookup` or explicit facts), or with
+    `lookups` (host -> registered lookup) `hosts` judged over this host's path."""
     if lookups is None:
         with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
             yield s
@@ -158,8 +157,7 @@ def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
 def drain_every_host(
     session: GuardSession, options: DrainOptions, stop: threading.Event
 ) -> dict[str, DrainResult]:
-    """Each host of an each_host session drained; a failure of the fleet's one poll (shared by
-    several hosts) fails them all, named once."""
+    """Each host of an each_host session drained; a failure of the fleet's poll fails them all."""
     drained = drain_each(session, options, stop=stop)
     for hosts in shared_failures(drained).values():
         cause = drained[hosts[0]].error
