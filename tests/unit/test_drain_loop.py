@@ -7,7 +7,7 @@ import pytest
 
 from leaseguard.core.errors import CommandFailed, DatabaseUnavailable, LookupFailed, TunnelError
 from leaseguard.orchestration.drain import ActionOutcome, Drainer
-from leaseguard.orchestration.intake import Intakes
+from leaseguard.orchestration.intake import Intakes, intake_line
 from tests.support.verdicts import make_verdict
 
 NOW = datetime(2026, 9, 9, tzinfo=UTC)
@@ -203,7 +203,7 @@ def test_a_failing_action_still_gives_intake_back():
 def test_without_intake_the_result_says_intake_was_not_held():
     loop, _ = drainer([verdict()])
     result = loop.run()
-    assert result.intake is None and result.intake_line.startswith("intake: not held")
+    assert result.intake is None and intake_line(result.intake).startswith("intake: not held")
 
 
 def test_intake_is_resumed_on_ctrl_c():

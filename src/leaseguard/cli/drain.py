@@ -31,8 +31,13 @@ from leaseguard.core.errors import (
     ConfigError,
     LeaseguardError,
 )
-from leaseguard.orchestration.drain import Action, ActionOutcome, DrainResult, progress_for
-from leaseguard.orchestration.report import drain_lines
+from leaseguard.orchestration.drain import (
+    Action,
+    ActionOutcome,
+    DrainResult,
+    drain_lines,
+    progress_for,
+)
 
 log = logging.getLogger("leaseguard.drain")
 

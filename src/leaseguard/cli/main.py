@@ -266,7 +266,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
-    from leaseguard.orchestration.report import failure_output
+    from leaseguard.orchestration.drain import failure_output
 
     print(failure_output(exc, socket.gethostname(), as_json=as_json, fab=False))
     say(f"check failed: {exc}")

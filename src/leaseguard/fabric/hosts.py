@@ -34,10 +34,12 @@ from leaseguard.orchestration.drain import (
     ActionOutcome,
     DrainCounters,
     DrainResult,
+    Lines,
+    drain_lines,
+    failure_output,
     progress_for,
 )
 from leaseguard.orchestration.drain_run import drain_options
-from leaseguard.orchestration.report import Lines, drain_lines, failure_output
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 

@@ -5,12 +5,14 @@ belongs to the reaper, not to the guard."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from leaseguard.core.errors import (
@@ -21,7 +23,7 @@ from leaseguard.core.errors import (
     LeaseguardError,
     PollFailed,
 )
-from leaseguard.core.verdict import Decision, Verdict
+from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
 from leaseguard.orchestration.intake import Intake, intake_line
 
 log = logging.getLogger("leaseguard.drain")
@@ -73,10 +75,6 @@ class DrainResult:
         if self.action is not None:
             return self.action.exit_status
         return EXIT_PROCEED if self.drained else EXIT_DEFER
-
-    @property
-    def intake_line(self) -> str:
-        return intake_line(self.intake)
 
     @property
     def decision(self) -> Decision:
@@ -275,3 +273,32 @@ class Drainer:
             f"drain host={after.host or '-'} {change} ended={ended_ids} appeared={appeared_ids}"
         )
         return after
+
+
+Lines = list[tuple[bool, str]]  # True: to stdout; stderr lines go out as "leaseguard: <line>"
+
+
+def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> str:
+    """Fail closed: the failure's line (Fabric's with its reason) or JSON (the CLI's dated)."""
+    now = datetime.now(UTC)
+    if as_json:
+        return json.dumps(failure_result(error, host, None if fab else now))
+    line = failure_timeline(now, host, error)
+    return f"{line} reason={json.dumps(str(error))}" if fab else line
+
+
+def drain_lines(result: DrainResult, host: str, *, as_json: bool, fab: bool) -> Lines:
+    """A failed drain reports its failure, never the last (stale) verdict before it."""
+    verdict, error, done = result.verdict, result.error, result.action
+    failed: Lines = [(False, f"drain failed: {error}")] if error is not None and not fab else []
+    if as_json:
+        out = {"host": host, **result.as_dict()} if fab else result.as_dict()
+        return [(True, json.dumps(out)), *failed]
+    lines: Lines = []
+    if error is not None:
+        lines.append((True, failure_output(error, host, as_json=False, fab=fab)))
+    elif verdict is not None:
+        lines.append((True, verdict.timeline()))
+    action: Lines = [(False, f"{done.description}; {intake_line(result.intake)}")] if done else []
+    warned = [(False, f"warning: {w}") for w in (verdict.warnings if verdict else ())]
+    return lines + (warned + action if fab else action + failed + warned)

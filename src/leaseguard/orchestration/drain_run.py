@@ -126,6 +126,7 @@ def drain_host(
     act: Action | None = None,
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
+    label: str | None = None,
 ) -> DrainResult:
     """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
     parts: list[Intake] = []
@@ -147,17 +148,17 @@ def drain_host(
         pause, resume = options.pause_command, options.resume_command
         parts += [CommandPause(r, pause, resume) for r in runners or [session.runner]]
     intake = Intakes(parts) if parts else None
-    board = board or status_board(options)
-    drainer = Drainer(
+    label = label or session.host
+    observer = (board or status_board(options)).observer(label, intake)
+    return Drainer(
         judge or session.judge,
-        poll_s=options.poll_s,
-        deadline_s=options.deadline_s,
-        progress=progress,
-        observer=board.observer(session.host, intake),
+        options.poll_s,
+        options.deadline_s,
+        progress,
+        observer=observer,
         stop=stop,
-        label=session.host,
-    )
-    return drainer.run(intake, act)
+        label=label,
+    ).run(intake, act)
 
 
 def drain_each(
@@ -170,25 +171,20 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Every host of a judge_each session drained by its own facts at once, on the fleet's one
-    query per poll; with `own` (each host's session) each holds its own intake, runs `act`."""
+    """Each host of a judge_each session drained on the fleet's one query per poll; with `own`,
+    each on its own session, holding its own intake and running `act`."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
     judge_for = shared_poll(session, options.poll_s / 2)
 
     def drain(host: str) -> DrainResult:
-        judge = judge_for(host)
-        if own is not None:
-            mine = own[host]
-            return drain_host(
-                mine, options, board=board, stop=stop, judge=judge, act=act(mine), **kwargs
-            )
-        label = session.judged.host_labels.get(host, host)
-        observer = board.observer(label, None)
-        return Drainer(
-            judge, options.poll_s, options.deadline_s, observer=observer, stop=stop, label=label
-        ).run()
+        mine = session if own is None else own[host]  # None: the caller holds every intake
+        label = session.judged.host_labels.get(host, host) if own is None else None
+        judge, action = judge_for(host), act(mine)
+        return drain_host(
+            mine, options, board=board, stop=stop, judge=judge, act=action, label=label, **kwargs
+        )
 
     hosts = sorted(session.judged.each)
     with ThreadPoolExecutor(max_workers=len(hosts)) as pool:

@@ -148,15 +148,14 @@ class CommandPause:
 
 
 class Intakes:
-    """Several intake pauses as one, resumed in reverse order, each attempted; `held`: the
-    parts already hold."""
+    """Several intake pauses as one (`held`: already held), resumed in reverse, each attempted."""
 
     def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
         self.parts = list(parts)
         self.active: list[Intake] = list(parts) if held else []
 
     def paused_intake(self) -> list[str]:
-        return [name for part in self.active for name in getattr(part, "paused_intake", list)()]
+        return [name for part in self.active for name in part.paused_intake()]
 
     def pause(self) -> None:
         for part in self.parts:
@@ -212,34 +211,25 @@ def intake_hold(
         ):
             yield conn
 
-    held = state == "held"
-    hold = {} if held else (hold or {})
-    cron = command = None
-    if pause_cron_jobs if held else hold.get("cron"):
-        cron = CronJobsPause(
-            cron_connection,
-            pause_cron_jobs,
-            by=drain_identity(f"ansible-playbook {action}"),
-            action=action,
-            retry_s=resume_retry_s,
-            resume_hint=resume_hint,
-            quiet_timeout_s=quiet_timeout_s,
-        )
-        if not held:
-            cron.hold = Hold.from_dict(hold["cron"])
-    if pause_command if held else (hold.get("command") and resume_command):
-        command = CommandPause(runner, pause_command, resume_command, paused=not held)
-    parts: list[Intake] = [part for part in (cron, command) if part is not None]
-    if not held:
-        intake = Intakes(parts, held=True)
+    by = drain_identity(f"ansible-playbook {action}")
+    cron = CronJobsPause(
+        cron_connection, pause_cron_jobs, by, action, resume_retry_s, resume_hint, quiet_timeout_s
+    )
+    command = CommandPause(runner, pause_command, resume_command)
+    if state != "held":
+        hold = hold or {}
+        cron.hold = Hold.from_dict(hold["cron"]) if hold.get("cron") else None
+        command.paused = bool(hold.get("command") and resume_command)
+        intake = Intakes([cron, command], held=True)
         given_back = intake.paused_intake()
         intake.resume()  # every part attempted, in reverse; the first failure raised
         return {
             "changed": bool(given_back),
             "released": given_back,
-            "resumed": list(cron.resumed) if cron else [],
+            "resumed": list(cron.resumed),
             "msg": "intake given back",
         }
+    parts = [part for part, on in ((cron, pause_cron_jobs), (command, pause_command)) if on]
     if not parts:
         return {"changed": False, "hold": None, "msg": intake_line(None)}
     intake = Intakes(parts)
@@ -248,15 +238,14 @@ def intake_hold(
     except BaseException:
         intake.resume()  # what was taken before the failure; then the failure itself
         raise
-    taken = cron.hold if cron else None
     what = intake.paused_intake()
     return {
         "changed": bool(what),
         "hold": {
-            "cron": taken.as_dict() if taken else None,
+            "cron": cron.hold.as_dict() if cron.hold else None,
             "command": bool(pause_command),
             "what": what,
         },
-        "paused": list(taken.switched) if taken else [],
+        "paused": list(cron.hold.switched) if cron.hold else [],
         "msg": intake_line(tuple(what)),
     }

@@ -6,14 +6,13 @@ partitioned host answers nothing, and TCP would wait ~15 min."""
 
 from __future__ import annotations
 
-import functools
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import closing
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar, Unpack
+from typing import Protocol, Unpack
 
 import psycopg
 
@@ -33,7 +32,6 @@ from leaseguard.orchestration.subjects import Judged
 # Round trips, the transaction's small statements, a thread waking up.
 POLL_MARGIN_S = 2.0
 Conn = psycopg.Connection[tuple[object, ...]]
-T = TypeVar("T")
 
 
 class Link(Protocol):
@@ -52,32 +50,6 @@ class IntakeAccess:
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     owner: str | None = None
-
-
-def _bounded(judge: Callable[[GuardSession], T]) -> Callable[[GuardSession], T]:
-    """A poll cut by a watchdog past the budget, failing with the cause it met."""
-
-    @functools.wraps(judge)
-    def bounded(self: GuardSession) -> T:
-        self._expired = False
-        self._ends_at = time.monotonic() + self.budget_s
-        timer = threading.Timer(self.budget_s, self._cut)
-        timer.daemon = True
-        timer.start()
-        try:
-            return judge(self)
-        except LeaseguardError as exc:
-            if isinstance(exc, DatabaseUnavailable) and self.link is not None:
-                exc = self.link.failure() or exc
-            raise (self._no_answer() if self._expired else exc) from None
-        finally:
-            timer.cancel()
-            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
-            timer.join(timeout=1.0)
-            # The budget was this poll's: what follows it (a resume of intake) is not refused.
-            self._expired, self._ends_at = False, 0.0
-
-    return bounded
 
 
 class GuardSession:
@@ -140,34 +112,54 @@ class GuardSession:
         assert self.judged.each is not None
         return dict(zip(sorted(self.judged.each), self._poll(), strict=True))
 
-    @_bounded
     def _poll(self) -> list[Verdict]:
-        reused = self._conn is not None
-        try:
+        with self._bounded():
+            reused = self._conn is not None
+            try:
+                return self._judge_on(self._connection())
+            except LeaseguardError:
+                self._status_column = None  # the error may come from a schema change
+                # Replaced once: a shared one that broke meanwhile, or one whose path died.
+                broke = self._conn is None or self._conn.closed or self._conn.broken
+                if not (broke and (reused or len(self._paths) > 1)):
+                    raise
+            self.close()
             return self._judge_on(self._connection())
-        except LeaseguardError:
-            self._status_column = None  # the error may come from a schema change
-            # Replaced once: a shared one that broke meanwhile, or one whose path died.
-            broke = self._conn is None or self._conn.closed or self._conn.broken
-            if not (broke and (reused or len(self._paths) > 1)):
-                raise
-        self.close()
-        return self._judge_on(self._connection())
 
-    @_bounded
     def database_identity(self) -> tuple[object, ...]:
         """Which database this session reaches (server start, name)."""
         query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
-        try:
-            row = self._connection().execute(query).fetchone()
-        except psycopg.Error as exc:
-            raise DatabaseUnavailable(
-                f"host {self.host}: its database could not be identified ({type(exc).__name__})"
-            ) from None
-        finally:
-            self.close()
+        with self._bounded():
+            try:
+                row = self._connection().execute(query).fetchone()
+            except psycopg.Error as exc:
+                raise DatabaseUnavailable(
+                    f"host {self.host}: its database could not be identified ({type(exc).__name__})"
+                ) from None
+            finally:
+                self.close()
         assert row is not None
         return tuple(row)
+
+    @contextmanager
+    def _bounded(self) -> Iterator[None]:
+        """A poll cut by a watchdog past the budget, failing with the cause it met."""
+        self._expired, self._ends_at = False, time.monotonic() + self.budget_s
+        timer = threading.Timer(self.budget_s, self._cut)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        except LeaseguardError as exc:
+            if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+                exc = self.link.failure() or exc
+            raise (self._no_answer() if self._expired else exc) from None
+        finally:
+            timer.cancel()
+            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
+            timer.join(timeout=1.0)
+            # The budget was this poll's: what follows it (a resume of intake) is not refused.
+            self._expired, self._ends_at = False, 0.0
 
     def handover(self) -> Conn | None:
         """This session's open connection, for another session along the same path."""
@@ -290,21 +282,14 @@ class GuardSession:
 
 
 def local_session(
-    contract: Contract,
-    conninfo: str,
-    *,
-    runner: Runner | None = None,
-    link: Link | None = None,
-    intake: IntakeAccess | None = None,
-    **given: Unpack[Given],
+    contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
-    """A session on the DSN as given; lookups run here (one exec each, so no `sh:` in a
-    missing command's message) unless another runner is given."""
-    runner = runner or LocalRunner()
+    """A session on the DSN as given, looked up here one exec each (no `sh:` in a message)."""
+    runner = LocalRunner()
     looked_up = look_up_host(contract, runner, one_exec=False, **given)
     facts, clock = looked_up.facts, looked_up.clock
     return closing(
-        GuardSession(contract, conninfo, facts, runner, link, host_minus_here=clock, intake=intake)
+        GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
     )
 
 
@@ -313,24 +298,23 @@ def fleet_session(
     conninfo: str,
     per_host: Mapping[str, RuntimeFacts],
     *,
+    each: bool = False,
     runner: Runner | None = None,
     link: Link | None = None,
     host_offsets: Mapping[str, ClockOffset] | None = None,
-    fallbacks: Sequence[tuple[str, Link]] = (),
     intake: IntakeAccess | None = None,
 ) -> closing[GuardSession]:
-    """One session judging every host by the fleet rule, on facts already looked up."""
-    facts, runner = combine_facts(per_host), runner or LocalRunner()
+    """One session judging every host by the fleet rule (`each`: each by its own facts)."""
+    facts = per_host if each else combine_facts(per_host)
     return closing(
         GuardSession(
             contract,
             conninfo,
             facts,
-            runner,
+            runner or LocalRunner(),
             link,
             label="fleet",
             intake=intake,
             host_offsets=host_offsets,
-            fallbacks=fallbacks,
         )
     )

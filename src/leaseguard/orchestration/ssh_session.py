@@ -46,13 +46,11 @@ def host_session(
         with path as (conninfo, tunnel):
             try:
                 early = db.connect(conninfo, contract.connect_timeout_s) if connect else None
-            except DatabaseUnavailable as exc:  # named by the tunnel's cause, if it has one
-                failure = (tunnel.failure() if tunnel is not None else None) or exc
+            except LeaseguardError as exc:
                 lookup.result()  # a lookup's failure is raised first
-                raise failure from None
-            except LeaseguardError:
-                lookup.result()
-                raise
+                if isinstance(exc, DatabaseUnavailable) and tunnel is not None:
+                    exc = tunnel.failure() or exc  # named by the tunnel's cause, if it has one
+                raise exc from None
             try:
                 looked_up = lookup.result()
             except BaseException:
@@ -103,9 +101,8 @@ def task_session(
     hosts: tuple[str, ...] = (),
     each: bool = False,
 ) -> Iterator[GuardSession]:
-    """An Ansible task's session: this host's (`given`: its registered `lookup` or explicit
-    facts); with `lookups` (host -> registered lookup) one over this host's path judging
-    `hosts` by the fleet rule, or with `each` each host by its own facts."""
+    """An Ansible task's session: this host's (`given`: its `lookup` or explicit facts), or with
+    `lookups` (host -> registered lookup) `hosts` judged over this host's path."""
     if lookups is None:
         with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
             yield s
@@ -113,14 +110,20 @@ def task_session(
     # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = fleet_facts(reports, hosts, given_source="lookup")
-    with path as (conninfo, tunnel):
-        kw: dict[str, Any] = dict(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
-        if each:
-            opened = closing(GuardSession(contract, conninfo, per_host, label="fleet", **kw))
-        else:
-            opened = fleet_session(contract, conninfo, per_host, **kw)
-        with opened as session:
-            yield session
+    with (
+        path as (conninfo, tunnel),
+        fleet_session(
+            contract,
+            conninfo,
+            per_host,
+            each=each,
+            runner=runner,
+            link=tunnel,
+            host_offsets=offsets,
+            intake=intake,
+        ) as session,
+    ):
+        yield session
 
 
 def task_facts(
@@ -133,11 +136,10 @@ def task_facts(
     seconds, source = task_timeout_s, None
     if seconds is None and lookup.get("task_timeout_s") is not None:
         seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
+    timeout = None if seconds is None else parse_timeout_s(seconds, what="task_timeout_s")
     started = runtime_started_at or lookup.get("runtime_started_at")
     return {
-        "task_timeout_s": None
-        if seconds is None
-        else parse_timeout_s(seconds, what="task_timeout_s"),
+        "task_timeout_s": timeout,
         "task_timeout_source": source,
         "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
         if started
@@ -155,8 +157,7 @@ def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
 def drain_every_host(
     session: GuardSession, options: DrainOptions, stop: threading.Event
 ) -> dict[str, DrainResult]:
-    """Each host of an each_host session drained; a failure of the fleet's one poll (shared by
-    several hosts) fails them all, named once."""
+    """Each host of an each_host session drained; a failure of the fleet's poll fails them all."""
     drained = drain_each(session, options, stop=stop)
     for hosts in shared_failures(drained).values():
         cause = drained[hosts[0]].error
