@@ -268,18 +268,10 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
     relaying = threading.Thread(target=relay, name="leaseguard-signals", daemon=True)
     relaying.start()
     try:
-        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        with _handling(signals, lambda signum, frame: received.put(signum)):
-            yield
-    finally:
-        received.put(None)  # after any signal queued before it: each is said
-        relaying.join()
-
-
-@contextmanager
-def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[None]:
-    try:
-        previous = {sig: signal.signal(sig, handler) for sig in signals}
+        previous = {
+            sig: signal.signal(sig, lambda signum, frame: received.put(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
     except ValueError:  # not the main thread: nothing to install
         previous = {}
     try:
@@ -287,6 +279,8 @@ def _handling(signals: tuple[signal.Signals, ...], handler: Any) -> Iterator[Non
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+        received.put(None)  # after any signal queued before it: each is said
+        relaying.join()
 
 
 def configure_logging(*, verbose: bool = False) -> None:
