@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -77,8 +78,16 @@ def start_fab(host, db, tmp_path, hosts, *args):
 def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
     app_host_pg, app_db, intake, tmp_path, signum
 ):
+    status_file = tmp_path / "drain.json"
     proc, out, err = start_fab(
-        app_host_pg, app_db, tmp_path, f"root@{app_host_pg.addr}", "--pause-cron-job", intake
+        app_host_pg,
+        app_db,
+        tmp_path,
+        f"root@{app_host_pg.addr}",
+        "--pause-cron-job",
+        intake,
+        "--status-file",
+        str(status_file),
     )
     try:
         assert err.wait_for(f"intake paused pg_cron job={intake}")
@@ -94,6 +103,8 @@ def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
     assert "drain interrupted; intake was resumed" in stderr
     assert "decision=failed error=DrainInterrupted" in out.text()
     assert active(app_host_pg, intake) == "t"
+    final = json.loads(status_file.read_text())
+    assert (final["state"], final["exit_status"], final["paused_intake"]) == ("interrupted", 1, [])
 
 
 def test_a_fleet_drain_pauses_shared_intake_once_and_judges_the_fleet(

@@ -72,8 +72,8 @@ class Snapshots:
                 observer.after_poll(*args)
                 outer.seen.append(status(outer.tmp_path))
 
-            def finished(self, result):
-                observer.finished(result)
+            def finished(self, result, **how):
+                observer.finished(result, **how)
 
         return Copying()
 

@@ -195,8 +195,6 @@ def run_drain(args: argparse.Namespace) -> int:
     except LeaseguardError as exc:  # INTAKE STILL PAUSED among them
         return report_failure(exc, as_json=args.json)
     if stop.is_set():
-        if result is not None:  # its status file says interrupted, not finished
-            board.observer(session.host).finished(None)
         ran = f" (command {args.command[0]} interrupted)" if started else ""
         say(f"drain interrupted{ran}; intake was resumed")
         return EXIT_FAILED

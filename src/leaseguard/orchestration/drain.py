@@ -150,7 +150,7 @@ class Drainer:
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
-    # The status board's: after every poll, and at the end (None: ended by an exception).
+    # The status board's: after every poll, and at the end.
     observer: Any = None
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
@@ -163,7 +163,7 @@ class Drainer:
             return result
         finally:
             if self.observer is not None:
-                self.observer.finished(result)
+                self.observer.finished(result, stopped=self.stop.is_set())
 
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
         if self.stop.is_set():  # stopped before anything was paused

@@ -40,9 +40,11 @@ class HostObserver:
     def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
-    def finished(self, result: DrainResult | None) -> None:
-        if result is None:  # ended by an exception (an interrupt, a crash)
-            self.after_poll(None, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1)
+    def finished(self, result: DrainResult | None, *, stopped: bool = False) -> None:
+        if result is None or stopped:  # ended by an exception (a crash) or a signal
+            self.after_poll(
+                result, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1
+            )
         else:
             decision, exit_status = result.decision.value, result.exit_status
             self.after_poll(result, state=FINISHED, decision=decision, exit_status=exit_status)
