@@ -228,8 +228,10 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         finished, other = map(sql.Identifier, RULE_COLUMNS[rule])
         if rule == ADVISORY_LOCK_RULE:
             not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
-            claimed, queued = sql.SQL("({} AND {})"), sql.SQL("({} AND NOT {})")
-            return claimed.format(not_done, held), queued.format(not_done, held)
+            return (
+                sql.SQL("({} AND {})").format(not_done, held),
+                sql.SQL("({} AND NOT {})").format(not_done, held),
+            )
         not_done = sql.SQL("{} IS NULL").format(finished)
         return (
             sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, other, held),
