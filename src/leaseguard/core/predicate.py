@@ -336,25 +336,16 @@ def subjects_params(
     live_limit: int = 100,
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
-    kinds = contract.kind_timeouts
-    timed = [(kind, s) for kind, s in kinds.items() if s is not None]
-    return {
+    params: dict[str, Any] = {
         "as_of": as_of,
-        **{
-            f"{stem}_{i}": status
-            for stem, statuses in _statuses(contract).items()
-            for i, status in enumerate(statuses)
-        },
         "subject_leases": [None if s is None else timedelta(seconds=s) for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
-        **(
-            {
-                "unlimited_kinds": [kind for kind, s in kinds.items() if s is None],
-                "kinds": [kind for kind, _ in timed],
-                "kind_timeouts": [timedelta(seconds=s) for _, s in timed],
-            }
-            if kinds
-            else {}
-        ),
     }
+    for stem, statuses in _statuses(contract).items():
+        params |= {f"{stem}_{i}": status for i, status in enumerate(statuses)}
+    if kinds := contract.kind_timeouts:
+        timed = {kind: timedelta(seconds=s) for kind, s in kinds.items() if s is not None}
+        params["unlimited_kinds"] = [kind for kind, s in kinds.items() if s is None]
+        params |= {"kinds": list(timed), "kind_timeouts": list(timed.values())}
+    return params
