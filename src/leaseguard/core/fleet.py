@@ -106,9 +106,8 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     starts = {h: per_host[h].runtime_started_at for h in hosts}
     # max() and min() keep the first of equal values: hosts are sorted, so names break ties.
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
-    cutoff_from = None
-    if None not in starts.values():  # one unknown start: the cut-off is unknown
-        cutoff_from = min(hosts, key=starts.__getitem__)  # type: ignore[arg-type]
+    known = None not in starts.values()  # one unknown start: the cut-off is unknown
+    cutoff_from = min(hosts, key=starts.__getitem__) if known else None  # type: ignore[arg-type]
     timeout = None
     if lease_from is not None:
         own = timeouts[lease_from]
