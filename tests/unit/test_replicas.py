@@ -9,8 +9,13 @@ import pytest
 from leaseguard.adapters.runtime import resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
-from leaseguard.core.lookups import CommandResult, parse_systemctl_glob
-from leaseguard.core.replicas import container_argv, container_filter, read_containers
+from leaseguard.core.lookups import (
+    CommandResult,
+    container_argv,
+    container_filter,
+    parse_systemctl_glob,
+    read_containers,
+)
 
 
 def line(name, started, timeout="3600", *, running=True, project="", service=""):

@@ -21,8 +21,7 @@ from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import Argv, CommandResult
-from leaseguard.core.replicas import shared_variable
+from leaseguard.core.lookups import Argv, CommandResult, shared_variable
 from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts
 

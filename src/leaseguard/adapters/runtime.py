@@ -11,19 +11,22 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, TypedDict, Unpack
 
-from leaseguard.core import lookups, replicas
+from leaseguard.core import lookups
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import (
     Argv,
     CommandResult,
+    Containers,
+    Replica,
     SystemdUnit,
+    container_filter,
+    is_unit_glob,
     parse_timeout_s,
     parse_timestamp,
     task_timeout_source,
 )
-from leaseguard.core.replicas import Containers, Replica, container_filter, is_unit_glob
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
@@ -99,7 +102,7 @@ def resolve_runtime_facts(
     started = given.get("runtime_started_at")
     if started is None:
         looked_up = seconds is None and not contract.rows_carry_expiry
-        variable = replicas.shared_variable(contract, timeout_looked_up=looked_up)
+        variable = lookups.shared_variable(contract, timeout_looked_up=looked_up)
         try:
             started = lookup.runtime_start(contract.runtime, variable)
         except LookupFailed as exc:  # no start known: no claim is classed orphaned (safe)
@@ -199,13 +202,13 @@ class Lookups:
 
     def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
         """The container, or a filter's running matches (listed in the verdict), read once."""
-        argv = replicas.container_argv(engine, container, variable)
+        argv = lookups.container_argv(engine, container, variable)
         if argv not in self._containers_seen:
             what = f"{engine} container {container}"
-            out = self._run(argv, what, shown=replicas.shown_command(argv))
-            found = replicas.read_containers(out, container, f"{self.host}: {what}")
+            out = self._run(argv, what, shown=lookups.shown_command(argv))
+            found = lookups.read_containers(out, container, f"{self.host}: {what}")
             if found.siblings:
-                self.warnings.append(replicas.sibling_warning(self.host, found))
+                self.warnings.append(lookups.sibling_warning(self.host, found))
             if container_filter(container) is not None:
                 self.replicas += [replica.name for replica in found.matches]
             self._containers_seen[argv] = found

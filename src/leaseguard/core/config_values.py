@@ -1,5 +1,5 @@
-"""One config value read and checked, its key named on error with its section
-(`lease.multiplier`): a misspelt or mistyped key never becomes a traceback or a default."""
+"""One config value read and checked, its key named on error with its section (`lease.x`): a
+misspelt or mistyped key never becomes a traceback or a default."""
 
 from __future__ import annotations
 
@@ -82,7 +82,6 @@ def status_list(
 def _convert(
     data: Mapping[str, Any], key: str, default: Any, prefix: str, convert: Callable[[Any], T]
 ) -> T:
-    """`convert` (int or float) of the value; bools, other types and non-ASCII text refused."""
     what = "a number" if convert is float else "a whole number"
     value = _given(data, key, default)
     kinds = (int, float, str) if convert is float else (int, str)
@@ -97,11 +96,19 @@ def _convert(
 
 
 def number_value(
-    data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "", minimum: float = 0.0
+    data: Mapping[str, Any],
+    key: str,
+    default: Any,
+    *,
+    prefix: str = "",
+    minimum: float = 0.0,
+    positive: bool = False,
 ) -> float:
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
+    if positive and number == 0:
+        raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
 
@@ -114,13 +121,6 @@ def whole_number(
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     if maximum and number > maximum:
         raise ConfigError(f"{prefix}{key} must be a port number (1-{maximum})")
-    return number
-
-
-def _positive(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> float:
-    number = number_value(data, key, default, prefix=prefix)
-    if number == 0:
-        raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
 
@@ -143,7 +143,7 @@ def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]
 
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
-optional_number = _optional(_positive)
+optional_number = _optional(number_value, positive=True)
 optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 

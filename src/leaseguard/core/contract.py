@@ -1,8 +1,5 @@
-"""The contract: which table holds the work, and how the protected system defines a lease.
-
-The same keys in every front (a YAML file, Fabric's `leaseguard:` section, Ansible's
-`leaseguard_*` variables), merged lowest layer first into one immutable Contract.
-"""
+"""The contract: which table holds the work, and how the protected system defines a lease. The
+same keys in every front (a YAML file, Fabric's `leaseguard:`, Ansible's `leaseguard_*`)."""
 
 from __future__ import annotations
 
@@ -141,8 +138,7 @@ class Contract:
 
     @property
     def rows_carry_expiry(self) -> bool:
-        """Each row says when its claim expires (NOT NULL in pg-boss's and pgmq's schemas, unlike
-        `lease.expires_at_column`), so no task timeout is looked up."""
+        """Each row's expiry is NOT NULL (pg-boss, pgmq): no task timeout is looked up."""
         return self.claim_rule in (presets.ROW_EXPIRY_RULE, presets.VISIBILITY_RULE)
 
     @property
@@ -172,11 +168,10 @@ def _keys(cls: type) -> frozenset[str]:
     return frozenset(f.name for f in fields(cls))
 
 
+_SECTIONS = {"lease": LeaseRule, "task_timeout": TaskTimeoutLookup, "runtime": RuntimeLookup}
 CONFIG_KEYS = frozenset(
-    {k for k in _keys(Contract) if k not in ("lease", "task_timeout", "runtime")}
-    | {f"lease.{k}" for k in _keys(LeaseRule)}
-    | {f"task_timeout.{k}" for k in _keys(TaskTimeoutLookup)}
-    | {f"runtime.{k}" for k in _keys(RuntimeLookup)}
+    {k for k in _keys(Contract) if k not in _SECTIONS}
+    | {f"{name}.{k}" for name, cls in _SECTIONS.items() for k in _keys(cls)}
 )
 
 
@@ -203,22 +198,19 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     preset = read.optional_text(data, "preset")
     if preset is not None:
         data = merge_layers(presets.preset_layer(preset, data), data)
-    for key in ("lease", "task_timeout", "runtime"):
+    for key in _SECTIONS:
         read.section(data, key)
-    statuses = {
-        "claimed_statuses": read.status_list(
-            data, "claimed_statuses", Contract.claimed_statuses, allow_empty=False
-        ),
-        "queued_statuses": read.status_list(
-            data, "queued_statuses", Contract.queued_statuses, allow_empty=True
-        ),
-        "finished_statuses": None
-        if data.get("finished_statuses") is None
-        else read.status_list(data, "finished_statuses", (), allow_empty=True),
-    }
+    statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
+    for key in ("claimed_statuses", "queued_statuses"):
+        default = getattr(Contract, key)
+        statuses[key] = read.status_list(data, key, default, allow_empty=key != "claimed_statuses")
+    if data.get("finished_statuses") is not None:
+        statuses["finished_statuses"] = read.status_list(
+            data, "finished_statuses", (), allow_empty=True
+        )
     seen: dict[str, str] = {}
-    for key, listed in statuses.items():
-        for status in listed or ():
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
+        for status in statuses[key] or ():
             if status in seen:
                 raise ConfigError(
                     f"status {status!r} is in both {seen[status]} and {key}: a status is "

@@ -1,9 +1,6 @@
-"""Where to connect: one DSN means one database in every front, and an ssh command line's options.
-
-db_host / db_port add an address only where the DSN has none; a different one names two
-databases (a usage error naming both keys). A tunnel's far end defaults to 127.0.0.1:5432.
-Host names and ports are not secrets; nothing else of a DSN is ever in a message.
-"""
+"""Where to connect: one DSN means one database in every front (db_host / db_port only fill in
+what the DSN lacks), and an ssh command line's options. Nothing but a DSN's host and port is
+ever in a message."""
 
 from __future__ import annotations
 
@@ -48,13 +45,12 @@ def invalid_dsn(conninfo: str) -> ConfigError:
 
 
 def direct_conninfo(conninfo: str, db_host: str | None, db_port: int | None) -> str:
-    """The conninfo the controller connects with itself (no tunnel)."""
     host, port = _address(conninfo, db_host, db_port)
     return make_conninfo(conninfo, host=host, port=None if port is None else str(port))
 
 
 def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> tuple[str, int]:
-    """Where the tunnel leads, as seen from the host (its local end replaces the DSN's)."""
+    """Where the tunnel leads, as seen from the host (default 127.0.0.1:5432)."""
     host, port = _address(conninfo, db_host, db_port)
     host = host or "127.0.0.1"
     if host.startswith("/") or "," in host:
@@ -100,7 +96,8 @@ def _address(
                 f"dsn names {what} {ours} and db_{what} names {theirs}: two databases; "
                 "give the address once (in dsn, or in db_host/db_port)"
             )
-    return (str(dsn_host or db_host) if (dsn_host or db_host) else None), dsn_port or db_port
+    host = dsn_host or db_host
+    return (str(host) if host else None), dsn_port or db_port
 
 
 def parse_openssh_args(text: str) -> dict[str, str]:

@@ -1,9 +1,7 @@
-"""The fleet rule, hosts' reports turned into facts (`fleet_facts`), and clock offsets.
-
-Anything global (a migration, budgets, shared intake) acts on work that may run on *any* host,
-so it is judged once with facts protecting every host's claims: the orphan cut-off is the
-OLDEST runtime start (one unknown: unknown), the lease the LONGEST task timeout; ties go by name.
-"""
+"""The fleet rule, hosts' reports turned into facts, and clock offsets. Anything global (a
+migration, budgets, shared intake) acts on work that may run on *any* host: it is judged once,
+the orphan cut-off the OLDEST runtime start (one unknown: unknown), the lease the LONGEST task
+timeout; ties go by name."""
 
 from __future__ import annotations
 
@@ -14,6 +12,7 @@ from typing import Any
 
 from leaseguard.core.errors import ConfigError, LeaseguardError, LookupFailed
 from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
+from leaseguard.core.restart import start_of
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 # Beyond this, this machine's clock is reported: given start times and status files use it.
@@ -37,7 +36,7 @@ class ClockOffset:
         return max(configured_s, self.uncertainty_s)
 
     def exceeds(self, configured_s: float) -> bool:
-        """True when the clocks certainly differ by more than the configured tolerance."""
+        """The clocks certainly differ by more than `configured_s`."""
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
     @property
@@ -59,7 +58,6 @@ def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> C
 
 
 def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
-    """The warning, if this machine's clock is certainly off by more than the bound."""
     if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
     return (
@@ -108,9 +106,9 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     starts = {h: per_host[h].runtime_started_at for h in hosts}
     # max() and min() keep the first of equal values: hosts are sorted, so names break ties.
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
-    cutoff_from = timeout = None
-    if None not in starts.values():  # one unknown start: the cut-off is unknown
-        cutoff_from = min(hosts, key=starts.__getitem__)  # type: ignore[arg-type]
+    known = None not in starts.values()  # one unknown start: the cut-off is unknown
+    cutoff_from = min(hosts, key=starts.__getitem__) if known else None  # type: ignore[arg-type]
+    timeout = None
     if lease_from is not None:
         own = timeouts[lease_from]
         timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
@@ -134,16 +132,14 @@ def in_database_clocks(
     per_host: Mapping[str, RuntimeFacts], offsets: Mapping[str, ClockOffset], clock_skew_s: float
 ) -> dict[str, RuntimeFacts]:
     """Every host's start time in the database clock, a host off by more than the skew warned."""
-    moved = {}
+    moved = dict(per_host)
     for host, facts in per_host.items():
-        offset = offsets.get(host)
-        if facts.runtime_started_at is not None and offset is not None:
-            warnings = facts.warnings
-            if offset.exceeds(clock_skew_s):
-                warnings = (*warnings, offset.warning(host, clock_skew_s))
+        if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
+            warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
             started = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            facts = replace(facts, runtime_started_at=started, warnings=warnings)
-        moved[host] = facts
+            moved[host] = replace(
+                facts, runtime_started_at=started, warnings=facts.warnings + warned
+            )
     return moved
 
 
@@ -154,8 +150,7 @@ def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[s
         "task_timeout_s": timeout.seconds if timeout else None,
         "source": timeout.source if timeout else None,
         "assumed": timeout.assumed if timeout else False,
-        "runtime_started_at": started.isoformat() if started else None,
-        "runtime_started_epoch_s": started.timestamp() if started else None,
+        **start_of(started),
         "warnings": list(facts.warnings),
         "replicas": list(facts.replicas),
     }
@@ -171,9 +166,8 @@ def fleet_facts(
     given_source: str = "given",
     with_clocks: bool = True,
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
-    """Every host's facts from its report, and each host's clock minus this machine's (None
-    without `with_clocks`). Fails closed: every host of `hosts` and `reports` without a usable
-    report is named in one LookupFailed."""
+    """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
+    closed, naming every host of `hosts` and `reports` without a usable report."""
     problems = [
         f"host {host}: {problem}"
         for host in sorted({*hosts, *reports})
@@ -200,7 +194,7 @@ def fleet_facts(
 
 
 def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
-    """One host's facts from its report; a bad value is a usage error naming host and key."""
+    """A bad value is a usage error naming host and key."""
     unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
     if unknown:
         raise ConfigError(

@@ -1,8 +1,5 @@
-"""The lease predicate and the guard's other SQL: identifiers quoted, every value bound.
-
-Time arithmetic happens in the database clock: claimed_at was written by the database, so the
-guard's own clock would add its skew to every judgment.
-"""
+"""The lease predicate and the guard's other SQL: identifiers quoted, every value bound. Time
+arithmetic is in the database clock, which wrote claimed_at (the guard's would add its skew)."""
 
 from __future__ import annotations
 
@@ -47,13 +44,13 @@ _HELD_KEYS = sql.SQL(
 )
 
 
-def table_identifier(contract: Contract) -> sql.Identifier:
-    return sql.Identifier(*filter(None, (contract.schema, contract.table)))
+def table_identifier(contract: Contract, table: str | None = None) -> sql.Identifier:
+    return sql.Identifier(*filter(None, (contract.schema, table or contract.table)))
 
 
 def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
     """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
-    return sql.Identifier(*filter(None, (contract.schema, owners.table)))
+    return table_identifier(contract, owners.table)
 
 
 def own_column(contract: Contract, column: str) -> sql.Composable:
@@ -70,9 +67,8 @@ def columns_query() -> sql.SQL:
 
 
 def _judged_rows(contract: Contract) -> sql.Composed:
-    """Every claimed or queued row, classed queued / orphaned / stale / live per subject. A
-    claim whose claimed_at (or expiry) is NULL cannot be proven dead: it falls through to live.
-    A row whose lock a live session holds (Que, good_job) is live before any time test."""
+    """Every claimed or queued row, classed per subject. A NULL claimed_at (or expiry) cannot
+    prove a claim dead: live. A row whose lock a live session holds is live before any time test."""
     claimed_at = (
         sql.SQL("{}::timestamptz").format(sql.Identifier(contract.claimed_at_column))
         if contract.has_claimed_at
@@ -113,8 +109,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
 
 
 def expiry(contract: Contract) -> sql.Composable:
-    """When a claimed row's lease ends (NULL: unknown, live). An expiry column's NULL is "no
-    lease known": judged by claimed_at + lease, neither expired nor unbounded."""
+    """When a claimed row's lease ends (NULL: unknown, live); NULL expiry: claimed_at + lease."""
     claimed_at = sql.Identifier(contract.claimed_at_column)
     rule = contract.claim_rule
     if contract.lease.expires_at_column:
@@ -156,9 +151,8 @@ def expiry(contract: Contract) -> sql.Composable:
 
 
 def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
-    """The owner's last heartbeat + the lease. A claim whose owner row is gone (or unnamed)
-    is one the system itself fails or unlocks (Solid Queue's ClaimedExecution.orphaned,
-    good_job's Process.cleanup): stale. So is one whose owner has a lock_type but not its lock."""
+    """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
+    lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
     beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
         sql.Identifier(owners.heartbeat_column)
     )
@@ -178,17 +172,15 @@ def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composabl
 
 
 def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
-    """good_job's advisory lock key of a row (AdvisoryLockable#advisory_lock_bigint_sql, md5):
-    the first 64 bits of md5('<table>-<id>')."""
+    """good_job's advisory lock key of a row: the first 64 bits of md5('<table>-<id>')."""
     return sql.SQL("('x' || substr(md5({} || '-' || {}::text), 1, 16))::bit(64)::bigint").format(
         sql.Literal(table), id_column
     )
 
 
 def held_condition(contract: Contract) -> sql.Composable:
-    """Whether a live session holds the row's lock now (`false` for time-lease rules). Que
-    (lib/que/poller.rb) locks pg_try_advisory_lock(id); good_job md5('good_jobs-<id>'), and an
-    owner with a lock_type md5('good_job_processes-<id>'), alive exactly while it holds it."""
+    """Whether a live session holds the row's lock now (`false` for time-lease rules): Que's
+    id, good_job's md5 key, or that of an owner with a lock_type (alive while it holds it)."""
     own_id = own_column(contract, contract.id_column)
     if contract.claim_rule == ADVISORY_LOCK_RULE:
         return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
@@ -209,8 +201,7 @@ def held_condition(contract: Contract) -> sql.Composable:
 
 
 def judged_condition(contract: Contract) -> sql.Composable:
-    """The rows the predicate reads: claimed or queued. With a status column, one IN over both
-    lists: the planner then makes one scan of the status index, not a BitmapOr of two."""
+    """Claimed or queued rows; with a status column one IN (one index scan, not a BitmapOr)."""
     if contract.has_status_column:
         return _status_in(contract, "claimed", "queued")
     claimed, queued = claim_conditions(contract)
@@ -230,25 +221,21 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         # Solid Queue: every row of the claims table is a claim (deleted when the job ends).
         return sql.SQL("true"), sql.SQL("false")
     if rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
-        # Only a job not done can be worked, so both conditions start with "not done", which
-        # the planner answers from the queue's own partial index over unfinished jobs: the
-        # lock test runs on the backlog only. Que: claimed iff a session holds its lock (Que
-        # sets expired_at once retries are exhausted). good_job: claimed iff locked_by_id
-        # names a process or its lock is held.
+        # Both start with "not done", answered from the queue's partial index over unfinished
+        # jobs: the lock test runs on the backlog only. Que: claimed iff its lock is held
+        # (expired_at: retries exhausted). good_job: iff locked_by_id is set or its lock held.
         held = held_condition(contract)
+        finished, other = map(sql.Identifier, RULE_COLUMNS[rule])
         if rule == ADVISORY_LOCK_RULE:
-            not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(
-                sql.Identifier("finished_at"), sql.Identifier("expired_at")
-            )
+            not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
             return (
                 sql.SQL("({} AND {})").format(not_done, held),
                 sql.SQL("({} AND NOT {})").format(not_done, held),
             )
-        owner = sql.Identifier(OWNERS[PROCESS_LOCK_RULE].column)
-        not_done = sql.SQL("{} IS NULL").format(sql.Identifier("finished_at"))
+        not_done = sql.SQL("{} IS NULL").format(finished)
         return (
-            sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, owner, held),
-            sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, owner, held),
+            sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, other, held),
+            sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, other, held),
         )
     if rule == VISIBILITY_RULE:
         # pgmq: read() counts every read in read_ct; a message never read is queued.
@@ -257,16 +244,10 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
     return _status_in(contract, "claimed"), _status_in(contract, "queued")
 
 
-def _status_lists(contract: Contract) -> dict[str, tuple[str, ...]]:
-    return {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
-
-
 def _status_in(contract: Contract, *stems: str) -> sql.Composable:
-    """`status IN (%(claimed_0)s, ...)` (false for none). Each status is bound with unknown
-    type, which PostgreSQL types as the column's own (text, varchar, enum): the queue's indexes
-    on it serve the guard, where a `::text` cast would hide them from the planner."""
-    lists = _status_lists(contract)
-    names = [f"{stem}_{i}" for stem in stems for i in range(len(lists[stem]))]
+    """`status IN (%(claimed_0)s, ...)` (false for none). Bound untyped, each status takes the
+    column's own type: a `::text` cast would hide the queue's indexes from the planner."""
+    names = [f"{stem}_{i}" for stem in stems for i in range(len(_statuses(contract)[stem]))]
     if not names:
         return sql.SQL("false")
     return sql.SQL("{} IN ({})").format(
@@ -275,9 +256,13 @@ def _status_in(contract: Contract, *stems: str) -> sql.Composable:
     )
 
 
+def _statuses(contract: Contract) -> dict[str, tuple[str, ...]]:
+    return {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
+
+
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject: the clock, whether the server is a standby (a server can be demoted under
-    a long drain), the subject and its rows per class (OFFSET 0: each class computed once)."""
+    """Per subject: the clock, whether the server is a standby (demoted under a long drain?),
+    its rows per class (OFFSET 0: each class computed once)."""
     return sql.SQL(
         """
         SELECT {now} AS checked_at,
@@ -322,8 +307,7 @@ def live_claims_query(contract: Contract) -> sql.Composed:
 def orphan_cutoff(
     contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
 ) -> datetime | None:
-    """Claims before this are orphans (None: the start is unknown, so none is); the tolerance
-    is clock_skew_s unless a measured clock offset gives its own."""
+    """Claims before this are orphans (None: start unknown); tolerance: clock_skew_s by default."""
     if runtime_started_at is None:
         return None
     tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
@@ -352,25 +336,16 @@ def subjects_params(
     live_limit: int = 100,
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
-    kinds = contract.kind_timeouts
-    timed = [(kind, s) for kind, s in kinds.items() if s is not None]
-    return {
+    params: dict[str, Any] = {
         "as_of": as_of,
-        **{
-            f"{stem}_{i}": status
-            for stem, statuses in _status_lists(contract).items()
-            for i, status in enumerate(statuses)
-        },
         "subject_leases": [None if s is None else timedelta(seconds=s) for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
-        **(
-            {
-                "unlimited_kinds": [kind for kind, s in kinds.items() if s is None],
-                "kinds": [kind for kind, _ in timed],
-                "kind_timeouts": [timedelta(seconds=s) for _, s in timed],
-            }
-            if kinds
-            else {}
-        ),
     }
+    for stem, statuses in _statuses(contract).items():
+        params |= {f"{stem}_{i}": status for i, status in enumerate(statuses)}
+    if kinds := contract.kind_timeouts:
+        timed = {kind: timedelta(seconds=s) for kind, s in kinds.items() if s is not None}
+        params["unlimited_kinds"] = [kind for kind, s in kinds.items() if s is None]
+        params |= {"kinds": list(timed), "kind_timeouts": list(timed.values())}
+    return params

@@ -1,9 +1,5 @@
-"""Presets: the stock schema and own liveness rule of off-the-shelf PostgreSQL job queues.
-
-A preset is a layer of contract keys just above the built-in defaults: every key set explicitly
-overrides it. A queue whose rule is not "status + claimed_at + lease" also has a claim rule
-(its SQL: `leaseguard.core.predicate`). Each rule and its source file: docs/queues.md.
-"""
+"""Presets: the stock schema and own liveness rule of off-the-shelf PostgreSQL job queues, a layer
+of contract keys just above the defaults. Each claim rule and its source file: docs/queues.md."""
 
 from __future__ import annotations
 
@@ -107,8 +103,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"expires_at_column": "vt"},
     },
 }
-# Presets whose table has no stock name: the user names it.
-TABLE_REQUIRED = {"pgmq": "q_<queue>"}
 # The column naming a job's kind, whose worker's Timeout() shapes its rescue.
 KIND_COLUMNS = {"river": "kind"}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
@@ -161,10 +155,9 @@ def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     """The preset's contract keys as a fresh layer; `keys`: those set explicitly."""
     if name not in PRESETS:
         raise ConfigError(f"preset must be one of {', '.join(sorted(PRESETS))}")
-    if name in TABLE_REQUIRED and not keys.get("table"):
+    if "table" not in PRESETS[name] and not keys.get("table"):  # pgmq: one table per queue
         raise ConfigError(
-            f"preset {name} needs table: the queue's own table, {TABLE_REQUIRED[name]} "
-            "(one check per queue)"
+            f"preset {name} needs table: the queue's own table, q_<queue> (one check per queue)"
         )
     return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
 
@@ -188,14 +181,14 @@ def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
         raise ConfigError("kind_timeouts must be a mapping of job kind to seconds or unlimited")
     timeouts = KindTimeouts()
     for kind, seconds in sorted(value.items(), key=lambda pair: str(pair[0])):
-        if seconds in ("unlimited", -1, "-1") and not isinstance(seconds, bool):
+        if isinstance(seconds, bool):
+            seconds = 0
+        elif seconds in ("unlimited", -1, "-1"):
             timeouts[str(kind)] = None
             continue
-        if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
-            seconds = int(seconds)
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            seconds = 0
-        if not (math.isfinite(seconds) and seconds > 0):
+        elif isinstance(seconds, str):
+            seconds = int(seconds) if seconds.isascii() and seconds.isdigit() else 0
+        if not isinstance(seconds, int | float) or not (math.isfinite(seconds) and seconds > 0):
             raise ConfigError(
                 f"kind_timeouts.{kind} must be a number of seconds greater than 0, or unlimited"
             )

@@ -9,8 +9,13 @@ from datetime import datetime
 from typing import Any
 
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.lookups import Argv, CommandResult, exit_meaning, first_stderr_line
-from leaseguard.core.replicas import is_unit_glob
+from leaseguard.core.lookups import (
+    Argv,
+    CommandResult,
+    exit_meaning,
+    first_stderr_line,
+    is_unit_glob,
+)
 
 # TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run)
 # carries the stop budget for this one restart. The EXIT trap removes it whatever happens (left

@@ -58,14 +58,11 @@ class LiveClaim:
     expiry_null: bool = False  # its expiry column is NULL: judged by claimed_at + the lease
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
+        times = {
             "claimed_at": _iso(self.claimed_at),
             "lease_expires_at": _iso(self.lease_expires_at),
-            "remaining_s": _round(self.remaining_s),
-            "never_expires": self.never_expires,
-            "expiry_null": self.expiry_null,
         }
+        return {**asdict(self), **times, "remaining_s": _round(self.remaining_s)}
 
 
 @dataclass(frozen=True)
@@ -97,7 +94,7 @@ class Verdict:
         return EXIT_DEFER if self.decision is Decision.DEFER else EXIT_PROCEED
 
     def as_dict(self) -> dict[str, Any]:
-        """The verdict's JSON object (README.md, "The CLI"; every front prints the same)."""
+        """The verdict's JSON object, the same in every front."""
         timeout = self.task_timeout
         return {
             "decision": self.decision.value,
@@ -143,22 +140,19 @@ class Verdict:
             if not self.wait_upper_bound_known:
                 bound = "never" if any(c.never_expires for c in self.live) else "unknown"
             fields.append(f"wait_upper_bound_s={bound}")
-            fields.append(f"longest={self.live[0].id}" if self.live else "")
-        return timeline_line(self.checked_at, [f for f in fields if f])
+            fields += [f"longest={self.live[0].id}"] if self.live else []
+        return timeline_line(self.checked_at, fields)
 
 
 def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
-    """The timeline line of a check that could not complete (fail closed)."""
-    return timeline_line(
-        at, [f"host={host or '-'}", f"decision={Decision.FAILED}", f"error={type(error).__name__}"]
-    )
+    fields = [f"host={host or '-'}", f"decision={Decision.FAILED}", f"error={type(error).__name__}"]
+    return timeline_line(at, fields)
 
 
 def failure_result(
     error: Exception, host: str | None, at: datetime | None = None
 ) -> dict[str, Any]:
-    """The JSON of a check that could not complete (`at` as its checked_at); the message is
-    the error's own text: leaseguard's errors never carry a secret."""
+    """The JSON of a check that could not complete; leaseguard's errors never carry a secret."""
     result: dict[str, Any] = {"decision": Decision.FAILED.value, "host": host}
     if at is not None:
         result["checked_at"] = at.isoformat()
@@ -167,8 +161,7 @@ def failure_result(
 
 
 def timeline_line(at: datetime, fields: list[str]) -> str:
-    stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return " ".join([stamp, "leaseguard", *fields])
+    return " ".join([at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "leaseguard", *fields])
 
 
 def _iso(moment: datetime | None) -> str | None:

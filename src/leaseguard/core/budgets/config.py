@@ -1,7 +1,5 @@
-"""The ``cron_budgets`` declaration: jobs, per-environment overrides, budgets, function names
-and the one command every job runs, read back by a small parser (anything else is refused:
-reported, never rewritten). A budget is whole ms, as statement_timeout reads it:
-``set statement_timeout = '3s'; select "public"."f"();``"""
+"""The ``cron_budgets`` declaration (jobs, per-environment overrides) and the one command every
+job runs, read back by a small parser: anything else is refused, reported, never rewritten."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NamedTuple, NoReturn
 
 from psycopg import sql
 
@@ -37,7 +35,7 @@ def shown(value: object) -> str:
 
 
 def parse_budget_ms(value: object, *, where: str) -> int:
-    """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms; ConfigError naming `where`."""
+    """``"3s"``, ``"1.5s"``, ``"2 min"``, ``3000`` (ms) as whole ms (statement_timeout's unit)."""
     expected = f"{where}: expected a statement budget {_EXAMPLES}, got {shown(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConfigError(expected)
@@ -117,8 +115,7 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
 
 
 def render_command(function: FunctionName, budget_ms: int) -> str:
-    """The job's command; psycopg.sql quotes the budget as a literal, the function as an
-    identifier."""
+    """The job's command: ``set statement_timeout = '3s'; select "public"."f"();``."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
     parts = (function.schema, function.name) if function.schema else (function.name,)
@@ -128,11 +125,8 @@ def render_command(function: FunctionName, budget_ms: int) -> str:
     return command.as_string(None)
 
 
-@dataclass(frozen=True)
-class ParsedCommand:
-    """A live command's statement budget (None: none set) and function."""
-
-    budget_ms: int | None
+class ParsedCommand(NamedTuple):
+    budget_ms: int | None  # None: none set
     function: FunctionName
 
 
@@ -158,8 +152,7 @@ def _refuse(reason: str) -> NoReturn:
 
 
 def parse_live_command(command: str) -> ParsedCommand:
-    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, in any case and
-    spacing, value and names quoted or bare; anything else is an UnparseableCommand."""
+    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, any case, quoted or bare."""
     tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
     for match in _TOKEN.finditer(command):
         if match.lastgroup == "bad":
@@ -243,8 +236,7 @@ class DeclaredJob:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """The section: jobs with their default budgets, per-environment overrides, and `database`
-    where the jobs run (None: cron's); `declare` gives one `environment`'s jobs."""
+    """The section; `database`: where the jobs run (None: cron's)."""
 
     jobs: tuple[DeclaredJob, ...]
     overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -266,8 +258,8 @@ class BudgetConfig:
 
 
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
-    """``jobs``: job name -> ``{schedule, function, budget}`` (or a list of such with a
-    ``name``); ``overrides``: environment -> ``{job: budget}``; ``database``: where jobs run."""
+    """``jobs``: name -> ``{schedule, function, budget}`` (or a list with ``name``s);
+    ``overrides``: environment -> ``{job: budget}``."""
     prefix, data = CONFIG_SECTION, {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
@@ -303,28 +295,6 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     return BudgetConfig(jobs, overrides, database)
 
 
-def parse_job_name(value: object, *, where: str) -> str:
-    if (
-        not isinstance(value, str)
-        or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", value, re.ASCII)
-        or len(value) > MAX_IDENTIFIER_BYTES
-    ):
-        raise ConfigError(
-            f"{where}: job name {shown(value)} must be 1-63 characters of letters, digits "
-            "and _ . : - (not starting with . : -)"
-        )
-    return value
-
-
-def parse_schedule(value: object, *, where: str) -> str:
-    """A cron schedule, whitespace-normalised; pg_cron itself judges the syntax on write."""
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{where} must be a cron schedule such as '* * * * *'")
-    if any(ord(c) < 0x20 and not c.isspace() for c in value) or len(value) > 200:
-        raise ConfigError(f"{where} = {shown(value)} is not a cron schedule")
-    return " ".join(value.split())
-
-
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
     if jobs is None:
         return
@@ -337,8 +307,16 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
     else:
         raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
     seen: set[str] = set()
-    for raw_name, spec in items:
-        name = parse_job_name(raw_name, where=prefix)
+    for name, spec in items:
+        if (
+            not isinstance(name, str)
+            or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", name, re.ASCII)
+            or len(name) > MAX_IDENTIFIER_BYTES
+        ):
+            raise ConfigError(
+                f"{prefix}: job name {shown(name)} must be 1-63 characters of letters, digits "
+                "and _ . : - (not starting with . : -)"
+            )
         where = f"{prefix}.{name}"
         if name in seen:
             raise ConfigError(f"{where} is declared twice")
@@ -349,9 +327,15 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
         for key in ("schedule", "function", "budget"):
             if spec.get(key) is None:
                 raise ConfigError(f"{where}.{key} is required")
-        schedule = parse_schedule(spec["schedule"], where=f"{where}.schedule")
+        # Whitespace-normalised; pg_cron itself judges the syntax on write.
+        schedule = spec["schedule"]
+        if not isinstance(schedule, str) or not schedule.strip():
+            raise ConfigError(f"{where}.schedule must be a cron schedule such as '* * * * *'")
+        if any(ord(c) < 0x20 and not c.isspace() for c in schedule) or len(schedule) > 200:
+            raise ConfigError(f"{where}.schedule = {shown(schedule)} is not a cron schedule")
         function = parse_function_name(spec["function"], where=f"{where}.function")
         budget_ms = parse_budget_ms(spec["budget"], where=f"{where}.budget")
+        schedule = " ".join(schedule.split())
         yield DeclaredJob(name, schedule, function, budget_ms, default_budget_ms=budget_ms)
 
 

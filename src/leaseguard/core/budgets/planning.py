@@ -1,8 +1,6 @@
-"""The decision per declared job, and the budget policy every front applies: an override is
-written; a live budget differing from a *default* is drift, reported and left unless
-``on_drift="apply"`` (it may be a production fix nobody declared yet); lowering a budget is
-reported; an unparseable command or a shared name is refused; while anything drifts or is
-refused, no job is written (`refusals`)."""
+"""The decision per declared job, the policy every front applies: an override is written; a live
+budget differing from a *default* is drift, left unless ``on_drift="apply"`` (it may be a
+production fix nobody declared yet); while anything drifts or is refused, nothing is written."""
 
 from __future__ import annotations
 
@@ -36,8 +34,6 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True)
 class JobPlan:
-    """The decision for one declared job, with what it changes and why."""
-
     job: DeclaredJob
     action: Action
     live: LiveJob | None = None  # None: no live job of this name
@@ -57,18 +53,17 @@ class JobPlan:
     # What to write; None leaves the live value (and its spelling) as it is.
     @property
     def new_schedule(self) -> str | None:
-        return self.job.schedule if self._new("schedule") else None
+        new = self.action is Action.CREATE or "schedule" in self.changes
+        return self.job.schedule if new else None
 
     @property
     def new_command(self) -> str | None:
-        return self.job.command if self._new("function", "budget") else None
+        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
+        return self.job.command if new else None
 
     @property
     def new_database(self) -> str | None:
         return self.database if "database" in self.changes else None
-
-    def _new(self, *fields: str) -> bool:
-        return self.action is Action.CREATE or bool(set(fields) & set(self.changes))
 
     def before(self) -> dict[str, Any] | None:
         if (live := self.live) is None:
@@ -109,7 +104,7 @@ class JobPlan:
 
 @dataclass(frozen=True)
 class BudgetPlan:
-    """Per-job decisions; `applied` False: nothing written (check mode, or `refusals`)."""
+    """`applied` False: nothing written (check mode, or `refusals`)."""
 
     jobs: tuple[JobPlan, ...]
     environment: str | None = None
@@ -118,7 +113,6 @@ class BudgetPlan:
 
     @property
     def drift(self) -> tuple[dict[str, Any], ...]:
-        """Live budgets differing from a default; `applied`: on_drift="apply" writes them."""
         return tuple(
             dict(
                 job=j.job.name,
@@ -151,12 +145,12 @@ class BudgetPlan:
         return tuple(found)
 
     @property
-    def changed(self) -> bool:  # the same in check mode
+    def changed(self) -> bool:
         return any(job.writes for job in self.jobs)
 
     @property
     def refusals(self) -> tuple[str, ...]:
-        """All or nothing: while this is not empty, no job is written, not even a new one."""
+        """All or nothing: while any, no job is written, not even a new one."""
         return tuple(
             f"job {j.job.name}: live={format_optional(j.live_budget_ms) or 'none'} "
             f"declared={format_budget(j.job.budget_ms)} ({j.job.source_label})"
@@ -168,7 +162,6 @@ class BudgetPlan:
 
     @property
     def converged(self) -> bool:
-        """Every job matches its declaration (after this run's writes, when applied)."""
         return all(
             job.action is Action.UNCHANGED or (job.writes and self.applied) for job in self.jobs
         )
@@ -177,7 +170,7 @@ class BudgetPlan:
         return next(job for job in self.jobs if job.job.name == name)
 
     def diff(self) -> dict[str, dict[str, Any]]:
-        """Ansible's diff: ``before``/``after`` keyed by job name (absent job: empty)."""
+        """Ansible's diff: ``before``/``after`` keyed by job name."""
         return {
             "before": {job.job.name: job.before() or {} for job in self.jobs},
             "after": {job.job.name: job.after() or {} for job in self.jobs},
@@ -197,7 +190,7 @@ class BudgetPlan:
 def plan_budgets(
     declared: BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
-    """Decide per declared job; live rows of undeclared names are ignored. Pure."""
+    """Decide per declared job; live rows of undeclared names are ignored."""
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
     jobs = tuple(
