@@ -7,8 +7,7 @@ import shlex
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
 from leaseguard.adapters.runtime import (
     Given,
@@ -29,8 +28,7 @@ from leaseguard.core.verdict import RuntimeFacts
 POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
 
 
-@dataclass(frozen=True)
-class HostLookup:
+class HostLookup(NamedTuple):
     """A host's facts and its clock minus this machine's (None: no start time to compare)."""
 
     facts: RuntimeFacts

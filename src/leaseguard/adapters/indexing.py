@@ -120,14 +120,9 @@ def recommended_index_sql(contract: Contract) -> str:
     return _create_index(contract, _CONCURRENTLY, index_name(contract), table_identifier(contract))
 
 
-def no_index_reason(contract: Contract) -> str | None:
-    """Why the contract needs no index of leaseguard's (a comment line), or None."""
-    return _NO_INDEX_REASONS.get(contract.claim_rule)
-
-
 def offline_advice(contract: Contract) -> list[str]:
     """What `leaseguard index-sql` prints without a database."""
-    if (reason := no_index_reason(contract)) is not None:
+    if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
     if contract.preset in PARTITIONED_TABLES:
         return [
@@ -146,7 +141,7 @@ def offline_advice(contract: Contract) -> list[str]:
 
 def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
     """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
-    if (reason := no_index_reason(contract)) is not None:
+    if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
     lead = _lead_column(contract)
     table = table_identifier(contract).as_string(conn)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -104,8 +104,7 @@ class Hold:
             ) from None
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """What letting go did: jobs given back, and jobs other holders still hold (by whom)."""
 
     resumed: tuple[str, ...]
