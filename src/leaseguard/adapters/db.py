@@ -81,8 +81,8 @@ def connect(
     liveness = dict(keepalives=1, keepalives_idle=1, keepalives_interval=1)
     liveness |= dict(keepalives_count=max(1, connect_timeout_s))
     liveness |= dict(tcp_user_timeout=connect_timeout_s * 1000)
-    if timeout_s is not None:  # the caller's budget may be shorter
-        connect_timeout_s = min(connect_timeout_s, max(1, math.ceil(timeout_s)))
+    if timeout_s is not None and timeout_s < connect_timeout_s:  # the caller's budget is shorter
+        connect_timeout_s = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
             make_conninfo(conninfo, **{k: v for k, v in liveness.items() if k not in given}),
