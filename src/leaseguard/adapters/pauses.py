@@ -138,12 +138,10 @@ def hold_jobs(
             step.doing = f"recording the hold on pg_cron job {change.job}"
             record = PauseRecord(change.job, stamp, by, action, token)
             payload = json.dumps(asdict(record))
-            created = conn.execute(
-                "SELECT cron.schedule(%s, %s, %s)",
+            conn.execute(
+                "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
                 (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
-            ).fetchone()
-            assert created is not None
-            conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (int(created[0]),))
+            )
     return Hold(
         token=token,
         jobs=tuple(c.job for c in held),
