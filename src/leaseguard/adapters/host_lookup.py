@@ -9,13 +9,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from typing import Any, NamedTuple, Unpack
 
-from leaseguard.adapters.runtime import (
-    Given,
-    Lookups,
-    Runner,
-    offset_from_here,
-    resolve_runtime_facts,
-)
+from leaseguard.adapters import runtime
 from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
@@ -36,7 +30,11 @@ class HostLookup(NamedTuple):
 
 
 def look_up_host(
-    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+    contract: Contract,
+    runner: runtime.Runner,
+    *,
+    one_exec: bool = True,
+    **given: Unpack[runtime.Given],
 ) -> HostLookup:
     """The facts not given and the host's clock, in one exec unless through become (its tty)."""
     clock = None
@@ -49,16 +47,16 @@ def look_up_host(
                 answers, read = run_together(runner, commands)
                 ran, clock = ran | answers, read or clock
         runner = _Answered(runner, ran)
-    facts = resolve_runtime_facts(contract, runner, **given)
+    facts = runtime.resolve_runtime_facts(contract, runner, **given)
     if clock is None and facts.runtime_started_at is not None:
-        clock = offset_from_here(runner)
+        clock = runtime.offset_from_here(runner)
     return HostLookup(facts, clock)
 
 
 class _Answered:
     """`runner` answering commands already run; without one (planning), noting them in `asked`."""
 
-    def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
+    def __init__(self, runner: runtime.Runner | None, ran: dict[Argv, CommandResult]) -> None:
         self.runner, self.ran, self.asked = runner, ran, list[Argv]()
         self.label = runner.label if runner is not None else "(planning)"
 
@@ -79,7 +77,7 @@ def planned_commands(
 ) -> list[Argv]:
     """The commands the lookups will run that `ran` has no answer for, each once."""
     planner = _Answered(None, ran or {})
-    lookups = Lookups(planner)
+    lookups = runtime.Lookups(planner)
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
     if timeout_wanted:
         with suppress(LookupFailed):
@@ -105,7 +103,7 @@ def batch_script(commands: Sequence[Argv], nonce: str) -> str:
 
 
 def run_together(
-    runner: Runner, commands: Sequence[Argv]
+    runner: runtime.Runner, commands: Sequence[Argv]
 ) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
     """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
     nonce = secrets.token_hex(8)
@@ -133,7 +131,7 @@ def run_together(
 
 
 def restart_runtime(
-    runner: Runner,
+    runner: runtime.Runner,
     spec: RestartSpec,
     contract: Contract,
     lookup: dict[str, Any] | None,
@@ -159,7 +157,7 @@ def restart_runtime(
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
-            started, error = Lookups(reader).runtime_start(contract.runtime), None
+            started, error = runtime.Lookups(reader).runtime_start(contract.runtime), None
         except LookupFailed as exc:  # e.g. still starting: read again until the deadline
             started, error = None, exc
         moved = restart.start_moved(before["runtime_started_epoch_s"], started)

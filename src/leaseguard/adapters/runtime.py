@@ -15,14 +15,7 @@ from leaseguard.core import lookups, replicas
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import (
-    Argv,
-    CommandResult,
-    SystemdUnit,
-    parse_timeout_s,
-    parse_timestamp,
-    task_timeout_source,
-)
+from leaseguard.core.lookups import Argv, CommandResult, task_timeout_source
 from leaseguard.core.replicas import Containers, Replica, container_filter, is_unit_glob
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
@@ -134,7 +127,7 @@ class Lookups:
             if raw is None:
                 raise LookupFailed(f"{where}: variable {spec.variable} is not set")
             try:
-                seconds.append(parse_timeout_s(raw, what=where))
+                seconds.append(lookups.parse_timeout_s(raw, what=where))
             except TimeoutValueError as exc:
                 raise LookupFailed(str(exc)) from None
         return TaskTimeout(max(seconds), source)
@@ -193,7 +186,7 @@ class Lookups:
                 return lookups.parse_process_start(out, f"pid {pid} ({spec.pid_file})")
             case "fixed":
                 assert spec.started_at is not None
-                return parse_timestamp(spec.started_at, what="runtime.started_at")
+                return lookups.parse_timestamp(spec.started_at, what="runtime.started_at")
             case _:
                 return None
 
@@ -211,7 +204,7 @@ class Lookups:
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
-    def _systemd(self, unit: str) -> list[SystemdUnit]:
+    def _systemd(self, unit: str) -> list[lookups.SystemdUnit]:
         """The unit, or every ACTIVE unit a glob matches (listed in the verdict)."""
         out = self._output(lookups.systemd_argv(unit), f"systemd unit {unit}") or ""
         if not is_unit_glob(unit):
