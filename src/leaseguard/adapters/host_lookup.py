@@ -10,6 +10,7 @@ from contextlib import suppress
 from typing import Any, NamedTuple, Unpack
 
 from leaseguard.adapters import runtime
+from leaseguard.adapters.runtime import Given, Runner
 from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
@@ -30,11 +31,7 @@ class HostLookup(NamedTuple):
 
 
 def look_up_host(
-    contract: Contract,
-    runner: runtime.Runner,
-    *,
-    one_exec: bool = True,
-    **given: Unpack[runtime.Given],
+    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
 ) -> HostLookup:
     """The facts not given and the host's clock, in one exec unless through become (its tty)."""
     clock = None
@@ -56,7 +53,7 @@ def look_up_host(
 class _Answered:
     """`runner` answering commands already run; without one (planning), noting them in `asked`."""
 
-    def __init__(self, runner: runtime.Runner | None, ran: dict[Argv, CommandResult]) -> None:
+    def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
         self.runner, self.ran, self.asked = runner, ran, list[Argv]()
         self.label = runner.label if runner is not None else "(planning)"
 
@@ -103,7 +100,7 @@ def batch_script(commands: Sequence[Argv], nonce: str) -> str:
 
 
 def run_together(
-    runner: runtime.Runner, commands: Sequence[Argv]
+    runner: Runner, commands: Sequence[Argv]
 ) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
     """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
     nonce = secrets.token_hex(8)
@@ -131,7 +128,7 @@ def run_together(
 
 
 def restart_runtime(
-    runner: runtime.Runner,
+    runner: Runner,
     spec: RestartSpec,
     contract: Contract,
     lookup: dict[str, Any] | None,
