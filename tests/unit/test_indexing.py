@@ -9,7 +9,7 @@ import pytest
 from leaseguard.adapters.indexing import (
     advisory_plan_warning,
     index_name,
-    no_index_reason,
+    offline_advice,
     recommended_index_sql,
 )
 from leaseguard.cli import main
@@ -172,6 +172,6 @@ def test_an_error_in_the_plan_check_gives_no_warning_and_leaks_nothing(caplog):
 def test_lock_presets_need_no_index_of_leaseguard_s(preset, index):
     """Que and good_job read the jobs not done, which the queue's own partial index holds;
     the lock comes from pg_locks, which no index serves."""
-    reason = no_index_reason(contract_from_mapping({"preset": preset}))
-    assert (reason is None) == (index is None)
-    assert index is None or index in reason
+    advice = offline_advice(contract_from_mapping({"preset": preset}))
+    assert (len(advice) == 1) == (index is not None)
+    assert index is None or index in advice[0]

@@ -9,13 +9,7 @@ from typing import Any
 
 import psycopg
 
-from leaseguard.adapters.cron import (
-    ActivePlan,
-    cron_transaction,
-    read_live_jobs,
-    set_jobs_active,
-    validate_active,
-)
+from leaseguard.adapters import cron
 from leaseguard.adapters.db import connect
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
@@ -34,9 +28,9 @@ def converge_jobs(
     on_drift: str = "report",
     check_mode: bool = False,
     connect_timeout_s: int = 10,
-) -> tuple[BudgetPlan | None, ActivePlan | None]:
+) -> tuple[BudgetPlan | None, cron.ActivePlan | None]:
     """Converge `declared` all or nothing, then `active`'s flags unless refused (`path`: a DSN)."""
-    wanted = validate_active(active) if active else {}
+    wanted = cron.validate_active(active) if active else {}
     plan = switched = None
     with path as conninfo:
         if declared is not None:
@@ -47,7 +41,7 @@ def converge_jobs(
                 return plan, None
         if wanted:
             with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
-                switched = set_jobs_active(conn, wanted, check_mode=check_mode)
+                switched = cron.set_jobs_active(conn, wanted, check_mode=check_mode)
     return plan, switched
 
 
@@ -74,7 +68,7 @@ def _converge(
     )
     with (
         connect(conninfo, timeout_s, writable=True, dbname=cron_db) as conn,
-        cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
+        cron.cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
     ):
         if not check:
             step.doing = "waiting for another leaseguard run on cron.job"
@@ -83,7 +77,7 @@ def _converge(
         row = conn.execute("SELECT current_database()").fetchone()
         here = str(row[0]) if row else conn.info.dbname
         target = replace(declared, database=declared.database or here)
-        live = read_live_jobs(conn, [job.name for job in declared.jobs])
+        live = cron.read_live_jobs(conn, [job.name for job in declared.jobs])
         plan = plan_budgets(target, live, on_drift=on_drift)
         writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -25,17 +26,6 @@ _KIND_NAMES = dict(
 # format_type() spells a precision when the column has one (ActiveRecord 7, Ecto: timestamp(6)).
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
 
-_LOCKS_READABLE = (
-    "SELECT has_table_privilege('pg_catalog.pg_locks', 'SELECT') "
-    "AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE')"
-)
-# Always one row (oid NULL when no relation has the name); the TimeZone words a message.
-_RELATION = sql.SQL("""
-    SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
-      (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
-      current_database(), host(inet_server_addr()), inet_server_port()
-    FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
-    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""")
 # A permissive `USING (true)` SELECT policy on `c` applies to {role}; no restrictive one.
 _SHOWS_ALL = sql.SQL("""
     EXISTS (SELECT FROM pg_catalog.pg_policy AS p WHERE p.polrelid = c.oid AND p.polpermissive
@@ -44,11 +34,19 @@ _SHOWS_ALL = sql.SQL("""
                                                   WHERE pg_has_role({role}, pr.oid, 'USAGE'))))
     AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
                     WHERE p.polrelid = c.oid AND NOT p.polpermissive)""")
-# row_security_active() is PostgreSQL's own answer; the second column words the message.
-_ROW_SECURITY = sql.SQL(
-    "SELECT row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), "
-    "{shows} FROM pg_catalog.pg_class AS c WHERE c.oid = to_regclass(%(relation)s)"
-).format(shows=_SHOWS_ALL.format(role=sql.SQL("current_user")))
+# Always one row (oid NULL when no relation has the name): the server, the relation, whether
+# pg_locks is readable, and row-level security (row_security_active(): PostgreSQL's answer).
+_RELATION = sql.SQL("""
+    SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
+      (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
+      current_database(), host(inet_server_addr()), inet_server_port(),
+      has_table_privilege('pg_catalog.pg_locks', 'SELECT')
+        AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'),
+      row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows}
+    FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
+    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""").format(
+    shows=_SHOWS_ALL.format(role=sql.SQL("current_user"))
+)
 # Every non-view relation a view reads, with each role reading it (the guard's, the definer
 # views' owners; every owner against every base: more refusals than PostgreSQL, never fewer).
 _VIEW_BASES = sql.SQL("""
@@ -125,13 +123,15 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
     table = table_identifier(contract).as_string(conn)
     label = contract.table_label
-    zone = _check_relation(conn, table, contract)
-    _check_rows_visible(conn, table, label)
+    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    assert relation is not None
+    zone, locks_readable = _check_relation(relation, contract)
+    _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
         _check_view_bases(conn, table, label)
     if owners := OWNERS.get(contract.claim_rule):
         _check_owners(conn, contract, owners, zone)
-    if contract.claim_rule in ADVISORY_LOCK_RULES and not _first(conn, _LOCKS_READABLE):
+    if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
             f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "
@@ -149,14 +149,9 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
                 f"column {time_column} ({key}) of table {label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
-        if time_column and _naive_undeclared(contract, types[time_column]):
-            raise SchemaMismatch(_naive_zone_refusal(time_column, key, label, zone))
+        if time_column:
+            _check_zone_known(contract, time_column, key, label, types[time_column], zone)
     return _read_status_column(conn, contract, table)
-
-
-def _first(conn: Connection, query: str, *params: object) -> object:
-    row = conn.execute(query, params).fetchone()
-    return None if row is None else row[0]
 
 
 def _column_types(conn: Connection, relation: str) -> dict[str, str]:
@@ -164,30 +159,27 @@ def _column_types(conn: Connection, relation: str) -> dict[str, str]:
     return {str(name): str(kind) for name, kind in rows}
 
 
-def _naive_undeclared(contract: Contract, column_type: str) -> bool:
-    """A `timestamp without time zone` column, and no zone declared to read it in."""
-    return contract.timestamp_zone is None and column_type.endswith("without time zone")
-
-
-def _naive_zone_refusal(column: str, key: str, label: str, database_zone: str) -> str:
-    return (
-        f"column {column} ({key}) of table {label} is a timestamp without time zone and the "
-        "contract declares no timestamp_zone: the guard cannot know the zone it was written "
-        f"in (this database's TimeZone is {database_zone}, which the writer may not have "
-        "used; a wrong zone shifts every claim by hours); set timestamp_zone to the zone the "
-        "application writes it in"
-    )
+def _check_zone_known(
+    contract: Contract, column: str, key: str, label: str, column_type: str, database_zone: str
+) -> None:
+    """A `timestamp without time zone` column needs a declared zone to be read in."""
+    if contract.timestamp_zone is None and column_type.endswith("without time zone"):
+        raise SchemaMismatch(
+            f"column {column} ({key}) of table {label} is a timestamp without time zone and the "
+            "contract declares no timestamp_zone: the guard cannot know the zone it was written "
+            f"in (this database's TimeZone is {database_zone}, which the writer may not have "
+            "used; a wrong zone shifts every claim by hours); set timestamp_zone to the zone "
+            "the application writes it in"
+        )
 
 
 def _kind_name(kind: object) -> str:
     return _KIND_NAMES.get(str(kind), f"a relation of kind {kind!r}")
 
 
-def _check_relation(conn: Connection, relation: str, contract: Contract) -> str:
-    """The database's TimeZone; a standby, a missing relation or a kind not allowed fails."""
-    row = conn.execute(_RELATION, {"relation": relation}).fetchone()
-    assert row is not None
-    oid, kind, standby, zone, database, address, port = row
+def _check_relation(row: tuple[Any, ...], contract: Contract) -> tuple[str, bool]:
+    """The TimeZone, whether pg_locks is readable; a standby, no relation, a wrong kind fail."""
+    oid, kind, standby, zone, database, address, port, locks_readable = row[:8]
     if standby:
         server = f"{address}:{port}" if address else "a local socket"
         raise NotPrimary(standby_message(f"database {database} at {server}"))
@@ -195,7 +187,7 @@ def _check_relation(conn: Connection, relation: str, contract: Contract) -> str:
     if oid is None:
         raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
     if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
-        return str(zone)
+        return str(zone), bool(locks_readable)
     if kind == "v":
         raise SchemaMismatch(
             f"table {label} is a view, not the table that holds the rows; name the table, or "
@@ -231,12 +223,12 @@ def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
             )
 
 
-def _check_rows_visible(conn: Connection, relation: str, label: str) -> None:
+def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     """Fail when row-level security would hide rows (live work) from the guard's role."""
-    row = conn.execute(_ROW_SECURITY, {"relation": relation}).fetchone()
-    if row is None or not row[0] or row[2]:
+    active, owns, shows_all = relation[8:]
+    if not active or shows_all:
         return
-    why = "forces row-level security on its owner too" if row[1] else "has row-level security"
+    why = "forces row-level security on its owner too" if owns else "has row-level security"
     raise SchemaMismatch(
         f"table {label} {why}, so the guard's role could see only some of its rows and "
         "miss live work; let the role bypass it (ALTER ROLE <guard role> BYPASSRLS) or add "
@@ -249,12 +241,13 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
     """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    if _first(conn, "SELECT to_regclass(%s)::oid", table) is None:
+    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    if relation is None or relation[0] is None:
         raise SchemaMismatch(
             f"table {label} (the owners of the claims in {contract.table_label}) does "
             "not exist (or is not visible)"
         )
-    _check_rows_visible(conn, table, label)
+    _check_rows_visible(relation, label)
     types = _column_types(conn, table)
     beat = owners.heartbeat_column
     needed = [c for c in ("id", owners.lock_type_column) if c]
@@ -263,9 +256,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
             f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
             f"decide whether the owner of a claim in {contract.table_label} is alive"
         )
-    if _naive_undeclared(contract, types[beat]):
-        refusal = _naive_zone_refusal(beat, "the owners' heartbeat", label, database_zone)
-        raise SchemaMismatch(refusal)
+    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], database_zone)
 
 
 def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:

@@ -35,7 +35,7 @@ def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[
 
 @dataclass
 class CronStep:
-    doing: str = "reading cron.job"  # for a failure's message
+    doing: str = "reading cron.job"  # what a failure's message names
 
 
 @contextmanager
@@ -116,20 +116,17 @@ class ActivePlan:
 
     jobs: tuple[ActiveChange, ...]
 
-    def _names(self, changed: bool, wanted: bool) -> list[str]:
-        return [job.job for job in self.jobs if job.changed == changed and job.wanted == wanted]
-
     @property
     def changed(self) -> bool:
         return any(job.changed for job in self.jobs)
 
     @property
     def paused(self) -> list[str]:
-        return self._names(True, False)
+        return [job.job for job in self.jobs if job.changed and not job.wanted]
 
     @property
     def resumed(self) -> list[str]:
-        return self._names(True, True)
+        return [job.job for job in self.jobs if job.changed and job.wanted]
 
     @property
     def missing(self) -> list[str]:
@@ -137,9 +134,9 @@ class ActivePlan:
 
     @property
     def warnings(self) -> list[str]:
-        verb = {True: "resume", False: "pause"}
         return [
-            f"pg_cron job {job.job} does not exist; nothing to {verb[job.wanted]}"
+            f"pg_cron job {job.job} does not exist; nothing to "
+            f"{'resume' if job.wanted else 'pause'}"
             for job in self.jobs
             if not job.exists
         ]
@@ -194,6 +191,7 @@ def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> l
 def apply_changes(
     conn: psycopg.Connection[Any], step: CronStep, changes: Sequence[ActiveChange]
 ) -> None:
+    """Switch the flags that change (in the caller's cron.job transaction)."""
     for change in changes:
         if change.changed:
             step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"

@@ -78,17 +78,16 @@ def connect(
     except psycopg.ProgrammingError:
         raise invalid_dsn(conninfo) from None
     # A silent database ends the wait within the connect timeout, not TCP's ~15 minutes.
-    liveness = {"keepalives": 1, "keepalives_idle": 1, "keepalives_interval": 1}
-    liveness |= {"keepalives_count": max(1, connect_timeout_s)}
-    liveness["tcp_user_timeout"] = connect_timeout_s * 1000
-    connect_timeout = connect_timeout_s
-    if timeout_s is not None and timeout_s < connect_timeout:  # the caller's budget is shorter
-        connect_timeout = max(1, math.ceil(timeout_s))
+    liveness = dict(keepalives=1, keepalives_idle=1, keepalives_interval=1)
+    liveness |= dict(keepalives_count=max(1, connect_timeout_s))
+    liveness |= dict(tcp_user_timeout=connect_timeout_s * 1000)
+    if timeout_s is not None and timeout_s < connect_timeout_s:  # the caller's budget is shorter
+        connect_timeout_s = max(1, math.ceil(timeout_s))
     try:
         conn = psycopg.Connection.connect(
             make_conninfo(conninfo, **{k: v for k, v in liveness.items() if k not in given}),
             application_name=APPLICATION_NAME,
-            connect_timeout=connect_timeout,
+            connect_timeout=connect_timeout_s,
             autocommit=writable,
             prepare_threshold=None,
         )

@@ -13,21 +13,9 @@ from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_message, verify_schema
 from leaseguard.adapters.db import guard_transaction
+from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
-from leaseguard.core.fleet import (
-    ClockOffset,
-    controller_offset,
-    controller_warning,
-    in_database_clock,
-)
-from leaseguard.core.predicate import (
-    counts_query,
-    live_claims_query,
-    orphan_cutoff,
-    subjects_params,
-    table_identifier,
-)
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -60,16 +48,16 @@ class Subject:
     task_timeout: TaskTimeout | None
     lease_s: float | None
     runtime_started_at: datetime | None
-    clock_offset: ClockOffset | None = None
+    clock_offset: fleet.ClockOffset | None = None
     warnings: tuple[str, ...] = ()
 
     def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
         """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
         started, tolerance_s = self.runtime_started_at, None
         if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
-            started = in_database_clock(started, self.clock_offset.offset_s)
+            started = fleet.in_database_clock(started, self.clock_offset.offset_s)
             tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
-        return self.lease_s, orphan_cutoff(contract, started, tolerance_s)
+        return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
 
 
 def judge_subjects(
@@ -81,14 +69,14 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    params = subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
+    params = predicate.subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
                 status_column = verify_schema(conn, contract)
             # The counts first: they say whether the server is a standby, named before all.
-            rows = cur.execute(counts_query(contract), params).fetchall()
+            rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
             checked_at = rows[0][0]
             assert isinstance(checked_at, datetime)
@@ -100,13 +88,13 @@ def judge_subjects(
             ]
             here: tuple[str, ...] = ()
             if as_of is None:  # now() ran between these two instants of this machine's clock
-                taken = controller_offset(checked_at.timestamp(), sent_at, time.time())
-                here = controller_warning(taken)
+                taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
+                here = fleet.controller_warning(taken)
             check_statuses(cur, contract, status_column)
             # Only when something is live: a backlog can hold far more rows than workers.
             live: dict[int, list[LiveClaim]] = {}
             if any(c.live for c in counts):
-                listed: Any = cur.execute(live_claims_query(contract), params).fetchall()
+                listed: Any = cur.execute(predicate.live_claims_query(contract), params).fetchall()
                 for n, row_id, claimed, expires, left, never, null in listed:
                     left_s = None if left is None else float(left)
                     claim = LiveClaim(
@@ -204,7 +192,7 @@ def unclassified_walk_query(contract: Contract, index_key: str) -> sql.Composed:
         WHERE w.v IS NOT NULL AND w.v::text <> ALL(%(classified)s::text[])
         UNION ALL
         SELECT NULL WHERE NOT %(not_null)s AND EXISTS (SELECT FROM {table} WHERE {key} IS NULL)
-    """).format(key=_key(contract, index_key), table=table_identifier(contract))
+    """).format(key=_key(contract, index_key), table=predicate.table_identifier(contract))
 
 
 def status_rows_query(contract: Contract, index_key: str, status: str | None) -> sql.Composed:
@@ -213,7 +201,7 @@ def status_rows_query(contract: Contract, index_key: str, status: str | None) ->
     match = sql.SQL("{} IS NULL" if status is None else "{} = %(status)s").format(key)
     return sql.SQL(
         "SELECT count(*) FROM (SELECT FROM {} WHERE {} LIMIT %(count_cap)s) AS r"
-    ).format(table_identifier(contract), match)
+    ).format(predicate.table_identifier(contract), match)
 
 
 def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
@@ -239,7 +227,7 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
             "%(classified)s) GROUP BY 1 ORDER BY 2 DESC, 1 LIMIT %(max_named)s + 1"
         )
         status = sql.Identifier(contract.status_column)
-        cur.execute(scan.format(s=status, table=table_identifier(contract)), params)
+        cur.execute(scan.format(s=status, table=predicate.table_identifier(contract)), params)
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)

@@ -7,16 +7,10 @@ import shlex
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
-from leaseguard.adapters.runtime import (
-    Given,
-    Lookups,
-    Runner,
-    offset_from_here,
-    resolve_runtime_facts,
-)
+from leaseguard.adapters import runtime
+from leaseguard.adapters.runtime import Given, Runner
 from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
@@ -28,8 +22,7 @@ from leaseguard.core.verdict import RuntimeFacts
 POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
 
 
-@dataclass(frozen=True)
-class HostLookup:
+class HostLookup(NamedTuple):
     """A host's facts and its clock minus this machine's (None: no start time to compare)."""
 
     facts: RuntimeFacts
@@ -50,9 +43,9 @@ def look_up_host(
                 answers, read = run_together(runner, commands)
                 ran, clock = ran | answers, read or clock
         runner = _Answered(runner, ran)
-    facts = resolve_runtime_facts(contract, runner, **given)
+    facts = runtime.resolve_runtime_facts(contract, runner, **given)
     if clock is None and facts.runtime_started_at is not None:
-        clock = offset_from_here(runner)
+        clock = runtime.offset_from_here(runner)
     return HostLookup(facts, clock)
 
 
@@ -80,7 +73,7 @@ def planned_commands(
 ) -> list[Argv]:
     """The commands the lookups will run that `ran` has no answer for, each once."""
     planner = _Answered(None, ran or {})
-    lookups = Lookups(planner)
+    lookups = runtime.Lookups(planner)
     timeout_wanted = not (timeout_given or contract.rows_carry_expiry)
     if timeout_wanted:
         with suppress(LookupFailed):
@@ -160,7 +153,7 @@ def restart_runtime(
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
-            started, error = Lookups(reader).runtime_start(contract.runtime), None
+            started, error = runtime.Lookups(reader).runtime_start(contract.runtime), None
         except LookupFailed as exc:  # e.g. still starting: read again until the deadline
             started, error = None, exc
         moved = restart.start_moved(before["runtime_started_epoch_s"], started)

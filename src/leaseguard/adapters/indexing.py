@@ -11,22 +11,10 @@ from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.db import read_transaction, set_local_limits
+from leaseguard.core import predicate, presets
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import SchemaMismatch
-from leaseguard.core.predicate import (
-    claim_conditions,
-    counts_query,
-    predicate_params,
-    table_identifier,
-)
-from leaseguard.core.presets import (
-    ADVISORY_LOCK_RULE,
-    OWNER_HEARTBEAT_RULE,
-    PARTITIONED_TABLES,
-    PROCESS_LOCK_RULE,
-    VISIBILITY_RULE,
-)
 from leaseguard.core.verdict import Verdict
 
 log = logging.getLogger("leaseguard.indexing")
@@ -40,12 +28,14 @@ _OWN_PARTIAL_INDEX = (
 )
 # Why a claim rule needs no index of leaseguard's (locks come from pg_locks, no index's).
 _NO_INDEX_REASONS = {
-    OWNER_HEARTBEAT_RULE: "-- leaseguard: this preset's claims table holds only the current "
-    "claims (rows are deleted when a job ends); no index needed",
-    VISIBILITY_RULE: "-- leaseguard: this preset judges every message of the queue's table "
-    "(deleted and archived ones leave it); no index needed",
-    ADVISORY_LOCK_RULE: _OWN_PARTIAL_INDEX.format("que_poll_idx"),
-    PROCESS_LOCK_RULE: _OWN_PARTIAL_INDEX.format("index_good_jobs_on_scheduled_at and others"),
+    presets.OWNER_HEARTBEAT_RULE: "-- leaseguard: this preset's claims table holds only the "
+    "current claims (rows are deleted when a job ends); no index needed",
+    presets.VISIBILITY_RULE: "-- leaseguard: this preset judges every message of the queue's "
+    "table (deleted and archived ones leave it); no index needed",
+    presets.ADVISORY_LOCK_RULE: _OWN_PARTIAL_INDEX.format("que_poll_idx"),
+    presets.PROCESS_LOCK_RULE: _OWN_PARTIAL_INDEX.format(
+        "index_good_jobs_on_scheduled_at and others"
+    ),
 }
 _CONCURRENTLY = sql.SQL("CONCURRENTLY IF NOT EXISTS")
 
@@ -110,26 +100,23 @@ def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql
         how, sql.Identifier(name), table, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     if not contract.has_status_column:
-        claimed, queued = claim_conditions(contract)
+        claimed, queued = predicate.claim_conditions(contract)
         statement += sql.SQL(" WHERE {} OR {}").format(claimed, queued)
     return statement.as_string(None) + ";"
 
 
 def recommended_index_sql(contract: Contract) -> str:
     """CREATE INDEX CONCURRENTLY: building it must not block the claim loop it serves."""
-    return _create_index(contract, _CONCURRENTLY, index_name(contract), table_identifier(contract))
-
-
-def no_index_reason(contract: Contract) -> str | None:
-    """Why the contract needs no index of leaseguard's (a comment line), or None."""
-    return _NO_INDEX_REASONS.get(contract.claim_rule)
+    return _create_index(
+        contract, _CONCURRENTLY, index_name(contract), predicate.table_identifier(contract)
+    )
 
 
 def offline_advice(contract: Contract) -> list[str]:
     """What `leaseguard index-sql` prints without a database."""
-    if (reason := no_index_reason(contract)) is not None:
+    if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
-    if contract.preset in PARTITIONED_TABLES:
+    if contract.preset in presets.PARTITIONED_TABLES:
         return [
             "-- leaseguard: this preset's table is partitioned (one partition per queue), and "
             "PostgreSQL refuses CREATE INDEX CONCURRENTLY on a partitioned table",
@@ -146,10 +133,10 @@ def offline_advice(contract: Contract) -> list[str]:
 
 def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
     """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
-    if (reason := no_index_reason(contract)) is not None:
+    if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
     lead = _lead_column(contract)
-    table = table_identifier(contract).as_string(conn)
+    table = predicate.table_identifier(contract).as_string(conn)
     with conn.transaction():
         params = {"table": table, "column": lead, "own": index_name(contract)}
         row: Any = conn.execute(_TABLE, params).fetchone()
@@ -164,7 +151,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
     if relkind != "p":
         return [INDEX_COMMENT, recommended_index_sql(contract)]
     parent = index_name(contract)
-    only = sql.SQL("ONLY {}").format(table_identifier(contract))
+    only = sql.SQL("ONLY {}").format(predicate.table_identifier(contract))
     parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
     attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
     steps = [
@@ -193,7 +180,7 @@ def advisory_plan_warning(
         with read_transaction(conn):
             lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
             set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
-            table = table_identifier(contract).as_string(conn)
+            table = predicate.table_identifier(contract).as_string(conn)
             size: Any = conn.execute(_SIZE, {"table": table}).fetchone()
             reltuples, unanalysed, on_disk, names = size
             if reltuples >= LARGE_TABLE_ROWS:
@@ -202,10 +189,10 @@ def advisory_plan_warning(
                 rows = float(on_disk // 100)  # ~100 bytes a row: for the message only
             else:
                 return None
-            params = predicate_params(
+            params = predicate.predicate_params(
                 contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
             )
-            explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract)
+            explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + predicate.counts_query(contract)
             row = conn.execute(explain, params).fetchone()
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
         log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)

@@ -13,18 +13,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
-from leaseguard.adapters.cron import (
-    ActivePlan,
-    CronStep,
-    apply_changes,
-    cron_transaction,
-    plan_changes,
-    refused,
-)
+from leaseguard.adapters import cron
 from leaseguard.adapters.db import connect, read_transaction
 from leaseguard.core.errors import DatabaseError
 
@@ -104,8 +97,7 @@ class Hold:
             ) from None
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """What letting go did: jobs given back, and jobs other holders still hold (by whom)."""
 
     resumed: tuple[str, ...]
@@ -123,28 +115,26 @@ def hold_jobs(
     """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`)."""
     token = secrets.token_hex(6)
     with _holds_transaction(conn) as step:
-        changes = plan_changes(conn, dict.fromkeys(names, False))
+        changes = cron.plan_changes(conn, dict.fromkeys(names, False))
         if missing := [c.job for c in changes if not c.exists]:
             user = conn.info.user
-            raise refused(
+            raise cron.refused(
                 f"pg_cron job(s) not found: {', '.join(missing)} (as role {user}; pg_cron shows "
                 f"each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
             )
         held_by_others = {record.job for record in read_records(conn)}
         held = [c for c in changes if c.changed or c.job in held_by_others]
-        apply_changes(conn, step, held)
+        cron.apply_changes(conn, step, held)
         row = conn.execute("SELECT now()").fetchone()
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
             record = PauseRecord(change.job, stamp, by, action, token)
             payload = json.dumps(asdict(record))
-            created = conn.execute(
-                "SELECT cron.schedule(%s, %s, %s)",
+            conn.execute(
+                "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
                 (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
-            ).fetchone()
-            assert created is not None
-            conn.execute("SELECT cron.alter_job(%s::bigint, active := false)", (int(created[0]),))
+            )
     return Hold(
         token=token,
         jobs=tuple(c.job for c in held),
@@ -165,8 +155,8 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
                 others.setdefault(record.job, []).append(record.by)
         step.doing = "deleting this hold's records"
         _forget(conn, [_record_name(job, hold.token) for job in hold.jobs])
-        changes = plan_changes(conn, {job: True for job in hold.jobs if job not in others})
-        apply_changes(conn, step, changes)
+        changes = cron.plan_changes(conn, {job: True for job in hold.jobs if job not in others})
+        cron.apply_changes(conn, step, changes)
     return Release(
         resumed=tuple(c.job for c in changes if c.changed),
         still_held={job: tuple(others[job]) for job in hold.jobs if job in others},
@@ -175,7 +165,7 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 
 def resume_recorded(
     conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
-) -> tuple[list[PauseRecord], ActivePlan | None]:
+) -> tuple[list[PauseRecord], cron.ActivePlan | None]:
     """Give back every recorded hold (on `jobs` if given): the operator's command for lost runs."""
     with _holds_transaction(conn) as step:
         records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
@@ -183,9 +173,9 @@ def resume_recorded(
             return [], None
         step.doing = "deleting the hold records"
         _forget(conn, [_record_name(r.job, r.token) for r in records])
-        changes = plan_changes(conn, dict.fromkeys(sorted({r.job for r in records}), True))
-        apply_changes(conn, step, changes)
-    return records, ActivePlan(tuple(changes))
+        changes = cron.plan_changes(conn, dict.fromkeys(sorted({r.job for r in records}), True))
+        cron.apply_changes(conn, step, changes)
+    return records, cron.ActivePlan(tuple(changes))
 
 
 def wait_quiet(
@@ -201,7 +191,7 @@ def wait_quiet(
     started, stop = time.monotonic(), stop or threading.Event()
     with connect() as conn:
         while not stop.is_set():
-            with cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
+            with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
                 row = conn.execute(_RUNS_IN_PROGRESS, (list(hold.jobids),)).fetchone()
             running, waited = int(row[0]) if row else 0, time.monotonic() - started
             if running == 0 and waited >= QUIET_SETTLE_S:
@@ -250,9 +240,9 @@ def scan_leftovers(
 
 
 @contextmanager
-def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[CronStep]:
+def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[cron.CronStep]:
     """A cron.job transaction that first takes the holds' lock: holds never interleave."""
-    with cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
+    with cron.cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
         conn.execute(_HOLDS_LOCK)
         yield step
 
@@ -301,7 +291,7 @@ def resume_pauses(
             return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
         records, plan = resume_recorded(conn, jobs)
         if not records:
-            with cron_transaction(
+            with cron.cron_transaction(
                 conn, read_only=True, privilege_hint="connect as the jobs' owner"
             ):
                 row = conn.execute(_SEES_JOBS).fetchone()

@@ -20,11 +20,8 @@ from leaseguard.core.lookups import (
     CommandResult,
     Containers,
     Replica,
-    SystemdUnit,
     container_filter,
     is_unit_glob,
-    parse_timeout_s,
-    parse_timestamp,
     task_timeout_source,
 )
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
@@ -137,7 +134,7 @@ class Lookups:
             if raw is None:
                 raise LookupFailed(f"{where}: variable {spec.variable} is not set")
             try:
-                seconds.append(parse_timeout_s(raw, what=where))
+                seconds.append(lookups.parse_timeout_s(raw, what=where))
             except TimeoutValueError as exc:
                 raise LookupFailed(str(exc)) from None
         return TaskTimeout(max(seconds), source)
@@ -165,7 +162,7 @@ class Lookups:
                     )
                 argv = (spec.engine, "exec", spec.container, *spec.command)
                 what = f"command in {spec.engine} container {spec.container}"
-                return [(None, self._run(argv, what))]
+                return [(None, self._output(argv, what))]
             case "process":
                 assert spec.pid_file is not None
                 pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
@@ -192,11 +189,11 @@ class Lookups:
                 assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
                 what = f"start time of pid {pid} ({spec.pid_file})"
-                out = self._run(lookups.process_start_argv(pid), what)
+                out = self._output(lookups.process_start_argv(pid), what) or ""
                 return lookups.parse_process_start(out, f"pid {pid} ({spec.pid_file})")
             case "fixed":
                 assert spec.started_at is not None
-                return parse_timestamp(spec.started_at, what="runtime.started_at")
+                return lookups.parse_timestamp(spec.started_at, what="runtime.started_at")
             case _:
                 return None
 
@@ -205,7 +202,7 @@ class Lookups:
         argv = lookups.container_argv(engine, container, variable)
         if argv not in self._containers_seen:
             what = f"{engine} container {container}"
-            out = self._run(argv, what, shown=lookups.shown_command(argv))
+            out = self._output(argv, what, shown=lookups.shown_command(argv)) or ""
             found = lookups.read_containers(out, container, f"{self.host}: {what}")
             if found.siblings:
                 self.warnings.append(lookups.sibling_warning(self.host, found))
@@ -214,9 +211,9 @@ class Lookups:
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
-    def _systemd(self, unit: str) -> list[SystemdUnit]:
+    def _systemd(self, unit: str) -> list[lookups.SystemdUnit]:
         """The unit, or every ACTIVE unit a glob matches (listed in the verdict)."""
-        out = self._run(lookups.systemd_argv(unit), f"systemd unit {unit}")
+        out = self._output(lookups.systemd_argv(unit), f"systemd unit {unit}") or ""
         if not is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
         try:
@@ -229,21 +226,16 @@ class Lookups:
     def _pid(self, pid_file: str) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""
         if pid_file not in self._pids:
-            text = self._run(lookups.pid_argv(pid_file), f"pid file {pid_file}").strip()
+            text = (self._output(lookups.pid_argv(pid_file), f"pid file {pid_file}") or "").strip()
             if not text.isdigit() or int(text) <= 0:
                 raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
             self._pids[pid_file] = int(text)
         return self._pids[pid_file]
 
-    def _run(self, argv: Argv, what: str, *, shown: str = "") -> str:
-        out = self._output(argv, what, shown=shown)
-        assert out is not None
-        return out
-
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
-        """stdout (None for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
+        """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
         result = self.runner.run(list(argv))
         if result.exit_code == 0:
             return result.stdout

@@ -66,8 +66,7 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
 
 
 def _verify_host_keys(connection: Connection, options: SshOptions) -> None:
-    """Only known_hosts' keys trusted, unknown ones refused (or warned of when accepted), on
-    the connection and every jump host, a Fabric config's own `gateway` Connection too."""
+    """Only known_hosts' keys trusted, on every jump host too (a Fabric config's `gateway`)."""
     trust_known_hosts(connection, options.known_hosts)
     policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
     connection.client.set_missing_host_key_policy(policy())
@@ -82,12 +81,11 @@ def _connection(
     # connect_kwargs merged here (Fabric ignores them when given any).
     bound = options.connect_timeout_s
     configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
-    waits = ("banner_timeout", "auth_timeout", "channel_timeout")
-    kwargs: dict[str, Any] = dict.fromkeys(waits, bound)
+    kwargs: dict[str, Any] = dict(banner_timeout=bound, auth_timeout=bound, channel_timeout=bound)
     kwargs |= {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
     if options.key_filename:
         kwargs["key_filename"] = options.key_filename
-    connection = _Connection(
+    return _Connection(
         host,
         user=options.user,
         port=options.port,
@@ -96,7 +94,6 @@ def _connection(
         connect_timeout=bound,
         connect_kwargs=kwargs,
     )
-    return connection
 
 
 class _Connection(Connection):  # type: ignore[misc]
@@ -166,9 +163,8 @@ def open_connection(connection: Connection) -> None:
         ) from None
     except (OSError, EOFError) as exc:
         gateway = connection.gateway
-        through = (
-            f" (through the jump host {_named(gateway)})" if isinstance(gateway, Connection) else ""
-        )
+        jump = isinstance(gateway, Connection)
+        through = f" (through the jump host {_named(gateway)})" if jump else ""
         raise TunnelError(
             f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
             f"check that it is up, that sshd answers on port {connection.port}{through} and "
@@ -200,8 +196,7 @@ class FabricRunner:
     """Runs lookup commands on a host over its Fabric Connection."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self.label = str(connection.host)
+        self.connection, self.label = connection, str(connection.host)
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         open_connection(self.connection)
@@ -246,9 +241,7 @@ class DatabaseTunnel:
     """A local listener, one SSH channel a connection (Fabric's forward_local dies on a refusal)."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
-        self.connection = connection
-        self.address = address
-        self.host = str(connection.host)
+        self.connection, self.address, self.host = connection, address, str(connection.host)
         self.target = f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
@@ -378,6 +371,6 @@ def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
                 (channel if end is client else client).sendall(data)
 
 
-def _shutdown(sock: socket.socket) -> None:
+def _shutdown(sock: socket.socket) -> None:  # wakes a thread blocked on it
     with suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
