@@ -129,6 +129,7 @@ def test_an_unknown_cron_job_fails_closed_and_pauses_nothing(busy, claim_job):
     )
     assert done.returncode == 1
     assert "pg_cron job(s) not found: no_such_job" in done.stderr
+    assert "error=DatabaseError" in done.stdout, done.stdout  # a public kind, not a private class
     assert job_active(busy, claim_job) == "t"
 
 

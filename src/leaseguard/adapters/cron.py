@@ -159,13 +159,10 @@ def set_jobs_active(
 ) -> ActivePlan:
     """Set each named job's active flag in one transaction; a missing job is skipped."""
     hint = "the role must own the jobs or be allowed cron.alter_job"
-    try:
-        with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
-            changes = plan_changes(conn, wanted)
-            if not check_mode:
-                apply_changes(conn, step, changes)
-    except _Refused as exc:
-        raise DatabaseError(str(exc)) from None
+    with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
+        changes = plan_changes(conn, wanted)
+        if not check_mode:
+            apply_changes(conn, step, changes)
     return ActivePlan(tuple(changes))
 
 
@@ -177,7 +174,7 @@ def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> l
         rows = [row for row in live if row.name == name]
         if len(rows) > 1:
             ids = ", ".join(str(row.jobid) for row in rows)
-            raise _Refused(
+            raise DatabaseError(
                 f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
                 "refusing to guess which to switch; nothing was changed"
             )
@@ -196,10 +193,3 @@ def apply_changes(
         if change.changed:
             step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
             conn.execute(_ALTER_ACTIVE, (change.jobid, change.wanted))
-
-
-class _Refused(DatabaseError):
-    """Raised inside a cron.job transaction (the drain's holds too): nothing is changed."""
-
-
-refused = _Refused

@@ -118,7 +118,7 @@ def hold_jobs(
         changes = cron.plan_changes(conn, dict.fromkeys(names, False))
         if missing := [c.job for c in changes if not c.exists]:
             user = conn.info.user
-            raise cron.refused(
+            raise DatabaseError(
                 f"pg_cron job(s) not found: {', '.join(missing)} (as role {user}; pg_cron shows "
                 f"each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
             )
