@@ -71,7 +71,7 @@ class ActionModule(LeaseguardAction):
                     judged = {
                         h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
                     }
-                    return _each_result(judged, args["held_intakes"], host)
+                    return _each_result(judged, args, host)
                 verdict = _report(session.judge().as_dict(), args)
                 return {**verdict, **looked_up, "intake": _intake(held)}
             label = "fleet" if each else session.host
@@ -88,7 +88,7 @@ class ActionModule(LeaseguardAction):
                         say("drain interrupted by a signal" if each else _after_signal(options))
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
-            return _each_result(judged, args["held_intakes"], host)
+            return _each_result(judged, args, host)
         if drained.error is not None:
             raise drained.error
         intake = _intake(held if held is not None else drained.intake)
@@ -125,15 +125,25 @@ def _drained(host, drained, args, events):
     return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
 
 
-def _each_result(judged, holds, host):
+def _each_result(judged, args, host):
     """Every host's result under `hosts`, each with what held its intake; the task's own is
-    its host's (its failure fails the task), and `summary` counts the decisions."""
+    its host's (its failure fails the task), and `summary` counts the decisions. The task
+    answers for every host: it shows each host's FORCED warning, and with fail_on_defer it
+    fails when any host defers, naming them."""
     for name, result in judged.items():
-        result["intake"] = _intake(_held((holds or {}).get(name)))
+        result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
     own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
-    return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
+    task = {**own, "hosts": judged, "summary": f"hosts: {summary}"}
+    forced = [r["warnings"][-1] for name, r in judged.items() if r.get("forced") and name != host]
+    if forced:
+        task["warnings"] = [*own.get("warnings", []), *forced]
+    deferring = [name for name, result in judged.items() if result["decision"] == "defer"]
+    fails = args["fail_on_defer"] and not args["force"] and "error" not in own
+    if fails and set(deferring) - {host}:
+        task.update(failed=True, msg=f"{own['msg']}; deferring: {', '.join(deferring)}")
+    return task
 
 
 def _held(registered):

@@ -72,12 +72,12 @@ options:
     type: bool
     default: false
   fail_on_defer:
-    description: Fail the task when the decision is C(defer).
+    description: Fail the task when the decision is C(defer); with O(each_host), when any host's is, naming them.
     type: bool
     default: false
   force:
     description: The caller will go ahead even if work is live; a C(defer) then adds RV(forced) and a warning naming
-      every live claim that will be killed.
+      every live claim that will be killed (with O(each_host), a warning for every deferring host).
     type: bool
     default: false
   held_intake:
