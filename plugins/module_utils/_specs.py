@@ -1,8 +1,8 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION
-(so it applies what ansible-doc shows), plus what DOCUMENTATION cannot say: secrets,
-environment fallbacks, rules between options."""
+"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION in
+plugins/modules/<module>.yml (so it applies what ansible-doc shows), plus what DOCUMENTATION
+cannot say: secrets, environment fallbacks, rules between options."""
 
 from __future__ import annotations
 
@@ -54,9 +54,8 @@ def documented_options(module):
     """The module's options with its doc fragments merged, as ansible-doc shows them."""
     import yaml  # here: ansible-test imports this file where PyYAML is absent
 
-    doc = yaml.safe_load(
-        _strings(os.path.join(PLUGINS, "modules", f"{module}.py"))["DOCUMENTATION"]
-    )
+    with open(os.path.join(PLUGINS, "modules", f"{module}.yml"), encoding="utf-8") as handle:
+        doc = yaml.safe_load(handle)["DOCUMENTATION"]
     options = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         name, _dot, variant = fragment.removeprefix("leaseguard.deploy.").partition(".")

@@ -38,7 +38,7 @@ class LeaseguardAction(ActionBase):
     _supports_check_mode = True
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
-    module = ""  # plugins/modules/<module>.py, whose DOCUMENTATION gives the spec
+    module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
     role_variables = MappingProxyType({})  # option -> the role variable from_role_vars reads
 
     def __init_subclass__(cls, **kwargs):

@@ -89,9 +89,8 @@ def _fragment_options(name: str) -> dict[str, Any]:
 
 def documented_options(module: str) -> dict[str, Any]:
     """The module's options with its doc fragments merged, as ansible-doc shows them."""
-    doc = yaml.safe_load(
-        _assigned_strings(REPO / "plugins" / "modules" / f"{module}.py")["DOCUMENTATION"]
-    )
+    sidecar = REPO / "plugins" / "modules" / f"{module}.yml"
+    doc = yaml.safe_load(sidecar.read_text(encoding="utf-8"))["DOCUMENTATION"]
     options: dict[str, Any] = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         options.update(_fragment_options(fragment))
