@@ -1,24 +1,20 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.lease_guard (documented in plugins/modules/). The guard
-reports; the playbook decides (fail_on_defer is the shortcut for callers that only stop)."""
+"""Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
+(fail_on_defer is the shortcut for callers that only stop)."""
 
-from __future__ import annotations
-
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
+    AnsibleRunner,
+    ConfigError,
     LeaseguardAction,
+    api,
+    conninfo_from,
     contract_from,
+    database_path,
     drain_events,
     failure,
     stop_on_signals,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    AnsibleRunner,
-    conninfo_from,
-    database_path,
     tunnels,
 )
 
@@ -31,11 +27,9 @@ NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
 class ActionModule(LeaseguardAction):
     module = "lease_guard"
-    role_variables = role_variables("lease_guard")
 
     def act(self, args, host, task_vars):
-        """One host's verdict (or the fleet's, or with each_host every host's by its own
-        facts in one query per poll); with wait (never in check mode), drained first."""
+        """The verdict of this host, the fleet or each host; with wait, drained first."""
         each = args["each_host"]
         if each:
             _each_host_allowed(self, args)
@@ -96,9 +90,7 @@ class ActionModule(LeaseguardAction):
 
 
 def _each_host_allowed(action, args):
-    """each_host judges the hosts of fleet_lookups over this host's path, into one database
-    (reached directly, or through a tunnel to an address other than each host's loopback),
-    each host's intake held by the caller."""
+    """each_host needs fleet_lookups, one shared database and each host's intake held."""
     if args["fleet_lookups"] is None:
         raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
     if tunnels(action, args):
@@ -126,10 +118,8 @@ def _drained(host, drained, args, events):
 
 
 def _each_result(judged, args, host):
-    """Every host's result under `hosts`, each with what held its intake; the task's own is
-    its host's (its failure fails the task), and `summary` counts the decisions. The task
-    answers for every host: it shows each host's FORCED warning, and with fail_on_defer it
-    fails when any host defers, naming them."""
+    """The task's own host's result, with every host's under `hosts` and `summary` counting
+    them; every host's FORCED warning shows, and fail_on_defer fails on any host's defer."""
     for name, result in judged.items():
         result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())

@@ -4,8 +4,6 @@
 plugins/modules/<module>.yml (so it applies what ansible-doc shows), plus what DOCUMENTATION
 cannot say: secrets, environment fallbacks, rules between options."""
 
-from __future__ import annotations
-
 import ast
 import copy
 import os
@@ -97,11 +95,14 @@ _DRAIN_VARIABLES = {
 
 
 def role_variables(module):
-    """Option -> the role variable from_role_vars fills it from."""
+    """Option -> the role variable from_role_vars fills it from (none without from_role_vars)."""
+    options = documented_options(module)
+    if "from_role_vars" not in options:
+        return {}
     drain = _DRAIN_VARIABLES[module]
     return {
         option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
-        for option in documented_options(module)
+        for option in options
         if option not in _NOT_VARIABLES[module]
     }
 

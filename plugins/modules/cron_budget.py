@@ -3,8 +3,6 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 # Documented in cron_budget.yml beside this file; plugins/action/cron_budget.py does the work.
 
-from __future__ import annotations
-
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 
 if __name__ == "__main__":
