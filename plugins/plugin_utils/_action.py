@@ -16,7 +16,6 @@ from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-import yaml
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -148,40 +147,19 @@ def checked_variables(task_vars, allow=()):
     return result
 
 
+# A name the roles define (a key: argument_specs, defaults, vars, set_fact) or register.
+_DEFINED = re.compile(r"^\s*(?:register:\s*)?(leaseguard_[a-z0-9_]+)\b", re.MULTILINE)
+
+
 @lru_cache(maxsize=1)
 def known_variables():
-    """Every leaseguard_* name the collection's roles and playbooks define, read or register."""
+    """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
-    for path in sorted(COLLECTION_ROOT.glob("roles/*/meta/argument_specs.yml")):
-        for entry in (_load(path).get("argument_specs") or {}).values():
-            names.update((entry or {}).get("options") or {})
-    for folder in ("defaults", "vars"):
-        for path in sorted(COLLECTION_ROOT.glob(f"roles/*/{folder}/*.yml")):
-            names.update(_load(path))
-    for path in sorted(COLLECTION_ROOT.glob("roles/*/tasks/*.yml")):
-        names.update(_registered(_load(path)))
-    for path in sorted(COLLECTION_ROOT.glob("playbooks/*.yml")):
+    for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
+        names.update(_DEFINED.findall(path.read_text(encoding="utf-8")))
+    for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
-    return frozenset(name for name in names if name.startswith("leaseguard_"))
-
-
-def _load(path):
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
-def _registered(node):
-    """Names a task file registers or sets as facts, at any depth (blocks, rescue, always)."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _registered(item)
-    elif isinstance(node, dict):
-        if isinstance(node.get("register"), str):
-            yield node["register"]
-        for key in ("ansible.builtin.set_fact", "set_fact"):
-            if isinstance(node.get(key), dict):
-                yield from node[key]
-        for key in ("block", "rescue", "always"):
-            yield from _registered(node.get(key))
+    return frozenset(names)
 
 
 # OpenSSH's (and paramiko's) words for a refused host key, and what to do; the raw text is
