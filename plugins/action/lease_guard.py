@@ -78,8 +78,10 @@ class ActionModule(LeaseguardAction):
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )
                 finally:
+                    jobs = ", ".join(options.pause_cron_jobs) or "none"
+                    resumed = "" if each else f"; intake was resumed (pg_cron jobs: {jobs})"
                     if stop.is_set():
-                        say("drain interrupted by a signal" if each else _after_signal(options))
+                        say(f"drain interrupted by a signal{resumed}")
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
             return _each_result(judged, args, host)
@@ -147,11 +149,6 @@ def _intake(held):
     """Whether anything stopped new claims between this verdict and the caller's action."""
     held = tuple(held or ())
     return {"held": bool(held), "what": list(held), "msg": api.intake_line(held or None)}
-
-
-def _after_signal(options):
-    jobs = ", ".join(options.pause_cron_jobs) or "none"
-    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"
 
 
 def _report(verdict, args):

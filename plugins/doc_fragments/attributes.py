@@ -4,10 +4,6 @@
 
 class ModuleDocFragment:
     # Attributes the modules share; a module's own description wins.
-    DOCUMENTATION = r"""
-options: {}
-"""
-
     READ_ONLY = r"""
 options: {}
 attributes:

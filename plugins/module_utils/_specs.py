@@ -4,14 +4,15 @@
 plugins/modules/<module>.yml (so it applies what ansible-doc shows), plus what DOCUMENTATION
 cannot say: secrets, environment fallbacks, rules between options."""
 
-import ast
 import copy
+import importlib
 import os
 from functools import lru_cache
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 PLUGINS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRAGMENTS = "ansible_collections.leaseguard.deploy.plugins.doc_fragments"
 _SPEC_KEYS = ("type", "default", "elements", "choices", "required")
 # Never logged, and read from the controller's environment when not given.
 _SECRETS_AND_FALLBACKS = {
@@ -34,19 +35,6 @@ RULES = {  # validate_argument_spec's other options, per module
 }
 
 
-def _strings(path):
-    """Every `NAME = "..."` of a Python file (module level or in a class), without importing it."""
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read())
-    return {
-        target.id: node.value.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        for target in node.targets
-        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
-    }
-
-
 @lru_cache(maxsize=None)
 def documented_options(module):
     """The module's options with its doc fragments merged, as ansible-doc shows them."""
@@ -57,10 +45,9 @@ def documented_options(module):
     options = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         name, _dot, variant = fragment.removeprefix("leaseguard.deploy.").partition(".")
-        strings = _strings(os.path.join(PLUGINS, "doc_fragments", f"{name}.py"))
-        options.update(
-            yaml.safe_load(strings[(variant or "documentation").upper()]).get("options") or {}
-        )
+        fragment = importlib.import_module(f"{FRAGMENTS}.{name}").ModuleDocFragment
+        text = getattr(fragment, (variant or "documentation").upper())
+        options.update(yaml.safe_load(text).get("options") or {})
     options.update(doc.get("options") or {})
     return options
 
