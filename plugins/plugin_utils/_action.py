@@ -19,7 +19,6 @@ from types import MappingProxyType
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     module_spec,
     role_variables,
@@ -28,6 +27,7 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     ConfigError,
     LeaseguardError,
     api,
+    display,
     require_leaseguard,
 )
 
@@ -37,13 +37,11 @@ try:
 except ImportError:  # require_leaseguard() fails every task first, naming the install
     pass
 
-__all__ = ["ConfigError", "api", "require_leaseguard"]
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 RESUME_HINT = (
     "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
     "the same database options)"
 )
-display = Display()
 
 
 class LeaseguardAction(ActionBase):
@@ -325,27 +323,21 @@ def stop_on_signals(label):
             out.close()
 
 
-class _Displayed(logging.Handler):
-    """Shows each drain line (INFO and up: idle polls never) and keeps it for the result."""
-
-    def __init__(self, label):
-        super().__init__(logging.INFO)
-        self.label, self.lines = label, []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-        display.display(f"leaseguard [{self.label}]: {self.lines[-1]}")
-
-
 @contextmanager
 def drain_events(label):
-    """The drain's log lines, shown live and collected into the yielded list."""
-    logger = logging.getLogger("leaseguard.drain")
-    handler, previous = _Displayed(label), logger.level
+    """The drain's log lines (INFO and up: idle polls never), shown live and yielded as a list."""
+    lines, logger = [], logging.getLogger("leaseguard.drain")
+
+    class Shown(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+            display.display(f"leaseguard [{label}]: {lines[-1]}")
+
+    handler, previous = Shown(logging.INFO), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        yield handler.lines
+        yield lines
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
