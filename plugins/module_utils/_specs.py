@@ -68,30 +68,24 @@ def module_spec(module):
     return _spec(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
 
 
-# Per module: options no role variable fills (what a caller decides, this host's facts), and
-# those filled from leaseguard_drain_<option> rather than leaseguard_<option>.
-_NOT_VARIABLES = {
-    "lease_guard": {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars"}
-    | {"from_role_vars", "held_intake", "each_host", "held_intakes"},
-    "intake_hold": {"state", "hold", "action", "from_role_vars"},
-}
-_DRAIN_VARIABLES = {
-    "lease_guard": {"deadline_s", "poll_s", "status_file", "metrics_file", "resume_retry_s"},
-    "intake_hold": {"resume_retry_s"},
-}
-
-
 def role_variables(module):
-    """Option -> the role variable from_role_vars fills it from (none without from_role_vars)."""
+    """Option -> the guard role's variable from_role_vars fills it from: leaseguard_drain_<option>
+    or leaseguard_<option>, whichever roles/guard/meta/argument_specs.yml declares."""
+    import yaml  # here: ansible-test imports this file where PyYAML is absent
+
     options = documented_options(module)
     if "from_role_vars" not in options:
         return {}
-    drain = _DRAIN_VARIABLES[module]
-    return {
-        option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
-        for option in options
-        if option not in _NOT_VARIABLES[module]
-    }
+    specs = os.path.join(os.path.dirname(PLUGINS), "roles", "guard", "meta", "argument_specs.yml")
+    with open(specs, encoding="utf-8") as handle:
+        declared = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    variables = {}
+    for option in options:
+        for name in (f"leaseguard_drain_{option}", f"leaseguard_{option}"):
+            if name in declared:
+                variables[option] = name
+                break
+    return variables
 
 
 def action_only(name):
