@@ -45,11 +45,10 @@ class ActionModule(LeaseguardAction):
         intake = intake or api.IntakeAccess(options.cron_database)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
         given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
-        runner, path = AnsibleRunner(self, host), database_path(self, args, probe=fleet)
         with api.task_session(
             contract_from(args),
-            runner,
-            path,
+            AnsibleRunner(self, host),
+            database_path(self, args, probe=fleet),
             intake,
             given,
             lookups=args["fleet_lookups"],

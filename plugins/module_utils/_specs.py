@@ -1,8 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION in
-plugins/modules/<module>.yml (so it applies what ansible-doc shows), plus what DOCUMENTATION
-cannot say: secrets, environment fallbacks, rules between options."""
+"""Private to leaseguard.deploy: each module's argument spec, read from the DOCUMENTATION that
+ansible-doc shows, plus what it cannot say: secrets, environment fallbacks, option rules."""
 
 import copy
 import importlib
@@ -89,8 +88,7 @@ def role_variables(module):
 
 
 def action_only(name):
-    """A docs-only module's run (the action plugin does the work); its spec is built for
-    ansible-test's validate-modules to check against DOCUMENTATION."""
+    """A docs-only module's run; validate-modules checks its docs against the spec built here."""
     try:
         argument_spec, rules = module_spec(name)
     except ImportError:  # no PyYAML where the module itself runs: nothing to check it with
