@@ -1,15 +1,11 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.check_vars (documented in plugins/modules/)."""
-
-from __future__ import annotations
+"""Action plugin for leaseguard.deploy.check_vars."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     LeaseguardAction,
-    checked_variables,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     api,
+    checked_variables,
     require_leaseguard,
 )
 

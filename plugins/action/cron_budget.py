@@ -1,15 +1,15 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.cron_budget (documented in plugins/modules/): the
-options to `converge_jobs`/`resume_pauses`, their plans to Ansible's return values."""
-
-from __future__ import annotations
+"""Action plugin for leaseguard.deploy.cron_budget: the options to `converge_jobs` or
+`resume_pauses`, their plans to Ansible's return values."""
 
 from collections import Counter
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import LeaseguardAction
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import database_conninfo
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    LeaseguardAction,
+    api,
+    database_conninfo,
+)
 
 _DONE = {"create": "created", "update": "updated"}
 _TO_DO = {"create": "to create", "update": "to update"}
@@ -29,12 +29,10 @@ class ActionModule(LeaseguardAction):
         if args["resume_recorded"]:
             with database_conninfo(self, args) as conninfo:
                 outcome = api.resume_pauses(conninfo, **common)
-            resumed = outcome["resumed"]
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             if not check_mode:
-                result["msg"] = (
-                    f"resumed {', '.join(resumed)}" if resumed else "no recorded pause to resume"
-                )
+                resumed = ", ".join(outcome["resumed"])
+                result["msg"] = f"resumed {resumed}" if resumed else "no recorded pause to resume"
             return result
         declared = api.task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
         plan, switched = api.converge_jobs(

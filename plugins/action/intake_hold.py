@@ -1,20 +1,15 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.intake_hold (documented in plugins/modules/): the
-options to `intake_hold`, with the host's runner and a fresh path to cron.job."""
+"""Action plugin for leaseguard.deploy.intake_hold: the options to `intake_hold`, with the
+host's runner and a fresh path to cron.job."""
 
-from __future__ import annotations
-
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
-    LeaseguardAction,
-    drain_events,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
     AnsibleRunner,
+    LeaseguardAction,
+    api,
     database_conninfo,
+    drain_events,
 )
 
 HOLD_KEYS = (
@@ -26,7 +21,6 @@ HOLD_KEYS = (
 class ActionModule(LeaseguardAction):
     module = "intake_hold"
     failure_what = "intake hold"
-    role_variables = role_variables("intake_hold")
 
     def act(self, args, host, task_vars):
         if self._task.check_mode:

@@ -1,24 +1,20 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.lease_guard (documented in plugins/modules/). The guard
-reports; the playbook decides (fail_on_defer is the shortcut for callers that only stop)."""
+"""Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
+(fail_on_defer is the shortcut for callers that only stop)."""
 
-from __future__ import annotations
-
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import role_variables
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
+    AnsibleRunner,
+    ConfigError,
     LeaseguardAction,
+    api,
+    conninfo_from,
     contract_from,
+    database_path,
     drain_events,
     failure,
     stop_on_signals,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import (
-    AnsibleRunner,
-    conninfo_from,
-    database_path,
     tunnels,
 )
 
@@ -31,11 +27,9 @@ NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
 class ActionModule(LeaseguardAction):
     module = "lease_guard"
-    role_variables = role_variables("lease_guard")
 
     def act(self, args, host, task_vars):
-        """One host's verdict (or the fleet's, or with each_host every host's by its own
-        facts in one query per poll); with wait (never in check mode), drained first."""
+        """The verdict of this host, the fleet or each host; with wait, drained first."""
         each = args["each_host"]
         if each:
             _each_host_allowed(self, args)
@@ -51,11 +45,10 @@ class ActionModule(LeaseguardAction):
         intake = intake or api.IntakeAccess(options.cron_database)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
         given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
-        runner, path = AnsibleRunner(self, host), database_path(self, args, probe=fleet)
         with api.task_session(
             contract_from(args),
-            runner,
-            path,
+            AnsibleRunner(self, host),
+            database_path(self, args, probe=fleet),
             intake,
             given,
             lookups=args["fleet_lookups"],
@@ -71,7 +64,7 @@ class ActionModule(LeaseguardAction):
                     judged = {
                         h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
                     }
-                    return _each_result(judged, args["held_intakes"], host)
+                    return _each_result(judged, args, host)
                 verdict = _report(session.judge().as_dict(), args)
                 return {**verdict, **looked_up, "intake": _intake(held)}
             label = "fleet" if each else session.host
@@ -84,11 +77,13 @@ class ActionModule(LeaseguardAction):
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )
                 finally:
+                    jobs = ", ".join(options.pause_cron_jobs) or "none"
+                    resumed = "" if each else f"; intake was resumed (pg_cron jobs: {jobs})"
                     if stop.is_set():
-                        say("drain interrupted by a signal" if each else _after_signal(options))
+                        say(f"drain interrupted by a signal{resumed}")
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
-            return _each_result(judged, args["held_intakes"], host)
+            return _each_result(judged, args, host)
         if drained.error is not None:
             raise drained.error
         intake = _intake(held if held is not None else drained.intake)
@@ -96,9 +91,7 @@ class ActionModule(LeaseguardAction):
 
 
 def _each_host_allowed(action, args):
-    """each_host judges the hosts of fleet_lookups over this host's path, into one database
-    (reached directly, or through a tunnel to an address other than each host's loopback),
-    each host's intake held by the caller."""
+    """each_host needs fleet_lookups, one shared database and each host's intake held."""
     if args["fleet_lookups"] is None:
         raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
     if tunnels(action, args):
@@ -125,15 +118,23 @@ def _drained(host, drained, args, events):
     return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
 
 
-def _each_result(judged, holds, host):
-    """Every host's result under `hosts`, each with what held its intake; the task's own is
-    its host's (its failure fails the task), and `summary` counts the decisions."""
+def _each_result(judged, args, host):
+    """The task's own host's result, with every host's under `hosts` and `summary` counting
+    them; every host's FORCED warning shows, and fail_on_defer fails on any host's defer."""
     for name, result in judged.items():
-        result["intake"] = _intake(_held((holds or {}).get(name)))
+        result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
     own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
-    return {**own, "hosts": judged, "summary": f"hosts: {summary}"}
+    task = {**own, "hosts": judged, "summary": f"hosts: {summary}"}
+    forced = [r["warnings"][-1] for name, r in judged.items() if r.get("forced") and name != host]
+    if forced:
+        task["warnings"] = [*own.get("warnings", []), *forced]
+    deferring = [name for name, result in judged.items() if result["decision"] == "defer"]
+    fails = args["fail_on_defer"] and not args["force"] and "error" not in own
+    if fails and set(deferring) - {host}:
+        task.update(failed=True, msg=f"{own['msg']}; deferring: {', '.join(deferring)}")
+    return task
 
 
 def _held(registered):
@@ -147,11 +148,6 @@ def _intake(held):
     """Whether anything stopped new claims between this verdict and the caller's action."""
     held = tuple(held or ())
     return {"held": bool(held), "what": list(held), "msg": api.intake_line(held or None)}
-
-
-def _after_signal(options):
-    jobs = ", ".join(options.pause_cron_jobs) or "none"
-    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"
 
 
 def _report(verdict, args):

@@ -1,16 +1,14 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.runtime_restart (documented in plugins/modules/): the
-restart through the task's connection, then the runtime's start time read until it moved."""
-
-from __future__ import annotations
+"""Action plugin for leaseguard.deploy.runtime_restart: the restart through the task's
+connection, then the runtime's start time read until it moved."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    AnsibleRunner,
     LeaseguardAction,
+    api,
     contract_from,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import AnsibleRunner
 
 
 class ActionModule(LeaseguardAction):
@@ -29,10 +27,7 @@ class ActionModule(LeaseguardAction):
             args["verify_timeout_s"],
             contract.runtime.source,
         )
+        runner = AnsibleRunner(self, host)
         return api.restart_runtime(
-            AnsibleRunner(self, host),
-            spec,
-            contract,
-            args["lookup"],
-            check_mode=self._task.check_mode,
+            runner, spec, contract, args["lookup"], check_mode=self._task.check_mode
         )

@@ -1,16 +1,14 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.task_timeout (documented in plugins/modules/): the
-lookups and a clock reading in one exec through the task's connection."""
-
-from __future__ import annotations
+"""Action plugin for leaseguard.deploy.task_timeout: the lookups and a clock reading in one exec
+through the task's connection."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
+    AnsibleRunner,
     LeaseguardAction,
+    api,
     contract_from,
 )
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths import AnsibleRunner
 
 
 class ActionModule(LeaseguardAction):

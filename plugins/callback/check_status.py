@@ -1,8 +1,5 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""A --check dry run's exit status says why the real run would not go through."""
-
-from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: check_status

@@ -1,15 +1,9 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
-from __future__ import annotations
-
 
 class ModuleDocFragment:
     # Attributes the modules share; a module's own description wins.
-    DOCUMENTATION = r"""
-options: {}
-"""
-
     READ_ONLY = r"""
 options: {}
 attributes:

@@ -1,8 +1,6 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 
-from __future__ import annotations
-
 
 class ModuleDocFragment:
     # The claim contract. Each `default:` is the core's (tests/unit/test_doc_defaults.py); a

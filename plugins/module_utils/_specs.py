@@ -1,19 +1,17 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: each module's argument spec, read from its DOCUMENTATION
-(so it applies what ansible-doc shows), plus what DOCUMENTATION cannot say: secrets,
-environment fallbacks, rules between options."""
+"""Private to leaseguard.deploy: each module's argument spec, read from the DOCUMENTATION that
+ansible-doc shows, plus what it cannot say: secrets, environment fallbacks, option rules."""
 
-from __future__ import annotations
-
-import ast
 import copy
+import importlib
 import os
 from functools import lru_cache
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 
 PLUGINS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FRAGMENTS = "ansible_collections.leaseguard.deploy.plugins.doc_fragments"
 _SPEC_KEYS = ("type", "default", "elements", "choices", "required")
 # Never logged, and read from the controller's environment when not given.
 _SECRETS_AND_FALLBACKS = {
@@ -36,34 +34,19 @@ RULES = {  # validate_argument_spec's other options, per module
 }
 
 
-def _strings(path):
-    """Every `NAME = "..."` of a Python file (module level or in a class), without importing it."""
-    with open(path, encoding="utf-8") as handle:
-        tree = ast.parse(handle.read())
-    return {
-        target.id: node.value.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-        for target in node.targets
-        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
-    }
-
-
 @lru_cache(maxsize=None)
 def documented_options(module):
     """The module's options with its doc fragments merged, as ansible-doc shows them."""
     import yaml  # here: ansible-test imports this file where PyYAML is absent
 
-    doc = yaml.safe_load(
-        _strings(os.path.join(PLUGINS, "modules", f"{module}.py"))["DOCUMENTATION"]
-    )
+    with open(os.path.join(PLUGINS, "modules", f"{module}.yml"), encoding="utf-8") as handle:
+        doc = yaml.safe_load(handle)["DOCUMENTATION"]
     options = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         name, _dot, variant = fragment.removeprefix("leaseguard.deploy.").partition(".")
-        strings = _strings(os.path.join(PLUGINS, "doc_fragments", f"{name}.py"))
-        options.update(
-            yaml.safe_load(strings[(variant or "documentation").upper()]).get("options") or {}
-        )
+        fragment = importlib.import_module(f"{FRAGMENTS}.{name}").ModuleDocFragment
+        text = getattr(fragment, (variant or "documentation").upper())
+        options.update(yaml.safe_load(text).get("options") or {})
     options.update(doc.get("options") or {})
     return options
 
@@ -84,32 +67,28 @@ def module_spec(module):
     return _spec(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
 
 
-# Per module: options no role variable fills (what a caller decides, this host's facts), and
-# those filled from leaseguard_drain_<option> rather than leaseguard_<option>.
-_NOT_VARIABLES = {
-    "lease_guard": {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars"}
-    | {"from_role_vars", "held_intake", "each_host", "held_intakes"},
-    "intake_hold": {"state", "hold", "action", "from_role_vars"},
-}
-_DRAIN_VARIABLES = {
-    "lease_guard": {"deadline_s", "poll_s", "status_file", "metrics_file", "resume_retry_s"},
-    "intake_hold": {"resume_retry_s"},
-}
-
-
 def role_variables(module):
-    """Option -> the role variable from_role_vars fills it from."""
-    drain = _DRAIN_VARIABLES[module]
-    return {
-        option: f"leaseguard_drain_{option}" if option in drain else f"leaseguard_{option}"
-        for option in documented_options(module)
-        if option not in _NOT_VARIABLES[module]
-    }
+    """Option -> the guard role's variable from_role_vars fills it from: leaseguard_drain_<option>
+    or leaseguard_<option>, whichever roles/guard/meta/argument_specs.yml declares."""
+    import yaml  # here: ansible-test imports this file where PyYAML is absent
+
+    options = documented_options(module)
+    if "from_role_vars" not in options:
+        return {}
+    specs = os.path.join(os.path.dirname(PLUGINS), "roles", "guard", "meta", "argument_specs.yml")
+    with open(specs, encoding="utf-8") as handle:
+        declared = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
+    variables = {}
+    for option in options:
+        for name in (f"leaseguard_drain_{option}", f"leaseguard_{option}"):
+            if name in declared:
+                variables[option] = name
+                break
+    return variables
 
 
 def action_only(name):
-    """A docs-only module's run (the action plugin does the work); its spec is built for
-    ansible-test's validate-modules to check against DOCUMENTATION."""
+    """A docs-only module's run; validate-modules checks its docs against the spec built here."""
     try:
         argument_spec, rules = module_spec(name)
     except ImportError:  # no PyYAML where the module itself runs: nothing to check it with

@@ -1,49 +1,62 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: the one run() every leaseguard action plugin shares, and
-what several share: the task's contract, its failure, the check of leaseguard_* variables,
-a drain inside an Ansible worker (stopped by signals or a vanished controller, shown live)."""
+"""Private to leaseguard.deploy: what the action plugins share: their one run(), the host's
+runner and database path, and a drain inside an Ansible worker (stopped by signals, shown live)."""
 
-from __future__ import annotations
-
+import dataclasses
 import difflib
 import logging
 import os
 import re
+import secrets
+import shlex
 import threading
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
 from pathlib import Path
 from types import MappingProxyType
 
-import yaml
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import module_spec
+from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    module_spec,
+    role_variables,
+)
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
+    ConfigError,
     LeaseguardError,
     api,
+    display,
     require_leaseguard,
 )
 
+try:
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import make_conninfo
+except ImportError:  # require_leaseguard() fails every task first, naming the install
+    pass
+
 COLLECTION_ROOT = Path(__file__).resolve().parents[2]
+RESUME_HINT = (
+    "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
+    "the same database options)"
+)
 
 
 class LeaseguardAction(ActionBase):
-    """Validates the task's arguments against its module's spec and runs act(); a
-    LeaseguardError fails the task naming the host and what failed (never a pass)."""
+    """Runs act() on the arguments its module's spec admits; a LeaseguardError fails the task."""
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
-    module = ""  # plugins/modules/<module>.py, whose DOCUMENTATION gives the spec
-    role_variables = MappingProxyType({})  # option -> the role variable from_role_vars reads
+    module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
+        cls.role_variables = MappingProxyType(role_variables(cls.module))
 
     def act(self, args, host, task_vars):
         raise NotImplementedError
@@ -95,8 +108,7 @@ def failure(exc, host, what="check"):
 
 
 def contract_from(args):
-    """The contract from the task's options (the core's top-level keys), without the None
-    the argument spec fills in."""
+    """The contract from the task's options, without the None the argument spec fills in."""
     keys = {key.split(".")[0] for key in api.CONFIG_KEYS}
     return api.load_contract(
         {key: _without_none(args[key]) for key in keys if args.get(key) is not None}
@@ -133,57 +145,149 @@ def checked_variables(task_vars, allow=()):
     return result
 
 
+# A name the roles define (a key: argument_specs, defaults, vars, set_fact) or register.
+_DEFINED = re.compile(r"^\s*(?:register:\s*)?(leaseguard_[a-z0-9_]+)\b", re.MULTILINE)
+
+
 @lru_cache(maxsize=1)
 def known_variables():
-    """Every leaseguard_* name the collection's roles and playbooks define, read or register."""
+    """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
-    for path in sorted(COLLECTION_ROOT.glob("roles/*/meta/argument_specs.yml")):
-        for entry in (_load(path).get("argument_specs") or {}).values():
-            names.update((entry or {}).get("options") or {})
-    for folder in ("defaults", "vars"):
-        for path in sorted(COLLECTION_ROOT.glob(f"roles/*/{folder}/*.yml")):
-            names.update(_load(path))
-    for path in sorted(COLLECTION_ROOT.glob("roles/*/tasks/*.yml")):
-        names.update(_registered(_load(path)))
-    for path in sorted(COLLECTION_ROOT.glob("playbooks/*.yml")):
+    for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
+        names.update(_DEFINED.findall(path.read_text(encoding="utf-8")))
+    for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
-    return frozenset(name for name in names if name.startswith("leaseguard_"))
+    return frozenset(names)
 
 
-def _load(path):
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-
-
-def _registered(node):
-    """Names a task file registers or sets as facts, at any depth (blocks, rescue, always)."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _registered(item)
-    elif isinstance(node, dict):
-        if isinstance(node.get("register"), str):
-            yield node["register"]
-        for key in ("ansible.builtin.set_fact", "set_fact"):
-            if isinstance(node.get(key), dict):
-                yield from node[key]
-        for key in ("block", "rescue", "always"):
-            yield from _registered(node.get(key))
-
-
-display = Display()
-RESUME_HINT = (
-    "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
-    "the same database options)"
+# OpenSSH's (and paramiko's) words for a refused host key, and what to do; the raw text is
+# never repeated (it may quote the command).
+_REPLACE_KEY = (
+    "if the change is expected, verify the new key and replace the old one "
+    "(ssh-keygen -R {host}, then ssh-keyscan)"
 )
+_HOST_KEY_CAUSES = {
+    "remote host identification has changed": "host key does not match known_hosts (it "
+    "changed since it was recorded): " + _REPLACE_KEY,
+    "host key mismatch": "host key does not match known_hosts: " + _REPLACE_KEY,
+    "host key verification failed": "host key verification failed (not in known_hosts, or "
+    "not matching it): add the verified key to known_hosts (ssh-keyscan)",
+}
+
+
+class AnsibleRunner:
+    """Runs commands on the host through the task's own connection (become, jump hosts)."""
+
+    def __init__(self, action, label):
+        self._action, self.label = action, label
+
+    @property
+    def becomes(self):  # the host lookups read it: through become, each lookup is its own exec
+        return getattr(self._action._connection, "become", None) is not None
+
+    def run(self, argv):
+        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
+        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        nonce = secrets.token_hex(8) if self.becomes else None
+        command = api.tty_argv(tuple(argv), nonce) if nonce else argv
+        try:
+            result = self._action._low_level_execute_command(
+                shlex.join(command), sudoable=nonce is not None
+            )
+        except (AnsibleConnectionFailure, AnsibleError) as exc:
+            text = str(exc).lower()
+            causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
+            cause = next(causes, "running a lookup failed").format(host=self.label)
+            raise api.TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
+        ran = api.CommandResult(
+            int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
+        )
+        return api.split_tty(ran, nonce) if nonce else ran
+
+
+def conninfo_from(args):
+    """dbname/user/password and the other libpq keywords of `dsn` as one conninfo."""
+    given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
+    try:
+        conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+    except ProgrammingError:
+        raise api.invalid_dsn(args["dsn"] or "") from None
+    api.reject_hostaddr(conninfo)
+    return conninfo
+
+
+def ssh_target(connection, play_context):
+    """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
+
+    def option(name):
+        try:
+            return connection.get_option(name)
+        except KeyError:
+            return None
+
+    ssh_args = " ".join(
+        str(option(name) or "") for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
+    )
+    parsed = api.parse_openssh_args(ssh_args)
+    if "proxycommand" in parsed:
+        raise ConfigError(
+            "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
+            "use ProxyJump (-J) instead"
+        )
+    strict = parsed.get("stricthostkeychecking", "").lower()
+    port = option("port") or parsed.get("port")
+    options = api.SshOptions(
+        user=option("remote_user") or parsed.get("user"),
+        port=int(port) if port else None,
+        key_filename=option("private_key_file") or parsed.get("identityfile"),
+        known_hosts=parsed.get("userknownhostsfile"),
+        # Only the host's own Ansible settings opt out of refusing unknown keys, as for
+        # ansible's ssh itself; a changed key is refused either way.
+        accept_unknown_host_keys=option("host_key_checking") is False
+        or strict in ("no", "off", "accept-new"),
+        gateway=parsed.get("proxyjump"),
+        connect_timeout_s=int(option("timeout") or 10),
+    )
+    return str(option("host") or play_context.remote_addr), options
+
+
+def tunnels(action, args):
+    """Whether the database is reached through a tunnel (not with `tunnel: false` or `local`)."""
+    transport = str(getattr(action._connection, "transport", "") or "").rsplit(".", 1)[-1]
+    return bool(args["tunnel"]) and transport != "local"
+
+
+@contextmanager
+def database_path(action, args, *, probe=True):
+    """(conninfo, tunnel or None) as the controller reaches the database, closed on exit."""
+    conninfo = conninfo_from(args)
+    if not tunnels(action, args):
+        path = nullcontext((api.direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+    else:
+        address = api.DatabaseAddress(
+            *api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
+        )
+        host, options = ssh_target(action._connection, action._play_context)
+        if args.get("connect_timeout_s"):
+            # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
+            timeout = min(options.connect_timeout_s, int(args["connect_timeout_s"]))
+            options = dataclasses.replace(options, connect_timeout_s=timeout)
+        path = api.tunnelled(api.make_connection(host, options), conninfo, address, probe=probe)
+    with path as opened:
+        yield opened
+
+
+@contextmanager
+def database_conninfo(action, args):
+    with database_path(action, args) as (conninfo, _tunnel):
+        yield conninfo
 
 
 @contextmanager
 def stop_on_signals(label):
     """SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
-
-    A worker's own handler would kill it at once (no `finally`), and a controller gone without
-    forwarding a signal (SIGHUP, SIGKILL) leaves the worker orphaned, which it notices.
-    Messages go to the controller's stderr, opened first (a worker's stdio is /dev/null).
-    """
+    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
+    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
     stop, done = threading.Event(), threading.Event()
     try:
         out = open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")  # noqa: SIM115
@@ -219,27 +323,21 @@ def stop_on_signals(label):
             out.close()
 
 
-class _Displayed(logging.Handler):
-    """Shows each drain line (INFO and up: idle polls never) and keeps it for the result."""
-
-    def __init__(self, label):
-        super().__init__(logging.INFO)
-        self.label, self.lines = label, []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-        display.display(f"leaseguard [{self.label}]: {self.lines[-1]}")
-
-
 @contextmanager
 def drain_events(label):
-    """The drain's log lines, shown live and collected into the yielded list."""
-    logger = logging.getLogger("leaseguard.drain")
-    handler, previous = _Displayed(label), logger.level
+    """The drain's log lines (INFO and up: idle polls never), shown live and yielded as a list."""
+    lines, logger = [], logging.getLogger("leaseguard.drain")
+
+    class Shown(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+            display.display(f"leaseguard [{label}]: {lines[-1]}")
+
+    handler, previous = Shown(logging.INFO), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     try:
-        yield handler.lines
+        yield lines
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)

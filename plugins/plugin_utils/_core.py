@@ -1,12 +1,7 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Private to leaseguard.deploy: the `leaseguard` package the plugins run over, imported first.
-
-The controller's installed package, else the copy a Galaxy tarball carries in _vendor/
-(scripts/build_collection.py). Every task warns when the collection and the package differ.
-"""
-
-from __future__ import annotations
+"""Private to leaseguard.deploy: the `leaseguard` package the plugins run over (the installed one,
+else the copy a Galaxy tarball carries in _vendor/), and a warning when the two differ."""
 
 import hashlib
 import importlib.util
@@ -53,12 +48,9 @@ def require_leaseguard():
     """Fail the task, saying what to install, without the package; warn on a mismatch."""
     exc = LEASEGUARD_IMPORT_ERROR
     if exc is not None:
-        # The Galaxy tarball carries the core: only its requirements can be missing.
-        missing = (
-            "the Python requirements of leaseguard.deploy are"
-            if CARRIED
-            else ("the leaseguard Python package is")
-        )
+        missing = "the leaseguard Python package is"
+        if CARRIED:  # the Galaxy tarball carries the core: only its requirements can be missing
+            missing = "the Python requirements of leaseguard.deploy are"
         raise AnsibleActionFail(
             f"{missing} required on the controller ({type(exc).__name__}: {exc}): install "
             f"them into the Python that runs ansible ({sys.executable}) with: {install_hint()}",
@@ -108,8 +100,7 @@ def install_warning():
     shipped = os.path.realpath(str(dist.locate_file("ansible_collections/leaseguard/deploy")))
     if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
         return None
-    shipped_hash = collection_identity(shipped)[1]
-    if shipped_hash is None or shipped_hash == files_hash:
+    if collection_identity(shipped)[1] in (None, files_hash):
         return None
     return (
         f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "

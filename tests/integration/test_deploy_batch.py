@@ -140,3 +140,62 @@ def test_a_batch_defers_each_host_by_its_own_facts(db, batch, tmp_path):
     assert decisions == {"app1": "defer", "app2": "proceed", "app3": "defer"}
     assert verdicts["app2"]["counts"]["orphaned"] == 1
     assert sorted(run.results(RESTART)) == ["app2"]
+
+
+def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tmp_path):
+    """The run_once host proceeds (the claim is an orphan there) while app2 defers: with
+    fail_on_defer the task fails naming app2, with force it warns about app2's claim."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (7, 'running', now())"
+        )
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    runtimes = {"app1": {"source": "fixed", "started_at": later}, "app2": {"source": "none"}}
+    hosts = {
+        host: {"ansible_connection": "local", "leaseguard_runtime": runtime}
+        for host, runtime in runtimes.items()
+    }
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        hosts,
+        **db_vars(db),
+        leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
+    )
+    play = tmp_path / "each.yml"
+    play.write_text(
+        """
+- hosts: app
+  gather_facts: false
+  tasks:
+    - leaseguard.deploy.task_timeout:
+        task_timeout: "{{ leaseguard_task_timeout }}"
+        runtime: "{{ leaseguard_runtime }}"
+      register: leaseguard_lookup
+    - name: Forced
+      leaseguard.deploy.lease_guard: &each
+        from_role_vars: true
+        each_host: true
+        fleet_lookups: >-
+          {{ dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars)
+             | map(attribute='leaseguard_lookup'))) }}
+        force: true
+      run_once: true
+    - name: Failed on defer
+      leaseguard.deploy.lease_guard:
+        <<: *each
+        force: false
+        fail_on_defer: true
+      run_once: true
+"""
+    )
+    run = run_playbook(play, inventory, tmp_path)
+    assert run.returncode == 2, run.stdout[-5000:]
+    forced = run.result("Forced", "app1")
+    assert forced["decision"] == "proceed" and not forced.get("failed")
+    assert forced["hosts"]["app2"]["forced"] is True
+    assert "FORCED on app2: 1 live claim(s) will be killed: 7" in run.stdout + run.stderr
+    failed = run.result("Failed on defer", "app1")
+    assert failed["failed"] is True
+    assert failed["msg"].endswith("; deferring: app2"), failed["msg"]
+    assert failed["hosts"]["app1"]["decision"] == "proceed"

@@ -11,7 +11,7 @@ from tests.support.ansible_run import REPO
 
 sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
 front = importlib.import_module(
-    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._host_paths"
+    "ansible_collections.leaseguard.deploy.plugins.plugin_utils._action"
 )
 
 

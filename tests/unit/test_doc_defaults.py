@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.util
+import importlib
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from leaseguard.core.presets import PRESETS
 from leaseguard.orchestration.drain_run import DrainOptions
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "build" / "collections"))  # the link `make collection-link` makes
 MODULES = ("lease_guard", "task_timeout", "runtime_restart", "cron_budget", "check_vars")
 FRAGMENT_PREFIX = "leaseguard.deploy."
 
@@ -89,9 +91,8 @@ def _fragment_options(name: str) -> dict[str, Any]:
 
 def documented_options(module: str) -> dict[str, Any]:
     """The module's options with its doc fragments merged, as ansible-doc shows them."""
-    doc = yaml.safe_load(
-        _assigned_strings(REPO / "plugins" / "modules" / f"{module}.py")["DOCUMENTATION"]
-    )
+    sidecar = REPO / "plugins" / "modules" / f"{module}.yml"
+    doc = yaml.safe_load(sidecar.read_text(encoding="utf-8"))["DOCUMENTATION"]
     options: dict[str, Any] = {}
     for fragment in doc.get("extends_documentation_fragment") or []:
         options.update(_fragment_options(fragment))
@@ -100,12 +101,9 @@ def documented_options(module: str) -> dict[str, Any]:
 
 
 def argument_spec(module: str) -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location(
-        "leaseguard_specs_under_test", REPO / "plugins" / "module_utils" / "_specs.py"
+    specs = importlib.import_module(
+        "ansible_collections.leaseguard.deploy.plugins.module_utils._specs"
     )
-    assert spec is not None and spec.loader is not None
-    specs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(specs)
     result: dict[str, Any] = specs.module_spec(module)[0]
     return result
 
