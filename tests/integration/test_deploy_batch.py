@@ -14,7 +14,7 @@ import pytest
 
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import db_vars, run_playbook, write_inventory
+from tests.support.ansible_run import db_vars, run_playbook, write_each_host_play, write_inventory
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -162,32 +162,10 @@ def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tm
         **db_vars(db),
         leaseguard_task_timeout={"source": "fixed", "value_s": 3600},
     )
-    play = tmp_path / "each.yml"
-    play.write_text(
-        """
-- hosts: app
-  gather_facts: false
-  tasks:
-    - leaseguard.deploy.task_timeout:
-        task_timeout: "{{ leaseguard_task_timeout }}"
-        runtime: "{{ leaseguard_runtime }}"
-      register: leaseguard_lookup
-    - name: Forced
-      leaseguard.deploy.lease_guard: &each
-        from_role_vars: true
-        each_host: true
-        fleet_lookups: >-
-          {{ dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars)
-             | map(attribute='leaseguard_lookup'))) }}
-        force: true
-      run_once: true
-    - name: Failed on defer
-      leaseguard.deploy.lease_guard:
-        <<: *each
-        force: false
-        fail_on_defer: true
-      run_once: true
-"""
+    play = write_each_host_play(
+        tmp_path / "each.yml",
+        {"name": "Forced", "force": True},
+        {"name": "Failed on defer", "fail_on_defer": True},
     )
     run = run_playbook(play, inventory, tmp_path)
     assert run.returncode == 2, run.stdout[-5000:]

@@ -6,7 +6,12 @@ all on the first host's database."""
 import pytest
 
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import FIXED_FACTS, run_playbook, write_inventory
+from tests.support.ansible_run import (
+    FIXED_FACTS,
+    run_playbook,
+    write_each_host_play,
+    write_inventory,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,25 +51,7 @@ def test_each_host_drains_on_its_own_database(own_databases, tmp_path):
 
 
 def test_one_task_for_every_host_is_refused_where_each_may_have_its_own(own_databases, tmp_path):
-    play = tmp_path / "each.yml"
-    play.write_text(
-        """
-- hosts: app
-  gather_facts: false
-  tasks:
-    - leaseguard.deploy.task_timeout:
-        task_timeout: {source: fixed, value_s: 3600}
-        runtime: {source: none}
-      register: leaseguard_lookup
-    - leaseguard.deploy.lease_guard:
-        from_role_vars: true
-        each_host: true
-        fleet_lookups: >-
-          {{ dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars)
-             | map(attribute='leaseguard_lookup'))) }}
-      run_once: true
-"""
-    )
+    play = write_each_host_play(tmp_path / "each.yml", {})
     run = run_playbook(play, own_databases, tmp_path)
     assert run.returncode == 2, run.stdout[-4000:]
     assert "each host's own loopback" in run.stdout

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -85,6 +87,17 @@ def run(argv: list[str], timeout: float = 90) -> subprocess.CompletedProcess[str
     return subprocess.run(
         argv, capture_output=True, text=True, env=clean_env(), timeout=timeout, check=False
     )
+
+
+@contextmanager
+def started(argv: list[str]) -> Iterator[tuple[subprocess.Popen[str], Lines]]:
+    """A drain in the background, its stderr read line by line; killed if still running."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=clean_env())
+    try:
+        yield proc, Lines(proc.stderr)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
 
 
 def run_until_go(argv, out, go, ready) -> subprocess.CompletedProcess[str]:
@@ -246,14 +259,10 @@ def test_a_job_this_role_cannot_see_fails_the_hold_naming_the_role(db, intake):
 def test_two_real_drains_on_one_intake_give_it_back_only_after_both(db, intake, tmp_path):
     go = tmp_path / "go"  # the first drain's command runs until the second drain is done
     until_go = f"until [ -e {go} ]; do sleep 0.05; done"
-    slow = subprocess.Popen(
-        drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go),
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
-    try:
-        lines = Lines(slow.stderr)
+    with started(drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go)) as (
+        slow,
+        lines,
+    ):
         assert lines.wait_for("intake held: running command sh")
         quick = run(drain_argv(db, "--pause-cron-job", intake, "--", "true"))
         assert quick.returncode == 0, quick.stderr
@@ -261,9 +270,6 @@ def test_two_real_drains_on_one_intake_give_it_back_only_after_both(db, intake, 
         assert not active(db, intake)  # the first drain still holds it
         go.touch()
         assert slow.wait(timeout=60) == 0
-    finally:
-        if slow.poll() is None:
-            slow.kill()
     assert active(db, intake)
 
 
@@ -310,21 +316,11 @@ def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
             "current_user, 'SELECT 1', 'running', now())",
             (jobid[0], pid, db.name),
         )
-        drain = subprocess.Popen(
-            drain_argv(db, "--pause-cron-job", intake, "--", "true"),
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(),
-        )
-        try:
-            lines = Lines(drain.stderr)
+        with started(drain_argv(db, "--pause-cron-job", intake, "--", "true")) as (drain, lines):
             assert lines.wait_for(f"intake paused pg_cron job={intake}")
             assert not active(db, intake)
             drain.send_signal(signal.SIGTERM)
             assert drain.wait(timeout=30) != 0
-        finally:
-            if drain.poll() is None:
-                drain.kill()
         # No command ran: the signal interrupted the drain, not `true`.
         assert lines.wait_for("leaseguard: drain interrupted; intake was resumed"), lines.text()
         assert active(db, intake)
@@ -332,20 +328,13 @@ def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
 
 
 def test_a_signal_while_the_command_runs_ends_it_and_gives_intake_back(db, intake):
-    drain = subprocess.Popen(
-        drain_argv(db, "--pause-cron-job", intake, "--", "sleep", "120"),
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
-    try:
-        lines = Lines(drain.stderr)
+    with started(drain_argv(db, "--pause-cron-job", intake, "--", "sleep", "120")) as (
+        drain,
+        lines,
+    ):
         assert lines.wait_for("intake held: running command sleep")
         drain.send_signal(signal.SIGTERM)
         assert drain.wait(timeout=30) == 1
-    finally:
-        if drain.poll() is None:
-            drain.kill()
     assert "drain interrupted (command sleep interrupted); intake was resumed" in lines.text()
     assert active(db, intake)
 

@@ -75,6 +75,32 @@ def write_inventory(path: Path, hosts: dict[str, dict[str, Any]], **group_vars: 
     return path
 
 
+def write_each_host_play(path: Path, *guards: dict[str, Any]) -> Path:
+    """A play on group app: every host's task_timeout lookup (from its leaseguard_* variables),
+    then each of `guards` (a task's name and lease_guard's extra options) as one each_host
+    task judging every host (run_once)."""
+    lookup = {
+        "task_timeout": "{{ leaseguard_task_timeout }}",
+        "runtime": "{{ leaseguard_runtime }}",
+    }
+    fleet = (
+        "{{ dict(ansible_play_batch | zip(ansible_play_batch | map('extract', hostvars)"
+        " | map(attribute='leaseguard_lookup'))) }}"
+    )
+    each = {"from_role_vars": True, "each_host": True, "fleet_lookups": fleet}
+    tasks: list[dict[str, Any]] = [
+        {"leaseguard.deploy.task_timeout": lookup, "register": "leaseguard_lookup"}
+    ]
+    for guard in guards:
+        options = {key: value for key, value in guard.items() if key != "name"}
+        named = {"name": guard["name"]} if "name" in guard else {}
+        tasks.append(
+            {**named, "leaseguard.deploy.lease_guard": {**each, **options}, "run_once": True}
+        )
+    path.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "tasks": tasks}]))
+    return path
+
+
 def run_playbook(
     playbook: Path | str,
     inventory: Path,
