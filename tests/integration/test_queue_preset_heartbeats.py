@@ -131,6 +131,19 @@ def test_procrastinate_without_its_workers_table_fails_closed_naming_it(procrast
         judge(procrastinate.dsn, "procrastinate")
 
 
+@pytest.mark.parametrize("kind", ["VIEW", "MATERIALIZED VIEW"])
+def test_procrastinate_workers_read_through_a_view_fail_closed_naming_it(procrastinate, kind):
+    """A beating worker's job defers through the table; behind a view (which may filter the
+    workers) or a materialized view (heartbeats frozen at its refresh) the check refuses."""
+    job(procrastinate, "doing", worker(procrastinate, "1 second"))
+    assert judge(procrastinate.dsn, "procrastinate").decision is Decision.DEFER
+    with procrastinate.connect() as conn:
+        conn.execute("ALTER TABLE procrastinate_workers RENAME TO workers_base")
+        conn.execute(f"CREATE {kind} procrastinate_workers AS SELECT * FROM workers_base")  # noqa: S608
+    with pytest.raises(SchemaMismatch, match=f"procrastinate_workers .* is a {kind.lower()}"):
+        judge(procrastinate.dsn, "procrastinate")
+
+
 def test_procrastinate_index_sql_leads_with_the_status(procrastinate):
     done = run_cli("index-sql", "--preset", "procrastinate")
     assert done.returncode == 0, done.stderr

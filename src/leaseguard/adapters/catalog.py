@@ -247,6 +247,12 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
             f"table {label} (the owners of the claims in {contract.table_label}) does "
             "not exist (or is not visible)"
         )
+    if relation[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
+        raise SchemaMismatch(
+            f"table {label} (the owners of the claims in {contract.table_label}) is "
+            f"{_kind_name(relation[1])}, not the table the owners' heartbeats are written to: "
+            "a live owner could look gone and its claims dead; name that table"
+        )
     _check_rows_visible(relation, label)
     types = _column_types(conn, table)
     beat = owners.heartbeat_column
