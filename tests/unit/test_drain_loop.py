@@ -249,3 +249,54 @@ def test_a_signal_landing_while_stop_is_being_set_neither_deadlocks_nor_is_lost(
         "SIGTERM again: still resuming intake, then exiting",
     ]
     assert signal.getsignal(signal.SIGINT) is not handler  # the previous handler is back
+
+
+def test_a_signal_is_obeyed_even_when_saying_so_fails():
+    """A closed stderr (the `| tee` died with the same Ctrl-C) must not lose the stop, nor
+    the signals after it."""
+    import signal
+    import threading
+
+    from leaseguard.orchestration.drain_run import signals_set
+
+    def say(message):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    stop = threading.Event()
+    with signals_set(stop, say):
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        assert stop.wait(timeout=5)
+
+
+def test_a_part_whose_resume_failed_stays_listed_as_paused():
+    class Stuck(RecordingIntake):
+        def resume(self):
+            self.events.append("resume")
+            raise DatabaseUnavailable("connection lost while resuming")
+
+    given_back, stuck = RecordingIntake(names=["command:app1"]), Stuck(names=["pg_cron:claim"])
+    intakes = Intakes([given_back, stuck], held=True)
+    with pytest.raises(DatabaseUnavailable):
+        intakes.resume()
+    assert (given_back.events, stuck.events) == (["resume"], ["resume"])
+    assert intakes.paused_intake() == ["pg_cron:claim"]  # the status file's paused_intake
+
+
+def test_a_signal_during_the_last_poll_interrupts_instead_of_proceeding():
+    import threading
+
+    stop = threading.Event()
+    answers = iter([verdict("1"), verdict()])
+
+    def judge():
+        answer = next(answers)
+        if not answer.counts.live:
+            stop.set()  # the signal lands while the poll that finds nothing live runs
+        return answer
+
+    fake = FakeTime()
+    ran = []
+    loop = Drainer(judge, clock=fake.clock, sleep=fake.sleep, stop=stop)
+    result = loop.run(act=lambda result: ran.append(result))
+    assert type(result.error).__name__ == "DrainInterrupted" and result.exit_status == 1
+    assert not result.drained and ran == []

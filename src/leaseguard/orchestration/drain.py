@@ -177,7 +177,9 @@ class Drainer:
                     elapsed = self.clock() - started
                     return DrainResult(None, self.counters, elapsed, 0.0, self._interrupted(), held)
             result = replace(self._wait(started, held), intake=held)
-            if act is not None and result.drained and not self.stop.is_set():
+            if self.stop.is_set() and result.error is None:  # a signal during the last poll
+                return replace(result, error=self._interrupted())
+            if act is not None and result.drained:
                 result = replace(result, action=act(result))
             return result
         except LeaseguardError as exc:  # the pause or the action failed

@@ -3,6 +3,7 @@ options, a host's or a fleet's drain, signals, the timeline's logging."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -14,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import Any
 
@@ -178,12 +179,23 @@ def drain_each(
     stop = stop or threading.Event()
     judge_for = shared_poll(session, options.poll_s / 2)
 
+    # Without `own` the caller holds every intake: no host's thread pauses any (one session).
+    unpaused = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
+    each_options = options if own is not None else unpaused
+
     def drain(host: str) -> DrainResult:
-        mine = session if own is None else own[host]  # None: the caller holds every intake
+        mine = session if own is None else own[host]
         label = session.judged.host_labels.get(host, host) if own is None else None
         judge, action = judge_for(host), act(mine)
         return drain_host(
-            mine, options, board=board, stop=stop, judge=judge, act=action, label=label, **kwargs
+            mine,
+            each_options,
+            board=board,
+            stop=stop,
+            judge=judge,
+            act=action,
+            label=label,
+            **kwargs,
         )
 
     hosts = sorted(session.judged.each)
@@ -258,23 +270,22 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
 
     def relay() -> None:
         while (signum := received.get()) is not None:
-            name = signal.Signals(signum).name
-            if stop.is_set():
-                say(f"{name} again: still resuming intake, then exiting")
-            else:
-                say(f"{name}: stopping the drain and resuming intake")
-            stop.set()
+            name, again = signal.Signals(signum).name, stop.is_set()
+            stop.set()  # before saying so: a closed stderr (a dead `| tee`) must not lose it
+            with contextlib.suppress(Exception):
+                say(
+                    f"{name} again: still resuming intake, then exiting"
+                    if again
+                    else f"{name}: stopping the drain and resuming intake"
+                )
 
     relaying = threading.Thread(target=relay, name="leaseguard-signals", daemon=True)
     relaying.start()
+    previous: dict[signal.Signals, Any] = {}
     try:
-        previous = {
-            sig: signal.signal(sig, lambda signum, frame: received.put(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        }
-    except ValueError:  # not the main thread: nothing to install
-        previous = {}
-    try:
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to install
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                previous[sig] = signal.signal(sig, lambda signum, frame: received.put(signum))
         yield
     finally:
         for sig, old in previous.items():

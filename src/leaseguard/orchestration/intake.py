@@ -165,11 +165,11 @@ class Intakes:
 
     def resume(self) -> None:
         failures: list[LeaseguardError] = []
-        while self.active:
-            part = self.active.pop()
+        for part in reversed(self.active.copy()):
             try:
                 part.resume()
-            except LeaseguardError as exc:
+                self.active.remove(part)
+            except LeaseguardError as exc:  # still paused: it stays listed (status, metrics)
                 failures.append(exc)
                 log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
         if failures:
