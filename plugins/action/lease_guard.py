@@ -69,6 +69,7 @@ class ActionModule(LeaseguardAction):
                 return {**verdict, **looked_up, "intake": _intake(held)}
             label = "fleet" if each else session.host
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
+                drained = None
                 try:
                     if each:
                         drained = api.drain_every_host(session, options, stop)
@@ -77,10 +78,8 @@ class ActionModule(LeaseguardAction):
                             session, options, front=front, resume_hint=RESUME_HINT, stop=stop
                         )
                 finally:
-                    jobs = ", ".join(options.pause_cron_jobs) or "none"
-                    resumed = "" if each else f"; intake was resumed (pg_cron jobs: {jobs})"
                     if stop.is_set():
-                        say(f"drain interrupted by a signal{resumed}")
+                        say(_after_signal(options, resumed=drained is not None and not each))
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
             return _each_result(judged, args, host)
@@ -125,15 +124,21 @@ def _each_result(judged, args, host):
         result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
-    own = judged.get(host, {"changed": False, "decision": worst, "msg": summary})
+    outside = {"changed": False, "decision": worst, "msg": summary, "failed": worst == "failed"}
+    own = judged.get(host, outside)
     task = {**own, "hosts": judged, "summary": f"hosts: {summary}"}
     forced = [r["warnings"][-1] for name, r in judged.items() if r.get("forced") and name != host]
     if forced:
-        task["warnings"] = [*own.get("warnings", []), *forced]
-    deferring = [name for name, result in judged.items() if result["decision"] == "defer"]
-    fails = args["fail_on_defer"] and not args["force"] and "error" not in own
-    if fails and set(deferring) - {host}:
-        task.update(failed=True, msg=f"{own['msg']}; deferring: {', '.join(deferring)}")
+        task.update(forced=True, warnings=[*own.get("warnings", []), *forced])
+    # fail_on_defer stops on every host not safe to restart: a defer, or a check that failed.
+    unsafe = {
+        word: [name for name, r in judged.items() if r["decision"] == decision]
+        for word, decision in (("deferring", "defer"), ("failed", "failed"))
+    }
+    fails = args["fail_on_defer"] and not args["force"] and not own.get("failed")
+    if fails and {name for names in unsafe.values() for name in names} - {host}:
+        named = "; ".join(f"{word}: {', '.join(names)}" for word, names in unsafe.items() if names)
+        task.update(failed=True, msg=f"{own['msg']}; {named}")
     return task
 
 
@@ -174,3 +179,11 @@ def _report(verdict, args):
     elif args["fail_on_defer"]:
         result["failed"] = True
     return result
+
+
+def _after_signal(options, resumed):
+    """What a signal ended; intake named only when this task paused it and gave it back."""
+    if not (resumed and (options.pause_cron_jobs or options.pause_command)):
+        return "drain interrupted by a signal"
+    jobs = ", ".join(options.pause_cron_jobs) or "none"
+    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"

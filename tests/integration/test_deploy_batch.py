@@ -171,7 +171,7 @@ def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tm
     assert run.returncode == 2, run.stdout[-5000:]
     forced = run.result("Forced", "app1")
     assert forced["decision"] == "proceed" and not forced.get("failed")
-    assert forced["hosts"]["app2"]["forced"] is True
+    assert forced["hosts"]["app2"]["forced"] is True and forced["forced"] is True
     assert "FORCED on app2: 1 live claim(s) will be killed: 7" in run.stdout + run.stderr
     failed = run.result("Failed on defer", "app1")
     assert failed["failed"] is True
