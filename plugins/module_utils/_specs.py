@@ -67,6 +67,12 @@ def module_spec(module):
     return _spec(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
 
 
+# What each task's caller decides (or one host's facts): never filled from a role variable,
+# even one the role declares (a deployment-wide leaseguard_force would force every guard).
+_PER_TASK = {*_ONE_HOSTS_FACTS, "wait", "force", "fail_on_defer", "check_vars", "from_role_vars"}
+_PER_TASK |= {"each_host", "held_intake", "held_intakes", "state", "hold", "action"}
+
+
 def role_variables(module):
     """Option -> the guard role's variable from_role_vars fills it from: leaseguard_drain_<option>
     or leaseguard_<option>, whichever roles/guard/meta/argument_specs.yml declares."""
@@ -79,7 +85,7 @@ def role_variables(module):
     with open(specs, encoding="utf-8") as handle:
         declared = yaml.safe_load(handle)["argument_specs"]["main"]["options"]
     variables = {}
-    for option in options:
+    for option in set(options) - _PER_TASK:
         for name in (f"leaseguard_drain_{option}", f"leaseguard_{option}"):
             if name in declared:
                 variables[option] = name

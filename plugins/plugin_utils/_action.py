@@ -145,8 +145,12 @@ def checked_variables(task_vars, allow=()):
     return result
 
 
-# A name the roles define (a key: argument_specs, defaults, vars, set_fact) or register.
-_DEFINED = re.compile(r"^\s*(?:register:\s*)?(leaseguard_[a-z0-9_]+)\b", re.MULTILINE)
+# A name the roles define: a key (argument_specs, defaults, vars, set_fact) or a register,
+# first in its line or after a list's dash (a Jinja line that only mentions one is no key).
+_DEFINED = re.compile(
+    r"""^\s*(?:-\s+)?(?:register:\s*["']?(leaseguard_\w+)|["']?(leaseguard_\w+)["']?\s*:)""",
+    re.MULTILINE,
+)
 
 
 @lru_cache(maxsize=1)
@@ -154,7 +158,8 @@ def known_variables():
     """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
     for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
-        names.update(_DEFINED.findall(path.read_text(encoding="utf-8")))
+        text = path.read_text(encoding="utf-8")
+        names.update(name for pair in _DEFINED.findall(text) for name in pair if name)
     for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
     return frozenset(names)

@@ -85,6 +85,22 @@ def test_every_option_from_role_vars_is_a_documented_guard_role_variable():
     assert "lookup" not in mapped and "wait" not in mapped and "force" not in mapped
 
 
+def test_what_each_task_decides_is_never_filled_from_a_role_variable(tmp_path, monkeypatch):
+    """Even a guard role declaring leaseguard_force (or fail_on_defer, each_host...) does not
+    make every from_role_vars guard forced: those stay the calling task's own decision."""
+    per_task = ["wait", "force", "fail_on_defer", "each_host", "held_intake", "lookup", "state"]
+    declared = guard_role_variables() | {f"leaseguard_{option}" for option in per_task}
+    specs_file = tmp_path / "roles" / "guard" / "meta" / "argument_specs.yml"
+    specs_file.parent.mkdir(parents=True)
+    options = {name: {"type": "raw"} for name in declared}
+    specs_file.write_text(yaml.safe_dump({"argument_specs": {"main": {"options": options}}}))
+    (tmp_path / "plugins").symlink_to(REPO / "plugins")
+    monkeypatch.setattr(specs, "PLUGINS", str(tmp_path / "plugins"))
+    mapped = {**specs.role_variables("lease_guard"), **specs.role_variables("intake_hold")}
+    assert mapped["deadline_s"] == "leaseguard_drain_deadline_s"  # the file was read
+    assert not set(per_task) & set(mapped), mapped
+
+
 def test_a_restart_named_by_a_replica_filter_is_named_with_what_to_do():
     said = check_vars.restart_missing(restart_of("docker", container="label=svc=worker"))
     assert said.startswith("leaseguard: restart method docker needs leaseguard_restart_container")
