@@ -13,7 +13,13 @@ import yaml
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
-from tests.faults.conftest import job_active, terminate, unschedule_with_records
+from tests.faults.conftest import (
+    job_active,
+    start_server,
+    stop_server,
+    terminate,
+    unschedule_with_records,
+)
 from tests.support.process_lines import Lines
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
@@ -105,6 +111,40 @@ def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
     assert active(app_host_pg, intake) == "t"
     final = json.loads(status_file.read_text())
     assert (final["state"], final["exit_status"], final["paused_intake"]) == ("interrupted", 1, [])
+
+
+def test_a_signal_whose_resume_fails_says_intake_is_still_paused(
+    app_host_pg, app_db, intake, tmp_path
+):
+    """The database gone when the signal lands: the resume gives up after its retries and
+    fab drain says INTAKE STILL PAUSED, never that intake was resumed."""
+    proc, _, err = start_fab(
+        app_host_pg,
+        app_db,
+        tmp_path,
+        f"root@{app_host_pg.addr}",
+        "--pause-cron-job",
+        intake,
+        "--resume-retry-s",
+        "1",
+    )
+    stopped = False
+    try:
+        assert err.wait_for(f"intake paused pg_cron job={intake}")
+        stop_server(app_host_pg.pg)
+        stopped = True
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if stopped:
+            start_server(app_host_pg.pg)
+        terminate(proc)
+    stderr = err.text()
+    assert proc.returncode == 1, stderr
+    assert "INTAKE STILL PAUSED" in stderr
+    assert "drain interrupted; INTAKE STILL PAUSED (see above)" in stderr
+    assert "intake was resumed" not in stderr
+    assert active(app_host_pg, intake) == "f"  # the operator's to give back, as the message says
 
 
 def test_a_fleet_drain_pauses_shared_intake_once_and_judges_the_fleet(

@@ -23,6 +23,7 @@ from leaseguard.core.errors import (
     EXIT_PROCEED,
     EXIT_USAGE,
     ConfigError,
+    IntakeNotResumed,
     LeaseguardError,
 )
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
@@ -235,7 +236,7 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
 
 _OUTPUT = threading.Lock()  # one host's lines together
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-Report = tuple[int, Lines]  # printed once every drain ended, never interleaved
+Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
 
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
@@ -253,7 +254,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
     stop = threading.Event()
 
-    def each(opened: Opened) -> list[Report]:
+    def each(opened: Opened) -> list[Outcome]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
 
         def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
@@ -275,14 +276,14 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             return drained
 
         results = per_database(opened, settings, drain, options.intake("fab drain"))
-        return [_report(host, results[host], json_) for host in hosts]
+        return [(host, results[host]) for host in hosts]
 
-    def as_one(opened: Opened) -> list[Report]:
+    def as_one(opened: Opened) -> list[Outcome]:
         """Every host's facts looked up, then one drain judged by the fleet rule."""
         sessions, failed = opened
         if failed:
             say("no intake was paused: every host's facts are needed to judge the fleet")
-            return [_report(host, error, json_) for host, error in sorted(failed.items())]
+            return sorted(failed.items())
         runners = {host: s.runner for host, s in sessions.items()}
         try:
             front = f"fab drain ({','.join(hosts)})"
@@ -304,17 +305,27 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                 )
         except LeaseguardError as exc:
             result = exc
-        return [_report("fleet", result, json_)]
+        return [("fleet", result)]
 
     with drain_run.signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
-        reports = as_one(opened) if options.pause_cron_jobs else each(opened)
-    for _, lines in reports:
+        outcomes = as_one(opened) if options.pause_cron_jobs else each(opened)
+    statuses = []
+    for host, result in outcomes:
+        status, lines = _report(host, result, json_)
+        statuses.append(status)
         for to_stdout, line in lines:
-            print(line) if to_stdout else say(line)
+            if to_stdout:
+                print(line)
+            else:
+                say(line)
     if stop.is_set():
-        say("drain interrupted; intake was resumed")
+        errors = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
+        if any(isinstance(error, IntakeNotResumed) for error in errors):
+            say("drain interrupted; INTAKE STILL PAUSED (see above)")
+        else:
+            say("drain interrupted; intake was resumed")
         raise Exit(code=EXIT_FAILED)
-    exit_with_worst([status for status, _ in reports])
+    exit_with_worst(statuses)
 
 
 def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
@@ -346,7 +357,9 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
     return act
 
 
-def _report(host: str, result: DrainResult | LeaseguardError, json_output: bool) -> Report:
+def _report(
+    host: str, result: DrainResult | LeaseguardError, json_output: bool
+) -> tuple[int, Lines]:
     """The drain's result, or why it could not run."""
     if isinstance(result, LeaseguardError):
         if json_output:
