@@ -47,7 +47,7 @@ def active(host, name):
     return job_active(host.pg, name)
 
 
-def start_fab(host, db, tmp_path, hosts, *args):
+def start_fab(host, db, tmp_path, hosts, *args, drain=None):
     config = tmp_path / "fabric.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -59,7 +59,7 @@ def start_fab(host, db, tmp_path, hosts, *args):
                     },
                     "task_timeout": {"source": "fixed", "value_s": 3600},
                     "runtime": {"source": "none"},
-                    "drain": {"cron_database": "postgres"},
+                    "drain": {"cron_database": "postgres", **(drain or {})},
                 }
             }
         )
@@ -145,6 +145,29 @@ def test_a_signal_whose_resume_fails_says_intake_is_still_paused(
     assert "drain interrupted; INTAKE STILL PAUSED (see above)" in stderr
     assert "intake was resumed" not in stderr
     assert active(app_host_pg, intake) == "f"  # the operator's to give back, as the message says
+
+
+def test_a_signal_whose_resume_command_fails_says_intake_is_still_paused(
+    app_host_pg, app_db, intake, tmp_path
+):
+    """The host's resume command exits 1 after the signal: INTAKE STILL PAUSED, naming the
+    command's exit status and the host, never that intake was resumed."""
+    commands = {"pause_command": ["true"], "resume_command": ["false"]}
+    proc, _, err = start_fab(
+        app_host_pg, app_db, tmp_path, f"root@{app_host_pg.addr}", drain=commands
+    )
+    try:
+        assert err.wait_for("intake pause command ran host=")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        terminate(proc)
+    stderr = err.text()
+    assert proc.returncode == 1, stderr
+    assert "INTAKE STILL PAUSED: the resume command exited 1 on host" in stderr
+    assert "run it by hand" in stderr
+    assert "drain interrupted; INTAKE STILL PAUSED (see above)" in stderr
+    assert "intake was resumed" not in stderr
 
 
 def test_a_fleet_drain_pauses_shared_intake_once_and_judges_the_fleet(

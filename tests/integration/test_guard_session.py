@@ -457,3 +457,34 @@ def test_after_a_poll_cut_by_its_watchdog_intake_can_still_be_given_back(db):
             os.kill(pid, signal.SIGCONT)
         with session.connect_writable() as writable:
             assert writable.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without_driver_text(db):
+    """`leaseguard check` with a runtime start time reads the database's clock after the
+    pre-flight: its backend ending right there (a clock_timestamp() that ends it, found first
+    on this DSN's search_path) is DatabaseUnavailable in the failure JSON, no traceback."""
+    import json
+    from datetime import UTC, datetime, timedelta
+
+    from psycopg.conninfo import make_conninfo
+
+    from tests.support.leaseguard_cli import leaseguard
+
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS "
+            "'SELECT pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid()); "
+            "SELECT pg_catalog.now()'"
+        )
+    dsn = make_conninfo(db.dsn, options="-c search_path=public,pg_catalog")
+    started = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
+    done = leaseguard(
+        "check", "--dsn", dsn, "--task-timeout-s", "3600", "--runtime-started-at", started, "--json"
+    )
+    assert done.returncode == 1, done.stderr
+    failure = json.loads(done.stdout)
+    assert failure["decision"] == "failed"
+    assert failure["error"]["type"] == "DatabaseUnavailable"
+    for leak in ("Traceback", "terminating connection", "psycopg", "FATAL"):
+        assert leak not in done.stdout + done.stderr

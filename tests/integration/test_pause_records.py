@@ -8,7 +8,7 @@ every check would wake whoever watches that log).
 import pytest
 from psycopg import sql
 
-from leaseguard.adapters.pauses import RECORD_PREFIX, hold_jobs, leftover_warnings
+from leaseguard.adapters.pauses import RECORD_PREFIX, hold_jobs, leftover_warnings, release_hold
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
@@ -82,3 +82,40 @@ def test_a_role_that_cannot_read_cron_job_gets_no_warning_no_failure_no_error(
         assert leftover_warnings(conn) == []
         assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection is still usable
     assert _server_errors(pg_cluster, offset, "postgres") == []
+
+
+def _active(conn, job):
+    return conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]
+
+
+def test_a_record_left_on_a_job_switched_back_on_by_hand_does_not_keep_the_next_hold(
+    pg_cluster, cron_job, caplog
+):
+    """A SIGKILLed run's record, the job reactivated by hand (not `leaseguard resume`): the next
+    hold drops the stale record (warning names its holder) and its release gives the job back."""
+    with pg_cluster.connect("postgres") as conn:
+        hold_jobs(conn, [cron_job], "killed pid 1 on here")  # never released
+        conn.execute(
+            "SELECT cron.alter_job(jobid, active := true) FROM cron.job WHERE jobname = %s",
+            (cron_job,),
+        )
+        hold = hold_jobs(conn, [cron_job], "next pid 2 on here")
+        assert not _active(conn, cron_job)
+        released = release_hold(conn, hold)
+        assert released.resumed == (cron_job,) and released.still_held == {}
+        assert _active(conn, cron_job)
+        assert leftover_warnings(conn) == []
+    assert any("stale intake hold" in m and "killed pid 1" in m for m in caplog.messages)
+
+
+def test_a_live_holders_record_on_an_inactive_job_still_keeps_it_paused(pg_cluster, cron_job):
+    with pg_cluster.connect("postgres") as conn:
+        first = hold_jobs(conn, [cron_job], "first pid 1 on here")
+        second = hold_jobs(conn, [cron_job], "second pid 2 on here")
+        released = release_hold(conn, second)
+        assert released.resumed == () and released.still_held == {
+            cron_job: ("first pid 1 on here",)
+        }
+        assert not _active(conn, cron_job)
+        assert release_hold(conn, first).resumed == (cron_job,)
+        assert _active(conn, cron_job)

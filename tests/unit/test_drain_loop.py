@@ -300,3 +300,29 @@ def test_a_signal_during_the_last_poll_interrupts_instead_of_proceeding():
     result = loop.run(act=lambda result: ran.append(result))
     assert type(result.error).__name__ == "DrainInterrupted" and result.exit_status == 1
     assert not result.drained and ran == []
+
+
+def test_a_hosts_first_verdict_is_a_poll_begun_after_it_asked_not_a_fresher_fleets_poll():
+    """fab drain with pause_command: app2's pause was slower; a claim taken on it meanwhile must
+    be seen, not the fleet's poll app1 started before app2 asked (within fresh_s)."""
+    from types import SimpleNamespace
+
+    from leaseguard.orchestration.drain_run import shared_poll
+
+    claimed = []  # app2's claim, taken while its pause ran
+
+    def judge_each():
+        return {"app1": verdict(), "app2": verdict("7") if claimed else verdict()}
+
+    judge_for = shared_poll(SimpleNamespace(judge_each=judge_each), fresh_s=3600.0)
+    assert judge_for("app1")().counts.live == 0  # app1 paused fast: the fleet's first poll
+    claimed.append("7")  # app2's pause still running: a claim lands on it
+    assert judge_for("app2")().counts.live == 1  # its own first poll, begun after it asked
+    # Sharing still holds once each has answered: app1 takes the poll app2 started.
+    polls = []
+    judge_for2 = shared_poll(
+        SimpleNamespace(judge_each=lambda: polls.append(1) or judge_each()), 3600.0
+    )
+    first, second = judge_for2("app1"), judge_for2("app2")
+    first(), second(), first(), second()
+    assert len(polls) == 3  # app1's first, app2's first, app1's second (app2 takes it)

@@ -125,10 +125,13 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     conn.commit()
 
 
-def here_minus_database(conn: psycopg.Connection[tuple[object, ...]]) -> ClockOffset:
-    """This machine's clock minus the database's (clock_timestamp, not the transaction's now())."""
+def here_minus_database(
+    conn: psycopg.Connection[tuple[object, ...]], contract: Contract
+) -> ClockOffset:
+    """This machine's clock minus the database's (clock_timestamp, not the transaction's now());
+    a failure is a leaseguard error naming its class, never the driver's text."""
     before = time.time()
-    with read_transaction(conn):
+    with translate_errors(contract), read_transaction(conn):
         row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
     after = time.time()
     assert row is not None

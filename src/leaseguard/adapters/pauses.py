@@ -122,7 +122,23 @@ def hold_jobs(
                 f"pg_cron job(s) not found: {', '.join(missing)} (as role {user}; pg_cron shows "
                 f"each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
             )
-        held_by_others = {record.job for record in read_records(conn)}
+        # A live holder keeps its job inactive: records on an ACTIVE job are stale (a killed
+        # run's, the job switched back on by hand); counted, they would keep it paused.
+        active = {c.job for c in changes if c.changed}
+        records = read_records(conn)
+        if stale := [r for r in records if r.job in active]:
+            for record in stale:
+                log.warning(
+                    "stale intake hold dropped: pg_cron job %s is active but was recorded as "
+                    "paused at %s by %s (for: %s)",
+                    record.job,
+                    record.paused_at,
+                    record.by,
+                    record.action,
+                )
+            step.doing = "deleting stale hold records"
+            _forget(conn, [_record_name(r.job, r.token) for r in stale])
+        held_by_others = {record.job for record in records if record.job not in active}
         held = [c for c in changes if c.changed or c.job in held_by_others]
         cron.apply_changes(conn, step, held)
         row = conn.execute("SELECT now()").fetchone()

@@ -206,22 +206,28 @@ def drain_each(
 def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callable[[], Verdict]]:
     """Each host's judge on the fleet's one query: a host takes the last poll if it began after
     its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
-    so the drains fall into step: one query per poll interval, whatever the fleet's size."""
+    so the drains fall into step: one query per poll interval, whatever the fleet's size.
+    A host's first answer comes from a poll begun after it asked: after its own pause, so a
+    claim taken while its pause was still running is seen."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
+    answered: set[str] = set()  # hosts given a verdict already
     outcome: dict[str, Verdict] | LeaseguardError | None = None
 
     def verdict(host: str) -> Verdict:
         nonlocal started, served, outcome
+        asked = time.monotonic()
         with lock:
             now = time.monotonic()
-            if outcome is None or now - started > fresh_s or started < served.get(host, -1.0):
+            since = served.get(host, -1.0) if host in answered else asked
+            if outcome is None or now - started > fresh_s or started <= since:
                 try:
                     outcome = session.judge_each()
                 except LeaseguardError as exc:  # every host that asks now gets this failure
                     outcome = exc
                 started, served = now, {}
             served[host] = time.monotonic()  # after the poll it took
+            answered.add(host)
             taken = outcome
         if isinstance(taken, LeaseguardError):
             raise taken

@@ -140,6 +140,11 @@ class CommandPause:
 
     def _run(self, argv: Sequence[str], what: str) -> None:
         result = self.runner.run(list(argv))
+        if result.exit_code != 0 and what == "resume":  # named so no front says "resumed"
+            raise IntakeNotResumed(
+                f"INTAKE STILL PAUSED: the resume command exited {result.exit_code} on host "
+                f"{self.runner.label}; run it by hand"
+            )
         if result.exit_code != 0:
             raise LookupFailed(
                 f"host {self.runner.label}: intake {what} command exited {result.exit_code}"

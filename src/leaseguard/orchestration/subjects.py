@@ -91,8 +91,8 @@ class Judged:
             per_host = {name: facts for name, (facts, _) in self.each.items()}
         else:
             host_minus_here = self.host_minus_here or offset_from_here(runner)
-            return chained(host_minus_here, here_minus_database(conn))
-        here_minus_db = here_minus_database(conn)
+            return chained(host_minus_here, here_minus_database(conn, self.contract))
+        here_minus_db = here_minus_database(conn, self.contract)
         self.minus_database = {
             host: chained(self._from_here(host), here_minus_db)
             for host, facts in sorted(per_host.items())
