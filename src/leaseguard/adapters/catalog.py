@@ -65,7 +65,7 @@ _RELATION = sql.SQL("""
       has_table_privilege('pg_catalog.pg_locks', 'SELECT')
         AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'),
       row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows},
-      {lineage}
+      {lineage}, c.relnamespace::regnamespace::text
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
     LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""").format(
     shows=_SHOWS_ALL.format(role=sql.SQL("current_user")), lineage=_LINEAGE
@@ -177,7 +177,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
         _check_view_bases(conn, table, label)
         _check_view_functions(conn, table, label)
     if owners := OWNERS.get(contract.claim_rule):
-        _check_owners(conn, contract, owners, zone)
+        _check_owners(conn, contract, owners, relation)
     if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
@@ -324,25 +324,26 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     )
 
 
-def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
-    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
+def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
+    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead);
+    `claims`: the claims relation's _RELATION row."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    what = f"table {label} (the owners of the claims in {contract.table_label})"
     if relation is None or relation[0] is None:
-        raise SchemaMismatch(
-            f"table {label} (the owners of the claims in {contract.table_label}) does "
-            "not exist (or is not visible)"
-        )
+        raise SchemaMismatch(f"{what} does not exist (or is not visible)")
     if relation[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
         raise SchemaMismatch(
-            f"table {label} (the owners of the claims in {contract.table_label}) is "
-            f"{_kind_name(relation[1])}, not the table the owners' heartbeats are written to: "
-            "a live owner could look gone and its claims dead; name that table"
+            f"{what} is {_kind_name(relation[1])}, not the table the owners' heartbeats are "
+            "written to: a live owner could look gone and its claims dead; name that table"
         )
-    _check_lineage(
-        relation[11:15], f"table {label} (the owners of the claims in {contract.table_label})"
-    )
+    if relation[16] != claims[16]:  # no `schema`: the search_path found another schema's
+        raise SchemaMismatch(
+            f"{what} is found in schema {relation[16]}, not in {claims[16]} beside the claims: "
+            f"another application's owners may be read; set schema: {claims[16]}"
+        )
+    _check_lineage(relation[11:15], what)
     _check_rows_visible(relation, label)
     types = _column_types(conn, table)
     beat = owners.heartbeat_column
@@ -352,7 +353,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
             f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
             f"decide whether the owner of a claim in {contract.table_label} is alive"
         )
-    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], database_zone)
+    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
 
 
 def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:
