@@ -15,6 +15,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import NotPrimary
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
+from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table
 from tests.support.leaseguard_cli import leaseguard
 from tests.support.standby import primary_with_standby
@@ -128,3 +129,54 @@ def test_a_standby_is_refused_on_a_later_poll_too(clusters):
             runtime_started_at=None,
             status_column=known,
         )
+
+
+# --- a logical replication subscriber: not in recovery, still a copy ----------------------------
+
+
+@pytest.fixture
+def subscriber(db):
+    """execution_runs as a subscription applies it, the publisher's live claim not applied yet
+    (only a queued row). The subscription is made without connecting (the test cluster takes
+    no replication connections) and its table recorded in pg_subscription_rel as a refresh
+    would record it; the guard reads only that catalog."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute("INSERT INTO execution_runs (id, status) VALUES (2, 'open')")
+        conn.execute(
+            "CREATE SUBSCRIPTION runs_copy CONNECTION 'dbname=publisher' PUBLICATION runs "
+            "WITH (connect = false, slot_name = NONE)"
+        )
+        conn.execute(
+            "INSERT INTO pg_catalog.pg_subscription_rel (srsubid, srrelid, srsubstate) "
+            "SELECT s.oid, 'execution_runs'::regclass, 'r' FROM pg_catalog.pg_subscription AS s "
+            "WHERE s.subname = 'runs_copy'"
+        )
+    yield db
+    with db.connect() as conn:
+        conn.execute("DROP SUBSCRIPTION IF EXISTS runs_copy")
+
+
+def judged_on(dsn):
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+        return session.judge()
+
+
+def test_a_subscriber_s_copy_is_refused_for_the_guard_s_role_and_through_the_cli(subscriber):
+    with pytest.raises(NotPrimary, match=r"subscriber's copy .*point the guard at the publisher"):
+        judged_on(subscriber.dsn_as(GUARD_RO_ROLE))
+    with subscriber.connect() as conn:  # not through pg_read_all_data: every role reads it
+        readable = "SELECT has_table_privilege('public', 'pg_subscription_rel', 'SELECT')"
+        assert conn.execute(readable).fetchone()[0] is True
+    done = leaseguard(
+        *("check", "--dsn", subscriber.dsn, "--task-timeout-s", "3600"),
+        *("--runtime-started-at", "2026-01-01T00:00:00Z"),
+    )
+    assert done.returncode == 1 and "subscriber's copy" in done.stderr, done.stderr
+
+
+def test_the_same_table_no_longer_subscribed_is_judged(subscriber):
+    with subscriber.connect() as conn:
+        conn.execute("DROP SUBSCRIPTION runs_copy")
+    assert judged_on(subscriber.dsn_as(GUARD_RO_ROLE)).decision is Decision.PROCEED

@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, SchemaMismatch, UnclassifiedStatus
@@ -142,6 +143,24 @@ def test_procrastinate_workers_read_through_a_view_fail_closed_naming_it(procras
         conn.execute(f"CREATE {kind} procrastinate_workers AS SELECT * FROM workers_base")  # noqa: S608
     with pytest.raises(SchemaMismatch, match=f"procrastinate_workers .* is a {kind.lower()}"):
         judge(procrastinate.dsn, "procrastinate")
+
+
+def test_procrastinate_workers_another_schema_shadows_are_refused_without_schema(procrastinate):
+    """With no `schema`, the owners' table was found through the search_path on its own: a
+    workers table in a schema ahead of the claims' (no workers in it) made a beating worker's
+    job look ownerless (proceed). Refused by name; with `schema` set the job defers."""
+    job(procrastinate, "doing", worker(procrastinate, "1 second"))
+    with procrastinate.connect() as conn:
+        conn.execute("CREATE SCHEMA decoy")
+        conn.execute("CREATE TABLE decoy.procrastinate_workers (LIKE procrastinate_workers)")
+        path = "ALTER DATABASE {} SET search_path = decoy, public"
+        conn.execute(sql.SQL(path).format(sql.Identifier(procrastinate.name)))
+    with pytest.raises(SchemaMismatch, match="found in schema decoy, not in public beside"):
+        judge(procrastinate.dsn, "procrastinate")
+    assert judge(procrastinate.dsn, "procrastinate", schema="public").decision is Decision.DEFER
+    with procrastinate.connect() as conn:
+        conn.execute("DROP TABLE decoy.procrastinate_workers")
+    assert judge(procrastinate.dsn, "procrastinate").decision is Decision.DEFER
 
 
 def test_procrastinate_index_sql_leads_with_the_status(procrastinate):

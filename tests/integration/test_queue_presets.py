@@ -322,6 +322,27 @@ def test_pg_boss_a_lost_heartbeat_proceeds_a_beating_one_defers(pg_boss):
     assert 45 < verdict.wait_upper_bound_s <= 50  # the heartbeat bounds it, not the expiry
 
 
+def test_pg_boss_a_naive_heartbeat_needs_its_zone_like_the_other_time_columns(pg_boss):
+    """A `timestamp` heartbeat written in New York, read as UTC, is 5 hours old: a job beating
+    10 s ago looked lost (proceed). Refused by name until its zone is declared, then defers."""
+    with pg_boss.connect() as conn:
+        conn.execute("ALTER TABLE pgboss.job ALTER COLUMN heartbeat_on TYPE timestamp")
+        zone = "ALTER DATABASE {} SET timezone = 'America/New_York'"
+        conn.execute(sql.SQL(zone).format(sql.Identifier(pg_boss.name)))
+    pg_boss_job(
+        pg_boss,
+        "active",
+        started_ago=timedelta(minutes=5),
+        expire_s=7200,
+        beat_ago=timedelta(seconds=10),
+        beat_s=60,
+    )
+    with pytest.raises(SchemaMismatch, match=r"column heartbeat_on \(preset heartbeat_on\)"):
+        judge(pg_boss.dsn, "pg-boss")
+    verdict = judge(pg_boss.dsn, "pg-boss", timestamp_zone="America/New_York")
+    assert verdict.decision is Decision.DEFER
+
+
 def test_pg_boss_queued_and_finished_only_proceed_and_an_orphan_proceeds(pg_boss):
     for state in ("created", "retry", "completed", "failed", "cancelled"):
         pg_boss_job(pg_boss, state)

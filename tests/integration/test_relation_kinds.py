@@ -19,6 +19,7 @@ from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table, insert_runs
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +160,105 @@ def test_a_nested_view_checks_the_base_table_of_the_inner_view(base):
     run(base, "ALTER TABLE {base} ENABLE ROW LEVEL SECURITY")
     with pytest.raises(SchemaMismatch, match="reads table runs_base"):
         judged(base.dsn_as(GUARD_RO_ROLE), relation_kind="view")
+
+
+# --- a part of the table: a partition, an inheritance child, foreign rows -----------------------
+
+PARTS = {
+    "partition": (
+        "CREATE TABLE runs (LIKE {base}) PARTITION BY LIST (status)",
+        "CREATE TABLE runs_running PARTITION OF runs FOR VALUES IN ('running')",
+        "CREATE TABLE runs_rest PARTITION OF runs DEFAULT",
+    ),
+    "child": (
+        "CREATE TABLE runs (LIKE {base})",
+        "CREATE TABLE runs_running () INHERITS (runs)",
+        "CREATE TABLE runs_rest () INHERITS (runs)",
+    ),
+}
+
+
+@pytest.fixture(params=sorted(PARTS))
+def parts(request, base):
+    """runs, its live claim in runs_running and a queued row in runs_rest (partitions or
+    inheritance children): only runs, read whole, holds them all."""
+    for statement in PARTS[request.param]:
+        run(base, statement)
+    run(base, "INSERT INTO runs_running SELECT * FROM {base} WHERE status = 'running'")
+    run(base, "INSERT INTO runs_rest SELECT * FROM {base} WHERE status = 'open'")
+    return request.param
+
+
+def test_a_partition_or_child_named_alone_is_refused_naming_its_parent(base, parts):
+    what = "a partition" if parts == "partition" else "an inheritance child"
+    with pytest.raises(SchemaMismatch, match=rf"table runs_rest is {what} of runs: .*name runs"):
+        judged(base.dsn_as(GUARD_RO_ROLE), table="runs_rest")
+    done = leaseguard(
+        *("check", "--dsn", base.dsn, "--table", "runs_rest", "--task-timeout-s", "3600"),
+        "--runtime-started-at=2026-01-01T00:00:00Z",
+    )
+    assert done.returncode == 1 and f"is {what} of runs" in done.stderr, done.stderr
+
+
+def test_the_parent_named_whole_defers_on_the_live_claim_and_proceeds_without(base, parts):
+    assert judged(base.dsn_as(GUARD_RO_ROLE), table="runs").decision is Decision.DEFER
+    run(base, "DELETE FROM runs WHERE status = 'running'")
+    assert judged(base.dsn_as(GUARD_RO_ROLE), table="runs").decision is Decision.PROCEED
+
+
+def test_a_view_over_one_partition_or_child_is_refused_naming_the_parent(base, parts):
+    run(base, "CREATE VIEW {view} AS SELECT * FROM runs_rest")
+    with pytest.raises(SchemaMismatch, match=r"reads runs_rest, which is .* of runs"):
+        judged(base.dsn, relation_kind="view")
+
+
+def test_a_view_reading_only_the_parent_is_refused_and_one_reading_it_whole_judged(base, parts):
+    run(base, "CREATE VIEW {view} AS SELECT * FROM ONLY runs")
+    with pytest.raises(SchemaMismatch, match=r"reads runs, which has partitions .* says ONLY"):
+        judged(base.dsn, relation_kind="view")
+    run(base, "CREATE OR REPLACE VIEW {view} AS SELECT * FROM runs")
+    assert judged(base.dsn, relation_kind="view").decision is Decision.DEFER
+
+
+def test_a_view_calling_a_user_function_is_refused_naming_it(base):
+    run(base, "CREATE MATERIALIZED VIEW snap AS SELECT * FROM {base} WHERE false")
+    run(base, "CREATE FUNCTION snap_rows() RETURNS SETOF {base} LANGUAGE sql AS "
+        "'SELECT * FROM snap'")  # fmt: skip
+    run(base, "CREATE VIEW {view} AS SELECT * FROM snap_rows()")
+    with pytest.raises(SchemaMismatch, match=r"execution_runs calls snap_rows\(\)"):
+        judged(base.dsn, relation_kind="view")
+
+
+@pytest.fixture
+def foreign(base):
+    """runs partitioned, its 'running' partition a foreign table (postgres_fdw) over another
+    database's copy, which has not got the live claim: rows the guard cannot vouch for."""
+    cluster = base.cluster
+    run(base, "CREATE EXTENSION postgres_fdw")
+    with base.connect() as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE SERVER copy FOREIGN DATA WRAPPER postgres_fdw "
+                "OPTIONS (host {}, port {}, dbname {})"
+            ).format(
+                sql.Literal(str(cluster.socket_dir)),
+                sql.Literal(str(cluster.port)),
+                sql.Literal(base.name),
+            )
+        )
+        conn.execute("CREATE USER MAPPING FOR CURRENT_USER SERVER copy")
+    run(base, "CREATE TABLE runs_copy (LIKE {base})")
+    run(base, "CREATE TABLE runs (LIKE {base}) PARTITION BY LIST (status)")
+    run(base, "CREATE FOREIGN TABLE runs_running PARTITION OF runs FOR VALUES IN ('running') "
+        "SERVER copy OPTIONS (table_name 'runs_copy')")  # fmt: skip
+    run(base, "CREATE TABLE runs_rest PARTITION OF runs DEFAULT")
+    run(base, "INSERT INTO runs_rest SELECT * FROM {base} WHERE status = 'open'")
+    return base
+
+
+def test_a_foreign_partition_is_refused_naming_it(foreign):
+    with pytest.raises(SchemaMismatch, match=r"table runs has .* foreign tables \(runs_running\)"):
+        judged(foreign.dsn, table="runs")
+    run(foreign, "CREATE VIEW {view} AS SELECT * FROM runs")
+    with pytest.raises(SchemaMismatch, match=r"reads runs, which has .* \(runs_running\)"):
+        judged(foreign.dsn, relation_kind="view")

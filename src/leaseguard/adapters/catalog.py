@@ -25,6 +25,8 @@ _KIND_NAMES = dict(
 )  # fmt: skip
 # format_type() spells a precision when the column has one (ActiveRecord 7, Ecto: timestamp(6)).
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
+# The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
+_TIME_KEYS = ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on")
 
 # A permissive `USING (true)` SELECT policy on `c` applies to {role}; no restrictive one.
 _SHOWS_ALL = sql.SQL("""
@@ -34,6 +36,26 @@ _SHOWS_ALL = sql.SQL("""
                                                   WHERE pg_has_role({role}, pr.oid, 'USAGE'))))
     AND NOT EXISTS (SELECT FROM pg_catalog.pg_policy AS p
                     WHERE p.polrelid = c.oid AND NOT p.polpermissive)""")
+# Where the rows of `c` come from: the table it is a partition or inheritance child of; the
+# foreign tables, and the relations a logical replication subscription applies, among it and
+# its descendants (partitions are pg_inherits rows too); whether it has children.
+_DESCENDANTS = sql.SQL("""
+    (WITH RECURSIVE d(oid) AS (SELECT c.oid UNION SELECT i.inhrelid FROM d
+                               JOIN pg_catalog.pg_inherits AS i ON i.inhparent = d.oid)
+     SELECT string_agg(d.oid::regclass::text, ', ' ORDER BY d.oid::regclass::text)
+     FROM d JOIN pg_catalog.pg_class AS k ON k.oid = d.oid WHERE {which})""")
+_LINEAGE = sql.SQL("""
+    (SELECT i.inhparent::regclass::text FROM pg_catalog.pg_inherits AS i
+     WHERE i.inhrelid = c.oid ORDER BY i.inhseqno LIMIT 1), c.relispartition, {foreign},
+    {subscribed}, EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhparent = c.oid)
+""").format(
+    foreign=_DESCENDANTS.format(which=sql.SQL("k.relkind = 'f'")),
+    subscribed=_DESCENDANTS.format(
+        which=sql.SQL(
+            "EXISTS (SELECT FROM pg_catalog.pg_subscription_rel AS s WHERE s.srrelid = k.oid)"
+        )
+    ),
+)
 # Always one row (oid NULL when no relation has the name): the server, the relation, whether
 # pg_locks is readable, and row-level security (row_security_active(): PostgreSQL's answer).
 _RELATION = sql.SQL("""
@@ -42,14 +64,14 @@ _RELATION = sql.SQL("""
       current_database(), host(inet_server_addr()), inet_server_port(),
       has_table_privilege('pg_catalog.pg_locks', 'SELECT')
         AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'),
-      row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows}
+      row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows},
+      {lineage}, c.relnamespace::regnamespace::text
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
     LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""").format(
-    shows=_SHOWS_ALL.format(role=sql.SQL("current_user"))
+    shows=_SHOWS_ALL.format(role=sql.SQL("current_user")), lineage=_LINEAGE
 )
-# Every non-view relation a view reads, with each role reading it (the guard's, the definer
-# views' owners; every owner against every base: more refusals than PostgreSQL, never fewer).
-_VIEW_BASES = sql.SQL("""
+# A view and every relation it reads, through the views it reads.
+_VIEW_RELATIONS = sql.SQL("""
     WITH RECURSIVE rel(oid) AS (
         SELECT to_regclass(%(relation)s)::oid
       UNION
@@ -57,7 +79,12 @@ _VIEW_BASES = sql.SQL("""
         JOIN pg_catalog.pg_depend AS d
           ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
          AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid <> rel.oid
-    ), readers(oid) AS (
+    )""")
+# Every non-view relation a view reads, with each role reading it (the guard's, the definer
+# views' owners; every owner against every base: more refusals than PostgreSQL, never fewer),
+# and whether any of the views says ONLY (a base with children may then be read without them).
+_VIEW_BASES = sql.SQL(r"""
+    {rel}, readers(oid) AS (
         SELECT a.oid FROM pg_catalog.pg_roles AS a WHERE a.rolname = current_user
       UNION
         SELECT c.relowner FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
@@ -67,10 +94,28 @@ _VIEW_BASES = sql.SQL("""
             AND lower(o.option_value) IN ('true', 'on', 'yes', '1', 't', 'y')))
     SELECT c.oid::regclass::text, c.relkind::text, a.rolname::text,
       c.relrowsecurity AND NOT a.rolsuper AND NOT a.rolbypassrls
-        AND (c.relforcerowsecurity OR NOT pg_has_role(a.oid, c.relowner, 'USAGE')), {shows}
+        AND (c.relforcerowsecurity OR NOT pg_has_role(a.oid, c.relowner, 'USAGE')), {shows},
+      {lineage}, EXISTS (SELECT FROM rel AS v JOIN pg_catalog.pg_class AS vc ON vc.oid = v.oid
+                         WHERE vc.relkind = 'v' AND pg_get_viewdef(v.oid) ~ '\mONLY\M')
     FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
     CROSS JOIN readers JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
-    WHERE c.relkind <> 'v' ORDER BY 1, 3""").format(shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")))
+    WHERE c.relkind <> 'v' ORDER BY 1, 3""").format(
+    rel=_VIEW_RELATIONS, shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")), lineage=_LINEAGE
+)
+# The functions the views' queries call, themselves or as an operator's code (builtins are
+# pinned: PostgreSQL records no dependency on them).
+_VIEW_FUNCTIONS = sql.SQL("""
+    {rel}
+    SELECT DISTINCT p.oid::regprocedure::text
+    FROM rel JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = rel.oid
+    JOIN pg_catalog.pg_depend AS d
+      ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+    LEFT JOIN pg_catalog.pg_operator AS o
+      ON d.refclassid = 'pg_catalog.pg_operator'::regclass AND o.oid = d.refobjid
+    JOIN pg_catalog.pg_proc AS p
+      ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::regclass THEN d.refobjid
+                      ELSE o.oprcode::oid END
+    ORDER BY 1""").format(rel=_VIEW_RELATIONS)
 # The status column's enum labels, NOT NULL, type, and a plain btree leading with the column
 # ('column', preferred) or `status::text` ('text') in the comparison's collation.
 _STATUS_COLUMN = sql.SQL("""
@@ -126,11 +171,13 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
     assert relation is not None
     zone, locks_readable = _check_relation(relation, contract)
+    _check_lineage(relation[11:15], f"table {label}")
     _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
         _check_view_bases(conn, table, label)
+        _check_view_functions(conn, table, label)
     if owners := OWNERS.get(contract.claim_rule):
-        _check_owners(conn, contract, owners, zone)
+        _check_owners(conn, contract, owners, relation)
     if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
@@ -142,7 +189,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
-    for key in ("claimed_at_column", "lease.expires_at_column"):
+    for key in _TIME_KEYS:
         time_column = contract.columns().get(key)
         if time_column and not _TIME_TYPE.fullmatch(types[time_column]):
             raise SchemaMismatch(
@@ -204,11 +251,51 @@ def _check_relation(row: tuple[Any, ...], contract: Contract) -> tuple[str, bool
     )
 
 
+def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
+    """A part of a table (a partition, a child), foreign or subscribed rows: refused by name."""
+    parent, partition, foreign, subscribed = lineage
+    if parent is not None:
+        part = "a partition" if partition else "an inheritance child"
+        raise SchemaMismatch(
+            f"{what} is {part} of {parent}: it holds only some of the rows, and live work "
+            f"in the others would be missed; name {parent}, which holds them all"
+        )
+    if foreign is not None:
+        raise SchemaMismatch(
+            f"{what} has partitions or inheritance children that are foreign tables "
+            f"({foreign}): their rows are another server's, whose live work the guard cannot "
+            "vouch for from here; judge the database that holds them"
+        )
+    if subscribed is not None:
+        raise NotPrimary(
+            f"{what} is a logical replication subscriber's copy ({subscribed} in "
+            "pg_subscription_rel): it applies the publisher's claims late, or not at all while "
+            "the subscription is disabled, so it cannot say what is live now; point the "
+            "guard at the publisher"
+        )
+
+
+def _check_view_functions(conn: Connection, relation: str, label: str) -> None:
+    """A function a view calls may read anything (a materialized view, another server)."""
+    if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, {"relation": relation})]:
+        raise SchemaMismatch(
+            f"view {label} calls {', '.join(functions)}, which may read rows that are not the "
+            "live ones; judge a view only over tables, or name the table itself"
+        )
+
+
 def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
     """relation_kind: view. Every relation it reads must be a table showing all its rows."""
-    for base, kind, reader, limited, shows_all in conn.execute(
+    for base, kind, reader, limited, shows_all, *lineage, has_children, says_only in conn.execute(
         _VIEW_BASES, {"relation": relation}
     ).fetchall():
+        _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
+        if has_children and says_only:
+            raise SchemaMismatch(
+                f"view {label} reads {base}, which has partitions or inheritance children, "
+                "and says ONLY: the rows in them would be missed; read the table whole, "
+                f"or name table {base} itself"
+            )
         if kind not in TABLE_KINDS:
             raise SchemaMismatch(
                 f"view {label} reads {base}, {_kind_name(kind)}, whose rows may not be the live "
@@ -225,7 +312,7 @@ def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
 
 def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     """Fail when row-level security would hide rows (live work) from the guard's role."""
-    active, owns, shows_all = relation[8:]
+    active, owns, shows_all = relation[8:11]
     if not active or shows_all:
         return
     why = "forces row-level security on its owner too" if owns else "has row-level security"
@@ -237,22 +324,26 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     )
 
 
-def _check_owners(conn: Connection, contract: Contract, owners: Owners, database_zone: str) -> None:
-    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
+def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
+    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead);
+    `claims`: the claims relation's _RELATION row."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    what = f"table {label} (the owners of the claims in {contract.table_label})"
     if relation is None or relation[0] is None:
-        raise SchemaMismatch(
-            f"table {label} (the owners of the claims in {contract.table_label}) does "
-            "not exist (or is not visible)"
-        )
+        raise SchemaMismatch(f"{what} does not exist (or is not visible)")
     if relation[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
         raise SchemaMismatch(
-            f"table {label} (the owners of the claims in {contract.table_label}) is "
-            f"{_kind_name(relation[1])}, not the table the owners' heartbeats are written to: "
-            "a live owner could look gone and its claims dead; name that table"
+            f"{what} is {_kind_name(relation[1])}, not the table the owners' heartbeats are "
+            "written to: a live owner could look gone and its claims dead; name that table"
         )
+    if relation[16] != claims[16]:  # no `schema`: the search_path found another schema's
+        raise SchemaMismatch(
+            f"{what} is found in schema {relation[16]}, not in {claims[16]} beside the claims: "
+            f"another application's owners may be read; set schema: {claims[16]}"
+        )
+    _check_lineage(relation[11:15], what)
     _check_rows_visible(relation, label)
     types = _column_types(conn, table)
     beat = owners.heartbeat_column
@@ -262,7 +353,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, database
             f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
             f"decide whether the owner of a claim in {contract.table_label} is alive"
         )
-    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], database_zone)
+    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
 
 
 def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:
