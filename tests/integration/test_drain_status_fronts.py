@@ -270,9 +270,9 @@ def test_drain_yml_refuses_to_drain_shared_intake_for_a_limited_fleet(
     with db.connect() as conn:
         claim(conn, 1, "1 hour")
     shared = f'{{"leaseguard_pause_cron_jobs": ["{intake_job}"]}}'
+    argv = ["ansible-playbook", "-i", str(two_hosts), "playbooks/drain.yml", "-e", shared]
     done = subprocess.run(
-        ["ansible-playbook", "-i", str(two_hosts), "playbooks/drain.yml", "-e", shared]
-        + ["--limit", "app1"],
+        [*argv, "--limit", "app1"],
         cwd=REPO,
         env=ansible_env(tmp_path),
         capture_output=True,
