@@ -296,6 +296,22 @@ def test_tunnel_false_judges_the_database_the_dsn_names(db, tmp_path):
     assert verdict.get("decision") == "defer", verdict.get("msg")
 
 
+@pytest.mark.parametrize("bad", ["hunter2-not-a-number", "\uff13\uff16\uff10\uff10", "1_000"])
+def test_a_bad_lookup_timeout_fails_naming_it_without_its_value(db, tmp_path, bad):
+    """A registered lookup's task_timeout_s goes through the strict parser: ASCII digits only
+    (never float()'s full-width digits or underscores), the value never in the result."""
+    lookup = {"task_timeout_s": bad, "runtime_started_at": HOUR_AGO.isoformat()}
+    verdict = run_direct(db, tmp_path, dsn=db.dsn, task_timeout_s=None, lookup=lookup)
+    assert verdict.get("failed"), verdict
+    assert "lookup.task_timeout_s" in verdict["msg"]
+    assert bad not in str(verdict)
+    with db.connect() as conn:
+        create_runs_table(conn)
+    lookup["task_timeout_s"] = "3600"  # the legitimate value still judges
+    verdict = run_direct(db, tmp_path, dsn=db.dsn, task_timeout_s=None, lookup=lookup)
+    assert (verdict.get("decision"), verdict.get("task_timeout_s")) == ("proceed", 3600.0)
+
+
 def test_a_dsn_host_and_a_different_db_host_is_a_usage_error_naming_both(db, tmp_path):
     verdict = run_direct(db, tmp_path, dsn=db.dsn, db_host="db.example.internal")
     assert verdict["failed"] is True

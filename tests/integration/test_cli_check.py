@@ -1,12 +1,17 @@
 """`leaseguard check` as a user runs it: flags, config file, env, exit statuses, JSON."""
 
 import json
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from sandbox.runs_table import create_runs_table
+from sandbox.subprocess_env import clean_env
 from tests.support.leaseguard_cli import leaseguard
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -206,3 +211,37 @@ def test_help_explains_every_option():
         assert option in done.stdout
     top = leaseguard("--help")
     assert "check" in top.stdout and "75" in top.stdout
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["timeline", "json"])
+def test_ctrl_c_during_a_check_fails_closed_without_a_traceback(runs, tmp_path, as_json):
+    """A check blocked on the table's lock, interrupted: exit 1 (failed), never 130 and a
+    Python traceback; with --json the failure JSON every other failure prints."""
+    config = tmp_path / "leaseguard.yaml"
+    config.write_text("lock_timeout_ms: 60000\nstatement_timeout_ms: 60000\n")
+    argv = ["check", "--config", str(config), "--dsn", runs.dsn, *FACTS]
+    with runs.connect() as holder, runs.connect() as watcher, holder.transaction():
+        holder.execute("LOCK TABLE execution_runs IN ACCESS EXCLUSIVE MODE")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "leaseguard", *argv, *(["--json"] if as_json else [])],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=clean_env(),
+        )
+        try:
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            assert wait_until(lambda: watcher.execute(waiting).fetchone()[0] > 0)
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert "leaseguard: interrupted" in stderr
+    if as_json:
+        failure = json.loads(stdout)
+        assert failure["decision"] == "failed"

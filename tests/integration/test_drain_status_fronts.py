@@ -260,3 +260,27 @@ def test_drain_yml_draining_the_fleet_once_writes_one_file_for_the_fleet(
     assert samples(tmp_path / "drain-app1.prom")[("leaseguard_drain_running", label)] == 0
     assert not (tmp_path / "drain-app2.prom").exists()
     assert job_active(db.cluster, intake_job) == "t"
+
+
+def test_drain_yml_refuses_to_drain_shared_intake_for_a_limited_fleet(
+    db, two_hosts, intake_job, tmp_path
+):
+    """Shared intake is judged once for the fleet: --limit app1 would judge app2's claim (older
+    than app1's start 10 min ago) an orphan. Refused before anything is paused."""
+    with db.connect() as conn:
+        claim(conn, 1, "1 hour")
+    shared = f'{{"leaseguard_pause_cron_jobs": ["{intake_job}"]}}'
+    argv = ["ansible-playbook", "-i", str(two_hosts), "playbooks/drain.yml", "-e", shared]
+    done = subprocess.run(
+        [*argv, "--limit", "app1"],
+        cwd=REPO,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0, done.stdout[-3000:]
+    assert "--limit app1 leaves hosts out" in done.stdout, done.stdout[-3000:]
+    assert job_active(db.cluster, intake_job) == "t"
+    assert not (tmp_path / "drain-app1.json").exists()

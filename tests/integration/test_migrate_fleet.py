@@ -41,7 +41,7 @@ def fleet(tmp_path, db):
         create_runs_table(conn)
     log = tmp_path / "migrated.log"
 
-    def run(hosts, claimed_ago_s, *, pre_tasks=()):
+    def run(hosts, claimed_ago_s, *args, pre_tasks=()):
         with db.connect() as conn:
             conn.execute("TRUNCATE execution_runs")
             conn.execute(
@@ -72,7 +72,7 @@ def fleet(tmp_path, db):
         }
         path = tmp_path / "play.yml"
         path.write_text(yaml.safe_dump([play], sort_keys=False))
-        outcome = run_playbook(path, inventory, tmp_path)
+        outcome = run_playbook(path, inventory, tmp_path, *args)
         outcome.migrations = log.read_text().count("migrated") if log.exists() else 0
         return outcome
 
@@ -209,3 +209,28 @@ def test_a_host_that_failed_earlier_in_the_play_fails_the_gate_by_name(fleet):
     verdict = verdict_of(run)
     assert verdict["decision"] == "failed"
     assert "host app2: no lookup result" in verdict["msg"], verdict["msg"]
+
+
+LIMIT_REFUSAL = "Refuse to judge the migration for a fleet cut short by --limit"
+
+
+def test_a_limited_run_refuses_the_migration_naming_the_limit(fleet):
+    """--limit app1 leaves app2 out of ansible_play_hosts_all: app2's claim, older than app1's
+    restart, would be an orphan and migrated under. The role refuses before any lookup."""
+    hosts = {"app1": host(3600, 600), "app2": host(3600, DAY)}
+    run = fleet(hosts, 3600, "--limit", "app1")
+    assert run.returncode != 0
+    assert run.migrations == 0
+    refusal = run.result(LIMIT_REFUSAL, "app1")
+    assert refusal["failed"] is True
+    assert "--limit app1 leaves hosts out" in refusal["msg"], refusal["msg"]
+    assert "Run without --limit" in refusal["msg"]
+    assert not run.results(JUDGE)  # nothing judged, nothing paused
+    # Without --limit the same fleet is judged whole: the claim may be app2's, it defers...
+    run = fleet(hosts, 3600)
+    assert verdict_of(run)["decision"] == "defer"
+    assert run.migrations == 0
+    # ... and a claim older than every start proceeds, once, as before.
+    run = fleet(hosts, 2 * DAY)
+    assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
+    assert not run.result(LIMIT_REFUSAL, "app1").get("failed")

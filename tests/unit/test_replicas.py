@@ -211,6 +211,34 @@ def test_a_unit_glob_over_no_active_unit_fails_naming_the_glob():
             parse_systemctl_glob(out, "worker@*.service")
 
 
+@pytest.mark.parametrize("state", ["deactivating", "reloading", "activating"])
+def test_a_unit_glob_keeps_a_unit_still_stopping_or_starting_and_its_older_start(state):
+    """A unit finishing a graceful stop still runs the process that claimed: its earlier start
+    is the cut-off, or that process's claims would count as orphaned."""
+    out = "\n".join(
+        [
+            unit_block("worker@1.service", "10:00:00", "60"),
+            unit_block("worker@2.service", "06:00:00", "3600", state=state),
+            unit_block("worker@3.service", "05:00:00", "7200", state="inactive"),
+            unit_block("worker@4.service", "04:00:00", "7200", state="failed"),
+        ]
+    )
+    units = parse_systemctl_glob(out, "worker@*.service")
+    assert [u.name for u in units] == ["worker@1.service", "worker@2.service"]
+    assert min(u.active_since for u in units) == datetime(2026, 11, 29, 6, tzinfo=UTC)
+    # Only a stopping, reloading or starting unit: still a match, not "no active unit".
+    [alone] = parse_systemctl_glob(out.split("\n\n", 1)[1], "worker@*.service")
+    assert alone.name == "worker@2.service"
+
+
+def test_a_unit_glob_over_a_unit_starting_for_the_first_time_fails_closed():
+    block = unit_block("worker@2.service", "06:00:00", state="activating")
+    block = block.replace("ActiveEnterTimestamp=Sun 2026-11-29 06:00:00.000000 UTC\n", "")
+    out = "\n".join([unit_block("worker@1.service", "10:00:00"), block])
+    with pytest.raises(LookupFailed, match=r"worker@2.service is starting \(activating\)"):
+        parse_systemctl_glob(out, "worker@*.service")
+
+
 def test_the_verdict_and_the_fleet_list_every_match():
     from dataclasses import replace
 

@@ -66,6 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         say(str(exc))
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: failed (never proceed), without a traceback
+        if args.command == "check" and args.json:
+            from leaseguard.orchestration.drain import failure_output
+
+            error = LeaseguardError("interrupted by a signal before the check completed")
+            print(failure_output(error, socket.gethostname(), as_json=True, fab=False))
+        say("interrupted")
+        return EXIT_FAILED
 
 
 def say(message: str) -> None:

@@ -104,28 +104,43 @@ def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
     return _systemd_unit(_properties(text), unit)
 
 
+# A glob's units whose process may hold claims: a unit still stopping (a graceful stop
+# finishing its job), reloading or starting counts, or its claims would look orphaned.
+RUNNING_UNIT_STATES = ("active", "reloading", "deactivating", "activating")
+
+
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
-    """The ACTIVE units of the blocks; none fails, naming the glob (not "nothing runs")."""
-    active = [p for p in map(_properties, text.split("\n\n")) if p.get("ActiveState") == "active"]
-    if not active:
+    """The running units of the blocks (RUNNING_UNIT_STATES); none fails, naming the glob."""
+    blocks = map(_properties, text.split("\n\n"))
+    running = [p for p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
+    if not running:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
-    return [_systemd_unit(props, props.get("Id") or pattern) for props in active]
+    return [
+        _systemd_unit(props, props.get("Id") or pattern, RUNNING_UNIT_STATES) for props in running
+    ]
 
 
 def _properties(text: str) -> dict[str, str]:
     return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
 
 
-def _systemd_unit(props: dict[str, str], unit: str) -> SystemdUnit:
+def _systemd_unit(
+    props: dict[str, str], unit: str, states: tuple[str, ...] = ("active",)
+) -> SystemdUnit:
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
-    if props.get("ActiveState") != "active":
+    if props.get("ActiveState") not in states:
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
     try:
         environment = tuple(shlex.split(props.get("Environment", "")))
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
     stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
+    if not stamp and props.get("ActiveState") == "activating":
+        raise LookupFailed(
+            f"systemd unit {unit} is starting (activating) and has no start time yet; "
+            "check again once it is active"
+        )
     try:
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:

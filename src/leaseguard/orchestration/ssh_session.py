@@ -133,10 +133,13 @@ def task_facts(
 ) -> dict[str, Any]:
     """Facts a task passes in: explicit values win over a registered task_timeout `lookup`."""
     lookup = lookup or {}
-    seconds, source = task_timeout_s, None
+    seconds, what, source = task_timeout_s, "task_timeout_s", None
     if seconds is None and lookup.get("task_timeout_s") is not None:
-        seconds, source = float(lookup["task_timeout_s"]), lookup.get("source")
-    timeout = None if seconds is None else parse_timeout_s(seconds, what="task_timeout_s")
+        # The core's strict parser (ASCII digits only), never float(): a message never
+        # repeats the value (a wrongly named variable may hold a secret).
+        seconds, what = lookup["task_timeout_s"], "lookup.task_timeout_s"
+        source = lookup.get("source")
+    timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
     started = runtime_started_at or lookup.get("runtime_started_at")
     return {
         "task_timeout_s": timeout,
