@@ -212,7 +212,7 @@ class Lookups:
         return list(self._containers_seen[argv].matches)
 
     def _systemd(self, unit: str) -> list[lookups.SystemdUnit]:
-        """The unit, or every ACTIVE unit a glob matches (listed in the verdict)."""
+        """The unit, or every running unit a glob matches (listed in the verdict)."""
         out = self._output(lookups.systemd_argv(unit), f"systemd unit {unit}") or ""
         if not is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
