@@ -1,7 +1,6 @@
 """A fleet judged in one query per poll: each host by its own facts, over one connection."""
 
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -173,14 +172,6 @@ def test_twenty_hosts_draining_at_once_share_one_backend_and_one_query_per_poll(
 
     def drain(host):
         judge = judge_for(host)
-        # Each host's first verdict is a poll begun after it asked (after its own pause):
-        # those at the start may not share; the polls counted are the drains' in step.
-        start.wait()
-        judge()
-        if start.wait() == 0:
-            time.sleep(0.6)  # past fresh_s: the first counted round starts a new poll
-            polls.clear()
-        start.wait()
         for _ in range(rounds):
             start.wait()
             seen.setdefault(host, []).append(judge().counts.live)

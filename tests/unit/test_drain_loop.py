@@ -314,14 +314,16 @@ def test_a_hosts_first_verdict_is_a_poll_begun_after_it_asked_not_a_fresher_flee
     def judge_each():
         return {"app1": verdict(), "app2": verdict("7") if claimed else verdict()}
 
-    judge_for = shared_poll(SimpleNamespace(judge_each=judge_each), fresh_s=3600.0)
+    judge_for = shared_poll(SimpleNamespace(judge_each=judge_each), 3600.0, first_fresh=True)
     assert judge_for("app1")().counts.live == 0  # app1 paused fast: the fleet's first poll
     claimed.append("7")  # app2's pause still running: a claim lands on it
     assert judge_for("app2")().counts.live == 1  # its own first poll, begun after it asked
     # Sharing still holds once each has answered: app1 takes the poll app2 started.
     polls = []
     judge_for2 = shared_poll(
-        SimpleNamespace(judge_each=lambda: polls.append(1) or judge_each()), 3600.0
+        SimpleNamespace(judge_each=lambda: polls.append(1) or judge_each()),
+        3600.0,
+        first_fresh=True,
     )
     first, second = judge_for2("app1"), judge_for2("app2")
     first(), second(), first(), second()

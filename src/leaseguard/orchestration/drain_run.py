@@ -177,7 +177,9 @@ def drain_each(
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
-    judge_for = shared_poll(session, options.poll_s / 2)
+    # A host pausing its own intake takes a poll begun after its pause, never an older one.
+    first_fresh = own is not None and bool(options.pause_command)
+    judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
 
     # Without `own` the caller holds every intake: no host's thread pauses any (one session).
     unpaused = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
@@ -203,12 +205,14 @@ def drain_each(
         return dict(zip(hosts, pool.map(drain, hosts), strict=True))
 
 
-def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callable[[], Verdict]]:
+def shared_poll(
+    session: GuardSession, fresh_s: float, *, first_fresh: bool = False
+) -> Callable[[str], Callable[[], Verdict]]:
     """Each host's judge on the fleet's one query: a host takes the last poll if it began after
     its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
     so the drains fall into step: one query per poll interval, whatever the fleet's size.
-    A host's first answer comes from a poll begun after it asked: after its own pause, so a
-    claim taken while its pause was still running is seen."""
+    `first_fresh` (hosts pausing their own intake): a host's first answer comes from a poll
+    begun after it asked, after its pause, so a claim taken while it paused is seen."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     answered: set[str] = set()  # hosts given a verdict already
@@ -219,7 +223,7 @@ def shared_poll(session: GuardSession, fresh_s: float) -> Callable[[str], Callab
         asked = time.monotonic()
         with lock:
             now = time.monotonic()
-            since = served.get(host, -1.0) if host in answered else asked
+            since = asked if first_fresh and host not in answered else served.get(host, -1.0)
             if outcome is None or now - started > fresh_s or started <= since:
                 try:
                     outcome = session.judge_each()
