@@ -207,6 +207,8 @@ def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db,
     assert run.returncode == 2, run.stdout[-5000:]
     refusal = run.result("Defer the restart while work is in flight", "app1")
     assert "not restarting app1: 1 live claim(s) in execution_runs (1)" in refusal["msg"]
+    refailed = run.result("Fail the host whose restart was deferred or failed", "app1")
+    assert refailed["msg"] == refusal["msg"]  # failed again once intake was given back
     assert log.read_text().split() == ["paused", "resumed"]  # app1's intake given back
     assert sorted(run.results(RESTART)) == ["app2"]  # the second batch (app3) did not restart
     assert run.stats["app1"]["failures"] == 1
