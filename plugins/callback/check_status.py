@@ -30,9 +30,6 @@ EXIT_STATUSES = (("failed", 2), ("unreachable", 4), ("drift", 3), ("defer", 75))
 DEFER_TASKS = frozenset(
     {"Defer the restart while work is in flight", "Defer the migration while work is in flight"}
 )
-# The restart role's task failing a host again after its block gave intake back: the task
-# that failed first already gave the reason (a defer stays a defer).
-REFAIL_TASKS = frozenset({"Fail the host whose restart was deferred or failed"})
 
 
 class CallbackModule(CallbackBase):
@@ -46,9 +43,8 @@ class CallbackModule(CallbackBase):
         self._reasons = set()
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        name = result._task.get_name().rpartition(" : ")[2]
-        if not ignore_errors and name not in REFAIL_TASKS:
-            self._reasons.add(reason(name, result._result))
+        if not ignore_errors:
+            self._reasons.add(reason(result._task.get_name(), result._result))
 
     def v2_runner_on_unreachable(self, result):
         self._reasons.add("unreachable")

@@ -182,8 +182,8 @@ def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tm
 
 def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db, batch, tmp_path):
     """serial 2 over three hosts: app1 (first batch) defers on a live claim, so app3 (second
-    batch) is not restarted (max_fail_percentage: 0), though app1 failed inside the block
-    whose `always` gave its intake back. The claim, ten minutes old, is live on app1 (its
+    batch) is not restarted, though app1 failed inside the block whose `always` gave its
+    intake back (a failure max_fail_percentage does not count). The claim, ten minutes old, is live on app1 (its
     runtime started two hours ago) and an orphan on app2 and app3 (started since)."""
     log = tmp_path / "intake.log"
     inventory = yaml.safe_load(batch.read_text())
@@ -207,8 +207,6 @@ def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db,
     assert run.returncode == 2, run.stdout[-5000:]
     refusal = run.result("Defer the restart while work is in flight", "app1")
     assert "not restarting app1: 1 live claim(s) in execution_runs (1)" in refusal["msg"]
-    refailed = run.result("Fail the host whose restart was deferred or failed", "app1")
-    assert refailed["msg"] == refusal["msg"]  # failed again once intake was given back
     assert log.read_text().split() == ["paused", "resumed"]  # app1's intake given back
     assert sorted(run.results(RESTART)) == ["app2"]  # the second batch (app3) did not restart
     assert run.stats["app1"]["failures"] == 1
