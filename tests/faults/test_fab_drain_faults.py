@@ -76,6 +76,11 @@ def start_fab(host, db, tmp_path, hosts, *args, drain=None):
     return proc, Lines(proc.stdout), Lines(proc.stderr)
 
 
+def start_fab_holding(host, db, intake, tmp_path, *args):
+    """`fab drain` on the one host, holding pg_cron job `intake`."""
+    return start_fab(host, db, tmp_path, f"root@{host.addr}", "--pause-cron-job", intake, *args)
+
+
 @pytest.mark.parametrize(
     "signum",
     [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
@@ -85,15 +90,8 @@ def test_a_signal_stops_fab_drain_promptly_and_resumes_intake(
     app_host_pg, app_db, intake, tmp_path, signum
 ):
     status_file = tmp_path / "drain.json"
-    proc, out, err = start_fab(
-        app_host_pg,
-        app_db,
-        tmp_path,
-        f"root@{app_host_pg.addr}",
-        "--pause-cron-job",
-        intake,
-        "--status-file",
-        str(status_file),
+    proc, out, err = start_fab_holding(
+        app_host_pg, app_db, intake, tmp_path, "--status-file", str(status_file)
     )
     try:
         assert err.wait_for(f"intake paused pg_cron job={intake}")
@@ -118,16 +116,7 @@ def test_a_signal_whose_resume_fails_says_intake_is_still_paused(
 ):
     """The database gone when the signal lands: the resume gives up after its retries and
     fab drain says INTAKE STILL PAUSED, never that intake was resumed."""
-    proc, _, err = start_fab(
-        app_host_pg,
-        app_db,
-        tmp_path,
-        f"root@{app_host_pg.addr}",
-        "--pause-cron-job",
-        intake,
-        "--resume-retry-s",
-        "1",
-    )
+    proc, _, err = start_fab_holding(app_host_pg, app_db, intake, tmp_path, "--resume-retry-s", "1")
     stopped = False
     try:
         assert err.wait_for(f"intake paused pg_cron job={intake}")

@@ -183,8 +183,8 @@ def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tm
 def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db, batch, tmp_path):
     """serial 2 over three hosts: app1 (first batch) defers on a live claim, so app3 (second
     batch) is not restarted, though app1 failed inside the block whose `always` gave its
-    intake back (a failure max_fail_percentage does not count). The claim, ten minutes old, is live on app1 (its
-    runtime started two hours ago) and an orphan on app2 and app3 (started since)."""
+    intake back (a failure max_fail_percentage does not count). The claim, ten minutes old,
+    is live on app1 (its runtime started two hours ago) and an orphan on app2 and app3."""
     log = tmp_path / "intake.log"
     inventory = yaml.safe_load(batch.read_text())
     inventory["app"]["hosts"]["app1"].update(

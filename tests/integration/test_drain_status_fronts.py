@@ -18,7 +18,7 @@ from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
 from tests.faults.conftest import job_active, terminate, unschedule_with_records
 from tests.integration.test_drain_status_files import polls, samples, status
-from tests.support.ansible_run import REPO, write_inventory
+from tests.support.ansible_run import REPO, run_playbook, write_inventory
 from tests.support.process_lines import Lines
 from tests.support.waiting import wait_until
 
@@ -269,16 +269,9 @@ def test_drain_yml_refuses_to_drain_shared_intake_for_a_limited_fleet(
     than app1's start 10 min ago) an orphan. Refused before anything is paused."""
     with db.connect() as conn:
         claim(conn, 1, "1 hour")
-    shared = f'{{"leaseguard_pause_cron_jobs": ["{intake_job}"]}}'
-    argv = ["ansible-playbook", "-i", str(two_hosts), "playbooks/drain.yml", "-e", shared]
-    done = subprocess.run(
-        [*argv, "--limit", "app1"],
-        cwd=REPO,
-        env=ansible_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    shared = {"leaseguard_pause_cron_jobs": [intake_job]}
+    done = run_playbook(
+        "playbooks/drain.yml", two_hosts, tmp_path, "--limit", "app1", extra_vars=shared
     )
     assert done.returncode != 0, done.stdout[-3000:]
     assert "--limit app1 leaves hosts out" in done.stdout, done.stdout[-3000:]

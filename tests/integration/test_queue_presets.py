@@ -299,6 +299,18 @@ def test_pg_boss_a_job_past_its_expiry_proceeds(pg_boss):
     assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
 
 
+def beating_pg_boss_job(db):
+    """An `active` job started 5 minutes ago (expires in 2 h) that beat 10 s ago (every 60 s)."""
+    pg_boss_job(
+        db,
+        "active",
+        started_ago=timedelta(minutes=5),
+        expire_s=7200,
+        beat_ago=timedelta(seconds=10),
+        beat_s=60,
+    )
+
+
 def test_pg_boss_a_lost_heartbeat_proceeds_a_beating_one_defers(pg_boss):
     pg_boss_job(
         pg_boss,
@@ -309,14 +321,7 @@ def test_pg_boss_a_lost_heartbeat_proceeds_a_beating_one_defers(pg_boss):
         beat_s=60,
     )
     assert judge(pg_boss.dsn, "pg-boss").decision is Decision.PROCEED
-    pg_boss_job(
-        pg_boss,
-        "active",
-        started_ago=timedelta(minutes=5),
-        expire_s=7200,
-        beat_ago=timedelta(seconds=10),
-        beat_s=60,
-    )
+    beating_pg_boss_job(pg_boss)
     verdict = judge(pg_boss.dsn, "pg-boss")
     assert verdict.decision is Decision.DEFER
     assert 45 < verdict.wait_upper_bound_s <= 50  # the heartbeat bounds it, not the expiry
@@ -329,14 +334,7 @@ def test_pg_boss_a_naive_heartbeat_needs_its_zone_like_the_other_time_columns(pg
         conn.execute("ALTER TABLE pgboss.job ALTER COLUMN heartbeat_on TYPE timestamp")
         zone = "ALTER DATABASE {} SET timezone = 'America/New_York'"
         conn.execute(sql.SQL(zone).format(sql.Identifier(pg_boss.name)))
-    pg_boss_job(
-        pg_boss,
-        "active",
-        started_ago=timedelta(minutes=5),
-        expire_s=7200,
-        beat_ago=timedelta(seconds=10),
-        beat_s=60,
-    )
+    beating_pg_boss_job(pg_boss)
     with pytest.raises(SchemaMismatch, match=r"column heartbeat_on \(preset heartbeat_on\)"):
         judge(pg_boss.dsn, "pg-boss")
     verdict = judge(pg_boss.dsn, "pg-boss", timestamp_zone="America/New_York")
