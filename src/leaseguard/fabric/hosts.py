@@ -8,7 +8,6 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from typing import Any, TypeVar
 
@@ -56,8 +55,7 @@ def say(message: str) -> None:
 
 
 def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
-    with ThreadPoolExecutor(max_workers=min(len(hosts), 64)) as pool:
-        return list(pool.map(work, hosts))
+    return drain_run.map_waking(work, hosts)
 
 
 def exit_with_worst(statuses: list[int]) -> None:

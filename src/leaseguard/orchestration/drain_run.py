@@ -13,11 +13,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from os import PathLike
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -44,6 +44,10 @@ from leaseguard.orchestration.intake import (
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
+
+
+T = TypeVar("T")
+U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -201,8 +205,18 @@ def drain_each(
         )
 
     hosts = sorted(session.judged.each)
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        return dict(zip(hosts, pool.map(drain, hosts), strict=True))
+    return dict(zip(hosts, map_waking(drain, hosts), strict=True))
+
+
+def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
+    """`work` over `items` on threads, the caller waking every 0.2 s while it waits: Python
+    runs signal handlers on the main thread only, between bytecodes, so a SIGTERM the kernel
+    gave another thread would wait, unheard, for a drain that only that signal ends."""
+    with ThreadPoolExecutor(max_workers=max(min(len(items), 64), 1)) as pool:
+        futures = [pool.submit(work, item) for item in items]
+        while wait(futures, timeout=0.2).not_done:
+            pass
+        return [future.result() for future in futures]
 
 
 def shared_poll(
