@@ -224,7 +224,7 @@ def test_a_changed_host_key_is_named_with_the_fix(playbook, app_host_pg, tmp_pat
     result = run.result("lookup", "app1")
     assert "host key does not match known_hosts" in result["msg"], result["msg"]
     assert "ssh-keygen -R" in result["msg"]
-    assert "running a lookup failed" not in result["msg"]
+    assert "running a command over its Ansible connection failed" not in result["msg"]
 
 
 def test_lease_guard_takes_a_preset_and_options_override_it(playbook, runs):

@@ -116,3 +116,42 @@ def test_the_guard_role_alone_cannot_hold_the_intake_and_fails_closed(deploy, ap
     assert f"pg_cron job(s) not found: {intake_job} (as role {GUARD_PW_ROLE}" in hold["msg"]
     assert "leaseguard_cron_user" in hold["msg"]
     assert active(app_db, intake_job) == busy_free
+
+
+
+# The command's own shell kills the SSH session it runs in (sshd's per-connection process, an
+# ancestor of the shell): a real link dropped mid-restart or mid-migration.
+DROP_OWN_SSH_SESSION = (
+    'p=$$; while [ "$p" -gt 1 ]; do case "$(cat /proc/$p/comm)" in sshd*) kill -9 "$p";'
+    " exit;; esac; p=$(cut -d' ' -f4 /proc/$p/stat); done"
+)
+
+
+def test_a_link_dropped_mid_restart_fails_and_gives_intake_back(deploy, app_db, intake_job):
+    run = deploy(
+        leaseguard_restart_method="command",
+        leaseguard_restart_command=["sh", "-c", DROP_OWN_SSH_SESSION],
+        **held(intake_job),
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    restart = run.result(RESTART, "app1")
+    assert "over its Ansible connection failed (AnsibleConnectionFailure)" in restart["msg"]
+    assert run.result("Give intake back", "app1")["released"] == [f"pg_cron:{intake_job}"]
+    assert active(app_db, intake_job)
+
+
+def test_a_host_unreachable_mid_migration_gives_the_fleets_intake_back(deploy, app_db, intake_job):
+    # Ansible runs no `always` for a host it marks UNREACHABLE: the migrate role's hold on the
+    # fleet's pg_cron intake must still be given back, and the deploy must fail.
+    run = deploy(
+        leaseguard_migrate_command=["sh", "-c", DROP_OWN_SSH_SESSION],
+        leaseguard_migrate_pause_cron_jobs=[intake_job],
+        leaseguard_migrate_db_user="postgres",
+        **held(intake_job),
+    )
+    assert run.returncode != 0, run.stdout[-5000:]
+    assert active(app_db, intake_job), run.stdout[-8000:]
+    failed = run.result("Fail a migration whose host became unreachable while it ran", "app1")
+    assert "outcome on app1 is unknown" in failed["msg"] and "intake resumed" in failed["msg"]
+    assert "the cron budgets were not applied" in failed["msg"]
+    assert RESTART not in run.stdout
