@@ -180,6 +180,9 @@ _HOST_KEY_CAUSES = {
 }
 
 
+_COMMAND_FAILED = "running a command over its Ansible connection failed"
+
+
 class AnsibleRunner:
     """Runs commands on the host through the task's own connection (become, jump hosts)."""
 
@@ -202,7 +205,7 @@ class AnsibleRunner:
         except (AnsibleConnectionFailure, AnsibleError) as exc:
             text = str(exc).lower()
             causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
-            cause = next(causes, "running a command over its Ansible connection failed").format(host=self.label)
+            cause = next(causes, _COMMAND_FAILED).format(host=self.label)
             raise api.TunnelError(f"host {self.label}: {cause} ({type(exc).__name__})") from None
         ran = api.CommandResult(
             int(result.get("rc", 1)), result.get("stdout", ""), result.get("stderr", "")
