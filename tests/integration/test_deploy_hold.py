@@ -118,7 +118,6 @@ def test_the_guard_role_alone_cannot_hold_the_intake_and_fails_closed(deploy, ap
     assert active(app_db, intake_job) == busy_free
 
 
-
 # The command's own shell kills the SSH session it runs in (sshd's per-connection process, an
 # ancestor of the shell): a real link dropped mid-restart or mid-migration.
 DROP_OWN_SSH_SESSION = (
