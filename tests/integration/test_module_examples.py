@@ -11,7 +11,7 @@ from sandbox.ansible_env import ansible_env
 from tests.integration.test_collection_docs import MODULES
 from tests.support.ansible_run import REPO
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def examples_of(module: str) -> str:

@@ -25,7 +25,7 @@ from tests.integration.test_cli_drain import (  # noqa: F401 (claim_job: a fixtu
 )
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture

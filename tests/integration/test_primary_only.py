@@ -21,7 +21,7 @@ from tests.support.leaseguard_cli import leaseguard
 from tests.support.standby import primary_with_standby
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 DB = "app"
 
