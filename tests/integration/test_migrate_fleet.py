@@ -281,7 +281,9 @@ def test_a_limited_run_started_past_its_refusal_migrates_nothing(fleet):
     run = fleet(hosts, 3600, "--limit", "app1", "--start-at-task", lookup, static=True)
     assert run.returncode != 0
     assert run.migrations == 0, run.stdout[-3000:]
-    assert "--limit app1 leaves hosts out" in run.result(REFUSED, "app1")["msg"]
+    refusal = run.result(JUDGE, "app1")  # the fleet judgment itself refuses a limited fleet
+    assert refusal["failed"] is True
+    assert "--limit app1 leaves hosts out (only app1 would be judged" in refusal["msg"]
     # Started at the same task over the whole fleet, the judgment runs and the migration too.
     run = fleet(hosts, 2 * DAY, "--start-at-task", lookup, static=True)
     assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
