@@ -15,7 +15,13 @@ import yaml
 
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import db_vars, run_playbook, write_each_host_play, write_inventory
+from tests.support.ansible_run import (
+    REPO,
+    db_vars,
+    run_playbook,
+    write_each_host_play,
+    write_inventory,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -210,3 +216,25 @@ def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db,
     assert log.read_text().split() == ["paused", "resumed"]  # app1's intake given back
     assert sorted(run.results(RESTART)) == ["app2"]  # the second batch (app3) did not restart
     assert run.stats["app1"]["failures"] == 1
+
+
+@pytest.mark.parametrize("playbook", ["deploy.yml", "drain.yml"])
+def test_the_playbooks_run_linear_whatever_ansible_strategy_says(playbook):
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    assert all(play.get("strategy") == "linear" for play in plays)
+
+
+def test_free_strategy_from_the_environment_still_migrates_once_for_the_fleet(db, batch, tmp_path):
+    """ANSIBLE_STRATEGY=free ignores run_once: every host held, judged and migrated on its
+    own. The playbook's plays are linear, so the migration runs once, then every host restarts."""
+    log = tmp_path / "migrated.log"
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_migrate_command": ["sh", "-c", f"echo migrated >> {log}"]},
+        env={"ANSIBLE_STRATEGY": "free"},
+    )
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert log.read_text().split() == ["migrated"], run.stdout[-5000:]
+    assert sorted(run.results(RESTART)) == list(HOSTS)

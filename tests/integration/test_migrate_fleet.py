@@ -72,7 +72,8 @@ def fleet(tmp_path, db):
                 },
             ],
         }
-        if static:  # the role as its README shows it: its tasks named, so --start-at-task finds them
+        # The role as its README shows it: its tasks named, so --start-at-task finds them.
+        if static:
             play = {"hosts": "app", "gather_facts": False, "roles": ["leaseguard.deploy.migrate"]}
         path = tmp_path / "play.yml"
         path.write_text(yaml.safe_dump([play], sort_keys=False))
