@@ -238,3 +238,32 @@ def test_free_strategy_from_the_environment_still_migrates_once_for_the_fleet(db
     assert run.returncode == 0, run.stdout[-5000:]
     assert log.read_text().split() == ["migrated"], run.stdout[-5000:]
     assert sorted(run.results(RESTART)) == list(HOSTS)
+
+
+def test_a_caller_ignoring_errors_restarts_no_host_whose_verdict_deferred(db, batch, tmp_path):
+    """A play of the caller's own with `ignore_errors: true` on the role: each host's defer is
+    ignored (the play goes on), but the host is not restarted onto its live claim. Forced, or
+    once the claim is done, the same play restarts every host."""
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    play = tmp_path / "play.yml"
+    role = {"role": "leaseguard.deploy.restart", "ignore_errors": True}
+    play.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "roles": [role]}]))
+    pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+    run = run_playbook(play, batch, tmp_path)
+    assert run.returncode == 0, run.stdout[-5000:]
+    deferred = run.results("Defer the restart while work is in flight")
+    assert all(result.get("failed") for result in deferred.values()), deferred
+    assert all(result.get("skipped") for result in run.results(RESTART).values())
+    assert {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS} == pids
+    # Forced, the same defer restarts every host (the claim named); done, nothing to force.
+    for extra in ({"leaseguard_on_busy": "force"}, {}):
+        run = run_playbook(play, batch, tmp_path, extra_vars=extra)
+        assert run.returncode == 0, run.stdout[-5000:]
+        assert all(result["changed"] for result in run.results(RESTART).values())
+        assert all((tmp_path / f"{host}.pid").read_text() != pids[host] for host in HOSTS)
+        pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
