@@ -74,7 +74,8 @@ def fleet(tmp_path, db):
         }
         # The role as its README shows it: its tasks named, so --start-at-task finds them.
         if static:
-            play = {"hosts": "app", "gather_facts": False, "roles": ["leaseguard.deploy.migrate"]}
+            role = static if isinstance(static, dict) else "leaseguard.deploy.migrate"
+            play = {"hosts": "app", "gather_facts": False, "roles": [role]}
         path = tmp_path / "play.yml"
         path.write_text(yaml.safe_dump([play], sort_keys=False))
         outcome = run_playbook(path, inventory, tmp_path, *args)
@@ -289,3 +290,17 @@ def test_a_limited_run_started_past_its_refusal_migrates_nothing(fleet):
     run = fleet(hosts, 2 * DAY, "--start-at-task", lookup, static=True)
     assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
     assert run.result(REFUSED, "app1").get("skipped")
+
+
+def test_a_caller_ignoring_errors_migrates_nothing_on_a_defer(fleet):
+    """`ignore_errors: true` on the role: the defer is ignored, the migration is not run on it,
+    and nothing reports a migration. Past every lease, the same play migrates once."""
+    hosts = {"app1": host(3600, DAY), "app2": host(3600, DAY)}
+    role = {"role": "leaseguard.deploy.migrate", "ignore_errors": True}
+    run = fleet(hosts, 60, static=role)
+    assert run.migrations == 0, run.stdout[-3000:]
+    assert "the fleet judgment decided defer" in run.result(REFUSED, "app1")["msg"]
+    assert run.result("Report the migration", "app1").get("skipped")
+    run = fleet(hosts, 3 * 3600, static=role)
+    assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
+    assert "migrated from app1" in run.result("Report the migration", "app1")["msg"]
