@@ -267,3 +267,34 @@ def test_a_caller_ignoring_errors_restarts_no_host_whose_verdict_deferred(db, ba
         pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+
+def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
+    """--start-at-task at the guard skips the first host's intake hold (and the verdict then
+    said "no intake configured"): that host is not restarted, it fails naming why, and the
+    rollout stops. The whole role, as usual, holds each host's intake and restarts them all."""
+    log = tmp_path / "intake.log"
+    inventory = yaml.safe_load(batch.read_text())
+    inventory["app"]["vars"].update(
+        leaseguard_pause_command=["sh", "-c", f"echo paused >> {log}"],
+        leaseguard_resume_command=["sh", "-c", f"echo resumed >> {log}"],
+    )
+    batch.write_text(yaml.safe_dump(inventory))
+    pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        "--start-at-task",
+        "Judge the claims by the system's own lease",
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    refusal = run.result(RESTART, "app1")
+    assert refusal["failed"] is True
+    assert "not restarting app1: this run did not hold its intake" in refusal["msg"]
+    assert {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS} == pids
+    assert not log.exists()
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path)
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert all((tmp_path / f"{host}.pid").read_text() != pids[host] for host in HOSTS)
+    assert log.read_text().split() == ["paused", "resumed"] * len(HOSTS)
