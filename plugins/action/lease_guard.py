@@ -39,6 +39,8 @@ class ActionModule(LeaseguardAction):
             drain_args.update(NO_PAUSES)
         options = api.drain_options(drain_args)
         waits, fleet = args["wait"] and not self._task.check_mode, args["fleet_lookups"] is not None
+        if fleet and not each:
+            _whole_fleet(task_vars)
         front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
@@ -106,6 +108,19 @@ def _each_host_allowed(action, args):
         raise ConfigError(
             "each_host drains hold no intake of their own: hold each host's with "
             "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
+        )
+
+
+def _whole_fleet(task_vars):
+    """A fleet judgment is of every host of the play, which --limit cuts short: the roles and
+    drain.yml refuse it first, and this holds when a run starts past them (--start-at-task)."""
+    limit, hosts = task_vars.get("ansible_limit"), task_vars.get("ansible_play_hosts_all", ())
+    if limit:
+        raise ConfigError(
+            f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
+            f"--limit {limit} leaves hosts out (only {', '.join(hosts)} would be judged; a live "
+            "claim on another host would count as orphaned). Nothing was judged or paused. Run "
+            "without --limit"
         )
 
 

@@ -15,7 +15,13 @@ import yaml
 
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
-from tests.support.ansible_run import db_vars, run_playbook, write_each_host_play, write_inventory
+from tests.support.ansible_run import (
+    REPO,
+    db_vars,
+    run_playbook,
+    write_each_host_play,
+    write_inventory,
+)
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -210,3 +216,85 @@ def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db,
     assert log.read_text().split() == ["paused", "resumed"]  # app1's intake given back
     assert sorted(run.results(RESTART)) == ["app2"]  # the second batch (app3) did not restart
     assert run.stats["app1"]["failures"] == 1
+
+
+@pytest.mark.parametrize("playbook", ["deploy.yml", "drain.yml"])
+def test_the_playbooks_run_linear_whatever_ansible_strategy_says(playbook):
+    plays = yaml.safe_load((REPO / "playbooks" / playbook).read_text())
+    assert all(play.get("strategy") == "linear" for play in plays)
+
+
+def test_free_strategy_from_the_environment_still_migrates_once_for_the_fleet(db, batch, tmp_path):
+    """ANSIBLE_STRATEGY=free ignores run_once: every host held, judged and migrated on its
+    own. The playbook's plays are linear, so the migration runs once, then every host restarts."""
+    log = tmp_path / "migrated.log"
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_migrate_command": ["sh", "-c", f"echo migrated >> {log}"]},
+        env={"ANSIBLE_STRATEGY": "free"},
+    )
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert log.read_text().split() == ["migrated"], run.stdout[-5000:]
+    assert sorted(run.results(RESTART)) == list(HOSTS)
+
+
+def test_a_caller_ignoring_errors_restarts_no_host_whose_verdict_deferred(db, batch, tmp_path):
+    """A play of the caller's own with `ignore_errors: true` on the role: each host's defer is
+    ignored (the play goes on), but the host is not restarted onto its live claim. Forced, or
+    once the claim is done, the same play restarts every host."""
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    play = tmp_path / "play.yml"
+    role = {"role": "leaseguard.deploy.restart", "ignore_errors": True}
+    play.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "roles": [role]}]))
+    pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+    run = run_playbook(play, batch, tmp_path)
+    assert run.returncode == 0, run.stdout[-5000:]
+    deferred = run.results("Defer the restart while work is in flight")
+    assert all(result.get("failed") for result in deferred.values()), deferred
+    assert all(result.get("skipped") for result in run.results(RESTART).values())
+    assert {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS} == pids
+    # Forced, the same defer restarts every host (the claim named); done, nothing to force.
+    for extra in ({"leaseguard_on_busy": "force"}, {}):
+        run = run_playbook(play, batch, tmp_path, extra_vars=extra)
+        assert run.returncode == 0, run.stdout[-5000:]
+        assert all(result["changed"] for result in run.results(RESTART).values())
+        assert all((tmp_path / f"{host}.pid").read_text() != pids[host] for host in HOSTS)
+        pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+
+def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
+    """--start-at-task at the guard skips the first host's intake hold (and the verdict then
+    said "no intake configured"): that host is not restarted, it fails naming why, and the
+    rollout stops. The whole role, as usual, holds each host's intake and restarts them all."""
+    log = tmp_path / "intake.log"
+    inventory = yaml.safe_load(batch.read_text())
+    inventory["app"]["vars"].update(
+        leaseguard_pause_command=["sh", "-c", f"echo paused >> {log}"],
+        leaseguard_resume_command=["sh", "-c", f"echo resumed >> {log}"],
+    )
+    batch.write_text(yaml.safe_dump(inventory))
+    pids = {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS}
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        "--start-at-task",
+        "Judge the claims by the system's own lease",
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    refusal = run.result(RESTART, "app1")
+    assert refusal["failed"] is True
+    assert "not restarting app1: this run did not hold its intake" in refusal["msg"]
+    assert {host: (tmp_path / f"{host}.pid").read_text() for host in HOSTS} == pids
+    assert not log.exists()
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path)
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert all((tmp_path / f"{host}.pid").read_text() != pids[host] for host in HOSTS)
+    assert log.read_text().split() == ["paused", "resumed"] * len(HOSTS)

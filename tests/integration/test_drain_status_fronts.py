@@ -277,3 +277,32 @@ def test_drain_yml_refuses_to_drain_shared_intake_for_a_limited_fleet(
     assert "--limit app1 leaves hosts out" in done.stdout, done.stdout[-3000:]
     assert job_active(db.cluster, intake_job) == "t"
     assert not (tmp_path / "drain-app1.json").exists()
+    # Started past that refusal (--start-at-task), app1 alone would be looked up and judged,
+    # and the claim judged an orphan: the fleet judgment itself refuses, nothing paused.
+    lookup = "Look up the task timeout and the runtime start time on every host"
+    done = run_playbook(
+        "playbooks/drain.yml",
+        two_hosts,
+        tmp_path,
+        *("--limit", "app1", "--start-at-task", lookup),
+        extra_vars=shared,
+    )
+    assert done.returncode != 0, done.stdout[-3000:]
+    refusal = done.result("Judge the claims by the system's own lease", "app1")
+    assert "--limit app1 leaves hosts out (only app1 would be judged" in refusal["msg"]
+    assert job_active(db.cluster, intake_job) == "t"
+    assert not (tmp_path / "drain-app1.json").exists()
+    # The same start over the whole fleet drains: the claim may be app2's, the drain waits for it
+    # and, at its deadline, fails the hosts with live leases.
+    done = run_playbook(
+        "playbooks/drain.yml",
+        two_hosts,
+        tmp_path,
+        "--start-at-task",
+        lookup,
+        extra_vars={**shared, "leaseguard_drain_deadline_s": 1},
+    )
+    assert done.returncode != 0, done.stdout[-3000:]
+    verdict = done.result("Judge the claims by the system's own lease", "app1")
+    assert verdict["decision"] == "defer" and verdict["fleet"]["hosts"] == ["app1", "app2"]
+    assert job_active(db.cluster, intake_job) == "t"

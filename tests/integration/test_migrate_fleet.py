@@ -6,6 +6,7 @@ the decision does not depend on the inventory order, and a host that cannot answ
 the gate by name with nothing migrated.
 """
 
+import json
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +15,7 @@ import yaml
 
 from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table
+from tests.integration.test_cron_budget_module import CRON_DB, cron_jobs, jobs_for
 from tests.support.ansible_run import run_playbook, write_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,7 +43,7 @@ def fleet(tmp_path, db):
         create_runs_table(conn)
     log = tmp_path / "migrated.log"
 
-    def run(hosts, claimed_ago_s, *args, pre_tasks=()):
+    def run(hosts, claimed_ago_s, *args, pre_tasks=(), static=False):
         with db.connect() as conn:
             conn.execute("TRUNCATE execution_runs")
             conn.execute(
@@ -70,6 +72,10 @@ def fleet(tmp_path, db):
                 },
             ],
         }
+        # The role as its README shows it: its tasks named, so --start-at-task finds them.
+        if static:
+            role = static if isinstance(static, dict) else "leaseguard.deploy.migrate"
+            play = {"hosts": "app", "gather_facts": False, "roles": [role]}
         path = tmp_path / "play.yml"
         path.write_text(yaml.safe_dump([play], sort_keys=False))
         outcome = run_playbook(path, inventory, tmp_path, *args)
@@ -234,3 +240,67 @@ def test_a_limited_run_refuses_the_migration_naming_the_limit(fleet):
     run = fleet(hosts, 2 * DAY)
     assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
     assert not run.result(LIMIT_REFUSAL, "app1").get("failed")
+
+
+REFUSED = "Refuse a migration its fleet judgment did not allow"
+
+
+@pytest.mark.parametrize(
+    "start", ["Run the migration command", "Apply the pg_cron statement budgets"]
+)
+def test_a_run_started_past_the_judgment_migrates_nothing(fleet, db, start):
+    """--start-at-task skips the limit refusal, the lookups, the hold and the judgment: the
+    migration and the budgets themselves refuse to run without this run's verdict over every
+    host (a live claim here)."""
+    hosts = {"app1": host(3600, DAY), "app2": host(3600, DAY)}
+    budgets = {
+        "leaseguard_cron_budgets": {"jobs": jobs_for(db.name)},
+        "leaseguard_cron_database": CRON_DB,
+        "leaseguard_migrate_db_user": "postgres",
+    }
+    try:
+        run = fleet(hosts, 60, "--start-at-task", start, "-e", json.dumps(budgets), static=True)
+        scheduled = cron_jobs(db.cluster, db.name)
+    finally:
+        with db.cluster.connect(CRON_DB, socket=True) as conn:
+            conn.execute(
+                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
+                (f"{db.name}\\_%",),
+            )
+    assert run.returncode != 0
+    assert run.migrations == 0, run.stdout[-3000:]
+    assert scheduled == {}, run.stdout[-3000:]
+    refusal = run.result(REFUSED, "app1")
+    assert "no judgment of this run covers every host of the play" in refusal["msg"]
+    assert "Nothing was migrated" in refusal["msg"]
+
+
+def test_a_limited_run_started_past_its_refusal_migrates_nothing(fleet):
+    """--limit app1 with --start-at-task past the limit refusal: app1 alone is looked up and
+    judged (its restart makes the claim an orphan, though it may be running on app2)."""
+    hosts = {"app1": host(3600, 600), "app2": host(3600, DAY)}
+    lookup = "Look up the task timeout and the runtime start time on every host"
+    run = fleet(hosts, 3600, "--limit", "app1", "--start-at-task", lookup, static=True)
+    assert run.returncode != 0
+    assert run.migrations == 0, run.stdout[-3000:]
+    refusal = run.result(JUDGE, "app1")  # the fleet judgment itself refuses a limited fleet
+    assert refusal["failed"] is True
+    assert "--limit app1 leaves hosts out (only app1 would be judged" in refusal["msg"]
+    # Started at the same task over the whole fleet, the judgment runs and the migration too.
+    run = fleet(hosts, 2 * DAY, "--start-at-task", lookup, static=True)
+    assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
+    assert run.result(REFUSED, "app1").get("skipped")
+
+
+def test_a_caller_ignoring_errors_migrates_nothing_on_a_defer(fleet):
+    """`ignore_errors: true` on the role: the defer is ignored, the migration is not run on it,
+    and nothing reports a migration. Past every lease, the same play migrates once."""
+    hosts = {"app1": host(3600, DAY), "app2": host(3600, DAY)}
+    role = {"role": "leaseguard.deploy.migrate", "ignore_errors": True}
+    run = fleet(hosts, 60, static=role)
+    assert run.migrations == 0, run.stdout[-3000:]
+    assert "the fleet judgment decided defer" in run.result(REFUSED, "app1")["msg"]
+    assert run.result("Report the migration", "app1").get("skipped")
+    run = fleet(hosts, 3 * 3600, static=role)
+    assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
+    assert "migrated from app1" in run.result("Report the migration", "app1")["msg"]
