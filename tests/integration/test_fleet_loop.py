@@ -1,6 +1,7 @@
 """A fleet judged in one query per poll: each host by its own facts, over one connection."""
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,7 +13,8 @@ from leaseguard.adapters.guard import Subject, judge_subjects
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
-from leaseguard.orchestration.drain_run import shared_poll
+from leaseguard.orchestration.drain_run import DrainOptions, drain_each, shared_poll
+from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.session import GuardSession
 from sandbox.runs_table import insert_runs
 from tests.support.judging import evaluate
@@ -249,3 +251,51 @@ def test_the_connection_falls_over_to_the_next_path_and_stays_there(runs):
             session.judge_each()
     finally:
         session.close()
+
+
+def drain_seventy(runs, options, during=None):
+    """Seventy hosts (more than the bound on threads) drained on one session: the results,
+    the seconds it took, the most threads alive at once."""
+    now = datetime.now(UTC)
+    fill(runs, [(1, "running", now - timedelta(minutes=5), None)])
+    session = session_of(runs, {f"app{n:02d}": facts(now - timedelta(hours=1)) for n in range(70)})
+    threads, done = [], threading.Event()
+
+    def sample():
+        while not done.wait(0.02):
+            threads.append(threading.active_count())
+            if during is not None and len(threads) == 25:  # about 0.5 s in
+                during()
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    began = time.monotonic()
+    try:
+        results = drain_each(session, options, StatusBoard(None, None))
+    finally:
+        took = time.monotonic() - began
+        done.set()
+        sampler.join()
+        session.close()
+    return results, took, max(threads)
+
+
+def test_hosts_past_the_thread_bound_end_at_the_fleet_s_deadline_not_after_it(runs):
+    # Hosts past the 64th used to begin their drain when the first 64 ended theirs: 70 hosts
+    # with a 1 s deadline took 2 s (500 hosts and a two-hour lease: eight times two hours).
+    results, took, threads = drain_seventy(runs, DrainOptions(poll_s=0.3, deadline_s=1.0))
+    assert len(results) == 70 and {r.exit_status for r in results.values()} == {75}
+    assert took < 1.7, took
+    assert threads <= 64 + 8, threads  # a bounded pool, not a thread per host
+
+
+def test_seventy_hosts_all_drain_when_the_claim_ends_mid_drain(runs):
+    def end_claim():
+        with runs.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done'")
+
+    options = DrainOptions(poll_s=0.3, deadline_s=30.0)
+    results, took, _ = drain_seventy(runs, options, during=end_claim)
+    assert {r.exit_status for r in results.values()} == {0}
+    assert all(r.counters.polls >= 1 for r in results.values())
+    assert took < 5, took

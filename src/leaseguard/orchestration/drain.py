@@ -154,6 +154,9 @@ class Drainer:
     observer: Any = None
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
+    # A fleet's start (`clock` time): a host whose drain began later, behind the bound on
+    # threads, still ends at the fleet's deadline, its first lease measured from then.
+    started: float | None = None
 
     def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
@@ -168,7 +171,7 @@ class Drainer:
     def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
         if self.stop.is_set():  # stopped before anything was paused
             return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
-        started, held = self.clock(), None
+        started, held = self.clock() if self.started is None else self.started, None
         try:
             if intake is not None:
                 intake.pause()
@@ -205,8 +208,11 @@ class Drainer:
         except LeaseguardError as exc:
             observed(None, 0.0)
             return state(None, 0.0, exc)
-        deadline = verdict.wait_upper_bound_s
-        deadline = deadline if self.deadline_s is None else min(deadline, self.deadline_s)
+        # From the fleet's start when it gave one: a host begun late keeps the fleet's deadline.
+        ends = verdict.wait_upper_bound_s + (
+            0.0 if self.started is None else self.clock() - started
+        )
+        deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)
         observed(verdict, deadline)
         log.info(
             f"drain host={verdict.host or '-'} start live={verdict.counts.live} "

@@ -132,6 +132,7 @@ def drain_host(
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
     label: str | None = None,
+    started: float | None = None,
 ) -> DrainResult:
     """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
     parts: list[Intake] = []
@@ -163,6 +164,7 @@ def drain_host(
         observer=observer,
         stop=stop,
         label=label,
+        started=started,
     ).run(intake, act)
 
 
@@ -189,9 +191,11 @@ def drain_each(
     unpaused = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
     each_options = options if own is not None else unpaused
 
+    def label_of(host: str) -> str:
+        return session.judged.host_labels.get(host, host) if own is None else own[host].host
+
     def drain(host: str) -> DrainResult:
         mine = session if own is None else own[host]
-        label = session.judged.host_labels.get(host, host) if own is None else None
         judge, action = judge_for(host), act(mine)
         return drain_host(
             mine,
@@ -200,11 +204,16 @@ def drain_each(
             stop=stop,
             judge=judge,
             act=action,
-            label=label,
+            label=label_of(host),
+            started=started,
             **kwargs,
         )
 
     hosts = sorted(session.judged.each)
+    for host in hosts:  # every host on the status board from the start, pending
+        board.observer(label_of(host))
+    # Hosts past map_waking's bound begin as others end: all share the fleet's deadline.
+    started = time.monotonic()
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 
 
