@@ -214,3 +214,17 @@ def test_a_drain_that_ends_on_a_full_filesystem_never_leaves_a_file_saying_runni
     code, found = status(status_file)
     # The last snapshot went into the old file's own space: finished, not a stale running.
     assert (code, found["state"], found["decision"]) == (0, "finished", "proceed"), found
+
+
+def test_a_drain_that_fails_before_it_begins_says_finished_failed_not_running(busy, drain_files):
+    # The session failed (a host's facts unreadable): the file said `running` with no host,
+    # and `leaseguard status` called it stale ("the drain did not finish").
+    status_file, _ = drain_files
+    argv = [sys.executable, "-m", "leaseguard", "drain", "--dsn", busy.dsn]
+    argv += ["--host-facts", "app1=x", "--status-file", str(status_file)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=clean_env(), timeout=60)
+    assert done.returncode == 1, done.stderr
+    code, final = status(status_file)
+    assert code == 0, final
+    assert (final["state"], final["decision"], final["exit_status"]) == ("finished", "failed", 1)
+    assert final["counters"]["polls"] == 0

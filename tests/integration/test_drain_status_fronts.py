@@ -50,7 +50,7 @@ def busy_host_db(app_db):
     return app_db
 
 
-def start_fab_drain(host, db, tmp_path, *args):
+def start_fab_drain(host, db, tmp_path, *args, also=None):
     config = tmp_path / "fabric.yaml"
     config.write_text(
         yaml.safe_dump(
@@ -67,8 +67,9 @@ def start_fab_drain(host, db, tmp_path, *args):
         )
     )
     argv = [sys.executable, "-m", "fabric", "-f", str(config), "-i", str(host.client_key_path)]
+    targets = ",".join([f"root@{host.addr}", *([also] if also else [])])
     return subprocess.Popen(
-        [*argv, "-H", f"root@{host.addr}", "drain", "--poll-s", "0.2", *args],
+        [*argv, "-H", targets, "drain", "--poll-s", "0.2", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -131,6 +132,32 @@ def test_fab_drain_is_watched_from_another_process_through_both_files(
     assert done[("leaseguard_drain_leases_ended_total", label)] == 1
     assert done[("leaseguard_drain_polls_total", label)] == final["counters"]["polls"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["drain.json", "drain.prom", "fabric.yaml"]
+
+
+@pytest.mark.parametrize("pause", [(), ("--pause-cron-job", "claim")], ids=["each", "fleet"])
+def test_a_fab_drain_with_a_host_that_never_opened_says_finished_failed(
+    app_host_pg, busy_host_db, tmp_path, pause
+):
+    # A host that failed to open was missing from the file: it said finished/proceed/0 while
+    # fab exited 1, or (pg_cron intake, judged as one fleet) `running` for ever.
+    with busy_host_db.connect(socket=True) as conn:
+        finish(conn, 1)
+    status_file = tmp_path / "drain.json"
+    proc = start_fab_drain(
+        app_host_pg,
+        busy_host_db,
+        tmp_path,
+        "--status-file",
+        str(status_file),
+        *pause,
+        also="root@127.0.0.1:1",  # nothing listens on port 1
+    )
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stdout + stderr
+    code, final = status(status_file)
+    assert code == 0, final
+    assert (final["state"], final["decision"], final["exit_status"]) == ("finished", "failed", 1)
+    assert "root@127.0.0.1:1" in final["hosts"]
 
 
 # --- ansible-playbook playbooks/drain.yml -------------------------------------------------

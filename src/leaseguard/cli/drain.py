@@ -193,8 +193,12 @@ def run_drain(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
         stop.set()
     except LeaseguardError as exc:  # INTAKE STILL PAUSED among them
+        if not board.rows:  # no drain began: the status file says failed, not running
+            board.not_drained(socket.gethostname(), exc, stopped=stop.is_set())
         return report_failure(exc, as_json=args.json)
     if stop.is_set():
+        if not board.rows:
+            board.not_drained(socket.gethostname(), None, stopped=True)
         ran = f" (command {args.command[0]} interrupted)" if started else ""
         say(f"drain interrupted{ran}; intake was resumed")
         return EXIT_FAILED

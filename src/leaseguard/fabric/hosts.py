@@ -309,6 +309,8 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         outcomes = as_one(opened) if options.pause_cron_jobs else each(opened)
     statuses = []
     for host, result in outcomes:
+        if isinstance(result, LeaseguardError):  # never drained: failed on the board too
+            board.not_drained(host, result, stopped=stop.is_set())
         status, lines = _report(host, result, json_)
         statuses.append(status)
         for to_stdout, line in lines:

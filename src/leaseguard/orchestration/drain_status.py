@@ -16,9 +16,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from leaseguard.core.errors import ConfigError
+from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Decision
-from leaseguard.orchestration.drain import COUNTER_NAMES, DrainResult
+from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
 from leaseguard.orchestration.intake import Intake
 
 log = logging.getLogger("leaseguard.drain")
@@ -83,6 +83,13 @@ class StatusBoard:
         with self.lock:
             row = self.rows.setdefault(host, _new_row(host))
         return HostObserver(self, row, intake)
+
+    def not_drained(self, host: str, error: LeaseguardError | None, *, stopped: bool) -> None:
+        """A host whose drain never began (its session failed, or a signal came first): its row
+        ends failed, never left `running` (a host with a row of its own keeps it)."""
+        if host not in self.rows:
+            result = None if error is None else DrainResult(None, DrainCounters(), 0.0, 0.0, error)
+            self.observer(host).finished(result, stopped=stopped)
 
     def check_writable(self) -> None:
         """Write the first snapshot now: a path that cannot take it fails before any pause."""
