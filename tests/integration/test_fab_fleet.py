@@ -243,6 +243,52 @@ def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on
     assert decisions == {busy.addr: "defer", idle.addr: "proceed"}
 
 
+def test_a_pg_cron_drain_over_hosts_with_their_own_databases_refuses_instead_of_judging_one(
+    app_host_factory, tmp_path
+):
+    """Paused and judged as one fleet through the first host, the second host's database (its
+    live claim, its pg_cron job) went unseen: exit 0. Now refused, nothing paused; one host at
+    its own loopback still drains."""
+    hosts = sorted((app_host_factory(a, pg=True) for a in ("mix1", "mix2")), key=lambda h: h.addr)
+    idle, busy = hosts
+    for host in hosts:
+        with host.pg.connect(socket=True) as conn:
+            create_runs_table(conn)
+            conn.execute("SELECT cron.schedule('claim', '* * * * *', 'SELECT 1')")
+            if host is busy:
+                conn.execute(
+                    "INSERT INTO execution_runs (id, status, claimed_at) "
+                    "VALUES (1, 'running', now())"
+                )
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("".join(h.known_hosts_path.read_text() for h in hosts))
+    config = tmp_path / "fabric.yaml"
+    section = {
+        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
+        "task_timeout": {"source": "fixed", "value_s": 3600},
+        "runtime": {"source": "none"},
+    }
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+
+    def drain(*targets):
+        argv = [sys.executable, "-m", "fabric", "-f", str(config)]
+        argv += [arg for h in hosts for arg in ("-i", str(h.client_key_path))]
+        argv += ["-H", ",".join(f"root@{h.addr}" for h in targets), "drain"]
+        argv += ["--deadline-s", "2", "--poll-s", "0.3", "--pause-cron-job", "claim"]
+        return subprocess.run(argv, cwd=REPO, env=clean_env(), capture_output=True, text=True)
+
+    done = drain(idle, busy)
+    assert done.returncode == 1, done.stdout + done.stderr[-3000:]
+    assert "decision=failed error=ConfigError" in done.stdout
+    assert "reach different databases" in done.stdout and "intake paused" not in done.stderr
+    done = drain(idle)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "intake paused pg_cron job=claim" in done.stderr
+    for host in hosts:
+        with host.pg.connect(socket=True) as conn:
+            assert conn.execute("SELECT bool_and(active) FROM cron.job").fetchone() == (True,)
+
+
 def test_drain_yml_over_twenty_hosts_holds_one_backend(hosts, claims, tmp_path):
     """The same in Ansible: one task drains every host of the play, over one connection."""
     claims("INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())")

@@ -234,6 +234,11 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
 
 _OUTPUT = threading.Lock()  # one host's lines together
 RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+MIXED_DATABASES = (
+    "the hosts reach different databases at their own loopback ({}): a drain pausing pg_cron "
+    "jobs judges and holds one database; run fab drain once per database, or set db_host to "
+    "the shared database's address; nothing was paused"
+)
 Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
 
 
@@ -279,9 +284,13 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     def as_one(opened: Opened) -> list[Outcome]:
         """Every host's facts looked up, then one drain judged by the fleet rule."""
         sessions, failed = opened
+        databases = _by_database(sessions, failed, settings) if sessions and not failed else []
         if failed:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return sorted(failed.items())
+        if len(databases) > 1:  # judged on the first host's alone, the others' claims unseen
+            named = "; ".join(", ".join(group) for group in databases)
+            return [("fleet", ConfigError(MIXED_DATABASES.format(named)))]
         runners = {host: s.runner for host, s in sessions.items()}
         try:
             front = f"fab drain ({','.join(hosts)})"
