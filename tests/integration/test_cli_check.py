@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
@@ -71,6 +72,40 @@ def test_every_rule_of_the_table_through_the_cli(runs, row, exit_status, counts)
     verdict = json.loads(done.stdout)
     assert verdict["counts"] == counts
     assert verdict["decision"] == ("defer" if exit_status == 75 else "proceed")
+
+
+# Builtins the predicate calls, shadowed by a schema the database's search_path names before
+# pg_catalog (as a test suite's clock mock does): a day ahead, or every timestamp "earlier".
+SHADOWS = {
+    "now-a-day-ahead": "CREATE FUNCTION shadow.now() RETURNS timestamptz LANGUAGE sql "
+    "AS $$ SELECT pg_catalog.now() + interval '1 day' $$",
+    "timestamp-less-than": "CREATE FUNCTION shadow.lt(timestamptz, timestamptz) RETURNS boolean "
+    "LANGUAGE sql AS $$ SELECT true $$; CREATE OPERATOR shadow.< "
+    "(FUNCTION = shadow.lt, LEFTARG = timestamptz, RIGHTARG = timestamptz)",
+}
+
+
+@pytest.mark.parametrize("shadow", SHADOWS.values(), ids=SHADOWS)
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["past-lease-proceeds"]],
+    ids=["live-defers", "stale-proceeds"],
+)
+def test_builtins_shadowed_on_the_search_path_do_not_change_the_judgment(
+    runs, shadow, row, exit_status, counts
+):
+    add(runs, row)
+    with runs.connect() as conn:
+        conn.execute("CREATE SCHEMA shadow")
+        conn.execute(shadow)
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET search_path = shadow, pg_catalog, public").format(
+                sql.Identifier(runs.name)
+            )
+        )
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
 
 
 def test_json_shape_of_a_deferral(runs):
