@@ -49,7 +49,8 @@ def pid_argv(pid_file: str) -> Argv:
 
 
 def env_file_argv(path: str, name: str) -> Argv:
-    return ("grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+    """Every assignment of `name`: the last one wins (systemd, docker, compose, a shell)."""
+    return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
@@ -160,8 +161,10 @@ def parse_process_start(text: str, what: str) -> datetime:
     return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)
 
 
-def parse_env_file_line(line: str, name: str) -> str:
-    """The value of `[export ]NAME=value` with optional quotes, as env files write it."""
+def parse_env_file_line(lines: str, name: str) -> str:
+    """The value of the last `[export ]NAME=value` line, with optional quotes, as env files
+    write it: the earlier assignments of a file read top to bottom are overridden."""
+    line = (lines.strip().splitlines() or [""])[-1]
     value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
