@@ -108,6 +108,28 @@ def test_builtins_shadowed_on_the_search_path_do_not_change_the_judgment(
     assert json.loads(done.stdout)["counts"] == counts
 
 
+@pytest.mark.parametrize(
+    ("start_in", "exit_status", "decision"),
+    [(timedelta(hours=1), 1, "failed"), (-timedelta(hours=1), 75, "defer")],
+    ids=["future-start-fails", "past-start-judges"],
+)
+def test_a_runtime_start_after_the_database_clock_fails_instead_of_orphaning_every_claim(
+    runs, start_in, exit_status, decision
+):
+    """A start an hour ahead (a wrong clock, a local time written with Z) would class the live
+    claim of 30 minutes ago an orphan; one an hour ago is judged as usual (live)."""
+    add(runs, (1, "running", "30 min", None))
+    start = (datetime.now(UTC) + start_in).replace(microsecond=0).isoformat()
+    done = leaseguard(
+        "check", "--dsn", runs.dsn, "--task-timeout-s", "3600", "--runtime-started-at", start,
+        "--json",
+    )  # fmt: skip
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["decision"] == decision
+    if exit_status == 1:
+        assert "is after the database's clock now" in done.stderr
+
+
 def test_json_shape_of_a_deferral(runs):
     add(runs, (42, "running", "30 min", None), (7, "open", None, None))
     done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")

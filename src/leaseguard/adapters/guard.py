@@ -15,7 +15,13 @@ from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_mes
 from leaseguard.adapters.db import guard_transaction
 from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.errors import (
+    ConfigError,
+    LookupFailed,
+    NotPrimary,
+    SchemaMismatch,
+    UnclassifiedStatus,
+)
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -69,7 +75,8 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    params = predicate.subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
+    bound = [s.bound(contract) for s in subjects]
+    params = predicate.subjects_params(contract, bound, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
@@ -82,6 +89,7 @@ def judge_subjects(
             assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
+            _refuse_future_starts(subjects, bound, checked_at)
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
@@ -133,6 +141,22 @@ def judge_subjects(
             )
         )
     return verdicts, status_column
+
+
+def _refuse_future_starts(
+    subjects: Sequence[Subject], bound: Sequence[tuple[object, datetime | None]], now: datetime
+) -> None:
+    """A runtime start after the database's now (past the clock tolerance) is no start at all:
+    every claim, live ones too, would be classed an orphan of it. Fail closed, naming it."""
+    for subject, (_, cutoff) in zip(subjects, bound, strict=True):
+        if cutoff is not None and cutoff > now:
+            raise LookupFailed(
+                f"the runtime start of {subject.host or 'the host'} "
+                f"({subject.runtime_started_at}) is after the database's clock now ({now}): "
+                "every claim would look orphaned by a restart that has not happened; fix that "
+                "host's clock (NTP) or the start time given (runtime.started_at, "
+                "--runtime-started-at, --host-facts)"
+            )
 
 
 def _expiry_warnings(
