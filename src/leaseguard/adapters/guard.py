@@ -75,8 +75,8 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    bound = [s.bound(contract) for s in subjects]
-    params = predicate.subjects_params(contract, bound, as_of=as_of)
+    bound_facts = [s.bound(contract) for s in subjects]
+    params = predicate.subjects_params(contract, bound_facts, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
@@ -89,7 +89,7 @@ def judge_subjects(
             assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
-            _refuse_future_starts(subjects, bound, checked_at)
+            _refuse_future_starts(subjects, bound_facts, checked_at)
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
