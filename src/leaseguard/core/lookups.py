@@ -40,17 +40,29 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
 
 
 def systemd_argv(unit: str) -> Argv:
-    props = "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState"
+    props = "--property=Id,Environment,EnvironmentFiles,ActiveEnterTimestamp,ActiveState,LoadState"
     return ("systemctl", "show", unit, "--timestamp=us+utc", props)
+
+
+def unit_env_file_argv(path: str, name: str, optional: bool) -> Argv:
+    """A unit's EnvironmentFile= read as env_file_argv; an optional one ('-') may be absent."""
+    if not optional:
+        return env_file_argv(path, name)
+    script = 'test ! -e "$1" || exec grep -E -e "$2" "$1"'
+    return ("sh", "-c", script, "sh", path, _assigned(name))
 
 
 def pid_argv(pid_file: str) -> Argv:
     return ("cat", pid_file)
 
 
+def _assigned(name: str) -> str:
+    return f"^[[:space:]]*(export[[:space:]]+)?{name}="
+
+
 def env_file_argv(path: str, name: str) -> Argv:
     """Every assignment of `name`: the last one wins (systemd, docker, compose, a shell)."""
-    return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+    return ("grep", "-E", "-e", _assigned(name), path)
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
@@ -99,6 +111,8 @@ class SystemdUnit:
     environment: tuple[str, ...]
     active_since: datetime
     name: str = ""
+    # EnvironmentFile=, in order: (path, optional); each overrides Environment= and those before.
+    environment_files: tuple[tuple[str, bool], ...] = ()
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
@@ -122,7 +136,21 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
 
 
 def _properties(text: str) -> dict[str, str]:
-    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    """`systemctl show`'s KEY=VALUE lines; EnvironmentFiles (one line per file) joined by '\n'."""
+    props: dict[str, str] = {}
+    for key, _, value in (line.partition("=") for line in text.splitlines() if "=" in line):
+        repeated = key == "EnvironmentFiles" and key in props
+        props[key] = f"{props[key]}\n{value}" if repeated else value
+    return props
+
+
+def _environment_files(listed: str) -> tuple[tuple[str, bool], ...]:
+    """`/etc/app.env (ignore_errors=no)` lines -> (path, optional)."""
+    files = []
+    for line in filter(None, listed.splitlines()):
+        path, _, flag = line.rpartition(" (ignore_errors=")
+        files.append((path, flag.startswith("yes")) if path else (line, False))
+    return tuple(files)
 
 
 def _systemd_unit(
@@ -146,7 +174,8 @@ def _systemd_unit(
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
-    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit)
+    files = _environment_files(props.get("EnvironmentFiles", ""))
+    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit, files)
 
 
 def parse_process_start(text: str, what: str) -> datetime:
