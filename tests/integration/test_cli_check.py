@@ -109,6 +109,24 @@ def test_builtins_shadowed_on_the_search_path_do_not_change_the_judgment(
 
 
 @pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["past-lease-proceeds"]],
+    ids=["live-defers", "stale-proceeds"],
+)
+def test_a_database_with_its_own_date_and_interval_styles_is_judged(runs, row, exit_status, counts):
+    """DateStyle 'SQL, DMY' (06/12/2026 ...) is not a style psycopg reads: the guard's
+    transaction reads its times in ISO, whatever the database or role sets."""
+    add(runs, row)
+    with runs.connect() as conn:
+        for setting in ("DateStyle = 'SQL, DMY'", "IntervalStyle = 'sql_standard'"):
+            query = sql.SQL("ALTER DATABASE {} SET " + setting).format(sql.Identifier(runs.name))
+            conn.execute(query)
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
+
+
+@pytest.mark.parametrize(
     ("start_in", "exit_status", "decision"),
     [(timedelta(hours=1), 1, "failed"), (-timedelta(hours=1), 75, "defer")],
     ids=["future-start-fails", "past-start-judges"],

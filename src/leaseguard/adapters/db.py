@@ -187,6 +187,8 @@ def set_local_limits(
     pg_catalog first in search_path, so that no schema the role's path puts before it shadows a
     builtin the guard calls (now(), count(), the `<` of timestamps): the table is still found
     along that path."""
+    # Times read back in the one style psycopg parses, whatever the role or database sets.
+    settings = {**settings, "DateStyle": "ISO", "IntervalStyle": "postgres"}
     values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
     call = sql.SQL("pg_catalog.set_config(%s, %s, true)")
     query = sql.SQL("SELECT {}, {}").format(
