@@ -81,7 +81,9 @@ def judge_subjects(
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
-                status_column = verify_schema(conn, contract)
+                found = verify_schema(conn, contract)
+                _refuse_namesakes(cur, contract)
+                status_column = found
             # The counts first: they say whether the server is a standby, named before all.
             rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
@@ -141,6 +143,35 @@ def judge_subjects(
             )
         )
     return verdicts, status_column
+
+
+# Tables (not parts of one) named like the judged table in other schemas than its own.
+_NAMESAKES = sql.SQL("""
+    SELECT string_agg(n.nspname::text, ', ' ORDER BY n.nspname), min(f.nspname::text)
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    JOIN pg_catalog.pg_class AS t ON t.oid = pg_catalog.to_regclass(%(relation)s)
+    JOIN pg_catalog.pg_namespace AS f ON f.oid = t.relnamespace
+    WHERE c.relname = t.relname AND c.oid <> t.oid AND c.relkind IN ('r', 'p', 'f')
+      AND c.relpersistence <> 't'
+      AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = c.oid)""")
+
+
+def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
+    """No `schema`: the table the guard's search_path finds must be the only one of its name,
+    or the application's search_path (another role's, "$user") may find one the guard does not
+    read, with live claims in it."""
+    if contract.schema is not None:
+        return
+    relation = predicate.table_identifier(contract).as_string(cur)
+    row = cur.execute(_NAMESAKES, {"relation": relation}).fetchone()
+    if row is not None and row[0] is not None:
+        raise SchemaMismatch(
+            f"table {contract.table_label} is found in schema {row[1]} along the guard's "
+            f"search_path, but schema(s) {row[0]} also hold a table of that name: the "
+            "application's search_path may find another one, whose live claims the guard "
+            "would not see; set schema to the one the application writes"
+        )
 
 
 def _refuse_future_starts(
