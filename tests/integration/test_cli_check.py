@@ -126,6 +126,24 @@ def test_a_database_with_its_own_date_and_interval_styles_is_judged(runs, row, e
     assert json.loads(done.stdout)["counts"] == counts
 
 
+@pytest.mark.parametrize("timeout_s", ["1e12", "1e15"])
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["orphan-proceeds"]],
+    ids=["live-defers", "orphan-proceeds"],
+)
+def test_a_task_timeout_of_thousands_of_years_is_judged(runs, timeout_s, row, exit_status, counts):
+    """An app's "no timeout" spelt as a huge number: the live claim defers, an orphan of the
+    runtime's start still proceeds (it failed the query, or raised OverflowError)."""
+    add(runs, row)
+    done = leaseguard(
+        "check", "--dsn", runs.dsn, "--task-timeout-s", timeout_s,
+        "--runtime-started-at", started_at(), "--json",
+    )  # fmt: skip
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
+
+
 @pytest.mark.parametrize(
     ("start_in", "exit_status", "decision"),
     [(timedelta(hours=1), 1, "failed"), (-timedelta(hours=1), 75, "defer")],
