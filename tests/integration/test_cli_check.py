@@ -7,6 +7,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from psycopg import sql
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
@@ -71,6 +72,98 @@ def test_every_rule_of_the_table_through_the_cli(runs, row, exit_status, counts)
     verdict = json.loads(done.stdout)
     assert verdict["counts"] == counts
     assert verdict["decision"] == ("defer" if exit_status == 75 else "proceed")
+
+
+# Builtins the predicate calls, shadowed by a schema the database's search_path names before
+# pg_catalog (as a test suite's clock mock does): a day ahead, or every timestamp "earlier".
+SHADOWS = {
+    "now-a-day-ahead": "CREATE FUNCTION shadow.now() RETURNS timestamptz LANGUAGE sql "
+    "AS $$ SELECT pg_catalog.now() + interval '1 day' $$",
+    "timestamp-less-than": "CREATE FUNCTION shadow.lt(timestamptz, timestamptz) RETURNS boolean "
+    "LANGUAGE sql AS $$ SELECT true $$; CREATE OPERATOR shadow.< "
+    "(FUNCTION = shadow.lt, LEFTARG = timestamptz, RIGHTARG = timestamptz)",
+}
+
+
+@pytest.mark.parametrize("shadow", SHADOWS.values(), ids=SHADOWS)
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["past-lease-proceeds"]],
+    ids=["live-defers", "stale-proceeds"],
+)
+def test_builtins_shadowed_on_the_search_path_do_not_change_the_judgment(
+    runs, shadow, row, exit_status, counts
+):
+    add(runs, row)
+    with runs.connect() as conn:
+        conn.execute("CREATE SCHEMA shadow")
+        conn.execute(shadow)
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} SET search_path = shadow, pg_catalog, public").format(
+                sql.Identifier(runs.name)
+            )
+        )
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
+
+
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["past-lease-proceeds"]],
+    ids=["live-defers", "stale-proceeds"],
+)
+def test_a_database_with_its_own_date_and_interval_styles_is_judged(runs, row, exit_status, counts):
+    """DateStyle 'SQL, DMY' (06/12/2026 ...) is not a style psycopg reads: the guard's
+    transaction reads its times in ISO, whatever the database or role sets."""
+    add(runs, row)
+    with runs.connect() as conn:
+        for setting in ("DateStyle = 'SQL, DMY'", "IntervalStyle = 'sql_standard'"):
+            query = sql.SQL("ALTER DATABASE {} SET " + setting).format(sql.Identifier(runs.name))
+            conn.execute(query)
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
+
+
+@pytest.mark.parametrize("timeout_s", ["1e12", "1e15"])
+@pytest.mark.parametrize(
+    ("row", "exit_status", "counts"),
+    [RULES["silent-30-min-defers"], RULES["orphan-proceeds"]],
+    ids=["live-defers", "orphan-proceeds"],
+)
+def test_a_task_timeout_of_thousands_of_years_is_judged(runs, timeout_s, row, exit_status, counts):
+    """An app's "no timeout" spelt as a huge number: the live claim defers, an orphan of the
+    runtime's start still proceeds (it failed the query, or raised OverflowError)."""
+    add(runs, row)
+    done = leaseguard(
+        "check", "--dsn", runs.dsn, "--task-timeout-s", timeout_s,
+        "--runtime-started-at", started_at(), "--json",
+    )  # fmt: skip
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["counts"] == counts
+
+
+@pytest.mark.parametrize(
+    ("start_in", "exit_status", "decision"),
+    [(timedelta(hours=1), 1, "failed"), (-timedelta(hours=1), 75, "defer")],
+    ids=["future-start-fails", "past-start-judges"],
+)
+def test_a_runtime_start_after_the_database_clock_fails_instead_of_orphaning_every_claim(
+    runs, start_in, exit_status, decision
+):
+    """A start an hour ahead (a wrong clock, a local time written with Z) would class the live
+    claim of 30 minutes ago an orphan; one an hour ago is judged as usual (live)."""
+    add(runs, (1, "running", "30 min", None))
+    start = (datetime.now(UTC) + start_in).replace(microsecond=0).isoformat()
+    done = leaseguard(
+        "check", "--dsn", runs.dsn, "--task-timeout-s", "3600", "--runtime-started-at", start,
+        "--json",
+    )  # fmt: skip
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["decision"] == decision
+    if exit_status == 1:
+        assert "is after the database's clock now" in done.stderr
 
 
 def test_json_shape_of_a_deferral(runs):

@@ -459,10 +459,38 @@ def test_after_a_poll_cut_by_its_watchdog_intake_can_still_be_given_back(db):
             assert writable.execute("SELECT 1").fetchone() == (1,)
 
 
+def _cutting_proxy(host: str, port: int, trigger: bytes) -> int:
+    """A TCP relay to host:port that drops both ends once the client sends `trigger`."""
+    import contextlib
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def pump(src: socket.socket, dst: socket.socket, cut: bool) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                if cut and trigger in data:
+                    break
+                dst.sendall(data)
+        for end in (src, dst):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while True:
+            client, _ = listener.accept()
+            upstream = socket.create_connection((host, port))
+            threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=pump, args=(upstream, client, False), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return int(listener.getsockname()[1])
+
+
 def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without_driver_text(db):
     """`leaseguard check` with a runtime start time reads the database's clock after the
-    pre-flight: its backend ending right there (a clock_timestamp() that ends it, found first
-    on this DSN's search_path) is DatabaseUnavailable in the failure JSON, no traceback."""
+    pre-flight: its connection lost right there (a relay that drops it as the clock query
+    passes) is DatabaseUnavailable in the failure JSON, no traceback."""
     import json
     from datetime import UTC, datetime, timedelta
 
@@ -472,12 +500,8 @@ def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without
 
     with db.connect() as conn:
         create_runs_table(conn)
-        conn.execute(
-            "CREATE FUNCTION public.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS "
-            "'SELECT pg_catalog.pg_terminate_backend(pg_catalog.pg_backend_pid()); "
-            "SELECT pg_catalog.now()'"
-        )
-    dsn = make_conninfo(db.dsn, options="-c search_path=public,pg_catalog")
+    port = _cutting_proxy(db.cluster.host, db.cluster.port, b"clock_timestamp")
+    dsn = make_conninfo(db.dsn, host="127.0.0.1", port=port, sslmode="disable")
     started = (datetime.now(UTC) - timedelta(hours=3)).isoformat()
     done = leaseguard(
         "check", "--dsn", dsn, "--task-timeout-s", "3600", "--runtime-started-at", started, "--json"

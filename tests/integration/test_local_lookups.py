@@ -1,5 +1,6 @@
 """Runtime lookups on this machine with real processes, files and containers (no systemd)."""
 
+import json
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,8 @@ from leaseguard.adapters.runtime import LocalRunner, resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import CommandResult
+from sandbox.runs_table import create_runs_table
+from tests.support.leaseguard_cli import leaseguard
 
 pytestmark = pytest.mark.integration
 
@@ -85,6 +88,8 @@ def test_a_dead_pid_fails_closed(tmp_path):
     [
         ("DATABASE_URL=postgres://u:pw@x/y\nAPP_TASK_TIMEOUT_S=1800\n", 1800.0),
         ('# comment\nexport APP_TASK_TIMEOUT_S="7200"\n', 7200.0),
+        # Read top to bottom, the last assignment wins (systemd, docker --env-file, a shell).
+        ("APP_TASK_TIMEOUT_S=600\nOTHER=1\nexport APP_TASK_TIMEOUT_S=14400\n", 14400.0),
     ],
 )
 def test_env_file_lookup(tmp_path, content, expected):
@@ -94,6 +99,32 @@ def test_env_file_lookup(tmp_path, content, expected):
         {"task_timeout": {"source": "env_file", "path": str(path)}, "runtime": {"source": "none"}}
     )
     assert resolve_runtime_facts(contract, LocalRunner()).task_timeout.seconds == expected
+
+
+@pytest.mark.parametrize(
+    ("claimed", "exit_status"), [("30 min", 75), ("9 hours", 0)], ids=["live", "stale"]
+)
+def test_an_env_file_assigning_the_timeout_twice_is_judged_by_the_last(
+    db, tmp_path, claimed, exit_status
+):
+    """The app runs with 14400 s (lease 8 h): a claim 30 minutes old is live, not past a lease
+    of 2 x the first line's 600 s; one 9 hours old is past the real lease."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) "
+            "VALUES (1, 'running', now() - %s::interval)",
+            (claimed,),
+        )
+    path = tmp_path / "app.env"
+    path.write_text("APP_TASK_TIMEOUT_S=600\nAPP_TASK_TIMEOUT_S=14400\n")
+    config = tmp_path / "lg.yaml"
+    config.write_text(
+        f"task_timeout: {{source: env_file, path: {path}}}\nruntime: {{source: none}}\n"
+    )
+    done = leaseguard("check", "--dsn", db.dsn, "--config", str(config), "--json")
+    assert done.returncode == exit_status, done.stderr
+    assert json.loads(done.stdout)["task_timeout_s"] == 14400.0
 
 
 def test_env_file_without_the_variable_fails_closed_naming_it(tmp_path):

@@ -2,7 +2,8 @@
 
 A decoy table of the same name sits on the search_path holding only a queued row, while
 the real one, in schema `jobs`, holds a live claim: named with its schema the guard defers;
-found through search_path it would read the decoy and proceed.
+found through search_path it would read the decoy and proceed, so without `schema` a table
+name two schemas hold is refused, naming both.
 """
 
 import pytest
@@ -40,10 +41,21 @@ def test_the_schema_flag_reads_that_schema_s_table_and_defers_on_its_live_claim(
     assert "live=1" in done.stdout
 
 
-def test_without_the_schema_the_search_path_finds_the_other_table(two_schemas):
-    done = check(two_schemas.dsn)
-    assert done.returncode == 0, done.stderr
-    assert "live=0" in done.stdout and "queued=1" in done.stdout
+def test_without_the_schema_a_name_two_schemas_hold_is_refused_naming_both(two_schemas):
+    done = check(two_schemas.dsn)  # search_path finds the decoy, which would proceed
+    assert done.returncode == 1, done.stderr
+    assert "is found in schema public along the guard's search_path" in done.stderr
+    assert "schema(s) jobs also hold a table of that name" in done.stderr
+    assert check(two_schemas.dsn, "--schema", "public").returncode == 0  # named: judged
+
+
+def test_without_the_schema_a_name_only_one_schema_holds_is_judged(two_schemas):
+    with two_schemas.connect() as conn:
+        conn.execute("DROP TABLE public.execution_runs")
+    dsn = f"{two_schemas.dsn} options='-c search_path=jobs'"
+    done = check(dsn)
+    assert done.returncode == 75, done.stderr
+    assert "live=1" in done.stdout
 
 
 def test_the_schema_wins_over_a_search_path_that_points_elsewhere(two_schemas, tmp_path):
@@ -52,7 +64,7 @@ def test_the_schema_wins_over_a_search_path_that_points_elsewhere(two_schemas, t
     config = tmp_path / "lg.yaml"
     config.write_text("schema: public\n")
     dsn = f"{two_schemas.dsn} options='-c search_path=jobs'"
-    assert check(dsn).returncode == 75  # search_path: jobs
+    assert check(dsn, "--schema", "jobs").returncode == 75
     done = check(dsn, "--config", str(config), "--json")
     assert done.returncode == 0, done.stderr
     assert '"table": "public.execution_runs"' in done.stdout

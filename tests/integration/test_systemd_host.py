@@ -29,6 +29,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 UNIT = "lgapp.service"
 BARE_UNIT = "lgbare.service"
+ENV_FILE_UNIT = "lgenvfile.service"
+ENV_FILE = "/etc/lgenv.env"
 TIMEOUT_S = 1800
 DROP_IN_DIR = f"/run/systemd/system/{UNIT}.d"
 DROP_IN = f"{DROP_IN_DIR}/50-leaseguard-stop.conf"
@@ -48,6 +50,15 @@ UNITS = {
         """,
     BARE_UNIT: """
         [Service]
+        ExecStart=/bin/sleep infinity
+        """,
+    # Environment= says 600, the EnvironmentFile= (read after it, overriding it) 14400; the
+    # optional file ("-") that does not exist is skipped, as systemd skips it.
+    ENV_FILE_UNIT: f"""
+        [Service]
+        Environment=APP_TASK_TIMEOUT_S=600
+        EnvironmentFile=-/etc/lgenv-missing.env
+        EnvironmentFile={ENV_FILE}
         ExecStart=/bin/sleep infinity
         """,
     # worker@1..N, as a template unit's replicas run; each instance's timeout is N x 100 s.
@@ -73,8 +84,10 @@ def sd_host(
     with open_systemd_host(systemd_engine, tmp_path_factory.mktemp("sd1")) as host:
         for unit, text in UNITS.items():
             host.write_file(f"/etc/systemd/system/{unit}", textwrap.dedent(text))
+        host.write_file(ENV_FILE, "OTHER_SECRET=s3cret\nAPP_TASK_TIMEOUT_S=7200\n")
+        host.exec("sh", "-c", f"echo APP_TASK_TIMEOUT_S=14400 >> {ENV_FILE}")
         host.exec("systemctl", "daemon-reload")
-        host.exec("systemctl", "start", UNIT, BARE_UNIT)
+        host.exec("systemctl", "start", UNIT, BARE_UNIT, ENV_FILE_UNIT)
         yield host
 
 
@@ -135,6 +148,24 @@ def test_task_timeout_reads_the_units_environment_and_start_time(
     assert result["task_timeout_s"] == TIMEOUT_S
     assert result["source"] == f"systemd:{UNIT}/APP_TASK_TIMEOUT_S"
     assert datetime.fromisoformat(result["runtime_started_at"]) == _active_since(sd_host)
+    assert "s3cret" not in run.stdout + run.stderr + run.results_path.read_text()
+
+
+def test_task_timeout_is_the_units_environment_file_assignment_that_overrides_environment(
+    sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
+) -> None:
+    """The service runs with 14400 s (its EnvironmentFile's last line), not Environment='s
+    600: with 600 the lease would be 20 minutes, and a live claim of an hour judged stale."""
+    seen = sd_host.exec(
+        "sh",
+        "-c",
+        f"tr '\\0' '\\n' < /proc/$(systemctl show -P MainPID "
+        f"{ENV_FILE_UNIT})/environ | grep ^APP_TASK_TIMEOUT_S=",
+    ).stdout
+    assert seen.strip() == "APP_TASK_TIMEOUT_S=14400"  # what systemd gave the process
+    run = _lookup(tmp_path, sd_host, runs_db, ENV_FILE_UNIT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.result("lookup", "sd1")["task_timeout_s"] == 14400
     assert "s3cret" not in run.stdout + run.stderr + run.results_path.read_text()
 
 

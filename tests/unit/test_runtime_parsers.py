@@ -113,6 +113,16 @@ def test_systemctl_show_gives_environment_and_active_since():
     assert unit.active_since == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
 
 
+def test_systemctl_show_lists_the_units_environment_files_in_order():
+    listed = (
+        "EnvironmentFiles=/etc/default/app (ignore_errors=yes)\n"
+        "EnvironmentFiles=/etc/my app.env (ignore_errors=no)\n"
+    )
+    unit = parse_systemctl_show(SYSTEMCTL + listed, "app.service")
+    assert unit.environment_files == (("/etc/default/app", True), ("/etc/my app.env", False))
+    assert parse_systemctl_show(SYSTEMCTL, "app.service").environment_files == ()
+
+
 def test_an_inactive_or_missing_unit_fails_closed():
     with pytest.raises(LookupFailed, match="not found"):
         parse_systemctl_show("LoadState=not-found\nActiveState=inactive\n", "x.service")

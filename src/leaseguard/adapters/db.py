@@ -132,7 +132,9 @@ def here_minus_database(
     a failure is a leaseguard error naming its class, never the driver's text."""
     before = time.time()
     with translate_errors(contract), read_transaction(conn):
-        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        row = conn.execute(
+            "SELECT extract(epoch FROM pg_catalog.clock_timestamp())::float8"
+        ).fetchone()
     after = time.time()
     assert row is not None
     return controller_offset(float(row[0]), before, after)  # type: ignore[arg-type]
@@ -171,13 +173,27 @@ def guard_transaction(
         yield cur
 
 
+# search_path with pg_catalog named first (named later or not at all, it is searched first).
+_CATALOG_FIRST = sql.SQL(
+    "pg_catalog.set_config('search_path', pg_catalog.rtrim(pg_catalog.concat("
+    "'pg_catalog, ', pg_catalog.current_setting('search_path')), ', '), true)"
+)
+
+
 def set_local_limits(
     executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
 ) -> None:
-    """Settings (an int: milliseconds) for this transaction only, in one bound set_config()."""
+    """Settings (an int: milliseconds) for this transaction only, in one bound set_config(); and
+    pg_catalog first in search_path, so that no schema the role's path puts before it shadows a
+    builtin the guard calls (now(), count(), the `<` of timestamps): the table is still found
+    along that path."""
+    # Times read back in the one style psycopg parses, whatever the role or database sets.
+    settings = {**settings, "DateStyle": "ISO", "IntervalStyle": "postgres"}
     values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
-    call = sql.SQL("set_config(%s, %s, true)")
-    query = sql.SQL("SELECT {}").format(sql.SQL(", ").join([call] * len(settings)))
+    call = sql.SQL("pg_catalog.set_config(%s, %s, true)")
+    query = sql.SQL("SELECT {}, {}").format(
+        sql.SQL(", ").join([call] * len(settings)), _CATALOG_FIRST
+    )
     executor.execute(query, [part for pair in zip(settings, values, strict=True) for part in pair])
 
 

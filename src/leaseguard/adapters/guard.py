@@ -15,7 +15,13 @@ from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_mes
 from leaseguard.adapters.db import guard_transaction
 from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.errors import (
+    ConfigError,
+    LookupFailed,
+    NotPrimary,
+    SchemaMismatch,
+    UnclassifiedStatus,
+)
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -69,12 +75,15 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    params = predicate.subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
+    bound_facts = [s.bound(contract) for s in subjects]
+    params = predicate.subjects_params(contract, bound_facts, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
-                status_column = verify_schema(conn, contract)
+                found = verify_schema(conn, contract)
+                _refuse_namesakes(cur, contract)
+                status_column = found
             # The counts first: they say whether the server is a standby, named before all.
             rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
@@ -82,6 +91,7 @@ def judge_subjects(
             assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
+            _refuse_future_starts(subjects, bound_facts, checked_at)
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
@@ -133,6 +143,51 @@ def judge_subjects(
             )
         )
     return verdicts, status_column
+
+
+# Tables (not parts of one) named like the judged table in other schemas than its own.
+_NAMESAKES = sql.SQL("""
+    SELECT string_agg(n.nspname::text, ', ' ORDER BY n.nspname), min(f.nspname::text)
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    JOIN pg_catalog.pg_class AS t ON t.oid = pg_catalog.to_regclass(%(relation)s)
+    JOIN pg_catalog.pg_namespace AS f ON f.oid = t.relnamespace
+    WHERE c.relname = t.relname AND c.oid <> t.oid AND c.relkind IN ('r', 'p', 'f')
+      AND c.relpersistence <> 't'
+      AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = c.oid)""")
+
+
+def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
+    """No `schema`: the table the guard's search_path finds must be the only one of its name,
+    or the application's search_path (another role's, "$user") may find one the guard does not
+    read, with live claims in it."""
+    if contract.schema is not None:
+        return
+    relation = predicate.table_identifier(contract).as_string(cur)
+    row = cur.execute(_NAMESAKES, {"relation": relation}).fetchone()
+    if row is not None and row[0] is not None:
+        raise SchemaMismatch(
+            f"table {contract.table_label} is found in schema {row[1]} along the guard's "
+            f"search_path, but schema(s) {row[0]} also hold a table of that name: the "
+            "application's search_path may find another one, whose live claims the guard "
+            "would not see; set schema to the one the application writes"
+        )
+
+
+def _refuse_future_starts(
+    subjects: Sequence[Subject], bound: Sequence[tuple[object, datetime | None]], now: datetime
+) -> None:
+    """A runtime start after the database's now (past the clock tolerance) is no start at all:
+    every claim, live ones too, would be classed an orphan of it. Fail closed, naming it."""
+    for subject, (_, cutoff) in zip(subjects, bound, strict=True):
+        if cutoff is not None and cutoff > now:
+            raise LookupFailed(
+                f"the runtime start of {subject.host or 'the host'} "
+                f"({subject.runtime_started_at}) is after the database's clock now ({now}): "
+                "every claim would look orphaned by a restart that has not happened; fix that "
+                "host's clock (NTP) or the start time given (runtime.started_at, "
+                "--runtime-started-at, --host-facts)"
+            )
 
 
 def _expiry_warnings(

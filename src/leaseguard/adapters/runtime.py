@@ -151,7 +151,7 @@ class Lookups:
                 assert spec.unit is not None
                 named = is_unit_glob(spec.unit)
                 return [
-                    (u.name if named else None, lookups.env_value(u.environment, spec.variable))
+                    (u.name if named else None, self._unit_value(u, spec.variable))
                     for u in self._systemd(spec.unit)
                 ]
             case "command":
@@ -222,6 +222,20 @@ class Lookups:
             raise LookupFailed(f"{self.host}: {exc}") from None
         self.replicas += [u.name for u in units]
         return units
+
+    def _unit_value(self, unit: lookups.SystemdUnit, variable: str) -> str | None:
+        """The variable as systemd sets it: Environment=, overridden by each EnvironmentFile= in
+        order (an unreadable one fails: it may hold the value the unit runs with)."""
+        value, name = (
+            lookups.env_value(unit.environment, variable),
+            lookups.checked_env_name(variable),
+        )
+        for path, optional in unit.environment_files:
+            argv = lookups.unit_env_file_argv(path, name, optional)
+            what = f"env file {path} of systemd unit {unit.name}"
+            if (out := self._output(argv, what, absent_ok=True) or "").strip():
+                value = lookups.parse_env_file_line(out, name)
+        return value
 
     def _pid(self, pid_file: str) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""

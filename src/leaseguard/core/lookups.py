@@ -40,16 +40,29 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
 
 
 def systemd_argv(unit: str) -> Argv:
-    props = "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState"
+    props = "--property=Id,Environment,EnvironmentFiles,ActiveEnterTimestamp,ActiveState,LoadState"
     return ("systemctl", "show", unit, "--timestamp=us+utc", props)
+
+
+def unit_env_file_argv(path: str, name: str, optional: bool) -> Argv:
+    """A unit's EnvironmentFile= read as env_file_argv; an optional one ('-') may be absent."""
+    if not optional:
+        return env_file_argv(path, name)
+    script = 'test ! -e "$1" || exec grep -E -e "$2" "$1"'
+    return ("sh", "-c", script, "sh", path, _assigned(name))
 
 
 def pid_argv(pid_file: str) -> Argv:
     return ("cat", pid_file)
 
 
+def _assigned(name: str) -> str:
+    return f"^[[:space:]]*(export[[:space:]]+)?{name}="
+
+
 def env_file_argv(path: str, name: str) -> Argv:
-    return ("grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+    """Every assignment of `name`: the last one wins (systemd, docker, compose, a shell)."""
+    return ("grep", "-E", "-e", _assigned(name), path)
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
@@ -98,6 +111,8 @@ class SystemdUnit:
     environment: tuple[str, ...]
     active_since: datetime
     name: str = ""
+    # EnvironmentFile=, in order: (path, optional); each overrides Environment= and those before.
+    environment_files: tuple[tuple[str, bool], ...] = ()
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
@@ -121,7 +136,21 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
 
 
 def _properties(text: str) -> dict[str, str]:
-    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    """`systemctl show`'s KEY=VALUE lines; EnvironmentFiles (one line per file) joined by '\n'."""
+    props: dict[str, str] = {}
+    for key, _, value in (line.partition("=") for line in text.splitlines() if "=" in line):
+        repeated = key == "EnvironmentFiles" and key in props
+        props[key] = f"{props[key]}\n{value}" if repeated else value
+    return props
+
+
+def _environment_files(listed: str) -> tuple[tuple[str, bool], ...]:
+    """`/etc/app.env (ignore_errors=no)` lines -> (path, optional)."""
+    files = []
+    for line in filter(None, listed.splitlines()):
+        path, _, flag = line.rpartition(" (ignore_errors=")
+        files.append((path, flag.startswith("yes")) if path else (line, False))
+    return tuple(files)
 
 
 def _systemd_unit(
@@ -145,7 +174,8 @@ def _systemd_unit(
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
-    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit)
+    files = _environment_files(props.get("EnvironmentFiles", ""))
+    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit, files)
 
 
 def parse_process_start(text: str, what: str) -> datetime:
@@ -160,8 +190,10 @@ def parse_process_start(text: str, what: str) -> datetime:
     return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)
 
 
-def parse_env_file_line(line: str, name: str) -> str:
-    """The value of `[export ]NAME=value` with optional quotes, as env files write it."""
+def parse_env_file_line(lines: str, name: str) -> str:
+    """The value of the last `[export ]NAME=value` line, with optional quotes, as env files
+    write it: the earlier assignments of a file read top to bottom are overridden."""
+    line = (lines.strip().splitlines() or [""])[-1]
     value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]

@@ -328,6 +328,17 @@ def predicate_params(
     return subjects_params(contract, [(lease_s, cutoff)], as_of=as_of, live_limit=live_limit)
 
 
+# A longer lease is bound as this one: claimed_at + it stays a timestamp PostgreSQL (and
+# Python) can hold, where a timeout of 1e12 s failed the query and 1e15 s raised OverflowError.
+_LONGEST_LEASE = timedelta(days=365_250)  # about 1000 years
+
+
+def _interval(seconds: float) -> timedelta:
+    return (
+        _LONGEST_LEASE if seconds >= _LONGEST_LEASE.total_seconds() else timedelta(seconds=seconds)
+    )
+
+
 def subjects_params(
     contract: Contract,
     subjects: Sequence[tuple[float | None, datetime | None]],
@@ -338,14 +349,14 @@ def subjects_params(
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
     params: dict[str, Any] = {
         "as_of": as_of,
-        "subject_leases": [None if s is None else timedelta(seconds=s) for s, _ in subjects],
+        "subject_leases": [None if s is None else _interval(s) for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
     }
     for stem, statuses in _statuses(contract).items():
         params |= {f"{stem}_{i}": status for i, status in enumerate(statuses)}
     if kinds := contract.kind_timeouts:
-        timed = {kind: timedelta(seconds=s) for kind, s in kinds.items() if s is not None}
+        timed = {kind: _interval(s) for kind, s in kinds.items() if s is not None}
         params["unlimited_kinds"] = [kind for kind, s in kinds.items() if s is None]
         params |= {"kinds": list(timed), "kind_timeouts": list(timed.values())}
     return params
