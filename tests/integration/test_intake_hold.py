@@ -8,6 +8,7 @@ runs only of active jobs), each claim finished 0.3 s later: the incident's busy 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -337,6 +338,36 @@ def test_a_signal_while_the_command_runs_ends_it_and_gives_intake_back(db, intak
         assert drain.wait(timeout=30) == 1
     assert "drain interrupted (command sleep interrupted); intake was resumed" in lines.text()
     assert active(db, intake)
+
+
+def test_a_signal_ends_the_commands_children_too_before_intake_comes_back(db, intake, tmp_path):
+    """`-- sh -c 'restart-app; migrate'`: a SIGTERM to the drain ends sh AND the step it is
+    running; a step left running after intake is given back runs beside new claims."""
+    pid_file = tmp_path / "step.pid"
+    step = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    script = f'{sys.executable} -c "{step}"; echo migrate'
+    with started(drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", script)) as (
+        drain,
+        lines,
+    ):
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30), lines.text()
+        step_pid = int(pid_file.read_text())
+        drain.send_signal(signal.SIGTERM)
+        assert drain.wait(timeout=30) == 1
+    try:
+        assert not _running(step_pid), "the command's child outlived the drain"
+    finally:
+        if _running(step_pid):
+            os.kill(step_pid, signal.SIGKILL)
+    assert active(db, intake)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 # --- the intake's own identity beside a read-only guard role ----------------------------------
