@@ -3,6 +3,8 @@
 """Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
 (fail_on_defer is the shortcut for callers that only stop)."""
 
+from dataclasses import replace
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
     AnsibleRunner,
@@ -43,6 +45,8 @@ class ActionModule(LeaseguardAction):
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
         intake = intake or api.IntakeAccess(options.cron_database)
+        # The caller's own holds, taken a moment ago: not leftovers to give back by hand.
+        intake = replace(intake, own_holds=_hold_tokens(args))
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
         given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
         with api.task_session(
@@ -140,6 +144,13 @@ def _each_result(judged, args, host):
         named = "; ".join(f"{word}: {', '.join(names)}" for word, names in unsafe.items() if names)
         task.update(failed=True, msg=f"{own['msg']}; {named}")
     return task
+
+
+def _hold_tokens(args):
+    """The tokens of the pg_cron holds the caller's intake_hold tasks took."""
+    registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
+    holds = [((r or {}).get("hold") or {}).get("cron") or {} for r in registered]
+    return tuple(str(hold["token"]) for hold in holds if hold.get("token"))
 
 
 def _held(registered):

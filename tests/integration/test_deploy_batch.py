@@ -13,9 +13,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from leaseguard.adapters.pauses import hold_jobs
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
 from tests.support.ansible_run import db_vars, run_playbook, write_each_host_play, write_inventory
+from tests.support.busy_intake import cron_conn, intake_job
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -210,3 +212,30 @@ def test_a_host_deferring_in_a_batch_stops_the_rollout_before_the_next_batch(db,
     assert log.read_text().split() == ["paused", "resumed"]  # app1's intake given back
     assert sorted(run.results(RESTART)) == ["app2"]  # the second batch (app3) did not restart
     assert run.stats["app1"]["failures"] == 1
+
+
+@pytest.mark.parametrize("on_busy", ["defer", "wait"])
+def test_the_restarts_own_hold_is_no_leftover_in_its_verdict(db, batch, tmp_path, on_busy):
+    """The restart role holds the pg_cron intake (intake_hold), then judges: its own hold is
+    the one taken a moment ago, not one "not given back yet" to give back by hand (which,
+    run mid-restart, would resume intake under the restart). Another run's hold still is."""
+    with intake_job(db, with_table=False) as job, cron_conn(db) as conn:
+        hold_jobs(conn, [job], "fab drain pid 42 on elsewhere", "restart app9")
+        run = run_playbook(
+            "leaseguard.deploy.deploy",
+            batch,
+            tmp_path,
+            "--limit",
+            "app1",
+            extra_vars={
+                "leaseguard_on_busy": on_busy,
+                "leaseguard_pause_cron_jobs": [job],
+                "leaseguard_cron_database": "postgres",
+            },
+        )
+        assert run.returncode == 0, run.stdout[-5000:]
+        verdict = run.result(JUDGE, "app1")
+        assert verdict["intake"]["held"] is True
+        leftovers = [w for w in verdict["warnings"] if "is still paused" in w]
+        assert len(leftovers) == 1, leftovers
+        assert "by fab drain pid 42 on elsewhere" in leftovers[0]

@@ -226,8 +226,11 @@ def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
     return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
 
 
-def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for holds not given back; [] when cron.job is not readable (advisory)."""
+def leftover_warnings(
+    conn: psycopg.Connection[Any], *, exclude_by: str | None = None, own: Sequence[str] = ()
+) -> list[str]:
+    """Warnings for holds not given back, but this run's (`own`: their tokens); [] when
+    cron.job is not readable (advisory)."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
@@ -239,17 +242,20 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
         f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
         f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
         for r in records
-        if exclude_by is None or r.by != exclude_by
+        if (exclude_by is None or r.by != exclude_by) and not (r.token and r.token in own)
     ]
 
 
 def scan_leftovers(
-    connect: Callable[[], psycopg.Connection[Any]], *, exclude_by: str | None = None
+    connect: Callable[[], psycopg.Connection[Any]],
+    *,
+    exclude_by: str | None = None,
+    own: Sequence[str] = (),
 ) -> list[str]:
     """leftover_warnings over a connection of its own (closed after); [] if none opens."""
     try:
         with connect() as conn:
-            return leftover_warnings(conn, exclude_by=exclude_by)
+            return leftover_warnings(conn, exclude_by=exclude_by, own=own)
     except Exception as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
