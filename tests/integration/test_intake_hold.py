@@ -370,6 +370,39 @@ def _running(pid: int) -> bool:
         return False
 
 
+SWITCHED_ON = {
+    "re-activated": "SELECT cron.alter_job(jobid, active := true) FROM cron.job WHERE jobname = %s",
+    "re-created": "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s",
+}
+
+
+@pytest.mark.parametrize("how", list(SWITCHED_ON))
+def test_a_held_job_switched_back_on_mid_drain_fails_before_the_command(db, intake, tmp_path, how):
+    """Something else re-activates (or deletes and re-creates) a held job while the drain
+    waits: the verdict after it is no longer judged with intake held, so the command must
+    not run under it ("intake: held" would be a lie)."""
+    with db.connect() as conn:
+        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
+    ran = tmp_path / "ran"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "touch", str(ran))
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("start live=1"), lines.text()
+        with cron_conn(db) as conn:
+            conn.execute(SWITCHED_ON[how], (intake,))
+            if how == "re-created":
+                conn.execute(
+                    "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
+                    (intake, db.name),
+                )
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        assert drain.wait(timeout=60) == 1
+    text = lines.text()
+    assert f"intake no longer held: pg_cron job(s) {intake} active again" in text, text
+    assert not ran.exists()
+    assert active(db, intake)
+
+
 # --- the intake's own identity beside a read-only guard role ----------------------------------
 
 

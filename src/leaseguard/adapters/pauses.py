@@ -221,6 +221,17 @@ def wait_quiet(
             stop.wait(0.1)
 
 
+def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
+    """The held jobs no longer inactive under the jobid held: switched back on, or deleted
+    (and maybe re-created, active, under a new jobid) since the hold was taken."""
+    with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
+        rows = conn.execute(
+            "SELECT jobid, active FROM cron.job WHERE jobid = ANY(%s)", (list(hold.jobids),)
+        ).fetchall()
+    inactive = {int(jobid) for jobid, active in rows if not active}
+    return [job for job, jobid in zip(hold.jobs, hold.jobids, strict=True) if jobid not in inactive]
+
+
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
     """Every hold record this role can see (raw psycopg errors)."""
     return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
