@@ -305,6 +305,43 @@ def test_the_hold_waits_for_a_run_already_in_progress(db, intake):
         release_hold(conn, hold)
 
 
+@pytest.mark.slow
+def test_the_hold_waits_for_a_real_run_that_pausing_marked_canceled(db):
+    """Real pg_cron: pausing a job whose run is in flight marks that run failed ('job
+    canceled', no end time) and drops its connection, but the run's backend goes on running
+    its statement (a claim, committed at its end). The hold waits for that backend."""
+    job = f"sleepy_{db.name}"
+    with cron_conn(db) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT pg_sleep(6)', %s)",
+            (job, db.name),
+        )
+        jobid = conn.execute("SELECT jobid FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]
+    try:
+        with cron_conn(db) as conn:
+            conn.autocommit = True
+
+            def running():
+                return conn.execute(
+                    "SELECT job_pid FROM cron.job_run_details WHERE jobid = %s "
+                    "AND status = 'running'",
+                    (jobid,),
+                ).fetchone()
+
+            assert wait_until(running, 75), "pg_cron never started the job"  # the minute tick
+            pid = running()[0]
+            hold = hold_jobs(conn, [job], "drain pid 1 on here")
+            wait_quiet(lambda: cron_conn(db), hold, timeout_s=30)
+            still = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]
+            assert still == 0, "the hold judged intake quiet while the run's backend ran on"
+            release_hold(conn, hold)
+    finally:
+        with cron_conn(db) as conn:
+            conn.execute("SELECT cron.unschedule(%s)", (job,))
+
+
 def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
     """SIGTERM during the wait for a run already in progress: the drain does not sit out the
     quiet timeout (120 s) with intake paused; it ends, intake given back, no driver text."""

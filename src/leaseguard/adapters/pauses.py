@@ -34,10 +34,15 @@ SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELE
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'cron' AND c.relname = 'job'"""
 # A pause stops new runs, not one already started (a claim loop goes on after the commit).
+# pg_cron marks a run in flight when its job is paused 'failed' ('job canceled', no end_time)
+# and drops its connection, but the backend runs on to the end of its statement: such a run
+# counts while its backend lives (one started within a minute of the run: not a reused pid).
 _RUNS_IN_PROGRESS = """
 SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
-  AND d.status IN ('starting', 'running') AND (coalesce(d.job_pid, 0) = 0
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))"""
+  AND (d.status IN ('starting', 'running') OR d.end_time IS NULL)
+  AND ((d.status IN ('starting', 'running') AND coalesce(d.job_pid, 0) = 0)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid
+                  AND a.backend_start <= coalesce(d.start_time, now()) + interval '1 minute'))"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
