@@ -440,6 +440,21 @@ def test_a_held_job_switched_back_on_mid_drain_fails_before_the_command(db, inta
     assert active(db, intake)
 
 
+def test_a_held_job_only_deleted_mid_drain_claims_nothing_so_the_command_runs(db, intake, tmp_path):
+    with db.connect() as conn:
+        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
+    ran = tmp_path / "ran"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "touch", str(ran))
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("start live=1"), lines.text()
+        with cron_conn(db) as conn:
+            conn.execute(SWITCHED_ON["re-created"], (intake,))  # deleted, not re-created
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        assert drain.wait(timeout=60) == 0, lines.text()
+    assert ran.exists()
+
+
 # --- the intake's own identity beside a read-only guard role ----------------------------------
 
 

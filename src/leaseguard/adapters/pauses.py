@@ -227,14 +227,17 @@ def wait_quiet(
 
 
 def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
-    """The held jobs no longer inactive under the jobid held: switched back on, or deleted
-    (and maybe re-created, active, under a new jobid) since the hold was taken."""
+    """The held jobs active again since the hold was taken: switched back on, or deleted and
+    re-created (active, under a new jobid). A job only deleted claims nothing: not lost."""
     with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
         rows = conn.execute(
-            "SELECT jobid, active FROM cron.job WHERE jobid = ANY(%s)", (list(hold.jobids),)
+            "SELECT jobid, jobname FROM cron.job WHERE active AND (jobid = ANY(%s) "
+            "OR jobname = ANY(%s))",
+            (list(hold.jobids), list(hold.jobs)),
         ).fetchall()
-    inactive = {int(jobid) for jobid, active in rows if not active}
-    return [job for job, jobid in zip(hold.jobs, hold.jobids, strict=True) if jobid not in inactive]
+    ids, names = {int(row[0]) for row in rows}, {str(row[1]) for row in rows}
+    held = zip(hold.jobs, hold.jobids, strict=True)
+    return [job for job, jobid in held if jobid in ids or job in names]
 
 
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
