@@ -65,11 +65,14 @@ class ActionModule(LeaseguardAction):
                 looked_up = {"lookup": {"changed": False, **report}}
             if not waits:
                 if each:
-                    judged = {
-                        h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
-                    }
+                    verdicts = session.judge_each()
+                    if any(v.decision.value == "proceed" for v in verdicts.values()):
+                        _verify_holds(session, options, args)
+                    judged = {h: _report(v.as_dict(), args) for h, v in verdicts.items()}
                     return _each_result(judged, args, host)
                 verdict = _report(session.judge().as_dict(), args)
+                if verdict["decision"] == "proceed":
+                    _verify_holds(session, options, args)
                 return {**verdict, **looked_up, "intake": _intake(held)}
             label = "fleet" if each else session.host
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
@@ -84,6 +87,9 @@ class ActionModule(LeaseguardAction):
                 finally:
                     if stop.is_set():
                         say(_after_signal(options, resumed=drained is not None and not each))
+            results = drained.values() if each else [drained]
+            if any(result.drained for result in results):
+                _verify_holds(session, options, args)
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
             return _each_result(judged, args, host)
@@ -146,9 +152,20 @@ def _each_result(judged, args, host):
     return task
 
 
+def _verify_holds(session, options, args):
+    """A proceed stands only while the caller's holds do: fail if a held job is active again."""
+    holds = [(r or {}).get("hold") for r in [args["held_intake"], *_held_intakes(args)]]
+    access = api.IntakeAccess(options.cron_database, options.cron_user, options.cron_password)
+    api.verify_holds(lambda: session.connect_writable(access), holds)
+
+
+def _held_intakes(args):
+    return (args["held_intakes"] or {}).values()
+
+
 def _hold_tokens(args):
     """The tokens of the pg_cron holds the caller's intake_hold tasks took."""
-    registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
+    registered = [args["held_intake"], *_held_intakes(args)]
     holds = [((r or {}).get("hold") or {}).get("cron") or {} for r in registered]
     return tuple(str(hold["token"]) for hold in holds if hold.get("token"))
 

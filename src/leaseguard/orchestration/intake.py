@@ -211,6 +211,19 @@ class Intakes:
             raise failures[0]
 
 
+def verify_holds(
+    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+    holds: Sequence[Mapping[str, Any] | None],
+) -> None:
+    """Fail if a pg_cron job of a caller's hold (intake_hold's registered `hold`) is active
+    again: the verdict is then no longer judged with intake held."""
+    for hold in holds:
+        if hold and hold.get("cron"):
+            cron = CronJobsPause(connect, ())
+            cron.hold = Hold.from_dict(hold["cron"])
+            cron.verify()
+
+
 def intake_line(held: tuple[str, ...] | None) -> str:
     if held is None:
         return (
