@@ -234,7 +234,7 @@ def command_action(argv: list[str], started: list[str], stop: threading.Event) -
             with child:
                 while child.poll() is None:
                     if stop.wait(0.1):
-                        _end_group(child)
+                        _end_group(child, argv[0])
                 status = child.wait()
         log.info("command %s exited %d; giving intake back", argv[0], status)
         return ActionOutcome(status, f"command {argv[0]} exited {status}")
@@ -242,7 +242,7 @@ def command_action(argv: list[str], started: list[str], stop: threading.Event) -
     return run
 
 
-def _end_group(child: subprocess.Popen[bytes]) -> None:
+def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
     """SIGTERM to the command's process group, a quarter second, then SIGKILL to all of it;
     intake is given back only once none of it is left (at most 5 s more)."""
     with contextlib.suppress(ProcessLookupError):
@@ -259,7 +259,7 @@ def _end_group(child: subprocess.Popen[bytes]) -> None:
         except ProcessLookupError:
             return
         time.sleep(0.05)
-    log.warning("command %s: part of its process group outlived SIGKILL", child.args[0])
+    log.warning("command %s: part of its process group outlived SIGKILL", name)
 
 
 def run_resume(args: argparse.Namespace) -> int:

@@ -271,11 +271,12 @@ class GuardSession:
     def _leftover_pauses(self, conn: Conn) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
         if self._leftovers is None:
-            mine = {"exclude_by": self.intake.owner, "own": self.intake.own_holds}
+            owner, own = self.intake.owner, self.intake.own_holds
             if self.intake.database is None and self.intake.user is None:
-                self._leftovers = tuple(leftover_warnings(conn, **mine))
+                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner, own=own))
             else:
-                self._leftovers = tuple(scan_leftovers(self.connect_writable, **mine))
+                found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
+                self._leftovers = tuple(found)
         return self._leftovers
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
