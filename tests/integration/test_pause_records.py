@@ -124,9 +124,7 @@ def test_a_live_holders_record_on_an_inactive_job_still_keeps_it_paused(pg_clust
         assert _active(conn, cron_job)
 
 
-def test_cron_budget_active_keeps_a_held_job_paused_and_resumes_an_unheld_one(
-    pg_cluster, cron_job
-):
+def test_cron_budget_active_keeps_a_held_job_paused_and_resumes_an_unheld_one(pg_cluster, cron_job):
     """cron_budget's `active: {job: true}` beside a drain or deploy holding the job: switched
     on, it would claim beside that run's restart. It stays paused, named; unheld, it resumes."""
     path = contextlib.nullcontext(pg_cluster.dsn("postgres"))
