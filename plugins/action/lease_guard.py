@@ -66,14 +66,14 @@ class ActionModule(LeaseguardAction):
             if not waits:
                 if each:
                     verdicts = session.judge_each()
-                    if any(v.decision.value == "proceed" for v in verdicts.values()):
-                        _verify_holds(session, options, args)
+                    proceeds = any(v.decision.value == "proceed" for v in verdicts.values())
+                    unread = _verify_holds(session, options, args) if proceeds else []
                     judged = {h: _report(v.as_dict(), args) for h, v in verdicts.items()}
-                    return _each_result(judged, args, host)
+                    return _warned(_each_result(judged, args, host), unread)
                 verdict = _report(session.judge().as_dict(), args)
-                if verdict["decision"] == "proceed":
-                    _verify_holds(session, options, args)
-                return {**verdict, **looked_up, "intake": _intake(held)}
+                proceeds = verdict["decision"] == "proceed"
+                unread = _verify_holds(session, options, args) if proceeds else []
+                return _warned({**verdict, **looked_up, "intake": _intake(held)}, unread)
             label = "fleet" if each else session.host
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
                 drained = None
@@ -88,15 +88,16 @@ class ActionModule(LeaseguardAction):
                     if stop.is_set():
                         say(_after_signal(options, resumed=drained is not None and not each))
             results = drained.values() if each else [drained]
-            if any(result.drained for result in results):
-                _verify_holds(session, options, args)
+            proceeds = any(result.drained for result in results)
+            unread = _verify_holds(session, options, args) if proceeds else []
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
-            return _each_result(judged, args, host)
+            return _warned(_each_result(judged, args, host), unread)
         if drained.error is not None:
             raise drained.error
         intake = _intake(held if held is not None else drained.intake)
-        return {**_drained(host, drained, args, events), **looked_up, "intake": intake}
+        result = {**_drained(host, drained, args, events), **looked_up, "intake": intake}
+        return _warned(result, unread)
 
 
 def _each_host_allowed(action, args):
@@ -153,10 +154,23 @@ def _each_result(judged, args, host):
 
 
 def _verify_holds(session, options, args):
-    """A proceed stands only while the caller's holds do: fail if a held job is active again."""
+    """A proceed stands only while the caller's holds do: fail if a held job is active again.
+    A hold this task cannot read back (another role took it) is a warning, not a failure."""
     holds = [(r or {}).get("hold") for r in [args["held_intake"], *_held_intakes(args)]]
     access = api.IntakeAccess(options.cron_database, options.cron_user, options.cron_password)
-    api.verify_holds(lambda: session.connect_writable(access), holds)
+    try:
+        api.verify_holds(lambda: session.connect_writable(access), holds)
+    except api.IntakeLost:
+        raise
+    except api.LeaseguardError as exc:
+        return [f"the intake hold could not be read back before proceeding ({exc.kind}): {exc}"]
+    return []
+
+
+def _warned(result, warnings):
+    if warnings:
+        result["warnings"] = [*result.get("warnings", []), *warnings]
+    return result
 
 
 def _held_intakes(args):

@@ -47,6 +47,7 @@ _HOME = {
     "load_contract": "leaseguard.core.contract",
     "ConfigError": "leaseguard.core.errors",
     "LeaseguardError": "leaseguard.core.errors",
+    "IntakeLost": "leaseguard.core.errors",
     "TunnelError": "leaseguard.core.errors",
     "host_report": "leaseguard.core.fleet",
     "failure_result": "leaseguard.core.verdict",

@@ -28,7 +28,7 @@ from leaseguard.adapters.pauses import (
 )
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
-    DatabaseError,
+    IntakeLost,
     IntakeNotResumed,
     LeaseguardError,
     LookupFailed,
@@ -93,7 +93,7 @@ class CronJobsPause:
         with self.connect() as conn:
             lost = lost_jobs(conn, self.hold)
         if lost:
-            raise DatabaseError(
+            raise IntakeLost(
                 f"intake no longer held: pg_cron job(s) {', '.join(lost)} active again "
                 "(switched back on, or deleted and re-created, by something other than this "
                 "run while it held them); a claim may have been taken since the verdict, so "
