@@ -153,8 +153,10 @@ class CommandPause:
         return [f"command:{self.runner.label}"] if self.paused else []
 
     def pause(self) -> None:
-        self._run(self.pause_argv, "pause")
+        # Before it runs: a pause command that fails (or times out) half way may have stopped
+        # part of the intake, so its resume command runs on every exit path all the same.
         self.paused = True
+        self._run(self.pause_argv, "pause")
 
     def verify(self) -> None:
         pass  # a command's pause cannot be read back
