@@ -3,6 +3,8 @@
 """Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
 (fail_on_defer is the shortcut for callers that only stop)."""
 
+from dataclasses import replace
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     RESUME_HINT,
     AnsibleRunner,
@@ -45,6 +47,8 @@ class ActionModule(LeaseguardAction):
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
         intake = intake or api.IntakeAccess(options.cron_database)
+        # The caller's own holds, taken a moment ago: not leftovers to give back by hand.
+        intake = replace(intake, own_holds=_hold_tokens(args))
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
         given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
         with api.task_session(
@@ -63,12 +67,15 @@ class ActionModule(LeaseguardAction):
                 looked_up = {"lookup": {"changed": False, **report}}
             if not waits:
                 if each:
-                    judged = {
-                        h: _report(v.as_dict(), args) for h, v in session.judge_each().items()
-                    }
-                    return _each_result(judged, args, host)
+                    verdicts = session.judge_each()
+                    proceeds = any(v.decision.value == "proceed" for v in verdicts.values())
+                    unread = _verify_holds(session, options, args) if proceeds else []
+                    judged = {h: _report(v.as_dict(), args) for h, v in verdicts.items()}
+                    return _warned(_each_result(judged, args, host), unread)
                 verdict = _report(session.judge().as_dict(), args)
-                return {**verdict, **looked_up, "intake": _intake(held)}
+                proceeds = verdict["decision"] == "proceed"
+                unread = _verify_holds(session, options, args) if proceeds else []
+                return _warned({**verdict, **looked_up, "intake": _intake(held)}, unread)
             label = "fleet" if each else session.host
             with drain_events(host) as events, stop_on_signals(label) as (stop, say):
                 drained = None
@@ -82,13 +89,17 @@ class ActionModule(LeaseguardAction):
                 finally:
                     if stop.is_set():
                         say(_after_signal(options, resumed=drained is not None and not each))
+            results = drained.values() if each else [drained]
+            proceeds = any(result.drained for result in results)
+            unread = _verify_holds(session, options, args) if proceeds else []
         if each:
             judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
-            return _each_result(judged, args, host)
+            return _warned(_each_result(judged, args, host), unread)
         if drained.error is not None:
             raise drained.error
         intake = _intake(held if held is not None else drained.intake)
-        return {**_drained(host, drained, args, events), **looked_up, "intake": intake}
+        result = {**_drained(host, drained, args, events), **looked_up, "intake": intake}
+        return _warned(result, unread)
 
 
 def _each_host_allowed(action, args):
@@ -155,6 +166,37 @@ def _each_result(judged, args, host):
         named = "; ".join(f"{word}: {', '.join(names)}" for word, names in unsafe.items() if names)
         task.update(failed=True, msg=f"{own['msg']}; {named}")
     return task
+
+
+def _verify_holds(session, options, args):
+    """A proceed stands only while the caller's holds do: fail if a held job is active again.
+    A hold this task cannot read back (another role took it) is a warning, not a failure."""
+    holds = [(r or {}).get("hold") for r in [args["held_intake"], *_held_intakes(args)]]
+    access = api.IntakeAccess(options.cron_database, options.cron_user, options.cron_password)
+    try:
+        api.verify_holds(lambda: session.connect_writable(access), holds)
+    except api.IntakeLost:
+        raise
+    except api.LeaseguardError as exc:
+        return [f"the intake hold could not be read back before proceeding ({exc.kind}): {exc}"]
+    return []
+
+
+def _warned(result, warnings):
+    if warnings:
+        result["warnings"] = [*result.get("warnings", []), *warnings]
+    return result
+
+
+def _held_intakes(args):
+    return (args["held_intakes"] or {}).values()
+
+
+def _hold_tokens(args):
+    """The tokens of the pg_cron holds the caller's intake_hold tasks took."""
+    registered = [args["held_intake"], *_held_intakes(args)]
+    holds = [((r or {}).get("hold") or {}).get("cron") or {} for r in registered]
+    return tuple(str(hold["token"]) for hold in holds if hold.get("token"))
 
 
 def _held(registered):

@@ -20,6 +20,7 @@ _HOME = {
     "resume_pauses": "leaseguard.adapters.pauses",
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
+    "verify_holds": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
     "restart_runtime": "leaseguard.adapters.host_lookup",
     "CommandResult": "leaseguard.core.lookups",
@@ -46,6 +47,7 @@ _HOME = {
     "load_contract": "leaseguard.core.contract",
     "ConfigError": "leaseguard.core.errors",
     "LeaseguardError": "leaseguard.core.errors",
+    "IntakeLost": "leaseguard.core.errors",
     "TunnelError": "leaseguard.core.errors",
     "host_report": "leaseguard.core.fleet",
     "failure_result": "leaseguard.core.verdict",

@@ -190,3 +190,21 @@ def test_the_resume_command_also_runs_when_the_deadline_passes(busy, tmp_path):
     )
     assert done.returncode == 75
     assert not marker.exists()
+
+
+def test_a_pause_command_that_fails_half_way_still_gets_its_resume(busy, tmp_path):
+    """`stop worker-a && stop worker-b` with b failing: a is stopped. The drain fails (nothing
+    judged), and the resume command runs all the same: a pause that started is given back."""
+    marker = tmp_path / "intake-paused"
+    done = run_drain(
+        busy,
+        "--poll-s",
+        "0.2",
+        "--pause-command",
+        f"touch {marker} && exit 3",
+        "--resume-command",
+        f"rm {marker}",
+    )
+    assert done.returncode == 1, done.stderr
+    assert "intake pause command exited 3" in done.stderr
+    assert not marker.exists(), "the half-done pause was never given back"

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import yaml
 
+from leaseguard.adapters.pauses import hold_jobs
 from leaseguard.core.lookups import parse_process_start, process_start_argv
 from sandbox.runs_table import create_runs_table
 from tests.support.ansible_run import (
@@ -22,6 +23,7 @@ from tests.support.ansible_run import (
     write_each_host_play,
     write_inventory,
 )
+from tests.support.busy_intake import active, cron_conn, intake_job
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -244,6 +246,39 @@ def test_a_caller_ignoring_errors_restarts_no_host_whose_verdict_deferred(db, ba
     """A play of the caller's own with `ignore_errors: true` on the role: each host's defer is
     ignored (the play goes on), but the host is not restarted onto its live claim. Forced, or
     once the claim is done, the same play restarts every host."""
+
+
+@pytest.mark.parametrize("on_busy", ["defer", "wait"])
+def test_the_restarts_own_hold_is_no_leftover_in_its_verdict(db, batch, tmp_path, on_busy):
+    """The restart role holds the pg_cron intake (intake_hold), then judges: its own hold is
+    the one taken a moment ago, not one "not given back yet" to give back by hand (which,
+    run mid-restart, would resume intake under the restart). Another run's hold still is."""
+    with intake_job(db, with_table=False) as job, cron_conn(db) as conn:
+        hold_jobs(conn, [job], "fab drain pid 42 on elsewhere", "restart app9")
+        run = run_playbook(
+            "leaseguard.deploy.deploy",
+            batch,
+            tmp_path,
+            "--limit",
+            "app1",
+            extra_vars={
+                "leaseguard_on_busy": on_busy,
+                "leaseguard_pause_cron_jobs": [job],
+                "leaseguard_cron_database": "postgres",
+            },
+        )
+        assert run.returncode == 0, run.stdout[-5000:]
+        verdict = run.result(JUDGE, "app1")
+        assert verdict["intake"]["held"] is True
+        leftovers = [w for w in verdict["warnings"] if "is still paused" in w]
+        assert len(leftovers) == 1, leftovers
+        assert "by fab drain pid 42 on elsewhere" in leftovers[0]
+
+
+def test_a_held_job_switched_back_on_during_the_wait_fails_before_the_restart(db, batch, tmp_path):
+    """leaseguard_on_busy=wait: while the restart role's guard drains, something switches the
+    held pg_cron job back on. The proceed that follows is not judged with intake held: the
+    guard fails it and the host is not restarted (its hold given back all the same)."""
     with db.connect() as conn:
         conn.execute(
             "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
@@ -298,3 +333,41 @@ def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
     assert run.returncode == 0, run.stdout[-5000:]
     assert all((tmp_path / f"{host}.pid").read_text() != pids[host] for host in HOSTS)
     assert log.read_text().split() == ["paused", "resumed"] * len(HOSTS)
+
+    with intake_job(db, with_table=False) as job:
+
+        def switch_on_then_finish():
+            if wait_until(lambda: not active(db, job) and guard_backends(db), 120):
+                time.sleep(1)  # the drain is waiting on the claim
+                with cron_conn(db) as conn:
+                    conn.execute(
+                        "SELECT cron.alter_job(jobid, active := true) FROM cron.job "
+                        "WHERE jobname = %s",
+                        (job,),
+                    )
+            with db.connect() as conn:
+                conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+
+        meddler = threading.Thread(target=switch_on_then_finish)
+        meddler.start()
+        try:
+            run = run_playbook(
+                "leaseguard.deploy.deploy",
+                batch,
+                tmp_path,
+                "--limit",
+                "app1",
+                extra_vars={
+                    "leaseguard_on_busy": "wait",
+                    "leaseguard_pause_cron_jobs": [job],
+                    "leaseguard_cron_database": "postgres",
+                },
+            )
+        finally:
+            meddler.join()
+        assert run.returncode == 2, run.stdout[-5000:]
+        judged = run.result(JUDGE, "app1")
+        assert judged["failed"] is True
+        assert f"intake no longer held: pg_cron job(s) {job} active again" in judged["msg"]
+        assert "app1" not in run.results(RESTART)
+        assert active(db, job)

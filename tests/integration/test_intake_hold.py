@@ -8,6 +8,7 @@ runs only of active jobs), each claim finished 0.3 s later: the incident's busy 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -304,6 +305,43 @@ def test_the_hold_waits_for_a_run_already_in_progress(db, intake):
         release_hold(conn, hold)
 
 
+@pytest.mark.slow
+def test_the_hold_waits_for_a_real_run_that_pausing_marked_canceled(db):
+    """Real pg_cron: pausing a job whose run is in flight marks that run failed ('job
+    canceled', no end time) and drops its connection, but the run's backend goes on running
+    its statement (a claim, committed at its end). The hold waits for that backend."""
+    job = f"sleepy_{db.name}"
+    with cron_conn(db) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT pg_sleep(6)', %s)",
+            (job, db.name),
+        )
+        jobid = conn.execute("SELECT jobid FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]
+    try:
+        with cron_conn(db) as conn:
+            conn.autocommit = True
+
+            def running():
+                return conn.execute(
+                    "SELECT job_pid FROM cron.job_run_details WHERE jobid = %s "
+                    "AND status = 'running'",
+                    (jobid,),
+                ).fetchone()
+
+            assert wait_until(running, 75), "pg_cron never started the job"  # the minute tick
+            pid = running()[0]
+            hold = hold_jobs(conn, [job], "drain pid 1 on here")
+            wait_quiet(lambda: cron_conn(db), hold, timeout_s=30)
+            still = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)
+            ).fetchone()[0]
+            assert still == 0, "the hold judged intake quiet while the run's backend ran on"
+            release_hold(conn, hold)
+    finally:
+        with cron_conn(db) as conn:
+            conn.execute("SELECT cron.unschedule(%s)", (job,))
+
+
 def test_a_signal_while_waiting_for_quiet_gives_intake_back_at_once(db, intake):
     """SIGTERM during the wait for a run already in progress: the drain does not sit out the
     quiet timeout (120 s) with intake paused; it ends, intake given back, no driver text."""
@@ -337,6 +375,84 @@ def test_a_signal_while_the_command_runs_ends_it_and_gives_intake_back(db, intak
         assert drain.wait(timeout=30) == 1
     assert "drain interrupted (command sleep interrupted); intake was resumed" in lines.text()
     assert active(db, intake)
+
+
+def test_a_signal_ends_the_commands_children_too_before_intake_comes_back(db, intake, tmp_path):
+    """`-- sh -c 'restart-app; migrate'`: a SIGTERM to the drain ends sh AND the step it is
+    running; a step left running after intake is given back runs beside new claims."""
+    pid_file = tmp_path / "step.pid"
+    step = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    script = f'{sys.executable} -c "{step}"; echo migrate'
+    with started(drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", script)) as (
+        drain,
+        lines,
+    ):
+        assert wait_until(lambda: pid_file.exists() and pid_file.read_text(), 30), lines.text()
+        step_pid = int(pid_file.read_text())
+        drain.send_signal(signal.SIGTERM)
+        assert drain.wait(timeout=30) == 1
+    try:
+        assert not _running(step_pid), "the command's child outlived the drain"
+    finally:
+        if _running(step_pid):
+            os.kill(step_pid, signal.SIGKILL)
+    assert active(db, intake)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+SWITCHED_ON = {
+    "re-activated": "SELECT cron.alter_job(jobid, active := true) FROM cron.job WHERE jobname = %s",
+    "re-created": "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s",
+}
+
+
+@pytest.mark.parametrize("how", list(SWITCHED_ON))
+def test_a_held_job_switched_back_on_mid_drain_fails_before_the_command(db, intake, tmp_path, how):
+    """Something else re-activates (or deletes and re-creates) a held job while the drain
+    waits: the verdict after it is no longer judged with intake held, so the command must
+    not run under it ("intake: held" would be a lie)."""
+    with db.connect() as conn:
+        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
+    ran = tmp_path / "ran"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "touch", str(ran))
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("start live=1"), lines.text()
+        with cron_conn(db) as conn:
+            conn.execute(SWITCHED_ON[how], (intake,))
+            if how == "re-created":
+                conn.execute(
+                    "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
+                    (intake, db.name),
+                )
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        assert drain.wait(timeout=60) == 1
+    text = lines.text()
+    assert f"intake no longer held: pg_cron job(s) {intake} active again" in text, text
+    assert not ran.exists()
+    assert active(db, intake)
+
+
+def test_a_held_job_only_deleted_mid_drain_claims_nothing_so_the_command_runs(db, intake, tmp_path):
+    with db.connect() as conn:
+        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
+    ran = tmp_path / "ran"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "touch", str(ran))
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("start live=1"), lines.text()
+        with cron_conn(db) as conn:
+            conn.execute(SWITCHED_ON["re-created"], (intake,))  # deleted, not re-created
+        with db.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+        assert drain.wait(timeout=60) == 0, lines.text()
+    assert ran.exists()
 
 
 # --- the intake's own identity beside a read-only guard role ----------------------------------

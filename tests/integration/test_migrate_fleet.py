@@ -304,3 +304,26 @@ def test_a_caller_ignoring_errors_migrates_nothing_on_a_defer(fleet):
     run = fleet(hosts, 3 * 3600, static=role)
     assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
     assert "migrated from app1" in run.result("Report the migration", "app1")["msg"]
+
+
+def test_every_hosts_own_pause_command_is_held_through_the_migration(fleet, tmp_path):
+    """Intake held by a pause command per host (leaseguard_pause_command, as the restart role
+    and drain.yml hold it): every host's is run before the verdict and its resume only after
+    the migration, not the migration run beside claiming hosts."""
+    log = tmp_path / "migrated.log"
+    hosts = {
+        name: host(
+            3600,
+            600,
+            leaseguard_pause_command=["sh", "-c", f"echo paused-{name} >> {log}"],
+            leaseguard_resume_command=["sh", "-c", f"echo resumed-{name} >> {log}"],
+        )
+        for name in ("app1", "app2")
+    }
+    run = fleet(hosts, 5400)
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert verdict_of(run)["decision"] == "proceed"
+    lines = log.read_text().split()
+    assert sorted(lines[:2]) == ["paused-app1", "paused-app2"], lines
+    assert lines[2] == "migrated", lines
+    assert sorted(lines[3:]) == ["resumed-app1", "resumed-app2"], lines

@@ -5,9 +5,12 @@ look-up finds nothing, fails nothing and leaves the server's log as it was (an E
 every check would wake whoever watches that log).
 """
 
+import contextlib
+
 import pytest
 from psycopg import sql
 
+from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.pauses import RECORD_PREFIX, hold_jobs, leftover_warnings, release_hold
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.verdict import Decision
@@ -119,3 +122,33 @@ def test_a_live_holders_record_on_an_inactive_job_still_keeps_it_paused(pg_clust
         assert not _active(conn, cron_job)
         assert release_hold(conn, first).resumed == (cron_job,)
         assert _active(conn, cron_job)
+
+
+def test_cron_budget_active_keeps_a_held_job_paused_and_resumes_an_unheld_one(pg_cluster, cron_job):
+    """cron_budget's `active: {job: true}` beside a drain or deploy holding the job: switched
+    on, it would claim beside that run's restart. It stays paused, named; unheld, it resumes."""
+    path = contextlib.nullcontext(pg_cluster.dsn("postgres"))
+    with pg_cluster.connect("postgres") as conn:
+        hold = hold_jobs(conn, [cron_job], "fab drain pid 42 on ctl", "restart app1")
+    _, kept = converge_jobs(path, None, active={cron_job: True}, cron_database="postgres")
+    assert kept is not None and kept.resumed == []
+    assert any(
+        f"pg_cron job {cron_job} not resumed: held by fab drain pid 42 on ctl (for: restart "
+        "app1)" in warning
+        for warning in kept.warnings
+    ), kept.warnings
+    with pg_cluster.connect("postgres") as conn:
+        assert not _active(conn, cron_job)
+        release_hold(conn, hold)
+        conn.execute(
+            "SELECT cron.alter_job(jobid, active := false) FROM cron.job WHERE jobname = %s",
+            (cron_job,),
+        )
+    _, resumed = converge_jobs(path, None, active={cron_job: True}, cron_database="postgres")
+    assert resumed is not None and resumed.resumed == [cron_job] and resumed.warnings == []
+    with pg_cluster.connect("postgres") as conn:
+        assert _active(conn, cron_job)
+
+
+def _active(conn, job):
+    return conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]

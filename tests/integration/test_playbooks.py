@@ -9,7 +9,8 @@ import pytest
 
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 from sandbox.runs_table import create_runs_table, insert_runs
-from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.ansible_run import FIXED_FACTS, db_vars, run_playbook, write_inventory
+from tests.support.busy_intake import active, intake_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -87,3 +88,34 @@ def test_drain_fails_the_host_when_the_deadline_passes_with_live_claims(drain):
     failed = run.result("Fail the hosts where live leases remain", "app1")
     assert "still has 1 live claim(s)" in failed["msg"]
     assert GUARD_PW_PASSWORD not in run.stdout + run.stderr
+
+
+def test_shared_pg_cron_intake_and_each_hosts_pause_command_are_all_held(db, tmp_path):
+    """drain.yml with pg_cron jobs (the fleet's intake) AND a pause command per host: every
+    host's own intake is held around the fleet's drain, not only the run_once host's."""
+    log = tmp_path / "intake.log"
+    hosts = {
+        host: {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": "/usr/bin/python3",
+            "leaseguard_pause_command": ["sh", "-c", f"echo paused-{host} >> {log}"],
+            "leaseguard_resume_command": ["sh", "-c", f"echo resumed-{host} >> {log}"],
+        }
+        for host in ("app1", "app2")
+    }
+    with intake_job(db) as job:
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            hosts,
+            **db_vars(db),
+            **FIXED_FACTS,
+            leaseguard_drain_poll_s=0.2,
+            leaseguard_pause_cron_jobs=[job],
+            leaseguard_cron_database="postgres",
+        )
+        run = run_playbook("leaseguard.deploy.drain", inventory, tmp_path)
+        assert run.returncode == 0, run.stdout[-4000:]
+        assert active(db, job)
+    lines = log.read_text().split()
+    assert sorted(lines[:2]) == ["paused-app1", "paused-app2"], lines
+    assert sorted(lines[2:]) == ["resumed-app1", "resumed-app2"], lines

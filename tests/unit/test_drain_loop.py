@@ -59,6 +59,9 @@ class RecordingIntake:
     def paused_intake(self):
         return self.names
 
+    def verify(self):
+        self.events.append("verify")
+
 
 def test_nothing_live_proceeds_after_one_poll():
     loop, _ = drainer([verdict()])
@@ -175,7 +178,7 @@ def test_the_action_runs_with_intake_held_and_intake_comes_back_after_it():
         return ActionOutcome(7, "command x exited 7")
 
     result = loop.run(intake, act)
-    assert intake.events == ["pause", "act", "resume"]
+    assert intake.events == ["pause", "verify", "act", "resume"]
     assert result.exit_status == 7 and result.as_dict()["action"]["exit_status"] == 7
     assert result.intake == ("recorded:claim",)
 
@@ -197,7 +200,7 @@ def test_a_failing_action_still_gives_intake_back():
 
     result = loop.run(intake, act)
     assert result.exit_status == 1 and isinstance(result.error, CommandFailed)
-    assert intake.events == ["pause", "resume"]
+    assert intake.events == ["pause", "verify", "resume"]
 
 
 def test_without_intake_the_result_says_intake_was_not_held():

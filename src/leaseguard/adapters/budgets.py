@@ -11,10 +11,12 @@ import psycopg
 
 from leaseguard.adapters import cron
 from leaseguard.adapters.db import connect
+from leaseguard.adapters.pauses import RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
 
+_HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
 # Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
 
@@ -41,8 +43,27 @@ def converge_jobs(
                 return plan, None
         if wanted:
             with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
-                switched = cron.set_jobs_active(conn, wanted, check_mode=check_mode)
+                switched = _set_active(conn, wanted, check_mode)
     return plan, switched
+
+
+def _set_active(
+    conn: psycopg.Connection[Any], wanted: Mapping[str, bool], check_mode: bool
+) -> cron.ActivePlan:
+    """The flags, but a job a drain or deploy holds (its record in cron.job) stays paused:
+    switched on under a hold, it would claim beside that run's restart or migration."""
+    with cron.cron_transaction(conn, read_only=True, privilege_hint=_HOLDS_HINT):
+        records = [r for r in read_records(conn) if wanted.get(r.job)]
+    held = {r.job for r in records}
+    unheld = {job: on for job, on in wanted.items() if job not in held}
+    switched = cron.set_jobs_active(conn, unheld, check_mode=check_mode)
+    kept = tuple(
+        f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since "
+        f"{r.paused_at}; it comes back when that hold is given back ({RESUME_HINT} if that "
+        "run is gone)"
+        for r in records
+    )
+    return replace(switched, kept_paused=kept)
 
 
 def _converge(

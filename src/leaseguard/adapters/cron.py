@@ -115,6 +115,7 @@ class ActivePlan:
     """What a switch of active flags found and did; `paused`: resume exactly these."""
 
     jobs: tuple[ActiveChange, ...]
+    kept_paused: tuple[str, ...] = ()  # why a job asked back on was not (a drain's hold)
 
     @property
     def changed(self) -> bool:
@@ -139,7 +140,7 @@ class ActivePlan:
             f"{'resume' if job.wanted else 'pause'}"
             for job in self.jobs
             if not job.exists
-        ]
+        ] + list(self.kept_paused)
 
 
 def validate_active(wanted: object) -> dict[str, bool]:

@@ -34,10 +34,15 @@ SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELE
 FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'cron' AND c.relname = 'job'"""
 # A pause stops new runs, not one already started (a claim loop goes on after the commit).
+# pg_cron marks a run in flight when its job is paused 'failed' ('job canceled', no end_time)
+# and drops its connection, but the backend runs on to the end of its statement: such a run
+# counts while its backend lives (one started within a minute of the run: not a reused pid).
 _RUNS_IN_PROGRESS = """
 SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
-  AND d.status IN ('starting', 'running') AND (coalesce(d.job_pid, 0) = 0
-       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid))"""
+  AND (d.status IN ('starting', 'running') OR d.end_time IS NULL)
+  AND ((d.status IN ('starting', 'running') AND coalesce(d.job_pid, 0) = 0)
+       OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid
+                  AND a.backend_start <= coalesce(d.start_time, now()) + interval '1 minute'))"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -221,13 +226,30 @@ def wait_quiet(
             stop.wait(0.1)
 
 
+def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
+    """The held jobs active again since the hold was taken: switched back on, or deleted and
+    re-created (active, under a new jobid). A job only deleted claims nothing: not lost."""
+    with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
+        rows = conn.execute(
+            "SELECT jobid, jobname FROM cron.job WHERE active AND (jobid = ANY(%s) "
+            "OR jobname = ANY(%s))",
+            (list(hold.jobids), list(hold.jobs)),
+        ).fetchall()
+    ids, names = {int(row[0]) for row in rows}, {str(row[1]) for row in rows}
+    held = zip(hold.jobs, hold.jobids, strict=True)
+    return [job for job, jobid in held if jobid in ids or job in names]
+
+
 def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
     """Every hold record this role can see (raw psycopg errors)."""
     return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
 
 
-def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None = None) -> list[str]:
-    """Warnings for holds not given back; [] when cron.job is not readable (advisory)."""
+def leftover_warnings(
+    conn: psycopg.Connection[Any], *, exclude_by: str | None = None, own: Sequence[str] = ()
+) -> list[str]:
+    """Warnings for holds not given back, but this run's (`own`: their tokens); [] when
+    cron.job is not readable (advisory)."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
@@ -239,17 +261,20 @@ def leftover_warnings(conn: psycopg.Connection[Any], *, exclude_by: str | None =
         f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
         f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
         for r in records
-        if exclude_by is None or r.by != exclude_by
+        if (exclude_by is None or r.by != exclude_by) and not (r.token and r.token in own)
     ]
 
 
 def scan_leftovers(
-    connect: Callable[[], psycopg.Connection[Any]], *, exclude_by: str | None = None
+    connect: Callable[[], psycopg.Connection[Any]],
+    *,
+    exclude_by: str | None = None,
+    own: Sequence[str] = (),
 ) -> list[str]:
     """leftover_warnings over a connection of its own (closed after); [] if none opens."""
     try:
         with connect() as conn:
-            return leftover_warnings(conn, exclude_by=exclude_by)
+            return leftover_warnings(conn, exclude_by=exclude_by, own=own)
     except Exception as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []

@@ -7,11 +7,13 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Any
 
 from leaseguard.cli.contract import add_config_option, contract_from_args, number_arg, resolve_dsn
@@ -45,7 +47,8 @@ DRAIN = """\
 Hold intake, then poll until no live lease remains or the deadline passes; intake is given
 back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
 with intake still held, and intake is given back only after it exits: the verdict is still
-true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE).
+true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE) and
+runs in a session of its own: a signal ends it and its children before intake is given back.
 Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
 COMMAND, COMMAND's own exit status once it ran.
 """
@@ -224,24 +227,43 @@ def command_action(argv: list[str], started: list[str], stop: threading.Event) -
             started.append(argv[0])
             log.info("intake held: running command %s", argv[0])
             try:
-                child = subprocess.Popen(argv, env=env)
+                # A session of its own: a signal ends the command's children with it (`sh -c
+                # 'restart; migrate'`), never one left running once intake is given back.
+                child = subprocess.Popen(argv, env=env, start_new_session=True)
             except OSError as exc:
                 raise CommandFailed(
                     f"command {argv[0]} could not start ({type(exc).__name__}); "
                     "intake is given back"
                 ) from None
             with child:
-                # A signal ends the command too: a quarter second to exit, then SIGKILL.
                 while child.poll() is None:
                     if stop.wait(0.1):
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            child.wait(0.25)
-                        child.kill()
+                        _end_group(child, argv[0])
                 status = child.wait()
         log.info("command %s exited %d; giving intake back", argv[0], status)
         return ActionOutcome(status, f"command {argv[0]} exited {status}")
 
     return run
+
+
+def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
+    """SIGTERM to the command's process group, a quarter second, then SIGKILL to all of it;
+    intake is given back only once none of it is left (at most 5 s more)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(0.25)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    child.wait()
+    gone_by = time.monotonic() + 5.0
+    while time.monotonic() < gone_by:
+        try:
+            os.killpg(child.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    log.warning("command %s: part of its process group outlived SIGKILL", name)
 
 
 def run_resume(args: argparse.Namespace) -> int:

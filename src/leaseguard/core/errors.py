@@ -77,3 +77,7 @@ class DrainInterrupted(LeaseguardError):
 
 class IntakeNotResumed(LookupFailed):
     """Intake paused by a drain could not be given back within the retry window."""
+
+
+class IntakeLost(DatabaseError):
+    """A held pg_cron job is active again: switched on, or re-created, by something else."""

@@ -183,6 +183,8 @@ class Drainer:
             if self.stop.is_set() and result.error is None:  # a signal during the last poll
                 return replace(result, error=self._interrupted())
             if act is not None and result.drained:
+                if intake is not None:  # held all along, up to now: else the action waits
+                    intake.verify()
                 result = replace(result, action=act(result))
             return result
         except LeaseguardError as exc:  # the pause or the action failed

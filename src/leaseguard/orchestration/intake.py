@@ -22,11 +22,17 @@ from leaseguard.adapters.pauses import (
     Hold,
     drain_identity,
     hold_jobs,
+    lost_jobs,
     release_hold,
     wait_quiet,
 )
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.errors import IntakeNotResumed, LeaseguardError, LookupFailed
+from leaseguard.core.errors import (
+    IntakeLost,
+    IntakeNotResumed,
+    LeaseguardError,
+    LookupFailed,
+)
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -41,6 +47,8 @@ class Intake(Protocol):
     def resume(self) -> None: ...
 
     def paused_intake(self) -> list[str]: ...
+
+    def verify(self) -> None: ...  # still held, or fail before the action runs
 
 
 @dataclass(eq=False)
@@ -76,6 +84,21 @@ class CronJobsPause:
                 name,
             )
         wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
+
+    def verify(self) -> None:
+        """Fail if a held job was switched back on, or deleted and re-created, since the hold:
+        the verdict was judged with intake held, the action must not run without it."""
+        if self.hold is None or not self.hold.jobids:
+            return
+        with self.connect() as conn:
+            lost = lost_jobs(conn, self.hold)
+        if lost:
+            raise IntakeLost(
+                f"intake no longer held: pg_cron job(s) {', '.join(lost)} active again "
+                "(switched back on, or deleted and re-created, by something other than this "
+                "run while it held them); a claim may have been taken since the verdict, so "
+                "the action did not run. Find what re-activated them, then run again"
+            )
 
     def resume(self) -> None:
         if self.hold is None or not self.hold.jobs:
@@ -130,8 +153,13 @@ class CommandPause:
         return [f"command:{self.runner.label}"] if self.paused else []
 
     def pause(self) -> None:
-        self._run(self.pause_argv, "pause")
+        # Before it runs: a pause command that fails (or times out) half way may have stopped
+        # part of the intake, so its resume command runs on every exit path all the same.
         self.paused = True
+        self._run(self.pause_argv, "pause")
+
+    def verify(self) -> None:
+        pass  # a command's pause cannot be read back
 
     def resume(self) -> None:
         if self.paused:
@@ -162,6 +190,10 @@ class Intakes:
     def paused_intake(self) -> list[str]:
         return [name for part in self.active for name in part.paused_intake()]
 
+    def verify(self) -> None:
+        for part in self.active:
+            part.verify()
+
     def pause(self) -> None:
         for part in self.parts:
             # Listed first: a part interrupted half way must still be given back.
@@ -179,6 +211,19 @@ class Intakes:
                 log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
         if failures:
             raise failures[0]
+
+
+def verify_holds(
+    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+    holds: Sequence[Mapping[str, Any] | None],
+) -> None:
+    """Fail if a pg_cron job of a caller's hold (intake_hold's registered `hold`) is active
+    again: the verdict is then no longer judged with intake held."""
+    for hold in holds:
+        if hold and hold.get("cron"):
+            cron = CronJobsPause(connect, ())
+            cron.hold = Hold.from_dict(hold["cron"])
+            cron.verify()
 
 
 def intake_line(held: tuple[str, ...] | None) -> str:

@@ -44,12 +44,14 @@ class Link(Protocol):
 
 @dataclass(frozen=True)
 class IntakeAccess:
-    """Where the intake's pg_cron jobs are and as whom; `owner`: this process's own drain."""
+    """Where the intake's pg_cron jobs are and as whom; `owner`: this process's own drain;
+    `own_holds`: the tokens of holds this run's caller took (intake_hold), no leftovers."""
 
     database: str | None = None
     user: str | None = None
     password: str | None = field(default=None, repr=False)
     owner: str | None = None
+    own_holds: tuple[str, ...] = ()
 
 
 class GuardSession:
@@ -269,11 +271,12 @@ class GuardSession:
     def _leftover_pauses(self, conn: Conn) -> tuple[str, ...]:
         """Warnings naming intake a drain paused and never gave back (looked up once)."""
         if self._leftovers is None:
-            owner = self.intake.owner
+            owner, own = self.intake.owner, self.intake.own_holds
             if self.intake.database is None and self.intake.user is None:
-                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner))
+                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner, own=own))
             else:
-                self._leftovers = tuple(scan_leftovers(self.connect_writable, exclude_by=owner))
+                found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
+                self._leftovers = tuple(found)
         return self._leftovers
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
