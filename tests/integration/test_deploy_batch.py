@@ -157,10 +157,11 @@ def test_each_host_fails_on_and_forces_every_hosts_defer_not_only_its_own(db, tm
     with db.connect() as conn:
         create_runs_table(conn)
         conn.execute(
-            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (7, 'running', now())"
+            "INSERT INTO execution_runs (id, status, claimed_at) "
+            "VALUES (7, 'running', now() - interval '10 minutes')"
         )
-    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
-    runtimes = {"app1": {"source": "fixed", "started_at": later}, "app2": {"source": "none"}}
+    since = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()  # after the claim
+    runtimes = {"app1": {"source": "fixed", "started_at": since}, "app2": {"source": "none"}}
     hosts = {
         host: {"ansible_connection": "local", "leaseguard_runtime": runtime}
         for host, runtime in runtimes.items()
