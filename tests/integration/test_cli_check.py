@@ -73,6 +73,24 @@ def test_every_rule_of_the_table_through_the_cli(runs, row, exit_status, counts)
     assert verdict["decision"] == ("defer" if exit_status == 75 else "proceed")
 
 
+@pytest.mark.parametrize("ahead", [timedelta(hours=1), None], ids=["future", "past"])
+def test_a_runtime_start_after_the_database_clock_fails_closed(runs, ahead):
+    """A start in the future (a host clock stepped back since) would class the live claim
+    below orphaned and proceed; a start in the past still judges it so."""
+    add(runs, (1, "running", "5 min", "0"))
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = now + ahead if ahead else now - timedelta(minutes=10)
+    facts = ["--task-timeout-s", "3600", "--runtime-started-at", start.isoformat()]
+    done = leaseguard("check", "--dsn", runs.dsn, *facts, "--json")
+    verdict = json.loads(done.stdout)
+    if ahead is None:
+        assert (done.returncode, verdict["counts"]) == (75, counts(live=1)), done.stderr
+        return
+    assert (done.returncode, verdict["decision"]) == (1, "failed"), done.stdout
+    assert "start time" in verdict["error"]["message"]
+    assert "after the database's clock" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_json_shape_of_a_deferral(runs):
     add(runs, (42, "running", "30 min", None), (7, "open", None, None))
     done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--json")

@@ -15,7 +15,13 @@ from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_mes
 from leaseguard.adapters.db import guard_transaction
 from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch, UnclassifiedStatus
+from leaseguard.core.errors import (
+    ConfigError,
+    LookupFailed,
+    NotPrimary,
+    SchemaMismatch,
+    UnclassifiedStatus,
+)
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -69,7 +75,8 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    params = predicate.subjects_params(contract, [s.bound(contract) for s in subjects], as_of=as_of)
+    bounds = [s.bound(contract) for s in subjects]
+    params = predicate.subjects_params(contract, bounds, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
@@ -82,6 +89,7 @@ def judge_subjects(
             assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
+            _refuse_future_starts(subjects, bounds, as_of or checked_at)
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
@@ -133,6 +141,20 @@ def judge_subjects(
             )
         )
     return verdicts, status_column
+
+
+def _refuse_future_starts(
+    subjects: Sequence[Subject], bounds: Sequence[tuple[object, datetime | None]], now: datetime
+) -> None:
+    """A start after the database's now (skew tolerance aside) would class every claim orphaned."""
+    for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
+        if cutoff is not None and cutoff > now:
+            raise LookupFailed(
+                f"host {subject.host or '-'}: the runtime's start time "
+                f"({subject.runtime_started_at}) is after the database's clock "
+                f"({now:%Y-%m-%d %H:%M:%S%z}); every claim would look orphaned, so nothing "
+                "is judged: check the host's clock and the start time it reports"
+            )
 
 
 def _expiry_warnings(
