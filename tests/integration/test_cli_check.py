@@ -180,6 +180,32 @@ def test_usage_errors_exit_2_with_a_message(runs, args, message):
     assert message in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"table: \xff\xfeexecution_runs\n", "is not UTF-8 text"),
+        (b"table: execution_runs\ntable: jobs\n", "key 'table' is given twice (line 2)"),
+        (b"lease:\n  multiplier: 2\n  multiplier: 1\n", "key 'multiplier' is given twice"),
+    ],
+    ids=["not-utf8", "duplicate-key", "duplicate-nested-key"],
+)
+def test_a_config_file_yaml_would_misread_is_a_usage_error(runs, tmp_path, content, message):
+    """Not a traceback, and not the last of two values silently (PyYAML keeps the last)."""
+    config = tmp_path / "c.yaml"
+    config.write_bytes(content)
+    done = leaseguard("check", "--config", str(config), "--dsn", runs.dsn, *FACTS)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_config_file_merge_key_still_overrides_what_it_merges(runs, tmp_path):
+    add(runs, (1, "running", "90 min", None))
+    config = tmp_path / "c.yaml"
+    config.write_text("lease:\n  <<: {multiplier: 2}\n  multiplier: 1\n")
+    done = leaseguard("check", "--config", str(config), "--dsn", runs.dsn, *FACTS)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_missing_table_fails_closed_with_exit_1_naming_it(db):
     done = leaseguard("check", "--dsn", db.dsn, *FACTS, "--table", "jobs", "--json")
     assert done.returncode == 1
