@@ -85,6 +85,8 @@ def test_a_dead_pid_fails_closed(tmp_path):
     [
         ("DATABASE_URL=postgres://u:pw@x/y\nAPP_TASK_TIMEOUT_S=1800\n", 1800.0),
         ('# comment\nexport APP_TASK_TIMEOUT_S="7200"\n', 7200.0),
+        # Set twice: sh, systemd's EnvironmentFile= and docker's --env-file keep the last.
+        ("APP_TASK_TIMEOUT_S=600\nOTHER=1\nexport APP_TASK_TIMEOUT_S=7200\r\n", 7200.0),
     ],
 )
 def test_env_file_lookup(tmp_path, content, expected):

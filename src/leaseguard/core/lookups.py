@@ -49,7 +49,8 @@ def pid_argv(pid_file: str) -> Argv:
 
 
 def env_file_argv(path: str, name: str) -> Argv:
-    return ("grep", "-m1", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
+    """Every assignment of `name`: the file's readers (sh, systemd, docker) keep the last."""
+    return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
@@ -161,7 +162,9 @@ def parse_process_start(text: str, what: str) -> datetime:
 
 
 def parse_env_file_line(line: str, name: str) -> str:
-    """The value of `[export ]NAME=value` with optional quotes, as env files write it."""
+    """The value of the LAST `[export ]NAME=value` line (optional quotes), as env files
+    write it and as sh, systemd and docker read it: a later assignment wins."""
+    line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
