@@ -247,7 +247,7 @@ def _template(variable: str | None) -> str:
             "{{end}}{{end}}{{end}}"
         )
     return (
-        '{"name":{{json .Name}},"running":{{json .State.Running}},'
+        '{"name":{{json .Name}},"running":{{json .State.Running}},"paused":{{json .State.Paused}},'
         '"started_at":{{json .State.StartedAt}},'
         f'"project":{{{{json (index .Config.Labels "{COMPOSE_PROJECT}")}}}},'
         f'"service":{{{{json (index .Config.Labels "{COMPOSE_SERVICE}")}}}},'
@@ -265,15 +265,24 @@ _NAMED_SCRIPT = """\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
 case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE) || exit
+ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE LIVE) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-""".replace("PROJECT", COMPOSE_PROJECT).replace("SERVICE", COMPOSE_SERVICE)
+"""
 
 # $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
 _FILTER_SCRIPT = """\
-ids=$("$1" ps -q --no-trunc --filter "$2") || exit
+ids=$("$1" ps -q --no-trunc --filter "$2" LIVE) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
+_NAMED_SCRIPT, _FILTER_SCRIPT = (
+    script.replace("PROJECT", COMPOSE_PROJECT)
+    .replace("SERVICE", COMPOSE_SERVICE)
+    .replace("LIVE", _LIVE)
+    for script in (_NAMED_SCRIPT, _FILTER_SCRIPT)
+)
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
@@ -336,7 +345,7 @@ def _replica(line: str, what: str) -> Replica:
     try:
         data = json.loads(line)
         name = str(data["name"]).lstrip("/")  # docker prints "/name", podman "name"
-        running = data["running"] is True
+        running = data["running"] is True or data.get("paused") is True
         started_raw = data["started_at"]
         compose = (data["project"] or "", data["service"] or "")
         entries = tuple(e for e in data["env"] if isinstance(e, str))
