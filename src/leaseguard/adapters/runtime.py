@@ -152,7 +152,7 @@ class Lookups:
                 named = is_unit_glob(spec.unit)
                 return [
                     (u.name if named else None, lookups.env_value(u.environment, spec.variable))
-                    for u in self._systemd(spec.unit)
+                    for u in self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
                 ]
             case "command":
                 if container_filter(spec.container) is not None:
@@ -211,9 +211,10 @@ class Lookups:
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
-    def _systemd(self, unit: str) -> list[lookups.SystemdUnit]:
+    def _systemd(self, unit: str, variable: str | None = None) -> list[lookups.SystemdUnit]:
         """The unit, or every running unit a glob matches (listed in the verdict)."""
-        out = self._output(lookups.systemd_argv(unit), f"systemd unit {unit}") or ""
+        argv = lookups.systemd_argv(unit, variable)
+        out = self._output(argv, f"systemd unit {unit}", shown="systemctl show") or ""
         if not is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
         try:

@@ -39,9 +39,31 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     return "fixed"
 
 
-def systemd_argv(unit: str) -> Argv:
-    props = "--property=Id,Environment,ActiveEnterTimestamp,ActiveState,LoadState"
-    return ("systemctl", "show", unit, "--timestamp=us+utc", props)
+# Filtered on the host (ansible -vvv prints all output): the variable's Environment= entries,
+# its lines of each EnvironmentFile= (which wins), or the file unreadable (unless optional, gone).
+_SYSTEMD_AWK = r"""
+/^Environment=/ { o = "Environment="; k = split(substr($0, 13), w, " ")
+  for (i = 1; i <= k; i++) if (w[i] ~ ("^\"?" n "=")) o = o " " w[i]
+  print o; next }
+/^EnvironmentFiles=/ { p = substr($0, 18); opt = (p ~ / \(ignore_errors=yes\)$/)
+  sub(/ \(ignore_errors=[a-z]+\)$/, "", p)
+  while ((r = (getline l < p)) > 0) if (l ~ ("^[ \t]*(export[ \t]+)?" n "=")) print "EnvFile=" l
+  q = p; gsub(/'/, "'\\''", q)
+  if (r < 0 && (!opt || system("test -e '" q "'") == 0)) print "EnvFileUnreadable=" p
+  close(p); next }
+{ print }
+"""
+_SYSTEMD_SCRIPT = 'out=$(systemctl show "$1" --timestamp=us+utc --property="$2") || exit\n'
+_SYSTEMD_SCRIPT += 'printf "%s\\n" "$out" | awk -v n="$3" "$4"'
+
+
+def systemd_argv(unit: str, variable: str | None = None) -> Argv:
+    """The unit's state and start, and with `variable` only what sets it (nothing else)."""
+    props = "Id,ActiveEnterTimestamp,ActiveState,LoadState"
+    if variable is None:
+        return ("systemctl", "show", unit, "--timestamp=us+utc", f"--property={props}")
+    props += ",Environment,EnvironmentFiles"
+    return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
 
 
 def pid_argv(pid_file: str) -> Argv:
@@ -122,7 +144,11 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
 
 
 def _properties(text: str) -> dict[str, str]:
-    return dict(line.partition("=")[::2] for line in text.splitlines() if "=" in line)
+    """name -> value; an EnvironmentFile's lines (EnvFile*) are joined, one per line."""
+    props: dict[str, str] = {}
+    for name, _, value in (line.partition("=") for line in text.splitlines() if "=" in line):
+        props[name] = f"{props[name]}\n{value}" if name in props and "EnvFile" in name else value
+    return props
 
 
 def _systemd_unit(
@@ -132,10 +158,19 @@ def _systemd_unit(
         raise LookupFailed(f"systemd unit {unit} not found")
     if props.get("ActiveState") not in states:
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
+    if unreadable := props.get("EnvFileUnreadable"):
+        raise LookupFailed(
+            f"systemd unit {unit}: its EnvironmentFile {unreadable.splitlines()[0]} is not "
+            "readable by the lookup's user and may set the variable: let it read the file, "
+            "or read the process's own environment (task_timeout source process)"
+        )
     try:
         environment = tuple(shlex.split(props.get("Environment", "")))
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
+    for line in filter(None, props.get("EnvFile", "").splitlines()):  # after: these win
+        name = line.strip().removeprefix("export").strip().partition("=")[0]
+        environment += (f"{name}={parse_env_file_line(line, name)}",)
     stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
     if not stamp and props.get("ActiveState") == "activating":
         raise LookupFailed(
