@@ -80,6 +80,20 @@ def test_a_dead_pid_fails_closed(tmp_path):
         resolve_runtime_facts(contract, LocalRunner())
 
 
+def test_a_pid_file_of_bytes_that_are_not_utf8_fails_closed_naming_it(tmp_path):
+    """Not a UnicodeDecodeError traceback out of the lookup's subprocess."""
+    pid_file = tmp_path / "garbled.pid"
+    pid_file.write_bytes(b"\xff\xfe12\n")
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "process", "pid_file": str(pid_file)},
+            "runtime": {"source": "none"},
+        }
+    )
+    with pytest.raises(LookupFailed, match=r"garbled\.pid holds no pid"):
+        resolve_runtime_facts(contract, LocalRunner())
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [

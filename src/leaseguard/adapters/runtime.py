@@ -46,8 +46,13 @@ class LocalRunner:
         if shutil.which(argv[0]) is None:
             return CommandResult(127, "")
         try:
-            done = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=LOOKUP_TIMEOUT_S, check=False
+            done = subprocess.run(  # bytes that are not UTF-8 fail the parse, not the check
+                list(argv),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=LOOKUP_TIMEOUT_S,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
