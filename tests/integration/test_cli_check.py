@@ -206,6 +206,21 @@ def test_a_config_file_merge_key_still_overrides_what_it_merges(runs, tmp_path):
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--clock-skew-s", "1e15"], "clock_skew_s (1e+15 s) reaches past year 1"),
+        (["--lease-multiplier", "1e308"], "the lease of inf s is too long"),
+    ],
+    ids=["clock-skew", "lease"],
+)
+def test_numbers_too_large_for_a_timestamp_fail_without_a_traceback(runs, args, message):
+    add(runs, (1, "running", "5 min", "0"))
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, *args)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
 def test_a_missing_table_fails_closed_with_exit_1_naming_it(db):
     done = leaseguard("check", "--dsn", db.dsn, *FACTS, "--table", "jobs", "--json")
     assert done.returncode == 1

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
     KIND_COLUMNS,
@@ -311,7 +312,20 @@ def orphan_cutoff(
     if runtime_started_at is None:
         return None
     tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
-    return runtime_started_at - timedelta(seconds=tolerance)
+    try:
+        return runtime_started_at - timedelta(seconds=tolerance)
+    except OverflowError:
+        raise ConfigError(
+            f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
+        ) from None
+
+
+def _interval(seconds: float, what: str) -> timedelta:
+    """`seconds` as a timedelta; one too long for any timestamp is a ConfigError naming it."""
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ConfigError(f"{what} of {seconds:g} s is too long to compare timestamps") from None
 
 
 def predicate_params(
@@ -338,14 +352,14 @@ def subjects_params(
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
     params: dict[str, Any] = {
         "as_of": as_of,
-        "subject_leases": [None if s is None else timedelta(seconds=s) for s, _ in subjects],
+        "subject_leases": [None if s is None else _interval(s, "the lease") for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
         "live_limit": live_limit,
     }
     for stem, statuses in _statuses(contract).items():
         params |= {f"{stem}_{i}": status for i, status in enumerate(statuses)}
     if kinds := contract.kind_timeouts:
-        timed = {kind: timedelta(seconds=s) for kind, s in kinds.items() if s is not None}
+        timed = {k: _interval(s, f"kind {k}'s timeout") for k, s in kinds.items() if s is not None}
         params["unlimited_kinds"] = [kind for kind, s in kinds.items() if s is None]
         params |= {"kinds": list(timed), "kind_timeouts": list(timed.values())}
     return params
