@@ -259,6 +259,15 @@ def test_an_unparsable_dsn_is_a_usage_error_that_does_not_echo_it():
     assert "unterminated" not in done.stderr
 
 
+def test_a_password_cut_by_a_space_is_not_named_as_an_unknown_keyword():
+    """password=Tr0ub4dor horse=battery: libpq reads a keyword 'horse', part of the password."""
+    dsn = "host=127.0.0.1 password=Tr0ub4dor horse=battery"
+    done = leaseguard("check", "--dsn", dsn, *FACTS)
+    assert done.returncode == 2
+    assert "not valid after keyword 'password'" in done.stderr
+    assert not {"Tr0ub4dor", "horse", "battery"} & set(done.stderr.replace("'", " ").split())
+
+
 def test_help_explains_every_option():
     done = leaseguard("check", "--help")
     assert done.returncode == 0

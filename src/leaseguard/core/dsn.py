@@ -17,6 +17,7 @@ from leaseguard.core.errors import ConfigError
 # One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
 _KEYWORD = re.compile(r"[A-Za-z_]+")
+_SECRET_KEYWORDS = frozenset({"password", "sslpassword"})
 # OpenSSH client flags that take a value, and the -o option each one stands for.
 _FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
 _FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
@@ -30,7 +31,8 @@ def invalid_dsn(conninfo: str) -> ConfigError:
     previous = None
     for match in _DSN_PAIR.finditer(conninfo):
         keyword, value = match.groups()
-        if not value:
+        # After a password, an unquoted space may have cut it: the "keyword" is part of it.
+        if not value or (previous in _SECRET_KEYWORDS and keyword not in known):
             if previous is None:
                 break
             return ConfigError(
