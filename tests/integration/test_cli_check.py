@@ -244,6 +244,19 @@ def test_an_unreachable_database_fails_closed_without_leaking_the_dsn(db):
         assert leak not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("where", ["dsn", "PGDATABASE"])
+def test_a_dbname_holding_a_connection_string_is_not_echoed(db, where):
+    """libpq reads a dbname with '=' or a URI as a connection string, password and all."""
+    secret = "s3cret-in-dbname"
+    inner = f"postgresql://guard_pw:{secret}@127.0.0.1:1/{db.name}"
+    dsn = f"host=127.0.0.1 port=1 connect_timeout=3 dbname={inner}" if where == "dsn" else ""
+    env = {"PGHOST": "127.0.0.1", "PGPORT": "1", "PGDATABASE": inner} if not dsn else None
+    done = leaseguard("check", *(["--dsn", dsn] if dsn else []), *FACTS, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "at 127.0.0.1:1/a database named by a connection string" in done.stderr
+    assert secret not in done.stdout + done.stderr
+
+
 def test_a_wrong_password_fails_closed_without_leaking_it(db):
     dsn = db.dsn_as("guard_pw", password="hunter2-wrong")
     done = leaseguard("check", "--dsn", dsn, *FACTS, "--json")
