@@ -28,11 +28,11 @@ def invalid_dsn(conninfo: str) -> ConfigError:
     if re.match(r"\s*postgres(?:ql)?://", conninfo):
         return ConfigError("the DSN is not a valid postgresql:// URI")
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
-    previous = None
+    previous = cut = None
     for match in _DSN_PAIR.finditer(conninfo):
         keyword, value = match.groups()
-        # After a password, an unquoted space may have cut it: the "keyword" is part of it.
-        if not value or (previous in _SECRET_KEYWORDS and keyword not in known):
+        # After an unquoted password, a space may have cut it: the "keyword" is part of it.
+        if not value or (cut and keyword not in known):
             if previous is None:
                 break
             return ConfigError(
@@ -43,6 +43,7 @@ def invalid_dsn(conninfo: str) -> ConfigError:
             if keyword not in known:
                 return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
             previous = keyword
+            cut = keyword in _SECRET_KEYWORDS and not value.lstrip("= \t").startswith("'")
     return ConfigError("the DSN is not a valid libpq connection string")
 
 
