@@ -144,26 +144,22 @@ def test_a_task_timeout_of_thousands_of_years_is_judged(runs, timeout_s, row, ex
     assert json.loads(done.stdout)["counts"] == counts
 
 
-@pytest.mark.parametrize(
-    ("start_in", "exit_status", "decision"),
-    [(timedelta(hours=1), 1, "failed"), (-timedelta(hours=1), 75, "defer")],
-    ids=["future-start-fails", "past-start-judges"],
-)
-def test_a_runtime_start_after_the_database_clock_fails_instead_of_orphaning_every_claim(
-    runs, start_in, exit_status, decision
-):
-    """A start an hour ahead (a wrong clock, a local time written with Z) would class the live
-    claim of 30 minutes ago an orphan; one an hour ago is judged as usual (live)."""
-    add(runs, (1, "running", "30 min", None))
-    start = (datetime.now(UTC) + start_in).replace(microsecond=0).isoformat()
-    done = leaseguard(
-        "check", "--dsn", runs.dsn, "--task-timeout-s", "3600", "--runtime-started-at", start,
-        "--json",
-    )  # fmt: skip
-    assert done.returncode == exit_status, done.stderr
-    assert json.loads(done.stdout)["decision"] == decision
-    if exit_status == 1:
-        assert "is after the database's clock now" in done.stderr
+@pytest.mark.parametrize("ahead", [timedelta(hours=1), None], ids=["future", "past"])
+def test_a_runtime_start_after_the_database_clock_fails_closed(runs, ahead):
+    """A start in the future (a host clock stepped back since) would class the live claim
+    below orphaned and proceed; a start in the past still judges it so."""
+    add(runs, (1, "running", "5 min", "0"))
+    now = datetime.now(UTC).replace(microsecond=0)
+    start = now + ahead if ahead else now - timedelta(minutes=10)
+    facts = ["--task-timeout-s", "3600", "--runtime-started-at", start.isoformat()]
+    done = leaseguard("check", "--dsn", runs.dsn, *facts, "--json")
+    verdict = json.loads(done.stdout)
+    if ahead is None:
+        assert (done.returncode, verdict["counts"]) == (75, counts(live=1)), done.stderr
+        return
+    assert (done.returncode, verdict["decision"]) == (1, "failed"), done.stdout
+    assert "start time" in verdict["error"]["message"]
+    assert "after the database's clock" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_json_shape_of_a_deferral(runs):
@@ -255,6 +251,40 @@ def test_usage_errors_exit_2_with_a_message(runs, args, message):
     assert message in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"table: \xff\xfeexecution_runs\n", "is not UTF-8 text"),
+        (b"table: execution_runs\ntable: jobs\n", "key 'table' is given twice (line 2)"),
+        (b"lease:\n  multiplier: 2\n  multiplier: 1\n", "key 'multiplier' is given twice"),
+    ],
+    ids=["not-utf8", "duplicate-key", "duplicate-nested-key"],
+)
+def test_a_config_file_yaml_would_misread_is_a_usage_error(runs, tmp_path, content, message):
+    """Not a traceback, and not the last of two values silently (PyYAML keeps the last)."""
+    config = tmp_path / "c.yaml"
+    config.write_bytes(content)
+    done = leaseguard("check", "--config", str(config), "--dsn", runs.dsn, *FACTS)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_config_file_merge_key_still_overrides_what_it_merges(runs, tmp_path):
+    add(runs, (1, "running", "90 min", None))
+    config = tmp_path / "c.yaml"
+    config.write_text("lease:\n  <<: {multiplier: 2}\n  multiplier: 1\n")
+    done = leaseguard("check", "--config", str(config), "--dsn", runs.dsn, *FACTS)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_clock_skew_too_large_for_a_timestamp_fails_without_a_traceback(runs):
+    add(runs, (1, "running", "5 min", "0"))
+    done = leaseguard("check", "--dsn", runs.dsn, *FACTS, "--clock-skew-s", "1e15")
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert "clock_skew_s (1e+15 s) reaches past year 1" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_a_missing_table_fails_closed_with_exit_1_naming_it(db):
     done = leaseguard("check", "--dsn", db.dsn, *FACTS, "--table", "jobs", "--json")
     assert done.returncode == 1
@@ -278,6 +308,19 @@ def test_an_unreachable_database_fails_closed_without_leaking_the_dsn(db):
         assert leak not in done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("where", ["dsn", "PGDATABASE"])
+def test_a_dbname_holding_a_connection_string_is_not_echoed(db, where):
+    """libpq reads a dbname with '=' or a URI as a connection string, password and all."""
+    secret = "s3cret-in-dbname"
+    inner = f"postgresql://guard_pw:{secret}@127.0.0.1:1/{db.name}"
+    dsn = f"host=127.0.0.1 port=1 connect_timeout=3 dbname={inner}" if where == "dsn" else ""
+    env = {"PGHOST": "127.0.0.1", "PGPORT": "1", "PGDATABASE": inner} if not dsn else None
+    done = leaseguard("check", *(["--dsn", dsn] if dsn else []), *FACTS, env=env)
+    assert done.returncode == 1, done.stderr
+    assert "at 127.0.0.1:1/a database named by a connection string" in done.stderr
+    assert secret not in done.stdout + done.stderr
+
+
 def test_a_wrong_password_fails_closed_without_leaking_it(db):
     dsn = db.dsn_as("guard_pw", password="hunter2-wrong")
     done = leaseguard("check", "--dsn", dsn, *FACTS, "--json")
@@ -291,6 +334,15 @@ def test_an_unparsable_dsn_is_a_usage_error_that_does_not_echo_it():
     done = leaseguard("check", "--dsn", "host=x password='unterminated", *FACTS)
     assert done.returncode == 2
     assert "unterminated" not in done.stderr
+
+
+def test_a_password_cut_by_a_space_is_not_named_as_an_unknown_keyword():
+    """password=Tr0ub4dor horse=battery: libpq reads a keyword 'horse', part of the password."""
+    dsn = "host=127.0.0.1 password=Tr0ub4dor horse=battery"
+    done = leaseguard("check", "--dsn", dsn, *FACTS)
+    assert done.returncode == 2
+    assert "not valid after keyword 'password'" in done.stderr
+    assert not {"Tr0ub4dor", "horse", "battery"} & set(done.stderr.replace("'", " ").split())
 
 
 def test_help_explains_every_option():

@@ -115,6 +115,35 @@ def test_a_claim_newer_than_a_siblings_start_defers_when_the_filter_names_every_
     assert verdict["task_timeout_s"] == 3600.0
 
 
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_a_paused_replica_still_holds_its_claims(
+    db, tmp_path, engine_env, replicas, podman_engine, engine
+):
+    """Paused, replica 1 is frozen, not gone: podman's `ps` left it out (and its inspect says
+    Running false), so its claim looked orphaned by replica 2's start and the check proceeded."""
+    project, names, started = replicas
+    claim(db, started[names[0]] + (started[names[1]] - started[names[0]]) / 2)
+    config = tmp_path / "lg.yaml"
+    spec = {"source": engine, "container": f"name=^{project}-worker-"}
+    config.write_text(json.dumps({"task_timeout": spec, "runtime": spec}))
+    argv = [sys.executable, "-m", "leaseguard", "check", "--json", "--dsn", db.dsn]
+    podman_engine.docker("pause", names[0])
+    try:
+        done = subprocess.run(
+            [*argv, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            env=clean_env(**engine_env),
+            timeout=60,
+            check=False,
+        )
+    finally:
+        podman_engine.docker("unpause", names[0])
+    verdict = json.loads(done.stdout or "{}")
+    assert (done.returncode, verdict.get("replicas")) == (75, names[:2]), done.stderr
+    assert verdict["counts"]["live"] == 1
+
+
 def test_naming_one_replica_judges_by_its_own_start_and_warns_naming_its_sibling(
     db, tmp_path, engine_env, replicas
 ):

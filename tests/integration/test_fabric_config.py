@@ -95,6 +95,16 @@ def test_connect_kwargs_key_and_passphrase_from_fabric_yaml_are_used(
     assert "open-sesame" not in without.stdout + without.stderr
 
 
+def test_a_missing_key_file_is_named_as_such_not_as_an_unreachable_host(
+    fabric_yaml, runs, app_host_pg, tmp_path
+):
+    kwargs = {"key_filename": str(tmp_path / "no-such-key"), "look_for_keys": False}
+    done = run_fab("-f", fabric_yaml(connect_kwargs=kwargs), "-H", app_host_pg.addr, "guard")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "a private key file for SSH cannot be read here (FileNotFoundError)" in done.stdout
+    assert "unreachable" not in done.stdout
+
+
 @pytest.fixture
 def agent(app_host_pg, tmp_path):
     """An ssh-agent holding the host's client key; its socket path."""

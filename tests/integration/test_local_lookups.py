@@ -83,13 +83,27 @@ def test_a_dead_pid_fails_closed(tmp_path):
         resolve_runtime_facts(contract, LocalRunner())
 
 
+def test_a_pid_file_of_bytes_that_are_not_utf8_fails_closed_naming_it(tmp_path):
+    """Not a UnicodeDecodeError traceback out of the lookup's subprocess."""
+    pid_file = tmp_path / "garbled.pid"
+    pid_file.write_bytes(b"\xff\xfe12\n")
+    contract = contract_from_mapping(
+        {
+            "task_timeout": {"source": "process", "pid_file": str(pid_file)},
+            "runtime": {"source": "none"},
+        }
+    )
+    with pytest.raises(LookupFailed, match=r"garbled\.pid holds no pid"):
+        resolve_runtime_facts(contract, LocalRunner())
+
+
 @pytest.mark.parametrize(
     ("content", "expected"),
     [
         ("DATABASE_URL=postgres://u:pw@x/y\nAPP_TASK_TIMEOUT_S=1800\n", 1800.0),
         ('# comment\nexport APP_TASK_TIMEOUT_S="7200"\n', 7200.0),
-        # Read top to bottom, the last assignment wins (systemd, docker --env-file, a shell).
-        ("APP_TASK_TIMEOUT_S=600\nOTHER=1\nexport APP_TASK_TIMEOUT_S=14400\n", 14400.0),
+        # Set twice: sh, systemd's EnvironmentFile= and docker's --env-file keep the last.
+        ("APP_TASK_TIMEOUT_S=600\nOTHER=1\nexport APP_TASK_TIMEOUT_S=7200\r\n", 7200.0),
     ],
 )
 def test_env_file_lookup(tmp_path, content, expected):

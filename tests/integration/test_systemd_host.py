@@ -169,6 +169,44 @@ def test_task_timeout_is_the_units_environment_file_assignment_that_overrides_en
     assert "s3cret" not in run.stdout + run.stderr + run.results_path.read_text()
 
 
+def test_an_environment_file_overrides_environment_and_no_other_variable_crosses_even_at_vvv(
+    sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
+) -> None:
+    """systemd applies EnvironmentFile= after Environment=: the process runs with 7200, the
+    lookup read 600 (a 20-minute lease for a 4-hour one); and `systemctl show`'s whole
+    Environment= crossed the wire, which ansible -vvv prints."""
+    unit = "lgenvfile.service"
+    sd_host.write_file("/etc/lgenvfile.env", "APP_TASK_TIMEOUT_S=7200\nDB_SECRET=f1lesecret\n")
+    sd_host.write_file(
+        f"/etc/systemd/system/{unit}",
+        textwrap.dedent(
+            """
+            [Service]
+            Environment=APP_TASK_TIMEOUT_S=600 OTHER_SECRET=s3cret
+            EnvironmentFile=/etc/lgenvfile.env
+            EnvironmentFile=-/etc/lgenvfile-optional-absent.env
+            ExecStart=/bin/sleep infinity
+            """
+        ),
+    )
+    sd_host.exec("systemctl", "daemon-reload")
+    sd_host.exec("systemctl", "start", unit)
+    task = {
+        "name": "lookup",
+        "leaseguard.deploy.task_timeout": {
+            "task_timeout": {"source": "systemd", "unit": unit, "variable": "APP_TASK_TIMEOUT_S"},
+            "runtime": {"source": "systemd", "unit": unit},
+        },
+    }
+    play = tmp_path / "lookup.yml"
+    play.write_text(yaml.safe_dump([{"hosts": "app", "gather_facts": False, "tasks": [task]}]))
+    run = run_playbook(play, _inventory(tmp_path, sd_host, runs_db), tmp_path, "-vvv")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert run.result("lookup", "sd1")["task_timeout_s"] == 7200
+    everything = run.stdout + run.stderr + run.results_path.read_text()
+    assert "s3cret" not in everything and "f1lesecret" not in everything
+
+
 def test_task_timeout_fails_naming_the_variable_a_unit_lacks(
     sd_host: SystemdHost, runs_db: PgDatabase, tmp_path: Path
 ) -> None:

@@ -240,6 +240,10 @@ LIVE_REFUSALS = [
         "set statement_timeout = '3s'; select public.f(1)",
         f"expected ')' (a call without arguments) at offset 46, found '1': {GRAMMAR}",
     ),
+    (  # an argument may be a token or a password: never quoted back
+        "select public.notify('tok-S3CRET')",
+        f"expected ')' (a call without arguments) at offset 21, found a string literal: {GRAMMAR}",
+    ),
     (
         "set statement_timeout = '3s'; select * from public.f()",
         f"unexpected character '*' at offset 37: {GRAMMAR}",

@@ -113,16 +113,6 @@ def test_systemctl_show_gives_environment_and_active_since():
     assert unit.active_since == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
 
 
-def test_systemctl_show_lists_the_units_environment_files_in_order():
-    listed = (
-        "EnvironmentFiles=/etc/default/app (ignore_errors=yes)\n"
-        "EnvironmentFiles=/etc/my app.env (ignore_errors=no)\n"
-    )
-    unit = parse_systemctl_show(SYSTEMCTL + listed, "app.service")
-    assert unit.environment_files == (("/etc/default/app", True), ("/etc/my app.env", False))
-    assert parse_systemctl_show(SYSTEMCTL, "app.service").environment_files == ()
-
-
 def test_an_inactive_or_missing_unit_fails_closed():
     with pytest.raises(LookupFailed, match="not found"):
         parse_systemctl_show("LoadState=not-found\nActiveState=inactive\n", "x.service")
@@ -332,3 +322,14 @@ def test_tty_output_without_the_markers_fails_with_it_as_the_complaint():
     cut = CommandResult(255, "@@leaseguard 0123abcd out@@\r\n36")  # the exec was cut
     assert split_tty(cut, "0123abcd").exit_code == 255
     assert split_tty(cut, "0123abcd").stdout == ""
+
+
+def test_a_units_environment_file_lines_win_and_an_unreadable_one_fails_closed():
+    show = "Id=a.service\nActiveState=active\nActiveEnterTimestamp=Sun 2026-11-29 08:38:08.1 UTC\n"
+    unit = parse_systemctl_show(
+        show + "Environment= APP_T=600\nEnvFile=APP_T=900\nEnvFile=export APP_T='7200'\r\n",
+        "a.service",
+    )
+    assert env_value(unit.environment, "APP_T") == "7200"
+    with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env is not readable"):
+        parse_systemctl_show(show + "EnvFileUnreadable=/etc/app.env\n", "a.service")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,6 +45,9 @@ _CONNECT_CAUSES = (
 )
 
 
+_IS_CONNINFO = re.compile(r".*=|\s*postgres(?:ql)?://", re.DOTALL)
+
+
 def describe_target(conninfo: str) -> str:
     """host:port/dbname of a conninfo (or the PG* environment), without any secret."""
     try:
@@ -52,7 +56,9 @@ def describe_target(conninfo: str) -> str:
         return "an unparsable DSN"
     host = params.get("host") or os.environ.get("PGHOST") or "default host"
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
-    dbname = params.get("dbname") or os.environ.get("PGDATABASE") or "default database"
+    dbname = str(params.get("dbname") or os.environ.get("PGDATABASE") or "default database")
+    if _IS_CONNINFO.match(dbname):  # libpq reads it as a connection string: a password too
+        dbname = "a database named by a connection string"
     return f"{host}:{port}/{dbname}"
 
 

@@ -75,8 +75,8 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
-    bound_facts = [s.bound(contract) for s in subjects]
-    params = predicate.subjects_params(contract, bound_facts, as_of=as_of)
+    bounds = [s.bound(contract) for s in subjects]
+    params = predicate.subjects_params(contract, bounds, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
@@ -91,7 +91,7 @@ def judge_subjects(
             assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
-            _refuse_future_starts(subjects, bound_facts, checked_at)
+            _refuse_future_starts(subjects, bounds, as_of or checked_at)
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
@@ -175,18 +175,17 @@ def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
 
 
 def _refuse_future_starts(
-    subjects: Sequence[Subject], bound: Sequence[tuple[object, datetime | None]], now: datetime
+    subjects: Sequence[Subject], bounds: Sequence[tuple[object, datetime | None]], now: datetime
 ) -> None:
-    """A runtime start after the database's now (past the clock tolerance) is no start at all:
-    every claim, live ones too, would be classed an orphan of it. Fail closed, naming it."""
-    for subject, (_, cutoff) in zip(subjects, bound, strict=True):
+    """A start after the database's now (skew tolerance aside) would class every claim orphaned."""
+    for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
         if cutoff is not None and cutoff > now:
             raise LookupFailed(
-                f"the runtime start of {subject.host or 'the host'} "
-                f"({subject.runtime_started_at}) is after the database's clock now ({now}): "
-                "every claim would look orphaned by a restart that has not happened; fix that "
-                "host's clock (NTP) or the start time given (runtime.started_at, "
-                "--runtime-started-at, --host-facts)"
+                f"host {subject.host or '-'}: the runtime's start time "
+                f"({subject.runtime_started_at}) is after the database's clock now "
+                f"({now:%Y-%m-%d %H:%M:%S%z}): every claim would look orphaned by a restart "
+                "that has not happened, so nothing is judged; fix that host's clock (NTP) or "
+                "the start time given (runtime.started_at, --runtime-started-at, --host-facts)"
             )
 
 

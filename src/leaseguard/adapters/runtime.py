@@ -46,8 +46,13 @@ class LocalRunner:
         if shutil.which(argv[0]) is None:
             return CommandResult(127, "")
         try:
-            done = subprocess.run(
-                list(argv), capture_output=True, text=True, timeout=LOOKUP_TIMEOUT_S, check=False
+            done = subprocess.run(  # bytes that are not UTF-8 fail the parse, not the check
+                list(argv),
+                capture_output=True,
+                text=True,
+                errors="replace",
+                timeout=LOOKUP_TIMEOUT_S,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
@@ -151,8 +156,8 @@ class Lookups:
                 assert spec.unit is not None
                 named = is_unit_glob(spec.unit)
                 return [
-                    (u.name if named else None, self._unit_value(u, spec.variable))
-                    for u in self._systemd(spec.unit)
+                    (u.name if named else None, lookups.env_value(u.environment, spec.variable))
+                    for u in self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
                 ]
             case "command":
                 if container_filter(spec.container) is not None:
@@ -211,9 +216,10 @@ class Lookups:
             self._containers_seen[argv] = found
         return list(self._containers_seen[argv].matches)
 
-    def _systemd(self, unit: str) -> list[lookups.SystemdUnit]:
+    def _systemd(self, unit: str, variable: str | None = None) -> list[lookups.SystemdUnit]:
         """The unit, or every running unit a glob matches (listed in the verdict)."""
-        out = self._output(lookups.systemd_argv(unit), f"systemd unit {unit}") or ""
+        argv = lookups.systemd_argv(unit, variable)
+        out = self._output(argv, f"systemd unit {unit}", shown="systemctl show") or ""
         if not is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
         try:
@@ -222,20 +228,6 @@ class Lookups:
             raise LookupFailed(f"{self.host}: {exc}") from None
         self.replicas += [u.name for u in units]
         return units
-
-    def _unit_value(self, unit: lookups.SystemdUnit, variable: str) -> str | None:
-        """The variable as systemd sets it: Environment=, overridden by each EnvironmentFile= in
-        order (an unreadable one fails: it may hold the value the unit runs with)."""
-        value, name = (
-            lookups.env_value(unit.environment, variable),
-            lookups.checked_env_name(variable),
-        )
-        for path, optional in unit.environment_files:
-            argv = lookups.unit_env_file_argv(path, name, optional)
-            what = f"env file {path} of systemd unit {unit.name}"
-            if (out := self._output(argv, what, absent_ok=True) or "").strip():
-                value = lookups.parse_env_file_line(out, name)
-        return value
 
     def _pid(self, pid_file: str) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""

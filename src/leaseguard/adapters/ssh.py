@@ -162,6 +162,12 @@ def open_connection(connection: Connection) -> None:
             f"check that `ssh {connection.original_host}` works from here"
         ) from None
     except (OSError, EOFError) as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:  # a file here, not the host
+            raise TunnelError(
+                f"host {named}: a private key file for SSH cannot be read here "
+                f"({type(exc).__name__}); check its path (fab -i, connect_kwargs.key_filename, "
+                "IdentityFile, ansible_ssh_private_key_file)"
+            ) from None
         gateway = connection.gateway
         jump = isinstance(gateway, Connection)
         through = f" (through the jump host {_named(gateway)})" if jump else ""

@@ -235,16 +235,36 @@ def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T
     )
 
 
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid YAML") -> Any:
     """A YAML (or JSON) file's data; an error names the file, never its content."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path} ({type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (UnicodeDecodeError)") from None
     import yaml  # only when a file is given: a check given none does not load PyYAML
 
+    class UniqueKeys(yaml.SafeLoader):
+        """YAML silently keeps a key's last value: a key given twice is refused, naming it."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != MERGE_TAG:
+                    if key_node.value in seen:
+                        raise ConfigError(
+                            f"{what} {path}: key {key_node.value!r} is given twice "
+                            f"(line {key_node.start_mark.line + 1}); give it once"
+                        )
+                    seen.add(key_node.value)
+            return super().construct_mapping(node, deep)
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=UniqueKeys)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{what} {path} is not {kind} ({type(exc).__name__})") from None
 

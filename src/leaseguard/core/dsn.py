@@ -17,6 +17,7 @@ from leaseguard.core.errors import ConfigError
 # One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
 _KEYWORD = re.compile(r"[A-Za-z_]+")
+_SECRET_KEYWORDS = frozenset({"password", "sslpassword"})
 # OpenSSH client flags that take a value, and the -o option each one stands for.
 _FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
 _FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
@@ -27,10 +28,11 @@ def invalid_dsn(conninfo: str) -> ConfigError:
     if re.match(r"\s*postgres(?:ql)?://", conninfo):
         return ConfigError("the DSN is not a valid postgresql:// URI")
     known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
-    previous = None
+    previous = cut = None
     for match in _DSN_PAIR.finditer(conninfo):
         keyword, value = match.groups()
-        if not value:
+        # After an unquoted password, a space may have cut it: the "keyword" is part of it.
+        if not value or (cut and keyword not in known):
             if previous is None:
                 break
             return ConfigError(
@@ -41,6 +43,7 @@ def invalid_dsn(conninfo: str) -> ConfigError:
             if keyword not in known:
                 return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
             previous = keyword
+            cut = keyword in _SECRET_KEYWORDS and not value.lstrip("= \t").startswith("'")
     return ConfigError("the DSN is not a valid libpq connection string")
 
 

@@ -39,30 +39,40 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     return "fixed"
 
 
-def systemd_argv(unit: str) -> Argv:
-    props = "--property=Id,Environment,EnvironmentFiles,ActiveEnterTimestamp,ActiveState,LoadState"
-    return ("systemctl", "show", unit, "--timestamp=us+utc", props)
+# Filtered on the host (ansible -vvv prints all output): the variable's Environment= entries,
+# its lines of each EnvironmentFile= (which wins), or the file unreadable (unless optional, gone).
+_SYSTEMD_AWK = r"""
+/^Environment=/ { o = "Environment="; k = split(substr($0, 13), w, " ")
+  for (i = 1; i <= k; i++) if (w[i] ~ ("^\"?" n "=")) o = o " " w[i]
+  print o; next }
+/^EnvironmentFiles=/ { p = substr($0, 18); opt = (p ~ / \(ignore_errors=yes\)$/)
+  sub(/ \(ignore_errors=[a-z]+\)$/, "", p)
+  while ((r = (getline l < p)) > 0) if (l ~ ("^[ \t]*(export[ \t]+)?" n "=")) print "EnvFile=" l
+  q = p; gsub(/'/, "'\\''", q)
+  if (r < 0 && (!opt || system("test -e '" q "'") == 0)) print "EnvFileUnreadable=" p
+  close(p); next }
+{ print }
+"""
+_SYSTEMD_SCRIPT = 'out=$(systemctl show "$1" --timestamp=us+utc --property="$2") || exit\n'
+_SYSTEMD_SCRIPT += 'printf "%s\\n" "$out" | awk -v n="$3" "$4"'
 
 
-def unit_env_file_argv(path: str, name: str, optional: bool) -> Argv:
-    """A unit's EnvironmentFile= read as env_file_argv; an optional one ('-') may be absent."""
-    if not optional:
-        return env_file_argv(path, name)
-    script = 'test ! -e "$1" || exec grep -E -e "$2" "$1"'
-    return ("sh", "-c", script, "sh", path, _assigned(name))
+def systemd_argv(unit: str, variable: str | None = None) -> Argv:
+    """The unit's state and start, and with `variable` only what sets it (nothing else)."""
+    props = "Id,ActiveEnterTimestamp,ActiveState,LoadState"
+    if variable is None:
+        return ("systemctl", "show", unit, "--timestamp=us+utc", f"--property={props}")
+    props += ",Environment,EnvironmentFiles"
+    return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
 
 
 def pid_argv(pid_file: str) -> Argv:
     return ("cat", pid_file)
 
 
-def _assigned(name: str) -> str:
-    return f"^[[:space:]]*(export[[:space:]]+)?{name}="
-
-
 def env_file_argv(path: str, name: str) -> Argv:
-    """Every assignment of `name`: the last one wins (systemd, docker, compose, a shell)."""
-    return ("grep", "-E", "-e", _assigned(name), path)
+    """Every assignment of `name`: the file's readers (sh, systemd, docker) keep the last."""
+    return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
 
 
 def process_env_argv(pid: int, name: str) -> Argv:
@@ -111,8 +121,6 @@ class SystemdUnit:
     environment: tuple[str, ...]
     active_since: datetime
     name: str = ""
-    # EnvironmentFile=, in order: (path, optional); each overrides Environment= and those before.
-    environment_files: tuple[tuple[str, bool], ...] = ()
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
@@ -136,21 +144,11 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
 
 
 def _properties(text: str) -> dict[str, str]:
-    """`systemctl show`'s KEY=VALUE lines; EnvironmentFiles (one line per file) joined by '\n'."""
+    """name -> value; an EnvironmentFile's lines (EnvFile*) are joined, one per line."""
     props: dict[str, str] = {}
-    for key, _, value in (line.partition("=") for line in text.splitlines() if "=" in line):
-        repeated = key == "EnvironmentFiles" and key in props
-        props[key] = f"{props[key]}\n{value}" if repeated else value
+    for name, _, value in (line.partition("=") for line in text.splitlines() if "=" in line):
+        props[name] = f"{props[name]}\n{value}" if name in props and "EnvFile" in name else value
     return props
-
-
-def _environment_files(listed: str) -> tuple[tuple[str, bool], ...]:
-    """`/etc/app.env (ignore_errors=no)` lines -> (path, optional)."""
-    files = []
-    for line in filter(None, listed.splitlines()):
-        path, _, flag = line.rpartition(" (ignore_errors=")
-        files.append((path, flag.startswith("yes")) if path else (line, False))
-    return tuple(files)
 
 
 def _systemd_unit(
@@ -160,10 +158,19 @@ def _systemd_unit(
         raise LookupFailed(f"systemd unit {unit} not found")
     if props.get("ActiveState") not in states:
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
+    if unreadable := props.get("EnvFileUnreadable"):
+        raise LookupFailed(
+            f"systemd unit {unit}: its EnvironmentFile {unreadable.splitlines()[0]} is not "
+            "readable by the lookup's user and may set the variable: let it read the file, "
+            "or read the process's own environment (task_timeout source process)"
+        )
     try:
         environment = tuple(shlex.split(props.get("Environment", "")))
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
+    for line in filter(None, props.get("EnvFile", "").splitlines()):  # after: these win
+        name = line.strip().removeprefix("export").strip().partition("=")[0]
+        environment += (f"{name}={parse_env_file_line(line, name)}",)
     stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
     if not stamp and props.get("ActiveState") == "activating":
         raise LookupFailed(
@@ -174,8 +181,7 @@ def _systemd_unit(
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
-    files = _environment_files(props.get("EnvironmentFiles", ""))
-    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit, files)
+    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit)
 
 
 def parse_process_start(text: str, what: str) -> datetime:
@@ -190,10 +196,10 @@ def parse_process_start(text: str, what: str) -> datetime:
     return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)
 
 
-def parse_env_file_line(lines: str, name: str) -> str:
-    """The value of the last `[export ]NAME=value` line, with optional quotes, as env files
-    write it: the earlier assignments of a file read top to bottom are overridden."""
-    line = (lines.strip().splitlines() or [""])[-1]
+def parse_env_file_line(line: str, name: str) -> str:
+    """The value of the LAST `[export ]NAME=value` line (optional quotes), as env files
+    write it and as sh, systemd and docker read it: a later assignment wins."""
+    line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
@@ -276,7 +282,7 @@ def _template(variable: str | None) -> str:
             "{{end}}{{end}}{{end}}"
         )
     return (
-        '{"name":{{json .Name}},"running":{{json .State.Running}},'
+        '{"name":{{json .Name}},"running":{{json .State.Running}},"paused":{{json .State.Paused}},'
         '"started_at":{{json .State.StartedAt}},'
         f'"project":{{{{json (index .Config.Labels "{COMPOSE_PROJECT}")}}}},'
         f'"service":{{{{json (index .Config.Labels "{COMPOSE_SERVICE}")}}}},'
@@ -294,15 +300,24 @@ _NAMED_SCRIPT = """\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
 case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE) || exit
+ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE LIVE) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-""".replace("PROJECT", COMPOSE_PROJECT).replace("SERVICE", COMPOSE_SERVICE)
+"""
 
 # $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
 _FILTER_SCRIPT = """\
-ids=$("$1" ps -q --no-trunc --filter "$2") || exit
+ids=$("$1" ps -q --no-trunc --filter "$2" LIVE) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
+_NAMED_SCRIPT, _FILTER_SCRIPT = (
+    script.replace("PROJECT", COMPOSE_PROJECT)
+    .replace("SERVICE", COMPOSE_SERVICE)
+    .replace("LIVE", _LIVE)
+    for script in (_NAMED_SCRIPT, _FILTER_SCRIPT)
+)
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
@@ -365,7 +380,7 @@ def _replica(line: str, what: str) -> Replica:
     try:
         data = json.loads(line)
         name = str(data["name"]).lstrip("/")  # docker prints "/name", podman "name"
-        running = data["running"] is True
+        running = data["running"] is True or data.get("paused") is True
         started_raw = data["started_at"]
         compose = (data["project"] or "", data["service"] or "")
         entries = tuple(e for e in data["env"] if isinstance(e, str))

@@ -10,6 +10,7 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.core.contract import Contract
+from leaseguard.core.errors import ConfigError
 from leaseguard.core.presets import (
     ADVISORY_LOCK_RULE,
     KIND_COLUMNS,
@@ -311,7 +312,12 @@ def orphan_cutoff(
     if runtime_started_at is None:
         return None
     tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
-    return runtime_started_at - timedelta(seconds=tolerance)
+    try:
+        return runtime_started_at - timedelta(seconds=tolerance)
+    except OverflowError:
+        raise ConfigError(
+            f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
+        ) from None
 
 
 def predicate_params(

@@ -169,7 +169,8 @@ def parse_live_command(command: str) -> ParsedCommand:
         return token
 
     def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
-        _refuse(f"expected {what} at offset {token[2]}, found {shown(token[1])}")
+        found = "a string literal" if token[0] == "string" else shown(token[1])  # a secret?
+        _refuse(f"expected {what} at offset {token[2]}, found {found}")
 
     def optional(word: str) -> bool:  # only a word's text is `word`: quoted ones keep quotes
         return bool(tokens and tokens[-1][1].lower() == word and tokens.pop())
