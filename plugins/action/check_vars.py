@@ -15,7 +15,7 @@ class ActionModule(LeaseguardAction):
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
     def act(self, args, host, task_vars):
-        result = checked_variables(task_vars, args["allow"])
+        result = checked_variables(task_vars, args["allow"], self._templar.template)
         missing = args["restart"] and restart_missing(args["restart"])
         if missing and not result.get("failed"):
             result.update(failed=True, msg=missing)

@@ -17,11 +17,13 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
     module_spec,
     role_variables,
+    variable_specs,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     ConfigError,
@@ -84,7 +86,7 @@ class LeaseguardAction(ActionBase):
                 api.refuse_non_ascii_numbers(self._task.args, spec)
             args = self.validate_argument_spec(spec, **options)[1]
             if args.get("check_vars"):  # check_vars' own check, first, in this same task
-                checked = checked_variables(task_vars)
+                checked = checked_variables(task_vars, template=self._templar.template)
                 if checked.get("failed"):
                     refused = {"decision": "failed"} if self.failure_what == "check" else {}
                     return {**result, **checked, **refused}
@@ -121,9 +123,12 @@ def _without_none(value):
     return value
 
 
-def checked_variables(task_vars, allow=()):
+def checked_variables(task_vars, allow=(), template=None):
     """The task's leaseguard_* variables, failed when one is unknown to the collection
-    (Ansible silently drops a mistyped variable that nothing reads)."""
+    (Ansible silently drops a mistyped variable that nothing reads) or, with `template`, when
+    one the guard role declares is set to a value of the wrong type: the restart and migrate
+    roles import the guard without its argument validation, and would otherwise hold intake
+    before a task's own options refused the value."""
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
@@ -142,7 +147,35 @@ def checked_variables(task_vars, allow=()):
             "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
         )
         result.update(failed=True, unknown=unknown, msg=msg)
+    elif template is not None and (wrong := wrongly_typed(task_vars, checked, template)):
+        said = "; ".join(f"{name} (wants {wanted})" for name, wanted in wrong.items())
+        msg = (
+            f"leaseguard: variable(s) of the wrong type: {said}. Nothing was run. Every "
+            "variable's type: ansible-doc -t role leaseguard.deploy.guard"
+        )
+        result.update(failed=True, wrong_type=wrong, msg=msg)
     return result
+
+
+def wrongly_typed(task_vars, names, template):
+    """The guard role's variables among `names` whose value its argument spec refuses, each
+    with what it wants (never the value: it may be a password)."""
+    specs = variable_specs()
+    wrong = {}
+    for name in (n for n in names if n in specs):
+        try:
+            value = template(task_vars[name])
+        except AnsibleError:  # an undefined template: the task that reads it says so
+            continue
+        spec = specs[name]
+        if ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
+            wanted = spec["type"]
+            if "elements" in spec:
+                wanted = f"{wanted} of {spec['elements']}"
+            if "choices" in spec:
+                wanted = f"one of {', '.join(map(str, spec['choices']))}"
+            wrong[name] = wanted
+    return wrong
 
 
 # A name the roles define: a key (argument_specs, defaults, vars, set_fact) or a register,

@@ -1,11 +1,13 @@
 """`leaseguard drain` against a real PostgreSQL with real pg_cron jobs."""
 
+import json
 import signal
 import subprocess
 import sys
 import threading
 
 import pytest
+import yaml
 
 from sandbox.runs_table import create_runs_table
 from sandbox.subprocess_env import clean_env
@@ -87,6 +89,32 @@ def test_a_claim_never_released_exits_75_at_the_deadline(busy):
     assert done.returncode == 75
     assert '"drained": false' in done.stdout
     assert '"deadline_s": 1.0' in done.stdout
+
+
+def test_the_config_files_drain_section_is_read_and_a_flag_wins_over_it(busy, tmp_path):
+    """`drain:` in the --config file, as in fabric.yaml; `check` reads the same file."""
+    status_file, config = tmp_path / "drain.json", tmp_path / "leaseguard.yaml"
+    drain = {"poll_s": 0.2, "deadline_s": 1, "status_file": str(status_file)}
+    config.write_text(yaml.safe_dump({"leaseguard": {"table": "execution_runs", "drain": drain}}))
+    done = run_drain(busy, "--config", str(config), "--json")
+    assert done.returncode == 75, done.stderr
+    result = json.loads(done.stdout)
+    assert (result["deadline_s"], result["drained"]) == (1.0, False)
+    assert result["counters"]["polls"] >= 4  # every 0.2 s, not every 5 s
+    assert json.loads(status_file.read_text())["state"] == "finished"
+    done = run_drain(busy, "--config", str(config), "--deadline-s", "0.5", "--json")
+    assert done.returncode == 75, done.stderr
+    assert json.loads(done.stdout)["deadline_s"] == 0.5
+    check = [sys.executable, "-m", "leaseguard", "check", "--dsn", busy.dsn, *FACTS]
+    done = subprocess.run(
+        [*check, "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 75, done.stdout + done.stderr
 
 
 def test_idle_polls_produce_no_info_lines(busy):

@@ -152,6 +152,31 @@ def test_a_mistyped_variable_fails_before_anything_runs(deploy, podman_engine):
     assert started_at(podman_engine) == before
 
 
+def test_a_variable_of_the_wrong_type_fails_before_intake_is_held(deploy, podman_engine, tmp_path):
+    """The restart role imports the guard without its argument validation: a guard variable
+    of the wrong type is refused by the first task, before intake is held or anything judged;
+    the same variable with a good value (as -e gives it, a string of digits) deploys."""
+    log = tmp_path / "intake.log"
+    intake = {
+        "leaseguard_pause_command": ["sh", "-c", f"echo paused >> {log}"],
+        "leaseguard_resume_command": ["sh", "-c", f"echo resumed >> {log}"],
+    }
+    before = started_at(podman_engine)
+    run = deploy(leaseguard_statement_timeout_ms="slow", **intake)
+    assert run.returncode == 2, run.stdout[-4000:]
+    result = run.result("Check the leaseguard variables", "app1")
+    assert result["wrong_type"] == {"leaseguard_statement_timeout_ms": "int"}
+    assert "leaseguard_statement_timeout_ms (wants int). Nothing was run." in result["msg"]
+    assert "slow" not in result["msg"]
+    assert run.stats["app1"]["ok"] == 0  # the first task of the deploy
+    assert not log.exists()  # intake was never held
+    assert started_at(podman_engine) == before
+    run = deploy(leaseguard_statement_timeout_ms="5000", **intake)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert log.read_text().split() == ["paused", "resumed"]
+    assert started_at(podman_engine) != before
+
+
 @pytest.mark.parametrize(
     ("method", "needed"),
     [("command", "leaseguard_restart_command"), ("systemd", "leaseguard_restart_unit")],

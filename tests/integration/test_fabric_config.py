@@ -254,6 +254,31 @@ def test_a_proxyjump_chain_from_ssh_config_is_walked_in_order(
     assert f"Accepted publickey for root from {outside} port" not in second, second
 
 
+def test_a_host_named_by_its_ssh_config_alias_is_named_so_in_every_line(
+    fabric_yaml, runs, app_host_pg, tmp_path
+):
+    """`-H lg-app` (an ssh_config alias): the verdicts, the drain and its status file name
+    lg-app, as the failures and the drain's own object do, not the HostName it resolves to."""
+    claim(runs, 1)
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(f"Host lg-app\n  HostName {app_host_pg.addr}\n  User root\n")
+    key, status_file = str(app_host_pg.client_key_path), tmp_path / "drain.json"
+    argv = ["-f", fabric_yaml(), "-S", str(ssh_config), "-i", key, "-H", "lg-app"]
+    guard = run_fab(*argv, "guard")
+    assert guard.returncode == 75, guard.stdout + guard.stderr
+    assert " host=lg-app decision=defer " in guard.stdout, guard.stdout
+    guard = run_fab(*argv, "guard", "-j")
+    assert [o["host"] for o in json.loads(guard.stdout)] == ["lg-app"]
+    drain = run_fab(*argv, "drain", "-j", "--deadline-s", "1", "--status-file", str(status_file))
+    assert drain.returncode == 75, drain.stdout + drain.stderr
+    (result,) = json_lines(drain.stdout)
+    assert (result["host"], result["verdict"]["host"]) == ("lg-app", "lg-app")
+    assert " drain host=lg-app start live=1" in drain.stderr, drain.stderr
+    snapshot = json.loads(status_file.read_text())
+    assert snapshot["hosts"] == ["lg-app"]
+    assert app_host_pg.addr not in guard.stdout + drain.stdout + status_file.read_text()
+
+
 # -- FABRIC_LEASEGUARD_* ---------------------------------------------------------------------
 
 

@@ -180,8 +180,13 @@ def open_connection(connection: Connection) -> None:
 
 def _named(connection: Connection) -> str:
     """ "app2 (10.0.0.12:22)": the host as given (-H, an ssh_config alias) and where it is."""
-    given = str(connection.original_host).rpartition("@")[2]
-    return f"{given} ({connection.host}:{connection.port})"
+    return f"{given_name(connection)} ({connection.host}:{connection.port})"
+
+
+def given_name(connection: Connection) -> str:
+    """The host as given (-H, an ssh_config alias), without its user: how every line names it
+    (Fabric's `host` is the ssh_config HostName an alias resolves to)."""
+    return str(connection.original_host).rpartition("@")[2]
 
 
 def _tune(connection: Connection) -> None:
@@ -202,7 +207,7 @@ class FabricRunner:
     """Runs lookup commands on a host over its Fabric Connection."""
 
     def __init__(self, connection: Connection) -> None:
-        self.connection, self.label = connection, str(connection.host)
+        self.connection, self.label = connection, given_name(connection)
 
     def run(self, argv: Sequence[str]) -> CommandResult:
         open_connection(self.connection)
@@ -247,7 +252,7 @@ class DatabaseTunnel:
     """A local listener, one SSH channel a connection (Fabric's forward_local dies on a refusal)."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
-        self.connection, self.address, self.host = connection, address, str(connection.host)
+        self.connection, self.address, self.host = connection, address, given_name(connection)
         self.target = f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])

@@ -125,15 +125,25 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def contract_from_args(args: argparse.Namespace) -> Contract:
-    """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`') < flags."""
+    """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`', its
+    `drain:` `leaseguard drain`'s) < flags."""
     file_layer = load_config_file(args.config) if args.config else {}
     file_layer.pop(CRON_BUDGETS_SECTION, None)
+    file_layer.pop("drain", None)
     flags: dict[str, Any] = {}
     for key in CONFIG_KEYS:
         section, _, name = key.rpartition(".")
         if getattr(args, key, None) is not None:
             (flags.setdefault(section, {}) if section else flags)[name] = getattr(args, key)
     return load_contract(file_layer, flags)
+
+
+def drain_section(args: argparse.Namespace) -> dict[str, Any]:
+    """The --config file's `drain:` section, as fabric.yaml's (empty without one)."""
+    section = (load_config_file(args.config) if args.config else {}).get("drain") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {args.config}: 'drain' must be a mapping")
+    return section
 
 
 def resolve_dsn(args: argparse.Namespace) -> str:

@@ -16,7 +16,13 @@ import threading
 import time
 from typing import Any
 
-from leaseguard.cli.contract import add_config_option, contract_from_args, number_arg, resolve_dsn
+from leaseguard.cli.contract import (
+    add_config_option,
+    contract_from_args,
+    drain_section,
+    number_arg,
+    resolve_dsn,
+)
 from leaseguard.cli.main import (
     COMMANDS,
     add_contract_options,
@@ -169,10 +175,12 @@ def run_drain(args: argparse.Namespace) -> int:
 
     contract = contract_from_args(args)
     facts = given_facts(args)
-    # Every `drain:` key has its flag of the same name, but these two.
+    # Every `drain:` key has its flag of the same name, but these two; a flag given wins over
+    # the --config file's `drain:` section.
     keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
-    given = {key: getattr(args, key) for key in keys}
-    options = drain_run.drain_options({**given, "pause_cron_jobs": args.pause_cron_job})
+    flags = {key: getattr(args, key) for key in keys} | {"pause_cron_jobs": args.pause_cron_job}
+    given = {key: value for key, value in flags.items() if value is not None}
+    options = drain_run.drain_options(drain_section(args) | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
     intake = options.intake("leaseguard drain")
