@@ -90,6 +90,8 @@ def start_playbook(inventory, tmp_path, **extra_vars):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As from a terminal: a suite run under nohup would hand SIGHUP down ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
     )
     return proc, Lines(proc.stdout), Lines(proc.stderr)
 
