@@ -41,12 +41,12 @@ def river(db):
     return db
 
 
-def running(db, kind, attempted_ago):
+def running(db, kind, attempted_ago, metadata="{}"):
     with db.connect() as conn:
         conn.execute(
-            "INSERT INTO river_job (state, attempted_at, kind, max_attempts, args) "
-            "VALUES ('running', now() - %s::interval, %s, 25, '{}')",
-            (attempted_ago, kind),
+            "INSERT INTO river_job (state, attempted_at, kind, max_attempts, args, metadata) "
+            "VALUES ('running', now() - %s::interval, %s, 25, '{}', %s)",
+            (attempted_ago, kind, metadata),
         )
 
 
@@ -91,6 +91,22 @@ def test_a_timeout_shorter_than_the_rescue_horizon_still_waits_for_the_horizon(r
     running(river, "ping", timedelta(minutes=61))
     verdict = judge(river.dsn, kind_timeouts=KINDS)
     assert (verdict.counts.live, verdict.counts.stale) == (1, 1)
+
+
+CANCELLED = '{"cancel_attempted_at": "2026-12-06T05:00:00Z"}'
+
+
+@pytest.mark.parametrize("kind", ["sync", "report"])
+def test_a_job_whose_cancel_was_attempted_takes_the_lease_whatever_its_kind(river, kind):
+    """runOnce cancels a stuck job with metadata cancel_attempted_at before it asks the kind's
+    Timeout(): past RescueStuckJobsAfter it is cancelled, even an unlimited kind's."""
+    running(river, kind, timedelta(minutes=61), CANCELLED)
+    verdict = judge(river.dsn, kind_timeouts=KINDS)
+    assert (verdict.decision, verdict.counts.stale) == (Decision.PROCEED, 1)
+    running(river, kind, timedelta(minutes=58), CANCELLED)
+    running(river, kind, timedelta(hours=2), '{"cancel_attempted_at": null}')  # not attempted
+    verdict = judge(river.dsn, kind_timeouts=KINDS)
+    assert (verdict.decision, verdict.counts.live, verdict.counts.stale) == (Decision.DEFER, 2, 1)
 
 
 def test_kinds_not_listed_keep_the_client_wide_lease(river):

@@ -160,7 +160,7 @@ class Contract:
         if self.lease.expires_at_column:
             named["lease.expires_at_column"] = self.lease.expires_at_column
         if self.kind_timeouts:
-            named["kind_timeouts"] = presets.KIND_COLUMNS[self.preset or ""]
+            named |= {f"kind_timeouts {c}": c for c in presets.KIND_COLUMNS[self.preset or ""]}
         return named
 
 

@@ -134,17 +134,22 @@ def expiry(contract: Contract) -> sql.Composable:
             held_condition(contract), _owner_heartbeat_expiry(contract, OWNERS[rule])
         )
     if contract.kind_timeouts:
-        # River (internal/maintenance/job_rescuer.go): a kind whose worker's Timeout() is -1
-        # is never rescued; one with its own timeout once both it and RescueStuckJobsAfter
-        # (the lease) have passed; other kinds take the lease. The unnest's columns are named
-        # apart from the table's, so `kind` is the job's own.
+        # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted is
+        # cancelled once the lease has passed, whatever its kind; else a kind whose worker's
+        # Timeout() is -1 is never rescued; one with its own timeout once both it and
+        # RescueStuckJobsAfter (the lease) have passed; other kinds take the lease. The
+        # unnest's columns are named apart from the table's, so `kind` is the job's own.
+        kind, metadata = map(sql.Identifier, KIND_COLUMNS[contract.preset or ""])
         return sql.SQL(
-            "CASE WHEN {kind} = ANY(%(unlimited_kinds)s::text[]) THEN NULL::timestamptz "
+            "CASE WHEN jsonb_typeof({metadata} -> 'cancel_attempted_at') = 'string' "
+            "THEN {claimed_at}::timestamptz + {lease} "
+            "WHEN {kind} = ANY(%(unlimited_kinds)s::text[]) THEN NULL::timestamptz "
             "ELSE {claimed_at}::timestamptz + coalesce((SELECT greatest(k.kind_timeout, {lease}) "
             "FROM unnest(%(kinds)s::text[], %(kind_timeouts)s::interval[]) "
             "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
         ).format(
-            kind=sql.Identifier(KIND_COLUMNS[contract.preset or ""]),
+            kind=kind,
+            metadata=metadata,
             claimed_at=claimed_at,
             lease=LEASE,
         )

@@ -103,8 +103,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"expires_at_column": "vt"},
     },
 }
-# The column naming a job's kind, whose worker's Timeout() shapes its rescue.
-KIND_COLUMNS = {"river": "kind"}
+# The column naming a job's kind, whose worker's Timeout() shapes its rescue, and the one
+# whose `cancel_attempted_at` has the rescuer cancel the job past the lease, whatever its kind.
+KIND_COLUMNS = {"river": ("kind", "metadata")}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
 CLAIM_RULES = {
