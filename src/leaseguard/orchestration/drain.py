@@ -305,7 +305,7 @@ def drain_lines(result: DrainResult, host: str, *, as_json: bool, fab: bool) -> 
         out = result.as_dict()
         if verdict is not None and error is None:  # the keys `check --json` prints, at the top
             out = {**verdict.as_dict(), **out}
-        out = {"host": host, **out} if fab else out
+        out = {"host": host} | out | {"host": host} if fab else out  # fab's -H name wins
         return [(True, json.dumps(out)), *failed]
     lines: Lines = []
     if error is not None:
