@@ -236,3 +236,38 @@ def test_a_pause_command_that_fails_half_way_still_gets_its_resume(busy, tmp_pat
     assert done.returncode == 1, done.stderr
     assert "intake pause command exited 3" in done.stderr
     assert not marker.exists(), "the half-done pause was never given back"
+
+
+CHECK_KEYS = {
+    "decision": str,
+    "lease_s": float,
+    "task_timeout_s": float,
+    "task_timeout_source": str,
+    "runtime_started_at": str,
+    "checked_at": str,
+    "counts": dict,
+    "live": list,
+    "wait_upper_bound_s": float,
+}
+
+
+@pytest.mark.parametrize("busy_or_not", ["deferred", "drained"])
+def test_drain_json_carries_the_check_objects_keys_at_the_top(busy, busy_or_not):
+    """`drain --json` prints the object `check --json` does (its drain keys beside it)."""
+    if busy_or_not == "drained":
+        with busy.connect() as conn:
+            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
+    done = run_drain(busy, "--poll-s", "0.2", "--deadline-s", "0.5", "--json")
+    assert done.returncode == {"deferred": 75, "drained": 0}[busy_or_not], done.stderr
+    result = json.loads(done.stdout)
+    for key, kind in CHECK_KEYS.items():
+        assert isinstance(result[key], kind), key
+    assert result["decision"] == {"deferred": "defer", "drained": "proceed"}[busy_or_not]
+    live = busy_or_not == "deferred"
+    assert result["counts"] == {"live": int(live), "stale": 0, "orphaned": 0, "queued": 1}
+    assert [claim["id"] for claim in result["live"]] == (["1"] if live else [])
+    for claim in result["live"]:
+        assert isinstance(claim["remaining_s"], float)
+        assert {"claimed_at", "lease_expires_at"} <= claim.keys()
+    assert (result["lease_s"], result["task_timeout_s"]) == (7200.0, 3600.0)
+    assert result["drained"] is not live  # the drain's own keys stay

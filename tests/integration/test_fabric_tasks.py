@@ -299,6 +299,10 @@ def test_drain_over_ssh_exits_75_at_the_deadline(fab, runs, backend, app_host_pg
     assert done.returncode == 75, done.stdout + done.stderr
     [result] = [json.loads(line) for line in done.stdout.splitlines()]  # one object a line
     assert (result["host"], result["drained"]) == (f"root@{app_host_pg.addr}", False)
+    # The check object's keys at the top, as `leaseguard drain --json` prints them.
+    assert (result["decision"], result["counts"]["live"]) == ("defer", 1)
+    assert isinstance(result["lease_s"], float) and isinstance(result["wait_upper_bound_s"], float)
+    assert [claim["id"] for claim in result["live"]] == ["1"]
 
 
 def test_a_tunnel_dropped_mid_drain_fails_closed_with_exit_1(app_host_factory, tmp_path):

@@ -333,9 +333,9 @@ def test_sql_classification_matches_the_python_oracle(
 # --- a measured host/database clock offset ------------------------------------------------
 
 
-def judge_with_offset(db, claimed_at, started, offset_s):
+def judge_with_offset(db, claimed_at, started, offset_s, *, uncertainty_s=0.0, skew_s=0):
 
-    contract = contract_from_mapping({})
+    contract = contract_from_mapping({"clock_skew_s": skew_s})
     with db.connect() as conn:
         conn.execute("TRUNCATE execution_runs")
         insert_runs(conn, [(1, "running", claimed_at, None)])
@@ -348,7 +348,7 @@ def judge_with_offset(db, claimed_at, started, offset_s):
             runtime_started_at=started,
             as_of=T0,
             host="app1",
-            clock_offset=ClockOffset(offset_s, 0.0),
+            clock_offset=ClockOffset(offset_s, uncertainty_s),
         )
 
 
@@ -359,6 +359,25 @@ def test_a_host_clock_ahead_of_the_database_does_not_orphan_a_claim_made_after_t
     verdict = judge_with_offset(runs, started - timedelta(seconds=10), started, 30.0)
     assert verdict.counts.live == 1
     assert "host app1 clock is 30.000s ahead of the database clock" in verdict.warnings[0]
+
+
+@pytest.mark.parametrize("skew_s", [0, 5])
+def test_round_trip_noise_never_orphans_a_claim_at_the_skew_edge(runs, skew_s):
+    # The CLI measures its clock against the database's on every check: on one machine the
+    # offset is noise within its uncertainty, either sign. A claim at exactly
+    # runtime_started_at - clock_skew_s is not orphaned, whichever way the noise fell.
+    started = ago(minutes=30)
+    at_edge = started - timedelta(seconds=skew_s)
+    for noise in (-0.003, 0.003):
+        verdict = judge_with_offset(
+            runs, at_edge, started, noise, uncertainty_s=0.003, skew_s=skew_s
+        )
+        assert verdict.counts.live == 1, noise
+    # One second past the edge is still an orphan: the noise widens the tolerance, no more.
+    verdict = judge_with_offset(
+        runs, at_edge - timedelta(seconds=1), started, -0.003, uncertainty_s=0.003, skew_s=skew_s
+    )
+    assert verdict.counts.orphaned == 1
 
 
 def test_a_widened_tolerance_still_orphans_claims_older_than_the_offset(runs):

@@ -32,8 +32,10 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance, widened to what the measurement cannot tell."""
-        return max(configured_s, self.uncertainty_s)
+        """The orphan tolerance, widened by what the measurement cannot tell: on top of the
+        skew, since the offset that moved the start may be off by its whole uncertainty (a
+        claim at exactly start - clock_skew_s is never orphaned)."""
+        return configured_s + self.uncertainty_s
 
     def exceeds(self, configured_s: float) -> bool:
         """The clocks certainly differ by more than `configured_s`."""

@@ -302,7 +302,10 @@ def drain_lines(result: DrainResult, host: str, *, as_json: bool, fab: bool) -> 
     verdict, error, done = result.verdict, result.error, result.action
     failed: Lines = [(False, f"drain failed: {error}")] if error is not None and not fab else []
     if as_json:
-        out = {"host": host, **result.as_dict()} if fab else result.as_dict()
+        out = result.as_dict()
+        if verdict is not None and error is None:  # the keys `check --json` prints, at the top
+            out = {**verdict.as_dict(), **out}
+        out = {"host": host} | out | {"host": host} if fab else out  # fab's -H name wins
         return [(True, json.dumps(out)), *failed]
     lines: Lines = []
     if error is not None:
