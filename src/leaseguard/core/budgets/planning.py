@@ -21,6 +21,8 @@ from leaseguard.core.budgets.config import (
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
+# A live command outside the grammar may pass a token or password as an argument.
+HIDDEN_COMMAND = "(not shown: leaseguard does not understand this command)"
 
 
 class Action(enum.StrEnum):
@@ -69,6 +71,10 @@ class JobPlan:
         if (live := self.live) is None:
             return None
         fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        try:  # only the grammar's commands are shown: their one literal is the budget
+            parse_live_command(live.command)
+        except UnparseableCommand:
+            fields["command"] = HIDDEN_COMMAND
         return {
             k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
         }
