@@ -274,7 +274,23 @@ LIVE_REFUSALS = [
     ),
     (
         "set statement_timeout = 'soon'; select public.f()",
-        f"statement_timeout: expected a statement budget {EXAMPLES}, got 'soon'",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (  # a literal that is no budget may be anything: never quoted back
+        "set statement_timeout = 'tok-S3CRET'; select public.f()",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (
+        "set statement_timeout = '3S3CRET'; select public.f()",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (
+        "set 'S3CRET' = '3s'; select public.f()",
+        f"expected statement_timeout at offset 4, found a string literal: {GRAMMAR}",
+    ),
+    (
+        "set statement_timeout = '25h'; select public.f()",
+        "statement_timeout: '25h' exceeds the maximum budget of 24h",
     ),
     (
         "set statement_timeout = '3s'; select public.f",
