@@ -116,6 +116,7 @@ class BudgetPlan:
     environment: str | None = None
     on_drift: str = "report"
     applied: bool = False
+    own_jobs_only: str | None = None  # the role, when cron.job shows it only its own jobs
 
     @property
     def drift(self) -> tuple[dict[str, Any], ...]:
@@ -147,6 +148,12 @@ class BudgetPlan:
                     f"job {name}: lowering the live statement budget "
                     f"{format_optional(live) or 'none'} -> {format_budget(j.job.budget_ms)} "
                     f"(source {j.job.source_label})"
+                )
+            if j.action is Action.CREATE and self.own_jobs_only:
+                found.append(
+                    f"job {name}: no job of this name among role {self.own_jobs_only}'s own; "
+                    "pg_cron shows each role only its own jobs, so one of another role would "
+                    "run beside this one: check cron.job as a superuser"
                 )
         return tuple(found)
 
