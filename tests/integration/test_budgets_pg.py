@@ -14,6 +14,7 @@ import time
 
 import pytest
 import yaml
+from psycopg import sql
 
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.core.budgets.config import BudgetConfig, budget_config_from_mapping, render_command
@@ -427,3 +428,46 @@ def test_cli_without_the_cron_database_fails_closed_naming_it(app, config_file):
         "connect to the database named by cron.database_name (where CREATE EXTENSION pg_cron "
         "ran)\n"
     )
+
+
+@contextlib.contextmanager
+def own_jobs_role(cluster, name):
+    """A login role that may schedule; pg_cron shows it, as every role, only its own jobs."""
+    role = sql.Identifier(name)
+    with cluster.connect(CRON_DB) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(role))
+        conn.execute(sql.SQL("GRANT USAGE ON SCHEMA cron TO {}").format(role))
+        conn.execute(sql.SQL("GRANT SELECT ON cron.job TO {}").format(role))
+        conn.execute(sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA cron TO {}").format(role))
+    try:
+        yield name
+    finally:
+        with cluster.connect(CRON_DB) as conn:
+            conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE username = %s", (name,))
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(role))
+            conn.execute(sql.SQL("DROP ROLE {}").format(role))
+
+
+def test_a_role_seeing_only_its_own_jobs_warns_that_it_may_duplicate_anothers(app):
+    """The production fix lives in a job the superuser owns: the migration role cannot see
+    it, so the job it creates runs beside it; that is said, not left silent."""
+    config = config_for(app)
+    converge(app, config)  # as the superuser: it sees every role's jobs
+    name = f"{app.name}_publish"
+    alter_command(app.cluster, name, "set statement_timeout = '6s'; select public.x()")
+    with own_jobs_role(app.cluster, f"{app.name}_mig") as role:
+        dsn = app.dsn_as(role)
+        plan = converge_jobs(contextlib.nullcontext(dsn), config.declare(), cron_database=CRON_DB)[
+            0
+        ]
+        assert plan.job(name).action is Action.CREATE
+        assert plan.own_jobs_only == role
+        assert (
+            f"job {name}: no job of this name among role {role}'s own; pg_cron shows each role "
+            "only its own jobs, so one of another role would run beside this one: check "
+            "cron.job as a superuser"
+        ) in plan.warnings
+    superuser_run = converge(app, config, check_mode=True)
+    assert superuser_run.own_jobs_only is None
+    assert superuser_run.job(name).action is Action.DRIFT
+    assert not [w for w in superuser_run.warnings if "own jobs" in w]

@@ -240,3 +240,25 @@ def test_the_read_only_guard_role_cannot_write_and_the_message_says_why(playbook
         "on cron.schedule/alter_job/schedule_in_database; nothing was changed",
     }
     assert GUARD_PW_PASSWORD not in run.stdout + run.stderr
+
+
+def test_a_refused_live_command_s_literals_reach_no_result_diff_or_output(playbook, app):
+    """A hand-made command outside the grammar may pass a token: refused, never shown."""
+    name = f"{app.name}_claim"
+    assert playbook([budgets(jobs=jobs_for(app.name))]).returncode == 0
+    set_live_command(app.cluster, name, "select public.notify('tok-S3CRET')")
+    timeout = (
+        "set statement_timeout = 'tok-S3CRET'; select public.compute_stats_projection_job_v1()"
+    )
+    set_live_command(app.cluster, f"{app.name}_compute", timeout)
+    run = playbook([budgets("refused", jobs=jobs_for(app.name))], "--diff", "-v")
+    assert run.returncode == 2
+    result = run.result("refused", "app1")
+    assert result["failed"] is True and result["applied"] is False
+    assert "found a string literal" in result["msg"]
+    assert "statement_timeout is set to a string literal that is not a budget" in result["msg"]
+    claim = next(job for job in result["jobs"] if job["job"] == name)
+    assert claim["state"] == "unparseable"
+    assert claim["before"]["command"] == "(not shown: leaseguard does not understand this command)"
+    assert "S3CRET" not in run.stdout + run.stderr
+    assert cron_jobs(app.cluster, app.name)[name][0] == "select public.notify('tok-S3CRET')"

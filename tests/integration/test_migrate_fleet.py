@@ -15,7 +15,7 @@ import yaml
 
 from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table
-from tests.integration.test_cron_budget_module import CRON_DB, cron_jobs, jobs_for
+from tests.integration.test_cron_budget_module import CRON_DB, command, cron_jobs, jobs_for
 from tests.support.ansible_run import run_playbook, write_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -327,3 +327,45 @@ def test_every_hosts_own_pause_command_is_held_through_the_migration(fleet, tmp_
     assert sorted(lines[:2]) == ["paused-app1", "paused-app2"], lines
     assert lines[2] == "migrated", lines
     assert sorted(lines[3:]) == ["resumed-app1", "resumed-app2"], lines
+
+
+PRECHECK = "Check the pg_cron statement budgets before migrating"
+
+
+def test_budgets_that_would_be_refused_stop_the_run_before_the_migration(fleet, db):
+    """A drifted live budget (or a budget declaration in error) refuses the budgets step: found
+    only after the migration, the schema was already migrated for code that is then never
+    deployed. Found first, nothing is paused or migrated; without drift the run migrates."""
+    hosts = {"app1": host(3600, DAY), "app2": host(3600, DAY)}
+    publish = f"{db.name}_publish"
+    budgets = {
+        "leaseguard_cron_budgets": {"jobs": jobs_for(db.name)},
+        "leaseguard_cron_database": CRON_DB,
+        "leaseguard_migrate_db_user": "postgres",
+    }
+    try:
+        run = fleet(hosts, 2 * DAY, "-e", json.dumps(budgets))
+        assert (run.returncode, run.migrations) == (0, 1), run.stdout[-3000:]
+        with db.cluster.connect(CRON_DB, socket=True) as conn:
+            conn.execute(
+                "SELECT cron.alter_job(jobid, command := %s) FROM cron.job WHERE jobname = %s",
+                (command("6s", "publish"), publish),
+            )
+        unset_environment = {**budgets, "leaseguard_cron_budget_overrides": {publish: "6s"}}
+        for extra, expected in (
+            (budgets, f"job {publish}: live=6s declared=3s (default)"),
+            (unset_environment, "overrides need environment"),
+        ):
+            run = fleet(hosts, 2 * DAY, "-e", json.dumps(extra))
+            assert run.returncode != 0
+            assert run.migrations == 0, run.stdout[-3000:]
+            assert expected in run.result(PRECHECK, "app1")["msg"]
+            assert all(r.get("skipped") for r in run.results(JUDGE).values())
+        scheduled = cron_jobs(db.cluster, db.name)
+    finally:
+        with db.cluster.connect(CRON_DB, socket=True) as conn:
+            conn.execute(
+                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
+                (f"{db.name}\\_%",),
+            )
+    assert scheduled[publish][0] == command("6s", "publish")  # left as it was

@@ -6,12 +6,20 @@ every check would wake whoever watches that log).
 """
 
 import contextlib
+import threading
 
 import pytest
 from psycopg import sql
 
+from leaseguard.adapters import budgets
 from leaseguard.adapters.budgets import converge_jobs
-from leaseguard.adapters.pauses import RECORD_PREFIX, hold_jobs, leftover_warnings, release_hold
+from leaseguard.adapters.pauses import (
+    RECORD_PREFIX,
+    hold_jobs,
+    leftover_warnings,
+    read_records,
+    release_hold,
+)
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.session import local_session
@@ -147,6 +155,37 @@ def test_cron_budget_active_keeps_a_held_job_paused_and_resumes_an_unheld_one(pg
     _, resumed = converge_jobs(path, None, active={cron_job: True}, cron_database="postgres")
     assert resumed is not None and resumed.resumed == [cron_job] and resumed.warnings == []
     with pg_cluster.connect("postgres") as conn:
+        assert _active(conn, cron_job)
+
+
+def test_cron_budget_active_never_switches_on_a_job_a_drain_holds_while_it_reads(
+    pg_cluster, cron_job, monkeypatch
+):
+    """A drain's hold committed between cron_budget reading the holds and switching the flags
+    was switched on at once, beside that drain's restart. Read and switched under the holds'
+    lock, the hold waits for the switch and the job ends paused, still held."""
+    held, drains = [], []
+
+    def drain_meanwhile(conn):
+        records = read_records(conn)
+
+        def drain():
+            with pg_cluster.connect("postgres") as other:
+                held.append(hold_jobs(other, [cron_job], "fab drain pid 43 on ctl", "restart"))
+
+        drains.append(threading.Thread(target=drain))
+        drains[0].start()
+        drains[0].join(0.5)  # unblocked, the hold is taken and committed by now
+        return records
+
+    monkeypatch.setattr(budgets, "read_records", drain_meanwhile)
+    path = contextlib.nullcontext(pg_cluster.dsn("postgres"))
+    converge_jobs(path, None, active={cron_job: True}, cron_database="postgres")
+    drains[0].join(10)
+    assert held and held[0].switched == (cron_job,)
+    with pg_cluster.connect("postgres") as conn:
+        assert not _active(conn, cron_job)
+        release_hold(conn, held[0])
         assert _active(conn, cron_job)
 
 

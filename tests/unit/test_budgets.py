@@ -21,7 +21,7 @@ from leaseguard.core.budgets.config import (
     parse_live_command,
     render_command,
 )
-from leaseguard.core.budgets.planning import Action, plan_budgets
+from leaseguard.core.budgets.planning import HIDDEN_COMMAND, Action, plan_budgets
 from leaseguard.core.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"
@@ -274,7 +274,23 @@ LIVE_REFUSALS = [
     ),
     (
         "set statement_timeout = 'soon'; select public.f()",
-        f"statement_timeout: expected a statement budget {EXAMPLES}, got 'soon'",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (  # a literal that is no budget may be anything: never quoted back
+        "set statement_timeout = 'tok-S3CRET'; select public.f()",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (
+        "set statement_timeout = '3S3CRET'; select public.f()",
+        f"statement_timeout is set to a string literal that is not a budget {EXAMPLES}: {GRAMMAR}",
+    ),
+    (
+        "set 'S3CRET' = '3s'; select public.f()",
+        f"expected statement_timeout at offset 4, found a string literal: {GRAMMAR}",
+    ),
+    (
+        "set statement_timeout = '25h'; select public.f()",
+        "statement_timeout: '25h' exceeds the maximum budget of 24h",
     ),
     (
         "set statement_timeout = '3s'; select public.f",
@@ -590,6 +606,20 @@ class TestPlan:
         assert not plan.changed and not plan.converged
         assert plan.warnings[0].startswith("job claim: live command not understood (expected ")
         assert plan.warnings[0].endswith("); left untouched")
+
+    def test_a_refused_live_command_is_not_shown_in_the_result_or_the_diff(self, config):
+        secret = "select public.notify('tok-S3CRET')"
+        for jobs in ([live("claim", command=secret)], [live("claim", command=secret)] * 2):
+            plan = plan_budgets(config.declare(None), [*jobs, *converged_live()[1:]])
+            assert plan.job("claim").refused
+            shown = json.dumps([plan.as_dict(), plan.diff()])
+            assert "S3CRET" not in shown
+            assert plan.job("claim").before()["command"] == HIDDEN_COMMAND
+        # a command of the grammar is shown as it is: its one literal is the budget
+        compute = plan.job("compute").before()["command"]
+        assert compute == render_command(
+            FunctionName("public", "compute_stats_projection_job_v1"), 60_000
+        )
 
     def test_two_live_jobs_of_one_name_are_refused(self, config):
         plan = plan_budgets(config.declare(None), [live("claim"), live("claim", jobid=9)])

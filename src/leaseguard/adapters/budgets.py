@@ -11,7 +11,7 @@ import psycopg
 
 from leaseguard.adapters import cron
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.pauses import RESUME_HINT, read_records
+from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
 from leaseguard.core.errors import DatabaseUnavailable
@@ -19,6 +19,9 @@ from leaseguard.core.errors import DatabaseUnavailable
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
 # Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
+_SEES_ALL_JOBS = (
+    "SELECT rolsuper OR rolbypassrls, rolname FROM pg_catalog.pg_roles WHERE rolname = current_user"
+)
 
 
 def converge_jobs(
@@ -51,19 +54,25 @@ def _set_active(
     conn: psycopg.Connection[Any], wanted: Mapping[str, bool], check_mode: bool
 ) -> cron.ActivePlan:
     """The flags, but a job a drain or deploy holds (its record in cron.job) stays paused:
-    switched on under a hold, it would claim beside that run's restart or migration."""
-    with cron.cron_transaction(conn, read_only=True, privilege_hint=_HOLDS_HINT):
+    switched on under a hold, it would claim beside that run's restart or migration. Read
+    and switched under the holds' lock: a hold taken in between would be switched on."""
+    with cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step:
+        if not check_mode:
+            step.doing = "waiting for the intake holds' lock"
+            conn.execute(HOLDS_LOCK)
+            step.doing = "reading cron.job"
         records = [r for r in read_records(conn) if wanted.get(r.job)]
-    held = {r.job for r in records}
-    unheld = {job: on for job, on in wanted.items() if job not in held}
-    switched = cron.set_jobs_active(conn, unheld, check_mode=check_mode)
+        held = {r.job for r in records}
+        changes = cron.plan_changes(conn, {j: on for j, on in wanted.items() if j not in held})
+        if not check_mode:
+            cron.apply_changes(conn, step, changes)
     kept = tuple(
         f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since "
         f"{r.paused_at}; it comes back when that hold is given back ({RESUME_HINT} if that "
         "run is gone)"
         for r in records
     )
-    return replace(switched, kept_paused=kept)
+    return cron.ActivePlan(tuple(changes), kept_paused=kept)
 
 
 def _converge(
@@ -100,6 +109,8 @@ def _converge(
         target = replace(declared, database=declared.database or here)
         live = cron.read_live_jobs(conn, [job.name for job in declared.jobs])
         plan = plan_budgets(target, live, on_drift=on_drift)
+        row = conn.execute(_SEES_ALL_JOBS).fetchone()  # else cron.job's RLS hides others' jobs
+        plan = replace(plan, own_jobs_only=None if row is None or row[0] else str(row[1]))
         writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():
             step.doing = f"writing pg_cron job {job.job.name}"

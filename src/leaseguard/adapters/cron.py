@@ -155,18 +155,6 @@ def validate_active(wanted: object) -> dict[str, bool]:
     return dict(wanted)
 
 
-def set_jobs_active(
-    conn: psycopg.Connection[Any], wanted: Mapping[str, bool], *, check_mode: bool = False
-) -> ActivePlan:
-    """Set each named job's active flag in one transaction; a missing job is skipped."""
-    hint = "the role must own the jobs or be allowed cron.alter_job"
-    with cron_transaction(conn, read_only=check_mode, privilege_hint=hint) as step:
-        changes = plan_changes(conn, wanted)
-        if not check_mode:
-            apply_changes(conn, step, changes)
-    return ActivePlan(tuple(changes))
-
-
 def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
     live = read_live_jobs(conn, list(wanted))

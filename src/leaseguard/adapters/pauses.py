@@ -27,7 +27,7 @@ RECORD_PREFIX = "leaseguard-paused:"
 _MARKER = "leaseguard pause record"
 _NEVER = "0 0 31 2 *"  # 31 February: a record is a row, never a run
 _RECORDS = "SELECT jobname, command FROM cron.job WHERE starts_with(jobname, %s) ORDER BY jobid"
-_HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
+HOLDS_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('leaseguard intake holds', 0))"
 # Asked so it cannot fail: reading a missing cron.job would log a server ERROR every check.
 _RECORDS_READABLE = """
 SELECT has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')
@@ -284,7 +284,7 @@ def scan_leftovers(
 def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[cron.CronStep]:
     """A cron.job transaction that first takes the holds' lock: holds never interleave."""
     with cron.cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
-        conn.execute(_HOLDS_LOCK)
+        conn.execute(HOLDS_LOCK)
         yield step
 
 

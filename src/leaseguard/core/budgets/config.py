@@ -181,20 +181,24 @@ def parse_live_command(command: str) -> ParsedCommand:
 
     budget_ms = None
     if optional("set"):
-        text = take("statement_timeout")[1]
+        text = take("statement_timeout", kinds=("word", "qident"))[1]
         if text.lower() == "local":
             _refuse("SET LOCAL is not understood")
-        text = take("statement_timeout")[1] if text.lower() == "session" else text
+        if text.lower() == "session":
+            text = take("statement_timeout", kinds=("word", "qident"))[1]
         if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
         kind, text, _ = take("a statement_timeout value", kinds=("string", "number"))
+        value = text[1:-1].replace("''", "'") if kind == "string" else text
         try:
-            budget_ms = parse_budget_ms(
-                text[1:-1].replace("''", "'") if kind == "string" else text,
-                where="statement_timeout",
-            )
+            budget_ms = parse_budget_ms(value, where="statement_timeout")
         except ConfigError as exc:
+            number = _BUDGET.fullmatch(value)
+            if number is None or number["unit"] not in ("", *_UNITS_MS):  # a secret?
+                _refuse(
+                    f"statement_timeout is set to a string literal that is not a budget {_EXAMPLES}"
+                )
             raise UnparseableCommand(str(exc)) from None
         take("';' after SET", ";")
     take("SELECT", "select")

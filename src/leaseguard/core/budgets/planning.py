@@ -21,6 +21,8 @@ from leaseguard.core.budgets.config import (
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
+# A live command outside the grammar may pass a token or password as an argument.
+HIDDEN_COMMAND = "(not shown: leaseguard does not understand this command)"
 
 
 class Action(enum.StrEnum):
@@ -69,6 +71,10 @@ class JobPlan:
         if (live := self.live) is None:
             return None
         fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        try:  # only the grammar's commands are shown: their one literal is the budget
+            parse_live_command(live.command)
+        except UnparseableCommand:
+            fields["command"] = HIDDEN_COMMAND
         return {
             k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
         }
@@ -110,6 +116,7 @@ class BudgetPlan:
     environment: str | None = None
     on_drift: str = "report"
     applied: bool = False
+    own_jobs_only: str | None = None  # the role, when cron.job shows it only its own jobs
 
     @property
     def drift(self) -> tuple[dict[str, Any], ...]:
@@ -141,6 +148,12 @@ class BudgetPlan:
                     f"job {name}: lowering the live statement budget "
                     f"{format_optional(live) or 'none'} -> {format_budget(j.job.budget_ms)} "
                     f"(source {j.job.source_label})"
+                )
+            if j.action is Action.CREATE and self.own_jobs_only:
+                found.append(
+                    f"job {name}: no job of this name among role {self.own_jobs_only}'s own; "
+                    "pg_cron shows each role only its own jobs, so one of another role would "
+                    "run beside this one: check cron.job as a superuser"
                 )
         return tuple(found)
 
