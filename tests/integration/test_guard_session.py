@@ -512,3 +512,50 @@ def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without
     assert failure["error"]["type"] == "DatabaseUnavailable"
     for leak in ("Traceback", "terminating connection", "psycopg", "FATAL"):
         assert leak not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "migration",
+    [
+        ["ALTER TABLE execution_runs ALTER COLUMN status TYPE varchar(40)"],
+        [
+            "CREATE TEMP TABLE kept AS SELECT * FROM execution_runs",
+            "TRUNCATE execution_runs",
+            "INSERT INTO execution_runs SELECT * FROM kept",
+        ],
+    ],
+    ids=["alter-table-rewrite", "truncate-and-refill"],
+)
+@pytest.mark.parametrize(("status", "live"), [("running", 1), ("done", 0)])
+def test_a_table_rewritten_while_the_guard_waits_for_its_lock_is_read_again(
+    db, migration, status, live
+):
+    """A migration rewrites the table (ALTER TABLE ... TYPE, TRUNCATE and refill) and commits
+    while the guard's read waits for its lock: a snapshot taken before a rewrite sees the table
+    empty (not MVCC-safe), which said "proceed" over a live claim. The guard reads it again in
+    a new snapshot: the live claim defers; a finished one still proceeds."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, %s, now())", (status,)
+        )
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with db.connect() as migrating:
+        migrating.execute("BEGIN")
+        for statement in migration:
+            migrating.execute(statement)
+        judged = {}
+
+        def guard():
+            with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+                judged["verdict"] = session.judge()
+
+        thread = threading.Thread(target=guard)
+        thread.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        assert wait_until(lambda: migrating.execute(waiting).fetchone()[0] == 1, timeout_s=10)
+        migrating.execute("COMMIT")
+        thread.join(timeout=30)
+    verdict = judged["verdict"]
+    assert verdict.counts.live == live
+    assert verdict.decision == ("defer" if live else "proceed")
