@@ -17,14 +17,14 @@ from typing import Protocol, Unpack
 import psycopg
 
 from leaseguard.adapters.catalog import StatusColumn
-from leaseguard.adapters.db import connect, describe_target, end_left_behind
+from leaseguard.adapters.db import connect, describe_target, end_left_behind, read_transaction
 from leaseguard.adapters.guard import judge_subjects
 from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.indexing import advisory_plan_warning
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
 from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.subjects import Judged
@@ -87,6 +87,9 @@ class GuardSession:
         self._status_column: StatusColumn | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
+        # The database judged first (cluster, name), and the connection last checked against it.
+        self._database: tuple[object, ...] | None = None
+        self._identified: Conn | None = None
 
     @property
     def conninfo(self) -> str:
@@ -191,7 +194,33 @@ class GuardSession:
             if self._left_behind:  # each reconnect ends what it replaces
                 end_left_behind(self._conn, self._left_behind)
                 self._left_behind = 0
+        if self._conn is not self._identified:
+            self._same_database(self._conn)
         return self._conn
+
+    def _same_database(self, conn: Conn) -> None:
+        """A new connection reaches the database judged so far, not another cluster's (a host
+        list in the DSN, a name moved to another server): its rows are not the ones judged."""
+        query = "SELECT (pg_catalog.pg_control_system()).system_identifier, current_database()"
+        try:
+            with read_transaction(conn):
+                found = conn.execute(query).fetchone()
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(
+                f"host {self.host}: its database could not be identified ({type(exc).__name__})"
+            ) from None
+        assert found is not None
+        if self._database is None:
+            self._database = tuple(found)
+        elif tuple(found) != self._database:
+            self.close()
+            raise NotPrimary(
+                f"host {self.host}: the guard's new connection reaches database {found[1]} of "
+                f"another PostgreSQL cluster (system identifier {found[0]}) than the one judged "
+                f"so far ({self._database[1]}, {self._database[0]}), so nothing is judged there; "
+                "point the DSN at the primary alone (one host, not a list) and run again"
+            )
+        self._identified = conn
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake` if given) along the current path, else each other
