@@ -523,8 +523,14 @@ def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without
             "TRUNCATE execution_runs",
             "INSERT INTO execution_runs SELECT * FROM kept",
         ],
+        [
+            "CREATE TABLE runs_copy (LIKE execution_runs INCLUDING ALL)",
+            "INSERT INTO runs_copy SELECT * FROM execution_runs",
+            "ALTER TABLE execution_runs RENAME TO runs_old",
+            "ALTER TABLE runs_copy RENAME TO execution_runs",
+        ],
     ],
-    ids=["alter-table-rewrite", "truncate-and-refill"],
+    ids=["alter-table-rewrite", "truncate-and-refill", "swapped-for-a-copy"],
 )
 @pytest.mark.parametrize(("status", "live"), [("running", 1), ("done", 0)])
 def test_a_table_rewritten_while_the_guard_waits_for_its_lock_is_read_again(

@@ -81,11 +81,11 @@ def judge_subjects(
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight);
-    judged again, once, in a new snapshot when a table was rewritten under the first."""
+    judged again, once, in a new snapshot (pre-flight too) when a table was rewritten under it."""
     try:
         return _judge_once(conn, contract, subjects, as_of, status_column)
     except _Rewritten:
-        return _judge_once(conn, contract, subjects, as_of, status_column)
+        return _judge_once(conn, contract, subjects, as_of, None)
 
 
 def _judge_once(
@@ -196,9 +196,10 @@ def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
 
 
 # The relations judged (the table, the owners', a view's bases; their partitions and children)
-# whose file changed after this snapshot was taken: ALTER TABLE's rewrite and TRUNCATE are not
-# MVCC-safe, a snapshot older than them reads the table as empty once their lock is gone. The
-# snapshot's pg_class row has the old file; pg_relation_filenode() reads the catalog as of now.
+# whose file changed after this snapshot was taken, or that it does not know (a copy renamed in
+# its place): ALTER TABLE's rewrite and TRUNCATE are not MVCC-safe, a snapshot older than them
+# reads the table as empty once their lock is gone. The snapshot's pg_class row has the old file;
+# names resolve, and pg_relation_filenode() reads, in the catalog as of now.
 _REWRITTEN = sql.SQL("""
     WITH RECURSIVE named(oid) AS (
         SELECT unnest(ARRAY[pg_catalog.to_regclass(%(relation)s)::oid,
@@ -213,10 +214,10 @@ _REWRITTEN = sql.SQL("""
       UNION
         SELECT i.inhrelid FROM rel JOIN pg_catalog.pg_inherits AS i ON i.inhparent = rel.oid
     )
-    SELECT string_agg(c.oid::regclass::text, ', ' ORDER BY c.oid::regclass::text)
-    FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
-    WHERE c.relfilenode <> 0
-      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid)""")
+    SELECT string_agg(rel.oid::regclass::text, ', ' ORDER BY rel.oid::regclass::text)
+    FROM rel LEFT JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+    WHERE rel.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
+      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""")
 
 
 def _refuse_rewritten(cur: Cursor, contract: Contract) -> None:
@@ -229,7 +230,7 @@ def _refuse_rewritten(cur: Cursor, contract: Contract) -> None:
     row = cur.execute(_REWRITTEN, params).fetchone()
     if row is not None and row[0] is not None:
         raise _Rewritten(
-            f"table {row[0]} was rewritten (ALTER TABLE, TRUNCATE, VACUUM FULL or CLUSTER) "
+            f"table {row[0]} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed copy) "
             "while the guard read it, twice in a row: a read begun before a rewrite sees the "
             "table empty, so nothing is judged; run the guard again once the migration is over"
         )
