@@ -191,11 +191,11 @@ class GuardSession:
         if self._conn is None:
             self._conn = self._open()
             self._backend_pid = self._conn.info.backend_pid
-            if self._left_behind:  # each reconnect ends what it replaces
-                end_left_behind(self._conn, self._left_behind)
-                self._left_behind = 0
-        if self._conn is not self._identified:
+        if self._conn is not self._identified:  # before a pid of it is ended: the same cluster
             self._same_database(self._conn)
+        if self._left_behind:  # each reconnect ends what it replaces
+            end_left_behind(self._conn, self._left_behind)
+            self._left_behind = 0
         return self._conn
 
     def _same_database(self, conn: Conn) -> None:
