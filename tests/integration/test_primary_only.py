@@ -223,9 +223,17 @@ def test_a_reconnect_to_the_same_database_judges_on(two_clusters):
 def test_a_reconnect_that_lands_on_another_cluster_is_refused(two_clusters):
     """A host list in the DSN: the first cluster goes down mid-drain and libpq's reconnect
     lands on the second, another cluster with an empty table; judging it said "proceed"
-    over the first's live claim. The session refuses a database other than its first."""
+    over the first's live claim, and the intake's pg_cron jobs were given back there. The
+    session refuses a cluster other than its first, for the judgment and the intake alike."""
     first, _, dsn = two_clusters
-    with pytest.raises(NotPrimary) as refused:
-        _two_polls(dsn, first.stop)
-    assert "another PostgreSQL cluster" in str(refused.value)
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+        assert session.judge().decision == Decision.DEFER
+        session.connect_writable().close()  # the intake's, on the same cluster: taken
+        first.stop()
+        with pytest.raises(NotPrimary, match="not the one this session began on"):
+            session.connect_writable().close()
+        with pytest.raises(NotPrimary) as refused:
+            session.judge()
+    assert "not the one this session began on" in str(refused.value)
     assert "point the DSN at the primary alone" in str(refused.value)

@@ -87,8 +87,9 @@ class GuardSession:
         self._status_column: StatusColumn | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
-        # The database judged first (cluster, name), and the connection last checked against it.
-        self._database: tuple[object, ...] | None = None
+        # The cluster reached first, the database judged first, the connection last checked.
+        self._cluster: object | None = None
+        self._database: object | None = None
         self._identified: Conn | None = None
 
     @property
@@ -192,15 +193,20 @@ class GuardSession:
             self._conn = self._open()
             self._backend_pid = self._conn.info.backend_pid
         if self._conn is not self._identified:  # before a pid of it is ended: the same cluster
-            self._same_database(self._conn)
+            try:
+                self._same_database(self._conn)
+            except NotPrimary:
+                self.close()
+                raise
         if self._left_behind:  # each reconnect ends what it replaces
             end_left_behind(self._conn, self._left_behind)
             self._left_behind = 0
         return self._conn
 
-    def _same_database(self, conn: Conn) -> None:
-        """A new connection reaches the database judged so far, not another cluster's (a host
-        list in the DSN, a name moved to another server): its rows are not the ones judged."""
+    def _same_database(self, conn: Conn, *, judged: bool = True) -> None:
+        """A new connection reaches the cluster (and, `judged`, the database) of this session's
+        first, not another (a host list in the DSN, a name moved to another server): its rows
+        are not the ones judged, its pg_cron jobs not the ones held."""
         query = "SELECT (pg_catalog.pg_control_system()).system_identifier, current_database()"
         try:
             with read_transaction(conn):
@@ -210,17 +216,20 @@ class GuardSession:
                 f"host {self.host}: its database could not be identified ({type(exc).__name__})"
             ) from None
         assert found is not None
-        if self._database is None:
-            self._database = tuple(found)
-        elif tuple(found) != self._database:
-            self.close()
+        cluster, database = found
+        self._cluster = cluster if self._cluster is None else self._cluster
+        if judged and self._database is None:
+            self._database = database
+        if cluster != self._cluster or (judged and database != self._database):
             raise NotPrimary(
-                f"host {self.host}: the guard's new connection reaches database {found[1]} of "
-                f"another PostgreSQL cluster (system identifier {found[0]}) than the one judged "
-                f"so far ({self._database[1]}, {self._database[0]}), so nothing is judged there; "
-                "point the DSN at the primary alone (one host, not a list) and run again"
+                f"host {self.host}: the guard's new connection reaches database {database} of "
+                f"PostgreSQL cluster {cluster} (system identifier), not the one this session "
+                f"began on (cluster {self._cluster}, database {self._database or database}), "
+                "so nothing is judged or held there; point the DSN at the primary alone (one "
+                "host, not a list) and run again"
             )
-        self._identified = conn
+        if judged:
+            self._identified = conn
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake` if given) along the current path, else each other
@@ -310,7 +319,13 @@ class GuardSession:
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
         """A writable connection for intake holds, as `intake` (default: the session's)."""
-        return self._open(intake or self.intake)
+        conn = self._open(intake or self.intake)
+        try:
+            self._same_database(conn, judged=False)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 def local_session(
