@@ -512,3 +512,101 @@ def test_a_connection_lost_while_reading_the_database_clock_fails_closed_without
     assert failure["error"]["type"] == "DatabaseUnavailable"
     for leak in ("Traceback", "terminating connection", "psycopg", "FATAL"):
         assert leak not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "migration",
+    [
+        ["ALTER TABLE execution_runs ALTER COLUMN status TYPE varchar(40)"],
+        [
+            "CREATE TEMP TABLE kept AS SELECT * FROM execution_runs",
+            "TRUNCATE execution_runs",
+            "INSERT INTO execution_runs SELECT * FROM kept",
+        ],
+        [
+            "CREATE TABLE runs_copy (LIKE execution_runs INCLUDING ALL)",
+            "INSERT INTO runs_copy SELECT * FROM execution_runs",
+            "ALTER TABLE execution_runs RENAME TO runs_old",
+            "ALTER TABLE runs_copy RENAME TO execution_runs",
+        ],
+    ],
+    ids=["alter-table-rewrite", "truncate-and-refill", "swapped-for-a-copy"],
+)
+@pytest.mark.parametrize(("status", "live"), [("running", 1), ("done", 0)])
+def test_a_table_rewritten_while_the_guard_waits_for_its_lock_is_read_again(
+    db, migration, status, live
+):
+    """A migration rewrites the table (ALTER TABLE ... TYPE, TRUNCATE and refill) and commits
+    while the guard's read waits for its lock: a snapshot taken before a rewrite sees the table
+    empty (not MVCC-safe), which said "proceed" over a live claim. The guard reads it again in
+    a new snapshot: the live claim defers; a finished one still proceeds."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, %s, now())", (status,)
+        )
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with db.connect() as migrating:
+        migrating.execute("BEGIN")
+        for statement in migration:
+            migrating.execute(statement)
+        judged = {}
+
+        def guard():
+            with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+                judged["verdict"] = session.judge()
+
+        thread = threading.Thread(target=guard)
+        thread.start()
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+        assert wait_until(lambda: migrating.execute(waiting).fetchone()[0] == 1, timeout_s=10)
+        migrating.execute("COMMIT")
+        thread.join(timeout=30)
+    verdict = judged["verdict"]
+    assert verdict.counts.live == live
+    assert verdict.decision == ("defer" if live else "proceed")
+
+
+def test_a_table_rewritten_again_under_the_second_read_fails_closed(db):
+    """Two migrations in a row, each committing while the guard waits for its lock: the
+    second read is as blind as the first, so the guard names the rewrite and judges nothing."""
+    with db.connect() as conn:
+        create_runs_table(conn)
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+        )
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted"
+    with db.connect() as first, db.connect() as second, db.connect() as observer:
+        first.execute("BEGIN")
+        first.execute("ALTER TABLE execution_runs ALTER COLUMN status TYPE varchar(40)")
+        outcome = {}
+
+        def guard():
+            try:
+                with local_session(contract, db.dsn, task_timeout_s=3600.0) as session:
+                    outcome["verdict"] = session.judge()
+            except GuardQueryFailed as exc:
+                outcome["error"] = exc
+
+        judging = threading.Thread(target=guard)
+        judging.start()
+        assert wait_until(lambda: observer.execute(waiting).fetchone()[0] == 1, timeout_s=10)
+        second.execute("BEGIN")
+        rewriting = threading.Thread(
+            target=second.execute,
+            args=(  # USING an expression: rewritten even to the same type
+                "ALTER TABLE execution_runs ALTER COLUMN claimed_at TYPE timestamptz "
+                "USING claimed_at + interval '0 s'",
+            ),
+        )
+        rewriting.start()
+        assert wait_until(lambda: observer.execute(waiting).fetchone()[0] == 2, timeout_s=10)
+        first.execute("COMMIT")  # the guard reads first, then the second rewrite runs
+        rewriting.join(timeout=10)
+        assert wait_until(lambda: observer.execute(waiting).fetchone()[0] == 1, timeout_s=10)
+        second.execute("COMMIT")
+        judging.join(timeout=30)
+    assert "verdict" not in outcome
+    assert type(outcome["error"]) is GuardQueryFailed
+    assert "table execution_runs was rewritten or replaced" in str(outcome["error"])

@@ -180,3 +180,60 @@ def test_the_same_table_no_longer_subscribed_is_judged(subscriber):
     with subscriber.connect() as conn:
         conn.execute("DROP SUBSCRIPTION runs_copy")
     assert judged_on(subscriber.dsn_as(GUARD_RO_ROLE)).decision is Decision.PROCEED
+
+
+@pytest.fixture(scope="module")
+def two_clusters():
+    """Two independent clusters, the first with a live claim, the second with none, and a DSN
+    listing both hosts (libpq tries them in turn)."""
+    from psycopg.conninfo import make_conninfo
+
+    from sandbox.pgcluster import PG_BASE_DIR, PgCluster
+
+    with PgCluster(PG_BASE_DIR) as first, PgCluster(PG_BASE_DIR) as second:
+        for cluster in (first, second):
+            with cluster.connect(socket=True) as conn:
+                conn.execute(f"CREATE DATABASE {DB}")
+            with cluster.connect(DB, socket=True) as conn:
+                create_runs_table(conn)
+        claim(first, "running", timedelta(minutes=10))
+        hosts = dict(host=f"{first.host},{second.host}", port=f"{first.port},{second.port}")
+        yield first, second, make_conninfo(first.dsn(DB), **hosts)
+
+
+def _two_polls(dsn, between):
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+        first = session.judge()
+        between()
+        return first, session.judge()
+
+
+def test_a_reconnect_to_the_same_database_judges_on(two_clusters):
+    """The guard's backend ended between two polls: the new connection reaches the same
+    cluster (the first host of the list) and the live claim still defers."""
+    first, _, dsn = two_clusters
+    end = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s"
+    first_poll, second_poll = _two_polls(
+        dsn, lambda: first.connect(socket=True).execute(end, ("leaseguard",))
+    )
+    assert first_poll.decision == second_poll.decision == Decision.DEFER
+
+
+def test_a_reconnect_that_lands_on_another_cluster_is_refused(two_clusters):
+    """A host list in the DSN: the first cluster goes down mid-drain and libpq's reconnect
+    lands on the second, another cluster with an empty table; judging it said "proceed"
+    over the first's live claim, and the intake's pg_cron jobs were given back there. The
+    session refuses a cluster other than its first, for the judgment and the intake alike."""
+    first, _, dsn = two_clusters
+    contract = contract_from_mapping({"runtime": {"source": "none"}})
+    with local_session(contract, dsn, task_timeout_s=3600.0) as session:
+        assert session.judge().decision == Decision.DEFER
+        session.connect_writable().close()  # the intake's, on the same cluster: taken
+        first.stop()
+        with pytest.raises(NotPrimary, match="not the one this session began on"):
+            session.connect_writable().close()
+        with pytest.raises(NotPrimary) as refused:
+            session.judge()
+    assert "not the one this session began on" in str(refused.value)
+    assert "point the DSN at the primary alone" in str(refused.value)

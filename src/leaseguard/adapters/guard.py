@@ -17,11 +17,13 @@ from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (
     ConfigError,
+    GuardQueryFailed,
     LookupFailed,
     NotPrimary,
     SchemaMismatch,
     UnclassifiedStatus,
 )
+from leaseguard.core.presets import OWNERS
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 Connection = psycopg.Connection[tuple[object, ...]]
@@ -66,6 +68,10 @@ class Subject:
         return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
 
 
+class _Rewritten(GuardQueryFailed):
+    """A table read was rewritten after the snapshot: its rows read as none (not MVCC-safe)."""
+
+
 def judge_subjects(
     conn: Connection,
     contract: Contract,
@@ -74,7 +80,25 @@ def judge_subjects(
     as_of: datetime | None = None,
     status_column: StatusColumn | None = None,
 ) -> tuple[list[Verdict], StatusColumn]:
-    """Every subject's verdict from one snapshot, and the status column (given: no pre-flight)."""
+    """Every subject's verdict from one snapshot, and the status column (given: no pre-flight);
+    judged again, once, in a new snapshot (pre-flight too) when a table was rewritten under it."""
+    try:
+        return _judge_once(conn, contract, subjects, as_of, status_column)
+    except _Rewritten:
+        pass
+    try:
+        return _judge_once(conn, contract, subjects, as_of, None)
+    except _Rewritten as again:  # named as the class every front reports
+        raise GuardQueryFailed(str(again)) from None
+
+
+def _judge_once(
+    conn: Connection,
+    contract: Contract,
+    subjects: Sequence[Subject],
+    as_of: datetime | None,
+    status_column: StatusColumn | None,
+) -> tuple[list[Verdict], StatusColumn]:
     bounds = [s.bound(contract) for s in subjects]
     params = predicate.subjects_params(contract, bounds, as_of=as_of)
     sent_at = time.time()
@@ -111,6 +135,7 @@ def judge_subjects(
                         str(row_id), claimed, expires, left_s, bool(never), bool(null)
                     )
                     live.setdefault(int(str(n)), []).append(claim)
+            _refuse_rewritten(cur, contract)
     except SchemaMismatch:
         if status_column is None:
             raise
@@ -171,6 +196,47 @@ def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
             f"search_path, but schema(s) {row[0]} also hold a table of that name: the "
             "application's search_path may find another one, whose live claims the guard "
             "would not see; set schema to the one the application writes"
+        )
+
+
+# The relations judged (the table, the owners', a view's bases; their partitions and children)
+# whose file changed after this snapshot was taken, or that it does not know (a copy renamed in
+# its place): ALTER TABLE's rewrite and TRUNCATE are not MVCC-safe, a snapshot older than them
+# reads the table as empty once their lock is gone. The snapshot's pg_class row has the old file;
+# names resolve, and pg_relation_filenode() reads, in the catalog as of now.
+_REWRITTEN = sql.SQL("""
+    WITH RECURSIVE named(oid) AS (
+        SELECT unnest(ARRAY[pg_catalog.to_regclass(%(relation)s)::oid,
+                            pg_catalog.to_regclass(%(owners)s)::oid])
+      UNION
+        SELECT d.refobjid FROM named JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = named.oid
+        JOIN pg_catalog.pg_depend AS d
+          ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
+         AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid <> named.oid
+    ), rel(oid) AS (
+        SELECT oid FROM named
+      UNION
+        SELECT i.inhrelid FROM rel JOIN pg_catalog.pg_inherits AS i ON i.inhparent = rel.oid
+    )
+    SELECT string_agg(rel.oid::regclass::text, ', ' ORDER BY rel.oid::regclass::text)
+    FROM rel LEFT JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
+    WHERE rel.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
+      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""")
+
+
+def _refuse_rewritten(cur: Cursor, contract: Contract) -> None:
+    """After the reads, their locks held: fail if a table read was rewritten since the snapshot."""
+    owners = OWNERS.get(contract.claim_rule)
+    params = {
+        "relation": predicate.table_identifier(contract).as_string(cur),
+        "owners": predicate.owners_table(contract, owners).as_string(cur) if owners else None,
+    }
+    row = cur.execute(_REWRITTEN, params).fetchone()
+    if row is not None and row[0] is not None:
+        raise _Rewritten(
+            f"table {row[0]} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed copy) "
+            "while the guard read it, twice in a row: a read begun before a rewrite sees the "
+            "table empty, so nothing is judged; run the guard again once the migration is over"
         )
 
 

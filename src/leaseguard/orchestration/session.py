@@ -17,14 +17,14 @@ from typing import Protocol, Unpack
 import psycopg
 
 from leaseguard.adapters.catalog import StatusColumn
-from leaseguard.adapters.db import connect, describe_target, end_left_behind
+from leaseguard.adapters.db import connect, describe_target, end_left_behind, read_transaction
 from leaseguard.adapters.guard import judge_subjects
 from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.indexing import advisory_plan_warning
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, TunnelError
+from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
 from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.subjects import Judged
@@ -87,6 +87,10 @@ class GuardSession:
         self._status_column: StatusColumn | None = None
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
+        # The cluster reached first, the database judged first, the connection last checked.
+        self._cluster: object | None = None
+        self._database: object | None = None
+        self._identified: Conn | None = None
 
     @property
     def conninfo(self) -> str:
@@ -188,10 +192,44 @@ class GuardSession:
         if self._conn is None:
             self._conn = self._open()
             self._backend_pid = self._conn.info.backend_pid
-            if self._left_behind:  # each reconnect ends what it replaces
-                end_left_behind(self._conn, self._left_behind)
-                self._left_behind = 0
+        if self._conn is not self._identified:  # before a pid of it is ended: the same cluster
+            try:
+                self._same_database(self._conn)
+            except NotPrimary:
+                self.close()
+                raise
+        if self._left_behind:  # each reconnect ends what it replaces
+            end_left_behind(self._conn, self._left_behind)
+            self._left_behind = 0
         return self._conn
+
+    def _same_database(self, conn: Conn, *, judged: bool = True) -> None:
+        """A new connection reaches the cluster (and, `judged`, the database) of this session's
+        first, not another (a host list in the DSN, a name moved to another server): its rows
+        are not the ones judged, its pg_cron jobs not the ones held."""
+        query = "SELECT (pg_catalog.pg_control_system()).system_identifier, current_database()"
+        try:
+            with read_transaction(conn):
+                found = conn.execute(query).fetchone()
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(
+                f"host {self.host}: its database could not be identified ({type(exc).__name__})"
+            ) from None
+        assert found is not None
+        cluster, database = found
+        self._cluster = cluster if self._cluster is None else self._cluster
+        if judged and self._database is None:
+            self._database = database
+        if cluster != self._cluster or (judged and database != self._database):
+            raise NotPrimary(
+                f"host {self.host}: the guard's new connection reaches database {database} of "
+                f"PostgreSQL cluster {cluster} (system identifier), not the one this session "
+                f"began on (cluster {self._cluster}, database {self._database or database}), "
+                "so nothing is judged or held there; point the DSN at the primary alone (one "
+                "host, not a list) and run again"
+            )
+        if judged:
+            self._identified = conn
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake` if given) along the current path, else each other
@@ -281,7 +319,13 @@ class GuardSession:
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
         """A writable connection for intake holds, as `intake` (default: the session's)."""
-        return self._open(intake or self.intake)
+        conn = self._open(intake or self.intake)
+        try:
+            self._same_database(conn, judged=False)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
 
 def local_session(
