@@ -372,3 +372,33 @@ def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
         assert f"intake no longer held: pg_cron job(s) {job} active again" in judged["msg"]
         assert "app1" not in run.results(RESTART)
         assert active(db, job)
+
+
+@pytest.mark.parametrize("cut_off", ["now", "2026-12-06T07:00:00Z"])
+def test_a_cut_off_that_is_no_epoch_fails_before_anything_not_skipping_every_host(
+    db, batch, tmp_path, cut_off
+):
+    """Jinja's float reads a cut-off that is no number as 0, after which every runtime started:
+    every host was skipped as "restarted already" and the deploy passed, restarting nothing."""
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_restart_if_started_before": cut_off, **SERIAL},
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    refused = run.result("Check the leaseguard variables", "app1")
+    assert "leaseguard_restart_if_started_before must be epoch seconds" in refused["msg"]
+    assert not run.results(RESTART)
+
+
+def test_an_epoch_cut_off_after_every_start_restarts_every_host(db, batch, tmp_path):
+    later = f"{datetime.now(UTC).timestamp() + 3600:.3f}"
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_restart_if_started_before": later, **SERIAL},
+    )
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert sorted(run.results(RESTART)) == list(HOSTS)
