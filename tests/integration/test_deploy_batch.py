@@ -402,3 +402,22 @@ def test_an_epoch_cut_off_after_every_start_restarts_every_host(db, batch, tmp_p
     )
     assert run.returncode == 0, run.stdout[-5000:]
     assert sorted(run.results(RESTART)) == list(HOSTS)
+
+
+@pytest.mark.parametrize("variable", ["leaseguard_restart_command", "leaseguard_resume_command"])
+def test_a_command_given_as_one_string_fails_before_intake_is_held(db, batch, tmp_path, variable):
+    """Ansible's list type takes a string as one argv element: `sh -c ...` as a program's
+    name, which failed only when run, after intake was held and the claims judged (a resume
+    command: intake never given back)."""
+    log = tmp_path / "intake.log"
+    commands = {
+        "leaseguard_pause_command": ["sh", "-c", f"echo paused >> {log}"],
+        "leaseguard_resume_command": ["sh", "-c", f"echo resumed >> {log}"],
+    }
+    commands[variable] = f"sh -c 'echo {variable} >> {log}'"
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path, extra_vars=commands)
+    assert run.returncode == 2, run.stdout[-5000:]
+    refused = run.result("Check the leaseguard variables", "app1")
+    assert f"{variable} (wants list of str (an argv, not one string))" in refused["msg"]
+    assert not log.exists()  # intake never held, nothing restarted
+    assert not run.results(RESTART)
