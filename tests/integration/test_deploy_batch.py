@@ -421,3 +421,50 @@ def test_a_command_given_as_one_string_fails_before_intake_is_held(db, batch, tm
     assert f"{variable} (wants list of str (an argv, not one string))" in refused["msg"]
     assert not log.exists()  # intake never held, nothing restarted
     assert not run.results(RESTART)
+
+
+DEFER = "Defer the restart while work is in flight"
+
+
+@pytest.mark.parametrize(
+    ("expiry", "on_busy", "check", "defers"),
+    [
+        ("infinity", "defer", False, True),
+        ("infinity", "wait", True, True),
+        ("2100-01-01 00:00:00+00", "wait", True, False),
+    ],
+    ids=["never-defer", "never-wait-check", "bounded-wait-check"],
+)
+def test_a_lease_that_never_ends_is_said_so_and_a_dry_run_wait_defers_as_the_real_one(
+    db, batch, tmp_path, expiry, on_busy, check, defers
+):
+    """A live claim whose lease never ends (expiry 'infinity'): the defer said "the longest
+    lease ends within 0 s", and --check with wait said "would wait up to 0.0 s ... then
+    restart" though the real drain's deadline (0) defers at once. A bounded lease still
+    reports the wait in a dry run."""
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at, lease_expires_at)"
+            " VALUES (1, 'running', now(), %s)",
+            (expiry,),
+        )
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        *(["--check"] if check else []),
+        extra_vars={
+            "leaseguard_lease": {"expires_at_column": "lease_expires_at"},
+            "leaseguard_on_busy": on_busy,
+        },
+    )
+    deferred = run.results(DEFER).get("app1", {})
+    if defers:
+        assert run.returncode == 2, run.stdout[-5000:]
+        assert "a live lease never ends or its end is unknown" in deferred["msg"]
+        assert "within 0 s" not in deferred["msg"]
+    else:
+        assert run.returncode == 0, run.stdout[-5000:]
+        assert deferred.get("skipped") is True
+        assert "would wait up to" in run.result("Report what the restart would do", "app1")["msg"]
+    assert all(result.get("skipped") for result in run.results(RESTART).values())
