@@ -2,6 +2,8 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.check_vars."""
 
+import math
+
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
     LeaseguardAction,
     api,
@@ -16,10 +18,27 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         result = checked_variables(task_vars, args["allow"], self._templar.template)
-        missing = args["restart"] and restart_missing(args["restart"])
+        restart = args["restart"]
+        missing = restart and (cut_off_refused(restart) or restart_missing(restart))
         if missing and not result.get("failed"):
             result.update(failed=True, msg=missing)
         return result
+
+
+def cut_off_refused(restart):
+    """Why the restart's cut-off is no epoch (or None): Jinja's float reads any other text as
+    0, before which every runtime started, so every host would be skipped as restarted."""
+    text = str(restart["if_started_before"] or "").strip()
+    try:
+        if not text or (text.isascii() and math.isfinite(float(text))):
+            return None
+    except ValueError:
+        pass
+    return (
+        f"leaseguard: leaseguard_restart_if_started_before must be epoch seconds (such as "
+        f"1765000000) or empty, not {text[:40]!r} (read as 0, every host would count as "
+        "restarted already and none would restart). Nothing was run"
+    )
 
 
 def restart_missing(restart):

@@ -30,10 +30,11 @@ class ActionModule(LeaseguardAction):
             with database_conninfo(self, args) as conninfo:
                 outcome = api.resume_pauses(conninfo, **common)
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
-            if not check_mode:
-                resumed = ", ".join(outcome["resumed"])
-                result["msg"] = f"resumed {resumed}" if resumed else "no recorded pause to resume"
-            return result
+            jobs = sorted({r["job"] for r in outcome["records"]}) if check_mode else []
+            resumed = ", ".join(jobs or outcome["resumed"])
+            verb = "would resume" if check_mode else "resumed"
+            msg = f"{verb} {resumed}" if resumed else "no recorded pause to resume"
+            return {**result, "applied": not check_mode, "msg": msg}
         declared = api.task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
         plan, switched = api.converge_jobs(
             database_conninfo(self, args),
@@ -83,11 +84,11 @@ def _result(plan, switched, check_mode, host):
         for job in (job for job in switched.jobs if job.exists):
             diff["before"].setdefault(job.job, {})["active"] = job.before
             diff["after"].setdefault(job.job, {})["active"] = job.wanted
-        verb = "would " if check_mode else ""
+        pause, resume = ("would pause", "would resume") if check_mode else ("paused", "resumed")
         if switched.paused:
-            parts.append(f"{verb}paused {', '.join(switched.paused)}")
+            parts.append(f"{pause} {', '.join(switched.paused)}")
         if switched.resumed:
-            parts.append(f"{verb}resumed {', '.join(switched.resumed)}")
+            parts.append(f"{resume} {', '.join(switched.resumed)}")
         if not switched.changed:
             parts.append("active flags unchanged")
         result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)

@@ -24,7 +24,12 @@ class ActionModule(LeaseguardAction):
 
     def act(self, args, host, task_vars):
         if self._task.check_mode:
-            return {"changed": False, "hold": None, "msg": "check mode: intake not held"}
+            return {
+                "changed": False,
+                "hold": None,
+                "events": [],
+                "msg": "check mode: intake not held",
+            }
         cron_args = dict(args)  # pg_cron as the intake's own role
         if args["cron_user"]:
             cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])

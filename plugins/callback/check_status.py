@@ -30,6 +30,15 @@ EXIT_STATUSES = (("failed", 2), ("unreachable", 4), ("drift", 3), ("defer", 75))
 DEFER_TASKS = frozenset(
     {"Defer the restart while work is in flight", "Defer the migration while work is in flight"}
 )
+# The tasks that fail a host on a judgment made for it by another host's one task (a batch,
+# a fleet): the cause is that judgment's, counted where it was made.
+JUDGED_ELSEWHERE = frozenset(
+    {
+        "Fail a host the batch's judgment could not judge",
+        "Fail the hosts the fleet's failed judgment left unjudged",
+        "Fail the hosts whose own check failed",
+    }
+)
 
 
 class CallbackModule(CallbackBase):
@@ -40,11 +49,28 @@ class CallbackModule(CallbackBase):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._reasons = set()
+        self._reasons, self._judged, self._unjudged = set(), {}, False
+
+    def v2_runner_on_ok(self, result):
+        self._note_judged(result._result)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        if not ignore_errors:
-            self._reasons.add(reason(result._task.get_name(), result._result))
+        self._note_judged(result._result)
+        if ignore_errors:
+            return
+        name = result._task.get_name().rpartition(" : ")[2]
+        if name not in JUDGED_ELSEWHERE:
+            self._reasons.add(reason(name, result._result))
+        elif (why := self._judged.get(result._host.get_name())) is not None:
+            self._reasons.add(why)
+        else:  # the one judgment failed: its own task counted why (else: failed, below)
+            self._unjudged = True
+
+    def _note_judged(self, result):
+        """Each host's failed verdict of a judgment made for several (each_host's `hosts`)."""
+        for host, verdict in (result.get("hosts") or {}).items():
+            if isinstance(verdict, dict) and verdict.get("failed"):
+                self._judged[host] = reason("", verdict)
 
     def v2_runner_on_unreachable(self, result):
         self._reasons.add("unreachable")
@@ -52,6 +78,8 @@ class CallbackModule(CallbackBase):
     def v2_playbook_on_stats(self, stats):
         if not context.CLIARGS.get("check"):
             return
+        if self._unjudged and not self._reasons:
+            self._reasons.add("failed")
         for name, status in EXIT_STATUSES:
             if name in self._reasons:
                 self._display.display(f"leaseguard: --check exits {status}: {name}")

@@ -162,10 +162,17 @@ def wrongly_typed(task_vars, names, template):
     with what it wants (never the value: it may be a password)."""
     specs = variable_specs()
     wrong = {}
-    for name in (n for n in names if n in specs):
+    for name in (n for n in names if n in specs or n.endswith("_command")):
         try:
             value = template(task_vars[name])
         except AnsibleError:  # an undefined template: the task that reads it says so
+            continue
+        if name.endswith("_command") and isinstance(value, str):
+            # Ansible's list type takes a string as ONE element: a program named "sh -c ..."
+            # that fails only when run, after intake was held (a resume: never given back).
+            wrong[name] = "list of str (an argv, not one string)"
+            continue
+        if name not in specs:
             continue
         spec = specs[name]
         if ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:

@@ -7,6 +7,7 @@ import pytest
 from tests.integration import test_deploy_check
 from tests.integration.test_cron_budget_module import CRON_DB, jobs_for
 from tests.integration.test_deploy_check import add_live_claim
+from tests.support.ansible_run import FIXED_FACTS, run_playbook, write_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -60,3 +61,36 @@ def test_a_dry_run_that_meets_budget_drift_exits_3(dry_run, deploy, app_db):
 def test_a_dry_run_that_cannot_reach_a_host_exits_4(dry_run):
     run = dry_run(ansible_port=2)
     assert run.returncode == 4, run.stdout[-4000:]
+
+
+@pytest.mark.parametrize(("tunnel", "status"), [(True, 4), (False, 2)], ids=["tunnel", "database"])
+def test_a_batchs_failed_judgment_exits_with_its_cause_not_2_for_every_host(
+    tmp_path, app_host_pg, tunnel, status
+):
+    """serial 2: ONE task judges the batch from app1. Its tunnel to the database failing is
+    unreachable (4) as for one host; app2, failed as "not judged", exited 2 over it. A
+    judgment failing for another reason (the database refusing the controller's direct
+    connection) still exits 2."""
+    host = app_host_pg.ansible_host_vars()
+    inventory = write_inventory(
+        tmp_path / "inventory.yml",
+        {"app1": host, "app2": host},
+        **FIXED_FACTS,
+        leaseguard_db_host=host["ansible_host"],
+        leaseguard_db_port=1,  # nothing listens there
+        leaseguard_db_name="app",
+        leaseguard_tunnel=tunnel,
+        leaseguard_db_user="postgres",
+        leaseguard_restart_method="command",
+        leaseguard_restart_command=["true"],
+    )
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        inventory,
+        tmp_path,
+        "--check",
+        extra_vars={"leaseguard_deploy_serial": 2},
+        env=ENABLED,
+    )
+    assert run.returncode == status, run.stdout[-4000:]
+    assert run.stats["app2"]["failures"] == 1  # failed as not judged, either way

@@ -11,12 +11,15 @@ tests never see each other's jobs; they are unscheduled at the end of each test.
 """
 
 import re
+import sys
 
 import pytest
 import yaml
 
+from leaseguard.adapters.pauses import hold_jobs
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.busy_intake import active, cron_conn, intake_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -262,3 +265,39 @@ def test_a_refused_live_command_s_literals_reach_no_result_diff_or_output(playbo
     assert claim["before"]["command"] == "(not shown: leaseguard does not understand this command)"
     assert "S3CRET" not in run.stdout + run.stderr
     assert cron_jobs(app.cluster, app.name)[name][0] == "select public.notify('tok-S3CRET')"
+
+
+def test_check_mode_says_what_it_would_pause_and_resume_and_every_documented_return(db, tmp_path):
+    """Check mode's messages say what the real run would do ("would pause", never "would
+    paused"); resume_recorded returns `applied` and `msg` as RETURN says (always), and
+    intake_hold's check mode its `events` (always). Local connection, the test database."""
+    with intake_job(db) as job, cron_conn(db) as conn:
+        hold_jobs(conn, [job], "drain pid 1 on here")
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            {"app1": {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}},
+            leaseguard_db_name=db.name,
+        )
+        connection = {"db_host": db.cluster.host, "db_port": db.cluster.port}
+
+        def run(*tasks, check=False):
+            path = tmp_path / "play.yml"
+            play = {"hosts": "app", "gather_facts": False, "tasks": list(tasks)}
+            path.write_text(yaml.safe_dump([play]))
+            done = run_playbook(path, inventory, tmp_path, *(["--check"] if check else []))
+            assert done.returncode == 0, done.stdout[-3000:]
+            return done
+
+        held = {"name": "hold", "leaseguard.deploy.intake_hold": {"state": "held"}}
+        checked = run(budgets("resume", resume_recorded=True, **connection), held, check=True)
+        resume = checked.result("resume", "app1")
+        assert resume["changed"] is True and resume["applied"] is False
+        assert resume["msg"] == f"would resume {job}"
+        assert not active(db, job)
+        assert checked.result("hold", "app1")["events"] == []
+        resume = run(budgets("resume", resume_recorded=True, **connection)).result("resume", "app1")
+        assert resume["applied"] is True and resume["msg"] == f"resumed {job}"
+        assert resume["resumed"] == [job] and active(db, job)
+        pause = run(budgets("pause", active={job: False}, **connection), check=True)
+        assert pause.result("pause", "app1")["msg"] == f"would pause {job}"
+        assert active(db, job)

@@ -372,3 +372,99 @@ def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
         assert f"intake no longer held: pg_cron job(s) {job} active again" in judged["msg"]
         assert "app1" not in run.results(RESTART)
         assert active(db, job)
+
+
+@pytest.mark.parametrize("cut_off", ["now", "2026-12-06T07:00:00Z"])
+def test_a_cut_off_that_is_no_epoch_fails_before_anything_not_skipping_every_host(
+    db, batch, tmp_path, cut_off
+):
+    """Jinja's float reads a cut-off that is no number as 0, after which every runtime started:
+    every host was skipped as "restarted already" and the deploy passed, restarting nothing."""
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_restart_if_started_before": cut_off, **SERIAL},
+    )
+    assert run.returncode == 2, run.stdout[-5000:]
+    refused = run.result("Check the leaseguard variables", "app1")
+    assert "leaseguard_restart_if_started_before must be epoch seconds" in refused["msg"]
+    assert not run.results(RESTART)
+
+
+def test_an_epoch_cut_off_after_every_start_restarts_every_host(db, batch, tmp_path):
+    later = f"{datetime.now(UTC).timestamp() + 3600:.3f}"
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        extra_vars={"leaseguard_restart_if_started_before": later, **SERIAL},
+    )
+    assert run.returncode == 0, run.stdout[-5000:]
+    assert sorted(run.results(RESTART)) == list(HOSTS)
+
+
+@pytest.mark.parametrize("variable", ["leaseguard_restart_command", "leaseguard_resume_command"])
+def test_a_command_given_as_one_string_fails_before_intake_is_held(db, batch, tmp_path, variable):
+    """Ansible's list type takes a string as one argv element: `sh -c ...` as a program's
+    name, which failed only when run, after intake was held and the claims judged (a resume
+    command: intake never given back)."""
+    log = tmp_path / "intake.log"
+    commands = {
+        "leaseguard_pause_command": ["sh", "-c", f"echo paused >> {log}"],
+        "leaseguard_resume_command": ["sh", "-c", f"echo resumed >> {log}"],
+    }
+    commands[variable] = f"sh -c 'echo {variable} >> {log}'"
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path, extra_vars=commands)
+    assert run.returncode == 2, run.stdout[-5000:]
+    refused = run.result("Check the leaseguard variables", "app1")
+    assert f"{variable} (wants list of str (an argv, not one string))" in refused["msg"]
+    assert not log.exists()  # intake never held, nothing restarted
+    assert not run.results(RESTART)
+
+
+DEFER = "Defer the restart while work is in flight"
+
+
+@pytest.mark.parametrize(
+    ("expiry", "on_busy", "check", "defers"),
+    [
+        ("infinity", "defer", False, True),
+        ("infinity", "wait", True, True),
+        ("2100-01-01 00:00:00+00", "wait", True, False),
+    ],
+    ids=["never-defer", "never-wait-check", "bounded-wait-check"],
+)
+def test_a_lease_that_never_ends_is_said_so_and_a_dry_run_wait_defers_as_the_real_one(
+    db, batch, tmp_path, expiry, on_busy, check, defers
+):
+    """A live claim whose lease never ends (expiry 'infinity'): the defer said "the longest
+    lease ends within 0 s", and --check with wait said "would wait up to 0.0 s ... then
+    restart" though the real drain's deadline (0) defers at once. A bounded lease still
+    reports the wait in a dry run."""
+    with db.connect() as conn:
+        conn.execute(
+            "INSERT INTO execution_runs (id, status, claimed_at, lease_expires_at)"
+            " VALUES (1, 'running', now(), %s)",
+            (expiry,),
+        )
+    run = run_playbook(
+        "leaseguard.deploy.deploy",
+        batch,
+        tmp_path,
+        *(["--check"] if check else []),
+        extra_vars={
+            "leaseguard_lease": {"expires_at_column": "lease_expires_at"},
+            "leaseguard_on_busy": on_busy,
+        },
+    )
+    deferred = run.results(DEFER).get("app1", {})
+    if defers:
+        assert run.returncode == 2, run.stdout[-5000:]
+        assert "a live lease never ends or its end is unknown" in deferred["msg"]
+        assert "within 0 s" not in deferred["msg"]
+    else:
+        assert run.returncode == 0, run.stdout[-5000:]
+        assert deferred.get("skipped") is True
+        assert "would wait up to" in run.result("Report what the restart would do", "app1")["msg"]
+    assert all(result.get("skipped") for result in run.results(RESTART).values())

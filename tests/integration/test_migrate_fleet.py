@@ -8,6 +8,7 @@ the gate by name with nothing migrated.
 
 import json
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from sandbox.pgcluster import GUARD_RO_ROLE
 from sandbox.runs_table import create_runs_table
 from tests.integration.test_cron_budget_module import CRON_DB, command, cron_jobs, jobs_for
 from tests.support.ansible_run import run_playbook, write_inventory
+from tests.support.busy_intake import active, cron_conn, intake_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -369,3 +371,49 @@ def test_budgets_that_would_be_refused_stop_the_run_before_the_migration(fleet, 
                 (f"{db.name}\\_%",),
             )
     assert scheduled[publish][0] == command("6s", "publish")  # left as it was
+
+
+def test_the_migrations_pg_cron_hold_waits_only_leaseguard_quiet_timeout_s(db, tmp_path):
+    """leaseguard_quiet_timeout_s bounds the wait for a run of a held job already in progress,
+    for the migration's hold as for the restart's (it waited the default 120 s): past it the
+    hold fails closed, nothing is migrated and the job is given back; once the run is over
+    the same deploy migrates."""
+    log = tmp_path / "migrated.log"
+    with intake_job(db) as job, cron_conn(db) as conn, cron_conn(db) as running:
+        jobid = conn.execute("SELECT jobid FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]
+        conn.execute(
+            "INSERT INTO cron.job_run_details (jobid, runid, job_pid, database, username, "
+            "command, status, start_time) VALUES (%s, nextval('cron.runid_seq'), "
+            "%s, %s, current_user, 'SELECT 1', 'running', now())",
+            (jobid, running.info.backend_pid, db.name),
+        )
+        inventory = write_inventory(
+            tmp_path / "inventory.yml",
+            {"app1": host(3600, 600)},
+            leaseguard_db_host=db.cluster.host,
+            leaseguard_db_port=db.cluster.port,
+            leaseguard_db_name=db.name,
+            leaseguard_db_user=GUARD_RO_ROLE,
+            leaseguard_migrate_db_user="postgres",
+            leaseguard_cron_database=CRON_DB,
+            leaseguard_migrate_pause_cron_jobs=[job],
+            leaseguard_quiet_timeout_s=1,
+            leaseguard_migrate_command=["sh", "-c", f"echo migrated >> {log}"],
+        )
+        play = tmp_path / "play.yml"
+        play.write_text(
+            yaml.safe_dump(
+                [{"hosts": "app", "gather_facts": False, "roles": ["leaseguard.deploy.migrate"]}]
+            )
+        )
+        began = time.monotonic()
+        run = run_playbook(play, inventory, tmp_path, timeout=200)
+        assert run.returncode == 2, run.stdout[-3000:]
+        held = run.result("Hold the intake pg_cron jobs", "app1")
+        assert "still in progress 1s after the pause" in held["msg"], held["msg"]
+        assert time.monotonic() - began < 60
+        assert not log.exists() and active(db, job)
+        running.close()
+        run = run_playbook(play, inventory, tmp_path)
+        assert run.returncode == 0, run.stdout[-3000:]
+        assert log.read_text().split() == ["migrated"] and active(db, job)

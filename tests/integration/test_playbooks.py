@@ -1,16 +1,20 @@
 """playbooks/drain.yml run by its collection name, against a real host and database."""
 
 import json
+import sys
 import threading
 import time
 from datetime import UTC, datetime
 
 import pytest
 
+from leaseguard.adapters.pauses import hold_jobs
 from sandbox.pgcluster import GUARD_PW_PASSWORD, GUARD_PW_ROLE
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.ansible_run import FIXED_FACTS, db_vars, run_playbook, write_inventory
-from tests.support.busy_intake import active, intake_job
+from tests.support.busy_intake import active, cron_conn, intake_job
+
+CRON_DB_VAR = "leaseguard_cron_database"
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,3 +123,28 @@ def test_shared_pg_cron_intake_and_each_hosts_pause_command_are_all_held(db, tmp
     lines = log.read_text().split()
     assert sorted(lines[:2]) == ["paused-app1", "paused-app2"], lines
     assert sorted(lines[2:]) == ["resumed-app1", "resumed-app2"], lines
+
+
+def test_resume_fails_on_a_mistyped_variable_naming_it_then_resumes_the_recorded_hold(db, tmp_path):
+    """resume.yml checks the leaseguard_* variables first, as deploy.yml and drain.yml do: a
+    mistyped leaseguard_cron_database failed on a database error that named no variable."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    with intake_job(db) as job, cron_conn(db) as conn:
+        hold_jobs(conn, [job], "drain pid 1 on here")
+        for typed, cron_database in (("leaseguard_cron_databse", False), (CRON_DB_VAR, True)):
+            inventory = write_inventory(
+                tmp_path / "inventory.yml", {"app1": local}, **db_vars(db), **{typed: "postgres"}
+            )
+            run = run_playbook("leaseguard.deploy.resume", inventory, tmp_path)
+            if not cron_database:
+                assert run.returncode == 2, run.stdout[-3000:]
+                refused = run.result("Check the leaseguard variables", "app1")
+                assert (
+                    "leaseguard_cron_databse (did you mean leaseguard_cron_database?)"
+                    in (refused["msg"])
+                )
+                assert not active(db, job)
+            else:
+                assert run.returncode == 0, run.stdout[-3000:]
+                assert run.result("Resume the recorded pg_cron jobs", "app1")["resumed"] == [job]
+                assert active(db, job)

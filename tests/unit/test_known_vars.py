@@ -105,3 +105,18 @@ def test_a_restart_named_by_a_replica_filter_is_named_with_what_to_do():
     said = check_vars.restart_missing(restart_of("docker", container="label=svc=worker"))
     assert said.startswith("leaseguard: restart method docker needs leaseguard_restart_container")
     assert "a filter or a glob names replicas, not what to restart" in said
+
+
+def test_every_secret_role_variable_and_module_option_is_no_log():
+    """A password or DSN is never logged: every role's argument spec says so (ansible-doc -t
+    role shows it), and every module's spec that takes one."""
+    for path in sorted((REPO / "roles").glob("*/meta/argument_specs.yml")):
+        for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
+            for name, option in (entry.get("options") or {}).items():
+                if "password" in name or name.endswith("_dsn"):
+                    assert option.get("no_log") is True, f"{path.parent.parent.name}: {name}"
+    for module in ("lease_guard", "intake_hold", "cron_budget", "task_timeout", "runtime_restart"):
+        spec = specs.module_spec(module)[0]
+        for name, option in spec.items():
+            if "password" in name or name == "dsn":
+                assert option.get("no_log") is True, f"{module}: {name}"
