@@ -327,6 +327,24 @@ def test_a_fabric_leaseguard_flag_variable_reads_true_and_false(app_host_pg, run
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+@pytest.mark.parametrize(
+    ("section", "nearest"),
+    [
+        ({"conection": {}}, "'connection'"),
+        ({"claimd_statuses": ["running"]}, "'claimed_statuses'"),
+        ({"drain": {"pol_s": 1}}, "'drain.poll_s'"),
+    ],
+)
+def test_a_misspelt_leaseguard_key_is_refused_naming_the_nearest(
+    fabric_yaml, app_host_pg, section, nearest
+):
+    config = fabric_yaml(section)
+    key = str(app_host_pg.client_key_path)
+    done = run_fab("-f", config, "-i", key, "-H", f"root@{app_host_pg.addr}", "guard")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"did you mean {nearest}?" in done.stderr, done.stderr
+
+
 # -- -j / --json, and a host that is down ----------------------------------------------------
 
 

@@ -62,6 +62,9 @@ def settings_from_config(config: Any) -> FabricSettings:
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
+    beside = {"connection", "drain", CRON_BUDGETS_SECTION}  # so a near miss names these too
+    keys = {key.partition(".")[0] for key in CONFIG_KEYS} | beside
+    values.reject_unknown(section, frozenset(keys), prefix="")
     connection = section.pop("connection", None) or {}
     if not isinstance(connection, dict):
         raise ConfigError("connection must be a mapping")
