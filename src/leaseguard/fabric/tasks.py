@@ -227,6 +227,8 @@ def drain(
     """
     from leaseguard.fabric.hosts import drain_hosts
 
+    if run is not None and not run.strip():  # `--run "$UNSET"`: never a drain without it
+        raise Exit("leaseguard: --run was given no command; nothing was paused", code=EXIT_USAGE)
     given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
     files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
     drain_hosts(c, {**given, **files, "pause_cron_jobs": pause_cron_job or None}, json_, run)
