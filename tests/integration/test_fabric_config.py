@@ -345,6 +345,30 @@ def test_a_misspelt_leaseguard_key_is_refused_naming_the_nearest(
     assert f"did you mean {nearest}?" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("in_yaml", [False, True])
+def test_a_false_variable_over_a_yaml_flag_never_accepts_unknown_host_keys(
+    app_host_pg, runs, tmp_path, in_yaml
+):
+    """Fabric casts a variable over a YAML boolean as "non-empty is true": `false` must still
+    read false (here the user's ~/.fabric.yaml, which the variable overrides)."""
+    section = {
+        "connection": {
+            "dsn": f"dbname={runs.name} user=postgres",
+            "known_hosts": "/dev/null",
+            "accept_unknown_host_keys": in_yaml,
+        },
+        **FIXED,
+    }
+    (tmp_path / ".fabric.yaml").write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = ("-i", str(app_host_pg.client_key_path), "-H", f"root@{app_host_pg.addr}", "guard")
+    variable = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
+    refused = run_fab(*argv, env={"HOME": str(tmp_path), variable: "false"})
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "host key is not in known_hosts" in refused.stdout
+    accepted = run_fab(*argv, env={"HOME": str(tmp_path), variable: "true"})
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
 # -- -j / --json, and a host that is down ----------------------------------------------------
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 CONNECTION_KEYS = frozenset(
     {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
 )
+ACCEPT_VARIABLE = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
 # DrainOptions' fields, named here so that loading the collection imports no psycopg.
 DRAIN_KEYS = frozenset(
     {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
@@ -77,6 +78,12 @@ def settings_from_config(config: Any) -> FabricSettings:
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
         connection["accept_unknown_host_keys"] = accept.lower() == "true"
+    # Over a YAML boolean Fabric reads any non-empty variable as true, "false" too: not here.
+    raw = os.environ.get(ACCEPT_VARIABLE, "").strip().lower()
+    if accept is True and raw not in ("", "true", "1"):
+        if raw != "false":
+            raise ConfigError(f"{ACCEPT_VARIABLE} must be true or false")
+        connection["accept_unknown_host_keys"] = False
 
     def text(key: str) -> str | None:
         return values.optional_text(connection, key, prefix="connection.")
