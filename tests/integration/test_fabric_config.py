@@ -369,6 +369,28 @@ def test_a_false_variable_over_a_yaml_flag_never_accepts_unknown_host_keys(
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+@pytest.mark.parametrize(
+    ("section", "env"),
+    [
+        ({"connection": "postgresql://u:hunter2@db/app"}, {}),
+        ({"drain": "hunter2"}, {}),
+        ({"claimed_statuses": ["running"]}, {"FABRIC_LEASEGUARD_CLAIMED_STATUSES": "hunter2"}),
+    ],
+    ids=["connection-a-string", "drain-a-string", "variable-over-a-list"],
+)
+def test_a_config_fabric_cannot_merge_is_a_usage_error_quoting_no_value(
+    app_host_pg, tmp_path, section, env
+):
+    config = tmp_path / "fabric.yaml"
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = ("-f", str(config), "-i", str(app_host_pg.client_key_path))
+    done = run_fab(*argv, "-H", f"root@{app_host_pg.addr}", "guard", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Fabric could not merge its config" in done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # -- -j / --json, and a host that is down ----------------------------------------------------
 
 

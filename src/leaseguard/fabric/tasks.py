@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
+from invoke.config import AmbiguousMergeError
 from invoke.context import Context
-from invoke.exceptions import Exit, ParseError
+from invoke.exceptions import Exit, ParseError, UncastableEnvVar
 
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.core import config_values as values
@@ -151,10 +152,21 @@ def settings_or_exit(c: Context) -> FabricSettings:
 
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+CONFIG_UNMERGED = (
+    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
+    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
+    "variable set over a list; fix fabric.yaml or the variable"
+)
 
 
 class FleetExecutor(Executor):  # type: ignore[misc]
     """Runs this module's tasks once with every -H host (Fabric: once per host, serially)."""
+
+    def execute(self, *tasks: Any) -> Any:
+        try:
+            return super().execute(*tasks)
+        except (AmbiguousMergeError, UncastableEnvVar):  # their text quotes values: secrets
+            raise Exit(CONFIG_UNMERGED, code=EXIT_USAGE) from None
 
     def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
         expanded: list[Any] = []
