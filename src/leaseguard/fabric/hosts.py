@@ -59,9 +59,11 @@ def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
 
 
 def exit_with_worst(statuses: list[int]) -> None:
-    """Usage, else failed, else defer, else a --run command's own status, else proceed."""
-    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED, EXIT_DEFER) if s in statuses), None)
-    worst = worst or next((s for s in statuses if s != EXIT_PROCEED), EXIT_PROCEED)
+    """Usage, else failed, else a --run command's own failing status (a command that ran and
+    failed is never reported as "defer: nothing done"), else defer, else proceed."""
+    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s not in (EXIT_PROCEED, EXIT_DEFER)), None)
+    worst = worst or (EXIT_DEFER if EXIT_DEFER in statuses else EXIT_PROCEED)
     if worst != EXIT_PROCEED:
         raise Exit(code=worst)
 
