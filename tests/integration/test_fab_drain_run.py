@@ -79,3 +79,36 @@ def test_a_failing_command_is_named_its_status_returned_and_intake_given_back(
     assert "] migrating" in done.stderr
     assert "command failed: " in done.stderr and "exited 3" in done.stderr
     assert active(runs, intake_job)
+
+
+def test_a_command_killed_by_a_signal_fails_with_1_not_255(fab, runs, intake_job, backend):
+    """A command ended by a signal has no exit status (paramiko: -1): failed, exit 1."""
+    done = fab(
+        "drain",
+        "--poll-s",
+        "0.2",
+        "--pause-cron-job",
+        intake_job,
+        "--run",
+        "kill -9 $$",
+        drain={"cron_database": "postgres"},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "ended without an exit status" in done.stderr
+    assert active(runs, intake_job)
+
+
+def test_an_empty_command_is_a_usage_error_and_nothing_is_paused(fab, runs, intake_job):
+    """`--run "$UNSET"`: never a drain reported done without the command it was given for."""
+    done = fab("drain", "--pause-cron-job", intake_job, "--run", " ")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "--run was given no command" in done.stderr
+    assert "intake paused" not in done.stderr
+    assert active(runs, intake_job)
+
+
+def test_without_intake_the_command_is_not_said_to_run_with_intake_held(fab, runs, backend):
+    done = fab("drain", "--poll-s", "0.2", "--run", "true")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intake NOT held: running the command" in done.stderr
+    assert "intake held: running" not in done.stderr

@@ -243,6 +243,41 @@ def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on
     assert decisions == {busy.addr: "defer", idle.addr: "proceed"}
 
 
+def test_a_command_that_failed_on_one_host_is_not_reported_as_a_defer_of_another(
+    app_host_factory, tmp_path
+):
+    """`fab drain --run`, each host on its own: the idle host drains and its command exits 3,
+    the busy host defers. Exit 75 ("nothing done, try later") hid the failed command."""
+    busy, idle = app_host_factory("cmd1", pg=True), app_host_factory("cmd2", pg=True)
+    for host, live in ((busy, True), (idle, False)):
+        with host.pg.connect(socket=True) as conn:
+            create_runs_table(conn)
+            if live:
+                conn.execute(
+                    "INSERT INTO execution_runs (id, status, claimed_at) "
+                    "VALUES (1, 'running', now())"
+                )
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(busy.known_hosts_path.read_text() + idle.known_hosts_path.read_text())
+    config = tmp_path / "fabric.yaml"
+    section = {
+        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
+        "task_timeout": {"source": "fixed", "value_s": 3600},
+        "runtime": {"source": "none"},
+    }
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = [sys.executable, "-m", "fabric", "-f", str(config)]
+    argv += ["-i", str(busy.client_key_path), "-i", str(idle.client_key_path)]
+    argv += ["-H", f"root@{busy.addr},root@{idle.addr}", "drain", "--deadline-s", "1"]
+    argv += ["--poll-s", "0.2", "--run", "exit 3"]
+    done = subprocess.run(
+        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 3, done.stdout + done.stderr[-3000:]
+    assert f"command failed: {idle.addr} exited 3" in done.stderr
+    assert "decision=defer" in done.stdout
+
+
 def test_a_pg_cron_drain_over_hosts_with_their_own_databases_refuses_instead_of_judging_one(
     app_host_factory, tmp_path
 ):

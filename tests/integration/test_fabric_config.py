@@ -327,6 +327,70 @@ def test_a_fabric_leaseguard_flag_variable_reads_true_and_false(app_host_pg, run
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
 
 
+@pytest.mark.parametrize(
+    ("section", "nearest"),
+    [
+        ({"conection": {}}, "'connection'"),
+        ({"claimd_statuses": ["running"]}, "'claimed_statuses'"),
+        ({"drain": {"pol_s": 1}}, "'drain.poll_s'"),
+    ],
+)
+def test_a_misspelt_leaseguard_key_is_refused_naming_the_nearest(
+    fabric_yaml, app_host_pg, section, nearest
+):
+    config = fabric_yaml(section)
+    key = str(app_host_pg.client_key_path)
+    done = run_fab("-f", config, "-i", key, "-H", f"root@{app_host_pg.addr}", "guard")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"did you mean {nearest}?" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("in_yaml", [False, True])
+def test_a_false_variable_over_a_yaml_flag_never_accepts_unknown_host_keys(
+    app_host_pg, runs, tmp_path, in_yaml
+):
+    """Fabric casts a variable over a YAML boolean as "non-empty is true": `false` must still
+    read false (here the user's ~/.fabric.yaml, which the variable overrides)."""
+    section = {
+        "connection": {
+            "dsn": f"dbname={runs.name} user=postgres",
+            "known_hosts": "/dev/null",
+            "accept_unknown_host_keys": in_yaml,
+        },
+        **FIXED,
+    }
+    (tmp_path / ".fabric.yaml").write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = ("-i", str(app_host_pg.client_key_path), "-H", f"root@{app_host_pg.addr}", "guard")
+    variable = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
+    refused = run_fab(*argv, env={"HOME": str(tmp_path), variable: "false"})
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "host key is not in known_hosts" in refused.stdout
+    accepted = run_fab(*argv, env={"HOME": str(tmp_path), variable: "true"})
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+
+
+@pytest.mark.parametrize(
+    ("section", "env"),
+    [
+        ({"connection": "postgresql://u:hunter2@db/app"}, {}),
+        ({"drain": "hunter2"}, {}),
+        ({"claimed_statuses": ["running"]}, {"FABRIC_LEASEGUARD_CLAIMED_STATUSES": "hunter2"}),
+    ],
+    ids=["connection-a-string", "drain-a-string", "variable-over-a-list"],
+)
+def test_a_config_fabric_cannot_merge_is_a_usage_error_quoting_no_value(
+    app_host_pg, tmp_path, section, env
+):
+    config = tmp_path / "fabric.yaml"
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    argv = ("-f", str(config), "-i", str(app_host_pg.client_key_path))
+    done = run_fab(*argv, "-H", f"root@{app_host_pg.addr}", "guard", env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Fabric could not merge its config" in done.stderr
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+
+
 # -- -j / --json, and a host that is down ----------------------------------------------------
 
 

@@ -3,6 +3,7 @@ misspelt or mistyped key never becomes a traceback or a default."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import zoneinfo
 from collections.abc import Callable, Mapping
@@ -30,7 +31,9 @@ def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: st
     """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
     unknown = sorted(str(k) for k in data if k not in known)
     if unknown:
-        raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}")
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
+        raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}{hint}")
 
 
 def _given(data: Mapping[str, Any], key: str, default: Any) -> Any:

@@ -59,9 +59,11 @@ def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
 
 
 def exit_with_worst(statuses: list[int]) -> None:
-    """Usage, else failed, else defer, else a --run command's own status, else proceed."""
-    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED, EXIT_DEFER) if s in statuses), None)
-    worst = worst or next((s for s in statuses if s != EXIT_PROCEED), EXIT_PROCEED)
+    """Usage, else failed, else a --run command's own failing status (a command that ran and
+    failed is never reported as "defer: nothing done"), else defer, else proceed."""
+    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s not in (EXIT_PROCEED, EXIT_DEFER)), None)
+    worst = worst or (EXIT_DEFER if EXIT_DEFER in statuses else EXIT_PROCEED)
     if worst != EXIT_PROCEED:
         raise Exit(code=worst)
 
@@ -355,13 +357,19 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
 
     def act(result: DrainResult) -> ActionOutcome:
         hosts = sorted(runners)
-        say(f"intake held: running the command on {', '.join(hosts)}")
+        held = "intake held" if result.intake is not None else "intake NOT held"
+        say(f"{held}: running the command on {', '.join(hosts)}")
         ran = for_each_host([runners[h] for h in hosts], run)
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
             return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
-        named = ", ".join(f"{host} exited {status}" for host, status in failed.items())
-        return ActionOutcome(next(iter(failed.values())), f"command failed: {named}")
+        # No exit status (-1: the command was killed by a signal, or its channel closed): failed.
+        named = ", ".join(
+            f"{host} exited {status}" if status >= 0 else f"{host} ended without an exit status"
+            for host, status in failed.items()
+        )
+        first = next(iter(failed.values()))
+        return ActionOutcome(first if first > 0 else EXIT_FAILED, f"command failed: {named}")
 
     return act
 

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
+from invoke.config import AmbiguousMergeError
 from invoke.context import Context
-from invoke.exceptions import Exit, ParseError
+from invoke.exceptions import Exit, ParseError, UncastableEnvVar
 
 from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
 from leaseguard.core import config_values as values
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 CONNECTION_KEYS = frozenset(
     {"dsn", "db_host", "db_port", "known_hosts", "accept_unknown_host_keys", "gateway"}
 )
+ACCEPT_VARIABLE = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
 # DrainOptions' fields, named here so that loading the collection imports no psycopg.
 DRAIN_KEYS = frozenset(
     {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
@@ -62,6 +64,9 @@ def settings_from_config(config: Any) -> FabricSettings:
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
+    beside = {"connection", "drain", CRON_BUDGETS_SECTION}  # so a near miss names these too
+    keys = {key.partition(".")[0] for key in CONFIG_KEYS} | beside
+    values.reject_unknown(section, frozenset(keys), prefix="")
     connection = section.pop("connection", None) or {}
     if not isinstance(connection, dict):
         raise ConfigError("connection must be a mapping")
@@ -74,6 +79,12 @@ def settings_from_config(config: Any) -> FabricSettings:
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
         connection["accept_unknown_host_keys"] = accept.lower() == "true"
+    # Over a YAML boolean Fabric reads any non-empty variable as true, "false" too: not here.
+    raw = os.environ.get(ACCEPT_VARIABLE, "").strip().lower()
+    if accept is True and raw not in ("", "true", "1"):
+        if raw != "false":
+            raise ConfigError(f"{ACCEPT_VARIABLE} must be true or false")
+        connection["accept_unknown_host_keys"] = False
 
     def text(key: str) -> str | None:
         return values.optional_text(connection, key, prefix="connection.")
@@ -141,10 +152,21 @@ def settings_or_exit(c: Context) -> FabricSettings:
 
 
 FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+CONFIG_UNMERGED = (
+    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
+    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
+    "variable set over a list; fix fabric.yaml or the variable"
+)
 
 
 class FleetExecutor(Executor):  # type: ignore[misc]
     """Runs this module's tasks once with every -H host (Fabric: once per host, serially)."""
+
+    def execute(self, *tasks: Any) -> Any:
+        try:
+            return super().execute(*tasks)
+        except (AmbiguousMergeError, UncastableEnvVar):  # their text quotes values: secrets
+            raise Exit(CONFIG_UNMERGED, code=EXIT_USAGE) from None
 
     def expand_calls(self, calls: list[Any], apply_hosts: bool = True) -> list[Any]:
         expanded: list[Any] = []
@@ -224,6 +246,8 @@ def drain(
     """
     from leaseguard.fabric.hosts import drain_hosts
 
+    if run is not None and not run.strip():  # `--run "$UNSET"`: never a drain without it
+        raise Exit("leaseguard: --run was given no command; nothing was paused", code=EXIT_USAGE)
     given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
     files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
     drain_hosts(c, {**given, **files, "pause_cron_jobs": pause_cron_job or None}, json_, run)
