@@ -299,12 +299,19 @@ def leftover_warnings(
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
-    return [
-        f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
-        f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
-        for r in records
-        if (exclude_by is None or r.by != exclude_by) and not (r.token and r.token in own)
-    ]
+    warnings, here = [], socket.gethostname()
+    for r in records:
+        if (exclude_by is not None and r.by == exclude_by) or (r.token and r.token in own):
+            continue
+        if (why := r.holder_alive()) and r.host == here:
+            continue  # held by a run still going on this machine: not left over
+        hint = f"`leaseguard resume --force` or `fab resume --force` ({why})" if why else ""
+        warnings.append(
+            f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
+            f"{r.action}) and not given back yet; if that run is gone, give it back with "
+            f"{hint or RESUME_HINT}"
+        )
+    return warnings
 
 
 def scan_leftovers(
