@@ -651,3 +651,34 @@ def test_the_resume_playbook_keeps_a_hold_a_running_playbook_took(db, intake, tm
     assert "is still running" in resumed["warnings"][0]
     assert run.result("release", "ctl")["resumed"] == [intake]
     assert active(db, intake)
+
+
+def test_resume_never_switches_on_a_job_re_created_under_the_held_name(db, intake):
+    """The held job deleted, a job of the same name created switched off (an operator's):
+    the record was of the deleted job, so resume deletes it and leaves the new one off."""
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+        conn.execute("SELECT cron.unschedule(%s)", (intake,))
+        conn.execute(
+            "SELECT cron.alter_job(cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s),"
+            " active := false)",
+            (intake, db.name),
+        )
+    done = resume_as_owner(db)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"job={intake} state=replaced" in done.stdout
+    assert not active(db, intake)
+    assert "recorded=0" in resume_as_owner(db).stdout
+
+
+def test_a_release_never_switches_on_a_job_re_created_under_the_held_name(db, intake):
+    with cron_conn(db) as conn:
+        hold = hold_jobs(conn, [intake], "drain pid 1 on here")
+        conn.execute("SELECT cron.unschedule(%s)", (intake,))
+        conn.execute(
+            "SELECT cron.alter_job(cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s),"
+            " active := false)",
+            (intake, db.name),
+        )
+        assert release_hold(conn, hold).resumed == ()
+    assert not active(db, intake)

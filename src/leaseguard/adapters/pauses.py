@@ -68,6 +68,7 @@ class PauseRecord:
     pid: int = 0  # the holding process (0: not recorded), its start and machine
     started: int = 0
     host: str = ""
+    jobid: int = 0  # the held job's (0: not recorded): a job re-created since is not it
 
     def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "token"}
@@ -176,7 +177,8 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            record = PauseRecord(change.job, stamp, by, action, token, *alive)
+            jobid = int(change.jobid or 0)
+            record = PauseRecord(change.job, stamp, by, action, token, *alive, jobid=jobid)
             payload = json.dumps(asdict(record))
             conn.execute(
                 "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
@@ -203,6 +205,8 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
         step.doing = "deleting this hold's records"
         _forget(conn, [_record_name(job, hold.token) for job in hold.jobs])
         changes = cron.plan_changes(conn, {job: True for job in hold.jobs if job not in others})
+        if hold.jobids:  # a job re-created under a held name since is not the one held
+            changes = [c for c in changes if not c.exists or c.jobid in hold.jobids]
         cron.apply_changes(conn, step, changes)
     return Release(
         resumed=tuple(c.job for c in changes if c.changed),
@@ -236,7 +240,15 @@ def resume_recorded(
         _forget(conn, [_record_name(r.job, r.token) for r in records])
         held = {r.job for r, _ in kept}
         free = sorted({r.job for r in records} - held)
-        changes = cron.plan_changes(conn, dict.fromkeys(free, True))
+        # A job deleted and re-created under the held name since is not the one held: untouched.
+        ids: dict[str, set[int]] = {}
+        for r in records:
+            ids.setdefault(r.job, set()).update({r.jobid} if r.jobid else ())
+        changes = [
+            c
+            for c in cron.plan_changes(conn, dict.fromkeys(free, True))
+            if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
+        ]
         cron.apply_changes(conn, step, changes)
     return records, cron.ActivePlan(tuple(changes)), kept
 
@@ -363,6 +375,14 @@ def _parse(name: str, command: str) -> PauseRecord:
         data = json.loads(command.partition(_MARKER)[2])
         by, action = str(data["by"]), str(data.get("action", "drain"))
         holder = int(data.get("pid", 0)), int(data.get("started", 0)), str(data.get("host", ""))
-        return PauseRecord(str(data["job"]), str(data["paused_at"]), by, action, token, *holder)
+        return PauseRecord(
+            str(data["job"]),
+            str(data["paused_at"]),
+            by,
+            action,
+            token,
+            *holder,
+            jobid=int(data.get("jobid", 0)),
+        )
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)

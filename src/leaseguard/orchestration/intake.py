@@ -355,6 +355,9 @@ def resume_pauses(
         "already_active": [job.job for job in seen if job.exists and not job.changed],
         "missing": plan.missing if plan else [],
         "kept": [{**record.as_dict(), "reason": why} for record, why in kept],
+        "replaced": sorted(  # deleted and re-created since the hold: left as it is
+            {r.job for r in records} - {j.job for j in seen} - {r.job for r, _ in kept}
+        ),
     }
 
 
@@ -367,7 +370,7 @@ def resume_lines(outcome: dict[str, Any]) -> str:
     lines = []
     for record in outcome["records"]:
         job = record["job"]
-        states = ("resumed", "already_active", "missing")
+        states = ("resumed", "already_active", "missing", "replaced")
         state = next((k for k in states if job in outcome[k]), "still_held")
         lines.append(
             f"{stamp} leaseguard resume job={job} state={state} "
