@@ -682,3 +682,29 @@ def test_a_release_never_switches_on_a_job_re_created_under_the_held_name(db, in
         )
         assert release_hold(conn, hold).resumed == ()
     assert not active(db, intake)
+
+
+def test_resume_as_a_role_that_cannot_see_the_hold_says_so(db, intake):
+    """pg_cron shows each role only its own jobs: a role owning other jobs sees no record of
+    the hold, and must not report that nothing is left paused."""
+    with cron_conn(db) as conn:
+        conn.execute("DROP ROLE IF EXISTS other_owner")
+        conn.execute("CREATE ROLE other_owner LOGIN")
+        conn.execute("GRANT USAGE ON SCHEMA cron TO other_owner")
+        conn.execute("SET ROLE other_owner")
+        conn.execute("SELECT cron.schedule('others_job', '0 0 1 1 *', 'SELECT 1')")
+        conn.execute("RESET ROLE")
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+    try:
+        blind = leaseguard(
+            db, "resume", "--cron-database", "postgres", "--cron-user", "other_owner"
+        )
+        assert blind.returncode == 0, blind.stdout + blind.stderr
+        assert "recorded=0" in blind.stdout
+        assert "role other_owner" in blind.stdout and "--cron-user" in blind.stdout
+        assert not active(db, intake)
+    finally:
+        with cron_conn(db) as conn:
+            conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = 'others_job'")
+            conn.execute("DROP OWNED BY other_owner")
+            conn.execute("DROP ROLE other_owner")

@@ -336,6 +336,7 @@ def resume_pauses(
         if check_mode:
             return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
         records, plan, kept = resume_recorded(conn, jobs, force=force)
+        where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
         if not records and not kept:
             with cron_transaction(
                 conn, read_only=True, privilege_hint="connect as the jobs' owner"
@@ -355,6 +356,7 @@ def resume_pauses(
         "already_active": [job.job for job in seen if job.exists and not job.changed],
         "missing": plan.missing if plan else [],
         "kept": [{**record.as_dict(), "reason": why} for record, why in kept],
+        **where,
         "replaced": sorted(  # deleted and re-created since the hold: left as it is
             {r.job for r in records} - {j.job for j in seen} - {r.job for r, _ in kept}
         ),
@@ -366,7 +368,11 @@ def resume_lines(outcome: dict[str, Any]) -> str:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     kept = outcome.get("kept", [])
     if not outcome["records"] and not kept:
-        return f"{stamp} leaseguard resume recorded=0 (no drain left intake paused)"
+        return (
+            f"{stamp} leaseguard resume recorded=0 (no hold recorded that role "
+            f"{outcome.get('role')} can see in database {outcome.get('database')}; pg_cron shows "
+            "each role only its own jobs: run as the intake jobs' owner, --cron-user)"
+        )
     lines = []
     for record in outcome["records"]:
         job = record["job"]
