@@ -17,7 +17,7 @@ _HOME = {
     # budgets (cron_budget)
     "task_budgets": "leaseguard.core.budgets.config",
     "converge_jobs": "leaseguard.adapters.budgets",
-    "resume_pauses": "leaseguard.adapters.pauses",
+    "resume_pauses": "leaseguard.orchestration.intake",
     # intake holds (intake_hold)
     "intake_hold": "leaseguard.orchestration.intake",
     "verify_holds": "leaseguard.orchestration.intake",

@@ -452,3 +452,33 @@ def test_a_mistyped_task_or_flag_names_the_nearest_one(args, hint):
     done = run_fab("-H", "app1", *args, timeout=60)
     assert done.returncode == 2, done.stderr
     assert hint in done.stderr
+
+
+def test_fab_resume_keeps_a_running_holders_hold_until_forced(fab, runs, app_host_pg):
+    """`fab resume` keeps a hold whose holder still runs (this test process), exit 75 naming
+    it; `fab resume --force` gives it back."""
+    import os
+
+    from leaseguard.adapters.pauses import hold_jobs
+
+    name = f"claim_{runs.name}"
+    with app_host_pg.pg.connect(socket=True) as conn:
+        conn.execute(
+            "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)", (name, runs.name)
+        )
+        hold_jobs(conn, [name], "fab drain pid here", "deploy", os.getpid())
+
+    def active():
+        with app_host_pg.pg.connect(socket=True) as conn:
+            row = conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (name,))
+            return row.fetchone()[0]
+
+    drain = {"cron_database": "postgres"}
+    kept = fab("resume", drain=drain)
+    assert kept.returncode == 75, kept.stdout + kept.stderr
+    assert f"job={name} state=kept" in kept.stdout and "is still running" in kept.stdout
+    assert active() is False
+    forced = fab("resume", "--force", drain=drain)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert f"job={name} state=resumed" in forced.stdout
+    assert active() is True

@@ -242,8 +242,8 @@ def test_a_leftover_hold_names_its_holder_and_action_and_resume_gives_it_back(db
             "still paused: paused at" in w and "by fab drain pid 42 on ctl" in w for w in warnings
         )
         assert any("(for: restart app1)" in w for w in warnings)
-        records, plan = resume_recorded(conn, [intake])
-        assert len(records) == 2 and plan is not None and plan.resumed == [intake]
+        records, plan, kept = resume_recorded(conn, [intake])
+        assert len(records) == 2 and plan is not None and plan.resumed == [intake] and not kept
         assert [w for w in leftover_warnings(conn) if intake in w] == []
     assert active(db, intake)
 
@@ -511,3 +511,200 @@ def test_a_leftover_hold_is_named_and_resumed_only_as_the_jobs_owner(db, intake)
     assert resumed.returncode == 0, resumed.stderr
     assert f"job={intake} state=resumed" in resumed.stdout
     assert active(db, intake)
+
+
+# --- `leaseguard resume` and a holder that still runs ------------------------------------------
+
+
+def resume_as_owner(db, *extra: str) -> subprocess.CompletedProcess[str]:
+    return leaseguard(
+        db, "resume", "--cron-database", "postgres", "--cron-user", "postgres", *extra
+    )
+
+
+def test_resume_keeps_a_running_drains_hold_and_gives_back_a_killed_ones(db, intake, tmp_path):
+    """A drain still running its command is in its hold window: resume leaves its hold (the job
+    stays paused, named, exit 75) unless --force; once the drain is SIGKILLed, resume gives it
+    back."""
+    go = tmp_path / "go"
+    until_go = f"until [ -e {go} ]; do sleep 0.05; done"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go)
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("intake held: running command sh")
+        kept = resume_as_owner(db)
+        assert kept.returncode == 75, kept.stdout + kept.stderr
+        assert f"job={intake} state=kept" in kept.stdout
+        assert f"its holder (pid {drain.pid}) is still running" in kept.stdout
+        assert not active(db, intake)
+        again = resume_as_owner(db, "--json")
+        assert again.returncode == 75 and json.loads(again.stdout)["kept"][0]["job"] == intake
+        assert not active(db, intake)
+        drain.kill()
+        drain.wait(timeout=30)
+        given_back = resume_as_owner(db)
+        assert given_back.returncode == 0, given_back.stdout + given_back.stderr
+        assert f"job={intake} state=resumed" in given_back.stdout
+        assert active(db, intake)
+        assert "recorded=0" in resume_as_owner(db).stdout
+        go.touch()
+
+
+def test_resume_force_gives_back_a_running_drains_hold(db, intake, tmp_path):
+    go = tmp_path / "go"
+    until_go = f"until [ -e {go} ]; do sleep 0.05; done"
+    argv = drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go)
+    with started(argv) as (drain, lines):
+        assert lines.wait_for("intake held: running command sh")
+        forced = resume_as_owner(db, "--force")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        assert f"job={intake} state=resumed" in forced.stdout
+        assert "resume --force: giving back" in forced.stderr
+        assert active(db, intake)
+        go.touch()
+        drain.wait(timeout=60)
+
+
+def test_resume_keeps_the_job_paused_while_one_of_two_holders_still_runs(db, intake):
+    """Counted: a dead holder's record goes, the live one's keeps the job paused."""
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+        live = hold_jobs(conn, [intake], "this test", "deploy", os.getpid())
+    kept = resume_as_owner(db)
+    assert kept.returncode == 75, kept.stdout + kept.stderr
+    assert f"job={intake} state=still_held paused_at=" in kept.stdout
+    assert f"job={intake} state=kept" in kept.stdout
+    assert not active(db, intake)
+    with cron_conn(db) as conn:
+        assert [r.by for r in leftover_warnings_records(conn, intake)] == ["this test"]
+        assert release_hold(conn, live).resumed == (intake,)
+    assert active(db, intake)
+
+
+def test_resume_keeps_a_hold_taken_on_another_machine(db, intake):
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain", "deploy", os.getpid())
+        conn.execute(
+            "UPDATE cron.job SET command = replace(command, %s, %s) WHERE jobname LIKE %s",
+            (f'"host": "{os.uname().nodename}"', '"host": "elsewhere"', f"%{intake}@%"),
+        )
+    kept = resume_as_owner(db)
+    assert kept.returncode == 75 and "its holder runs on elsewhere" in kept.stdout
+    assert not active(db, intake)
+    assert resume_as_owner(db, "--force").returncode == 0
+    assert active(db, intake)
+
+
+def leftover_warnings_records(conn, job):
+    from leaseguard.adapters.pauses import read_records
+
+    return [r for r in read_records(conn) if r.job == job]
+
+
+@pytest.mark.slow
+def test_the_resume_playbook_keeps_a_hold_a_running_playbook_took(db, intake, tmp_path):
+    """intake_hold's hold lasts while its ansible-playbook runs (not the task's worker): the
+    resume module, a later task of it, keeps the hold; the release gives the job back."""
+    import yaml
+
+    from sandbox.pgcluster import SUPERUSER
+    from tests.support.ansible_run import run_playbook, write_inventory
+
+    connection = {
+        "db_host": db.cluster.host,
+        "db_port": db.cluster.port,
+        "db_name": db.name,
+        "db_user": SUPERUSER,
+        "tunnel": False,
+        "cron_database": "postgres",
+    }
+    hold = {"state": "held", "pause_cron_jobs": [intake], **connection}
+    tasks = [
+        {"name": "hold", "leaseguard.deploy.intake_hold": hold, "register": "held"},
+        {
+            "name": "resume",
+            "leaseguard.deploy.cron_budget": {
+                "resume_recorded": True,
+                **{k: v for k, v in connection.items() if k != "tunnel"},
+                "tunnel": False,
+            },
+        },
+        {
+            "name": "release",
+            "leaseguard.deploy.intake_hold": {
+                "state": "released",
+                "hold": "{{ held.hold }}",
+                **connection,
+                "pause_cron_jobs": [intake],
+            },
+        },
+    ]
+    play = [{"hosts": "app", "gather_facts": False, "tasks": tasks}]
+    path = tmp_path / "play.yml"
+    path.write_text(yaml.safe_dump(play, sort_keys=False))
+    inventory = write_inventory(
+        tmp_path / "inventory.yml", {"ctl": {"ansible_connection": "local"}}
+    )
+    run = run_playbook(path, inventory, tmp_path, env={"LEASEGUARD_DSN": ""})
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    resumed = run.result("resume", "ctl")
+    assert resumed["resumed"] == [] and [k["job"] for k in resumed["kept"]] == [intake]
+    assert "is still running" in resumed["warnings"][0]
+    assert run.result("release", "ctl")["resumed"] == [intake]
+    assert active(db, intake)
+
+
+def test_resume_never_switches_on_a_job_re_created_under_the_held_name(db, intake):
+    """The held job deleted, a job of the same name created switched off (an operator's):
+    the record was of the deleted job, so resume deletes it and leaves the new one off."""
+    with cron_conn(db) as conn:
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+        conn.execute("SELECT cron.unschedule(%s)", (intake,))
+        conn.execute(
+            "SELECT cron.alter_job(cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s),"
+            " active := false)",
+            (intake, db.name),
+        )
+    done = resume_as_owner(db)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"job={intake} state=replaced" in done.stdout
+    assert not active(db, intake)
+    assert "recorded=0" in resume_as_owner(db).stdout
+
+
+def test_a_release_never_switches_on_a_job_re_created_under_the_held_name(db, intake):
+    with cron_conn(db) as conn:
+        hold = hold_jobs(conn, [intake], "drain pid 1 on here")
+        conn.execute("SELECT cron.unschedule(%s)", (intake,))
+        conn.execute(
+            "SELECT cron.alter_job(cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s),"
+            " active := false)",
+            (intake, db.name),
+        )
+        assert release_hold(conn, hold).resumed == ()
+    assert not active(db, intake)
+
+
+def test_resume_as_a_role_that_cannot_see_the_hold_says_so(db, intake):
+    """pg_cron shows each role only its own jobs: a role owning other jobs sees no record of
+    the hold, and must not report that nothing is left paused."""
+    with cron_conn(db) as conn:
+        conn.execute("DROP ROLE IF EXISTS other_owner")
+        conn.execute("CREATE ROLE other_owner LOGIN")
+        conn.execute("GRANT USAGE ON SCHEMA cron TO other_owner")
+        conn.execute("SET ROLE other_owner")
+        conn.execute("SELECT cron.schedule('others_job', '0 0 1 1 *', 'SELECT 1')")
+        conn.execute("RESET ROLE")
+        hold_jobs(conn, [intake], "fab drain pid 42 on ctl", "restart app1")  # then SIGKILL
+    try:
+        blind = leaseguard(
+            db, "resume", "--cron-database", "postgres", "--cron-user", "other_owner"
+        )
+        assert blind.returncode == 0, blind.stdout + blind.stderr
+        assert "recorded=0" in blind.stdout
+        assert "role other_owner" in blind.stdout and "--cron-user" in blind.stdout
+        assert not active(db, intake)
+    finally:
+        with cron_conn(db) as conn:
+            conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = 'others_job'")
+            conn.execute("DROP OWNED BY other_owner")
+            conn.execute("DROP ROLE other_owner")

@@ -191,3 +191,36 @@ def test_cron_budget_active_never_switches_on_a_job_a_drain_holds_while_it_reads
 
 def _active(conn, job):
     return conn.execute("SELECT active FROM cron.job WHERE jobname = %s", (job,)).fetchone()[0]
+
+
+def test_a_running_holders_hold_is_no_leftover_a_dead_or_remote_ones_is(pg_cluster, cron_job):
+    """Every check names holds left behind; a hold whose holder still runs here is not one
+    (to give it back would resume intake under its action); one from another machine cannot
+    be checked: named, with the --force that a plain resume would need."""
+    import os
+    import subprocess
+    import sys
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    with pg_cluster.connect("postgres") as conn:
+        live = hold_jobs(conn, [cron_job], "fab drain pid live on here", "restart", os.getpid())
+        assert [w for w in leftover_warnings(conn) if cron_job in w] == []
+        dead = hold_jobs(conn, [cron_job], "fab drain pid gone", "deploy", int(gone.stdout))
+        warnings = [w for w in leftover_warnings(conn) if cron_job in w]
+        assert len(warnings) == 1 and "by fab drain pid gone (for: deploy)" in warnings[0]
+        assert "`leaseguard resume --cron-database <db>`" in warnings[0]
+        conn.execute(
+            'UPDATE cron.job SET command = replace(command, %s, \'"host": "elsewhere"\') '
+            "WHERE jobname = %s",
+            (f'"host": "{os.uname().nodename}"', f"{RECORD_PREFIX}{cron_job}@{live.token}"),
+        )
+        remote = [w for w in leftover_warnings(conn) if "pid live" in w]
+        assert len(remote) == 1 and "`leaseguard resume --force`" in remote[0]
+        assert "its holder runs on elsewhere" in remote[0]
+        release_hold(conn, dead)
+        release_hold(conn, live)

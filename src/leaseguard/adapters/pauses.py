@@ -12,13 +12,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import psycopg
 
 from leaseguard.adapters import cron
-from leaseguard.adapters.db import connect, read_transaction
+from leaseguard.adapters.db import read_transaction
 from leaseguard.core.errors import DatabaseError
 
 log = logging.getLogger("leaseguard.pauses")
@@ -65,9 +65,30 @@ class PauseRecord:
     by: str
     action: str = "drain"
     token: str = ""
+    pid: int = 0  # the holding process (0: not recorded), its start and machine
+    started: int = 0
+    host: str = ""
+    jobid: int = 0  # the held job's (0: not recorded): a job re-created since is not it
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k != "token"}
+
+    def holder_alive(self) -> str | None:
+        """Why this hold must be kept (its holder runs, or cannot be checked); None: gone."""
+        if not self.pid:
+            return None  # recorded without a holder: nothing to check
+        if self.host != socket.gethostname():
+            return f"its holder runs on {self.host or 'another machine'}, which cannot be checked"
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:  # alive, another user's
+            pass
+        now = _start_ticks(self.pid)
+        if now is not None and self.started and now != self.started:
+            return None  # the pid was reused
+        return f"its holder (pid {self.pid}) is still running"
 
 
 @dataclass(frozen=True)
@@ -109,16 +130,22 @@ class Release(NamedTuple):
     still_held: dict[str, tuple[str, ...]]
 
 
-def drain_identity(front: str) -> str:
-    """Who holds: the front, this process and this machine (no secret)."""
-    return f"{front} pid {os.getpid()} on {socket.gethostname()}"
+def drain_identity(front: str, pid: int | None = None) -> str:
+    """Who holds: the front, this process (or `pid`) and this machine (no secret)."""
+    return f"{front} pid {pid or os.getpid()} on {socket.gethostname()}"
 
 
 def hold_jobs(
-    conn: psycopg.Connection[Any], names: Sequence[str], by: str, action: str = "drain"
+    conn: psycopg.Connection[Any],
+    names: Sequence[str],
+    by: str,
+    action: str = "drain",
+    holder: int | None = None,
 ) -> Hold:
-    """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`)."""
+    """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`).
+    `holder`: the pid whose life the hold lasts (recorded with its start: resume keeps it)."""
     token = secrets.token_hex(6)
+    alive = (holder, _start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
     with _holds_transaction(conn) as step:
         changes = cron.plan_changes(conn, dict.fromkeys(names, False))
         if missing := [c.job for c in changes if not c.exists]:
@@ -150,7 +177,8 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            record = PauseRecord(change.job, stamp, by, action, token)
+            jobid = int(change.jobid or 0)
+            record = PauseRecord(change.job, stamp, by, action, token, *alive, jobid=jobid)
             payload = json.dumps(asdict(record))
             conn.execute(
                 "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
@@ -177,6 +205,8 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
         step.doing = "deleting this hold's records"
         _forget(conn, [_record_name(job, hold.token) for job in hold.jobs])
         changes = cron.plan_changes(conn, {job: True for job in hold.jobs if job not in others})
+        if hold.jobids:  # a job re-created under a held name since is not the one held
+            changes = [c for c in changes if not c.exists or c.jobid in hold.jobids]
         cron.apply_changes(conn, step, changes)
     return Release(
         resumed=tuple(c.job for c in changes if c.changed),
@@ -185,18 +215,42 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 
 
 def resume_recorded(
-    conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None
-) -> tuple[list[PauseRecord], cron.ActivePlan | None]:
-    """Give back every recorded hold (on `jobs` if given): the operator's command for lost runs."""
+    conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None, *, force: bool = False
+) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
+    """Give back every recorded hold (on `jobs` if given) whose holder is gone: the operator's
+    command for lost runs. A live or unverifiable holder's is kept (and its job paused) unless
+    `force`; the third item names the kept ones and why."""
     with _holds_transaction(conn) as step:
-        records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
+        records, kept = [], []
+        for record in read_records(conn):
+            if jobs is not None and record.job not in jobs:
+                continue
+            why = record.holder_alive()
+            if why and force:
+                log.warning(
+                    "resume --force: giving back %s's hold on %s (%s)", record.by, record.job, why
+                )
+            elif why:
+                kept.append((record, why))
+                continue
+            records.append(record)
         if not records:
-            return [], None
+            return [], None, kept
         step.doing = "deleting the hold records"
         _forget(conn, [_record_name(r.job, r.token) for r in records])
-        changes = cron.plan_changes(conn, dict.fromkeys(sorted({r.job for r in records}), True))
+        held = {r.job for r, _ in kept}
+        free = sorted({r.job for r in records} - held)
+        # A job deleted and re-created under the held name since is not the one held: untouched.
+        ids: dict[str, set[int]] = {}
+        for r in records:
+            ids.setdefault(r.job, set()).update({r.jobid} if r.jobid else ())
+        changes = [
+            c
+            for c in cron.plan_changes(conn, dict.fromkeys(free, True))
+            if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
+        ]
         cron.apply_changes(conn, step, changes)
-    return records, cron.ActivePlan(tuple(changes))
+    return records, cron.ActivePlan(tuple(changes)), kept
 
 
 def wait_quiet(
@@ -257,12 +311,19 @@ def leftover_warnings(
     except psycopg.Error as exc:
         log.debug("pause records not readable (%s)", type(exc).__name__)
         return []
-    return [
-        f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
-        f"{r.action}) and not given back yet; if that run is gone, give it back with {RESUME_HINT}"
-        for r in records
-        if (exclude_by is None or r.by != exclude_by) and not (r.token and r.token in own)
-    ]
+    warnings, here = [], socket.gethostname()
+    for r in records:
+        if (exclude_by is not None and r.by == exclude_by) or (r.token and r.token in own):
+            continue
+        if (why := r.holder_alive()) and r.host == here:
+            continue  # held by a run still going on this machine: not left over
+        hint = f"`leaseguard resume --force` or `fab resume --force` ({why})" if why else ""
+        warnings.append(
+            f"pg_cron job {r.job} is still paused: paused at {r.paused_at} by {r.by} (for: "
+            f"{r.action}) and not given back yet; if that run is gone, give it back with "
+            f"{hint or RESUME_HINT}"
+        )
+    return warnings
 
 
 def scan_leftovers(
@@ -288,6 +349,15 @@ def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[cron.CronStep]
         yield step
 
 
+def _start_ticks(pid: int | None) -> int | None:
+    """The process's start in clock ticks since boot (Linux; None unknown)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[19])  # field 22 of stat(5); fields here start at field 3
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _record_name(job: str, token: str) -> str:
     return f"{RECORD_PREFIX}{job}@{token}" if token else f"{RECORD_PREFIX}{job}"
 
@@ -304,65 +374,15 @@ def _parse(name: str, command: str) -> PauseRecord:
     try:
         data = json.loads(command.partition(_MARKER)[2])
         by, action = str(data["by"]), str(data.get("action", "drain"))
-        return PauseRecord(str(data["job"]), str(data["paused_at"]), by, action, token)
+        holder = int(data.get("pid", 0)), int(data.get("started", 0)), str(data.get("host", ""))
+        return PauseRecord(
+            str(data["job"]),
+            str(data["paused_at"]),
+            by,
+            action,
+            token,
+            *holder,
+            jobid=int(data.get("jobid", 0)),
+        )
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)
-
-
-_SEES_JOBS = """
-SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
-       OR EXISTS (SELECT 1 FROM cron.job)
-"""
-
-
-def resume_pauses(
-    conninfo: str,
-    *,
-    cron_database: str | None = None,
-    jobs: Sequence[str] | None = None,
-    connect_timeout_s: int = 10,
-    user: str | None = None,
-    password: str | None = None,
-    check_mode: bool = False,
-) -> dict[str, Any]:
-    """What was recorded, reactivated, vanished; a role seeing no job fails ("none": a guess)."""
-    who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
-    with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
-        if check_mode:
-            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
-        records, plan = resume_recorded(conn, jobs)
-        if not records:
-            with cron.cron_transaction(
-                conn, read_only=True, privilege_hint="connect as the jobs' owner"
-            ):
-                row = conn.execute(_SEES_JOBS).fetchone()
-            if not (row and row[0]):
-                raise DatabaseError(
-                    f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
-                    "(pg_cron shows each role only its own jobs), so it cannot tell whether "
-                    "intake is still held: run resume as the jobs' owner (--cron-user, "
-                    "drain.cron_user, leaseguard_cron_user)"
-                )
-    seen = plan.jobs if plan else ()
-    return {
-        "records": [record.as_dict() for record in records],
-        "resumed": plan.resumed if plan else [],
-        "already_active": [job.job for job in seen if job.exists and not job.changed],
-        "missing": plan.missing if plan else [],
-    }
-
-
-def resume_lines(outcome: dict[str, Any]) -> str:
-    """One timeline line per recorded job: what `resume` did with it."""
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    if not outcome["records"]:
-        return f"{stamp} leaseguard resume recorded=0 (no drain left intake paused)"
-    lines = []
-    for record in outcome["records"]:
-        job = record["job"]
-        state = next((k for k in ("resumed", "already_active") if job in outcome[k]), "missing")
-        lines.append(
-            f"{stamp} leaseguard resume job={job} state={state} "
-            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"
-        )
-    return "\n".join(lines)

@@ -33,6 +33,7 @@ from leaseguard.cli.main import (
     say,
 )
 from leaseguard.core.errors import (
+    EXIT_DEFER,
     EXIT_FAILED,
     EXIT_PROCEED,
     CommandFailed,
@@ -62,8 +63,11 @@ COMMAND, COMMAND's own exit status once it ran.
 RESUME = """\
 Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
 its resume, or whose resume could not reach the database), and delete their records. Jobs
-disabled without a drain have no record and are never touched. Exit status: 0 done (also
-when nothing was recorded), 1 failed, 2 usage.
+disabled without a drain have no record and are never touched. A hold whose holder still
+runs on this machine (same pid, same start time) is kept, and so is one taken on another
+machine (it cannot be checked from here): its action may be in its hold window. Both are
+named (state=kept); --force gives them back too, logged. Exit status: 0 done (also when
+nothing was recorded), 75 a hold was kept, 1 failed, 2 usage.
 """
 
 
@@ -100,6 +104,12 @@ def add_resume_command(commands: Any) -> None:
         action="append",
         metavar="NAME",
         help="only this recorded job (repeatable; default: every recorded job)",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also give back holds whose holder still runs or cannot be checked (another "
+        "machine): only once you know that run is gone",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(handler=run_resume)
@@ -275,7 +285,7 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from leaseguard.adapters.pauses import resume_lines, resume_pauses
+    from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
     try:
         outcome = resume_pauses(
@@ -284,10 +294,11 @@ def run_resume(args: argparse.Namespace) -> int:
             jobs=args.job,
             user=args.cron_user,
             password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
+            force=args.force,
         )
     except ConfigError:
         raise
     except LeaseguardError as exc:
         return report_failure(exc, as_json=args.json)
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
-    return EXIT_PROCEED
+    return EXIT_DEFER if outcome["kept"] else EXIT_PROCEED

@@ -90,9 +90,11 @@ def guard_hosts(c: Context, json_: bool) -> None:
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
-def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> None:
+def resume_through_first(
+    c: Context, json_: bool, jobs: list[str] | None, force: bool = False
+) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    from leaseguard.adapters.pauses import resume_lines, resume_pauses
+    from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
     settings = settings_or_exit(c)
     host = fleet_hosts(c)[0]
@@ -106,11 +108,14 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None) -> Non
                 password=settings.drain.cron_password,
                 jobs=list(jobs or []) or None,
                 connect_timeout_s=settings.contract.connect_timeout_s,
+                force=force,
             )
     except LeaseguardError as exc:
         print(failure_output(exc, host, as_json=json_, fab=True))
         raise Exit(code=EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
+    if outcome["kept"]:
+        raise Exit(code=EXIT_DEFER)
 
 
 @contextlib.contextmanager

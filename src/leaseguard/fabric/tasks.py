@@ -257,17 +257,21 @@ def drain(
     help={
         "job": "only this recorded job (repeatable; default: every recorded job)",
         "json_": "print what was resumed as JSON",
+        "force": "also give back holds whose holder still runs or cannot be checked",
     },
     iterable=["job"],
 )
-def resume(c: Context, json_: bool = False, job: list[str] | None = None) -> None:
+def resume(
+    c: Context, json_: bool = False, job: list[str] | None = None, force: bool = False
+) -> None:
     """Give back the intake pauses a drain recorded and never resumed (through the first host).
 
-    Jobs an operator disabled without a drain have no record and are never touched.
+    Jobs an operator disabled without a drain have no record and are never touched; a hold
+    whose holder still runs here, or ran on another machine, is kept (exit 75) unless --force.
     """
     from leaseguard.fabric.hosts import resume_through_first
 
-    resume_through_first(c, json_, job)
+    resume_through_first(c, json_, job, force)
 
 
 def collection() -> Collection:

@@ -5,16 +5,20 @@ resume() undoes exactly what pause() did, nothing an operator paused by hand."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import psycopg
 
+from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import (
     DEFAULT_QUIET_TIMEOUT_S,
@@ -23,11 +27,14 @@ from leaseguard.adapters.pauses import (
     drain_identity,
     hold_jobs,
     lost_jobs,
+    read_records,
     release_hold,
+    resume_recorded,
     wait_quiet,
 )
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
+    DatabaseError,
     IntakeLost,
     IntakeNotResumed,
     LeaseguardError,
@@ -64,6 +71,7 @@ class CronJobsPause:
     resume_hint: str = RESUME_HINT
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
     stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
+    holder: int = field(default_factory=os.getpid)  # the process the hold lasts for
     hold: Hold | None = field(default=None, init=False)
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
@@ -72,7 +80,7 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            self.hold = hold_jobs(conn, list(self.job_names), self.by, self.action)
+            self.hold = hold_jobs(conn, list(self.job_names), self.by, self.action, self.holder)
         for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
         for name in set(self.hold.jobs) - set(self.hold.switched):
@@ -261,10 +269,13 @@ def intake_hold(
         ):
             yield conn
 
-    by = drain_identity(f"ansible-playbook {action}")
+    # The hold outlives this task's worker: it lasts while ansible-playbook (its parent) runs.
+    playbook = os.getppid()
+    by = drain_identity(f"ansible-playbook {action}", playbook)
     cron = CronJobsPause(
         cron_connection, pause_cron_jobs, by, action, resume_retry_s, resume_hint, quiet_timeout_s
     )
+    cron.holder = playbook
     command = CommandPause(runner, pause_command, resume_command)
     if state != "held":
         hold = hold or {}
@@ -299,3 +310,83 @@ def intake_hold(
         "paused": list(cron.hold.switched) if cron.hold else [],
         "msg": intake_line(tuple(what)),
     }
+
+
+_SEES_JOBS = """
+SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)
+"""
+
+
+def resume_pauses(
+    conninfo: str,
+    *,
+    cron_database: str | None = None,
+    jobs: Sequence[str] | None = None,
+    connect_timeout_s: int = 10,
+    user: str | None = None,
+    password: str | None = None,
+    check_mode: bool = False,
+    force: bool = False,
+) -> dict[str, Any]:
+    """What was recorded, reactivated, vanished, kept (a live or unverifiable holder's, unless
+    `force`); a role seeing no job fails ("none": a guess)."""
+    who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
+    with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
+        if check_mode:
+            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
+        records, plan, kept = resume_recorded(conn, jobs, force=force)
+        where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
+        if not records and not kept:
+            with cron_transaction(
+                conn, read_only=True, privilege_hint="connect as the jobs' owner"
+            ):
+                row = conn.execute(_SEES_JOBS).fetchone()
+            if not (row and row[0]):
+                raise DatabaseError(
+                    f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+                    "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+                    "intake is still held: run resume as the jobs' owner (--cron-user, "
+                    "drain.cron_user, leaseguard_cron_user)"
+                )
+    seen = plan.jobs if plan else ()
+    return {
+        "records": [record.as_dict() for record in records],
+        "resumed": plan.resumed if plan else [],
+        "already_active": [job.job for job in seen if job.exists and not job.changed],
+        "missing": plan.missing if plan else [],
+        "kept": [{**record.as_dict(), "reason": why} for record, why in kept],
+        **where,
+        "replaced": sorted(  # deleted and re-created since the hold: left as it is
+            {r.job for r in records} - {j.job for j in seen} - {r.job for r, _ in kept}
+        ),
+    }
+
+
+def resume_lines(outcome: dict[str, Any]) -> str:
+    """One timeline line per recorded job: what `resume` did with it."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kept = outcome.get("kept", [])
+    if not outcome["records"] and not kept:
+        return (
+            f"{stamp} leaseguard resume recorded=0 (no hold recorded that role "
+            f"{outcome.get('role')} can see in database {outcome.get('database')}; pg_cron shows "
+            "each role only its own jobs: run as the intake jobs' owner, --cron-user)"
+        )
+    lines = []
+    for record in outcome["records"]:
+        job = record["job"]
+        states = ("resumed", "already_active", "missing", "replaced")
+        state = next((k for k in states if job in outcome[k]), "still_held")
+        lines.append(
+            f"{stamp} leaseguard resume job={job} state={state} "
+            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"
+        )
+    advice = ": its action may still be running; once it is gone, give it back with --force"
+    for record in kept:
+        lines.append(
+            f"{stamp} leaseguard resume job={record['job']} state=kept "
+            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')} "
+            f"reason={json.dumps(record['reason'] + advice)}"
+        )
+    return "\n".join(lines)
