@@ -34,7 +34,7 @@ class ActionModule(LeaseguardAction):
             resumed = ", ".join(jobs or outcome["resumed"])
             verb = "would resume" if check_mode else "resumed"
             msg = f"{verb} {resumed}" if resumed else "no recorded pause to resume"
-            if outcome["kept"]:  # a live (or unverifiable) holder's: its action may run
+            if outcome.get("kept"):  # a live (or unverifiable) holder's: its action may run
                 result["warnings"] = [
                     f"kept the hold on pg_cron job {k['job']} by {k['by']}: {k['reason']}; "
                     "once that run is gone, give it back with `leaseguard resume --force`"
