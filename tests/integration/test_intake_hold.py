@@ -7,6 +7,7 @@ runs only of active jobs), each claim finished 0.3 s later: the incident's busy 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -522,6 +523,16 @@ def resume_as_owner(db, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@contextlib.contextmanager
+def ends_the_command(go):
+    """The drain's command waits for `go`: touched on the way out, whatever failed (a SIGKILLed
+    drain leaves its command, in a session of its own, running)."""
+    try:
+        yield
+    finally:
+        go.touch()
+
+
 def test_resume_keeps_a_running_drains_hold_and_gives_back_a_killed_ones(db, intake, tmp_path):
     """A drain still running its command is in its hold window: resume leaves its hold (the job
     stays paused, named, exit 75) unless --force; once the drain is SIGKILLed, resume gives it
@@ -529,7 +540,7 @@ def test_resume_keeps_a_running_drains_hold_and_gives_back_a_killed_ones(db, int
     go = tmp_path / "go"
     until_go = f"until [ -e {go} ]; do sleep 0.05; done"
     argv = drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go)
-    with started(argv) as (drain, lines):
+    with started(argv) as (drain, lines), ends_the_command(go):
         assert lines.wait_for("intake held: running command sh")
         kept = resume_as_owner(db)
         assert kept.returncode == 75, kept.stdout + kept.stderr
@@ -546,14 +557,13 @@ def test_resume_keeps_a_running_drains_hold_and_gives_back_a_killed_ones(db, int
         assert f"job={intake} state=resumed" in given_back.stdout
         assert active(db, intake)
         assert "recorded=0" in resume_as_owner(db).stdout
-        go.touch()
 
 
 def test_resume_force_gives_back_a_running_drains_hold(db, intake, tmp_path):
     go = tmp_path / "go"
     until_go = f"until [ -e {go} ]; do sleep 0.05; done"
     argv = drain_argv(db, "--pause-cron-job", intake, "--", "sh", "-c", until_go)
-    with started(argv) as (drain, lines):
+    with started(argv) as (drain, lines), ends_the_command(go):
         assert lines.wait_for("intake held: running command sh")
         forced = resume_as_owner(db, "--force")
         assert forced.returncode == 0, forced.stdout + forced.stderr
