@@ -73,6 +73,20 @@ def guard_backends(db):
     return row[0]
 
 
+def deploy_beside(work, batch, tmp_path, *args, **extra_vars):
+    """deploy.yml while `work(done)` runs beside it in a thread (`done` set once it ended)."""
+    done = threading.Event()
+    beside = threading.Thread(target=work, args=(done,))
+    beside.start()
+    try:
+        return run_playbook(
+            "leaseguard.deploy.deploy", batch, tmp_path, *args, extra_vars=extra_vars
+        )
+    finally:
+        done.set()
+        beside.join()
+
+
 def test_a_batch_waits_as_one_judgment_over_one_connection_then_every_host_restarts(
     db, batch, tmp_path
 ):
@@ -80,9 +94,9 @@ def test_a_batch_waits_as_one_judgment_over_one_connection_then_every_host_resta
         conn.execute(
             "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
         )
-    seen, done = [], threading.Event()
+    seen = []
 
-    def watch_then_finish():
+    def watch_then_finish(done):
         began = time.monotonic()
         while not done.wait(0.05):
             seen.append(guard_backends(db))
@@ -90,18 +104,7 @@ def test_a_batch_waits_as_one_judgment_over_one_connection_then_every_host_resta
                 with db.connect() as conn:
                     conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
 
-    watcher = threading.Thread(target=watch_then_finish)
-    watcher.start()
-    try:
-        run = run_playbook(
-            "leaseguard.deploy.deploy",
-            batch,
-            tmp_path,
-            extra_vars={"leaseguard_on_busy": "wait", **SERIAL},
-        )
-    finally:
-        done.set()
-        watcher.join()
+    run = deploy_beside(watch_then_finish, batch, tmp_path, leaseguard_on_busy="wait", **SERIAL)
     assert run.returncode == 0, run.stdout[-5000:]
     judged = {h: r for h, r in run.results(JUDGE).items() if not r.get("skipped")}
     assert list(judged) == ["app1"]  # one task for the whole batch
@@ -337,9 +340,8 @@ def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
 
     with intake_job(db, with_table=False) as job:
 
-        def switch_on_then_finish():
+        def switch_on_then_finish(_done):
             if wait_until(lambda: not active(db, job) and guard_backends(db), 120):
-                time.sleep(1)  # the drain is waiting on the claim
                 with cron_conn(db) as conn:
                     conn.execute(
                         "SELECT cron.alter_job(jobid, active := true) FROM cron.job "
@@ -349,23 +351,16 @@ def test_a_run_started_past_the_hold_restarts_no_host(db, batch, tmp_path):
             with db.connect() as conn:
                 conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
 
-        meddler = threading.Thread(target=switch_on_then_finish)
-        meddler.start()
-        try:
-            run = run_playbook(
-                "leaseguard.deploy.deploy",
-                batch,
-                tmp_path,
-                "--limit",
-                "app1",
-                extra_vars={
-                    "leaseguard_on_busy": "wait",
-                    "leaseguard_pause_cron_jobs": [job],
-                    "leaseguard_cron_database": "postgres",
-                },
-            )
-        finally:
-            meddler.join()
+        run = deploy_beside(
+            switch_on_then_finish,
+            batch,
+            tmp_path,
+            "--limit",
+            "app1",
+            leaseguard_on_busy="wait",
+            leaseguard_pause_cron_jobs=[job],
+            leaseguard_cron_database="postgres",
+        )
         assert run.returncode == 2, run.stdout[-5000:]
         judged = run.result(JUDGE, "app1")
         assert judged["failed"] is True
@@ -380,12 +375,8 @@ def test_a_cut_off_that_is_no_epoch_fails_before_anything_not_skipping_every_hos
 ):
     """Jinja's float reads a cut-off that is no number as 0, after which every runtime started:
     every host was skipped as "restarted already" and the deploy passed, restarting nothing."""
-    run = run_playbook(
-        "leaseguard.deploy.deploy",
-        batch,
-        tmp_path,
-        extra_vars={"leaseguard_restart_if_started_before": cut_off, **SERIAL},
-    )
+    extra = {"leaseguard_restart_if_started_before": cut_off, **SERIAL}
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path, extra_vars=extra)
     assert run.returncode == 2, run.stdout[-5000:]
     refused = run.result("Check the leaseguard variables", "app1")
     assert "leaseguard_restart_if_started_before must be epoch seconds" in refused["msg"]
@@ -394,12 +385,8 @@ def test_a_cut_off_that_is_no_epoch_fails_before_anything_not_skipping_every_hos
 
 def test_an_epoch_cut_off_after_every_start_restarts_every_host(db, batch, tmp_path):
     later = f"{datetime.now(UTC).timestamp() + 3600:.3f}"
-    run = run_playbook(
-        "leaseguard.deploy.deploy",
-        batch,
-        tmp_path,
-        extra_vars={"leaseguard_restart_if_started_before": later, **SERIAL},
-    )
+    extra = {"leaseguard_restart_if_started_before": later, **SERIAL}
+    run = run_playbook("leaseguard.deploy.deploy", batch, tmp_path, extra_vars=extra)
     assert run.returncode == 0, run.stdout[-5000:]
     assert sorted(run.results(RESTART)) == list(HOSTS)
 

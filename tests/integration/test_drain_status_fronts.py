@@ -143,15 +143,9 @@ def test_a_fab_drain_with_a_host_that_never_opened_says_finished_failed(
     with busy_host_db.connect(socket=True) as conn:
         finish(conn, 1)
     status_file = tmp_path / "drain.json"
-    proc = start_fab_drain(
-        app_host_pg,
-        busy_host_db,
-        tmp_path,
-        "--status-file",
-        str(status_file),
-        *pause,
-        also="root@127.0.0.1:1",  # nothing listens on port 1
-    )
+    args = ("--status-file", str(status_file), *pause)
+    nowhere = "root@127.0.0.1:1"  # nothing listens on port 1
+    proc = start_fab_drain(app_host_pg, busy_host_db, tmp_path, *args, also=nowhere)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1, stdout + stderr
     code, final = status(status_file)

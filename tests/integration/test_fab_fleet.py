@@ -209,12 +209,24 @@ def test_the_drain_falls_over_to_another_host_s_tunnel_when_the_first_host_goes_
     assert [r["decision"] for r in results] == ["proceed"] * 3
 
 
-def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on_it(
-    app_host_factory, tmp_path
-):
-    """The default database address, each host's own 127.0.0.1, may be a database per host:
-    each host's is identified, and each host is judged on its own, never on another's."""
-    busy, idle = app_host_factory("own1", pg=True), app_host_factory("own2", pg=True)
+def own_databases_config(hosts, tmp_path):
+    """fabric.yaml for hosts each judged on the PostgreSQL at its own loopback (the default
+    database address), every host's key known."""
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text("".join(h.known_hosts_path.read_text() for h in hosts))
+    config = tmp_path / "fabric.yaml"
+    section = {
+        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
+        "task_timeout": {"source": "fixed", "value_s": 3600},
+        "runtime": {"source": "none"},
+    }
+    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    return config
+
+
+def fab_on_own_databases(busy, idle, tmp_path, *task):
+    """`fab -H busy,idle TASK`, each host judged on the PostgreSQL at its own loopback: busy's
+    holds a live claim, idle's none."""
     for host, live in ((busy, True), (idle, False)):
         with host.pg.connect(socket=True) as conn:
             create_runs_table(conn)
@@ -223,21 +235,22 @@ def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on
                     "INSERT INTO execution_runs (id, status, claimed_at) "
                     "VALUES (1, 'running', now())"
                 )
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text(busy.known_hosts_path.read_text() + idle.known_hosts_path.read_text())
-    config = tmp_path / "fabric.yaml"
-    section = {
-        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
-        "task_timeout": {"source": "fixed", "value_s": 3600},
-        "runtime": {"source": "none"},
-    }
-    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    config = own_databases_config([busy, idle], tmp_path)
     argv = [sys.executable, "-m", "fabric", "-f", str(config)]
     argv += ["-i", str(busy.client_key_path), "-i", str(idle.client_key_path)]
-    argv += ["-H", f"root@{busy.addr},root@{idle.addr}", "guard", "--json"]
-    done = subprocess.run(
+    argv += ["-H", f"root@{busy.addr},root@{idle.addr}", *task]
+    return subprocess.run(
         argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120, check=False
     )
+
+
+def test_hosts_each_with_their_own_database_at_their_loopback_are_judged_each_on_it(
+    app_host_factory, tmp_path
+):
+    """The default database address, each host's own 127.0.0.1, may be a database per host:
+    each host's is identified, and each host is judged on its own, never on another's."""
+    busy, idle = app_host_factory("own1", pg=True), app_host_factory("own2", pg=True)
+    done = fab_on_own_databases(busy, idle, tmp_path, "guard", "--json")
     assert done.returncode == 75, done.stdout + done.stderr[-3000:]
     decisions = {r["host"]: r["decision"] for r in json.loads(done.stdout)}
     assert decisions == {busy.addr: "defer", idle.addr: "proceed"}
@@ -249,30 +262,8 @@ def test_a_command_that_failed_on_one_host_is_not_reported_as_a_defer_of_another
     """`fab drain --run`, each host on its own: the idle host drains and its command exits 3,
     the busy host defers. Exit 75 ("nothing done, try later") hid the failed command."""
     busy, idle = app_host_factory("cmd1", pg=True), app_host_factory("cmd2", pg=True)
-    for host, live in ((busy, True), (idle, False)):
-        with host.pg.connect(socket=True) as conn:
-            create_runs_table(conn)
-            if live:
-                conn.execute(
-                    "INSERT INTO execution_runs (id, status, claimed_at) "
-                    "VALUES (1, 'running', now())"
-                )
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text(busy.known_hosts_path.read_text() + idle.known_hosts_path.read_text())
-    config = tmp_path / "fabric.yaml"
-    section = {
-        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
-        "task_timeout": {"source": "fixed", "value_s": 3600},
-        "runtime": {"source": "none"},
-    }
-    config.write_text(yaml.safe_dump({"leaseguard": section}))
-    argv = [sys.executable, "-m", "fabric", "-f", str(config)]
-    argv += ["-i", str(busy.client_key_path), "-i", str(idle.client_key_path)]
-    argv += ["-H", f"root@{busy.addr},root@{idle.addr}", "drain", "--deadline-s", "1"]
-    argv += ["--poll-s", "0.2", "--run", "exit 3"]
-    done = subprocess.run(
-        argv, cwd=REPO, env=clean_env(), capture_output=True, text=True, timeout=120, check=False
-    )
+    drain = ("drain", "--deadline-s", "1", "--poll-s", "0.2", "--run", "exit 3")
+    done = fab_on_own_databases(busy, idle, tmp_path, *drain)
     assert done.returncode == 3, done.stdout + done.stderr[-3000:]
     assert f"command failed: {idle.addr} exited 3" in done.stderr
     assert "decision=defer" in done.stdout
@@ -295,15 +286,7 @@ def test_a_pg_cron_drain_over_hosts_with_their_own_databases_refuses_instead_of_
                     "INSERT INTO execution_runs (id, status, claimed_at) "
                     "VALUES (1, 'running', now())"
                 )
-    known_hosts = tmp_path / "known_hosts"
-    known_hosts.write_text("".join(h.known_hosts_path.read_text() for h in hosts))
-    config = tmp_path / "fabric.yaml"
-    section = {
-        "connection": {"dsn": "dbname=postgres user=postgres", "known_hosts": str(known_hosts)},
-        "task_timeout": {"source": "fixed", "value_s": 3600},
-        "runtime": {"source": "none"},
-    }
-    config.write_text(yaml.safe_dump({"leaseguard": section}))
+    config = own_databases_config(hosts, tmp_path)
 
     def drain(*targets):
         argv = [sys.executable, "-m", "fabric", "-f", str(config)]

@@ -408,17 +408,27 @@ def _running(pid: int) -> bool:
         return False
 
 
-SWITCHED_ON = {
-    "re-activated": "SELECT cron.alter_job(jobid, active := true) FROM cron.job WHERE jobname = %s",
-    "re-created": "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s",
+_UNSCHEDULE = "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = %s"
+# What happens to the held job mid-drain, and whether the command may still run after it.
+CHANGED = {
+    "re-activated": (
+        ["SELECT cron.alter_job(jobid, active := true) FROM cron.job WHERE jobname = %s"],
+        False,
+    ),
+    "re-created": (
+        [_UNSCHEDULE, "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)"],
+        False,
+    ),
+    "deleted": ([_UNSCHEDULE], True),  # nothing left to claim with
 }
 
 
-@pytest.mark.parametrize("how", list(SWITCHED_ON))
+@pytest.mark.parametrize("how", list(CHANGED))
 def test_a_held_job_switched_back_on_mid_drain_fails_before_the_command(db, intake, tmp_path, how):
     """Something else re-activates (or deletes and re-creates) a held job while the drain
     waits: the verdict after it is no longer judged with intake held, so the command must
-    not run under it ("intake: held" would be a lie)."""
+    not run under it ("intake: held" would be a lie). A job only deleted claims nothing."""
+    statements, runs = CHANGED[how]
     with db.connect() as conn:
         conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
     ran = tmp_path / "ran"
@@ -426,34 +436,16 @@ def test_a_held_job_switched_back_on_mid_drain_fails_before_the_command(db, inta
     with started(argv) as (drain, lines):
         assert lines.wait_for("start live=1"), lines.text()
         with cron_conn(db) as conn:
-            conn.execute(SWITCHED_ON[how], (intake,))
-            if how == "re-created":
-                conn.execute(
-                    "SELECT cron.schedule_in_database(%s, '* * * * *', 'SELECT 1', %s)",
-                    (intake, db.name),
-                )
+            for statement in statements:
+                conn.execute(statement, (intake, db.name)[: statement.count("%s")])
         with db.connect() as conn:
             conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
-        assert drain.wait(timeout=60) == 1
-    text = lines.text()
-    assert f"intake no longer held: pg_cron job(s) {intake} active again" in text, text
-    assert not ran.exists()
-    assert active(db, intake)
-
-
-def test_a_held_job_only_deleted_mid_drain_claims_nothing_so_the_command_runs(db, intake, tmp_path):
-    with db.connect() as conn:
-        conn.execute("INSERT INTO execution_runs VALUES (1, 'running', now(), now(), NULL)")
-    ran = tmp_path / "ran"
-    argv = drain_argv(db, "--pause-cron-job", intake, "--", "touch", str(ran))
-    with started(argv) as (drain, lines):
-        assert lines.wait_for("start live=1"), lines.text()
-        with cron_conn(db) as conn:
-            conn.execute(SWITCHED_ON["re-created"], (intake,))  # deleted, not re-created
-        with db.connect() as conn:
-            conn.execute("UPDATE execution_runs SET status = 'done' WHERE id = 1")
-        assert drain.wait(timeout=60) == 0, lines.text()
-    assert ran.exists()
+        assert drain.wait(timeout=60) == (0 if runs else 1), lines.text()
+    assert ran.exists() == runs
+    if not runs:
+        text = lines.text()
+        assert f"intake no longer held: pg_cron job(s) {intake} active again" in text, text
+        assert active(db, intake)
 
 
 # --- the intake's own identity beside a read-only guard role ----------------------------------

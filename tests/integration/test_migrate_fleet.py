@@ -144,6 +144,15 @@ CASES = {
 }
 
 
+def unschedule_declared_jobs(db):
+    """The budgets' pg_cron jobs of `db` (named after it) gone from the cron database."""
+    with db.cluster.connect(CRON_DB, socket=True) as conn:
+        conn.execute(
+            "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
+            (f"{db.name}\\_%",),
+        )
+
+
 @pytest.mark.parametrize("order", ["inventory-order", "reversed-order"])
 @pytest.mark.parametrize(
     ("facts", "claimed_ago_s", "decision", "lease_from", "cutoff_from"),
@@ -264,11 +273,7 @@ def test_a_run_started_past_the_judgment_migrates_nothing(fleet, db, start):
         run = fleet(hosts, 60, "--start-at-task", start, "-e", json.dumps(budgets), static=True)
         scheduled = cron_jobs(db.cluster, db.name)
     finally:
-        with db.cluster.connect(CRON_DB, socket=True) as conn:
-            conn.execute(
-                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
-                (f"{db.name}\\_%",),
-            )
+        unschedule_declared_jobs(db)
     assert run.returncode != 0
     assert run.migrations == 0, run.stdout[-3000:]
     assert scheduled == {}, run.stdout[-3000:]
@@ -365,11 +370,7 @@ def test_budgets_that_would_be_refused_stop_the_run_before_the_migration(fleet, 
             assert all(r.get("skipped") for r in run.results(JUDGE).values())
         scheduled = cron_jobs(db.cluster, db.name)
     finally:
-        with db.cluster.connect(CRON_DB, socket=True) as conn:
-            conn.execute(
-                "SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname LIKE %s",
-                (f"{db.name}\\_%",),
-            )
+        unschedule_declared_jobs(db)
     assert scheduled[publish][0] == command("6s", "publish")  # left as it was
 
 
