@@ -18,18 +18,17 @@ HOLD_KEYS = (
 )
 
 
+CHECK_MODE = "check mode: intake not held"
+
+
 class ActionModule(LeaseguardAction):
     module = "intake_hold"
     failure_what = "intake hold"
 
     def act(self, args, host, task_vars):
         if self._task.check_mode:
-            return {
-                "changed": False,
-                "hold": None,
-                "events": [],
-                "msg": "check mode: intake not held",
-            }
+            nothing = {"paused": []} if args["state"] == "held" else {"resumed": [], "released": []}
+            return {"changed": False, "hold": None, "events": [], **nothing, "msg": CHECK_MODE}
         cron_args = dict(args)  # pg_cron as the intake's own role
         if args["cron_user"]:
             cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])

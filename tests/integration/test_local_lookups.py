@@ -10,7 +10,12 @@ import pytest
 from leaseguard.adapters.runtime import LocalRunner, resolve_runtime_facts
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
-from leaseguard.core.lookups import CommandResult
+from leaseguard.core.lookups import (
+    CommandResult,
+    env_value,
+    parse_systemctl_show,
+    systemd_argv,
+)
 from sandbox.runs_table import create_runs_table
 from tests.support.leaseguard_cli import leaseguard
 
@@ -194,3 +199,43 @@ def test_a_docker_daemon_that_is_down_is_named_in_dockers_own_words(tmp_path, mo
     message = str(caught.value)
     assert "`docker inspect` exited 1: " in message
     assert "Cannot connect to the Docker daemon" in message, message
+
+
+def systemd_lookup(tmp_path, env_files):
+    """The systemd source's real host script (sh and awk) over a stand-in `systemctl` that
+    prints what systemd would for a unit with Environment=APP_TASK_TIMEOUT_S=600 and these
+    EnvironmentFile= lines (this machine runs no systemd)."""
+    shown = [
+        "Id=app.service",
+        "ActiveEnterTimestamp=Sun 2026-12-06 08:00:00.000000 UTC",
+        "ActiveState=active",
+        "LoadState=loaded",
+        "Environment=APP_TASK_TIMEOUT_S=600 OTHER=1",
+        *(f"EnvironmentFiles={line}" for line in env_files),
+    ]
+    stub = tmp_path / "bin" / "systemctl"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\ncat <<'EOF'\n" + "\n".join(shown) + "\nEOF\n")
+    stub.chmod(0o755)
+    argv = systemd_argv("app.service", "APP_TASK_TIMEOUT_S")
+    env = {"PATH": f"{stub.parent}:/usr/bin:/bin"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
+    return env_value(parse_systemctl_show(out, "app.service").environment, "APP_TASK_TIMEOUT_S")
+
+
+@pytest.mark.parametrize("line", ["APP_TASK_TIMEOUT_S=14400", "APP_TASK_TIMEOUT_S = 14400"])
+def test_a_units_environment_file_wins_spaced_around_its_equals_sign_too(tmp_path, line):
+    """systemd trims the blanks around `=` in an EnvironmentFile: `N = 14400` sets 14400, and
+    the 600 of Environment= would judge a 4-hour job by a 20-minute lease."""
+    (tmp_path / "app.env").write_text(f"OTHER=2\n{line}\n")
+    assert systemd_lookup(tmp_path, [f"{tmp_path}/app.env (ignore_errors=no)"]) == "14400"
+
+
+@pytest.mark.parametrize("optional", ["yes", "no"])
+def test_a_wildcard_environment_file_fails_closed_instead_of_being_skipped(tmp_path, optional):
+    """systemd expands `EnvironmentFile=-/etc/app/*.env`; the lookup does not, and read as one
+    literal path an optional one was skipped: Environment='s 600 judged a 14400 s job."""
+    (tmp_path / "envd").mkdir()
+    (tmp_path / "envd" / "app.env").write_text("APP_TASK_TIMEOUT_S=14400\n")
+    with pytest.raises(LookupFailed, match=r"envd/\*\.env cannot be read .* a wildcard"):
+        systemd_lookup(tmp_path, [f"{tmp_path}/envd/*.env (ignore_errors={optional})"])

@@ -418,3 +418,39 @@ def test_the_migrations_pg_cron_hold_waits_only_leaseguard_quiet_timeout_s(db, t
         run = run_playbook(play, inventory, tmp_path)
         assert run.returncode == 0, run.stdout[-3000:]
         assert log.read_text().split() == ["migrated"] and active(db, job)
+
+
+def test_a_hosts_own_intake_that_was_not_held_stops_the_migration(fleet, tmp_path):
+    """app2's pause command fails: app2 drops out of the play, and without its hold the
+    migration would run beside app2's claims (a play without any_errors_fatal). Refused."""
+    log = tmp_path / "intake.log"
+
+    def intake(host, pause):
+        resume = ["sh", "-c", f"echo resumed-{host} >> {log}"]
+        return {"leaseguard_pause_command": pause, "leaseguard_resume_command": resume}
+
+    paused = ["sh", "-c", f"echo paused-app1 >> {log}"]
+    hosts = {
+        "app1": host(3600, DAY, **intake("app1", paused)),
+        "app2": host(3600, DAY, **intake("app2", ["sh", "-c", "exit 3"])),
+    }
+    run = fleet(hosts, 3 * 3600)
+    assert run.returncode != 0
+    assert run.migrations == 0, run.stdout[-3000:]
+    refusal = run.result(REFUSED, "app1")["msg"]
+    assert "the intake of app2 was not held" in refusal, refusal
+    # app1's given back; app2's resume command run after its pause failed half way.
+    assert sorted(log.read_text().split()) == ["paused-app1", "resumed-app1", "resumed-app2"]
+
+
+def test_a_pg_cron_hold_that_failed_under_ignore_errors_migrates_nothing(fleet):
+    hosts = {"app1": host(3600, DAY), "app2": host(3600, DAY)}
+    role = {"role": "leaseguard.deploy.migrate", "ignore_errors": True}
+    extra = {
+        "leaseguard_migrate_pause_cron_jobs": ["no_such_job"],
+        "leaseguard_cron_database": "postgres",
+        "leaseguard_migrate_db_user": "postgres",
+    }
+    run = fleet(hosts, 3 * 3600, "-e", json.dumps(extra), static=role)
+    assert run.migrations == 0, run.stdout[-3000:]
+    assert "the intake pg_cron jobs were not held" in run.result(REFUSED, "app1")["msg"]

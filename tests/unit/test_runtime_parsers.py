@@ -331,5 +331,5 @@ def test_a_units_environment_file_lines_win_and_an_unreadable_one_fails_closed()
         "a.service",
     )
     assert env_value(unit.environment, "APP_T") == "7200"
-    with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env is not readable"):
+    with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env cannot be read"):
         parse_systemctl_show(show + "EnvFileUnreadable=/etc/app.env\n", "a.service")

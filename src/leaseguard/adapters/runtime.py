@@ -232,7 +232,7 @@ class Lookups:
     def _pid(self, pid_file: str) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""
         if pid_file not in self._pids:
-            text = (self._output(lookups.pid_argv(pid_file), f"pid file {pid_file}") or "").strip()
+            text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
             if not text.isdigit() or int(text) <= 0:
                 raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
             self._pids[pid_file] = int(text)

@@ -39,15 +39,17 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     return "fixed"
 
 
-# Filtered on the host (ansible -vvv prints all output): the variable's Environment= entries,
-# its lines of each EnvironmentFile= (which wins), or the file unreadable (unless optional, gone).
+# Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
+# lines of each EnvironmentFile= (they win), or that file unreadable (unless optional and gone).
 _SYSTEMD_AWK = r"""
 /^Environment=/ { o = "Environment="; k = split(substr($0, 13), w, " ")
   for (i = 1; i <= k; i++) if (w[i] ~ ("^\"?" n "=")) o = o " " w[i]
   print o; next }
 /^EnvironmentFiles=/ { p = substr($0, 18); opt = (p ~ / \(ignore_errors=yes\)$/)
   sub(/ \(ignore_errors=[a-z]+\)$/, "", p)
-  while ((r = (getline l < p)) > 0) if (l ~ ("^[ \t]*(export[ \t]+)?" n "=")) print "EnvFile=" l
+  if (p ~ /[*?[]/) { print "EnvFileUnreadable=" p; next }
+  a = "^[ \t]*(export[ \t]+)?" n "[ \t]*="
+  while ((r = (getline l < p)) > 0) if (l ~ a) print "EnvFile=" l
   q = p; gsub(/'/, "'\\''", q)
   if (r < 0 && (!opt || system("test -e '" q "'") == 0)) print "EnvFileUnreadable=" p
   close(p); next }
@@ -64,10 +66,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
         return ("systemctl", "show", unit, "--timestamp=us+utc", f"--property={props}")
     props += ",Environment,EnvironmentFiles"
     return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
-
-
-def pid_argv(pid_file: str) -> Argv:
-    return ("cat", pid_file)
 
 
 def env_file_argv(path: str, name: str) -> Argv:
@@ -160,16 +158,17 @@ def _systemd_unit(
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
     if unreadable := props.get("EnvFileUnreadable"):
         raise LookupFailed(
-            f"systemd unit {unit}: its EnvironmentFile {unreadable.splitlines()[0]} is not "
-            "readable by the lookup's user and may set the variable: let it read the file, "
-            "or read the process's own environment (task_timeout source process)"
+            f"systemd unit {unit}: its EnvironmentFile {unreadable.splitlines()[0]} cannot be "
+            "read by the lookup (not readable by its user, or a wildcard it does not expand) and "
+            "may set the variable: let it read the file, or read the process's own environment "
+            "(task_timeout source process)"
         )
     try:
         environment = tuple(shlex.split(props.get("Environment", "")))
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
     for line in filter(None, props.get("EnvFile", "").splitlines()):  # after: these win
-        name = line.strip().removeprefix("export").strip().partition("=")[0]
+        name = line.strip().removeprefix("export").partition("=")[0].strip()
         environment += (f"{name}={parse_env_file_line(line, name)}",)
     stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
     if not stamp and props.get("ActiveState") == "activating":
@@ -200,7 +199,7 @@ def parse_env_file_line(line: str, name: str) -> str:
     """The value of the LAST `[export ]NAME=value` line (optional quotes), as env files
     write it and as sh, systemd and docker read it: a later assignment wins."""
     line = line.strip().splitlines()[-1] if line.strip() else ""
-    value = line.strip().removeprefix("export").strip()[len(name) + 1 :].strip()
+    value = line.strip().removeprefix("export").partition("=")[2].strip()  # systemd: `N = v`
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         return value[1:-1]
     return value.split(" #", 1)[0].strip()
