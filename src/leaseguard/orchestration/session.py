@@ -91,6 +91,7 @@ class GuardSession:
         self._cluster: object | None = None
         self._database: object | None = None
         self._identified: Conn | None = None
+        self._server_started: object | None = None
 
     @property
     def conninfo(self) -> str:
@@ -133,19 +134,14 @@ class GuardSession:
             return self._judge_on(self._connection())
 
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (server start, name)."""
-        query = "SELECT pg_catalog.pg_postmaster_start_time(), pg_catalog.current_database()"
+        """Which database this session reaches (cluster, server start, name), as its connection
+        was identified."""
         with self._bounded():
             try:
-                row = self._connection().execute(query).fetchone()
-            except psycopg.Error as exc:
-                raise DatabaseUnavailable(
-                    f"host {self.host}: its database could not be identified ({type(exc).__name__})"
-                ) from None
+                self._connection()
             finally:
                 self.close()
-        assert row is not None
-        return tuple(row)
+        return self._cluster, self._server_started, self._database
 
     @contextmanager
     def _bounded(self) -> Iterator[None]:
@@ -207,7 +203,10 @@ class GuardSession:
         """A new connection reaches the cluster (and, `judged`, the database) of this session's
         first, not another (a host list in the DSN, a name moved to another server): its rows
         are not the ones judged, its pg_cron jobs not the ones held."""
-        query = "SELECT (pg_catalog.pg_control_system()).system_identifier, current_database()"
+        query = (
+            "SELECT (pg_catalog.pg_control_system()).system_identifier,"
+            " pg_catalog.current_database(), pg_catalog.pg_postmaster_start_time()"
+        )
         try:
             with read_transaction(conn):
                 found = conn.execute(query).fetchone()
@@ -216,7 +215,7 @@ class GuardSession:
                 f"host {self.host}: its database could not be identified ({type(exc).__name__})"
             ) from None
         assert found is not None
-        cluster, database = found
+        cluster, database, started = found
         self._cluster = cluster if self._cluster is None else self._cluster
         if judged and self._database is None:
             self._database = database
@@ -229,7 +228,7 @@ class GuardSession:
                 "host, not a list) and run again"
             )
         if judged:
-            self._identified = conn
+            self._identified, self._server_started = conn, started
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake` if given) along the current path, else each other
