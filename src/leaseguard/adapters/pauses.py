@@ -79,15 +79,8 @@ class PauseRecord:
             return None  # recorded without a holder: nothing to check
         if self.host != socket.gethostname():
             return f"its holder runs on {self.host or 'another machine'}, which cannot be checked"
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:  # alive, another user's
-            pass
-        now = _start_ticks(self.pid)
-        if now is not None and self.started and now != self.started:
-            return None  # the pid was reused
+        if not process_alive(self.pid, self.started or None):
+            return None  # gone, or its pid reused
         return f"its holder (pid {self.pid}) is still running"
 
 
@@ -145,7 +138,9 @@ def hold_jobs(
     """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`).
     `holder`: the pid whose life the hold lasts (recorded with its start: resume keeps it)."""
     token = secrets.token_hex(6)
-    alive = (holder, _start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
+    alive = (
+        (holder, process_start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
+    )
     with _holds_transaction(conn) as step:
         changes = cron.plan_changes(conn, dict.fromkeys(names, False))
         if missing := [c.job for c in changes if not c.exists]:
@@ -349,13 +344,26 @@ def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[cron.CronStep]
         yield step
 
 
-def _start_ticks(pid: int | None) -> int | None:
+def process_start_ticks(pid: int | None) -> int | None:
     """The process's start in clock ticks since boot (Linux; None unknown)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
         return int(fields[19])  # field 22 of stat(5); fields here start at field 3
     except (OSError, IndexError, ValueError):
         return None
+
+
+def process_alive(pid: int, started: int | None = None) -> bool:
+    """Whether `pid` runs here and, with its recorded `started`, is that process (not a reused
+    pid): a hold's holder, a status file's writer."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        pass
+    now = process_start_ticks(pid) if started else None
+    return now is None or now == started
 
 
 def _record_name(job: str, token: str) -> str:

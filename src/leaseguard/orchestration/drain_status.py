@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
+from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
@@ -324,25 +325,7 @@ def _shape_problem(snapshot: Any) -> str | None:
 
 def writer_alive(pid: int, started: Any = None) -> bool:
     """Whether the writing process still runs (not a reused pid)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        pass
-    if isinstance(started, int):
-        now = process_start_ticks(pid)
-        return now is None or now == started
-    return True
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The process's start in clock ticks since boot (Linux)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        return int(fields[19])  # field 22 of stat(5); fields here start at field 3
-    except (OSError, IndexError, ValueError):
-        return None
+    return process_alive(pid, started if isinstance(started, int) else None)
 
 
 def status_line(status: Mapping[str, Any]) -> str:
