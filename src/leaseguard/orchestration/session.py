@@ -205,7 +205,8 @@ class GuardSession:
         are not the ones judged, its pg_cron jobs not the ones held."""
         query = (
             "SELECT (pg_catalog.pg_control_system()).system_identifier,"
-            " pg_catalog.current_database(), pg_catalog.pg_postmaster_start_time()"
+            " pg_catalog.current_database(),"
+            " pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time())"  # any DateStyle
         )
         try:
             with read_transaction(conn):
