@@ -53,9 +53,8 @@ def converge_jobs(
 def _set_active(
     conn: psycopg.Connection[Any], wanted: Mapping[str, bool], check_mode: bool
 ) -> cron.ActivePlan:
-    """The flags, but a job a drain or deploy holds (its record in cron.job) stays paused:
-    switched on under a hold, it would claim beside that run's restart or migration. Read
-    and switched under the holds' lock: a hold taken in between would be switched on."""
+    """The flags, but a held job stays paused (it would claim beside a restart or migration);
+    under the holds' lock: a hold taken in between would be switched on."""
     with cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step:
         if not check_mode:
             step.doing = "waiting for the intake holds' lock"

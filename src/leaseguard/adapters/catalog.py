@@ -185,7 +185,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             f"{label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks TO "
             "<guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
         )
-    types = _column_types(conn, table)
+    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
@@ -199,11 +199,6 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
         if time_column:
             _check_zone_known(contract, time_column, key, label, types[time_column], zone)
     return _read_status_column(conn, contract, table)
-
-
-def _column_types(conn: Connection, relation: str) -> dict[str, str]:
-    rows = conn.execute(columns_query(), {"relation": relation}).fetchall()
-    return {str(name): str(kind) for name, kind in rows}
 
 
 def _check_zone_known(
@@ -325,8 +320,7 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
 
 
 def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
-    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead);
-    `claims`: the claims relation's _RELATION row."""
+    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
     table = owners_table(contract, owners).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
@@ -345,7 +339,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: 
         )
     _check_lineage(relation[11:15], what)
     _check_rows_visible(relation, label)
-    types = _column_types(conn, table)
+    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
     beat = owners.heartbeat_column
     needed = [c for c in ("id", owners.lock_type_column) if c]
     if any(c not in types for c in needed) or not _TIME_TYPE.fullmatch(types.get(beat, "")):

@@ -17,7 +17,6 @@ from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailab
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
-_ALTER_ACTIVE = "SELECT cron.alter_job(%s::bigint, active := %s::boolean)"
 
 
 def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
@@ -112,10 +111,10 @@ class ActiveChange:
 
 @dataclass(frozen=True)
 class ActivePlan:
-    """What a switch of active flags found and did; `paused`: resume exactly these."""
+    """What a switch of active flags found and did; `kept_paused`: why a job stayed paused."""
 
     jobs: tuple[ActiveChange, ...]
-    kept_paused: tuple[str, ...] = ()  # why a job asked back on was not (a drain's hold)
+    kept_paused: tuple[str, ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -167,10 +166,8 @@ def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> l
                 f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
                 "refusing to guess which to switch; nothing was changed"
             )
-        row = rows[0] if rows else None
-        changes.append(
-            ActiveChange(name, active, row.jobid if row else None, row.active if row else None)
-        )
+        jobid, before = (rows[0].jobid, rows[0].active) if rows else (None, None)
+        changes.append(ActiveChange(name, active, jobid, before))
     return changes
 
 
@@ -181,4 +178,5 @@ def apply_changes(
     for change in changes:
         if change.changed:
             step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
-            conn.execute(_ALTER_ACTIVE, (change.jobid, change.wanted))
+            alter = "SELECT cron.alter_job(%s::bigint, active := %s::boolean)"
+            conn.execute(alter, (change.jobid, change.wanted))

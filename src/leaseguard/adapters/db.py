@@ -134,8 +134,7 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
 def here_minus_database(
     conn: psycopg.Connection[tuple[object, ...]], contract: Contract
 ) -> ClockOffset:
-    """This machine's clock minus the database's (clock_timestamp, not the transaction's now());
-    a failure is a leaseguard error naming its class, never the driver's text."""
+    """This machine's clock minus the database's (clock_timestamp, not the transaction's now())."""
     before = time.time()
     with translate_errors(contract), read_transaction(conn):
         row = conn.execute(
@@ -189,10 +188,8 @@ _CATALOG_FIRST = sql.SQL(
 def set_local_limits(
     executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
 ) -> None:
-    """Settings (an int: milliseconds) for this transaction only, in one bound set_config(); and
-    pg_catalog first in search_path, so that no schema the role's path puts before it shadows a
-    builtin the guard calls (now(), count(), the `<` of timestamps): the table is still found
-    along that path."""
+    """Settings (an int: milliseconds) for this transaction only, and pg_catalog first in
+    search_path: no schema of the role's path shadows a builtin the guard calls (now(), `<`)."""
     # Times read back in the one style psycopg parses, whatever the role or database sets.
     settings = {**settings, "DateStyle": "ISO", "IntervalStyle": "postgres"}
     values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]

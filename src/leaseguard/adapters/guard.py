@@ -82,14 +82,12 @@ def judge_subjects(
 ) -> tuple[list[Verdict], StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight);
     judged again, once, in a new snapshot (pre-flight too) when a table was rewritten under it."""
-    try:
-        return _judge_once(conn, contract, subjects, as_of, status_column)
-    except _Rewritten:
-        pass
-    try:
-        return _judge_once(conn, contract, subjects, as_of, None)
-    except _Rewritten as again:  # named as the class every front reports
-        raise GuardQueryFailed(str(again)) from None
+    for column in (status_column, None):
+        try:
+            return _judge_once(conn, contract, subjects, as_of, column)
+        except _Rewritten as exc:
+            rewritten = exc
+    raise GuardQueryFailed(str(rewritten)) from None  # named as the class every front reports
 
 
 def _judge_once(
@@ -183,9 +181,8 @@ _NAMESAKES = sql.SQL("""
 
 
 def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
-    """No `schema`: the table the guard's search_path finds must be the only one of its name,
-    or the application's search_path (another role's, "$user") may find one the guard does not
-    read, with live claims in it."""
+    """No `schema`: the table found must be the only one of its name, or the application's
+    search_path (another role's, "$user") may find one the guard does not read."""
     if contract.schema is not None:
         return
     relation = predicate.table_identifier(contract).as_string(cur)

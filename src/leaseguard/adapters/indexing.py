@@ -82,15 +82,10 @@ def index_name(contract: Contract) -> str:
     return _short_name(contract.table + INDEX_SUFFIX)
 
 
-def _lead_column(contract: Contract) -> str:
-    """The column the guard filters on: status, or locked_at (graphile)."""
-    return contract.status_column if contract.has_status_column else contract.claimed_at_column
-
-
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
     """CREATE INDEX on (lead, claimed_at, expiry) over every row; partial only without a status."""
-    lead = _lead_column(contract)
-    columns = [lead]
+    lead = contract.status_column if contract.has_status_column else contract.claimed_at_column
+    columns = [lead]  # the column the guard filters on: status, or locked_at (graphile)
     if contract.has_claimed_at and lead != contract.claimed_at_column:
         columns.append(contract.claimed_at_column)
     expires = contract.lease.expires_at_column
@@ -135,7 +130,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
     """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
     if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
-    lead = _lead_column(contract)
+    lead = contract.status_column if contract.has_status_column else contract.claimed_at_column
     table = predicate.table_identifier(contract).as_string(conn)
     with conn.transaction():
         params = {"table": table, "column": lead, "own": index_name(contract)}
@@ -218,10 +213,8 @@ def advisory_plan_warning(
 
 def _seq_scans(node: Any, names: frozenset[str]) -> bool:
     """Whether an EXPLAIN (FORMAT JSON) result has a Seq Scan (parallel or not) over `names`."""
-    if isinstance(node, list):
-        return any(_seq_scans(child, names) for child in node)
-    if not isinstance(node, dict):
-        return False
-    if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
-        return True
-    return any(_seq_scans(child, names) for child in node.values())
+    if isinstance(node, dict):
+        if node.get("Node Type") == "Seq Scan" and node.get("Relation Name") in names:
+            return True
+        node = list(node.values())
+    return isinstance(node, list) and any(_seq_scans(child, names) for child in node)

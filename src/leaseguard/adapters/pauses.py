@@ -135,8 +135,7 @@ def hold_jobs(
     action: str = "drain",
     holder: int | None = None,
 ) -> Hold:
-    """Hold `names` (all exist); one inactive without a record is an operator's (`not_held`).
-    `holder`: the pid whose life the hold lasts (recorded with its start: resume keeps it)."""
+    """Hold `names` (all exist); `holder`: the pid whose life the hold lasts (resume keeps it)."""
     token = secrets.token_hex(6)
     alive = (
         (holder, process_start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
@@ -154,14 +153,10 @@ def hold_jobs(
         active = {c.job for c in changes if c.changed}
         records = read_records(conn)
         if stale := [r for r in records if r.job in active]:
-            for record in stale:
+            for r in stale:
                 log.warning(
-                    "stale intake hold dropped: pg_cron job %s is active but was recorded as "
-                    "paused at %s by %s (for: %s)",
-                    record.job,
-                    record.paused_at,
-                    record.by,
-                    record.action,
+                    f"stale intake hold dropped: pg_cron job {r.job} is active but was recorded "
+                    f"as paused at {r.paused_at} by {r.by} (for: {r.action})"
                 )
             step.doing = "deleting stale hold records"
             _forget(conn, [_record_name(r.job, r.token) for r in stale])
@@ -212,9 +207,8 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 def resume_recorded(
     conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
-    """Give back every recorded hold (on `jobs` if given) whose holder is gone: the operator's
-    command for lost runs. A live or unverifiable holder's is kept (and its job paused) unless
-    `force`; the third item names the kept ones and why."""
+    """Give back every recorded hold (on `jobs`) whose holder is gone, or every one if `force`;
+    the third item names the kept ones (a live or unverifiable holder's) and why."""
     with _holds_transaction(conn) as step:
         records, kept = [], []
         for record in read_records(conn):
@@ -236,13 +230,10 @@ def resume_recorded(
         held = {r.job for r, _ in kept}
         free = sorted({r.job for r in records} - held)
         # A job deleted and re-created under the held name since is not the one held: untouched.
-        ids: dict[str, set[int]] = {}
-        for r in records:
-            ids.setdefault(r.job, set()).update({r.jobid} if r.jobid else ())
+        ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
+        changes = cron.plan_changes(conn, dict.fromkeys(free, True))
         changes = [
-            c
-            for c in cron.plan_changes(conn, dict.fromkeys(free, True))
-            if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
+            c for c in changes if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
         ]
         cron.apply_changes(conn, step, changes)
     return records, cron.ActivePlan(tuple(changes)), kept
@@ -276,8 +267,7 @@ def wait_quiet(
 
 
 def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
-    """The held jobs active again since the hold was taken: switched back on, or deleted and
-    re-created (active, under a new jobid). A job only deleted claims nothing: not lost."""
+    """The held jobs switched back on, or re-created (active, a new jobid), since the hold."""
     with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
         rows = conn.execute(
             "SELECT jobid, jobname FROM cron.job WHERE active AND (jobid = ANY(%s) "
@@ -297,8 +287,7 @@ def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
 def leftover_warnings(
     conn: psycopg.Connection[Any], *, exclude_by: str | None = None, own: Sequence[str] = ()
 ) -> list[str]:
-    """Warnings for holds not given back, but this run's (`own`: their tokens); [] when
-    cron.job is not readable (advisory)."""
+    """Warnings for holds not given back but this run's (`own`: tokens); [] if unreadable."""
     try:
         with read_transaction(conn):
             readable = conn.execute(_RECORDS_READABLE).fetchone()
@@ -354,8 +343,7 @@ def process_start_ticks(pid: int | None) -> int | None:
 
 
 def process_alive(pid: int, started: int | None = None) -> bool:
-    """Whether `pid` runs here and, with its recorded `started`, is that process (not a reused
-    pid): a hold's holder, a status file's writer."""
+    """Whether `pid` runs here and, given its `started`, is that process (not a reused pid)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -381,16 +369,9 @@ def _parse(name: str, command: str) -> PauseRecord:
         job, token = token, ""
     try:
         data = json.loads(command.partition(_MARKER)[2])
-        by, action = str(data["by"]), str(data.get("action", "drain"))
-        holder = int(data.get("pid", 0)), int(data.get("started", 0)), str(data.get("host", ""))
-        return PauseRecord(
-            str(data["job"]),
-            str(data["paused_at"]),
-            by,
-            action,
-            token,
-            *holder,
-            jobid=int(data.get("jobid", 0)),
-        )
+        job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])
+        action, host = str(data.get("action", "drain")), str(data.get("host", ""))
+        pid, started, jobid = (int(data.get(k, 0)) for k in ("pid", "started", "jobid"))
+        return PauseRecord(job, at, by, action, token, pid, started, host, jobid)
     except (ValueError, KeyError, TypeError):
         return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)

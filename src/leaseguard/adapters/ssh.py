@@ -134,7 +134,7 @@ def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
 
 def open_connection(connection: Connection) -> None:
     """Connect now; an SSH failure is a TunnelError naming the host and what to try next."""
-    named = _named(connection)
+    named = f"{given_name(connection)} ({connection.host}:{connection.port})"
     try:
         if not connection.is_connected:
             connection.open()
@@ -168,9 +168,10 @@ def open_connection(connection: Connection) -> None:
                 f"({type(exc).__name__}); check its path (fab -i, connect_kwargs.key_filename, "
                 "IdentityFile, ansible_ssh_private_key_file)"
             ) from None
-        gateway = connection.gateway
-        jump = isinstance(gateway, Connection)
-        through = f" (through the jump host {_named(gateway)})" if jump else ""
+        gate = connection.gateway
+        through = ""
+        if isinstance(gate, Connection):
+            through = f" (through the jump host {given_name(gate)} ({gate.host}:{gate.port}))"
         raise TunnelError(
             f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
             f"check that it is up, that sshd answers on port {connection.port}{through} and "
@@ -178,14 +179,8 @@ def open_connection(connection: Connection) -> None:
         ) from None
 
 
-def _named(connection: Connection) -> str:
-    """ "app2 (10.0.0.12:22)": the host as given (-H, an ssh_config alias) and where it is."""
-    return f"{given_name(connection)} ({connection.host}:{connection.port})"
-
-
 def given_name(connection: Connection) -> str:
-    """The host as given (-H, an ssh_config alias), without its user: how every line names it
-    (Fabric's `host` is the ssh_config HostName an alias resolves to)."""
+    """The host as given (-H, an ssh_config alias; not the HostName it resolves to), no user."""
     return str(connection.original_host).rpartition("@")[2]
 
 
