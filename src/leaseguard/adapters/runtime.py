@@ -15,15 +15,7 @@ from leaseguard.core import lookups
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import (
-    Argv,
-    CommandResult,
-    Containers,
-    Replica,
-    container_filter,
-    is_unit_glob,
-    task_timeout_source,
-)
+from leaseguard.core.lookups import Argv, CommandResult, Containers, Replica, container_filter
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
@@ -52,7 +44,6 @@ class LocalRunner:
                 text=True,
                 errors="replace",
                 timeout=LOOKUP_TIMEOUT_S,
-                check=False,
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
@@ -63,14 +54,18 @@ def offset_from_here(runner: Runner) -> ClockOffset:
     """The host's clock minus this machine's, read with `date +%s.%N` (hosts need no Python)."""
     before = time.time()
     result = runner.run(["date", "+%s.%N"])
-    after = time.time()
+    clock = host_clock(result.stdout if result.exit_code == 0 else "", before, time.time())
+    if clock is None:
+        raise LookupFailed(f"host {runner.label}: cannot read its clock (date)")
+    return clock
+
+
+def host_clock(reading: str, before: float, after: float) -> ClockOffset | None:
+    """The host's clock (`reading`: `date +%s.%N`, between `before` and `after`) minus ours."""
     try:
-        if result.exit_code != 0:
-            raise ValueError
-        reading = float(result.stdout.strip())
+        return ClockOffset(float(reading) - (before + after) / 2, (after - before) / 2)
     except ValueError:
-        raise LookupFailed(f"host {runner.label}: cannot read its clock (date)") from None
-    return ClockOffset(reading - (before + after) / 2, (after - before) / 2)
+        return None
 
 
 class Given(TypedDict, total=False):
@@ -100,7 +95,9 @@ def resolve_runtime_facts(
             if spec.default_s is None:
                 raise
             warnings.append(f"{exc}; assumed task_timeout.default_s={spec.default_s:g}")
-            timeout = TaskTimeout(spec.default_s, f"default:{task_timeout_source(spec)}", True)
+            timeout = TaskTimeout(
+                spec.default_s, f"default:{lookups.task_timeout_source(spec)}", True
+            )
     started = given.get("runtime_started_at")
     if started is None:
         looked_up = seconds is None and not contract.rows_carry_expiry
@@ -128,7 +125,7 @@ class Lookups:
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         """The timeout; over several replicas the LONGEST (any of them may run a claim)."""
-        source = task_timeout_source(spec)
+        source = lookups.task_timeout_source(spec)
         if spec.source == "fixed":
             assert spec.value_s is not None
             return TaskTimeout(spec.value_s, source)
@@ -154,7 +151,7 @@ class Lookups:
                 return [(r.name if named else None, r.value(variable)) for r in found]
             case "systemd":
                 assert spec.unit is not None
-                named = is_unit_glob(spec.unit)
+                named = lookups.is_unit_glob(spec.unit)
                 return [
                     (u.name if named else None, lookups.env_value(u.environment, spec.variable))
                     for u in self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
@@ -220,7 +217,7 @@ class Lookups:
         """The unit, or every running unit a glob matches (listed in the verdict)."""
         argv = lookups.systemd_argv(unit, variable)
         out = self._output(argv, f"systemd unit {unit}", shown="systemctl show") or ""
-        if not is_unit_glob(unit):
+        if not lookups.is_unit_glob(unit):
             return [lookups.parse_systemctl_show(out, unit)]
         try:
             units = lookups.parse_systemctl_glob(out, unit)
