@@ -5,17 +5,14 @@
 
 from collections import Counter
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    LeaseguardAction,
-    api,
-    database_conninfo,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 _DONE = {"create": "created", "update": "updated"}
 _TO_DO = {"create": "to create", "update": "to update"}
 
 
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "cron_budget"
     failure_what = "cron_budget"
 
@@ -27,7 +24,7 @@ class ActionModule(LeaseguardAction):
             connect_timeout_s=args["connect_timeout_s"],
         )
         if args["resume_recorded"]:
-            with database_conninfo(self, args) as conninfo:
+            with _action.database_conninfo(self, args) as conninfo:
                 outcome = api.resume_pauses(conninfo, **common)
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             jobs = sorted({r["job"] for r in outcome["records"]}) if check_mode else []
@@ -44,7 +41,7 @@ class ActionModule(LeaseguardAction):
             return {**result, "applied": not check_mode, "msg": msg}
         declared = api.task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
         plan, switched = api.converge_jobs(
-            database_conninfo(self, args),
+            _action.database_conninfo(self, args),
             declared,
             active=args["active"],
             on_drift=args["on_drift"],
