@@ -14,16 +14,15 @@ import threading
 from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
+    guard_role_options,
     module_spec,
     role_variables,
-    variable_specs,
 )
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
     ConfigError,
@@ -58,10 +57,7 @@ class LeaseguardAction(ActionBase):
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
-        cls.role_variables = MappingProxyType(role_variables(cls.module))
-
-    def act(self, args, host, task_vars):
-        raise NotImplementedError
+        cls.role_variables = role_variables(cls.module)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -98,12 +94,8 @@ class LeaseguardAction(ActionBase):
 
 def failure(exc, host, what="check"):
     """A failed task result; a check's decision is 'failed', never 'proceed'."""
-    result = {
-        **api.failure_result(exc, host),
-        "failed": True,
-        "changed": False,
-        "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
-    }
+    msg = f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}"
+    result = {**api.failure_result(exc, host), "failed": True, "changed": False, "msg": msg}
     if what != "check":
         del result["decision"]  # only a check decides
     return result
@@ -112,9 +104,7 @@ def failure(exc, host, what="check"):
 def contract_from(args):
     """The contract from the task's options, without the None the argument spec fills in."""
     keys = {key.split(".")[0] for key in api.CONFIG_KEYS}
-    return api.load_contract(
-        {key: _without_none(args[key]) for key in keys if args.get(key) is not None}
-    )
+    return api.load_contract(_without_none({key: args.get(key) for key in keys}))
 
 
 def _without_none(value):
@@ -124,11 +114,9 @@ def _without_none(value):
 
 
 def checked_variables(task_vars, allow=(), template=None):
-    """The task's leaseguard_* variables, failed when one is unknown to the collection
-    (Ansible silently drops a mistyped variable that nothing reads) or, with `template`, when
-    one the guard role declares is set to a value of the wrong type: the restart and migrate
-    roles import the guard without its argument validation, and would otherwise hold intake
-    before a task's own options refused the value."""
+    """The task's leaseguard_* variables, failed on one unknown to the collection (Ansible drops
+    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type (the
+    roles that import the guard skip its validation, and would hold intake before refusing it)."""
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
@@ -158,9 +146,12 @@ def checked_variables(task_vars, allow=(), template=None):
 
 
 def wrongly_typed(task_vars, names, template):
-    """The guard role's variables among `names` whose value its argument spec refuses, each
-    with what it wants (never the value: it may be a password)."""
-    specs = variable_specs()
+    """The guard role's variables among `names` whose value its spec refuses, each with what it
+    wants (never the value: it may be a password)."""
+    specs = {
+        name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
+        for name, option in guard_role_options().items()
+    }
     wrong = {}
     for name in (n for n in names if n in specs or n.endswith("_command")):
         try:
@@ -218,8 +209,6 @@ _HOST_KEY_CAUSES = {
     "host key verification failed": "host key verification failed (not in known_hosts, or "
     "not matching it): add the verified key to known_hosts (ssh-keyscan)",
 }
-
-
 _COMMAND_FAILED = "running a command over its Ansible connection failed"
 
 
@@ -273,10 +262,8 @@ def ssh_target(connection, play_context):
         except KeyError:
             return None
 
-    ssh_args = " ".join(
-        str(option(name) or "") for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
-    )
-    parsed = api.parse_openssh_args(ssh_args)
+    names = ("ssh_common_args", "ssh_extra_args", "ssh_args")
+    parsed = api.parse_openssh_args(" ".join(str(option(name) or "") for name in names))
     if "proxycommand" in parsed:
         raise ConfigError(
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
@@ -348,8 +335,7 @@ def stop_on_signals(label):
             if out is None:
                 display.display(line, stderr=True)
             else:
-                out.write(line + "\n")
-                out.flush()
+                print(line, file=out, flush=True)
 
     def stop_when_orphaned(parent):
         while not done.wait(0.5):
