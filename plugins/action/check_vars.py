@@ -4,8 +4,7 @@
 
 import math
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action, _core
 
 
 class ActionModule(_action.LeaseguardAction):
@@ -39,11 +38,11 @@ def cut_off_refused(restart):
 
 def restart_missing(restart):
     """The restart's missing setting, said as the restart role's variable (or None)."""
-    _action.require_leaseguard()
-    spec = api.RestartSpec(
+    _core.require_leaseguard()
+    spec = _core.api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = api.missing_target(spec)
+    missing = _core.api.missing_target(spec)
     if missing is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

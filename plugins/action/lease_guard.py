@@ -6,13 +6,12 @@
 from dataclasses import replace
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import ConfigError, api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 DRAIN_KEYS = (
     *("deadline_s", "poll_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"),
     *("pause_command", "resume_command", "status_file", "metrics_file", "resume_retry_s"),
 )
-NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
 
 class ActionModule(_action.LeaseguardAction):
@@ -26,7 +25,7 @@ class ActionModule(_action.LeaseguardAction):
         held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
-            drain_args.update(NO_PAUSES)
+            drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
         if fleet and not each:
             _whole_fleet(task_vars)
@@ -67,10 +66,13 @@ class ActionModule(_action.LeaseguardAction):
                 raise drained[host].error
             judged = {name: _drained(name, r, args, events) for name, r in drained.items()}
         if each:
-            return _warned(_each_result(judged, args, host), unread)
-        if held is None and waits:
-            held = drained[host].intake
-        return _warned({**judged[host], **looked_up, "intake": _intake(held)}, unread)
+            result = _each_result(judged, args, host)
+        else:
+            held = drained[host].intake if held is None and waits else held
+            result = {**judged[host], **looked_up, "intake": _intake(held)}
+        if unread:
+            result["warnings"] = [*result.get("warnings", []), *unread]
+        return result
 
 
 def _drain(session, options, host, front, each):
@@ -99,18 +101,18 @@ def _drain(session, options, host, front, each):
 def _each_host_allowed(action, args):
     """each_host needs fleet_lookups, one shared database and each host's intake held."""
     if args["fleet_lookups"] is None:
-        raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+        raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
     if _action.tunnels(action, args):
         conninfo = _action.conninfo_from(args)
         if api.each_hosts_own(api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]):
-            raise ConfigError(
+            raise api.ConfigError(
                 "each_host judges every host over this host's tunnel, but the database address "
                 "is each host's own loopback (db_host), where each host may have a database of "
                 "its own: set leaseguard_db_host to the shared database's address as the hosts "
                 "see it"
             )
     if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
-        raise ConfigError(
+        raise api.ConfigError(
             "each_host drains hold no intake of their own: hold each host's with "
             "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
         )
@@ -121,7 +123,7 @@ def _whole_fleet(task_vars):
     drain.yml refuse it first, and this holds when a run starts past them (--start-at-task)."""
     if limit := task_vars.get("ansible_limit"):
         hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
-        raise ConfigError(
+        raise api.ConfigError(
             f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
             f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
             "another host would count as orphaned). Nothing was judged or paused. Run without "
@@ -175,12 +177,6 @@ def _verify_holds(session, options, args):
     return []
 
 
-def _warned(result, warnings):
-    if warnings:
-        result["warnings"] = [*result.get("warnings", []), *warnings]
-    return result
-
-
 def _holds(args):
     """The holds the caller's intake_hold tasks took (held_intake, held_intakes)."""
     registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
@@ -189,9 +185,7 @@ def _holds(args):
 
 def _held(registered):
     """What the caller's intake_hold task holds (None: the caller holds nothing)."""
-    if not registered:
-        return None
-    return tuple((registered.get("hold") or {}).get("what") or ())
+    return tuple((registered.get("hold") or {}).get("what") or ()) if registered else None
 
 
 def _intake(held):

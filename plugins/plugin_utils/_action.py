@@ -19,18 +19,9 @@ from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    guard_role_options,
-    module_spec,
-    role_variables,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
-    ConfigError,
-    LeaseguardError,
-    api,
-    display,
-    require_leaseguard,
-)
+from ansible_collections.leaseguard.deploy.plugins.module_utils import _specs
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _core
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 try:
     from psycopg import ProgrammingError
@@ -56,26 +47,25 @@ class LeaseguardAction(ActionBase):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
-        cls.role_variables = role_variables(cls.module)
+        _specs.module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
+        cls.role_variables = _specs.role_variables(cls.module)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if self.needs_leaseguard:
-            require_leaseguard()
+            _core.require_leaseguard()
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         given = self._task.args
         if boolean(given.get("from_role_vars", False), strict=False):
-            # Only the variables that are set are templated (a template per option and host
-            # would cost the guard ~0.2 s).
+            # Only the variables that are set are templated (all would cost ~0.2 s a host).
             filled = {
                 option: self._templar.template(task_vars[variable])
                 for option, variable in self.role_variables.items()
                 if option not in given and variable in task_vars
             }
             self._task.args = {**filled, **given}
-        spec, options = module_spec(self.module)
+        spec, options = _specs.module_spec(self.module)
         try:
             if self.needs_leaseguard:
                 # Before the spec's float()/int(), which read any script's digits as numbers.
@@ -87,7 +77,7 @@ class LeaseguardAction(ActionBase):
                     refused = {"decision": "failed"} if self.failure_what == "check" else {}
                     return {**result, **checked, **refused}
             result.update(self.act(args, host, task_vars))
-        except LeaseguardError as exc:
+        except _core.LeaseguardError as exc:
             result.update(failure(exc, host, what=self.failure_what))
         return result
 
@@ -150,7 +140,7 @@ def wrongly_typed(task_vars, names, template):
     wants (never the value: it may be a password)."""
     specs = {
         name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
-        for name, option in guard_role_options().items()
+        for name, option in _specs.guard_role_options().items()
     }
     wrong = {}
     for name in (n for n in names if n in specs or n.endswith("_command")):
@@ -265,7 +255,7 @@ def ssh_target(connection, play_context):
     names = ("ssh_common_args", "ssh_extra_args", "ssh_args")
     parsed = api.parse_openssh_args(" ".join(str(option(name) or "") for name in names))
     if "proxycommand" in parsed:
-        raise ConfigError(
+        raise api.ConfigError(
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
             "use ProxyJump (-J) instead"
         )
@@ -295,13 +285,11 @@ def tunnels(action, args):
 @contextmanager
 def database_path(action, args, *, probe=True):
     """(conninfo, tunnel or None) as the controller reaches the database, closed on exit."""
-    conninfo = conninfo_from(args)
+    conninfo, db = conninfo_from(args), (args["db_host"], args["db_port"])
     if not tunnels(action, args):
-        path = nullcontext((api.direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+        path = nullcontext((api.direct_conninfo(conninfo, *db), None))
     else:
-        address = api.DatabaseAddress(
-            *api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
-        )
+        address = api.DatabaseAddress(*api.tunnel_far_end(conninfo, *db))
         host, options = ssh_target(action._connection, action._play_context)
         if args.get("connect_timeout_s"):
             # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
@@ -333,7 +321,7 @@ def stop_on_signals(label):
         line = f"leaseguard [{label}]: {message}"
         with suppress(Exception):  # the controller may be gone: the resume matters, not this
             if out is None:
-                display.display(line, stderr=True)
+                _core.display.display(line, stderr=True)
             else:
                 print(line, file=out, flush=True)
 
@@ -365,7 +353,7 @@ def drain_events(label):
     class Shown(logging.Handler):
         def emit(self, record):
             lines.append(record.getMessage())
-            display.display(f"leaseguard [{label}]: {lines[-1]}")
+            _core.display.display(f"leaseguard [{label}]: {lines[-1]}")
 
     handler, previous = Shown(logging.INFO), logger.level
     logger.addHandler(handler)
