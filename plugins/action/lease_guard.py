@@ -167,9 +167,8 @@ def _each_result(judged, args, host):
 def _verify_holds(session, options, args):
     """A proceed stands only while the caller's holds do: fail if a held job is active again.
     A hold this task cannot read back (another role took it) is a warning, not a failure."""
-    access = api.IntakeAccess(options.cron_database, options.cron_user, options.cron_password)
     try:
-        api.verify_holds(lambda: session.connect_writable(access), _holds(args))
+        api.verify_holds(lambda: session.connect_writable(options.intake()), _holds(args))
     except api.IntakeLost:
         raise
     except api.LeaseguardError as exc:

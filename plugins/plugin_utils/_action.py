@@ -39,8 +39,6 @@ RESUME_HINT = (
 class LeaseguardAction(ActionBase):
     """Runs act() on the arguments its module's spec admits; a LeaseguardError fails the task."""
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
     module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
@@ -148,15 +146,12 @@ def wrongly_typed(task_vars, names, template):
             value = template(task_vars[name])
         except AnsibleError:  # an undefined template: the task that reads it says so
             continue
+        spec = specs.get(name)
         if name.endswith("_command") and isinstance(value, str):
             # Ansible's list type takes a string as ONE element: a program named "sh -c ..."
             # that fails only when run, after intake was held (a resume: never given back).
             wrong[name] = "list of str (an argv, not one string)"
-            continue
-        if name not in specs:
-            continue
-        spec = specs[name]
-        if ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
+        elif spec and ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
             wanted = spec["type"]
             if "elements" in spec:
                 wanted = f"{wanted} of {spec['elements']}"

@@ -26,7 +26,7 @@ if CARRIED:
 
 try:
     import leaseguard.api as api  # pylint: disable=consider-using-from-import
-    from leaseguard.api import ConfigError, LeaseguardError
+    from leaseguard.api import LeaseguardError
 
     # Loaded now, so a missing requirement (psycopg, Fabric) is named before any task runs.
     _LOADED = (api.task_session, api.drain_host, api.lookup_report)
@@ -36,12 +36,10 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
 
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
-
-    ConfigError = LeaseguardError
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
-__all__ = ["ConfigError", "LeaseguardError", "api", "require_leaseguard"]
+__all__ = ["LeaseguardError", "api", "require_leaseguard"]
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 display = Display()
 
