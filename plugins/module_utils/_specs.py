@@ -74,8 +74,7 @@ _PER_TASK |= {"each_host", "held_intake", "held_intakes", "state", "hold", "acti
 
 
 def role_variables(module):
-    """Option -> the guard role variable from_role_vars fills it from, as the role declares it:
-    leaseguard_drain_<option>, else leaseguard_<option>."""
+    """Option -> its guard role variable: leaseguard_drain_<option>, else leaseguard_<option>."""
     options = documented_options(module)
     if "from_role_vars" not in options:
         return {}
