@@ -4,20 +4,15 @@
 
 import math
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    LeaseguardAction,
-    api,
-    checked_variables,
-    require_leaseguard,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action, _core
 
 
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "check_vars"
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
     def act(self, args, host, task_vars):
-        result = checked_variables(task_vars, args["allow"], self._templar.template)
+        result = _action.checked_variables(task_vars, args["allow"], self._templar.template)
         restart = args["restart"]
         missing = restart and (cut_off_refused(restart) or restart_missing(restart))
         if missing and not result.get("failed"):
@@ -43,11 +38,11 @@ def cut_off_refused(restart):
 
 def restart_missing(restart):
     """The restart's missing setting, said as the restart role's variable (or None)."""
-    require_leaseguard()
-    spec = api.RestartSpec(
+    _core.require_leaseguard()
+    spec = _core.api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = api.missing_target(spec)
+    missing = _core.api.missing_target(spec)
     if missing is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

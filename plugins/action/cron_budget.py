@@ -5,17 +5,11 @@
 
 from collections import Counter
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    LeaseguardAction,
-    api,
-    database_conninfo,
-)
-
-_DONE = {"create": "created", "update": "updated"}
-_TO_DO = {"create": "to create", "update": "to update"}
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "cron_budget"
     failure_what = "cron_budget"
 
@@ -27,7 +21,7 @@ class ActionModule(LeaseguardAction):
             connect_timeout_s=args["connect_timeout_s"],
         )
         if args["resume_recorded"]:
-            with database_conninfo(self, args) as conninfo:
+            with _action.database_conninfo(self, args) as conninfo:
                 outcome = api.resume_pauses(conninfo, **common)
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             jobs = sorted({r["job"] for r in outcome["records"]}) if check_mode else []
@@ -44,7 +38,7 @@ class ActionModule(LeaseguardAction):
             return {**result, "applied": not check_mode, "msg": msg}
         declared = api.task_budgets(args["jobs"], args["overrides"], args["environment"] or None)
         plan, switched = api.converge_jobs(
-            database_conninfo(self, args),
+            _action.database_conninfo(self, args),
             declared,
             active=args["active"],
             on_drift=args["on_drift"],
@@ -84,18 +78,17 @@ def _result(plan, switched, check_mode, host):
     if plan is not None:
         diff = plan.diff()
         counts = Counter(str(job.action) for job in plan.jobs)
-        done = _TO_DO if check_mode else _DONE
-        parts.append(", ".join(f"{n} {done.get(state, state)}" for state, n in counts.items()))
+        said = {s: f"to {s}" if check_mode else f"{s}d" for s in ("create", "update")}
+        parts.append(", ".join(f"{n} {said.get(state, state)}" for state, n in counts.items()))
         result.update(_plan_fields(plan), changed=plan.changed, warnings=list(plan.warnings))
     if switched is not None:
         for job in (job for job in switched.jobs if job.exists):
             diff["before"].setdefault(job.job, {})["active"] = job.before
             diff["after"].setdefault(job.job, {})["active"] = job.wanted
-        pause, resume = ("would pause", "would resume") if check_mode else ("paused", "resumed")
-        if switched.paused:
-            parts.append(f"{pause} {', '.join(switched.paused)}")
-        if switched.resumed:
-            parts.append(f"{resume} {', '.join(switched.resumed)}")
+        verbs = ("would pause", "would resume") if check_mode else ("paused", "resumed")
+        for verb, jobs in zip(verbs, (switched.paused, switched.resumed), strict=True):
+            if jobs:
+                parts.append(f"{verb} {', '.join(jobs)}")
         if not switched.changed:
             parts.append("active flags unchanged")
         result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)

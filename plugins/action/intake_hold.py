@@ -1,16 +1,9 @@
 # Copyright: (c) 2026, leaseguard contributors
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Action plugin for leaseguard.deploy.intake_hold: the options to `intake_hold`, with the
-host's runner and a fresh path to cron.job."""
+"""Action plugin for leaseguard.deploy.intake_hold: `intake_hold` over the task's connection."""
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    RESUME_HINT,
-    AnsibleRunner,
-    LeaseguardAction,
-    api,
-    database_conninfo,
-    drain_events,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 HOLD_KEYS = (
     *("pause_cron_jobs", "pause_command", "resume_command", "cron_database"),
@@ -18,28 +11,26 @@ HOLD_KEYS = (
 )
 
 
-CHECK_MODE = "check mode: intake not held"
-
-
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "intake_hold"
     failure_what = "intake hold"
 
     def act(self, args, host, task_vars):
         if self._task.check_mode:
             nothing = {"paused": []} if args["state"] == "held" else {"resumed": [], "released": []}
-            return {"changed": False, "hold": None, "events": [], **nothing, "msg": CHECK_MODE}
+            msg = "check mode: intake not held"
+            return {"changed": False, "hold": None, "events": [], **nothing, "msg": msg}
         cron_args = dict(args)  # pg_cron as the intake's own role
         if args["cron_user"]:
             cron_args.update(db_user=args["cron_user"], db_password=args["cron_password"])
-        with drain_events(host) as events:
+        with _action.drain_events(host) as events:
             result = api.intake_hold(
                 args["state"],
-                cron_path=lambda: database_conninfo(self, cron_args),
-                runner=AnsibleRunner(self, host),
+                cron_path=lambda: _action.database_conninfo(self, cron_args),
+                runner=_action.AnsibleRunner(self, host),
                 hold=args["hold"],
                 action=f"{args['action']} ({host})",
-                resume_hint=RESUME_HINT,
+                resume_hint=_action.RESUME_HINT,
                 **{key: args[key] for key in HOLD_KEYS},
             )
         return {**result, "events": events}

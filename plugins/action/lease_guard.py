@@ -5,56 +5,44 @@
 
 from dataclasses import replace
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    RESUME_HINT,
-    AnsibleRunner,
-    ConfigError,
-    LeaseguardAction,
-    api,
-    conninfo_from,
-    contract_from,
-    database_path,
-    drain_events,
-    failure,
-    stop_on_signals,
-    tunnels,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 DRAIN_KEYS = (
     *("deadline_s", "poll_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"),
     *("pause_command", "resume_command", "status_file", "metrics_file", "resume_retry_s"),
 )
-NO_PAUSES = dict(pause_cron_jobs=[], pause_command=[], resume_command=[])
 
 
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "lease_guard"
 
     def act(self, args, host, task_vars):
         """The verdict of this host, the fleet or each host; with wait, drained first."""
-        each = args["each_host"]
+        each, fleet = args["each_host"], args["fleet_lookups"] is not None
         if each:
             _each_host_allowed(self, args)
         held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
-            drain_args.update(NO_PAUSES)
+            drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
-        waits, fleet = args["wait"] and not self._task.check_mode, args["fleet_lookups"] is not None
         if fleet and not each:
             _whole_fleet(task_vars)
+        waits = args["wait"] and not self._task.check_mode
         front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
-        intake = intake or api.IntakeAccess(options.cron_database)
         # The caller's own holds, taken a moment ago: not leftovers to give back by hand.
-        intake = replace(intake, own_holds=_hold_tokens(args))
+        crons = [((hold or {}).get("cron") or {}) for hold in _holds(args)]
+        tokens = tuple(str(cron["token"]) for cron in crons if cron.get("token"))
+        intake = replace(intake or api.IntakeAccess(options.cron_database), own_holds=tokens)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
         given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
         with api.task_session(
-            contract_from(args),
-            AnsibleRunner(self, host),
-            database_path(self, args, probe=fleet),
+            _action.contract_from(args),
+            _action.AnsibleRunner(self, host),
+            _action.database_path(self, args, probe=fleet),
             intake,
             given,
             lookups=args["fleet_lookups"],
@@ -65,58 +53,66 @@ class ActionModule(LeaseguardAction):
             if not fleet:  # this host's facts and clock reading, as task_timeout returns them
                 report = api.host_report(session.facts, session.judged.host_minus_here)
                 looked_up = {"lookup": {"changed": False, **report}}
-            if not waits:
-                if each:
-                    verdicts = session.judge_each()
-                    proceeds = any(v.decision.value == "proceed" for v in verdicts.values())
-                    unread = _verify_holds(session, options, args) if proceeds else []
-                    judged = {h: _report(v.as_dict(), args) for h, v in verdicts.items()}
-                    return _warned(_each_result(judged, args, host), unread)
-                verdict = _report(session.judge().as_dict(), args)
-                proceeds = verdict["decision"] == "proceed"
-                unread = _verify_holds(session, options, args) if proceeds else []
-                return _warned({**verdict, **looked_up, "intake": _intake(held)}, unread)
-            label = "fleet" if each else session.host
-            with drain_events(host) as events, stop_on_signals(label) as (stop, say):
-                drained = None
-                try:
-                    if each:
-                        drained = api.drain_every_host(session, options, stop)
-                    else:
-                        drained = api.drain_host(
-                            session, options, front=front, resume_hint=RESUME_HINT, stop=stop
-                        )
-                finally:
-                    if stop.is_set():
-                        say(_after_signal(options, resumed=drained is not None and not each))
-            results = drained.values() if each else [drained]
-            proceeds = any(result.drained for result in results)
+            if waits:
+                drained, events = _drain(session, options, host, front, each)
+                proceeds = any(result.drained for result in drained.values())
+            else:
+                verdicts = session.judge_each() if each else {host: session.judge()}
+                judged = {name: _report(v.as_dict(), args) for name, v in verdicts.items()}
+                proceeds = any(result["decision"] == "proceed" for result in judged.values())
             unread = _verify_holds(session, options, args) if proceeds else []
+        if waits:
+            if not each and drained[host].error is not None:
+                raise drained[host].error
+            judged = {name: _drained(name, r, args, events) for name, r in drained.items()}
         if each:
-            judged = {h: _drained(h, result, args, events) for h, result in drained.items()}
-            return _warned(_each_result(judged, args, host), unread)
-        if drained.error is not None:
-            raise drained.error
-        intake = _intake(held if held is not None else drained.intake)
-        result = {**_drained(host, drained, args, events), **looked_up, "intake": intake}
-        return _warned(result, unread)
+            result = _each_result(judged, args, host)
+        else:
+            held = drained[host].intake if held is None and waits else held
+            result = {**judged[host], **looked_up, "intake": _intake(held)}
+        if unread:
+            result["warnings"] = [*result.get("warnings", []), *unread]
+        return result
+
+
+def _drain(session, options, host, front, each):
+    """Each host's drain by name (this host's alone without each) and the drain's log lines."""
+    label = "fleet" if each else session.host
+    with _action.drain_events(host) as events, _action.stop_on_signals(label) as (stop, say):
+        drained = None
+        try:
+            if each:
+                drained = api.drain_every_host(session, options, stop)
+            else:
+                drained = api.drain_host(
+                    session, options, front=front, resume_hint=_action.RESUME_HINT, stop=stop
+                )
+        finally:
+            if stop.is_set():  # intake named only when this task paused it and gave it back
+                said = "drain interrupted by a signal"
+                paused = options.pause_cron_jobs or options.pause_command
+                if drained is not None and not each and paused:
+                    jobs = ", ".join(options.pause_cron_jobs) or "none"
+                    said += f"; intake was resumed (pg_cron jobs: {jobs})"
+                say(said)
+    return (drained if each else {host: drained}), events
 
 
 def _each_host_allowed(action, args):
     """each_host needs fleet_lookups, one shared database and each host's intake held."""
     if args["fleet_lookups"] is None:
-        raise ConfigError("each_host judges the hosts of fleet_lookups; pass them")
-    if tunnels(action, args):
-        far_end = api.tunnel_far_end(conninfo_from(args), args["db_host"], args["db_port"])[0]
-        if api.each_hosts_own(far_end):
-            raise ConfigError(
+        raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+    if _action.tunnels(action, args):
+        conninfo = _action.conninfo_from(args)
+        if api.each_hosts_own(api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]):
+            raise api.ConfigError(
                 "each_host judges every host over this host's tunnel, but the database address "
                 "is each host's own loopback (db_host), where each host may have a database of "
                 "its own: set leaseguard_db_host to the shared database's address as the hosts "
                 "see it"
             )
     if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
-        raise ConfigError(
+        raise api.ConfigError(
             "each_host drains hold no intake of their own: hold each host's with "
             "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
         )
@@ -125,20 +121,20 @@ def _each_host_allowed(action, args):
 def _whole_fleet(task_vars):
     """A fleet judgment is of every host of the play, which --limit cuts short: the roles and
     drain.yml refuse it first, and this holds when a run starts past them (--start-at-task)."""
-    limit, hosts = task_vars.get("ansible_limit"), task_vars.get("ansible_play_hosts_all", ())
-    if limit:
-        raise ConfigError(
+    if limit := task_vars.get("ansible_limit"):
+        hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
+        raise api.ConfigError(
             f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
-            f"--limit {limit} leaves hosts out (only {', '.join(hosts)} would be judged; a live "
-            "claim on another host would count as orphaned). Nothing was judged or paused. Run "
-            "without --limit"
+            f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
+            "another host would count as orphaned). Nothing was judged or paused. Run without "
+            "--limit"
         )
 
 
 def _drained(host, drained, args, events):
     """One host's drain as its task result would be (a failure: failed, named)."""
     if drained.error is not None:
-        return failure(drained.error, host)
+        return _action.failure(drained.error, host)
     drain = {key: value for key, value in drained.as_dict().items() if key != "verdict"}
     return {**_report(drained.verdict.as_dict(), args), "drain": {**drain, "events": events}}
 
@@ -171,10 +167,8 @@ def _each_result(judged, args, host):
 def _verify_holds(session, options, args):
     """A proceed stands only while the caller's holds do: fail if a held job is active again.
     A hold this task cannot read back (another role took it) is a warning, not a failure."""
-    holds = [(r or {}).get("hold") for r in [args["held_intake"], *_held_intakes(args)]]
-    access = api.IntakeAccess(options.cron_database, options.cron_user, options.cron_password)
     try:
-        api.verify_holds(lambda: session.connect_writable(access), holds)
+        api.verify_holds(lambda: session.connect_writable(options.intake()), _holds(args))
     except api.IntakeLost:
         raise
     except api.LeaseguardError as exc:
@@ -182,28 +176,15 @@ def _verify_holds(session, options, args):
     return []
 
 
-def _warned(result, warnings):
-    if warnings:
-        result["warnings"] = [*result.get("warnings", []), *warnings]
-    return result
-
-
-def _held_intakes(args):
-    return (args["held_intakes"] or {}).values()
-
-
-def _hold_tokens(args):
-    """The tokens of the pg_cron holds the caller's intake_hold tasks took."""
-    registered = [args["held_intake"], *_held_intakes(args)]
-    holds = [((r or {}).get("hold") or {}).get("cron") or {} for r in registered]
-    return tuple(str(hold["token"]) for hold in holds if hold.get("token"))
+def _holds(args):
+    """The holds the caller's intake_hold tasks took (held_intake, held_intakes)."""
+    registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
+    return [(r or {}).get("hold") for r in registered]
 
 
 def _held(registered):
     """What the caller's intake_hold task holds (None: the caller holds nothing)."""
-    if not registered:
-        return None
-    return tuple((registered.get("hold") or {}).get("what") or ())
+    return tuple((registered.get("hold") or {}).get("what") or ()) if registered else None
 
 
 def _intake(held):
@@ -228,19 +209,9 @@ def _report(verdict, args):
             f"{claim['id']} (claimed {claim['claimed_at']}, lease ends in {claim['remaining_s']}s)"
             for claim in verdict["live"]
         )
-        forced = (
-            f"FORCED on {verdict['host']}: {verdict['counts']['live']} live claim(s) will be "
-            f"killed: {claims}"
-        )
+        live = verdict["counts"]["live"]
+        forced = f"FORCED on {verdict['host']}: {live} live claim(s) will be killed: {claims}"
         result.update(forced=True, warnings=[*verdict["warnings"], forced])
     elif args["fail_on_defer"]:
         result["failed"] = True
     return result
-
-
-def _after_signal(options, resumed):
-    """What a signal ended; intake named only when this task paused it and gave it back."""
-    if not (resumed and (options.pause_cron_jobs or options.pause_command)):
-        return "drain interrupted by a signal"
-    jobs = ", ".join(options.pause_cron_jobs) or "none"
-    return f"drain interrupted by a signal; intake was resumed (pg_cron jobs: {jobs})"

@@ -3,20 +3,16 @@
 """Action plugin for leaseguard.deploy.runtime_restart: the restart through the task's
 connection, then the runtime's start time read until it moved."""
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import (
-    AnsibleRunner,
-    LeaseguardAction,
-    api,
-    contract_from,
-)
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 
-class ActionModule(LeaseguardAction):
+class ActionModule(_action.LeaseguardAction):
     module = "runtime_restart"
     failure_what = "restart"
 
     def act(self, args, host, task_vars):
-        contract = contract_from(args)
+        contract = _action.contract_from(args)
         spec = api.RestartSpec(
             args["method"],
             args["container"] or "",
@@ -27,7 +23,7 @@ class ActionModule(LeaseguardAction):
             args["verify_timeout_s"],
             contract.runtime.source,
         )
-        runner = AnsibleRunner(self, host)
+        runner = _action.AnsibleRunner(self, host)
         return api.restart_runtime(
             runner, spec, contract, args["lookup"], check_mode=self._task.check_mode
         )

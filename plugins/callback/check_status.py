@@ -32,12 +32,10 @@ DEFER_TASKS = frozenset(
 )
 # The tasks that fail a host on a judgment made for it by another host's one task (a batch,
 # a fleet): the cause is that judgment's, counted where it was made.
-JUDGED_ELSEWHERE = frozenset(
-    {
-        "Fail a host the batch's judgment could not judge",
-        "Fail the hosts the fleet's failed judgment left unjudged",
-        "Fail the hosts whose own check failed",
-    }
+JUDGED_ELSEWHERE = (
+    "Fail a host the batch's judgment could not judge",
+    "Fail the hosts the fleet's failed judgment left unjudged",
+    "Fail the hosts whose own check failed",
 )
 
 
@@ -92,6 +90,6 @@ def reason(task_name, result):
         return "drift"
     if (result.get("error") or {}).get("type") == "TunnelError":
         return "unreachable"
-    if task_name.rpartition(" : ")[2] in DEFER_TASKS:
+    if task_name in DEFER_TASKS:
         return "defer"
     return "failed"

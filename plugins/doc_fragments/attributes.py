@@ -10,9 +10,6 @@ attributes:
   check_mode:
     support: full
     description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing is changed, so there is nothing to diff.
 """
 
     ACTION_GROUP = r"""

@@ -3,7 +3,6 @@
 
 
 class ModuleDocFragment:
-    # The intake options of every module that holds intake.
     DOCUMENTATION = r"""
 options:
   pause_cron_jobs:

@@ -17,7 +17,6 @@ options:
             V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
-      # container, unit and pid_file mean the same in runtime (YAML aliases there).
       container: &container
         description: Container name or id, or a C(docker ps --filter) over running containers (C(label=KEY=VALUE),
           C(label=KEY), C(name=REGEX)) whose oldest start and longest timeout count; no match fails.

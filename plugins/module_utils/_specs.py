@@ -74,8 +74,7 @@ _PER_TASK |= {"each_host", "held_intake", "held_intakes", "state", "hold", "acti
 
 
 def role_variables(module):
-    """Option -> the guard role's variable from_role_vars fills it from: leaseguard_drain_<option>
-    or leaseguard_<option>, whichever roles/guard/meta/argument_specs.yml declares."""
+    """Option -> its guard role variable: leaseguard_drain_<option>, else leaseguard_<option>."""
     options = documented_options(module)
     if "from_role_vars" not in options:
         return {}
@@ -91,23 +90,12 @@ def role_variables(module):
 
 @lru_cache(maxsize=1)
 def guard_role_options():
-    """The guard role's variables as roles/guard/meta/argument_specs.yml declares them (main):
-    the contract, database and drain variables every role of the collection reads."""
+    """The guard role's variables (roles/guard/meta/argument_specs.yml), which every role reads."""
     import yaml  # here: ansible-test imports this file where PyYAML is absent
 
     specs = os.path.join(os.path.dirname(PLUGINS), "roles", "guard", "meta", "argument_specs.yml")
     with open(specs, encoding="utf-8") as handle:
         return yaml.safe_load(handle)["argument_specs"]["main"]["options"]
-
-
-def variable_specs():
-    """Each guard role variable's type (and elements, choices) as an argument spec, with no
-    default and nothing required: what a variable that is set must be."""
-    keys = ("type", "elements", "choices")
-    return {
-        name: {key: option[key] for key in keys if key in option}
-        for name, option in guard_role_options().items()
-    }
 
 
 def action_only(name):

@@ -14,24 +14,14 @@ import threading
 from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
 from pathlib import Path
-from types import MappingProxyType
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
-from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import (
-    module_spec,
-    role_variables,
-    variable_specs,
-)
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import (
-    ConfigError,
-    LeaseguardError,
-    api,
-    display,
-    require_leaseguard,
-)
+from ansible_collections.leaseguard.deploy.plugins.module_utils import _specs
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _core
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
 try:
     from psycopg import ProgrammingError
@@ -49,37 +39,31 @@ RESUME_HINT = (
 class LeaseguardAction(ActionBase):
     """Runs act() on the arguments its module's spec admits; a LeaseguardError fails the task."""
 
-    TRANSFERS_FILES = False
-    _supports_check_mode = True
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
     module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
-        cls.role_variables = MappingProxyType(role_variables(cls.module))
-
-    def act(self, args, host, task_vars):
-        raise NotImplementedError
+        _specs.module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
+        cls.role_variables = _specs.role_variables(cls.module)
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if self.needs_leaseguard:
-            require_leaseguard()
+            _core.require_leaseguard()
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         given = self._task.args
         if boolean(given.get("from_role_vars", False), strict=False):
-            # Only the variables that are set are templated (a template per option and host
-            # would cost the guard ~0.2 s).
+            # Only the variables that are set are templated (all would cost ~0.2 s a host).
             filled = {
                 option: self._templar.template(task_vars[variable])
                 for option, variable in self.role_variables.items()
                 if option not in given and variable in task_vars
             }
             self._task.args = {**filled, **given}
-        spec, options = module_spec(self.module)
+        spec, options = _specs.module_spec(self.module)
         try:
             if self.needs_leaseguard:
                 # Before the spec's float()/int(), which read any script's digits as numbers.
@@ -91,19 +75,15 @@ class LeaseguardAction(ActionBase):
                     refused = {"decision": "failed"} if self.failure_what == "check" else {}
                     return {**result, **checked, **refused}
             result.update(self.act(args, host, task_vars))
-        except LeaseguardError as exc:
+        except _core.LeaseguardError as exc:
             result.update(failure(exc, host, what=self.failure_what))
         return result
 
 
 def failure(exc, host, what="check"):
     """A failed task result; a check's decision is 'failed', never 'proceed'."""
-    result = {
-        **api.failure_result(exc, host),
-        "failed": True,
-        "changed": False,
-        "msg": f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}",
-    }
+    msg = f"leaseguard: {what} failed on {host} ({exc.kind}): {exc}"
+    result = {**api.failure_result(exc, host), "failed": True, "changed": False, "msg": msg}
     if what != "check":
         del result["decision"]  # only a check decides
     return result
@@ -112,9 +92,7 @@ def failure(exc, host, what="check"):
 def contract_from(args):
     """The contract from the task's options, without the None the argument spec fills in."""
     keys = {key.split(".")[0] for key in api.CONFIG_KEYS}
-    return api.load_contract(
-        {key: _without_none(args[key]) for key in keys if args.get(key) is not None}
-    )
+    return api.load_contract(_without_none({key: args.get(key) for key in keys}))
 
 
 def _without_none(value):
@@ -124,11 +102,9 @@ def _without_none(value):
 
 
 def checked_variables(task_vars, allow=(), template=None):
-    """The task's leaseguard_* variables, failed when one is unknown to the collection
-    (Ansible silently drops a mistyped variable that nothing reads) or, with `template`, when
-    one the guard role declares is set to a value of the wrong type: the restart and migrate
-    roles import the guard without its argument validation, and would otherwise hold intake
-    before a task's own options refused the value."""
+    """The task's leaseguard_* variables, failed on one unknown to the collection (Ansible drops
+    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type (the
+    roles that import the guard skip its validation, and would hold intake before refusing it)."""
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
@@ -158,24 +134,24 @@ def checked_variables(task_vars, allow=(), template=None):
 
 
 def wrongly_typed(task_vars, names, template):
-    """The guard role's variables among `names` whose value its argument spec refuses, each
-    with what it wants (never the value: it may be a password)."""
-    specs = variable_specs()
+    """The guard role's variables among `names` whose value its spec refuses, each with what it
+    wants (never the value: it may be a password)."""
+    specs = {
+        name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
+        for name, option in _specs.guard_role_options().items()
+    }
     wrong = {}
     for name in (n for n in names if n in specs or n.endswith("_command")):
         try:
             value = template(task_vars[name])
         except AnsibleError:  # an undefined template: the task that reads it says so
             continue
+        spec = specs.get(name)
         if name.endswith("_command") and isinstance(value, str):
             # Ansible's list type takes a string as ONE element: a program named "sh -c ..."
             # that fails only when run, after intake was held (a resume: never given back).
             wrong[name] = "list of str (an argv, not one string)"
-            continue
-        if name not in specs:
-            continue
-        spec = specs[name]
-        if ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
+        elif spec and ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
             wanted = spec["type"]
             if "elements" in spec:
                 wanted = f"{wanted} of {spec['elements']}"
@@ -218,8 +194,6 @@ _HOST_KEY_CAUSES = {
     "host key verification failed": "host key verification failed (not in known_hosts, or "
     "not matching it): add the verified key to known_hosts (ssh-keyscan)",
 }
-
-
 _COMMAND_FAILED = "running a command over its Ansible connection failed"
 
 
@@ -273,12 +247,10 @@ def ssh_target(connection, play_context):
         except KeyError:
             return None
 
-    ssh_args = " ".join(
-        str(option(name) or "") for name in ("ssh_common_args", "ssh_extra_args", "ssh_args")
-    )
-    parsed = api.parse_openssh_args(ssh_args)
+    names = ("ssh_common_args", "ssh_extra_args", "ssh_args")
+    parsed = api.parse_openssh_args(" ".join(str(option(name) or "") for name in names))
     if "proxycommand" in parsed:
-        raise ConfigError(
+        raise api.ConfigError(
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
             "use ProxyJump (-J) instead"
         )
@@ -308,13 +280,11 @@ def tunnels(action, args):
 @contextmanager
 def database_path(action, args, *, probe=True):
     """(conninfo, tunnel or None) as the controller reaches the database, closed on exit."""
-    conninfo = conninfo_from(args)
+    conninfo, db = conninfo_from(args), (args["db_host"], args["db_port"])
     if not tunnels(action, args):
-        path = nullcontext((api.direct_conninfo(conninfo, args["db_host"], args["db_port"]), None))
+        path = nullcontext((api.direct_conninfo(conninfo, *db), None))
     else:
-        address = api.DatabaseAddress(
-            *api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])
-        )
+        address = api.DatabaseAddress(*api.tunnel_far_end(conninfo, *db))
         host, options = ssh_target(action._connection, action._play_context)
         if args.get("connect_timeout_s"):
             # The SSH connect fits in a poll's budget, so a drain can reopen it within one poll.
@@ -346,10 +316,9 @@ def stop_on_signals(label):
         line = f"leaseguard [{label}]: {message}"
         with suppress(Exception):  # the controller may be gone: the resume matters, not this
             if out is None:
-                display.display(line, stderr=True)
+                _core.display.display(line, stderr=True)
             else:
-                out.write(line + "\n")
-                out.flush()
+                print(line, file=out, flush=True)
 
     def stop_when_orphaned(parent):
         while not done.wait(0.5):
@@ -379,7 +348,7 @@ def drain_events(label):
     class Shown(logging.Handler):
         def emit(self, record):
             lines.append(record.getMessage())
-            display.display(f"leaseguard [{label}]: {lines[-1]}")
+            _core.display.display(f"leaseguard [{label}]: {lines[-1]}")
 
     handler, previous = Shown(logging.INFO), logger.level
     logger.addHandler(handler)

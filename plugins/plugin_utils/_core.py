@@ -8,7 +8,9 @@ import importlib.util
 import json
 import os
 import sys
+from contextlib import suppress
 from importlib import metadata
+from pathlib import Path
 
 import yaml
 from ansible.errors import AnsibleActionFail
@@ -24,7 +26,7 @@ if CARRIED:
 
 try:
     import leaseguard.api as api  # pylint: disable=consider-using-from-import
-    from leaseguard.api import ConfigError, LeaseguardError
+    from leaseguard.api import LeaseguardError
 
     # Loaded now, so a missing requirement (psycopg, Fabric) is named before any task runs.
     _LOADED = (api.task_session, api.drain_host, api.lookup_report)
@@ -34,12 +36,10 @@ except ImportError as exc:  # the controller's Python lacks the leaseguard packa
 
     class LeaseguardError(Exception):  # type: ignore[no-redef]
         """Stand-in so the plugins import; require_leaseguard() fails every task first."""
-
-    ConfigError = LeaseguardError
 else:
     LEASEGUARD_IMPORT_ERROR = None
 
-__all__ = ["ConfigError", "LeaseguardError", "api", "require_leaseguard"]
+__all__ = ["LeaseguardError", "api", "require_leaseguard"]
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 display = Display()
 
@@ -62,16 +62,13 @@ def require_leaseguard():
 
 def collection_identity(root):
     """(version, sha256 of FILES.json) of a collection; no hash in a source checkout."""
+    with suppress(FileNotFoundError):
+        manifest = json.loads(Path(root, "MANIFEST.json").read_bytes())
+        files = Path(root, "FILES.json").read_bytes()
+        return manifest["collection_info"]["version"], hashlib.sha256(files).hexdigest()
     try:
-        with open(os.path.join(root, "MANIFEST.json"), "rb") as fh:
-            version = json.load(fh)["collection_info"]["version"]
-        with open(os.path.join(root, "FILES.json"), "rb") as fh:
-            return version, hashlib.sha256(fh.read()).hexdigest()
-    except FileNotFoundError:
-        pass
-    try:
-        with open(os.path.join(root, "galaxy.yml"), encoding="utf-8") as fh:
-            return str(yaml.safe_load(fh)["version"]), None
+        galaxy = Path(root, "galaxy.yml").read_text(encoding="utf-8")
+        return str(yaml.safe_load(galaxy)["version"]), None
     except (OSError, KeyError, TypeError, yaml.YAMLError):
         return None, None
 
