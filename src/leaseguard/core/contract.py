@@ -200,16 +200,13 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         data = merge_layers(presets.preset_layer(preset, data), data)
     for key in _SECTIONS:
         read.section(data, key)
-    statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
-    for key in ("claimed_statuses", "queued_statuses"):
-        default = getattr(Contract, key)
-        statuses[key] = read.status_list(data, key, default, allow_empty=key != "claimed_statuses")
-    if data.get("finished_statuses") is not None:
-        statuses["finished_statuses"] = read.status_list(
-            data, "finished_statuses", (), allow_empty=True
-        )
+    keys = ("claimed_statuses", "queued_statuses", "finished_statuses")
+    statuses = {
+        key: read.status_list(data, key, getattr(Contract, key), allow_empty=key != keys[0])
+        for key in keys
+    }
     seen: dict[str, str] = {}
-    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
+    for key in keys:
         for status in statuses[key] or ():
             if status in seen:
                 raise ConfigError(

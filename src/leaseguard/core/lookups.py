@@ -32,11 +32,11 @@ def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
     if spec.source == "command":
         return f"command:{spec.container}"
-    where = {"docker": spec.container, "podman": spec.container, "systemd": spec.unit}
-    where.update(process=spec.pid_file, env_file=spec.path)
-    if spec.source in where:
-        return f"{spec.source}:{where[spec.source]}/{spec.variable}"
-    return "fixed"
+    where = dict(docker=spec.container, podman=spec.container, systemd=spec.unit)
+    where |= dict(process=spec.pid_file, env_file=spec.path)
+    return (
+        f"{spec.source}:{where[spec.source]}/{spec.variable}" if spec.source in where else "fixed"
+    )
 
 
 # Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
@@ -107,11 +107,8 @@ def first_stderr_line(stderr: str) -> str:
 
 def env_value(env: Sequence[str], variable: str) -> str | None:
     """The value of one KEY=VALUE entry; the last one wins, as in a process environment."""
-    value = None
-    for key, sep, rest in (entry.partition("=") for entry in env):
-        if sep and key == variable:
-            value = rest
-    return value
+    values = [rest for key, sep, rest in (e.partition("=") for e in env) if sep and key == variable]
+    return values[-1] if values else None
 
 
 @dataclass(frozen=True)
@@ -249,8 +246,10 @@ def parse_timestamp(text: str, *, what: str) -> datetime:
 # Lookups that may match several replicas: a docker filter (`label=K=V`, `name=REGEX`: running
 # containers) or a unit glob (active units); a claim may run on any of them. The variable is
 # printed by `inspect --format`: no exec, nothing needed in the image.
-COMPOSE_PROJECT = "com.docker.compose.project"
-COMPOSE_SERVICE = "com.docker.compose.service"
+COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
 
 
 def container_filter(container: str) -> str | None:
@@ -295,28 +294,20 @@ def _template(variable: str | None) -> str:
 # $1 engine, $2 the container's name, $3 the template. The named container's line first;
 # when it carries compose labels, the lines of every running compose container follow (its
 # siblings are among them). A failed `ps` fails the lookup: the warning would be missing.
-_NAMED_SCRIPT = """\
+_NAMED_SCRIPT = f"""\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
 case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE LIVE) || exit
+ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
+{_LIVE}) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
 
 # $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
-_FILTER_SCRIPT = """\
-ids=$("$1" ps -q --no-trunc --filter "$2" LIVE) || exit
+_FILTER_SCRIPT = f"""\
+ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
-# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
-# asked, and its inspect says Running false, Paused true (docker's: Running true).
-_LIVE = "--filter status=running --filter status=paused"
-_NAMED_SCRIPT, _FILTER_SCRIPT = (
-    script.replace("PROJECT", COMPOSE_PROJECT)
-    .replace("SERVICE", COMPOSE_SERVICE)
-    .replace("LIVE", _LIVE)
-    for script in (_NAMED_SCRIPT, _FILTER_SCRIPT)
-)
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:

@@ -24,7 +24,7 @@ _BUDGET = re.compile(
     re.ASCII,
 )
 _EXAMPLES = "such as 3s, 1500ms or 1min"
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
+_JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}")
 _FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
@@ -101,12 +101,12 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
             f"{named} must be schema-qualified as schema.name, e.g. {_FUNCTION_EXAMPLE}"
         )
     for part in parts:
-        if not _IDENTIFIER.fullmatch(part):
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", part):
             raise ConfigError(
                 f"{named}: {part!r} is not an identifier "
                 "(a lower-case letter or _ first, then letters, digits or _)"
             )
-        if len(part.encode()) > MAX_IDENTIFIER_BYTES:
+        if len(part) > MAX_IDENTIFIER_BYTES:
             raise ConfigError(
                 f"{named}: {part[:20]!r}... is longer than {MAX_IDENTIFIER_BYTES} bytes; "
                 "PostgreSQL would truncate it"
@@ -118,11 +118,9 @@ def render_command(function: FunctionName, budget_ms: int) -> str:
     """The job's command: ``set statement_timeout = '3s'; select "public"."f"();``."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
-    parts = (function.schema, function.name) if function.schema else (function.name,)
-    command = sql.SQL("set statement_timeout = {}; select {}();").format(
-        sql.Literal(format_budget(budget_ms)), sql.Identifier(*parts)
-    )
-    return command.as_string(None)
+    name = sql.Identifier(*filter(None, (function.schema, function.name)))
+    command = sql.SQL("set statement_timeout = {}; select {}();")
+    return command.format(sql.Literal(format_budget(budget_ms)), name).as_string(None)
 
 
 class ParsedCommand(NamedTuple):
@@ -213,7 +211,6 @@ def parse_live_command(command: str) -> ParsedCommand:
     return ParsedCommand(budget_ms, function)
 
 
-CONFIG_SECTION = CRON_BUDGETS_SECTION
 SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
 JOB_KEYS = frozenset({"schedule", "function", "budget"})
 
@@ -265,7 +262,7 @@ class BudgetConfig:
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     """``jobs``: name -> ``{schedule, function, budget}`` (or a list with ``name``s);
     ``overrides``: environment -> ``{job: budget}``."""
-    prefix, data = CONFIG_SECTION, {} if data is None else data
+    prefix, data = CRON_BUDGETS_SECTION, {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
@@ -290,12 +287,8 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
                 )
             overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
     database = data.get("database")
-    if database is not None and (
-        not isinstance(database, str)
-        or not database
-        or "\x00" in database
-        or len(database.encode()) > MAX_IDENTIFIER_BYTES
-    ):
+    named = isinstance(database, str) and "\x00" not in database
+    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
         raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
     return BudgetConfig(jobs, overrides, database)
 
@@ -313,11 +306,7 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
         raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
     seen: set[str] = set()
     for name, spec in items:
-        if (
-            not isinstance(name, str)
-            or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", name, re.ASCII)
-            or len(name) > MAX_IDENTIFIER_BYTES
-        ):
+        if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
             raise ConfigError(
                 f"{prefix}: job name {shown(name)} must be 1-63 characters of letters, digits "
                 "and _ . : - (not starting with . : -)"
@@ -347,9 +336,9 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
 def load_budget_config(path: str | Path) -> BudgetConfig:
     """The ``cron_budgets`` section of a YAML file (top level or under ``leaseguard:``)."""
     section = load_config_file(path)
-    if CONFIG_SECTION not in section:
-        raise ConfigError(f"config file {path} has no {CONFIG_SECTION} section")
-    return budget_config_from_mapping(section[CONFIG_SECTION])
+    if CRON_BUDGETS_SECTION not in section:
+        raise ConfigError(f"config file {path} has no {CRON_BUDGETS_SECTION} section")
+    return budget_config_from_mapping(section[CRON_BUDGETS_SECTION])
 
 
 def task_budgets(jobs: object, overrides: object, environment: str | None) -> BudgetConfig | None:
