@@ -32,9 +32,8 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance, widened by what the measurement cannot tell: on top of the
-        skew, since the offset that moved the start may be off by its whole uncertainty (a
-        claim at exactly start - clock_skew_s is never orphaned)."""
+        """The orphan tolerance widened by the uncertainty: the offset that moved the start may
+        be off by all of it (a claim at exactly start - clock_skew_s is never orphaned)."""
         return configured_s + self.uncertainty_s
 
     def exceeds(self, configured_s: float) -> bool:
@@ -110,10 +109,8 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
     known = None not in starts.values()  # one unknown start: the cut-off is unknown
     cutoff_from = min(hosts, key=starts.__getitem__) if known else None  # type: ignore[arg-type]
-    timeout = None
-    if lease_from is not None:
-        own = timeouts[lease_from]
-        timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
+    own = timeouts[lease_from] if lease_from else None
+    timeout = replace(own, source=f"{lease_from}:{own.source}") if own else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
@@ -181,9 +178,7 @@ def fleet_facts(
     if not with_clocks:
         return per_host, None
     offsets = {}
-    for host, facts in per_host.items():
-        if facts.runtime_started_at is None:
-            continue
+    for host in [h for h, facts in per_host.items() if facts.runtime_started_at is not None]:
         clock = reports[host].get("clock")
         try:
             offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))

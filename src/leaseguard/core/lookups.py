@@ -30,13 +30,10 @@ class CommandResult:
 
 def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    if spec.source == "command":
-        return f"command:{spec.container}"
-    where = dict(docker=spec.container, podman=spec.container, systemd=spec.unit)
-    where |= dict(process=spec.pid_file, env_file=spec.path)
-    return (
-        f"{spec.source}:{where[spec.source]}/{spec.variable}" if spec.source in where else "fixed"
-    )
+    if spec.source in ("command", "fixed"):
+        return f"command:{spec.container}" if spec.source == "command" else "fixed"
+    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
+    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
 
 
 # Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
@@ -243,9 +240,8 @@ def parse_timestamp(text: str, *, what: str) -> datetime:
     return moment
 
 
-# Lookups that may match several replicas: a docker filter (`label=K=V`, `name=REGEX`: running
-# containers) or a unit glob (active units); a claim may run on any of them. The variable is
-# printed by `inspect --format`: no exec, nothing needed in the image.
+# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
+# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
 COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
 # A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
 # asked, and its inspect says Running false, Paused true (docker's: Running true).
@@ -272,8 +268,7 @@ def _template(variable: str | None) -> str:
     variable's entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
     env = ""
     if variable is not None:
-        prefix = f"{variable}="
-        n = len(prefix)
+        prefix, n = f"{variable}=", len(variable) + 1
         env = (
             f"{{{{range .Config.Env}}}}{{{{if ge (len .) {n}}}}}"
             f'{{{{if eq (slice . 0 {n}) "{prefix}"}}}}{{{{json .}}}},'
@@ -291,9 +286,9 @@ def _template(variable: str | None) -> str:
     )
 
 
-# $1 engine, $2 the container's name, $3 the template. The named container's line first;
-# when it carries compose labels, the lines of every running compose container follow (its
-# siblings are among them). A failed `ps` fails the lookup: the warning would be missing.
+# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
+# compose labels every running compose container's (its siblings among them); a failed `ps`
+# fails the lookup: the warning would be missing.
 _NAMED_SCRIPT = f"""\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"

@@ -182,16 +182,15 @@ def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
         raise ConfigError("kind_timeouts must be a mapping of job kind to seconds or unlimited")
     timeouts = KindTimeouts()
     for kind, seconds in sorted(value.items(), key=lambda pair: str(pair[0])):
-        if isinstance(seconds, bool):
-            seconds = 0
-        elif seconds in ("unlimited", -1, "-1"):
+        if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+            seconds = int(seconds)
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if seconds in ("unlimited", -1, "-1"):
             timeouts[str(kind)] = None
-            continue
-        elif isinstance(seconds, str):
-            seconds = int(seconds) if seconds.isascii() and seconds.isdigit() else 0
-        if not isinstance(seconds, int | float) or not (math.isfinite(seconds) and seconds > 0):
+        elif number and math.isfinite(seconds) and seconds > 0:
+            timeouts[str(kind)] = float(seconds)
+        else:
             raise ConfigError(
                 f"kind_timeouts.{kind} must be a number of seconds greater than 0, or unlimited"
             )
-        timeouts[str(kind)] = float(seconds)
     return timeouts

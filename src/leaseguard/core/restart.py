@@ -84,13 +84,11 @@ def restart_target(spec: RestartSpec) -> str:
 def missing_target(spec: RestartSpec) -> str | None:
     """The setting `spec.method` needs and lacks or names only as replicas: `docker restart
     label=...` restarts nothing, a glob's `systemctl restart` all at once, its budget lost."""
-    name = {"docker": "container", "podman": "container", "systemd": "unit"}.get(
-        spec.method, "command"
-    )
+    name = dict(docker="container", podman="container", systemd="unit").get(spec.method, "command")
     target = getattr(spec, name)
-    if not target or (name == "container" and target.startswith(("label=", "name="))):
-        return name
-    return name if name == "unit" and is_unit_glob(target) else None
+    if name == "container":
+        return name if not target or target.startswith(("label=", "name=")) else None
+    return name if not target or (name == "unit" and is_unit_glob(target)) else None
 
 
 def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
@@ -117,16 +115,12 @@ def start_moved(before_epoch_s: float | None, after: datetime | None) -> bool:
 
 def start_of(source: datetime | dict[str, Any] | None) -> dict[str, Any]:
     """task_timeout's two keys for a start time: from a reading, or a registered lookup."""
-    if not isinstance(source, dict):
-        return {
-            "runtime_started_at": source.isoformat() if source else None,
-            "runtime_started_epoch_s": source.timestamp() if source else None,
-        }
-    epoch = source.get("runtime_started_epoch_s")
-    return {
-        "runtime_started_at": source.get("runtime_started_at"),
-        "runtime_started_epoch_s": None if epoch is None else float(epoch),
-    }
+    if isinstance(source, dict):
+        at, epoch = source.get("runtime_started_at"), source.get("runtime_started_epoch_s")
+    else:
+        at, epoch = (source.isoformat(), source.timestamp()) if source else (None, None)
+    epoch = None if epoch is None else float(epoch)
+    return {"runtime_started_at": at, "runtime_started_epoch_s": epoch}
 
 
 def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict[str, Any]:
