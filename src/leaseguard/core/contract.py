@@ -176,7 +176,6 @@ CONFIG_KEYS = frozenset(
 
 
 def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
-    """Merge the layers in order and validate them into a Contract."""
     return contract_from_mapping(merge_layers(*layers))
 
 
@@ -185,10 +184,8 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in (layer or {}).items():
-            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = merge_layers(merged[key], value)
-            else:
-                merged[key] = value
+            both = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping)
+            merged[key] = merge_layers(merged[key], value) if both else value
     return merged
 
 
@@ -220,16 +217,11 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
 
 
 def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T:
-    """`cls` with every field that has a reader read from `data`, in field order."""
-    default = cls()
-    return cls(
-        **{
-            f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
-            for f in fields(cls)  # type: ignore[arg-type]
-            if "read" in f.metadata
-        },
-        **given,
-    )
+    default, found = cls(), dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]
+        if reader := f.metadata.get("read"):
+            found[f.name] = reader(data, f.name, getattr(default, f.name), prefix=prefix)
+    return cls(**found)
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -59,22 +59,19 @@ def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> C
 
 
 def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
-    if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
+    if not (offset := here_minus_db).exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
     return (
-        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {here_minus_db.direction} "
+        f"this machine's clock is {abs(offset.offset_s):.1f}s {offset.direction} "
         f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
         "times in the database clock, but start times given here are read in this one; fix "
         "the clocks (NTP)",
     )
 
 
-def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOffset:
-    """host minus database, through this machine's clock; the uncertainties add up."""
-    return ClockOffset(
-        host_minus_here.offset_s + here_minus_db.offset_s,
-        host_minus_here.uncertainty_s + here_minus_db.uncertainty_s,
-    )
+def chained(host: ClockOffset, here: ClockOffset) -> ClockOffset:
+    """Host minus database from host minus here and here minus database; uncertainties add up."""
+    return ClockOffset(host.offset_s + here.offset_s, host.uncertainty_s + here.uncertainty_s)
 
 
 @dataclass(frozen=True)
@@ -96,7 +93,6 @@ class FleetFacts:
 
 
 def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
-    """The fleet rule over every host's facts (see the module docstring)."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     hosts = tuple(sorted(per_host))

@@ -200,7 +200,6 @@ def parse_env_file_line(line: str, name: str) -> str:
 
 
 def is_decimal_text(text: str) -> bool:
-    """Whether `text`, surrounding whitespace aside, is a number in plain ASCII notation."""
     return bool(_DECIMAL.fullmatch(text.strip()))
 
 

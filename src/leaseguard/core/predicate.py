@@ -309,7 +309,6 @@ def orphan_cutoff(
 def predicate_params(
     contract: Contract, *, lease_s: float | None, runtime_started_at: datetime | None
 ) -> dict[str, Any]:
-    """Bind values for both queries, for one subject."""
     return subjects_params(contract, [(lease_s, orphan_cutoff(contract, runtime_started_at))])
 
 

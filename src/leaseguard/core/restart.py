@@ -61,24 +61,20 @@ class RestartSpec:
 def restart_argv(spec: RestartSpec) -> Argv:
     """The argv restarting the runtime, with its stop budget between SIGTERM and KILL."""
     budget = str(int(spec.stop_timeout_s))
-    match spec.method:
-        case "docker" | "podman":
-            return (spec.method, "restart", "--time", budget, spec.container)
-        case "systemd":
-            return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", spec.unit, budget)
-        case _:
-            return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *spec.command)
+    if spec.method in ("docker", "podman"):
+        return (spec.method, "restart", "--time", budget, spec.container)
+    if spec.method == "systemd":
+        return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", spec.unit, budget)
+    return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *spec.command)
 
 
 def restart_target(spec: RestartSpec) -> str:
     """How messages name what is restarted: `docker container backend`, `unit x.service`."""
-    match spec.method:
-        case "command":
-            return f"command {shlex.join(spec.command)}"
-        case "systemd":
-            return f"unit {spec.unit}"
-        case _:
-            return f"{spec.method} container {spec.container}"
+    if spec.method == "command":
+        return f"command {shlex.join(spec.command)}"
+    if spec.method == "systemd":
+        return f"unit {spec.unit}"
+    return f"{spec.method} container {spec.container}"
 
 
 def missing_target(spec: RestartSpec) -> str | None:
@@ -108,9 +104,7 @@ def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
 
 def start_moved(before_epoch_s: float | None, after: datetime | None) -> bool:
     """A runtime not running before has moved by any start time; an unknown one never has."""
-    if after is None:
-        return False
-    return before_epoch_s is None or after.timestamp() > before_epoch_s
+    return after is not None and (before_epoch_s is None or after.timestamp() > before_epoch_s)
 
 
 def start_of(source: datetime | dict[str, Any] | None) -> dict[str, Any]:
