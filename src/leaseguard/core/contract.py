@@ -134,7 +134,8 @@ class Contract:
 
     @property
     def claim_rule(self) -> str:
-        return presets.CLAIM_RULES.get(self.preset or "", presets.STATUS_RULE)
+        rule = self.preset or presets.STATUS_RULE
+        return rule if rule in presets.RULE_COLUMNS else presets.STATUS_RULE
 
     @property
     def rows_carry_expiry(self) -> bool:

@@ -308,9 +308,8 @@ def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | Non
     """The timeout's variable when the runtime's container command can print it too."""
     timeout, runtime = contract.task_timeout, contract.runtime
     same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
-    if timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable):
-        return timeout.variable
-    return None
+    shared = timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable)
+    return timeout.variable if shared else None
 
 
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
@@ -322,9 +321,7 @@ def container_argv(engine: str, container: str, variable: str | None) -> Argv:
 def shown_command(argv: Sequence[str]) -> str:
     """How a failed container command is named: `docker inspect`, `docker ps --filter ...`."""
     engine, target = argv[4], argv[5]
-    if container_filter(target) is not None:
-        return f"{engine} ps --filter {target}"
-    return f"{engine} inspect"
+    return f"{engine} ps --filter {target}" if container_filter(target) else f"{engine} inspect"
 
 
 @dataclass(frozen=True)

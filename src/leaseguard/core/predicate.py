@@ -236,9 +236,8 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
 def _status_in(contract: Contract, *stems: str) -> sql.Composable:
     """`status IN (%(claimed_0)s, ...)` (false for none). Bound untyped, each status takes the
     column's own type: a `::text` cast would hide the queue's indexes from the planner."""
-    names = [
-        f"{stem}_{i}" for stem in stems for i in range(len(getattr(contract, f"{stem}_statuses")))
-    ]
+    statuses = {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
+    names = [f"{stem}_{i}" for stem in stems for i in range(len(statuses[stem]))]
     if not names:
         return sql.SQL("false")
     return sql.SQL("{} IN ({})").format(

@@ -10,15 +10,16 @@ from typing import Any
 
 from leaseguard.core.errors import ConfigError
 
-# The claim rules the predicate knows besides the plain status rule.
+# The claim rules the predicate knows besides the plain status rule, each named by the preset
+# whose queue follows it.
 STATUS_RULE = "status"
-LOCKED_AT_RULE = "locked_at"  # graphile-worker: claimed iff locked_at is set
-ROW_EXPIRY_RULE = "row_expiry"  # pg-boss: started_on + expire_seconds, and its heartbeat
-OWNER_HEARTBEAT_RULE = "owner_heartbeat"  # solid_queue: the claiming process's heartbeat
-ADVISORY_LOCK_RULE = "advisory_lock"  # que: a session holds the job's advisory lock
-PROCESS_LOCK_RULE = "process_lock"  # good_job: the job's lock, or its owner process alive
-WORKER_HEARTBEAT_RULE = "worker_heartbeat"  # procrastinate: status + its worker's heartbeat
-VISIBILITY_RULE = "visibility"  # pgmq: a read message is hidden until its vt
+LOCKED_AT_RULE = "graphile_worker"  # claimed iff locked_at is set
+ROW_EXPIRY_RULE = "pg-boss"  # started_on + expire_seconds, and its heartbeat
+OWNER_HEARTBEAT_RULE = "solid_queue"  # the claiming process's heartbeat
+ADVISORY_LOCK_RULE = "que"  # a session holds the job's advisory lock
+PROCESS_LOCK_RULE = "good_job"  # the job's lock, or its owner process alive
+WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
+VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
 
 
 def _preset(table: str, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
@@ -108,15 +109,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 KIND_COLUMNS = {"river": ("kind", "metadata")}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
-CLAIM_RULES = {
-    "graphile_worker": LOCKED_AT_RULE,
-    "pg-boss": ROW_EXPIRY_RULE,
-    "solid_queue": OWNER_HEARTBEAT_RULE,
-    "que": ADVISORY_LOCK_RULE,
-    "good_job": PROCESS_LOCK_RULE,
-    "procrastinate": WORKER_HEARTBEAT_RULE,
-    "pgmq": VISIBILITY_RULE,
-}
 # The columns each rule reads besides the id (and claimed_at, for the rules that have one).
 RULE_COLUMNS: dict[str, tuple[str, ...]] = {
     LOCKED_AT_RULE: ("attempts", "max_attempts"),

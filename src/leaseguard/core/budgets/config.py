@@ -151,12 +151,10 @@ def _refuse(reason: str) -> NoReturn:
 
 def parse_live_command(command: str) -> ParsedCommand:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, any case, quoted or bare."""
-    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
-    for match in _TOKEN.finditer(command):
-        if match.lastgroup == "bad":
-            _refuse(f"unexpected character {match.group()!r} at offset {match.start()}")
-        if match.lastgroup != "ws":
-            tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
+    found = [(m.lastgroup or "", m.group(), m.start()) for m in _TOKEN.finditer(command)]
+    if bad := next((token for token in found if token[0] == "bad"), None):
+        _refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
+    tokens = [token for token in reversed(found) if token[0] != "ws"]  # (kind, text, offset)
 
     def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
         if not tokens:
