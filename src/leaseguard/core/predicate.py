@@ -16,8 +16,8 @@ from leaseguard.core.presets import OWNERS, RULE_COLUMNS, Owners
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
-# One row per subject (a host by its own facts, or a fleet by the fleet rule), its lease and
-# orphan cut-off bound as arrays; named apart from any job table's columns.
+# One row per subject (a host, or a fleet by the fleet rule) with its lease and orphan cut-off,
+# bound as arrays; named apart from any job table's columns.
 _SUBJECTS = sql.SQL(
     "unnest(%(subject_leases)s::interval[], %(subject_cutoffs)s::timestamptz[]) "
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
@@ -122,11 +122,10 @@ def expiry(contract: Contract) -> sql.Composable:
             held_condition(contract), _owner_heartbeat_expiry(contract, OWNERS[rule])
         )
     if contract.kind_timeouts:
-        # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted is
-        # cancelled once the lease has passed, whatever its kind; else a kind whose worker's
-        # Timeout() is -1 is never rescued; one with its own timeout once both it and
-        # RescueStuckJobsAfter (the lease) have passed; other kinds take the lease. The
-        # unnest's columns are named apart from the table's, so `kind` is the job's own.
+        # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted ends at
+        # the lease; else a kind whose Timeout() is -1 is never rescued, one with its own once
+        # both it and RescueStuckJobsAfter (the lease) passed, others at the lease. The unnest's
+        # columns are named apart from the table's, so `kind` is the job's own.
         kind, metadata = map(sql.Identifier, presets.KIND_COLUMNS[contract.preset or ""])
         return sql.SQL(
             "CASE WHEN jsonb_typeof({metadata} -> 'cancel_attempted_at') = 'string' "
@@ -247,8 +246,7 @@ def _status_in(contract: Contract, *stems: str) -> sql.Composable:
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject: the clock, whether the server is a standby (demoted under a long drain?),
-    its rows per class (OFFSET 0: each class computed once)."""
+    """Per subject: the clock, whether a standby, its rows per class (OFFSET 0: each once)."""
     return sql.SQL(
         """
         SELECT {now} AS checked_at,

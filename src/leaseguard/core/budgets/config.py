@@ -292,14 +292,12 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
 
 
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
-    if jobs is None:
-        return
-    if isinstance(jobs, Mapping):
-        items = list(jobs.items())
-    elif isinstance(jobs, list | tuple):
+    if isinstance(jobs, list | tuple):
         if not all(isinstance(entry, Mapping) and "name" in entry for entry in jobs):
             raise ConfigError(f"{prefix}: every list entry needs a name")
         items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in jobs]
+    elif isinstance(jobs, Mapping | None):
+        items = list((jobs or {}).items())
     else:
         raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
     seen: set[str] = set()

@@ -134,28 +134,26 @@ class BudgetPlan:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        found = []
+        out = []
         for j in self.jobs:
             live, name = j.live_budget_ms, j.job.name
             if j.action is Action.UNPARSEABLE:
-                found.append(
-                    f"job {name}: live command not understood ({j.reason}); left untouched"
-                )
+                out.append(f"job {name}: live command not understood ({j.reason}); left untouched")
             elif j.action is Action.AMBIGUOUS:
-                found.append(f"job {name}: {j.reason}; left untouched")
+                out.append(f"job {name}: {j.reason}; left untouched")
             elif j.writes and "budget" in j.changes and (live is None or j.job.budget_ms < live):
-                found.append(
+                out.append(
                     f"job {name}: lowering the live statement budget "
                     f"{format_optional(live) or 'none'} -> {format_budget(j.job.budget_ms)} "
                     f"(source {j.job.source_label})"
                 )
             if j.action is Action.CREATE and self.own_jobs_only:
-                found.append(
+                out.append(
                     f"job {name}: no job of this name among role {self.own_jobs_only}'s own; "
                     "pg_cron shows each role only its own jobs, so one of another role would "
                     "run beside this one: check cron.job as a superuser"
                 )
-        return tuple(found)
+        return tuple(out)
 
     @property
     def changed(self) -> bool:
