@@ -12,7 +12,6 @@ from psycopg import sql
 from leaseguard.core import presets
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.presets import OWNERS, RULE_COLUMNS, Owners
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
@@ -38,7 +37,7 @@ def table_identifier(contract: Contract, table: str | None = None) -> sql.Identi
     return sql.Identifier(*filter(None, (contract.schema, table or contract.table)))
 
 
-def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
+def owners_table(contract: Contract, owners: presets.Owners) -> sql.Identifier:
     """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
     return table_identifier(contract, owners.table)
 
@@ -111,15 +110,15 @@ def expiry(contract: Contract) -> sql.Composable:
         return sql.SQL(
             "least({}::timestamptz + {} * interval '1 second', "
             "{}::timestamptz + {} * interval '1 second')"
-        ).format(claimed_at, *map(sql.Identifier, RULE_COLUMNS[presets.ROW_EXPIRY_RULE]))
+        ).format(claimed_at, *map(sql.Identifier, presets.RULE_COLUMNS[rule]))
     if rule in (presets.OWNER_HEARTBEAT_RULE, presets.WORKER_HEARTBEAT_RULE):
-        return _owner_heartbeat_expiry(contract, OWNERS[rule])
+        return _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
     if rule == presets.ADVISORY_LOCK_RULE:
         # Que: no time lease; the lock is held until the work ends or the session dies.
         return sql.SQL("NULL::timestamptz")
     if rule == presets.PROCESS_LOCK_RULE:
         return sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
-            held_condition(contract), _owner_heartbeat_expiry(contract, OWNERS[rule])
+            held_condition(contract), _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
         )
     if contract.kind_timeouts:
         # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted ends at
@@ -138,7 +137,7 @@ def expiry(contract: Contract) -> sql.Composable:
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
 
 
-def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
+def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.Composable:
     """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
     lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
     beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
@@ -174,7 +173,7 @@ def held_condition(contract: Contract) -> sql.Composable:
         return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
     if contract.claim_rule != presets.PROCESS_LOCK_RULE:
         return sql.SQL("false")
-    owners = OWNERS[presets.PROCESS_LOCK_RULE]
+    owners = presets.OWNERS[presets.PROCESS_LOCK_RULE]
     return sql.SQL(
         "({job} = ANY({held}) OR EXISTS (SELECT FROM {owners} AS o WHERE o.id = {owner} "
         "AND o.{lock_type} IS NOT NULL AND {owner_key} = ANY({held})))"
@@ -202,7 +201,7 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
     if rule == presets.LOCKED_AT_RULE:
         # graphile-worker (sql/000011.sql, is_available): unlocked with attempts left is
         # queued; unlocked with none left is finished, read by neither.
-        attempts, max_attempts = map(sql.Identifier, RULE_COLUMNS[presets.LOCKED_AT_RULE])
+        attempts, max_attempts = map(sql.Identifier, presets.RULE_COLUMNS[rule])
         queued = sql.SQL("({} IS NULL AND {} < {})").format(claimed_at, attempts, max_attempts)
         return sql.SQL("{} IS NOT NULL").format(claimed_at), queued
     if rule == presets.OWNER_HEARTBEAT_RULE:
@@ -213,7 +212,7 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         # jobs: the lock test runs on the backlog only. Que: claimed iff its lock is held
         # (expired_at: retries exhausted). good_job: iff locked_by_id is set or its lock held.
         held = held_condition(contract)
-        finished, other = map(sql.Identifier, RULE_COLUMNS[rule])
+        finished, other = map(sql.Identifier, presets.RULE_COLUMNS[rule])
         if rule == presets.ADVISORY_LOCK_RULE:
             not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
             return (

@@ -8,14 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from leaseguard.core import lookups
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.lookups import (
-    Argv,
-    CommandResult,
-    exit_meaning,
-    first_stderr_line,
-    is_unit_glob,
-)
+from leaseguard.core.lookups import Argv, CommandResult
 
 # TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run)
 # carries the stop budget for this one restart. The EXIT trap removes it whatever happens (left
@@ -84,7 +79,7 @@ def missing_target(spec: RestartSpec) -> str | None:
     target = getattr(spec, name)
     if name == "container":
         return name if not target or target.startswith(("label=", "name=")) else None
-    return name if not target or (name == "unit" and is_unit_glob(target)) else None
+    return name if not target or (name == "unit" and lookups.is_unit_glob(target)) else None
 
 
 def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
@@ -165,8 +160,8 @@ def not_moved_message(
 
 def restart_failed_message(spec: RestartSpec, ran: CommandResult) -> str:
     """An engine's or systemctl's first line of complaint (masked), never a user command's."""
-    said = "" if spec.method == "command" else first_stderr_line(ran.stderr)
-    meaning = exit_meaning(ran.exit_code)
+    said = "" if spec.method == "command" else lookups.first_stderr_line(ran.stderr)
+    meaning = lookups.exit_meaning(ran.exit_code)
     status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")
     return (
         f"leaseguard: restarting {spec.host} with method {spec.method} "

@@ -9,15 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseguard.core.budgets import LiveJob
-from leaseguard.core.budgets.config import (
-    BudgetConfig,
-    DeclaredJob,
-    UnparseableCommand,
-    format_budget,
-    format_optional,
-    parse_live_command,
-)
+from leaseguard.core.budgets import LiveJob, config
+from leaseguard.core.budgets.config import format_budget, format_optional
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
@@ -36,7 +29,7 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True)
 class JobPlan:
-    job: DeclaredJob
+    job: config.DeclaredJob
     action: Action
     live: LiveJob | None = None  # None: no live job of this name
     live_budget_ms: int | None = None  # None: none set, no live job, or command refused
@@ -72,8 +65,8 @@ class JobPlan:
             return None
         fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
         try:  # only the grammar's commands are shown: their one literal is the budget
-            parse_live_command(live.command)
-        except UnparseableCommand:
+            config.parse_live_command(live.command)
+        except config.UnparseableCommand:
             fields["command"] = HIDDEN_COMMAND
         return {
             k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
@@ -199,7 +192,7 @@ class BudgetPlan:
 
 
 def plan_budgets(
-    declared: BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
+    declared: config.BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
     """Decide per declared job; live rows of undeclared names are ignored."""
     if on_drift not in ON_DRIFT_CHOICES:
@@ -212,7 +205,7 @@ def plan_budgets(
 
 
 def _plan_job(
-    job: DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
+    job: config.DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
 ) -> JobPlan:
     if not matches:
         return JobPlan(job, Action.CREATE, database=database, reason="no live job of this name")
@@ -222,8 +215,8 @@ def _plan_job(
         reason = f"{len(matches)} live pg_cron jobs share this name (jobids {ids})"
         return JobPlan(job, Action.AMBIGUOUS, live, database=live.database, reason=reason)
     try:
-        parsed = parse_live_command(live.command)
-    except UnparseableCommand as exc:
+        parsed = config.parse_live_command(live.command)
+    except config.UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
     differs = {
         "schedule": " ".join(live.schedule.split()) != job.schedule,
