@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from leaseguard.core.errors import ConfigError
@@ -60,9 +60,7 @@ def identifier(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     return name
 
 
-def choice(
-    data: Data, key: str, default: Any, *, choices: tuple[str, ...], prefix: str = ""
-) -> str:
+def choice(data: Data, key: str, default: Any, *, choices: Sequence[str], prefix: str = "") -> str:
     value = text_value(data, key, default, prefix=prefix)
     if value not in choices:
         raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
@@ -98,18 +96,16 @@ def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[
 
 
 def number_value(
-    data: Data,
-    key: str,
-    default: Any,
-    *,
-    prefix: str = "",
-    minimum: float = 0.0,
-    positive: bool = False,
+    data: Data, key: str, default: Any, *, prefix: str = "", minimum: float = 0
 ) -> float:
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
-    if positive and number == 0:
+    return number
+
+
+def _positive(data: Data, key: str, default: Any, *, prefix: str = "") -> float:
+    if (number := number_value(data, key, default, prefix=prefix)) == 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
@@ -143,7 +139,7 @@ def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]
 
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
-optional_number = _optional(number_value, positive=True)
+optional_number = _optional(_positive)
 optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 

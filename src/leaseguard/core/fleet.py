@@ -1,7 +1,6 @@
 """The fleet rule, hosts' reports turned into facts, and clock offsets. Anything global (a
-migration, budgets, shared intake) acts on work that may run on *any* host: it is judged once,
-the orphan cut-off the OLDEST runtime start (one unknown: unknown), the lease the LONGEST task
-timeout; ties go by name."""
+migration, budgets, shared intake) acts on work that may run on any host, judged once: the orphan
+cut-off is the OLDEST runtime start (one unknown: unknown), the lease the LONGEST; ties by name."""
 
 from __future__ import annotations
 

@@ -116,7 +116,7 @@ class SystemdUnit:
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
-    return _systemd_unit(_properties(text), unit)
+    return _systemd_unit(_properties(text), unit, ("active",))
 
 
 # A glob's units whose process may hold claims: a unit still stopping (a graceful stop
@@ -143,9 +143,7 @@ def _properties(text: str) -> dict[str, str]:
     return props
 
 
-def _systemd_unit(
-    props: dict[str, str], unit: str, states: tuple[str, ...] = ("active",)
-) -> SystemdUnit:
+def _systemd_unit(props: dict[str, str], unit: str, states: tuple[str, ...]) -> SystemdUnit:
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
     if props.get("ActiveState") not in states:

@@ -12,10 +12,9 @@ from leaseguard.core import lookups
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.lookups import Argv, CommandResult
 
-# TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run)
-# carries the stop budget for this one restart. The EXIT trap removes it whatever happens (left
-# behind, it would change every later stop of the unit), and a directory only if made here.
-# $1 the unit, $2 the stop budget in seconds. Exit status: the first failure's.
+# `systemctl restart` takes no TimeoutStopSec: a runtime drop-in (under /run) carries this
+# restart's stop budget. The EXIT trap removes it whatever happens (left, it would change every
+# later stop), its directory only if made here. $1 unit, $2 budget (s); exit: the first failure's.
 _SYSTEMD_SCRIPT = """\
 umask 022
 dir="/run/systemd/system/$1.d"; conf="$dir/50-leaseguard-stop.conf"; made=

@@ -146,12 +146,10 @@ def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
     return timeline_line(at, fields)
 
 
-def failure_result(
-    error: Exception, host: str | None, at: datetime | None = None
-) -> dict[str, Any]:
+def failure_result(exc: Exception, host: str | None, at: datetime | None = None) -> dict[str, Any]:
     """The JSON of a check that could not complete; leaseguard's errors never carry a secret."""
     checked = {} if at is None else {"checked_at": at.isoformat()}
-    failed = {"type": type(error).__name__, "message": str(error)}
+    failed = {"type": type(exc).__name__, "message": str(exc)}
     return {"decision": Decision.FAILED.value, "host": host, **checked, "error": failed}
 
 
