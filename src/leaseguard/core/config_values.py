@@ -30,8 +30,7 @@ def section(data: Data, key: str) -> Mapping[str, Any]:
 
 def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
     """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
-    unknown = sorted(str(k) for k in data if k not in known)
-    if unknown:
+    if unknown := sorted(str(k) for k in data if k not in known):
         close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
         hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
         raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}{hint}")

@@ -130,10 +130,8 @@ def in_database_clocks(
     for host, facts in per_host.items():
         if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
             warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
-            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            moved[host] = replace(
-                facts, runtime_started_at=started, warnings=facts.warnings + warned
-            )
+            at = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            moved[host] = replace(facts, runtime_started_at=at, warnings=facts.warnings + warned)
     return moved
 
 
@@ -162,12 +160,11 @@ def fleet_facts(
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
     """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
     closed, naming every host of `hosts` and `reports` without a usable report."""
-    problems = [
+    if problems := [
         f"host {host}: {problem}"
         for host in sorted({*hosts, *reports})
         if (problem := _report_problem(reports.get(host)))
-    ]
-    if problems:
+    ]:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
     per_host = {host: _host_facts(host, report, given_source) for host, report in reports.items()}
     if not with_clocks:
@@ -187,8 +184,7 @@ def fleet_facts(
 
 def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
     """A bad value is a usage error naming host and key."""
-    unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
-    if unknown:
+    if unknown := sorted(str(key) for key in report if key not in REPORT_KEYS):
         raise ConfigError(
             f"host {host}: unknown key(s) {', '.join(unknown)} "
             "(expected task_timeout_s, runtime_started_at)"

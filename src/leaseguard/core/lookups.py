@@ -130,9 +130,7 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
     running = [p for p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
     if not running:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
-    return [
-        _systemd_unit(props, props.get("Id") or pattern, RUNNING_UNIT_STATES) for props in running
-    ]
+    return [_systemd_unit(p, p.get("Id") or pattern, RUNNING_UNIT_STATES) for p in running]
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -343,8 +341,7 @@ class Containers:
 def read_containers(text: str, container: str, what: str) -> Containers:
     replicas = [_replica(line, what) for line in text.splitlines() if line.strip()]
     if container_filter(container) is not None:
-        running = tuple(r for r in replicas if r.running)
-        if not running:
+        if not (running := tuple(r for r in replicas if r.running)):
             raise LookupFailed(f"{what}: no running container matches the filter {container}")
         return Containers(running)
     if not replicas:

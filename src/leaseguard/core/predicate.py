@@ -140,9 +140,7 @@ def expiry(contract: Contract) -> sql.Composable:
 def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.Composable:
     """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
     lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
-    beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
-        sql.Identifier(owners.heartbeat_column)
-    )
+    beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
     if owners.lock_type_column:
         beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
             sql.Identifier(owners.lock_type_column), beat

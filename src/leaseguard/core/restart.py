@@ -83,8 +83,7 @@ def missing_target(spec: RestartSpec) -> str | None:
 
 def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
     """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
-    missing = missing_target(spec)
-    if missing is not None:
+    if (missing := missing_target(spec)) is not None:
         raise ConfigError(
             f"restart method {spec.method} needs `{missing}` naming one container "
             "or unit (a filter or a glob names replicas, not what to restart)"

@@ -25,7 +25,7 @@ _BUDGET = re.compile(
 )
 _EXAMPLES = "such as 3s, 1500ms or 1min"
 _JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}")
-_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
+_FN_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
 def shown(value: object) -> str:
@@ -86,9 +86,7 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
     """`schema.name` in lower case: only such names mean the same quoted and unquoted, so
     anything else (quotes, spaces, parentheses, semicolons) is refused, not quoted."""
     if not isinstance(value, str) or not value:
-        raise ConfigError(
-            f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
-        )
+        raise ConfigError(f"{where} must be a schema-qualified function name such as {_FN_EXAMPLE}")
     named = f"{where} = {shown(value)}"
     if bad := re.search(r"[^a-z0-9_.]", value, re.ASCII):
         raise ConfigError(
@@ -97,9 +95,7 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
         )
     parts = value.split(".")
     if len(parts) != 2:
-        raise ConfigError(
-            f"{named} must be schema-qualified as schema.name, e.g. {_FUNCTION_EXAMPLE}"
-        )
+        raise ConfigError(f"{named} must be schema-qualified as schema.name, e.g. {_FN_EXAMPLE}")
     for part in parts:
         if not re.fullmatch(r"[a-z_][a-z0-9_]*", part):
             raise ConfigError(

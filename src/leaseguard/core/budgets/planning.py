@@ -63,14 +63,12 @@ class JobPlan:
     def before(self) -> dict[str, Any] | None:
         if (live := self.live) is None:
             return None
-        fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        row = {**vars(live), "budget": format_optional(self.live_budget_ms)}
         try:  # only the grammar's commands are shown: their one literal is the budget
             config.parse_live_command(live.command)
         except config.UnparseableCommand:
-            fields["command"] = HIDDEN_COMMAND
-        return {
-            k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
-        }
+            row["command"] = HIDDEN_COMMAND
+        return {k: row[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")}
 
     def after(self) -> dict[str, Any] | None:
         before = self.before()
@@ -166,9 +164,7 @@ class BudgetPlan:
 
     @property
     def converged(self) -> bool:
-        return all(
-            job.action is Action.UNCHANGED or (job.writes and self.applied) for job in self.jobs
-        )
+        return all(j.action is Action.UNCHANGED or (j.writes and self.applied) for j in self.jobs)
 
     def job(self, name: str) -> JobPlan:
         return next(job for job in self.jobs if job.job.name == name)
