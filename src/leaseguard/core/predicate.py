@@ -236,10 +236,8 @@ def _status_in(contract: Contract, *stems: str) -> sql.Composable:
     names = [f"{stem}_{i}" for stem in stems for i in range(len(statuses[stem]))]
     if not names:
         return sql.SQL("false")
-    return sql.SQL("{} IN ({})").format(
-        sql.Identifier(contract.status_column),
-        sql.SQL(", ").join(sql.Placeholder(name) for name in names),
-    )
+    placeholders = sql.SQL(", ").join(map(sql.Placeholder, names))
+    return sql.SQL("{} IN ({})").format(sql.Identifier(contract.status_column), placeholders)
 
 
 def counts_query(contract: Contract) -> sql.Composed:

@@ -24,7 +24,7 @@ _BUDGET = re.compile(
     re.ASCII,
 )
 _EXAMPLES = "such as 3s, 1500ms or 1min"
-_JOB_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,62}")
+_JOB_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,{MAX_IDENTIFIER_BYTES - 1}}}")
 _FN_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
