@@ -98,7 +98,7 @@ def expected_cron_budget_keys():
             keys.add("overrides.<environment>.<job>")
         else:
             keys.add(key)
-    return {f"{budgets.CONFIG_SECTION}.{key}" for key in keys}
+    return {f"{budgets.CRON_BUDGETS_SECTION}.{key}" for key in keys}
 
 
 EXPECTED = {

@@ -6,12 +6,13 @@ from __future__ import annotations
 import difflib
 import math
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
+Data = Mapping[str, Any]
 # PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes: a longer name would silently
 # address another column, so it is refused.
 MAX_IDENTIFIER_BYTES = 63
@@ -20,7 +21,7 @@ MAX_IDENTIFIER_BYTES = 63
 NOT_ASCII = "must be a number written in ASCII digits (0-9, an optional decimal point)"
 
 
-def section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+def section(data: Data, key: str) -> Mapping[str, Any]:
     value = data.get(key)
     if value is not None and not isinstance(value, Mapping):
         raise ConfigError(f"{key} must be a mapping, got {type(value).__name__}")
@@ -29,19 +30,17 @@ def section(data: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: str) -> None:
     """ConfigError naming every key of `data` outside `known`: a misspelt key is not ignored."""
-    unknown = sorted(str(k) for k in data if k not in known)
-    if unknown:
+    if unknown := sorted(str(k) for k in data if k not in known):
         close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
         hint = f"; did you mean {prefix + close[0]!r}?" if close else ""
         raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}{hint}")
 
 
-def _given(data: Mapping[str, Any], key: str, default: Any) -> Any:
-    value = data.get(key, default)
-    return default if value is None else value
+def _given(data: Data, key: str, default: Any) -> Any:
+    return default if data.get(key) is None else data[key]
 
 
-def text_value(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
+def text_value(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     value = _given(data, key, default)
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{prefix}{key} must be a non-empty string")
@@ -50,7 +49,7 @@ def text_value(data: Mapping[str, Any], key: str, default: Any, *, prefix: str =
     return value
 
 
-def identifier(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
+def identifier(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     name = text_value(data, key, default, prefix=prefix)
     if len(name.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
         raise ConfigError(
@@ -60,19 +59,18 @@ def identifier(data: Mapping[str, Any], key: str, default: Any, *, prefix: str =
     return name
 
 
-def choice(
-    data: Mapping[str, Any], key: str, default: Any, *, choices: tuple[str, ...], prefix: str = ""
-) -> str:
+def choice(data: Data, key: str, default: Any, *, choices: Sequence[str], prefix: str = "") -> str:
     value = text_value(data, key, default, prefix=prefix)
     if value not in choices:
         raise ConfigError(f"{prefix}{key} must be one of {', '.join(choices)}")
     return value
 
 
-def status_list(
-    data: Mapping[str, Any], key: str, default: tuple[str, ...], *, allow_empty: bool
-) -> tuple[str, ...]:
+def status_list(data: Data, key: str, default: Any, *, allow_empty: bool) -> tuple[str, ...] | None:
+    """A list of statuses, once each; None when it is missing and so is `default`."""
     value = data.get(key, default)
+    if value is None and default is None:
+        return None
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
@@ -82,9 +80,7 @@ def status_list(
     return tuple(dict.fromkeys(value))
 
 
-def _convert(
-    data: Mapping[str, Any], key: str, default: Any, prefix: str, convert: Callable[[Any], T]
-) -> T:
+def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[[Any], T]) -> T:
     what = "a number" if convert is float else "a whole number"
     value = _given(data, key, default)
     kinds = (int, float, str) if convert is float else (int, str)
@@ -99,25 +95,21 @@ def _convert(
 
 
 def number_value(
-    data: Mapping[str, Any],
-    key: str,
-    default: Any,
-    *,
-    prefix: str = "",
-    minimum: float = 0.0,
-    positive: bool = False,
+    data: Data, key: str, default: Any, *, prefix: str = "", minimum: float = 0
 ) -> float:
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
-    if positive and number == 0:
+    return number
+
+
+def _positive(data: Data, key: str, default: Any, *, prefix: str = "") -> float:
+    if (number := number_value(data, key, default, prefix=prefix)) == 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
 
-def whole_number(
-    data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "", maximum: int = 0
-) -> int:
+def whole_number(data: Data, key: str, default: Any, *, prefix: str = "", maximum: int = 0) -> int:
     """A whole number > 0; with `maximum` (a port: 65535), no greater than it."""
     number = _convert(data, key, default, prefix, int)
     if number <= 0:
@@ -127,7 +119,7 @@ def whole_number(
     return number
 
 
-def _zone(data: Mapping[str, Any], key: str, default: Any, *, prefix: str = "") -> str:
+def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     """An IANA zone name (UTC, Europe/Berlin): PostgreSQL knows the same database of zones."""
     name = text_value(data, key, default)
     try:
@@ -146,12 +138,12 @@ def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]
 
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
-optional_number = _optional(number_value, positive=True)
+optional_number = _optional(_positive)
 optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 
 
-def flag(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "") -> bool:
+def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:
     """A YAML boolean; a string such as "false" is refused rather than read as true."""
     value = _given(data, key, default)
     if not isinstance(value, bool):
@@ -160,7 +152,7 @@ def flag(data: Mapping[str, Any], key: str, default: bool, *, prefix: str = "") 
 
 
 def parse_command(
-    data: Mapping[str, Any], key: str, default: Any = None, *, prefix: str = ""
+    data: Data, key: str, default: Any = None, *, prefix: str = ""
 ) -> tuple[str, ...]:
     """A command as argv: a string runs under `sh -c`; missing or empty is no command."""
     value = data.get(key)
@@ -173,9 +165,7 @@ def parse_command(
     return tuple(value)
 
 
-def refuse_non_ascii_numbers(
-    args: Mapping[str, Any], spec: Mapping[str, Any], *, prefix: str = ""
-) -> None:
+def refuse_non_ascii_numbers(args: Data, spec: Data, *, prefix: str = "") -> None:
     """ConfigError naming the first int/float option of `spec` given as non-ASCII text: for
     fronts whose own conversion (Ansible's float()) would read any script's digits first."""
     for name, option in spec.items():

@@ -134,7 +134,8 @@ class Contract:
 
     @property
     def claim_rule(self) -> str:
-        return presets.CLAIM_RULES.get(self.preset or "", presets.STATUS_RULE)
+        rule = self.preset or presets.STATUS_RULE
+        return rule if rule in presets.RULE_COLUMNS else presets.STATUS_RULE
 
     @property
     def rows_carry_expiry(self) -> bool:
@@ -176,7 +177,6 @@ CONFIG_KEYS = frozenset(
 
 
 def load_contract(*layers: Mapping[str, Any] | None) -> Contract:
-    """Merge the layers in order and validate them into a Contract."""
     return contract_from_mapping(merge_layers(*layers))
 
 
@@ -185,10 +185,8 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in (layer or {}).items():
-            if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = merge_layers(merged[key], value)
-            else:
-                merged[key] = value
+            both = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping)
+            merged[key] = merge_layers(merged[key], value) if both else value
     return merged
 
 
@@ -200,16 +198,13 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         data = merge_layers(presets.preset_layer(preset, data), data)
     for key in _SECTIONS:
         read.section(data, key)
-    statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
-    for key in ("claimed_statuses", "queued_statuses"):
-        default = getattr(Contract, key)
-        statuses[key] = read.status_list(data, key, default, allow_empty=key != "claimed_statuses")
-    if data.get("finished_statuses") is not None:
-        statuses["finished_statuses"] = read.status_list(
-            data, "finished_statuses", (), allow_empty=True
-        )
+    keys = ("claimed_statuses", "queued_statuses", "finished_statuses")
+    statuses = {
+        key: read.status_list(data, key, getattr(Contract, key), allow_empty=key != keys[0])
+        for key in keys
+    }
     seen: dict[str, str] = {}
-    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
+    for key in keys:
         for status in statuses[key] or ():
             if status in seen:
                 raise ConfigError(
@@ -223,16 +218,11 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
 
 
 def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T:
-    """`cls` with every field that has a reader read from `data`, in field order."""
-    default = cls()
-    return cls(
-        **{
-            f.name: f.metadata["read"](data, f.name, getattr(default, f.name), prefix=prefix)
-            for f in fields(cls)  # type: ignore[arg-type]
-            if "read" in f.metadata
-        },
-        **given,
-    )
+    default, found = cls(), dict(given)
+    for f in fields(cls):  # type: ignore[arg-type]
+        if reader := f.metadata.get("read"):
+            found[f.name] = reader(data, f.name, getattr(default, f.name), prefix=prefix)
+    return cls(**found)
 
 
 MERGE_TAG = "tag:yaml.org,2002:merge"

@@ -110,15 +110,11 @@ def parse_openssh_args(text: str) -> dict[str, str]:
     except ValueError:
         raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
     options: dict[str, str] = {}
-    index = 0
-    while index < len(words):
-        word = words[index]
-        index += 1
+    rest = iter(words)
+    for word in rest:
         if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
             continue
-        flag, value = word[:2], word[2:]
-        if not value and index < len(words):
-            value, index = words[index], index + 1
+        flag, value = word[:2], word[2:] or next(rest, "")
         if flag == "-o":
             name, _, option_value = value.replace("=", " ", 1).partition(" ")
             options.setdefault(name.strip().lower(), option_value.strip())

@@ -1,7 +1,6 @@
 """The fleet rule, hosts' reports turned into facts, and clock offsets. Anything global (a
-migration, budgets, shared intake) acts on work that may run on *any* host: it is judged once,
-the orphan cut-off the OLDEST runtime start (one unknown: unknown), the lease the LONGEST task
-timeout; ties go by name."""
+migration, budgets, shared intake) acts on work that may run on any host, judged once: the orphan
+cut-off is the OLDEST runtime start (one unknown: unknown), the lease the LONGEST; ties by name."""
 
 from __future__ import annotations
 
@@ -32,9 +31,8 @@ class ClockOffset:
     uncertainty_s: float
 
     def tolerance_s(self, configured_s: float) -> float:
-        """The orphan tolerance, widened by what the measurement cannot tell: on top of the
-        skew, since the offset that moved the start may be off by its whole uncertainty (a
-        claim at exactly start - clock_skew_s is never orphaned)."""
+        """The orphan tolerance widened by the uncertainty: the offset that moved the start may
+        be off by all of it (a claim at exactly start - clock_skew_s is never orphaned)."""
         return configured_s + self.uncertainty_s
 
     def exceeds(self, configured_s: float) -> bool:
@@ -60,22 +58,19 @@ def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> C
 
 
 def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
-    if not here_minus_db.exceeds(CONTROLLER_SKEW_BOUND_S):
+    if not (offset := here_minus_db).exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
     return (
-        f"this machine's clock is {abs(here_minus_db.offset_s):.1f}s {here_minus_db.direction} "
+        f"this machine's clock is {abs(offset.offset_s):.1f}s {offset.direction} "
         f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
         "times in the database clock, but start times given here are read in this one; fix "
         "the clocks (NTP)",
     )
 
 
-def chained(host_minus_here: ClockOffset, here_minus_db: ClockOffset) -> ClockOffset:
-    """host minus database, through this machine's clock; the uncertainties add up."""
-    return ClockOffset(
-        host_minus_here.offset_s + here_minus_db.offset_s,
-        host_minus_here.uncertainty_s + here_minus_db.uncertainty_s,
-    )
+def chained(host: ClockOffset, here: ClockOffset) -> ClockOffset:
+    """Host minus database from host minus here and here minus database; uncertainties add up."""
+    return ClockOffset(host.offset_s + here.offset_s, host.uncertainty_s + here.uncertainty_s)
 
 
 @dataclass(frozen=True)
@@ -97,7 +92,6 @@ class FleetFacts:
 
 
 def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
-    """The fleet rule over every host's facts (see the module docstring)."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     hosts = tuple(sorted(per_host))
@@ -110,10 +104,8 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
     known = None not in starts.values()  # one unknown start: the cut-off is unknown
     cutoff_from = min(hosts, key=starts.__getitem__) if known else None  # type: ignore[arg-type]
-    timeout = None
-    if lease_from is not None:
-        own = timeouts[lease_from]
-        timeout = TaskTimeout(own.seconds, f"{lease_from}:{own.source}", assumed=own.assumed)
+    own = timeouts[lease_from] if lease_from else None
+    timeout = replace(own, source=f"{lease_from}:{own.source}") if own else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
@@ -138,10 +130,8 @@ def in_database_clocks(
     for host, facts in per_host.items():
         if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
             warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
-            started = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            moved[host] = replace(
-                facts, runtime_started_at=started, warnings=facts.warnings + warned
-            )
+            at = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            moved[host] = replace(facts, runtime_started_at=at, warnings=facts.warnings + warned)
     return moved
 
 
@@ -170,20 +160,17 @@ def fleet_facts(
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
     """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
     closed, naming every host of `hosts` and `reports` without a usable report."""
-    problems = [
+    if problems := [
         f"host {host}: {problem}"
         for host in sorted({*hosts, *reports})
         if (problem := _report_problem(reports.get(host)))
-    ]
-    if problems:
+    ]:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
     per_host = {host: _host_facts(host, report, given_source) for host, report in reports.items()}
     if not with_clocks:
         return per_host, None
     offsets = {}
-    for host, facts in per_host.items():
-        if facts.runtime_started_at is None:
-            continue
+    for host in [h for h, facts in per_host.items() if facts.runtime_started_at is not None]:
         clock = reports[host].get("clock")
         try:
             offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
@@ -197,8 +184,7 @@ def fleet_facts(
 
 def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
     """A bad value is a usage error naming host and key."""
-    unknown = sorted(str(key) for key in report if key not in REPORT_KEYS)
-    if unknown:
+    if unknown := sorted(str(key) for key in report if key not in REPORT_KEYS):
         raise ConfigError(
             f"host {host}: unknown key(s) {', '.join(unknown)} "
             "(expected task_timeout_s, runtime_started_at)"

@@ -30,13 +30,10 @@ class CommandResult:
 
 def task_timeout_source(spec: TaskTimeoutLookup) -> str:
     """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    if spec.source == "command":
-        return f"command:{spec.container}"
-    where = {"docker": spec.container, "podman": spec.container, "systemd": spec.unit}
-    where.update(process=spec.pid_file, env_file=spec.path)
-    if spec.source in where:
-        return f"{spec.source}:{where[spec.source]}/{spec.variable}"
-    return "fixed"
+    if spec.source in ("command", "fixed"):
+        return f"command:{spec.container}" if spec.source == "command" else "fixed"
+    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
+    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
 
 
 # Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
@@ -107,11 +104,8 @@ def first_stderr_line(stderr: str) -> str:
 
 def env_value(env: Sequence[str], variable: str) -> str | None:
     """The value of one KEY=VALUE entry; the last one wins, as in a process environment."""
-    value = None
-    for key, sep, rest in (entry.partition("=") for entry in env):
-        if sep and key == variable:
-            value = rest
-    return value
+    values = [rest for key, sep, rest in (e.partition("=") for e in env) if sep and key == variable]
+    return values[-1] if values else None
 
 
 @dataclass(frozen=True)
@@ -122,7 +116,7 @@ class SystemdUnit:
 
 
 def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
-    return _systemd_unit(_properties(text), unit)
+    return _systemd_unit(_properties(text), unit, ("active",))
 
 
 # A glob's units whose process may hold claims: a unit still stopping (a graceful stop
@@ -136,9 +130,7 @@ def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
     running = [p for p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
     if not running:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
-    return [
-        _systemd_unit(props, props.get("Id") or pattern, RUNNING_UNIT_STATES) for props in running
-    ]
+    return [_systemd_unit(p, p.get("Id") or pattern, RUNNING_UNIT_STATES) for p in running]
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -149,9 +141,7 @@ def _properties(text: str) -> dict[str, str]:
     return props
 
 
-def _systemd_unit(
-    props: dict[str, str], unit: str, states: tuple[str, ...] = ("active",)
-) -> SystemdUnit:
+def _systemd_unit(props: dict[str, str], unit: str, states: tuple[str, ...]) -> SystemdUnit:
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
     if props.get("ActiveState") not in states:
@@ -206,7 +196,6 @@ def parse_env_file_line(line: str, name: str) -> str:
 
 
 def is_decimal_text(text: str) -> bool:
-    """Whether `text`, surrounding whitespace aside, is a number in plain ASCII notation."""
     return bool(_DECIMAL.fullmatch(text.strip()))
 
 
@@ -246,11 +235,12 @@ def parse_timestamp(text: str, *, what: str) -> datetime:
     return moment
 
 
-# Lookups that may match several replicas: a docker filter (`label=K=V`, `name=REGEX`: running
-# containers) or a unit glob (active units); a claim may run on any of them. The variable is
-# printed by `inspect --format`: no exec, nothing needed in the image.
-COMPOSE_PROJECT = "com.docker.compose.project"
-COMPOSE_SERVICE = "com.docker.compose.service"
+# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
+# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
+COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
 
 
 def container_filter(container: str) -> str | None:
@@ -273,8 +263,7 @@ def _template(variable: str | None) -> str:
     variable's entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
     env = ""
     if variable is not None:
-        prefix = f"{variable}="
-        n = len(prefix)
+        prefix, n = f"{variable}=", len(variable) + 1
         env = (
             f"{{{{range .Config.Env}}}}{{{{if ge (len .) {n}}}}}"
             f'{{{{if eq (slice . 0 {n}) "{prefix}"}}}}{{{{json .}}}},'
@@ -292,40 +281,31 @@ def _template(variable: str | None) -> str:
     )
 
 
-# $1 engine, $2 the container's name, $3 the template. The named container's line first;
-# when it carries compose labels, the lines of every running compose container follow (its
-# siblings are among them). A failed `ps` fails the lookup: the warning would be missing.
-_NAMED_SCRIPT = """\
+# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
+# compose labels every running compose container's (its siblings among them); a failed `ps`
+# fails the lookup: the warning would be missing.
+_NAMED_SCRIPT = f"""\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
 case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label=PROJECT --filter label=SERVICE LIVE) || exit
+ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
+{_LIVE}) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
 
 # $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
-_FILTER_SCRIPT = """\
-ids=$("$1" ps -q --no-trunc --filter "$2" LIVE) || exit
+_FILTER_SCRIPT = f"""\
+ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
 [ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
 """
-# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
-# asked, and its inspect says Running false, Paused true (docker's: Running true).
-_LIVE = "--filter status=running --filter status=paused"
-_NAMED_SCRIPT, _FILTER_SCRIPT = (
-    script.replace("PROJECT", COMPOSE_PROJECT)
-    .replace("SERVICE", COMPOSE_SERVICE)
-    .replace("LIVE", _LIVE)
-    for script in (_NAMED_SCRIPT, _FILTER_SCRIPT)
-)
 
 
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
     """The timeout's variable when the runtime's container command can print it too."""
     timeout, runtime = contract.task_timeout, contract.runtime
     same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
-    if timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable):
-        return timeout.variable
-    return None
+    shared = timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable)
+    return timeout.variable if shared else None
 
 
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
@@ -337,9 +317,7 @@ def container_argv(engine: str, container: str, variable: str | None) -> Argv:
 def shown_command(argv: Sequence[str]) -> str:
     """How a failed container command is named: `docker inspect`, `docker ps --filter ...`."""
     engine, target = argv[4], argv[5]
-    if container_filter(target) is not None:
-        return f"{engine} ps --filter {target}"
-    return f"{engine} inspect"
+    return f"{engine} ps --filter {target}" if container_filter(target) else f"{engine} inspect"
 
 
 @dataclass(frozen=True)
@@ -363,8 +341,7 @@ class Containers:
 def read_containers(text: str, container: str, what: str) -> Containers:
     replicas = [_replica(line, what) for line in text.splitlines() if line.strip()]
     if container_filter(container) is not None:
-        running = tuple(r for r in replicas if r.running)
-        if not running:
+        if not (running := tuple(r for r in replicas if r.running)):
             raise LookupFailed(f"{what}: no running container matches the filter {container}")
         return Containers(running)
     if not replicas:

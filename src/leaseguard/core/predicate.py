@@ -9,26 +9,14 @@ from typing import Any
 
 from psycopg import sql
 
+from leaseguard.core import presets
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.presets import (
-    ADVISORY_LOCK_RULE,
-    KIND_COLUMNS,
-    LOCKED_AT_RULE,
-    OWNER_HEARTBEAT_RULE,
-    OWNERS,
-    PROCESS_LOCK_RULE,
-    ROW_EXPIRY_RULE,
-    RULE_COLUMNS,
-    VISIBILITY_RULE,
-    WORKER_HEARTBEAT_RULE,
-    Owners,
-)
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
-# One row per subject (a host by its own facts, or a fleet by the fleet rule), its lease and
-# orphan cut-off bound as arrays; named apart from any job table's columns.
+# One row per subject (a host, or a fleet by the fleet rule) with its lease and orphan cut-off,
+# bound as arrays; named apart from any job table's columns.
 _SUBJECTS = sql.SQL(
     "unnest(%(subject_leases)s::interval[], %(subject_cutoffs)s::timestamptz[]) "
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
@@ -49,7 +37,7 @@ def table_identifier(contract: Contract, table: str | None = None) -> sql.Identi
     return sql.Identifier(*filter(None, (contract.schema, table or contract.table)))
 
 
-def owners_table(contract: Contract, owners: Owners) -> sql.Identifier:
+def owners_table(contract: Contract, owners: presets.Owners) -> sql.Identifier:
     """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
     return table_identifier(contract, owners.table)
 
@@ -75,7 +63,8 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         if contract.has_claimed_at
         else sql.SQL("NULL::timestamptz")  # Que's lock records no time
     )
-    expires_col = contract.lease.expires_at_column
+    col = contract.lease.expires_at_column
+    expiry_null = sql.SQL("{} IS NULL").format(sql.Identifier(col)) if col else sql.SQL("false")
     return sql.SQL(
         """
         SELECT lg_subject.lg_n,
@@ -100,9 +89,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         held=held_condition(contract),
         claimed_at=claimed_at,
         expires=expiry(contract),
-        expiry_null=sql.SQL("{} IS NULL").format(sql.Identifier(expires_col))
-        if expires_col
-        else sql.SQL("false"),
+        expiry_null=expiry_null,
         now=_NOW,
         table=table_identifier(contract),
         subjects=_SUBJECTS,
@@ -117,29 +104,28 @@ def expiry(contract: Contract) -> sql.Composable:
         return sql.SQL("coalesce({}::timestamptz, {}::timestamptz + {})").format(
             sql.Identifier(contract.lease.expires_at_column), claimed_at, LEASE
         )
-    if rule == ROW_EXPIRY_RULE:
+    if rule == presets.ROW_EXPIRY_RULE:
         # pg-boss (src/plans.ts failJobsByTimeout, failJobsByHeartbeat): whichever comes first
         # of its own expiry and its heartbeat's; least() skips NULLs (no heartbeat).
         return sql.SQL(
             "least({}::timestamptz + {} * interval '1 second', "
             "{}::timestamptz + {} * interval '1 second')"
-        ).format(claimed_at, *map(sql.Identifier, RULE_COLUMNS[ROW_EXPIRY_RULE]))
-    if rule in (OWNER_HEARTBEAT_RULE, WORKER_HEARTBEAT_RULE):
-        return _owner_heartbeat_expiry(contract, OWNERS[rule])
-    if rule == ADVISORY_LOCK_RULE:
+        ).format(claimed_at, *map(sql.Identifier, presets.RULE_COLUMNS[rule]))
+    if rule in (presets.OWNER_HEARTBEAT_RULE, presets.WORKER_HEARTBEAT_RULE):
+        return _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
+    if rule == presets.ADVISORY_LOCK_RULE:
         # Que: no time lease; the lock is held until the work ends or the session dies.
         return sql.SQL("NULL::timestamptz")
-    if rule == PROCESS_LOCK_RULE:
+    if rule == presets.PROCESS_LOCK_RULE:
         return sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
-            held_condition(contract), _owner_heartbeat_expiry(contract, OWNERS[rule])
+            held_condition(contract), _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
         )
     if contract.kind_timeouts:
-        # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted is
-        # cancelled once the lease has passed, whatever its kind; else a kind whose worker's
-        # Timeout() is -1 is never rescued; one with its own timeout once both it and
-        # RescueStuckJobsAfter (the lease) have passed; other kinds take the lease. The
-        # unnest's columns are named apart from the table's, so `kind` is the job's own.
-        kind, metadata = map(sql.Identifier, KIND_COLUMNS[contract.preset or ""])
+        # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted ends at
+        # the lease; else a kind whose Timeout() is -1 is never rescued, one with its own once
+        # both it and RescueStuckJobsAfter (the lease) passed, others at the lease. The unnest's
+        # columns are named apart from the table's, so `kind` is the job's own.
+        kind, metadata = map(sql.Identifier, presets.KIND_COLUMNS[contract.preset or ""])
         return sql.SQL(
             "CASE WHEN jsonb_typeof({metadata} -> 'cancel_attempted_at') = 'string' "
             "THEN {claimed_at}::timestamptz + {lease} "
@@ -147,21 +133,14 @@ def expiry(contract: Contract) -> sql.Composable:
             "ELSE {claimed_at}::timestamptz + coalesce((SELECT greatest(k.kind_timeout, {lease}) "
             "FROM unnest(%(kinds)s::text[], %(kind_timeouts)s::interval[]) "
             "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
-        ).format(
-            kind=kind,
-            metadata=metadata,
-            claimed_at=claimed_at,
-            lease=LEASE,
-        )
+        ).format(kind=kind, metadata=metadata, claimed_at=claimed_at, lease=LEASE)
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
 
 
-def _owner_heartbeat_expiry(contract: Contract, owners: Owners) -> sql.Composable:
+def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.Composable:
     """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
     lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
-    beat: sql.Composable = sql.SQL("o.{}::timestamptz").format(
-        sql.Identifier(owners.heartbeat_column)
-    )
+    beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
     if owners.lock_type_column:
         beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
             sql.Identifier(owners.lock_type_column), beat
@@ -188,11 +167,11 @@ def held_condition(contract: Contract) -> sql.Composable:
     """Whether a live session holds the row's lock now (`false` for time-lease rules): Que's
     id, good_job's md5 key, or that of an owner with a lock_type (alive while it holds it)."""
     own_id = own_column(contract, contract.id_column)
-    if contract.claim_rule == ADVISORY_LOCK_RULE:
+    if contract.claim_rule == presets.ADVISORY_LOCK_RULE:
         return sql.SQL("({} = ANY({}))").format(own_id, _HELD_KEYS)
-    if contract.claim_rule != PROCESS_LOCK_RULE:
+    if contract.claim_rule != presets.PROCESS_LOCK_RULE:
         return sql.SQL("false")
-    owners = OWNERS[PROCESS_LOCK_RULE]
+    owners = presets.OWNERS[presets.PROCESS_LOCK_RULE]
     return sql.SQL(
         "({job} = ANY({held}) OR EXISTS (SELECT FROM {owners} AS o WHERE o.id = {owner} "
         "AND o.{lock_type} IS NOT NULL AND {owner_key} = ANY({held})))"
@@ -217,22 +196,22 @@ def judged_condition(contract: Contract) -> sql.Composable:
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
     """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule."""
     rule, claimed_at = contract.claim_rule, sql.Identifier(contract.claimed_at_column)
-    if rule == LOCKED_AT_RULE:
+    if rule == presets.LOCKED_AT_RULE:
         # graphile-worker (sql/000011.sql, is_available): unlocked with attempts left is
         # queued; unlocked with none left is finished, read by neither.
-        attempts, max_attempts = map(sql.Identifier, RULE_COLUMNS[LOCKED_AT_RULE])
+        attempts, max_attempts = map(sql.Identifier, presets.RULE_COLUMNS[rule])
         queued = sql.SQL("({} IS NULL AND {} < {})").format(claimed_at, attempts, max_attempts)
         return sql.SQL("{} IS NOT NULL").format(claimed_at), queued
-    if rule == OWNER_HEARTBEAT_RULE:
+    if rule == presets.OWNER_HEARTBEAT_RULE:
         # Solid Queue: every row of the claims table is a claim (deleted when the job ends).
         return sql.SQL("true"), sql.SQL("false")
-    if rule in (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE):
+    if rule in (presets.ADVISORY_LOCK_RULE, presets.PROCESS_LOCK_RULE):
         # Both start with "not done", answered from the queue's partial index over unfinished
         # jobs: the lock test runs on the backlog only. Que: claimed iff its lock is held
         # (expired_at: retries exhausted). good_job: iff locked_by_id is set or its lock held.
         held = held_condition(contract)
-        finished, other = map(sql.Identifier, RULE_COLUMNS[rule])
-        if rule == ADVISORY_LOCK_RULE:
+        finished, other = map(sql.Identifier, presets.RULE_COLUMNS[rule])
+        if rule == presets.ADVISORY_LOCK_RULE:
             not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
             return (
                 sql.SQL("({} AND {})").format(not_done, held),
@@ -243,7 +222,7 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
             sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, other, held),
             sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, other, held),
         )
-    if rule == VISIBILITY_RULE:
+    if rule == presets.VISIBILITY_RULE:
         # pgmq: read() counts every read in read_ct; a message never read is queued.
         read_ct = sql.Identifier("read_ct")
         return sql.SQL("{} > 0").format(read_ct), sql.SQL("{} = 0").format(read_ct)
@@ -253,22 +232,16 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
 def _status_in(contract: Contract, *stems: str) -> sql.Composable:
     """`status IN (%(claimed_0)s, ...)` (false for none). Bound untyped, each status takes the
     column's own type: a `::text` cast would hide the queue's indexes from the planner."""
-    names = [f"{stem}_{i}" for stem in stems for i in range(len(_statuses(contract)[stem]))]
+    statuses = {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
+    names = [f"{stem}_{i}" for stem in stems for i in range(len(statuses[stem]))]
     if not names:
         return sql.SQL("false")
-    return sql.SQL("{} IN ({})").format(
-        sql.Identifier(contract.status_column),
-        sql.SQL(", ").join(sql.Placeholder(name) for name in names),
-    )
-
-
-def _statuses(contract: Contract) -> dict[str, tuple[str, ...]]:
-    return {"claimed": contract.claimed_statuses, "queued": contract.queued_statuses}
+    placeholders = sql.SQL(", ").join(map(sql.Placeholder, names))
+    return sql.SQL("{} IN ({})").format(sql.Identifier(contract.status_column), placeholders)
 
 
 def counts_query(contract: Contract) -> sql.Composed:
-    """Per subject: the clock, whether the server is a standby (demoted under a long drain?),
-    its rows per class (OFFSET 0: each class computed once)."""
+    """Per subject: the clock, whether a standby, its rows per class (OFFSET 0: each once)."""
     return sql.SQL(
         """
         SELECT {now} AS checked_at,
@@ -326,28 +299,15 @@ def orphan_cutoff(
 
 
 def predicate_params(
-    contract: Contract,
-    *,
-    lease_s: float | None,
-    runtime_started_at: datetime | None,
-    as_of: datetime | None = None,
-    tolerance_s: float | None = None,
-    live_limit: int = 100,
+    contract: Contract, *, lease_s: float | None, runtime_started_at: datetime | None
 ) -> dict[str, Any]:
-    """Bind values for both queries, for one subject."""
-    cutoff = orphan_cutoff(contract, runtime_started_at, tolerance_s)
-    return subjects_params(contract, [(lease_s, cutoff)], as_of=as_of, live_limit=live_limit)
-
-
-# A longer lease is bound as this one: claimed_at + it stays a timestamp PostgreSQL (and
-# Python) can hold, where a timeout of 1e12 s failed the query and 1e15 s raised OverflowError.
-_LONGEST_LEASE = timedelta(days=365_250)  # about 1000 years
+    return subjects_params(contract, [(lease_s, orphan_cutoff(contract, runtime_started_at))])
 
 
 def _interval(seconds: float) -> timedelta:
-    return (
-        _LONGEST_LEASE if seconds >= _LONGEST_LEASE.total_seconds() else timedelta(seconds=seconds)
-    )
+    """At most about 1000 years: claimed_at + it stays a timestamp PostgreSQL (and Python) can
+    hold, where a timeout of 1e12 s failed the query and 1e15 s raised OverflowError."""
+    return timedelta(seconds=min(seconds, 365_250 * 86_400))
 
 
 def subjects_params(
@@ -355,16 +315,16 @@ def subjects_params(
     subjects: Sequence[tuple[float | None, datetime | None]],
     *,
     as_of: datetime | None = None,
-    live_limit: int = 100,
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
     params: dict[str, Any] = {
         "as_of": as_of,
         "subject_leases": [None if s is None else _interval(s) for s, _ in subjects],
         "subject_cutoffs": [cutoff for _, cutoff in subjects],
-        "live_limit": live_limit,
+        "live_limit": 100,
     }
-    for stem, statuses in _statuses(contract).items():
+    for stem in ("claimed", "queued"):
+        statuses = getattr(contract, f"{stem}_statuses")
         params |= {f"{stem}_{i}": status for i, status in enumerate(statuses)}
     if kinds := contract.kind_timeouts:
         timed = {kind: _interval(s) for kind, s in kinds.items() if s is not None}

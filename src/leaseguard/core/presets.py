@@ -10,15 +10,16 @@ from typing import Any
 
 from leaseguard.core.errors import ConfigError
 
-# The claim rules the predicate knows besides the plain status rule.
+# The claim rules the predicate knows besides the plain status rule, each named by the preset
+# whose queue follows it.
 STATUS_RULE = "status"
-LOCKED_AT_RULE = "locked_at"  # graphile-worker: claimed iff locked_at is set
-ROW_EXPIRY_RULE = "row_expiry"  # pg-boss: started_on + expire_seconds, and its heartbeat
-OWNER_HEARTBEAT_RULE = "owner_heartbeat"  # solid_queue: the claiming process's heartbeat
-ADVISORY_LOCK_RULE = "advisory_lock"  # que: a session holds the job's advisory lock
-PROCESS_LOCK_RULE = "process_lock"  # good_job: the job's lock, or its owner process alive
-WORKER_HEARTBEAT_RULE = "worker_heartbeat"  # procrastinate: status + its worker's heartbeat
-VISIBILITY_RULE = "visibility"  # pgmq: a read message is hidden until its vt
+LOCKED_AT_RULE = "graphile_worker"  # claimed iff locked_at is set
+ROW_EXPIRY_RULE = "pg-boss"  # started_on + expire_seconds, and its heartbeat
+OWNER_HEARTBEAT_RULE = "solid_queue"  # the claiming process's heartbeat
+ADVISORY_LOCK_RULE = "que"  # a session holds the job's advisory lock
+PROCESS_LOCK_RULE = "good_job"  # the job's lock, or its owner process alive
+WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
+VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
 
 
 def _preset(table: str, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
@@ -108,15 +109,6 @@ PRESETS: dict[str, dict[str, Any]] = {
 KIND_COLUMNS = {"river": ("kind", "metadata")}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
-CLAIM_RULES = {
-    "graphile_worker": LOCKED_AT_RULE,
-    "pg-boss": ROW_EXPIRY_RULE,
-    "solid_queue": OWNER_HEARTBEAT_RULE,
-    "que": ADVISORY_LOCK_RULE,
-    "good_job": PROCESS_LOCK_RULE,
-    "procrastinate": WORKER_HEARTBEAT_RULE,
-    "pgmq": VISIBILITY_RULE,
-}
 # The columns each rule reads besides the id (and claimed_at, for the rules that have one).
 RULE_COLUMNS: dict[str, tuple[str, ...]] = {
     LOCKED_AT_RULE: ("attempts", "max_attempts"),
@@ -182,16 +174,15 @@ def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
         raise ConfigError("kind_timeouts must be a mapping of job kind to seconds or unlimited")
     timeouts = KindTimeouts()
     for kind, seconds in sorted(value.items(), key=lambda pair: str(pair[0])):
-        if isinstance(seconds, bool):
-            seconds = 0
-        elif seconds in ("unlimited", -1, "-1"):
+        if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
+            seconds = int(seconds)
+        number = isinstance(seconds, int | float) and not isinstance(seconds, bool)
+        if seconds in ("unlimited", -1, "-1"):
             timeouts[str(kind)] = None
-            continue
-        elif isinstance(seconds, str):
-            seconds = int(seconds) if seconds.isascii() and seconds.isdigit() else 0
-        if not isinstance(seconds, int | float) or not (math.isfinite(seconds) and seconds > 0):
+        elif number and math.isfinite(seconds) and seconds > 0:
+            timeouts[str(kind)] = float(seconds)
+        else:
             raise ConfigError(
                 f"kind_timeouts.{kind} must be a number of seconds greater than 0, or unlimited"
             )
-        timeouts[str(kind)] = float(seconds)
     return timeouts

@@ -8,19 +8,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from leaseguard.core import lookups
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.lookups import (
-    Argv,
-    CommandResult,
-    exit_meaning,
-    first_stderr_line,
-    is_unit_glob,
-)
+from leaseguard.core.lookups import Argv, CommandResult
 
-# TimeoutStopSec cannot be passed to `systemctl restart`, so a runtime drop-in (under /run)
-# carries the stop budget for this one restart. The EXIT trap removes it whatever happens (left
-# behind, it would change every later stop of the unit), and a directory only if made here.
-# $1 the unit, $2 the stop budget in seconds. Exit status: the first failure's.
+# `systemctl restart` takes no TimeoutStopSec: a runtime drop-in (under /run) carries this
+# restart's stop budget. The EXIT trap removes it whatever happens (left, it would change every
+# later stop), its directory only if made here. $1 unit, $2 budget (s); exit: the first failure's.
 _SYSTEMD_SCRIPT = """\
 umask 022
 dir="/run/systemd/system/$1.d"; conf="$dir/50-leaseguard-stop.conf"; made=
@@ -61,42 +55,35 @@ class RestartSpec:
 def restart_argv(spec: RestartSpec) -> Argv:
     """The argv restarting the runtime, with its stop budget between SIGTERM and KILL."""
     budget = str(int(spec.stop_timeout_s))
-    match spec.method:
-        case "docker" | "podman":
-            return (spec.method, "restart", "--time", budget, spec.container)
-        case "systemd":
-            return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", spec.unit, budget)
-        case _:
-            return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *spec.command)
+    if spec.method in ("docker", "podman"):
+        return (spec.method, "restart", "--time", budget, spec.container)
+    if spec.method == "systemd":
+        return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", spec.unit, budget)
+    return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *spec.command)
 
 
 def restart_target(spec: RestartSpec) -> str:
     """How messages name what is restarted: `docker container backend`, `unit x.service`."""
-    match spec.method:
-        case "command":
-            return f"command {shlex.join(spec.command)}"
-        case "systemd":
-            return f"unit {spec.unit}"
-        case _:
-            return f"{spec.method} container {spec.container}"
+    if spec.method == "command":
+        return f"command {shlex.join(spec.command)}"
+    if spec.method == "systemd":
+        return f"unit {spec.unit}"
+    return f"{spec.method} container {spec.container}"
 
 
 def missing_target(spec: RestartSpec) -> str | None:
     """The setting `spec.method` needs and lacks or names only as replicas: `docker restart
     label=...` restarts nothing, a glob's `systemctl restart` all at once, its budget lost."""
-    name = {"docker": "container", "podman": "container", "systemd": "unit"}.get(
-        spec.method, "command"
-    )
+    name = dict(docker="container", podman="container", systemd="unit").get(spec.method, "command")
     target = getattr(spec, name)
-    if not target or (name == "container" and target.startswith(("label=", "name="))):
-        return name
-    return name if name == "unit" and is_unit_glob(target) else None
+    if name == "container":
+        return name if not target or target.startswith(("label=", "name=")) else None
+    return name if not target or (name == "unit" and lookups.is_unit_glob(target)) else None
 
 
 def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
     """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
-    missing = missing_target(spec)
-    if missing is not None:
+    if (missing := missing_target(spec)) is not None:
         raise ConfigError(
             f"restart method {spec.method} needs `{missing}` naming one container "
             "or unit (a filter or a glob names replicas, not what to restart)"
@@ -110,23 +97,17 @@ def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
 
 def start_moved(before_epoch_s: float | None, after: datetime | None) -> bool:
     """A runtime not running before has moved by any start time; an unknown one never has."""
-    if after is None:
-        return False
-    return before_epoch_s is None or after.timestamp() > before_epoch_s
+    return after is not None and (before_epoch_s is None or after.timestamp() > before_epoch_s)
 
 
 def start_of(source: datetime | dict[str, Any] | None) -> dict[str, Any]:
     """task_timeout's two keys for a start time: from a reading, or a registered lookup."""
-    if not isinstance(source, dict):
-        return {
-            "runtime_started_at": source.isoformat() if source else None,
-            "runtime_started_epoch_s": source.timestamp() if source else None,
-        }
-    epoch = source.get("runtime_started_epoch_s")
-    return {
-        "runtime_started_at": source.get("runtime_started_at"),
-        "runtime_started_epoch_s": None if epoch is None else float(epoch),
-    }
+    if isinstance(source, dict):
+        at, epoch = source.get("runtime_started_at"), source.get("runtime_started_epoch_s")
+    else:
+        at, epoch = (source.isoformat(), source.timestamp()) if source else (None, None)
+    epoch = None if epoch is None else float(epoch)
+    return {"runtime_started_at": at, "runtime_started_epoch_s": epoch}
 
 
 def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict[str, Any]:
@@ -177,8 +158,8 @@ def not_moved_message(
 
 def restart_failed_message(spec: RestartSpec, ran: CommandResult) -> str:
     """An engine's or systemctl's first line of complaint (masked), never a user command's."""
-    said = "" if spec.method == "command" else first_stderr_line(ran.stderr)
-    meaning = exit_meaning(ran.exit_code)
+    said = "" if spec.method == "command" else lookups.first_stderr_line(ran.stderr)
+    meaning = lookups.exit_meaning(ran.exit_code)
     status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")
     return (
         f"leaseguard: restarting {spec.host} with method {spec.method} "

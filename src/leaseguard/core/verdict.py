@@ -58,10 +58,7 @@ class LiveClaim:
     expiry_null: bool = False  # its expiry column is NULL: judged by claimed_at + the lease
 
     def as_dict(self) -> dict[str, Any]:
-        times = {
-            "claimed_at": _iso(self.claimed_at),
-            "lease_expires_at": _iso(self.lease_expires_at),
-        }
+        times = {key: _iso(getattr(self, key)) for key in ("claimed_at", "lease_expires_at")}
         return {**asdict(self), **times, "remaining_s": _round(self.remaining_s)}
 
 
@@ -149,15 +146,11 @@ def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
     return timeline_line(at, fields)
 
 
-def failure_result(
-    error: Exception, host: str | None, at: datetime | None = None
-) -> dict[str, Any]:
+def failure_result(exc: Exception, host: str | None, at: datetime | None = None) -> dict[str, Any]:
     """The JSON of a check that could not complete; leaseguard's errors never carry a secret."""
-    result: dict[str, Any] = {"decision": Decision.FAILED.value, "host": host}
-    if at is not None:
-        result["checked_at"] = at.isoformat()
-    result["error"] = {"type": type(error).__name__, "message": str(error)}
-    return result
+    checked = {} if at is None else {"checked_at": at.isoformat()}
+    failed = {"type": type(exc).__name__, "message": str(exc)}
+    return {"decision": Decision.FAILED.value, "host": host, **checked, "error": failed}
 
 
 def timeline_line(at: datetime, fields: list[str]) -> str:

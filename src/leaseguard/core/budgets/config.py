@@ -24,8 +24,8 @@ _BUDGET = re.compile(
     re.ASCII,
 )
 _EXAMPLES = "such as 3s, 1500ms or 1min"
-_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]*", re.ASCII)
-_FUNCTION_EXAMPLE = "public.claim_stats_projection_job_v1"
+_JOB_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,{MAX_IDENTIFIER_BYTES - 1}}}")
+_FN_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
 def shown(value: object) -> str:
@@ -86,9 +86,7 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
     """`schema.name` in lower case: only such names mean the same quoted and unquoted, so
     anything else (quotes, spaces, parentheses, semicolons) is refused, not quoted."""
     if not isinstance(value, str) or not value:
-        raise ConfigError(
-            f"{where} must be a schema-qualified function name such as {_FUNCTION_EXAMPLE}"
-        )
+        raise ConfigError(f"{where} must be a schema-qualified function name such as {_FN_EXAMPLE}")
     named = f"{where} = {shown(value)}"
     if bad := re.search(r"[^a-z0-9_.]", value, re.ASCII):
         raise ConfigError(
@@ -97,16 +95,14 @@ def parse_function_name(value: object, *, where: str) -> FunctionName:
         )
     parts = value.split(".")
     if len(parts) != 2:
-        raise ConfigError(
-            f"{named} must be schema-qualified as schema.name, e.g. {_FUNCTION_EXAMPLE}"
-        )
+        raise ConfigError(f"{named} must be schema-qualified as schema.name, e.g. {_FN_EXAMPLE}")
     for part in parts:
-        if not _IDENTIFIER.fullmatch(part):
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", part):
             raise ConfigError(
                 f"{named}: {part!r} is not an identifier "
                 "(a lower-case letter or _ first, then letters, digits or _)"
             )
-        if len(part.encode()) > MAX_IDENTIFIER_BYTES:
+        if len(part) > MAX_IDENTIFIER_BYTES:
             raise ConfigError(
                 f"{named}: {part[:20]!r}... is longer than {MAX_IDENTIFIER_BYTES} bytes; "
                 "PostgreSQL would truncate it"
@@ -118,11 +114,9 @@ def render_command(function: FunctionName, budget_ms: int) -> str:
     """The job's command: ``set statement_timeout = '3s'; select "public"."f"();``."""
     if isinstance(budget_ms, bool) or not 0 < budget_ms <= MAX_BUDGET_MS:
         raise ConfigError(f"budget of {function} must be 1..{MAX_BUDGET_MS} ms")
-    parts = (function.schema, function.name) if function.schema else (function.name,)
-    command = sql.SQL("set statement_timeout = {}; select {}();").format(
-        sql.Literal(format_budget(budget_ms)), sql.Identifier(*parts)
-    )
-    return command.as_string(None)
+    name = sql.Identifier(*filter(None, (function.schema, function.name)))
+    command = sql.SQL("set statement_timeout = {}; select {}();")
+    return command.format(sql.Literal(format_budget(budget_ms)), name).as_string(None)
 
 
 class ParsedCommand(NamedTuple):
@@ -153,12 +147,10 @@ def _refuse(reason: str) -> NoReturn:
 
 def parse_live_command(command: str) -> ParsedCommand:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, any case, quoted or bare."""
-    tokens: list[tuple[str, str, int]] = []  # (kind, text, offset), last token first
-    for match in _TOKEN.finditer(command):
-        if match.lastgroup == "bad":
-            _refuse(f"unexpected character {match.group()!r} at offset {match.start()}")
-        if match.lastgroup != "ws":
-            tokens.insert(0, (match.lastgroup or "", match.group(), match.start()))
+    found = [(m.lastgroup or "", m.group(), m.start()) for m in _TOKEN.finditer(command)]
+    if bad := next((token for token in found if token[0] == "bad"), None):
+        _refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
+    tokens = [token for token in reversed(found) if token[0] != "ws"]  # (kind, text, offset)
 
     def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
         if not tokens:
@@ -213,7 +205,6 @@ def parse_live_command(command: str) -> ParsedCommand:
     return ParsedCommand(budget_ms, function)
 
 
-CONFIG_SECTION = CRON_BUDGETS_SECTION
 SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
 JOB_KEYS = frozenset({"schedule", "function", "budget"})
 
@@ -265,7 +256,7 @@ class BudgetConfig:
 def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     """``jobs``: name -> ``{schedule, function, budget}`` (or a list with ``name``s);
     ``overrides``: environment -> ``{job: budget}``."""
-    prefix, data = CONFIG_SECTION, {} if data is None else data
+    prefix, data = CRON_BUDGETS_SECTION, {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
@@ -290,34 +281,24 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
                 )
             overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
     database = data.get("database")
-    if database is not None and (
-        not isinstance(database, str)
-        or not database
-        or "\x00" in database
-        or len(database.encode()) > MAX_IDENTIFIER_BYTES
-    ):
+    named = isinstance(database, str) and "\x00" not in database
+    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
         raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
     return BudgetConfig(jobs, overrides, database)
 
 
 def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
-    if jobs is None:
-        return
-    if isinstance(jobs, Mapping):
-        items = list(jobs.items())
-    elif isinstance(jobs, list | tuple):
+    if isinstance(jobs, list | tuple):
         if not all(isinstance(entry, Mapping) and "name" in entry for entry in jobs):
             raise ConfigError(f"{prefix}: every list entry needs a name")
         items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in jobs]
+    elif isinstance(jobs, Mapping | None):
+        items = list((jobs or {}).items())
     else:
         raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
     seen: set[str] = set()
     for name, spec in items:
-        if (
-            not isinstance(name, str)
-            or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]*", name, re.ASCII)
-            or len(name) > MAX_IDENTIFIER_BYTES
-        ):
+        if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
             raise ConfigError(
                 f"{prefix}: job name {shown(name)} must be 1-63 characters of letters, digits "
                 "and _ . : - (not starting with . : -)"
@@ -347,9 +328,9 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
 def load_budget_config(path: str | Path) -> BudgetConfig:
     """The ``cron_budgets`` section of a YAML file (top level or under ``leaseguard:``)."""
     section = load_config_file(path)
-    if CONFIG_SECTION not in section:
-        raise ConfigError(f"config file {path} has no {CONFIG_SECTION} section")
-    return budget_config_from_mapping(section[CONFIG_SECTION])
+    if CRON_BUDGETS_SECTION not in section:
+        raise ConfigError(f"config file {path} has no {CRON_BUDGETS_SECTION} section")
+    return budget_config_from_mapping(section[CRON_BUDGETS_SECTION])
 
 
 def task_budgets(jobs: object, overrides: object, environment: str | None) -> BudgetConfig | None:

@@ -9,15 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseguard.core.budgets import LiveJob
-from leaseguard.core.budgets.config import (
-    BudgetConfig,
-    DeclaredJob,
-    UnparseableCommand,
-    format_budget,
-    format_optional,
-    parse_live_command,
-)
+from leaseguard.core.budgets import LiveJob, config
+from leaseguard.core.budgets.config import format_budget, format_optional
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
@@ -36,7 +29,7 @@ class Action(enum.StrEnum):
 
 @dataclass(frozen=True)
 class JobPlan:
-    job: DeclaredJob
+    job: config.DeclaredJob
     action: Action
     live: LiveJob | None = None  # None: no live job of this name
     live_budget_ms: int | None = None  # None: none set, no live job, or command refused
@@ -70,14 +63,12 @@ class JobPlan:
     def before(self) -> dict[str, Any] | None:
         if (live := self.live) is None:
             return None
-        fields = {**vars(live), "budget": format_optional(self.live_budget_ms)}
+        row = {**vars(live), "budget": format_optional(self.live_budget_ms)}
         try:  # only the grammar's commands are shown: their one literal is the budget
-            parse_live_command(live.command)
-        except UnparseableCommand:
-            fields["command"] = HIDDEN_COMMAND
-        return {
-            k: fields[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")
-        }
+            config.parse_live_command(live.command)
+        except config.UnparseableCommand:
+            row["command"] = HIDDEN_COMMAND
+        return {k: row[k] for k in ("jobid", "schedule", "command", "budget", "database", "active")}
 
     def after(self) -> dict[str, Any] | None:
         before = self.before()
@@ -134,28 +125,26 @@ class BudgetPlan:
 
     @property
     def warnings(self) -> tuple[str, ...]:
-        found = []
+        out = []
         for j in self.jobs:
             live, name = j.live_budget_ms, j.job.name
             if j.action is Action.UNPARSEABLE:
-                found.append(
-                    f"job {name}: live command not understood ({j.reason}); left untouched"
-                )
+                out.append(f"job {name}: live command not understood ({j.reason}); left untouched")
             elif j.action is Action.AMBIGUOUS:
-                found.append(f"job {name}: {j.reason}; left untouched")
+                out.append(f"job {name}: {j.reason}; left untouched")
             elif j.writes and "budget" in j.changes and (live is None or j.job.budget_ms < live):
-                found.append(
+                out.append(
                     f"job {name}: lowering the live statement budget "
                     f"{format_optional(live) or 'none'} -> {format_budget(j.job.budget_ms)} "
                     f"(source {j.job.source_label})"
                 )
             if j.action is Action.CREATE and self.own_jobs_only:
-                found.append(
+                out.append(
                     f"job {name}: no job of this name among role {self.own_jobs_only}'s own; "
                     "pg_cron shows each role only its own jobs, so one of another role would "
                     "run beside this one: check cron.job as a superuser"
                 )
-        return tuple(found)
+        return tuple(out)
 
     @property
     def changed(self) -> bool:
@@ -175,9 +164,7 @@ class BudgetPlan:
 
     @property
     def converged(self) -> bool:
-        return all(
-            job.action is Action.UNCHANGED or (job.writes and self.applied) for job in self.jobs
-        )
+        return all(j.action is Action.UNCHANGED or (j.writes and self.applied) for j in self.jobs)
 
     def job(self, name: str) -> JobPlan:
         return next(job for job in self.jobs if job.job.name == name)
@@ -201,7 +188,7 @@ class BudgetPlan:
 
 
 def plan_budgets(
-    declared: BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
+    declared: config.BudgetConfig, live: Sequence[LiveJob], *, on_drift: str = "report"
 ) -> BudgetPlan:
     """Decide per declared job; live rows of undeclared names are ignored."""
     if on_drift not in ON_DRIFT_CHOICES:
@@ -214,7 +201,7 @@ def plan_budgets(
 
 
 def _plan_job(
-    job: DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
+    job: config.DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
 ) -> JobPlan:
     if not matches:
         return JobPlan(job, Action.CREATE, database=database, reason="no live job of this name")
@@ -224,8 +211,8 @@ def _plan_job(
         reason = f"{len(matches)} live pg_cron jobs share this name (jobids {ids})"
         return JobPlan(job, Action.AMBIGUOUS, live, database=live.database, reason=reason)
     try:
-        parsed = parse_live_command(live.command)
-    except UnparseableCommand as exc:
+        parsed = config.parse_live_command(live.command)
+    except config.UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
     differs = {
         "schedule": " ".join(live.schedule.split()) != job.schedule,
