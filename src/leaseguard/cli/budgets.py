@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
-from leaseguard.cli.contract import add_config_option, resolve_dsn
-from leaseguard.cli.main import COMMANDS, CRON_DATABASE_HELP, say
+from leaseguard.cli.contract import add_config_option
+from leaseguard.cli.main import CRON_DATABASE_HELP, resolve_dsn, say
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -38,8 +38,8 @@ _PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
 _DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
-def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("budgets", help=COMMANDS["budgets"][1], description=DESCRIPTION)
+def add_budgets_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
     add_config_option(
         parser,
         "libpq connection string of the database the jobs run in; default "

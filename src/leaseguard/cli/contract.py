@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from leaseguard.cli.main import COMMANDS, say
+from leaseguard.cli.main import say
 from leaseguard.core.config_values import NOT_ASCII
 from leaseguard.core.contract import (
     CONFIG_KEYS,
@@ -146,10 +145,6 @@ def drain_section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
-def resolve_dsn(args: argparse.Namespace) -> str:
-    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
-
-
 INDEX_SQL = """\
 Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
 flat as the table grows: the guard query reads only the claimed and queued entries, and the
@@ -164,8 +159,8 @@ is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is re
 """
 
 
-def add_index_sql_command(commands: Any) -> None:
-    parser = commands.add_parser("index-sql", help=COMMANDS["index-sql"][1], description=INDEX_SQL)
+def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = INDEX_SQL
     add_config_option(
         parser,
         "read the table first (existing indexes, partitions); without it no database is needed",

@@ -14,22 +14,16 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
-from leaseguard.cli.contract import (
-    add_config_option,
-    contract_from_args,
-    drain_section,
-    number_arg,
-    resolve_dsn,
-)
+from leaseguard.cli.contract import add_config_option, contract_from_args, drain_section, number_arg
 from leaseguard.cli.main import (
-    COMMANDS,
     add_contract_options,
     add_cron_database_option,
     given_facts,
     open_session,
     report_failure,
+    resolve_dsn,
     say,
 )
 from leaseguard.core.errors import (
@@ -37,16 +31,9 @@ from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_PROCEED,
     CommandFailed,
-    ConfigError,
     LeaseguardError,
 )
-from leaseguard.orchestration.drain import (
-    Action,
-    ActionOutcome,
-    DrainResult,
-    drain_lines,
-    progress_for,
-)
+from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -80,8 +67,8 @@ unreadable, or stale: its writer is gone and the drain did not finish).
 """
 
 
-def add_status_command(commands: Any) -> None:
-    parser = commands.add_parser("status", help=COMMANDS["status"][1], description=STATUS)
+def add_status_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = STATUS
     parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
     parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     parser.set_defaults(handler=run_status)
@@ -95,8 +82,8 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_PROCEED if status["available"] else EXIT_FAILED
 
 
-def add_resume_command(commands: Any) -> None:
-    parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
+def add_resume_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = RESUME
     add_config_option(parser.add_argument_group("connection"))
     add_cron_database_option(parser)
     parser.add_argument(
@@ -115,11 +102,11 @@ def add_resume_command(commands: Any) -> None:
     parser.set_defaults(handler=run_resume)
 
 
-def add_drain_command(commands: Any) -> None:
+def add_drain_command(parser: argparse.ArgumentParser) -> None:
     from leaseguard.orchestration.drain import DEFAULT_POLL_S
     from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
-    parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
+    parser.description = DRAIN
     add_contract_options(parser)
     drain = parser.add_argument_group("drain")
     drain.add_argument(
@@ -199,7 +186,7 @@ def run_drain(args: argparse.Namespace) -> int:
     result = None
     try:
         with (
-            open_session(args, contract, facts, resolve_dsn(args), intake) as session,
+            open_session(args, contract, facts, intake) as session,
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
@@ -232,7 +219,9 @@ def run_drain(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def command_action(argv: list[str], started: list[str], stop: threading.Event) -> Action:
+def command_action(
+    argv: list[str], started: list[str], stop: threading.Event
+) -> Callable[[DrainResult], ActionOutcome]:
     """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
     (`started` gets its name once it runs: a signal before then interrupted no command)."""
 
@@ -287,18 +276,13 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 def run_resume(args: argparse.Namespace) -> int:
     from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
-    try:
-        outcome = resume_pauses(
-            resolve_dsn(args),
-            cron_database=args.cron_database,
-            jobs=args.job,
-            user=args.cron_user,
-            password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
-            force=args.force,
-        )
-    except ConfigError:
-        raise
-    except LeaseguardError as exc:
-        return report_failure(exc, as_json=args.json)
+    outcome = resume_pauses(
+        resolve_dsn(args),
+        cron_database=args.cron_database,
+        jobs=args.job,
+        user=args.cron_user,
+        password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
+        force=args.force,
+    )
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return EXIT_DEFER if outcome["kept"] else EXIT_PROCEED
