@@ -23,23 +23,21 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 
-DESCRIPTION = """\
-Compare each declared pg_cron job's statement budget (set statement_timeout before its
-function) with the live cron.job, per environment: an override declared for the
-environment wins over the default; a live budget that differs from a default is drift,
-reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
-or nothing: while any job drifts or is refused, --apply writes no job at all.
-Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
-1 failed, 2 usage.
-"""
-
 # What a person reads for a job to write: before --apply, and after.
 _PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
 _DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_budgets_command(parser: argparse.ArgumentParser) -> None:
-    parser.description = DESCRIPTION
+    parser.description = """\
+    Compare each declared pg_cron job's statement budget (set statement_timeout before its
+    function) with the live cron.job, per environment: an override declared for the
+    environment wins over the default; a live budget that differs from a default is drift,
+    reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
+    or nothing: while any job drifts or is refused, --apply writes no job at all.
+    Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
+    1 failed, 2 usage.
+    """
     add_config_option(
         parser,
         "libpq connection string of the database the jobs run in; default "

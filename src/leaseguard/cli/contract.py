@@ -145,22 +145,19 @@ def drain_section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
-INDEX_SQL = """\
-Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
-flat as the table grows: the guard query reads only the claimed and queued entries, and the
-status check (every status in the table classified) visits each distinct status once.
-Run it on its own, outside a transaction block, e.g.
-`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
-*_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
---dsn it reads the table first: it names an existing index that already serves the guard
-(one leading with the status column: River's and Oban's do) instead of a new one, and gives
-a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
-is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
-"""
-
-
 def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
-    parser.description = INDEX_SQL
+    parser.description = """\
+    Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+    flat as the table grows: the guard query reads only the claimed and queued entries, and the
+    status check (every status in the table classified) visits each distinct status once.
+    Run it on its own, outside a transaction block, e.g.
+    `leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+    *_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+    --dsn it reads the table first: it names an existing index that already serves the guard
+    (one leading with the status column: River's and Oban's do) instead of a new one, and gives
+    a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
+    is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
+    """
     add_config_option(
         parser,
         "read the table first (existing indexes, partitions); without it no database is needed",

@@ -37,38 +37,15 @@ from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lin
 
 log = logging.getLogger("leaseguard.drain")
 
-DRAIN = """\
-Hold intake, then poll until no live lease remains or the deadline passes; intake is given
-back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
-with intake still held, and intake is given back only after it exits: the verdict is still
-true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE) and
-runs in a session of its own: a signal ends it and its children before intake is given back.
-Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
-COMMAND, COMMAND's own exit status once it ran.
-"""
-
-RESUME = """\
-Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
-its resume, or whose resume could not reach the database), and delete their records. Jobs
-disabled without a drain have no record and are never touched. A hold whose holder still
-runs on this machine (same pid, same start time) is kept, and so is one taken on another
-machine (it cannot be checked from here): its action may be in its hold window. Both are
-named (state=kept); --force gives them back too, logged. Exit status: 0 done (also when
-nothing was recorded), 75 a hold was kept, 1 failed, 2 usage.
-"""
-
-
-STATUS = """\
-Print the snapshot a drain started with --status-file PATH keeps up to date: state,
-host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
-elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
-available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
-unreadable, or stale: its writer is gone and the drain did not finish).
-"""
-
 
 def add_status_command(parser: argparse.ArgumentParser) -> None:
-    parser.description = STATUS
+    parser.description = """\
+    Print the snapshot a drain started with --status-file PATH keeps up to date: state,
+    host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
+    elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
+    available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
+    unreadable, or stale: its writer is gone and the drain did not finish).
+    """
     parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
     parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     parser.set_defaults(handler=run_status)
@@ -83,7 +60,15 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def add_resume_command(parser: argparse.ArgumentParser) -> None:
-    parser.description = RESUME
+    parser.description = """\
+    Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
+    its resume, or whose resume could not reach the database), and delete their records. Jobs
+    disabled without a drain have no record and are never touched. A hold whose holder still
+    runs on this machine (same pid, same start time) is kept, and so is one taken on another
+    machine (it cannot be checked from here): its action may be in its hold window. Both are
+    named (state=kept); --force gives them back too, logged. Exit status: 0 done (also when
+    nothing was recorded), 75 a hold was kept, 1 failed, 2 usage.
+    """
     add_config_option(parser.add_argument_group("connection"))
     add_cron_database_option(parser)
     parser.add_argument(
@@ -106,7 +91,15 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
     from leaseguard.orchestration.drain import DEFAULT_POLL_S
     from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
-    parser.description = DRAIN
+    parser.description = """\
+    Hold intake, then poll until no live lease remains or the deadline passes; intake is given
+    back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
+    with intake still held, and intake is given back only after it exits: the verdict is still
+    true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE) and
+    runs in a session of its own: a signal ends it and its children before intake is given back.
+    Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
+    COMMAND, COMMAND's own exit status once it ran.
+    """
     add_contract_options(parser)
     drain = parser.add_argument_group("drain")
     drain.add_argument(

@@ -195,9 +195,7 @@ def fleet_hosts(c: Context) -> list[str]:
     return hosts
 
 
-@task(
-    help={"json_": "print a JSON list (one object per host) instead of timeline lines"},
-)
+@task(help={"json_": "print a JSON list (one object per host) instead of timeline lines"})
 def guard(c: Context, json_: bool = False) -> None:
     """Judge every host's live leases: exit 0 proceed, 75 defer, 1 failed.
 
