@@ -25,35 +25,20 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand in --help order: the function adding its options ("module:function",
-# imported only when the command is named: `--help` loads no psycopg) and its help.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "check": (
-        "add_check_command",
-        "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
-    ),
-    "drain": (
-        "leaseguard.cli.drain:add_drain_command",
-        "pause intake, wait until no live lease remains (bounded by the lease), resume",
-    ),
-    "resume": (
-        "leaseguard.cli.drain:add_resume_command",
-        "give back the intake pauses a drain recorded and never resumed",
-    ),
-    "budgets": (
-        "leaseguard.cli.budgets:add_budgets_command",
-        "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
-        "exit 0 converged, 3 drift",
-    ),
-    "index-sql": (
-        "leaseguard.cli.contract:add_index_sql_command",
-        "print the index that keeps the guard's checks flat (no database needed)",
-    ),
-    "status": (
-        "leaseguard.cli.drain:add_status_command",
-        "print a drain's status file (written with drain --status-file)",
-    ),
+# Every subcommand in --help order, with its help.
+COMMANDS = {
+    "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+    "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
+    "resume": "give back the intake pauses a drain recorded and never resumed",
+    "budgets": "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
+    "exit 0 converged, 3 drift",
+    "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
+    "status": "print a drain's status file (written with drain --status-file)",
 }
+# The module of leaseguard.cli whose add_<command>_command adds a command's options, imported
+# only when the command is named (`--help` loads no psycopg); check's is this one.
+MODULES = {"drain": "drain", "resume": "drain", "status": "drain", "budgets": "budgets"}
+MODULES |= {"index-sql": "contract"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -116,12 +101,11 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     parser = Parser(prog="leaseguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (register, help_line) in COMMANDS.items():
+    for name, help_line in COMMANDS.items():
         command = commands.add_parser(name, help=help_line)
         if in_full is None or name in in_full:
-            module_name, _, function = register.rpartition(":")
-            module = importlib.import_module(module_name) if module_name else sys.modules[__name__]
-            getattr(module, function)(command)
+            module = importlib.import_module(f"leaseguard.cli.{MODULES.get(name, 'main')}")
+            getattr(module, f"add_{name.replace('-', '_')}_command")(command)
     return parser
 
 
