@@ -29,6 +29,9 @@ def number_arg(text: str) -> float:
     return float(text)
 
 
+SECONDS: dict[str, Any] = {"type": number_arg, "metavar": "N"}  # a number of seconds
+
+
 def add_config_option(container: Any, dsn_help: str = DSN_HELP, config_help: str = "") -> None:
     """--config and --dsn, on a parser or an argument group."""
     config_help = config_help or (
@@ -105,8 +108,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--clock-skew-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="tolerance when comparing the runtime start with claimed_at",
     )
     table.add_argument(

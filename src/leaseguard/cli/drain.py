@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from leaseguard.cli.contract import add_config_option, contract_from_args, drain_section, number_arg
+from leaseguard.cli.contract import SECONDS, add_config_option, contract_from_args, drain_section
 from leaseguard.cli.main import (
     add_contract_options,
     add_cron_database_option,
@@ -104,16 +104,12 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
     drain = parser.add_argument_group("drain")
     drain.add_argument(
         "--deadline-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="give up after N seconds (default and maximum: the longest "
         "remaining lease seen at the start)",
     )
     drain.add_argument(
-        "--poll-s",
-        type=number_arg,
-        metavar="N",
-        help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
+        "--poll-s", **SECONDS, help=f"seconds between polls (default {DEFAULT_POLL_S:g})"
     )
     drain.add_argument(
         "--pause-cron-job",
@@ -125,8 +121,7 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
     add_cron_database_option(drain)
     drain.add_argument(
         "--resume-retry-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="retry a failed resume with backoff for up to N seconds (default "
         f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
     )

@@ -68,7 +68,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
     settings = settings_or_exit(c)
     hosts = fleet_hosts(c)
     with opened_hosts(hosts, c, settings) as opened:
-        judged = per_database(opened, settings, lambda session, _: session.judge_each())
+        judged = per_database(opened, settings, lambda session: session.judge_each())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
@@ -76,18 +76,16 @@ def guard_hosts(c: Context, json_: bool) -> None:
         ]
         print(json.dumps(dicts))
     for host, result in [] if json_ else outcomes:
-        if isinstance(result, Verdict):
-            print(result.timeline())
-            for warning in result.warnings:
-                print(f"leaseguard: warning: {warning}", file=sys.stderr)
-        else:
+        if isinstance(result, LeaseguardError):
             print(failure_output(result, host, as_json=False, fab=True))
+            continue
+        print(result.timeline())
+        for warning in result.warnings:
+            say(f"warning: {warning}")
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
-def resume_through_first(
-    c: Context, json_: bool, jobs: list[str] | None, force: bool = False
-) -> None:
+def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
     settings = settings_or_exit(c)
     host = fleet_hosts(c)[0]
@@ -126,8 +124,7 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
             except LeaseguardError as exc:
                 return exc
 
-    sessions: Sessions = {}
-    failed: Failed = {}
+    sessions, failed = Sessions(), Failed()
     with contextlib.ExitStack() as stack:
         for host, result in zip(hosts, map_waking(open_one, hosts), strict=True):
             if isinstance(result, LeaseguardError):
@@ -141,7 +138,7 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 def per_database(
     opened: Opened,
     settings: FabricSettings,
-    work: Callable[[GuardSession, list[str]], Mapping[str, T]],
+    work: Callable[[GuardSession], Mapping[str, T]],
     intake: IntakeAccess | None = None,
 ) -> dict[str, T | LeaseguardError]:
     """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
@@ -152,7 +149,7 @@ def per_database(
     def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
             with judging_session(sessions, settings, hosts, intake=intake) as session:
-                return work(session, hosts)
+                return work(session)
         except LeaseguardError as exc:
             return not_judged(hosts, exc)
 
@@ -258,7 +255,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     def each(opened: Opened) -> list[Outcome]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
 
-        def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
+        def drain(shared: GuardSession) -> dict[str, DrainResult]:
             drained = drain_run.drain_each(
                 shared,
                 options,
