@@ -113,6 +113,7 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
     )
     drain.add_argument(
         "--pause-cron-job",
+        dest="pause_cron_jobs",
         nargs="+",
         action="extend",
         metavar="NAME",
@@ -160,21 +161,18 @@ def run_drain(args: argparse.Namespace) -> int:
 
     contract = contract_from_args(args)
     facts = given_facts(args)
-    # Every `drain:` key has its flag of the same name, but these two; a flag given wins over
-    # the --config file's `drain:` section.
-    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
-    flags = {key: getattr(args, key) for key in keys} | {"pause_cron_jobs": args.pause_cron_job}
-    given = {key: value for key, value in flags.items() if value is not None}
+    # Every `drain:` key but cron_password has its flag; one given wins over the --config file's.
+    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"cron_password"}
+    given = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
     options = drain_run.drain_options(drain_section(args) | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
-    intake = options.intake("leaseguard drain")
     started: list[str] = []  # the command's name, once it runs
     stop = threading.Event()
     result = None
     try:
         with (
-            open_session(args, contract, facts, intake) as session,
+            open_session(args, contract, facts, options.intake("leaseguard drain")) as session,
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
