@@ -72,8 +72,7 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     if not isinstance(connection, dict):
         raise ConfigError("connection must be a mapping")
     values.reject_unknown(connection, CONNECTION_KEYS, prefix="connection.")
-    given = {key: value for key, value in (drain_flags or {}).items() if value is not None}
-    drain = {**(section.pop("drain", {}) or {}), **given}
+    drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
     contract = load_contract(section)
     contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
@@ -106,7 +105,9 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     )
     port = values.optional_port(connection, "db_port", prefix="connection.")
     address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
-    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+    drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
+    given = {key: value for key, value in (drain_flags or {}).items() if value is not None}
+    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given}))
 
 
 def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
