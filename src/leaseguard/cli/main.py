@@ -25,7 +25,8 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand in --help order, with its help.
+# Every subcommand's help, in --help order; MODULES: the leaseguard.cli module (else this one) of
+# its add_<command>_command, imported only when the command is named (`--help` loads no psycopg).
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
@@ -35,8 +36,6 @@ COMMANDS = {
     "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
     "status": "print a drain's status file (written with drain --status-file)",
 }
-# The module of leaseguard.cli whose add_<command>_command adds a command's options, imported
-# only when the command is named (`--help` loads no psycopg); check's is this one.
 MODULES = {"drain": "drain", "resume": "drain", "status": "drain", "budgets": "budgets"}
 MODULES |= {"index-sql": "contract"}
 
