@@ -1,12 +1,6 @@
-"""The one public API the Ansible collection (plugins/) reaches the package through.
-
-The plugins translate task options into these calls and their results into Ansible's
-return values; they never import leaseguard's modules directly, so the package can reshape
-its insides without breaking the collection. Each name here is a use case or a plain value
-type. tests/unit/test_layout.py holds the plugins to this module.
-
-Names load on first use (PEP 562): a lease_guard task must not pay for the budgets' imports.
-"""
+"""The one public API of the Ansible collection: plugins/ import nothing else of the package
+(tests/unit/test_layout.py), so its insides can change shape. Each name, a use case or a value
+type, loads on first use (PEP 562): a lease_guard task does not pay for the budgets' imports."""
 
 from __future__ import annotations
 

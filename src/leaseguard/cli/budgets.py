@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect
 from leaseguard.adapters.pauses import scan_leftovers
-from leaseguard.cli.contract import add_config_option, resolve_dsn
-from leaseguard.cli.main import COMMANDS, CRON_DATABASE_HELP, say
+from leaseguard.cli.contract import add_config_option
+from leaseguard.cli.main import CRON_DATABASE_HELP, resolve_dsn, say
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -23,23 +23,21 @@ from leaseguard.core.errors import (
     LeaseguardError,
 )
 
-DESCRIPTION = """\
-Compare each declared pg_cron job's statement budget (set statement_timeout before its
-function) with the live cron.job, per environment: an override declared for the
-environment wins over the default; a live budget that differs from a default is drift,
-reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
-or nothing: while any job drifts or is refused, --apply writes no job at all.
-Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
-1 failed, 2 usage.
-"""
-
 # What a person reads for a job to write: before --apply, and after.
 _PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
 _DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
-def add_budgets_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("budgets", help=COMMANDS["budgets"][1], description=DESCRIPTION)
+def add_budgets_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Compare each declared pg_cron job's statement budget (set statement_timeout before its
+    function) with the live cron.job, per environment: an override declared for the
+    environment wins over the default; a live budget that differs from a default is drift,
+    reported and never overwritten unless --on-drift apply. Read-only unless --apply, and all
+    or nothing: while any job drifts or is refused, --apply writes no job at all.
+    Exit status: 0 converged, 3 not converged (drift, refused job, or changes not applied),
+    1 failed, 2 usage.
+    """
     add_config_option(
         parser,
         "libpq connection string of the database the jobs run in; default "

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
-from leaseguard.cli.main import COMMANDS, say
+from leaseguard.cli.main import say
 from leaseguard.core.config_values import NOT_ASCII
 from leaseguard.core.contract import (
     CONFIG_KEYS,
@@ -28,6 +27,9 @@ def number_arg(text: str) -> float:
     if not is_decimal_text(text):
         raise argparse.ArgumentTypeError(NOT_ASCII)
     return float(text)
+
+
+SECONDS: dict[str, Any] = {"type": number_arg, "metavar": "N"}  # a number of seconds
 
 
 def add_config_option(container: Any, dsn_help: str = DSN_HELP, config_help: str = "") -> None:
@@ -106,8 +108,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument(
         "--clock-skew-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="tolerance when comparing the runtime start with claimed_at",
     )
     table.add_argument(
@@ -146,26 +147,19 @@ def drain_section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
-def resolve_dsn(args: argparse.Namespace) -> str:
-    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
-
-
-INDEX_SQL = """\
-Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
-flat as the table grows: the guard query reads only the claimed and queued entries, and the
-status check (every status in the table classified) visits each distinct status once.
-Run it on its own, outside a transaction block, e.g.
-`leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
-*_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
---dsn it reads the table first: it names an existing index that already serves the guard
-(one leading with the status column: River's and Oban's do) instead of a new one, and gives
-a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
-is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
-"""
-
-
-def add_index_sql_command(commands: Any) -> None:
-    parser = commands.add_parser("index-sql", help=COMMANDS["index-sql"][1], description=INDEX_SQL)
+def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+    flat as the table grows: the guard query reads only the claimed and queued entries, and the
+    status check (every status in the table classified) visits each distinct status once.
+    Run it on its own, outside a transaction block, e.g.
+    `leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+    *_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+    --dsn it reads the table first: it names an existing index that already serves the guard
+    (one leading with the status column: River's and Oban's do) instead of a new one, and gives
+    a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
+    is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
+    """
     add_config_option(
         parser,
         "read the table first (existing indexes, partitions); without it no database is needed",

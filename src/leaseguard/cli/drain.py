@@ -14,22 +14,16 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
 
-from leaseguard.cli.contract import (
-    add_config_option,
-    contract_from_args,
-    drain_section,
-    number_arg,
-    resolve_dsn,
-)
+from leaseguard.cli.contract import SECONDS, add_config_option, contract_from_args, drain_section
 from leaseguard.cli.main import (
-    COMMANDS,
     add_contract_options,
     add_cron_database_option,
     given_facts,
     open_session,
     report_failure,
+    resolve_dsn,
     say,
 )
 from leaseguard.core.errors import (
@@ -37,51 +31,21 @@ from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_PROCEED,
     CommandFailed,
-    ConfigError,
     LeaseguardError,
 )
-from leaseguard.orchestration.drain import (
-    Action,
-    ActionOutcome,
-    DrainResult,
-    drain_lines,
-    progress_for,
-)
+from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
 
 log = logging.getLogger("leaseguard.drain")
 
-DRAIN = """\
-Hold intake, then poll until no live lease remains or the deadline passes; intake is given
-back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
-with intake still held, and intake is given back only after it exits: the verdict is still
-true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE) and
-runs in a session of its own: a signal ends it and its children before intake is given back.
-Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
-COMMAND, COMMAND's own exit status once it ran.
-"""
 
-RESUME = """\
-Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
-its resume, or whose resume could not reach the database), and delete their records. Jobs
-disabled without a drain have no record and are never touched. A hold whose holder still
-runs on this machine (same pid, same start time) is kept, and so is one taken on another
-machine (it cannot be checked from here): its action may be in its hold window. Both are
-named (state=kept); --force gives them back too, logged. Exit status: 0 done (also when
-nothing was recorded), 75 a hold was kept, 1 failed, 2 usage.
-"""
-
-
-STATUS = """\
-Print the snapshot a drain started with --status-file PATH keeps up to date: state,
-host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
-elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
-available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
-unreadable, or stale: its writer is gone and the drain did not finish).
-"""
-
-
-def add_status_command(commands: Any) -> None:
-    parser = commands.add_parser("status", help=COMMANDS["status"][1], description=STATUS)
+def add_status_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Print the snapshot a drain started with --status-file PATH keeps up to date: state,
+    host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
+    elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
+    available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
+    unreadable, or stale: its writer is gone and the drain did not finish).
+    """
     parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
     parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     parser.set_defaults(handler=run_status)
@@ -95,8 +59,16 @@ def run_status(args: argparse.Namespace) -> int:
     return EXIT_PROCEED if status["available"] else EXIT_FAILED
 
 
-def add_resume_command(commands: Any) -> None:
-    parser = commands.add_parser("resume", help=COMMANDS["resume"][1], description=RESUME)
+def add_resume_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Reactivate exactly the pg_cron jobs that a drain paused and recorded (a drain killed before
+    its resume, or whose resume could not reach the database), and delete their records. Jobs
+    disabled without a drain have no record and are never touched. A hold whose holder still
+    runs on this machine (same pid, same start time) is kept, and so is one taken on another
+    machine (it cannot be checked from here): its action may be in its hold window. Both are
+    named (state=kept); --force gives them back too, logged. Exit status: 0 done (also when
+    nothing was recorded), 75 a hold was kept, 1 failed, 2 usage.
+    """
     add_config_option(parser.add_argument_group("connection"))
     add_cron_database_option(parser)
     parser.add_argument(
@@ -115,28 +87,33 @@ def add_resume_command(commands: Any) -> None:
     parser.set_defaults(handler=run_resume)
 
 
-def add_drain_command(commands: Any) -> None:
+def add_drain_command(parser: argparse.ArgumentParser) -> None:
     from leaseguard.orchestration.drain import DEFAULT_POLL_S
     from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
 
-    parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
+    parser.description = """\
+    Hold intake, then poll until no live lease remains or the deadline passes; intake is given
+    back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
+    with intake still held, and intake is given back only after it exits: the verdict is still
+    true while it runs. COMMAND gets the verdict as a JSON file ($LEASEGUARD_VERDICT_FILE) and
+    runs in a session of its own: a signal ends it and its children before intake is given back.
+    Exit status: 0 drained, 75 deadline reached with live leases, 1 failed, 2 usage; with a
+    COMMAND, COMMAND's own exit status once it ran.
+    """
     add_contract_options(parser)
     drain = parser.add_argument_group("drain")
     drain.add_argument(
         "--deadline-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="give up after N seconds (default and maximum: the longest "
         "remaining lease seen at the start)",
     )
     drain.add_argument(
-        "--poll-s",
-        type=number_arg,
-        metavar="N",
-        help=f"seconds between polls (default {DEFAULT_POLL_S:g})",
+        "--poll-s", **SECONDS, help=f"seconds between polls (default {DEFAULT_POLL_S:g})"
     )
     drain.add_argument(
         "--pause-cron-job",
+        dest="pause_cron_jobs",
         nargs="+",
         action="extend",
         metavar="NAME",
@@ -145,8 +122,7 @@ def add_drain_command(commands: Any) -> None:
     add_cron_database_option(drain)
     drain.add_argument(
         "--resume-retry-s",
-        type=number_arg,
-        metavar="N",
+        **SECONDS,
         help="retry a failed resume with backoff for up to N seconds (default "
         f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
     )
@@ -185,21 +161,18 @@ def run_drain(args: argparse.Namespace) -> int:
 
     contract = contract_from_args(args)
     facts = given_facts(args)
-    # Every `drain:` key has its flag of the same name, but these two; a flag given wins over
-    # the --config file's `drain:` section.
-    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"pause_cron_jobs", "cron_password"}
-    flags = {key: getattr(args, key) for key in keys} | {"pause_cron_jobs": args.pause_cron_job}
-    given = {key: value for key, value in flags.items() if value is not None}
+    # Every `drain:` key but cron_password has its flag; one given wins over the --config file's.
+    keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"cron_password"}
+    given = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
     options = drain_run.drain_options(drain_section(args) | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
-    intake = options.intake("leaseguard drain")
     started: list[str] = []  # the command's name, once it runs
     stop = threading.Event()
     result = None
     try:
         with (
-            open_session(args, contract, facts, resolve_dsn(args), intake) as session,
+            open_session(args, contract, facts, options.intake("leaseguard drain")) as session,
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
@@ -232,7 +205,9 @@ def run_drain(args: argparse.Namespace) -> int:
     return result.exit_status
 
 
-def command_action(argv: list[str], started: list[str], stop: threading.Event) -> Action:
+def command_action(
+    argv: list[str], started: list[str], stop: threading.Event
+) -> Callable[[DrainResult], ActionOutcome]:
     """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
     (`started` gets its name once it runs: a signal before then interrupted no command)."""
 
@@ -287,18 +262,13 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 def run_resume(args: argparse.Namespace) -> int:
     from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
-    try:
-        outcome = resume_pauses(
-            resolve_dsn(args),
-            cron_database=args.cron_database,
-            jobs=args.job,
-            user=args.cron_user,
-            password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
-            force=args.force,
-        )
-    except ConfigError:
-        raise
-    except LeaseguardError as exc:
-        return report_failure(exc, as_json=args.json)
+    outcome = resume_pauses(
+        resolve_dsn(args),
+        cron_database=args.cron_database,
+        jobs=args.job,
+        user=args.cron_user,
+        password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
+        force=args.force,
+    )
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return EXIT_DEFER if outcome["kept"] else EXIT_PROCEED

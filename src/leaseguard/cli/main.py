@@ -25,35 +25,19 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand in --help order: its parser's function ("module:function" imported only
-# when the command is named: `--help` loads no psycopg) and its help.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "check": (
-        "add_check_command",
-        "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
-    ),
-    "drain": (
-        "leaseguard.cli.drain:add_drain_command",
-        "pause intake, wait until no live lease remains (bounded by the lease), resume",
-    ),
-    "resume": (
-        "leaseguard.cli.drain:add_resume_command",
-        "give back the intake pauses a drain recorded and never resumed",
-    ),
-    "budgets": (
-        "leaseguard.cli.budgets:add_budgets_command",
-        "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
-        "exit 0 converged, 3 drift",
-    ),
-    "index-sql": (
-        "leaseguard.cli.contract:add_index_sql_command",
-        "print the index that keeps the guard's checks flat (no database needed)",
-    ),
-    "status": (
-        "leaseguard.cli.drain:add_status_command",
-        "print a drain's status file (written with drain --status-file)",
-    ),
+# Every subcommand's help, in --help order; MODULES: the leaseguard.cli module (else this one) of
+# its add_<command>_command, imported only when the command is named (`--help` loads no psycopg).
+COMMANDS = {
+    "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
+    "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
+    "resume": "give back the intake pauses a drain recorded and never resumed",
+    "budgets": "compare (or with --apply, converge) pg_cron jobs' statement budgets; "
+    "exit 0 converged, 3 drift",
+    "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
+    "status": "print a drain's status file (written with drain --status-file)",
 }
+MODULES = {"drain": "drain", "resume": "drain", "status": "drain", "budgets": "budgets"}
+MODULES |= {"index-sql": "contract"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -66,6 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         say(str(exc))
         return EXIT_USAGE
+    except LeaseguardError as exc:
+        return report_failure(exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:  # Ctrl-C: failed (never proceed), without a traceback
         if args.command == "check" and args.json:
             from leaseguard.orchestration.drain import failure_output
@@ -114,19 +100,16 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     parser = Parser(prog="leaseguard", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"leaseguard {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (register, help_line) in COMMANDS.items():
+    for name, help_line in COMMANDS.items():
+        command = commands.add_parser(name, help=help_line)
         if in_full is None or name in in_full:
-            module_name, _, function = register.rpartition(":")
-            module = importlib.import_module(module_name) if module_name else sys.modules[__name__]
-            getattr(module, function)(commands)
-        else:
-            commands.add_parser(name, help=help_line)
+            module = importlib.import_module(f"leaseguard.cli.{MODULES.get(name, 'main')}")
+            getattr(module, f"add_{name.replace('-', '_')}_command")(command)
     return parser
 
 
-def add_check_command(commands: Any) -> None:
-    description = "Judge every claimed or queued row once. " + DESCRIPTION
-    parser = commands.add_parser("check", help=COMMANDS["check"][1], description=description)
+def add_check_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Judge every claimed or queued row once. " + DESCRIPTION
     add_contract_options(parser)
     add_cron_database_option(parser)
     parser.set_defaults(handler=run_check)
@@ -188,28 +171,29 @@ def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     """This host's facts given as flags (they win over lookups); a bad value is a usage error."""
     from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 
-    task_timeout_s = started_at = None
+    timeout, started = args.task_timeout_s, args.runtime_started_at
     try:
-        if args.task_timeout_s is not None:
-            task_timeout_s = parse_timeout_s(args.task_timeout_s, what="--task-timeout-s")
+        timeout = None if timeout is None else parse_timeout_s(timeout, what="--task-timeout-s")
     except LeaseguardError as exc:
         raise ConfigError(str(exc)) from None
-    if args.runtime_started_at:
-        try:
-            started_at = parse_timestamp(args.runtime_started_at, what="the value")
-        except LeaseguardError as exc:
-            raise ConfigError(
-                "--runtime-started-at needs a timezone (an ISO 8601 time such as "
-                f"2026-01-01T12:00:00Z): {exc}"
-            ) from None
-    return {"task_timeout_s": task_timeout_s, "runtime_started_at": started_at}
+    try:
+        started = parse_timestamp(started, what="the value") if started else None
+    except LeaseguardError as exc:
+        raise ConfigError(
+            "--runtime-started-at needs a timezone (an ISO 8601 time such as "
+            f"2026-01-01T12:00:00Z): {exc}"
+        ) from None
+    return {"task_timeout_s": timeout, "runtime_started_at": started}
+
+
+def resolve_dsn(args: argparse.Namespace) -> str:
+    return str(args.dsn or os.environ.get("LEASEGUARD_DSN", ""))
 
 
 def open_session(
     args: argparse.Namespace,
     contract: Contract,
     facts: dict[str, Any],
-    dsn: str,
     intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
     """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
@@ -231,7 +215,7 @@ def open_session(
             "runtime_started_at": started.strip() or None,
         }
     if not reports:
-        return local_session(contract, dsn, intake=intake, **facts)
+        return local_session(contract, resolve_dsn(args), intake=intake, **facts)
     if args.task_timeout_s is not None or args.runtime_started_at is not None:
         raise ConfigError(
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
@@ -239,7 +223,8 @@ def open_session(
         )
     from leaseguard.core.fleet import fleet_facts
 
-    return fleet_session(contract, dsn, fleet_facts(reports, with_clocks=False)[0], intake=intake)
+    per_host = fleet_facts(reports, with_clocks=False)[0]
+    return fleet_session(contract, resolve_dsn(args), per_host, intake=intake)
 
 
 def _read_facts_file(path: str) -> dict[str, Any]:
@@ -255,17 +240,11 @@ def _read_facts_file(path: str) -> dict[str, Any]:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from leaseguard.cli.contract import contract_from_args, resolve_dsn
+    from leaseguard.cli.contract import contract_from_args
 
     contract = contract_from_args(args)
-    facts = given_facts(args)
-    try:
-        with open_session(args, contract, facts, resolve_dsn(args)) as session:
-            verdict = session.judge()
-    except ConfigError:
-        raise
-    except LeaseguardError as exc:
-        return report_failure(exc, as_json=args.json)
+    with open_session(args, contract, given_facts(args)) as session:
+        verdict = session.judge()
     print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:
         say(f"warning: {warning}")

@@ -8,7 +8,7 @@ import json
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from invoke.context import Context
@@ -34,17 +34,16 @@ from leaseguard.orchestration.drain import (
     ActionOutcome,
     DrainCounters,
     DrainResult,
-    Lines,
     drain_lines,
     failure_output,
     progress_for,
 )
-from leaseguard.orchestration.drain_run import drain_options
+from leaseguard.orchestration.drain_run import map_waking
+from leaseguard.orchestration.intake import resume_lines, resume_pauses
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 
 T = TypeVar("T")
-U = TypeVar("U")
 Sessions = dict[str, GuardSession]
 Failed = dict[str, LeaseguardError]
 Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed with why
@@ -52,10 +51,6 @@ Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed
 
 def say(message: str) -> None:
     print(f"leaseguard: {message}", file=sys.stderr, flush=True)
-
-
-def for_each_host(hosts: list[U], work: Callable[[U], T]) -> list[T]:
-    return drain_run.map_waking(work, hosts)
 
 
 def exit_with_worst(statuses: list[int]) -> None:
@@ -73,7 +68,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
     settings = settings_or_exit(c)
     hosts = fleet_hosts(c)
     with opened_hosts(hosts, c, settings) as opened:
-        judged = per_database(opened, settings, lambda session, _: session.judge_each())
+        judged = per_database(opened, settings, lambda session: session.judge_each())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
@@ -81,21 +76,17 @@ def guard_hosts(c: Context, json_: bool) -> None:
         ]
         print(json.dumps(dicts))
     for host, result in [] if json_ else outcomes:
-        if isinstance(result, Verdict):
-            print(result.timeline())
-            for warning in result.warnings:
-                print(f"leaseguard: warning: {warning}", file=sys.stderr)
-        else:
+        if isinstance(result, LeaseguardError):
             print(failure_output(result, host, as_json=False, fab=True))
+            continue
+        print(result.timeline())
+        for warning in result.warnings:
+            say(f"warning: {warning}")
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
-def resume_through_first(
-    c: Context, json_: bool, jobs: list[str] | None, force: bool = False
-) -> None:
+def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    from leaseguard.orchestration.intake import resume_lines, resume_pauses
-
     settings = settings_or_exit(c)
     host = fleet_hosts(c)[0]
     connection = connection_to(host, c, settings)
@@ -106,7 +97,7 @@ def resume_through_first(
                 cron_database=settings.drain.cron_database,
                 user=settings.drain.cron_user,
                 password=settings.drain.cron_password,
-                jobs=list(jobs or []) or None,
+                jobs=jobs or None,
                 connect_timeout_s=settings.contract.connect_timeout_s,
                 force=force,
             )
@@ -133,10 +124,9 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
             except LeaseguardError as exc:
                 return exc
 
-    sessions: Sessions = {}
-    failed: Failed = {}
+    sessions, failed = Sessions(), Failed()
     with contextlib.ExitStack() as stack:
-        for host, result in zip(hosts, for_each_host(hosts, open_one), strict=True):
+        for host, result in zip(hosts, map_waking(open_one, hosts), strict=True):
             if isinstance(result, LeaseguardError):
                 failed[host] = result
             else:
@@ -148,7 +138,7 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 def per_database(
     opened: Opened,
     settings: FabricSettings,
-    work: Callable[[GuardSession, list[str]], Mapping[str, T]],
+    work: Callable[[GuardSession], Mapping[str, T]],
     intake: IntakeAccess | None = None,
 ) -> dict[str, T | LeaseguardError]:
     """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
@@ -159,11 +149,11 @@ def per_database(
     def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
             with judging_session(sessions, settings, hosts, intake=intake) as session:
-                return work(session, hosts)
+                return work(session)
         except LeaseguardError as exc:
             return not_judged(hosts, exc)
 
-    for done in for_each_host(groups, judge) if groups else []:
+    for done in map_waking(judge, groups) if groups else []:
         outcomes.update(done)
     return outcomes
 
@@ -182,7 +172,7 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
             return exc
 
     groups: dict[object, list[str]] = {}
-    for host, found in zip(hosts, for_each_host(hosts, identity), strict=True):
+    for host, found in zip(hosts, map_waking(identity, hosts), strict=True):
         if isinstance(found, LeaseguardError):
             failed[host] = found
             del sessions[host]
@@ -251,12 +241,10 @@ Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
     """`fab drain`: each host on its own or, with pg_cron jobs to pause, the fleet as one."""
-    settings = settings_or_exit(c)
-    merged = {**asdict(settings.drain), **{k: v for k, v in given.items() if v is not None}}
+    settings = settings_or_exit(c, given)
+    options, hosts = settings.drain, fleet_hosts(c)
+    drain_run.configure_logging()
     try:
-        options = drain_options(merged)
-        hosts = fleet_hosts(c)
-        drain_run.configure_logging()
         board = drain_run.status_board(options)  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
@@ -267,7 +255,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     def each(opened: Opened) -> list[Outcome]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
 
-        def drain(shared: GuardSession, group: list[str]) -> dict[str, DrainResult]:
+        def drain(shared: GuardSession) -> dict[str, DrainResult]:
             drained = drain_run.drain_each(
                 shared,
                 options,
@@ -327,9 +315,13 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     for host, result in outcomes:
         if isinstance(result, LeaseguardError):  # never drained: failed on the board too
             board.not_drained(host, result, stopped=stop.is_set())
-        status, lines = _report(host, result, json_)
-        statuses.append(status)
-        for to_stdout, line in lines:
+            if json_:
+                statuses.append(EXIT_FAILED)
+                print(failure_output(result, host, as_json=True, fab=True))
+                continue
+            result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
+        statuses.append(result.exit_status)
+        for to_stdout, line in drain_lines(result, host, as_json=json_, fab=True):
             if to_stdout:
                 print(line)
             else:
@@ -364,7 +356,7 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         hosts = sorted(runners)
         held = "intake held" if result.intake is not None else "intake NOT held"
         say(f"{held}: running the command on {', '.join(hosts)}")
-        ran = for_each_host([runners[h] for h in hosts], run)
+        ran = map_waking(run, [runners[h] for h in hosts])
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
             return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
@@ -377,14 +369,3 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         return ActionOutcome(first if first > 0 else EXIT_FAILED, f"command failed: {named}")
 
     return act
-
-
-def _report(
-    host: str, result: DrainResult | LeaseguardError, json_output: bool
-) -> tuple[int, Lines]:
-    """The drain's result, or why it could not run."""
-    if isinstance(result, LeaseguardError):
-        if json_output:
-            return EXIT_FAILED, [(True, failure_output(result, host, as_json=True, fab=True))]
-        result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
-    return result.exit_status, drain_lines(result, host, as_json=json_output, fab=True)

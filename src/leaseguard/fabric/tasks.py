@@ -58,8 +58,9 @@ class FabricSettings:
     drain: DrainOptions
 
 
-def settings_from_config(config: Any) -> FabricSettings:
-    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them."""
+def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
+    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them (a
+    task's `drain_flags` given win over `drain:`)."""
     from leaseguard.core.dsn import tunnel_far_end
     from leaseguard.orchestration.drain_run import drain_options
 
@@ -104,7 +105,9 @@ def settings_from_config(config: Any) -> FabricSettings:
     )
     port = values.optional_port(connection, "db_port", prefix="connection.")
     address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
-    return FabricSettings(contract, dsn, address, ssh, drain_options(drain))
+    drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
+    given = {key: value for key, value in (drain_flags or {}).items() if value is not None}
+    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given}))
 
 
 def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
@@ -143,10 +146,10 @@ def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection
     return make_connection(host, settings.ssh, config)
 
 
-def settings_or_exit(c: Context) -> FabricSettings:
+def settings_or_exit(c: Context, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
     """The task's settings; a config they refuse ends the task as a usage error (exit 2)."""
     try:
-        return settings_from_config(c.config)
+        return settings_from_config(c.config, drain_flags)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
 
@@ -193,9 +196,7 @@ def fleet_hosts(c: Context) -> list[str]:
     return hosts
 
 
-@task(
-    help={"json_": "print a JSON list (one object per host) instead of timeline lines"},
-)
+@task(help={"json_": "print a JSON list (one object per host) instead of timeline lines"})
 def guard(c: Context, json_: bool = False) -> None:
     """Judge every host's live leases: exit 0 proceed, 75 defer, 1 failed.
 
@@ -275,47 +276,37 @@ def resume(
 
 
 def collection() -> Collection:
-    """The fabfile's tasks; also hands the running `fab` the fleet executor."""
+    """The fabfile's tasks; also hands the running `fab` the fleet executor and exit 2 for a
+    flag or task invoke cannot parse (not invoke's 1, "the check failed")."""
     import fabric.main
 
     program = getattr(fabric.main, "program", None)
-    if program is not None:
-        if program.executor_class is Executor:  # a collection's config comes too late for it
-            program.executor_class = FleetExecutor
-        _usage_errors_exit_2(program)
+    if program is not None and program.executor_class is Executor:  # a collection's comes late
+        program.executor_class = FleetExecutor
+        parse_tasks = program.parse_tasks
+
+        def parse_tasks_or_usage() -> None:
+            try:
+                parse_tasks()
+            except ParseError as exc:
+                raise Exit(f"{exc}{_usage_hint(str(exc), program)}", code=EXIT_USAGE) from None
+
+        program.parse_tasks = parse_tasks_or_usage
     ns = Collection(guard, drain, resume)
     ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
     return ns
 
 
-def _usage_errors_exit_2(program: Any) -> None:
-    """A flag or task invoke cannot parse exits 2, not invoke's 1 ("the check failed")."""
-    parse_tasks = program.parse_tasks
-    if getattr(parse_tasks, "leaseguard_usage", False):
-        return
-
-    def parse_tasks_or_usage() -> None:
-        try:
-            parse_tasks()
-        except ParseError as exc:
-            hint = _did_you_mean(str(exc), program)
-            raise Exit(
-                f"{exc}{hint} (see fab --list, or fab --help TASK)", code=EXIT_USAGE
-            ) from None
-
-    parse_tasks_or_usage.leaseguard_usage = True  # type: ignore[attr-defined]
-    program.parse_tasks = parse_tasks_or_usage
-
-
-def _did_you_mean(message: str, program: Any) -> str:
+def _usage_hint(message: str, program: Any) -> str:
+    """A near miss of a task or flag invoke could not parse, and where to look."""
     unknown = re.match(r"No idea what '([^']+)' is!", message)
     collection = getattr(program, "collection", None)
+    see = " (see fab --list, or fab --help TASK)"
     if unknown is None or collection is None:
-        return ""
-    word = unknown.group(1).partition("=")[0]
+        return see
     known = list(collection.task_names)
     for name in collection.task_names:
         for argument in collection[name].get_arguments():
             known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
-    close = difflib.get_close_matches(word, known, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    close = difflib.get_close_matches(unknown.group(1).partition("=")[0], known, n=1)
+    return f"; did you mean {close[0]!r}?{see}" if close else see
