@@ -1,7 +1,5 @@
 """Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
-
-The deadline is at most the longest remaining lease seen at the start: past it every row
-belongs to the reaper, not to the guard."""
+The deadline is at most the longest lease seen at the start: past it, rows are the reaper's."""
 
 from __future__ import annotations
 
@@ -24,7 +22,7 @@ from leaseguard.core.errors import (
     PollFailed,
 )
 from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
-from leaseguard.orchestration.intake import Intake, intake_line
+from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -158,7 +156,7 @@ class Drainer:
     # threads, still ends at the fleet's deadline, its first lease measured from then.
     started: float | None = None
 
-    def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
+    def run(self, intake: Intakes | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
         result: DrainResult | None = None
         try:
@@ -168,7 +166,7 @@ class Drainer:
             if self.observer is not None:
                 self.observer.finished(result, stopped=self.stop.is_set())
 
-    def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
+    def _drain(self, intake: Intakes | None, act: Action | None) -> DrainResult:
         if self.stop.is_set():  # stopped before anything was paused
             return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         started, held = self.clock() if self.started is None else self.started, None
@@ -221,8 +219,7 @@ class Drainer:
             f"deadline_s={deadline:.0f} {intake_line(held)}"
         )
         failing_since: float | None = None
-        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
-        budget = max(least, ERROR_BUDGET_FRACTION * deadline)
+        budget = max((ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s, ERROR_BUDGET_FRACTION * deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             if self.progress is not None:
                 self.progress.update(verdict, elapsed, deadline)

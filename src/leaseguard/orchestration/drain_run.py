@@ -38,8 +38,8 @@ from leaseguard.orchestration.intake import (
     DEFAULT_RESUME_RETRY_S,
     CommandPause,
     CronJobsPause,
-    Intake,
     Intakes,
+    Part,
 )
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
@@ -135,7 +135,7 @@ def drain_host(
     started: float | None = None,
 ) -> DrainResult:
     """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
-    parts: list[Intake] = []
+    parts: list[Part] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
         reach, access = connect or session.connect_writable, options.intake()

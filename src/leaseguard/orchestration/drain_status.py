@@ -20,7 +20,7 @@ from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
-from leaseguard.orchestration.intake import Intake
+from leaseguard.orchestration.intake import Intakes
 
 log = logging.getLogger("leaseguard.drain")
 
@@ -38,17 +38,15 @@ def _seconds(value: float | None) -> float:
 class HostObserver:
     """One host's row of the board, updated after every poll, then the files rewritten."""
 
-    def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
+    def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intakes | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
     def finished(self, result: DrainResult | None, *, stopped: bool = False) -> None:
         if result is None or stopped:  # ended by an exception (a crash) or a signal
-            self.after_poll(
-                result, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1
-            )
+            self.after_poll(result, state=INTERRUPTED, decision="failed", exit_status=1)
         else:
-            decision, exit_status = result.decision.value, result.exit_status
-            self.after_poll(result, state=FINISHED, decision=decision, exit_status=exit_status)
+            ended = {"decision": result.decision.value, "exit_status": result.exit_status}
+            self.after_poll(result, state=FINISHED, **ended)
 
     def after_poll(self, result: DrainResult | None, /, **ended: Any) -> None:
         with self.board.lock:
@@ -80,7 +78,7 @@ class StatusBoard:
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
 
-    def observer(self, host: str, intake: Intake | None = None) -> HostObserver:
+    def observer(self, host: str, intake: Intakes | None = None) -> HostObserver:
         with self.lock:
             row = self.rows.setdefault(host, _new_row(host))
         return HostObserver(self, row, intake)
@@ -165,18 +163,15 @@ class StatusBoard:
                         path.unlink()
                     log.error(
                         "drain status not written at the end reason=status_write_failed "
-                        "path=%s exc_type=%s; the stale file was removed so that it does not "
-                        "say running",
-                        path,
-                        type(last).__name__,
+                        f"path={path} exc_type={type(last).__name__}; the stale file was "
+                        "removed so that it does not say running"
                     )
                     return
             if path not in self._failing:
                 self._failing.add(path)
                 log.warning(
-                    "drain status not written reason=status_write_failed path=%s exc_type=%s",
-                    path,
-                    type(exc).__name__,
+                    "drain status not written reason=status_write_failed "
+                    f"path={path} exc_type={type(exc).__name__}"
                 )
             if in_place:
                 log.info("drain status written in place at the end path=%s", path)
@@ -296,8 +291,9 @@ def read_status(path: str | Path) -> dict[str, Any]:
     problem = _shape_problem(snapshot)
     if problem:
         return unavailable(f"status file is not a leaseguard drain status ({problem})")
-    pid = snapshot["pid"]
-    if snapshot["state"] == RUNNING and not writer_alive(pid, snapshot.get("pid_started")):
+    pid, started = snapshot["pid"], snapshot.get("pid_started")
+    alive = process_alive(pid, started if isinstance(started, int) else None)  # not a reused pid
+    if snapshot["state"] == RUNNING and not alive:
         stale = f"stale: writer pid {pid} is gone and the drain did not finish"
         return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}
@@ -321,11 +317,6 @@ def _shape_problem(snapshot: Any) -> str | None:
     ):
         return "counters missing or negative"
     return None
-
-
-def writer_alive(pid: int, started: Any = None) -> bool:
-    """Whether the writing process still runs (not a reused pid)."""
-    return process_alive(pid, started if isinstance(started, int) else None)
 
 
 def status_line(status: Mapping[str, Any]) -> str:

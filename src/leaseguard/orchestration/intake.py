@@ -1,5 +1,4 @@
-"""Intake: what stops new claims while a drain or an action waits, given back on every exit.
-
+"""Intake: what stops new claims while a drain or an action waits, given back on every exit;
 resume() undoes exactly what pause() did, nothing an operator paused by hand."""
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
@@ -48,20 +47,9 @@ log = logging.getLogger("leaseguard.drain")
 DEFAULT_RESUME_RETRY_S = 60.0
 
 
-class Intake(Protocol):
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def paused_intake(self) -> list[str]: ...
-
-    def verify(self) -> None: ...  # still held, or fail before the action runs
-
-
 @dataclass(eq=False)
 class CronJobsPause:
-    """Hold named pg_cron jobs (waiting for runs already going), then let go of exactly this
-    hold, retried for `retry_s`, then failing naming how to resume."""
+    """Hold named pg_cron jobs (runs already going waited for); resume retried for `retry_s`."""
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
@@ -72,7 +60,7 @@ class CronJobsPause:
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
     stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
     holder: int = field(default_factory=os.getpid)  # the process the hold lasts for
-    hold: Hold | None = field(default=None, init=False)
+    hold: Hold | None = None
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
     def paused_intake(self) -> list[str]:
@@ -87,15 +75,13 @@ class CronJobsPause:
             log.info("intake held pg_cron job=%s (already held by another run)", name)
         for name in self.hold.not_held:
             log.warning(
-                "pg_cron job %s was already inactive with no leaseguard hold (an operator's "
-                "pause): not held by this run, so it will not be resumed by it",
-                name,
+                f"pg_cron job {name} was already inactive with no leaseguard hold (an operator's "
+                "pause): not held by this run, so it will not be resumed by it"
             )
         wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
 
     def verify(self) -> None:
-        """Fail if a held job was switched back on, or deleted and re-created, since the hold:
-        the verdict was judged with intake held, the action must not run without it."""
+        """A held job switched back on (or re-created) since the hold: the action must not run."""
         if self.hold is None or not self.hold.jobids:
             return
         with self.connect() as conn:
@@ -129,12 +115,8 @@ class CronJobsPause:
                     log.error("%s", message)
                     raise IntakeNotResumed(message) from None
                 log.warning(
-                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
-                    "after the first attempt)",
-                    attempt,
-                    exc.kind,
-                    delay,
-                    self.retry_s,
+                    f"intake resume failed attempt={attempt} error={exc.kind}; retrying in "
+                    f"{delay:.1f}s (until {self.retry_s:.0f}s after the first attempt)"
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -142,10 +124,9 @@ class CronJobsPause:
         for name in released.resumed:
             log.info("intake resumed pg_cron job=%s", name)
         for name, holders in released.still_held.items():
+            by = "; ".join(holders)
             log.info(
-                "intake still held pg_cron job=%s by=%s (given back by its last holder)",
-                name,
-                "; ".join(holders),
+                f"intake still held pg_cron job={name} by={by} (given back by its last holder)"
             )
         self.hold = None
 
@@ -188,12 +169,15 @@ class CommandPause:
         log.info("intake %s command ran host=%s", what, self.runner.label)
 
 
+Part = CronJobsPause | CommandPause  # each: pause, verify (still held), resume, paused_intake
+
+
 class Intakes:
     """Several intake pauses as one (`held`: already held), resumed in reverse, each attempted."""
 
-    def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
+    def __init__(self, parts: Sequence[Part], *, held: bool = False) -> None:
         self.parts = list(parts)
-        self.active: list[Intake] = list(parts) if held else []
+        self.active: list[Part] = list(parts) if held else []
 
     def paused_intake(self) -> list[str]:
         return [name for part in self.active for name in part.paused_intake()]
@@ -225,13 +209,10 @@ def verify_holds(
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
     holds: Sequence[Mapping[str, Any] | None],
 ) -> None:
-    """Fail if a pg_cron job of a caller's hold (intake_hold's registered `hold`) is active
-    again: the verdict is then no longer judged with intake held."""
+    """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
     for hold in holds:
         if hold and hold.get("cron"):
-            cron = CronJobsPause(connect, ())
-            cron.hold = Hold.from_dict(hold["cron"])
-            cron.verify()
+            CronJobsPause(connect, (), hold=Hold.from_dict(hold["cron"])).verify()
 
 
 def intake_line(held: tuple[str, ...] | None) -> str:
@@ -329,8 +310,8 @@ def resume_pauses(
     check_mode: bool = False,
     force: bool = False,
 ) -> dict[str, Any]:
-    """What was recorded, reactivated, vanished, kept (a live or unverifiable holder's, unless
-    `force`); a role seeing no job fails ("none": a guess)."""
+    """What was recorded, resumed, vanished, kept (a live holder's, unless `force`); a role
+    seeing no job fails ("none" would be a guess)."""
     who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
         if check_mode:
@@ -374,19 +355,13 @@ def resume_lines(outcome: dict[str, Any]) -> str:
             "each role only its own jobs: run as the intake jobs' owner, --cron-user)"
         )
     lines = []
-    for record in outcome["records"]:
-        job = record["job"]
-        states = ("resumed", "already_active", "missing", "replaced")
-        state = next((k for k in states if job in outcome[k]), "still_held")
-        lines.append(
-            f"{stamp} leaseguard resume job={job} state={state} "
-            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"
-        )
     advice = ": its action may still be running; once it is gone, give it back with --force"
-    for record in kept:
+    for record in [*outcome["records"], *kept]:  # only a kept record has a reason
+        job, states = record["job"], ("resumed", "already_active", "missing", "replaced")
+        state = next((k for k in states if job in outcome[k]), "still_held")
+        reason = f" reason={json.dumps(record['reason'] + advice)}" if "reason" in record else ""
         lines.append(
-            f"{stamp} leaseguard resume job={record['job']} state=kept "
-            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')} "
-            f"reason={json.dumps(record['reason'] + advice)}"
+            f"{stamp} leaseguard resume job={job} state={'kept' if reason else state} "
+            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}{reason}"
         )
     return "\n".join(lines)

@@ -44,8 +44,7 @@ class Link(Protocol):
 
 @dataclass(frozen=True)
 class IntakeAccess:
-    """Where the intake's pg_cron jobs are and as whom; `owner`: this process's own drain;
-    `own_holds`: the tokens of holds this run's caller took (intake_hold), no leftovers."""
+    """Where and as whom pg_cron jobs are held; `owner`, `own_holds`: this run's, no leftovers."""
 
     database: str | None = None
     user: str | None = None
@@ -55,8 +54,7 @@ class IntakeAccess:
 
 
 class GuardSession:
-    """Judges with one host's facts, a fleet's (`FleetFacts`) or each host's (a mapping);
-    `fallbacks`: the other hosts' paths to the database, tried in turn."""
+    """Judges one host, a fleet or each host; `fallbacks`: other paths to the database."""
 
     def __init__(
         self,
@@ -134,8 +132,7 @@ class GuardSession:
             return self._judge_on(self._connection())
 
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (cluster, server start, name), as its connection
-        was identified."""
+        """Which database this session reaches: (cluster, server start, name)."""
         with self._bounded():
             try:
                 self._connection()
@@ -200,9 +197,8 @@ class GuardSession:
         return self._conn
 
     def _same_database(self, conn: Conn, *, judged: bool = True) -> None:
-        """A new connection reaches the cluster (and, `judged`, the database) of this session's
-        first, not another (a host list in the DSN, a name moved to another server): its rows
-        are not the ones judged, its pg_cron jobs not the ones held."""
+        """A new connection reaches this session's first cluster (and, `judged`, database), not
+        another (a DSN's host list, a moved name): its rows not judged, its jobs not held."""
         query = (
             "SELECT (pg_catalog.pg_control_system()).system_identifier,"
             " pg_catalog.current_database(),"
@@ -237,28 +233,25 @@ class GuardSession:
         access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
             conninfo, link = self._paths[self._path]
+            # Unbounded outside a poll (pauses, resumes).
+            remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
             try:
-                # Unbounded outside a poll (pauses, resumes).
-                remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
                 if self._expired or remaining <= 0:
                     raise self._no_answer()
                 if link is not None:
                     link.ensure(within_s=remaining)
-                try:
-                    return connect(
-                        conninfo,
-                        self.contract.connect_timeout_s,
-                        writable=intake is not None,
-                        dbname=access.database,
-                        timeout_s=remaining,
-                        user=access.user,
-                        password=access.password,
-                    )
-                except DatabaseUnavailable:
-                    if link is not None and (cause := link.failure()) is not None:
-                        raise cause from None
-                    raise
+                return connect(
+                    conninfo,
+                    self.contract.connect_timeout_s,
+                    writable=intake is not None,
+                    dbname=access.database,
+                    timeout_s=remaining,
+                    user=access.user,
+                    password=access.password,
+                )
             except (DatabaseUnavailable, TunnelError) as exc:
+                if isinstance(exc, DatabaseUnavailable) and link is not None:
+                    exc = link.failure() or exc  # named by the tunnel's cause, if it has one
                 failure = failure or exc
                 self._path = (self._path + 1) % len(self._paths)
                 if self._expired:
