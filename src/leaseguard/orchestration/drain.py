@@ -43,8 +43,7 @@ class DrainCounters:
     errors: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
-        counts = {name: getattr(self, name) for name in COUNTER_NAMES}
-        return {**counts, "errors": dict(self.errors)}
+        return {**{n: getattr(self, n) for n in COUNTER_NAMES}, "errors": dict(self.errors)}
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors")
@@ -148,8 +147,7 @@ class Drainer:
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
-    # The status board's: after every poll, and at the end.
-    observer: Any = None
+    observer: Any = None  # the status board's: after every poll, and at the end
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
     # A fleet's start (`clock` time): a host whose drain began later, behind the bound on
@@ -175,8 +173,7 @@ class Drainer:
                 intake.pause()
                 held = tuple(intake.paused_intake())
                 if self.stop.is_set():  # a signal while waiting for intake to be quiet
-                    elapsed = self.clock() - started
-                    return DrainResult(None, self.counters, elapsed, 0.0, self._interrupted(), held)
+                    raise self._interrupted()
             result = replace(self._wait(started, held), intake=held)
             if self.stop.is_set() and result.error is None:  # a signal during the last poll
                 return replace(result, error=self._interrupted())
@@ -185,7 +182,7 @@ class Drainer:
                     intake.verify()
                 result = replace(result, action=act(result))
             return result
-        except LeaseguardError as exc:  # the pause or the action failed
+        except LeaseguardError as exc:  # the pause or the action failed, or a signal came
             return DrainResult(None, self.counters, self.clock() - started, 0.0, exc, held)
         finally:
             if intake is not None:
@@ -209,9 +206,8 @@ class Drainer:
             observed(None, 0.0)
             return state(None, 0.0, exc)
         # From the fleet's start when it gave one: a host begun late keeps the fleet's deadline.
-        ends = verdict.wait_upper_bound_s + (
-            0.0 if self.started is None else self.clock() - started
-        )
+        late_s = 0.0 if self.started is None else self.clock() - started
+        ends = verdict.wait_upper_bound_s + late_s
         deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)
         observed(verdict, deadline)
         log.info(

@@ -1,5 +1,4 @@
-"""What every front (CLI, Fabric, Ansible) does the same way around a session: the `drain:`
-options, a host's or a fleet's drain, signals, the timeline's logging."""
+"""What every front runs around a session: the `drain:` options, a drain, signals, logging."""
 
 from __future__ import annotations
 
@@ -44,8 +43,6 @@ from leaseguard.orchestration.intake import (
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
-
-
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -124,7 +121,7 @@ def drain_host(
     board: StatusBoard | None = None,
     *,
     front: str = "leaseguard drain",
-    resume_hint: str | None = None,
+    resume_hint: str = RESUME_HINT,
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
     connect: Connect | None = None,
@@ -146,7 +143,7 @@ def drain_host(
                 by=drain_identity(front),
                 action=action,
                 retry_s=options.resume_retry_s,
-                resume_hint=resume_hint or RESUME_HINT,
+                resume_hint=resume_hint,
                 stop=stop,
             )
         )
@@ -196,14 +193,13 @@ def drain_each(
 
     def drain(host: str) -> DrainResult:
         mine = session if own is None else own[host]
-        judge, action = judge_for(host), act(mine)
         return drain_host(
             mine,
             each_options,
             board=board,
             stop=stop,
-            judge=judge,
-            act=action,
+            judge=judge_for(host),
+            act=act(mine),
             label=label_of(host),
             started=started,
             **kwargs,
@@ -218,9 +214,8 @@ def drain_each(
 
 
 def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
-    """`work` over `items` on threads, the caller waking every 0.2 s while it waits: Python
-    runs signal handlers on the main thread only, between bytecodes, so a SIGTERM the kernel
-    gave another thread would wait, unheard, for a drain that only that signal ends."""
+    """`work` over `items` on threads, the caller waking every 0.2 s: Python runs signal handlers
+    on the main thread only, so a SIGTERM would wait, unheard, for a drain only it ends."""
     with ThreadPoolExecutor(max_workers=max(min(len(items), 64), 1)) as pool:
         futures = [pool.submit(work, item) for item in items]
         while wait(futures, timeout=0.2).not_done:
@@ -232,10 +227,9 @@ def shared_poll(
     session: GuardSession, fresh_s: float, *, first_fresh: bool = False
 ) -> Callable[[str], Callable[[], Verdict]]:
     """Each host's judge on the fleet's one query: a host takes the last poll if it began after
-    its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
-    so the drains fall into step: one query per poll interval, whatever the fleet's size.
-    `first_fresh` (hosts pausing their own intake): a host's first answer comes from a poll
-    begun after it asked, after its pause, so a claim taken while it paused is seen."""
+    its previous answer and within `fresh_s`, else waits on the lock for the next, so the drains
+    fall into step. `first_fresh` (hosts pausing their own intake): a host's first answer comes
+    from a poll begun after it asked, so a claim taken while it paused is seen."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     answered: set[str] = set()  # hosts given a verdict already
