@@ -105,9 +105,7 @@ class StatusBoard:
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
         updated_at = time.time()
-        errors: Counter[str] = Counter()
-        for row in rows:
-            errors.update(row["counters"]["errors"])
+        errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
         state = next((s for s in (RUNNING, INTERRUPTED) if s in states or not rows), FINISHED)
         decisions = {row["decision"] for row in rows}

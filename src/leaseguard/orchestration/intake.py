@@ -193,16 +193,16 @@ class Intakes:
             part.pause()
 
     def resume(self) -> None:
-        failures: list[LeaseguardError] = []
+        failure: LeaseguardError | None = None
         for part in reversed(self.active.copy()):
             try:
                 part.resume()
                 self.active.remove(part)
             except LeaseguardError as exc:  # still paused: it stays listed (status, metrics)
-                failures.append(exc)
+                failure = failure or exc
                 log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
-        if failures:
-            raise failures[0]
+        if failure is not None:
+            raise failure
 
 
 def verify_holds(

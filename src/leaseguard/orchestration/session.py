@@ -6,6 +6,7 @@ partitioned host answers nothing, and TCP would wait ~15 min."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -262,8 +263,7 @@ class GuardSession:
     def _no_answer(self) -> LeaseguardError:
         budget = (
             f"{self.budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
-            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
-            f"{POLL_MARGIN_S:.0f}s)"
+            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + {POLL_MARGIN_S:.0f}s)"
         )
         if self.link is not None:
             return TunnelError(
@@ -280,12 +280,11 @@ class GuardSession:
         if self.link is not None:
             self.link.cut()
         conn = self._conn
-        if conn is not None and not conn.closed:
-            try:  # the thread blocked on it reads end-of-file and fails at once
+        # The thread blocked on it reads end-of-file and fails at once (closed: nothing waits).
+        with contextlib.suppress(OSError, psycopg.Error):
+            if conn is not None and not conn.closed:
                 with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
                     sock.shutdown(socket.SHUT_RDWR)
-            except (OSError, psycopg.Error):
-                pass  # already closed: nothing waits on it
 
     def _judge_on(self, conn: Conn) -> list[Verdict]:
         subjects = self.judged.subjects(conn, self.runner, self.host)
@@ -304,10 +303,10 @@ class GuardSession:
         if self._leftovers is None:
             owner, own = self.intake.owner, self.intake.own_holds
             if self.intake.database is None and self.intake.user is None:
-                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner, own=own))
-            else:
+                found = leftover_warnings(conn, exclude_by=owner, own=own)
+            else:  # the jobs in another database, or seen by their owner alone
                 found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
-                self._leftovers = tuple(found)
+            self._leftovers = tuple(found)
         return self._leftovers
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:

@@ -38,9 +38,8 @@ def host_session(
     intake: IntakeAccess | None = None,
     **given: Any,
 ) -> Iterator[GuardSession]:
-    """A host's session: its lookups run on a thread while `path` opens and, with `connect`,
-    the guard's connection opens through it. Failures are raised in the order of the steps:
-    the path's, the lookups', the connection's."""
+    """A host's session: its lookups on a thread while `path` (and, `connect`, the guard's
+    connection) opens; failures raised in order: the path's, the lookups', the connection's."""
     with ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup") as thread:
         lookup = thread.submit(look_up_host, contract, runner, **given)
         with path as (conninfo, tunnel):
@@ -141,12 +140,11 @@ def task_facts(
         source = lookup.get("source")
     timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
     started = runtime_started_at or lookup.get("runtime_started_at")
+    started_at = parse_timestamp(started, what="runtime_started_at") if started else None
     return {
         "task_timeout_s": timeout,
         "task_timeout_source": source,
-        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
-        if started
-        else None,
+        "runtime_started_at": started_at,
         "replicas": [str(name) for name in lookup.get("replicas") or ()],
     }
 

@@ -29,8 +29,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class Judged:
-    """One host's facts, a fleet's combined facts (`fleet`) or each host's by name (`each`);
-    `host_offsets`: the hosts' clocks minus this machine's (None: start times read here)."""
+    """One host's facts, a fleet's (`fleet`) or each host's (`each`); `host_offsets`: the hosts'
+    clocks minus this machine's (None: start times read here)."""
 
     def __init__(
         self,
@@ -79,8 +79,6 @@ class Judged:
             dataclasses.replace(
                 v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
             )
-            if advice or fleet is not None or f.replicas
-            else v
             for v, f in zip(verdicts, facts, strict=True)
         ]
 
