@@ -13,14 +13,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from leaseguard.core.errors import (
-    EXIT_DEFER,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    DrainInterrupted,
-    LeaseguardError,
-    PollFailed,
-)
+from leaseguard.core import errors
+from leaseguard.core.errors import DrainInterrupted, LeaseguardError, PollFailed
 from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
 from leaseguard.orchestration.intake import Intakes, intake_line
 
@@ -68,10 +62,10 @@ class DrainResult:
     @property
     def exit_status(self) -> int:
         if self.error is not None:
-            return EXIT_FAILED
+            return errors.EXIT_FAILED
         if self.action is not None:
             return self.action.exit_status
-        return EXIT_PROCEED if self.drained else EXIT_DEFER
+        return errors.EXIT_PROCEED if self.drained else errors.EXIT_DEFER
 
     @property
     def decision(self) -> Decision:

@@ -226,10 +226,9 @@ def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
 def shared_poll(
     session: GuardSession, fresh_s: float, *, first_fresh: bool = False
 ) -> Callable[[str], Callable[[], Verdict]]:
-    """Each host's judge on the fleet's one query: a host takes the last poll if it began after
-    its previous answer and within `fresh_s`, else waits on the lock for the next, so the drains
-    fall into step. `first_fresh` (hosts pausing their own intake): a host's first answer comes
-    from a poll begun after it asked, so a claim taken while it paused is seen."""
+    """Each host's judge on the fleet's one query: the last poll if it began after the host's
+    previous answer and within `fresh_s`, else the next (the drains fall into step); with
+    `first_fresh`, a host's first answer from a poll begun after its pause."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     answered: set[str] = set()  # hosts given a verdict already

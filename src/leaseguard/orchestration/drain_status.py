@@ -84,8 +84,7 @@ class StatusBoard:
         return HostObserver(self, row, intake)
 
     def not_drained(self, host: str, error: LeaseguardError | None, *, stopped: bool) -> None:
-        """A host whose drain never began (its session failed, or a signal came first): its row
-        ends failed, never left `running` (a host with a row of its own keeps it)."""
+        """A host whose drain never began (a failed session, a signal): failed, not `running`."""
         if host not in self.rows:
             result = None if error is None else DrainResult(None, DrainCounters(), 0.0, 0.0, error)
             self.observer(host).finished(result, stopped=stopped)

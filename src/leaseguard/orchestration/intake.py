@@ -17,20 +17,10 @@ from typing import Any
 
 import psycopg
 
+from leaseguard.adapters import pauses
 from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.pauses import (
-    DEFAULT_QUIET_TIMEOUT_S,
-    RESUME_HINT,
-    Hold,
-    drain_identity,
-    hold_jobs,
-    lost_jobs,
-    read_records,
-    release_hold,
-    resume_recorded,
-    wait_quiet,
-)
+from leaseguard.adapters.pauses import DEFAULT_QUIET_TIMEOUT_S, RESUME_HINT, Hold
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
     DatabaseError,
@@ -68,7 +58,9 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            self.hold = hold_jobs(conn, list(self.job_names), self.by, self.action, self.holder)
+            self.hold = pauses.hold_jobs(
+                conn, list(self.job_names), self.by, self.action, self.holder
+            )
         for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
         for name in set(self.hold.jobs) - set(self.hold.switched):
@@ -78,14 +70,14 @@ class CronJobsPause:
                 f"pg_cron job {name} was already inactive with no leaseguard hold (an operator's "
                 "pause): not held by this run, so it will not be resumed by it"
             )
-        wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
+        pauses.wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
 
     def verify(self) -> None:
         """A held job switched back on (or re-created) since the hold: the action must not run."""
         if self.hold is None or not self.hold.jobids:
             return
         with self.connect() as conn:
-            lost = lost_jobs(conn, self.hold)
+            lost = pauses.lost_jobs(conn, self.hold)
         if lost:
             raise IntakeLost(
                 f"intake no longer held: pg_cron job(s) {', '.join(lost)} active again "
@@ -102,7 +94,7 @@ class CronJobsPause:
         for attempt in itertools.count(1):
             try:
                 with self.connect() as conn:
-                    released = release_hold(conn, self.hold)
+                    released = pauses.release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
                 if time.monotonic() + delay > give_up_at:
@@ -252,7 +244,7 @@ def intake_hold(
 
     # The hold outlives this task's worker: it lasts while ansible-playbook (its parent) runs.
     playbook = os.getppid()
-    by = drain_identity(f"ansible-playbook {action}", playbook)
+    by = pauses.drain_identity(f"ansible-playbook {action}", playbook)
     cron = CronJobsPause(
         cron_connection, pause_cron_jobs, by, action, resume_retry_s, resume_hint, quiet_timeout_s
     )
@@ -310,13 +302,12 @@ def resume_pauses(
     check_mode: bool = False,
     force: bool = False,
 ) -> dict[str, Any]:
-    """What was recorded, resumed, vanished, kept (a live holder's, unless `force`); a role
-    seeing no job fails ("none" would be a guess)."""
+    """What was recorded, resumed, vanished, kept (a live holder's, unless `force`)."""
     who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
         if check_mode:
-            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
-        records, plan, kept = resume_recorded(conn, jobs, force=force)
+            return {"records": [r.as_dict() for r in pauses.read_records(conn)], "resumed": []}
+        records, plan, kept = pauses.resume_recorded(conn, jobs, force=force)
         where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
         if not records and not kept:
             with cron_transaction(

@@ -1,8 +1,8 @@
 """A guard session: look up once, then judge as often as needed, over one connection.
 
 A broken connection is replaced once (along the next path if its own died); any other failure
-is the answer: retrying would spend its budget twice. A watchdog bounds every poll: a
-partitioned host answers nothing, and TCP would wait ~15 min."""
+is the answer (a retry would spend the budget twice). A watchdog bounds every poll: TCP would
+wait ~15 min for a partitioned host."""
 
 from __future__ import annotations
 
@@ -229,8 +229,7 @@ class GuardSession:
             self._identified, self._server_started = conn, started
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
-        """A connection (writable as `intake` if given) along the current path, else each other
-        in turn: the one that answers stays current."""
+        """A connection (writable as `intake`) on the current path, else the next that answers."""
         access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
             conninfo, link = self._paths[self._path]
