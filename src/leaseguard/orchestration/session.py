@@ -109,8 +109,7 @@ class GuardSession:
         return self.judged.facts
 
     def judge(self) -> Verdict:
-        if self.judged.each is not None:
-            raise TypeError("a session of several hosts judges with judge_each()")
+        assert self.judged.each is None, "a session of several hosts judges with judge_each()"
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
