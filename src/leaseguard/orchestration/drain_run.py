@@ -276,14 +276,10 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
     """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
 
     def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
-        failure: LeaseguardError | None = None
-        for attempt in connects:
-            try:
+        for attempt in connects[:-1]:
+            with contextlib.suppress(LeaseguardError):
                 return attempt(intake)
-            except LeaseguardError as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
+        return connects[-1](intake)  # the last one's failure is the one raised
 
     return connect
 

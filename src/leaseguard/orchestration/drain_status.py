@@ -57,7 +57,6 @@ class HostObserver:
                 row["decision"] = verdict.decision.value
             if result is not None:
                 counters = result.counters.snapshot()
-                counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
                 row.update(elapsed_s=_seconds(result.elapsed_s), counters=counters)
                 row["deadline_s"] = _seconds(result.deadline_s)
             paused = self.intake.paused_intake() if self.intake is not None else []

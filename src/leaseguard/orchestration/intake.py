@@ -180,8 +180,7 @@ class Intakes:
 
     def pause(self) -> None:
         for part in self.parts:
-            # Listed first: a part interrupted half way must still be given back.
-            self.active.append(part)
+            self.active.append(part)  # first: a part interrupted half way is still given back
             part.pause()
 
     def resume(self) -> None:
@@ -272,14 +271,10 @@ def intake_hold(
     except BaseException:
         intake.resume()  # what was taken before the failure; then the failure itself
         raise
-    what = intake.paused_intake()
+    what, held = intake.paused_intake(), cron.hold.as_dict() if cron.hold else None
     return {
         "changed": bool(what),
-        "hold": {
-            "cron": cron.hold.as_dict() if cron.hold else None,
-            "command": bool(pause_command),
-            "what": what,
-        },
+        "hold": {"cron": held, "command": bool(pause_command), "what": what},
         "paused": list(cron.hold.switched) if cron.hold else [],
         "msg": intake_line(tuple(what)),
     }

@@ -214,8 +214,7 @@ class GuardSession:
         assert found is not None
         cluster, database, started = found
         self._cluster = cluster if self._cluster is None else self._cluster
-        if judged and self._database is None:
-            self._database = database
+        self._database = database if judged and self._database is None else self._database
         if cluster != self._cluster or (judged and database != self._database):
             raise NotPrimary(
                 f"host {self.host}: the guard's new connection reaches database {database} of "
