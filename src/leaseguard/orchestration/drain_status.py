@@ -56,11 +56,10 @@ class HostObserver:
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
             if result is not None:
-                counters = result.counters.snapshot()
-                row.update(elapsed_s=_seconds(result.elapsed_s), counters=counters)
+                row["counters"] = result.counters.snapshot()
+                row["elapsed_s"] = _seconds(result.elapsed_s)
                 row["deadline_s"] = _seconds(result.deadline_s)
-            paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended, paused_intake=[str(name) for name in paused])
+            row.update(ended, paused_intake=self.intake.paused_intake() if self.intake else [])
         self.board.publish()
 
 
@@ -133,8 +132,6 @@ class StatusBoard:
     def publish(self) -> None:
         """Rewrite both files; a failed write never stops the drain: it is logged once."""
         with self.lock:
-            if self.status_path is None and self.metrics_path is None:
-                return
             snapshot = self.snapshot()
             for path, text in self._texts(snapshot, indent=1):
                 self._write(path, text, final=snapshot["state"] != RUNNING)
