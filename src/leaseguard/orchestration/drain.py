@@ -199,7 +199,6 @@ class Drainer:
         except LeaseguardError as exc:
             observed(None, 0.0)
             return state(None, 0.0, exc)
-        # From the fleet's start when it gave one: a host begun late keeps the fleet's deadline.
         late_s = 0.0 if self.started is None else self.clock() - started
         ends = verdict.wait_upper_bound_s + late_s
         deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)

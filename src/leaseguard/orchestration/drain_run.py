@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -13,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import Any, TypeVar
@@ -277,7 +276,7 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
 
     def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
         for attempt in connects[:-1]:
-            with contextlib.suppress(LeaseguardError):
+            with suppress(LeaseguardError):
                 return attempt(intake)
         return connects[-1](intake)  # the last one's failure is the one raised
 
@@ -294,7 +293,7 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
         while (signum := received.get()) is not None:
             name, again = signal.Signals(signum).name, stop.is_set()
             stop.set()  # before saying so: a closed stderr (a dead `| tee`) must not lose it
-            with contextlib.suppress(Exception):
+            with suppress(Exception):
                 say(
                     f"{name} again: still resuming intake, then exiting"
                     if again
@@ -305,7 +304,7 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
     relaying.start()
     previous: dict[signal.Signals, Any] = {}
     try:
-        with contextlib.suppress(ValueError):  # not the main thread: nothing to install
+        with suppress(ValueError):  # not the main thread: nothing to install
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous[sig] = signal.signal(sig, lambda signum, frame: received.put(signum))
         yield

@@ -18,7 +18,6 @@ from typing import Any, TypeGuard
 
 from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
-from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
 from leaseguard.orchestration.intake import Intakes
 
@@ -27,7 +26,7 @@ log = logging.getLogger("leaseguard.drain")
 SCOPE = "process_lifetime"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
-_WORST_FIRST = (Decision.FAILED.value, Decision.DEFER.value, "pending", Decision.PROCEED.value)
+_WORST_FIRST = ("failed", "defer", "pending", "proceed")  # decisions
 _LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
 
 

@@ -6,12 +6,11 @@ wait ~15 min for a partitioned host."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Protocol, Unpack
 
@@ -176,8 +175,7 @@ class GuardSession:
             if self._conn.broken or self._conn.closed:
                 self._left_behind = self._backend_pid
             self._conn.close()
-            self._conn = None
-            self._status_column = None
+            self._conn = self._status_column = None
 
     def _connection(self) -> Conn:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
@@ -278,7 +276,7 @@ class GuardSession:
             self.link.cut()
         conn = self._conn
         # The thread blocked on it reads end-of-file and fails at once (closed: nothing waits).
-        with contextlib.suppress(OSError, psycopg.Error):
+        with suppress(OSError, psycopg.Error):
             if conn is not None and not conn.closed:
                 with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
                     sock.shutdown(socket.SHUT_RDWR)
