@@ -20,7 +20,6 @@ from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
-DEFAULT_POLL_S = 5.0
 # Failing polls end a drain after failing for a fraction of its deadline (a blip must not
 # end a two-hour drain), at least three polls' worth.
 ERROR_BUDGET_FRACTION = 0.1
@@ -134,7 +133,7 @@ class Drainer:
     """The drain loop over any `judge` (a session's, or a fake in unit tests)."""
 
     judge: Callable[[], Verdict]
-    poll_s: float = DEFAULT_POLL_S
+    poll_s: float
     deadline_s: float | None = None
     progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic

@@ -24,13 +24,7 @@ from leaseguard.adapters.runtime import Runner
 from leaseguard.core.config_values import parse_command, reject_unknown
 from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import (
-    DEFAULT_POLL_S,
-    Action,
-    Drainer,
-    DrainResult,
-    TerminalProgress,
-)
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
 from leaseguard.orchestration.drain_status import StatusBoard
 from leaseguard.orchestration.intake import (
     DEFAULT_RESUME_RETRY_S,
@@ -41,6 +35,7 @@ from leaseguard.orchestration.intake import (
 )
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
+DEFAULT_POLL_S = 5.0
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
 U = TypeVar("U")
