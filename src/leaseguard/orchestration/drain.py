@@ -143,8 +143,7 @@ class Drainer:
     observer: Any = None  # the status board's: after every poll, and at the end
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
-    # A fleet's start (`clock` time): a host whose drain began later, behind the bound on
-    # threads, still ends at the fleet's deadline, its first lease measured from then.
+    # A fleet's start (`clock` time): a host begun late (threads' bound) keeps the fleet's deadline.
     started: float | None = None
 
     def run(self, intake: Intakes | None = None, act: Action | None = None) -> DrainResult:

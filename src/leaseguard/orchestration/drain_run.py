@@ -178,9 +178,8 @@ def drain_each(
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
 
-    # Without `own` the caller holds every intake: no host's thread pauses any (one session).
-    unpaused = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
-    each_options = options if own is not None else unpaused
+    if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
+        options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
 
     def label_of(host: str) -> str:
         return session.judged.host_labels.get(host, host) if own is None else own[host].host
@@ -189,7 +188,7 @@ def drain_each(
         mine = session if own is None else own[host]
         return drain_host(
             mine,
-            each_options,
+            options,
             board=board,
             stop=stop,
             judge=judge_for(host),
@@ -250,12 +249,12 @@ def shared_poll(
     return lambda host: lambda: verdict(host)
 
 
-def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
-    """The failures that ended several hosts' drains at once (the fleet's poll), by cause."""
-    by_cause: dict[int, list[str]] = {}
+def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError, list[str]]:
+    """The failures that ended several hosts' drains at once (the fleet's poll): their hosts."""
+    by_cause: dict[LeaseguardError, list[str]] = {}  # one failure, one key: by identity
     for host, result in results.items():
         if result.error is not None:
-            by_cause.setdefault(id(result.error), []).append(host)
+            by_cause.setdefault(result.error, []).append(host)
     return {cause: hosts for cause, hosts in by_cause.items() if len(hosts) > 1}
 
 

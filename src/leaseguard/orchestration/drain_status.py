@@ -280,8 +280,7 @@ def read_status(path: str | Path) -> dict[str, Any]:
         return unavailable(f"status file unreadable ({type(exc).__name__})")
     except ValueError:
         return unavailable("status file is not valid JSON")
-    problem = _shape_problem(snapshot)
-    if problem:
+    if problem := _shape_problem(snapshot):
         return unavailable(f"status file is not a leaseguard drain status ({problem})")
     pid, started = snapshot["pid"], snapshot.get("pid_started")
     alive = process_alive(pid, started if isinstance(started, int) else None)  # not a reused pid

@@ -57,11 +57,10 @@ def host_session(
                     early.close()
                 raise
             facts, clock = looked_up.facts, looked_up.clock
-            with closing(
-                GuardSession(
-                    contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
-                )
-            ) as session:
+            session = GuardSession(
+                contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
+            )
+            with closing(session):
                 if early is not None:
                     session.adopt(early)
                 yield session
@@ -77,15 +76,13 @@ def ssh_session(
     connect: bool = False,
     **given: Any,
 ) -> Iterator[GuardSession]:
-    """A host's session over one Fabric connection carrying its lookups and its tunnel
-    (opened first, so that the lookups' thread and the tunnel share it)."""
+    """A host's session over one Fabric connection, opened first: lookups and tunnel share it."""
     with closing(connection):
         ssh.open_connection(connection)
         path = ssh.tunnelled(connection, conninfo, address, probe=False)
-        with host_session(
-            contract, ssh.FabricRunner(connection), path, connect=connect, **given
-        ) as s:
-            yield s
+        runner = ssh.FabricRunner(connection)
+        with host_session(contract, runner, path, connect=connect, **given) as session:
+            yield session
 
 
 @contextmanager
@@ -100,8 +97,7 @@ def task_session(
     hosts: tuple[str, ...] = (),
     each: bool = False,
 ) -> Iterator[GuardSession]:
-    """An Ansible task's session: this host's (`given`: its `lookup` or explicit facts), or with
-    `lookups` (host -> registered lookup) `hosts` judged over this host's path."""
+    """An Ansible task's session: this host's (`given` facts), or `hosts` by their `lookups`."""
     if lookups is None:
         with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
             yield s
@@ -160,9 +156,7 @@ def drain_every_host(
 ) -> dict[str, DrainResult]:
     """Each host of an each_host session drained; a failure of the fleet's poll fails them all."""
     drained = drain_each(session, options, stop=stop)
-    for hosts in shared_failures(drained).values():
-        cause = drained[hosts[0]].error
-        assert cause is not None
+    for cause in shared_failures(drained):
         raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
     return drained
 
