@@ -117,7 +117,7 @@ def test_a_deadline_reached_ends_as_defer_with_exit_75(tmp_path):
 
 
 def test_the_intake_this_drain_paused_is_listed_while_it_waits_and_gone_after(tmp_path):
-    cron = CronJobsPause(connect=None, job_names=["claim"])
+    cron = CronJobsPause(connect=None, job_names=["claim"], retry_s=60)
     held = Hold("t0", ("claim",), (1,), "test", "drain")
     cron.pause = lambda: setattr(cron, "hold", held)  # the hold without pg_cron
     cron.resume = lambda: setattr(cron, "hold", None)

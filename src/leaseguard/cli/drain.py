@@ -116,8 +116,7 @@ def add_resume_command(commands: Any) -> None:
 
 
 def add_drain_command(commands: Any) -> None:
-    from leaseguard.orchestration.drain_run import DEFAULT_POLL_S
-    from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
+    from leaseguard.orchestration.drain_run import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
 
     parser = commands.add_parser("drain", help=COMMANDS["drain"][1], description=DRAIN)
     add_contract_options(parser)

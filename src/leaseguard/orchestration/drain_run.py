@@ -26,16 +26,13 @@ from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Verdict
 from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
 from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.intake import (
-    DEFAULT_RESUME_RETRY_S,
-    CommandPause,
-    CronJobsPause,
-    Intakes,
-    Part,
-)
+from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intakes, Part
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 DEFAULT_POLL_S = 5.0
+# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
+# enough for a restart or a failover, short enough to be noticed.
+DEFAULT_RESUME_RETRY_S = 60.0
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
 U = TypeVar("U")

@@ -32,10 +32,6 @@ from leaseguard.core.errors import (
 
 log = logging.getLogger("leaseguard.drain")
 
-# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
-# enough for a restart or a failover, short enough to be noticed.
-DEFAULT_RESUME_RETRY_S = 60.0
-
 
 @dataclass(eq=False)
 class CronJobsPause:
@@ -43,9 +39,9 @@ class CronJobsPause:
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
+    retry_s: float
     by: str = "a leaseguard drain"
     action: str = "drain"
-    retry_s: float = DEFAULT_RESUME_RETRY_S
     resume_hint: str = RESUME_HINT
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
     stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
@@ -203,7 +199,7 @@ def verify_holds(
     """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
     for hold in holds:
         if hold and hold.get("cron"):
-            CronJobsPause(connect, (), hold=Hold.from_dict(hold["cron"])).verify()
+            CronJobsPause(connect, (), retry_s=0, hold=Hold.from_dict(hold["cron"])).verify()
 
 
 def intake_line(held: tuple[str, ...] | None) -> str:
@@ -245,7 +241,7 @@ def intake_hold(
     playbook = os.getppid()
     by = pauses.drain_identity(f"ansible-playbook {action}", playbook)
     cron = CronJobsPause(
-        cron_connection, pause_cron_jobs, by, action, resume_retry_s, resume_hint, quiet_timeout_s
+        cron_connection, pause_cron_jobs, resume_retry_s, by, action, resume_hint, quiet_timeout_s
     )
     cron.holder = playbook
     command = CommandPause(runner, pause_command, resume_command)
