@@ -20,8 +20,7 @@ from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
-# Failing polls end a drain after failing for a fraction of its deadline (a blip must not
-# end a two-hour drain), at least three polls' worth.
+# A drain ends once its polls fail for a share of its deadline (3 polls at least), not on a blip.
 ERROR_BUDGET_FRACTION = 0.1
 ERROR_BUDGET_MIN_POLLS = 3
 

@@ -166,12 +166,10 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Each host of a judge_each session drained on the fleet's one query per poll; with `own`,
-    each on its own session, holding its own intake and running `act`."""
+    """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
-    # A host pausing its own intake takes a poll begun after its pause, never an older one.
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
 

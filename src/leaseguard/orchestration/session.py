@@ -29,8 +29,7 @@ from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.subjects import Judged
 
-# Round trips, the transaction's small statements, a thread waking up.
-POLL_MARGIN_S = 2.0
+POLL_MARGIN_S = 2.0  # round trips, the transaction's small statements, a thread waking up
 Conn = psycopg.Connection[tuple[object, ...]]
 
 

@@ -130,8 +130,7 @@ def task_facts(
     lookup = lookup or {}
     seconds, what, source = task_timeout_s, "task_timeout_s", None
     if seconds is None and lookup.get("task_timeout_s") is not None:
-        # The core's strict parser (ASCII digits only), never float(): a message never
-        # repeats the value (a wrongly named variable may hold a secret).
+        # The core's strict parser, never float(): its message never repeats a (maybe secret) value.
         seconds, what = lookup["task_timeout_s"], "lookup.task_timeout_s"
         source = lookup.get("source")
     timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
