@@ -196,8 +196,7 @@ def drain_each(
     hosts = sorted(session.judged.each)
     for host in hosts:  # every host on the status board from the start, pending
         board.observer(label_of(host))
-    # Hosts past map_waking's bound begin as others end: all share the fleet's deadline.
-    started = time.monotonic()
+    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 
 

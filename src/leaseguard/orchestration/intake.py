@@ -237,8 +237,7 @@ def intake_hold(
         ):
             yield conn
 
-    # The hold outlives this task's worker: it lasts while ansible-playbook (its parent) runs.
-    playbook = os.getppid()
+    playbook = os.getppid()  # the hold lasts while ansible-playbook (this worker's parent) runs
     by = pauses.drain_identity(f"ansible-playbook {action}", playbook)
     cron = CronJobsPause(
         cron_connection, pause_cron_jobs, resume_retry_s, by, action, resume_hint, quiet_timeout_s

@@ -80,8 +80,7 @@ class GuardSession:
         self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
         self._plan_checked = False  # the seq-scan advice: once per session, not every poll
         self._conn: Conn | None = None
-        # The schema pre-flight runs once per connection; the status check on every poll.
-        self._status_column: StatusColumn | None = None
+        self._status_column: StatusColumn | None = None  # the pre-flight's, once per connection
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
         # The cluster reached first, the database judged first, the connection last checked.
