@@ -39,7 +39,7 @@ def drainer(script, **kw):
             raise answer
         return answer
 
-    return Drainer(judge, clock=fake.clock, sleep=fake.sleep, **kw), fake
+    return Drainer(judge, kw.pop("poll_s", 5.0), clock=fake.clock, sleep=fake.sleep, **kw), fake
 
 
 class RecordingIntake:
@@ -299,7 +299,7 @@ def test_a_signal_during_the_last_poll_interrupts_instead_of_proceeding():
 
     fake = FakeTime()
     ran = []
-    loop = Drainer(judge, clock=fake.clock, sleep=fake.sleep, stop=stop)
+    loop = Drainer(judge, 5.0, clock=fake.clock, sleep=fake.sleep, stop=stop)
     result = loop.run(act=lambda result: ran.append(result))
     assert type(result.error).__name__ == "DrainInterrupted" and result.exit_status == 1
     assert not result.drained and ran == []

@@ -88,8 +88,7 @@ def add_resume_command(parser: argparse.ArgumentParser) -> None:
 
 
 def add_drain_command(parser: argparse.ArgumentParser) -> None:
-    from leaseguard.orchestration.drain import DEFAULT_POLL_S
-    from leaseguard.orchestration.intake import DEFAULT_RESUME_RETRY_S
+    from leaseguard.orchestration.drain_run import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
 
     parser.description = """\
     Hold intake, then poll until no live lease remains or the deadline passes; intake is given

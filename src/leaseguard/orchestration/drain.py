@@ -1,7 +1,5 @@
 """Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
-
-The deadline is at most the longest remaining lease seen at the start: past it every row
-belongs to the reaper, not to the guard."""
+The deadline is at most the longest lease seen at the start: past it, rows are the reaper's."""
 
 from __future__ import annotations
 
@@ -15,22 +13,14 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from leaseguard.core.errors import (
-    EXIT_DEFER,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    DrainInterrupted,
-    LeaseguardError,
-    PollFailed,
-)
+from leaseguard.core import errors
+from leaseguard.core.errors import DrainInterrupted, LeaseguardError, PollFailed
 from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
-from leaseguard.orchestration.intake import Intake, intake_line
+from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
 
-DEFAULT_POLL_S = 5.0
-# Failing polls end a drain after failing for a fraction of its deadline (a blip must not
-# end a two-hour drain), at least three polls' worth.
+# A drain ends once its polls fail for a share of its deadline (3 polls at least), not on a blip.
 ERROR_BUDGET_FRACTION = 0.1
 ERROR_BUDGET_MIN_POLLS = 3
 
@@ -45,8 +35,7 @@ class DrainCounters:
     errors: Counter[str] = field(default_factory=Counter)
 
     def snapshot(self) -> dict[str, Any]:
-        counts = {name: getattr(self, name) for name in COUNTER_NAMES}
-        return {**counts, "errors": dict(self.errors)}
+        return {**{n: getattr(self, n) for n in COUNTER_NAMES}, "errors": dict(self.errors)}
 
 
 COUNTER_NAMES = tuple(f.name for f in fields(DrainCounters) if f.name != "errors")
@@ -71,10 +60,10 @@ class DrainResult:
     @property
     def exit_status(self) -> int:
         if self.error is not None:
-            return EXIT_FAILED
+            return errors.EXIT_FAILED
         if self.action is not None:
             return self.action.exit_status
-        return EXIT_PROCEED if self.drained else EXIT_DEFER
+        return errors.EXIT_PROCEED if self.drained else errors.EXIT_DEFER
 
     @property
     def decision(self) -> Decision:
@@ -143,22 +132,20 @@ class Drainer:
     """The drain loop over any `judge` (a session's, or a fake in unit tests)."""
 
     judge: Callable[[], Verdict]
-    poll_s: float = DEFAULT_POLL_S
+    poll_s: float
     deadline_s: float | None = None
     progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic
     # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
     sleep: Callable[[float], None] | None = None
     counters: DrainCounters = field(default_factory=DrainCounters)
-    # The status board's: after every poll, and at the end.
-    observer: Any = None
+    observer: Any = None  # the status board's: after every poll, and at the end
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
-    # A fleet's start (`clock` time): a host whose drain began later, behind the bound on
-    # threads, still ends at the fleet's deadline, its first lease measured from then.
+    # A fleet's start (`clock` time): a host begun late (threads' bound) keeps the fleet's deadline.
     started: float | None = None
 
-    def run(self, intake: Intake | None = None, act: Action | None = None) -> DrainResult:
+    def run(self, intake: Intakes | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
         result: DrainResult | None = None
         try:
@@ -168,7 +155,7 @@ class Drainer:
             if self.observer is not None:
                 self.observer.finished(result, stopped=self.stop.is_set())
 
-    def _drain(self, intake: Intake | None, act: Action | None) -> DrainResult:
+    def _drain(self, intake: Intakes | None, act: Action | None) -> DrainResult:
         if self.stop.is_set():  # stopped before anything was paused
             return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         started, held = self.clock() if self.started is None else self.started, None
@@ -177,8 +164,7 @@ class Drainer:
                 intake.pause()
                 held = tuple(intake.paused_intake())
                 if self.stop.is_set():  # a signal while waiting for intake to be quiet
-                    elapsed = self.clock() - started
-                    return DrainResult(None, self.counters, elapsed, 0.0, self._interrupted(), held)
+                    raise self._interrupted()
             result = replace(self._wait(started, held), intake=held)
             if self.stop.is_set() and result.error is None:  # a signal during the last poll
                 return replace(result, error=self._interrupted())
@@ -187,7 +173,7 @@ class Drainer:
                     intake.verify()
                 result = replace(result, action=act(result))
             return result
-        except LeaseguardError as exc:  # the pause or the action failed
+        except LeaseguardError as exc:  # the pause or the action failed, or a signal came
             return DrainResult(None, self.counters, self.clock() - started, 0.0, exc, held)
         finally:
             if intake is not None:
@@ -210,10 +196,8 @@ class Drainer:
         except LeaseguardError as exc:
             observed(None, 0.0)
             return state(None, 0.0, exc)
-        # From the fleet's start when it gave one: a host begun late keeps the fleet's deadline.
-        ends = verdict.wait_upper_bound_s + (
-            0.0 if self.started is None else self.clock() - started
-        )
+        late_s = 0.0 if self.started is None else self.clock() - started
+        ends = verdict.wait_upper_bound_s + late_s
         deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)
         observed(verdict, deadline)
         log.info(
@@ -221,8 +205,7 @@ class Drainer:
             f"deadline_s={deadline:.0f} {intake_line(held)}"
         )
         failing_since: float | None = None
-        least = (ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s
-        budget = max(least, ERROR_BUDGET_FRACTION * deadline)
+        budget = max((ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s, ERROR_BUDGET_FRACTION * deadline)
         while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
             if self.progress is not None:
                 self.progress.update(verdict, elapsed, deadline)

@@ -1,9 +1,7 @@
-"""What every front (CLI, Fabric, Ansible) does the same way around a session: the `drain:`
-options, a host's or a fleet's drain, signals, the timeline's logging."""
+"""What every front runs around a session: the `drain:` options, a drain, signals, logging."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import os
@@ -14,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from os import PathLike
 from typing import Any, TypeVar
@@ -26,26 +24,16 @@ from leaseguard.adapters.runtime import Runner
 from leaseguard.core.config_values import parse_command, reject_unknown
 from leaseguard.core.errors import ConfigError, LeaseguardError
 from leaseguard.core.verdict import Verdict
-from leaseguard.orchestration.drain import (
-    DEFAULT_POLL_S,
-    Action,
-    Drainer,
-    DrainResult,
-    TerminalProgress,
-)
+from leaseguard.orchestration.drain import Action, Drainer, DrainResult, TerminalProgress
 from leaseguard.orchestration.drain_status import StatusBoard
-from leaseguard.orchestration.intake import (
-    DEFAULT_RESUME_RETRY_S,
-    CommandPause,
-    CronJobsPause,
-    Intake,
-    Intakes,
-)
+from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intakes, Part
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
+DEFAULT_POLL_S = 5.0
+# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
+# enough for a restart or a failover, short enough to be noticed.
+DEFAULT_RESUME_RETRY_S = 60.0
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
-
-
 T = TypeVar("T")
 U = TypeVar("U")
 
@@ -124,7 +112,7 @@ def drain_host(
     board: StatusBoard | None = None,
     *,
     front: str = "leaseguard drain",
-    resume_hint: str | None = None,
+    resume_hint: str = RESUME_HINT,
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
     connect: Connect | None = None,
@@ -135,7 +123,7 @@ def drain_host(
     started: float | None = None,
 ) -> DrainResult:
     """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
-    parts: list[Intake] = []
+    parts: list[Part] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
         reach, access = connect or session.connect_writable, options.intake()
@@ -146,7 +134,7 @@ def drain_host(
                 by=drain_identity(front),
                 action=action,
                 retry_s=options.resume_retry_s,
-                resume_hint=resume_hint or RESUME_HINT,
+                resume_hint=resume_hint,
                 stop=stop,
             )
         )
@@ -178,32 +166,28 @@ def drain_each(
     act: Callable[[GuardSession], Action | None] = lambda own: None,
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
-    """Each host of a judge_each session drained on the fleet's one query per poll; with `own`,
-    each on its own session, holding its own intake and running `act`."""
+    """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.judged.each is not None
     board = board or status_board(options)
     stop = stop or threading.Event()
-    # A host pausing its own intake takes a poll begun after its pause, never an older one.
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
 
-    # Without `own` the caller holds every intake: no host's thread pauses any (one session).
-    unpaused = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
-    each_options = options if own is not None else unpaused
+    if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
+        options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
 
     def label_of(host: str) -> str:
         return session.judged.host_labels.get(host, host) if own is None else own[host].host
 
     def drain(host: str) -> DrainResult:
         mine = session if own is None else own[host]
-        judge, action = judge_for(host), act(mine)
         return drain_host(
             mine,
-            each_options,
+            options,
             board=board,
             stop=stop,
-            judge=judge,
-            act=action,
+            judge=judge_for(host),
+            act=act(mine),
             label=label_of(host),
             started=started,
             **kwargs,
@@ -212,15 +196,13 @@ def drain_each(
     hosts = sorted(session.judged.each)
     for host in hosts:  # every host on the status board from the start, pending
         board.observer(label_of(host))
-    # Hosts past map_waking's bound begin as others end: all share the fleet's deadline.
-    started = time.monotonic()
+    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 
 
 def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
-    """`work` over `items` on threads, the caller waking every 0.2 s while it waits: Python
-    runs signal handlers on the main thread only, between bytecodes, so a SIGTERM the kernel
-    gave another thread would wait, unheard, for a drain that only that signal ends."""
+    """`work` over `items` on threads, the caller waking every 0.2 s: Python runs signal handlers
+    on the main thread only, so a SIGTERM would wait, unheard, for a drain only it ends."""
     with ThreadPoolExecutor(max_workers=max(min(len(items), 64), 1)) as pool:
         futures = [pool.submit(work, item) for item in items]
         while wait(futures, timeout=0.2).not_done:
@@ -231,11 +213,9 @@ def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
 def shared_poll(
     session: GuardSession, fresh_s: float, *, first_fresh: bool = False
 ) -> Callable[[str], Callable[[], Verdict]]:
-    """Each host's judge on the fleet's one query: a host takes the last poll if it began after
-    its previous answer and within `fresh_s`; others wait on the lock for the poll in flight,
-    so the drains fall into step: one query per poll interval, whatever the fleet's size.
-    `first_fresh` (hosts pausing their own intake): a host's first answer comes from a poll
-    begun after it asked, after its pause, so a claim taken while it paused is seen."""
+    """Each host's judge on the fleet's one query: the last poll if it began after the host's
+    previous answer and within `fresh_s`, else the next (the drains fall into step); with
+    `first_fresh`, a host's first answer from a poll begun after its pause."""
     lock = threading.Lock()
     started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
     answered: set[str] = set()  # hosts given a verdict already
@@ -263,12 +243,12 @@ def shared_poll(
     return lambda host: lambda: verdict(host)
 
 
-def shared_failures(results: Mapping[str, DrainResult]) -> dict[int, list[str]]:
-    """The failures that ended several hosts' drains at once (the fleet's poll), by cause."""
-    by_cause: dict[int, list[str]] = {}
+def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError, list[str]]:
+    """The failures that ended several hosts' drains at once (the fleet's poll): their hosts."""
+    by_cause: dict[LeaseguardError, list[str]] = {}  # one failure, one key: by identity
     for host, result in results.items():
         if result.error is not None:
-            by_cause.setdefault(id(result.error), []).append(host)
+            by_cause.setdefault(result.error, []).append(host)
     return {cause: hosts for cause, hosts in by_cause.items() if len(hosts) > 1}
 
 
@@ -283,14 +263,10 @@ def first_that_connects(connects: Sequence[Connect]) -> Connect:
     """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
 
     def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
-        failure: LeaseguardError | None = None
-        for attempt in connects:
-            try:
+        for attempt in connects[:-1]:
+            with suppress(LeaseguardError):
                 return attempt(intake)
-            except LeaseguardError as exc:
-                failure = exc
-        assert failure is not None
-        raise failure
+        return connects[-1](intake)  # the last one's failure is the one raised
 
     return connect
 
@@ -305,7 +281,7 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
         while (signum := received.get()) is not None:
             name, again = signal.Signals(signum).name, stop.is_set()
             stop.set()  # before saying so: a closed stderr (a dead `| tee`) must not lose it
-            with contextlib.suppress(Exception):
+            with suppress(Exception):
                 say(
                     f"{name} again: still resuming intake, then exiting"
                     if again
@@ -316,7 +292,7 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
     relaying.start()
     previous: dict[signal.Signals, Any] = {}
     try:
-        with contextlib.suppress(ValueError):  # not the main thread: nothing to install
+        with suppress(ValueError):  # not the main thread: nothing to install
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 previous[sig] = signal.signal(sig, lambda signum, frame: received.put(signum))
         yield

@@ -18,16 +18,15 @@ from typing import Any, TypeGuard
 
 from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
-from leaseguard.core.verdict import Decision
 from leaseguard.orchestration.drain import COUNTER_NAMES, DrainCounters, DrainResult
-from leaseguard.orchestration.intake import Intake
+from leaseguard.orchestration.intake import Intakes
 
 log = logging.getLogger("leaseguard.drain")
 
 SCOPE = "process_lifetime"
 RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
-_WORST_FIRST = (Decision.FAILED.value, Decision.DEFER.value, "pending", Decision.PROCEED.value)
+_WORST_FIRST = ("failed", "defer", "pending", "proceed")  # decisions
 _LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
 
 
@@ -38,17 +37,15 @@ def _seconds(value: float | None) -> float:
 class HostObserver:
     """One host's row of the board, updated after every poll, then the files rewritten."""
 
-    def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intake | None) -> None:
+    def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intakes | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
     def finished(self, result: DrainResult | None, *, stopped: bool = False) -> None:
         if result is None or stopped:  # ended by an exception (a crash) or a signal
-            self.after_poll(
-                result, state=INTERRUPTED, decision=Decision.FAILED.value, exit_status=1
-            )
+            self.after_poll(result, state=INTERRUPTED, decision="failed", exit_status=1)
         else:
-            decision, exit_status = result.decision.value, result.exit_status
-            self.after_poll(result, state=FINISHED, decision=decision, exit_status=exit_status)
+            ended = {"decision": result.decision.value, "exit_status": result.exit_status}
+            self.after_poll(result, state=FINISHED, **ended)
 
     def after_poll(self, result: DrainResult | None, /, **ended: Any) -> None:
         with self.board.lock:
@@ -58,12 +55,10 @@ class HostObserver:
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
             if result is not None:
-                counters = result.counters.snapshot()
-                counters["errors"] = {str(k): n for k, n in counters["errors"].items()}
-                row.update(elapsed_s=_seconds(result.elapsed_s), counters=counters)
+                row["counters"] = result.counters.snapshot()
+                row["elapsed_s"] = _seconds(result.elapsed_s)
                 row["deadline_s"] = _seconds(result.deadline_s)
-            paused = self.intake.paused_intake() if self.intake is not None else []
-            row.update(ended, paused_intake=[str(name) for name in paused])
+            row.update(ended, paused_intake=self.intake.paused_intake() if self.intake else [])
         self.board.publish()
 
 
@@ -80,14 +75,13 @@ class StatusBoard:
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
 
-    def observer(self, host: str, intake: Intake | None = None) -> HostObserver:
+    def observer(self, host: str, intake: Intakes | None = None) -> HostObserver:
         with self.lock:
             row = self.rows.setdefault(host, _new_row(host))
         return HostObserver(self, row, intake)
 
     def not_drained(self, host: str, error: LeaseguardError | None, *, stopped: bool) -> None:
-        """A host whose drain never began (its session failed, or a signal came first): its row
-        ends failed, never left `running` (a host with a row of its own keeps it)."""
+        """A host whose drain never began (a failed session, a signal): failed, not `running`."""
         if host not in self.rows:
             result = None if error is None else DrainResult(None, DrainCounters(), 0.0, 0.0, error)
             self.observer(host).finished(result, stopped=stopped)
@@ -107,9 +101,7 @@ class StatusBoard:
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
         updated_at = time.time()
-        errors: Counter[str] = Counter()
-        for row in rows:
-            errors.update(row["counters"]["errors"])
+        errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
         state = next((s for s in (RUNNING, INTERRUPTED) if s in states or not rows), FINISHED)
         decisions = {row["decision"] for row in rows}
@@ -139,8 +131,6 @@ class StatusBoard:
     def publish(self) -> None:
         """Rewrite both files; a failed write never stops the drain: it is logged once."""
         with self.lock:
-            if self.status_path is None and self.metrics_path is None:
-                return
             snapshot = self.snapshot()
             for path, text in self._texts(snapshot, indent=1):
                 self._write(path, text, final=snapshot["state"] != RUNNING)
@@ -165,18 +155,15 @@ class StatusBoard:
                         path.unlink()
                     log.error(
                         "drain status not written at the end reason=status_write_failed "
-                        "path=%s exc_type=%s; the stale file was removed so that it does not "
-                        "say running",
-                        path,
-                        type(last).__name__,
+                        f"path={path} exc_type={type(last).__name__}; the stale file was "
+                        "removed so that it does not say running"
                     )
                     return
             if path not in self._failing:
                 self._failing.add(path)
                 log.warning(
-                    "drain status not written reason=status_write_failed path=%s exc_type=%s",
-                    path,
-                    type(exc).__name__,
+                    "drain status not written reason=status_write_failed "
+                    f"path={path} exc_type={type(exc).__name__}"
                 )
             if in_place:
                 log.info("drain status written in place at the end path=%s", path)
@@ -293,11 +280,11 @@ def read_status(path: str | Path) -> dict[str, Any]:
         return unavailable(f"status file unreadable ({type(exc).__name__})")
     except ValueError:
         return unavailable("status file is not valid JSON")
-    problem = _shape_problem(snapshot)
-    if problem:
+    if problem := _shape_problem(snapshot):
         return unavailable(f"status file is not a leaseguard drain status ({problem})")
-    pid = snapshot["pid"]
-    if snapshot["state"] == RUNNING and not writer_alive(pid, snapshot.get("pid_started")):
+    pid, started = snapshot["pid"], snapshot.get("pid_started")
+    alive = process_alive(pid, started if isinstance(started, int) else None)  # not a reused pid
+    if snapshot["state"] == RUNNING and not alive:
         stale = f"stale: writer pid {pid} is gone and the drain did not finish"
         return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}
@@ -321,11 +308,6 @@ def _shape_problem(snapshot: Any) -> str | None:
     ):
         return "counters missing or negative"
     return None
-
-
-def writer_alive(pid: int, started: Any = None) -> bool:
-    """Whether the writing process still runs (not a reused pid)."""
-    return process_alive(pid, started if isinstance(started, int) else None)
 
 
 def status_line(status: Mapping[str, Any]) -> str:

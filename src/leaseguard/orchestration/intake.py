@@ -1,5 +1,4 @@
-"""Intake: what stops new claims while a drain or an action waits, given back on every exit.
-
+"""Intake: what stops new claims while a drain or an action waits, given back on every exit;
 resume() undoes exactly what pause() did, nothing an operator paused by hand."""
 
 from __future__ import annotations
@@ -14,24 +13,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import psycopg
 
+from leaseguard.adapters import pauses
 from leaseguard.adapters.cron import cron_transaction
 from leaseguard.adapters.db import connect
-from leaseguard.adapters.pauses import (
-    DEFAULT_QUIET_TIMEOUT_S,
-    RESUME_HINT,
-    Hold,
-    drain_identity,
-    hold_jobs,
-    lost_jobs,
-    read_records,
-    release_hold,
-    resume_recorded,
-    wait_quiet,
-)
+from leaseguard.adapters.pauses import DEFAULT_QUIET_TIMEOUT_S, RESUME_HINT, Hold
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
     DatabaseError,
@@ -43,36 +32,21 @@ from leaseguard.core.errors import (
 
 log = logging.getLogger("leaseguard.drain")
 
-# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
-# enough for a restart or a failover, short enough to be noticed.
-DEFAULT_RESUME_RETRY_S = 60.0
-
-
-class Intake(Protocol):
-    def pause(self) -> None: ...
-
-    def resume(self) -> None: ...
-
-    def paused_intake(self) -> list[str]: ...
-
-    def verify(self) -> None: ...  # still held, or fail before the action runs
-
 
 @dataclass(eq=False)
 class CronJobsPause:
-    """Hold named pg_cron jobs (waiting for runs already going), then let go of exactly this
-    hold, retried for `retry_s`, then failing naming how to resume."""
+    """Hold named pg_cron jobs (runs already going waited for); resume retried for `retry_s`."""
 
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
     job_names: Sequence[str]
+    retry_s: float
     by: str = "a leaseguard drain"
     action: str = "drain"
-    retry_s: float = DEFAULT_RESUME_RETRY_S
     resume_hint: str = RESUME_HINT
     quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
     stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
     holder: int = field(default_factory=os.getpid)  # the process the hold lasts for
-    hold: Hold | None = field(default=None, init=False)
+    hold: Hold | None = None
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
     def paused_intake(self) -> list[str]:
@@ -80,26 +54,26 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            self.hold = hold_jobs(conn, list(self.job_names), self.by, self.action, self.holder)
+            self.hold = pauses.hold_jobs(
+                conn, list(self.job_names), self.by, self.action, self.holder
+            )
         for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
         for name in set(self.hold.jobs) - set(self.hold.switched):
             log.info("intake held pg_cron job=%s (already held by another run)", name)
         for name in self.hold.not_held:
             log.warning(
-                "pg_cron job %s was already inactive with no leaseguard hold (an operator's "
-                "pause): not held by this run, so it will not be resumed by it",
-                name,
+                f"pg_cron job {name} was already inactive with no leaseguard hold (an operator's "
+                "pause): not held by this run, so it will not be resumed by it"
             )
-        wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
+        pauses.wait_quiet(self.connect, self.hold, timeout_s=self.quiet_timeout_s, stop=self.stop)
 
     def verify(self) -> None:
-        """Fail if a held job was switched back on, or deleted and re-created, since the hold:
-        the verdict was judged with intake held, the action must not run without it."""
+        """A held job switched back on (or re-created) since the hold: the action must not run."""
         if self.hold is None or not self.hold.jobids:
             return
         with self.connect() as conn:
-            lost = lost_jobs(conn, self.hold)
+            lost = pauses.lost_jobs(conn, self.hold)
         if lost:
             raise IntakeLost(
                 f"intake no longer held: pg_cron job(s) {', '.join(lost)} active again "
@@ -116,7 +90,7 @@ class CronJobsPause:
         for attempt in itertools.count(1):
             try:
                 with self.connect() as conn:
-                    released = release_hold(conn, self.hold)
+                    released = pauses.release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
                 if time.monotonic() + delay > give_up_at:
@@ -129,12 +103,8 @@ class CronJobsPause:
                     log.error("%s", message)
                     raise IntakeNotResumed(message) from None
                 log.warning(
-                    "intake resume failed attempt=%d error=%s; retrying in %.1fs (until %.0fs "
-                    "after the first attempt)",
-                    attempt,
-                    exc.kind,
-                    delay,
-                    self.retry_s,
+                    f"intake resume failed attempt={attempt} error={exc.kind}; retrying in "
+                    f"{delay:.1f}s (until {self.retry_s:.0f}s after the first attempt)"
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -142,10 +112,9 @@ class CronJobsPause:
         for name in released.resumed:
             log.info("intake resumed pg_cron job=%s", name)
         for name, holders in released.still_held.items():
+            by = "; ".join(holders)
             log.info(
-                "intake still held pg_cron job=%s by=%s (given back by its last holder)",
-                name,
-                "; ".join(holders),
+                f"intake still held pg_cron job={name} by={by} (given back by its last holder)"
             )
         self.hold = None
 
@@ -188,12 +157,15 @@ class CommandPause:
         log.info("intake %s command ran host=%s", what, self.runner.label)
 
 
+Part = CronJobsPause | CommandPause  # each: pause, verify (still held), resume, paused_intake
+
+
 class Intakes:
     """Several intake pauses as one (`held`: already held), resumed in reverse, each attempted."""
 
-    def __init__(self, parts: Sequence[Intake], *, held: bool = False) -> None:
+    def __init__(self, parts: Sequence[Part], *, held: bool = False) -> None:
         self.parts = list(parts)
-        self.active: list[Intake] = list(parts) if held else []
+        self.active: list[Part] = list(parts) if held else []
 
     def paused_intake(self) -> list[str]:
         return [name for part in self.active for name in part.paused_intake()]
@@ -204,34 +176,30 @@ class Intakes:
 
     def pause(self) -> None:
         for part in self.parts:
-            # Listed first: a part interrupted half way must still be given back.
-            self.active.append(part)
+            self.active.append(part)  # first: a part interrupted half way is still given back
             part.pause()
 
     def resume(self) -> None:
-        failures: list[LeaseguardError] = []
+        failure: LeaseguardError | None = None
         for part in reversed(self.active.copy()):
             try:
                 part.resume()
                 self.active.remove(part)
             except LeaseguardError as exc:  # still paused: it stays listed (status, metrics)
-                failures.append(exc)
+                failure = failure or exc
                 log.error("intake resume failed error=%s reason=%s", exc.kind, exc)
-        if failures:
-            raise failures[0]
+        if failure is not None:
+            raise failure
 
 
 def verify_holds(
     connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
     holds: Sequence[Mapping[str, Any] | None],
 ) -> None:
-    """Fail if a pg_cron job of a caller's hold (intake_hold's registered `hold`) is active
-    again: the verdict is then no longer judged with intake held."""
+    """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
     for hold in holds:
         if hold and hold.get("cron"):
-            cron = CronJobsPause(connect, ())
-            cron.hold = Hold.from_dict(hold["cron"])
-            cron.verify()
+            CronJobsPause(connect, (), retry_s=0, hold=Hold.from_dict(hold["cron"])).verify()
 
 
 def intake_line(held: tuple[str, ...] | None) -> str:
@@ -269,11 +237,10 @@ def intake_hold(
         ):
             yield conn
 
-    # The hold outlives this task's worker: it lasts while ansible-playbook (its parent) runs.
-    playbook = os.getppid()
-    by = drain_identity(f"ansible-playbook {action}", playbook)
+    playbook = os.getppid()  # the hold lasts while ansible-playbook (this worker's parent) runs
+    by = pauses.drain_identity(f"ansible-playbook {action}", playbook)
     cron = CronJobsPause(
-        cron_connection, pause_cron_jobs, by, action, resume_retry_s, resume_hint, quiet_timeout_s
+        cron_connection, pause_cron_jobs, resume_retry_s, by, action, resume_hint, quiet_timeout_s
     )
     cron.holder = playbook
     command = CommandPause(runner, pause_command, resume_command)
@@ -299,14 +266,10 @@ def intake_hold(
     except BaseException:
         intake.resume()  # what was taken before the failure; then the failure itself
         raise
-    what = intake.paused_intake()
+    what, held = intake.paused_intake(), cron.hold.as_dict() if cron.hold else None
     return {
         "changed": bool(what),
-        "hold": {
-            "cron": cron.hold.as_dict() if cron.hold else None,
-            "command": bool(pause_command),
-            "what": what,
-        },
+        "hold": {"cron": held, "command": bool(pause_command), "what": what},
         "paused": list(cron.hold.switched) if cron.hold else [],
         "msg": intake_line(tuple(what)),
     }
@@ -329,13 +292,12 @@ def resume_pauses(
     check_mode: bool = False,
     force: bool = False,
 ) -> dict[str, Any]:
-    """What was recorded, reactivated, vanished, kept (a live or unverifiable holder's, unless
-    `force`); a role seeing no job fails ("none": a guess)."""
+    """What was recorded, resumed, vanished, kept (a live holder's, unless `force`)."""
     who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
         if check_mode:
-            return {"records": [r.as_dict() for r in read_records(conn)], "resumed": []}
-        records, plan, kept = resume_recorded(conn, jobs, force=force)
+            return {"records": [r.as_dict() for r in pauses.read_records(conn)], "resumed": []}
+        records, plan, kept = pauses.resume_recorded(conn, jobs, force=force)
         where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
         if not records and not kept:
             with cron_transaction(
@@ -374,19 +336,13 @@ def resume_lines(outcome: dict[str, Any]) -> str:
             "each role only its own jobs: run as the intake jobs' owner, --cron-user)"
         )
     lines = []
-    for record in outcome["records"]:
-        job = record["job"]
-        states = ("resumed", "already_active", "missing", "replaced")
-        state = next((k for k in states if job in outcome[k]), "still_held")
-        lines.append(
-            f"{stamp} leaseguard resume job={job} state={state} "
-            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}"
-        )
     advice = ": its action may still be running; once it is gone, give it back with --force"
-    for record in kept:
+    for record in [*outcome["records"], *kept]:  # only a kept record has a reason
+        job, states = record["job"], ("resumed", "already_active", "missing", "replaced")
+        state = next((k for k in states if job in outcome[k]), "still_held")
+        reason = f" reason={json.dumps(record['reason'] + advice)}" if "reason" in record else ""
         lines.append(
-            f"{stamp} leaseguard resume job={record['job']} state=kept "
-            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')} "
-            f"reason={json.dumps(record['reason'] + advice)}"
+            f"{stamp} leaseguard resume job={job} state={'kept' if reason else state} "
+            f"paused_at={record['paused_at']} by={record['by'].replace(' ', '_')}{reason}"
         )
     return "\n".join(lines)

@@ -1,8 +1,8 @@
 """A guard session: look up once, then judge as often as needed, over one connection.
 
 A broken connection is replaced once (along the next path if its own died); any other failure
-is the answer: retrying would spend its budget twice. A watchdog bounds every poll: a
-partitioned host answers nothing, and TCP would wait ~15 min."""
+is the answer (a retry would spend the budget twice). A watchdog bounds every poll: TCP would
+wait ~15 min for a partitioned host."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Protocol, Unpack
 
@@ -29,8 +29,7 @@ from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.subjects import Judged
 
-# Round trips, the transaction's small statements, a thread waking up.
-POLL_MARGIN_S = 2.0
+POLL_MARGIN_S = 2.0  # round trips, the transaction's small statements, a thread waking up
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
@@ -44,8 +43,7 @@ class Link(Protocol):
 
 @dataclass(frozen=True)
 class IntakeAccess:
-    """Where the intake's pg_cron jobs are and as whom; `owner`: this process's own drain;
-    `own_holds`: the tokens of holds this run's caller took (intake_hold), no leftovers."""
+    """Where and as whom pg_cron jobs are held; `owner`, `own_holds`: this run's, no leftovers."""
 
     database: str | None = None
     user: str | None = None
@@ -55,8 +53,7 @@ class IntakeAccess:
 
 
 class GuardSession:
-    """Judges with one host's facts, a fleet's (`FleetFacts`) or each host's (a mapping);
-    `fallbacks`: the other hosts' paths to the database, tried in turn."""
+    """Judges one host, a fleet or each host; `fallbacks`: other paths to the database."""
 
     def __init__(
         self,
@@ -83,8 +80,7 @@ class GuardSession:
         self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
         self._plan_checked = False  # the seq-scan advice: once per session, not every poll
         self._conn: Conn | None = None
-        # The schema pre-flight runs once per connection; the status check on every poll.
-        self._status_column: StatusColumn | None = None
+        self._status_column: StatusColumn | None = None  # the pre-flight's, once per connection
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
         # The cluster reached first, the database judged first, the connection last checked.
@@ -110,8 +106,7 @@ class GuardSession:
         return self.judged.facts
 
     def judge(self) -> Verdict:
-        if self.judged.each is not None:
-            raise TypeError("a session of several hosts judges with judge_each()")
+        assert self.judged.each is None, "a session of several hosts judges with judge_each()"
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
@@ -134,8 +129,7 @@ class GuardSession:
             return self._judge_on(self._connection())
 
     def database_identity(self) -> tuple[object, ...]:
-        """Which database this session reaches (cluster, server start, name), as its connection
-        was identified."""
+        """Which database this session reaches: (cluster, server start, name)."""
         with self._bounded():
             try:
                 self._connection()
@@ -179,8 +173,7 @@ class GuardSession:
             if self._conn.broken or self._conn.closed:
                 self._left_behind = self._backend_pid
             self._conn.close()
-            self._conn = None
-            self._status_column = None
+            self._conn = self._status_column = None
 
     def _connection(self) -> Conn:
         if self._conn is not None and (self._conn.closed or self._conn.broken):
@@ -200,9 +193,8 @@ class GuardSession:
         return self._conn
 
     def _same_database(self, conn: Conn, *, judged: bool = True) -> None:
-        """A new connection reaches the cluster (and, `judged`, the database) of this session's
-        first, not another (a host list in the DSN, a name moved to another server): its rows
-        are not the ones judged, its pg_cron jobs not the ones held."""
+        """A new connection reaches this session's first cluster (and, `judged`, database), not
+        another (a DSN's host list, a moved name): its rows not judged, its jobs not held."""
         query = (
             "SELECT (pg_catalog.pg_control_system()).system_identifier,"
             " pg_catalog.current_database(),"
@@ -218,8 +210,7 @@ class GuardSession:
         assert found is not None
         cluster, database, started = found
         self._cluster = cluster if self._cluster is None else self._cluster
-        if judged and self._database is None:
-            self._database = database
+        self._database = database if judged and self._database is None else self._database
         if cluster != self._cluster or (judged and database != self._database):
             raise NotPrimary(
                 f"host {self.host}: the guard's new connection reaches database {database} of "
@@ -232,33 +223,29 @@ class GuardSession:
             self._identified, self._server_started = conn, started
 
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
-        """A connection (writable as `intake` if given) along the current path, else each other
-        in turn: the one that answers stays current."""
+        """A connection (writable as `intake`) on the current path, else the next that answers."""
         access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
             conninfo, link = self._paths[self._path]
+            # Unbounded outside a poll (pauses, resumes).
+            remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
             try:
-                # Unbounded outside a poll (pauses, resumes).
-                remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
                 if self._expired or remaining <= 0:
                     raise self._no_answer()
                 if link is not None:
                     link.ensure(within_s=remaining)
-                try:
-                    return connect(
-                        conninfo,
-                        self.contract.connect_timeout_s,
-                        writable=intake is not None,
-                        dbname=access.database,
-                        timeout_s=remaining,
-                        user=access.user,
-                        password=access.password,
-                    )
-                except DatabaseUnavailable:
-                    if link is not None and (cause := link.failure()) is not None:
-                        raise cause from None
-                    raise
+                return connect(
+                    conninfo,
+                    self.contract.connect_timeout_s,
+                    writable=intake is not None,
+                    dbname=access.database,
+                    timeout_s=remaining,
+                    user=access.user,
+                    password=access.password,
+                )
             except (DatabaseUnavailable, TunnelError) as exc:
+                if isinstance(exc, DatabaseUnavailable) and link is not None:
+                    exc = link.failure() or exc  # named by the tunnel's cause, if it has one
                 failure = failure or exc
                 self._path = (self._path + 1) % len(self._paths)
                 if self._expired:
@@ -269,8 +256,7 @@ class GuardSession:
     def _no_answer(self) -> LeaseguardError:
         budget = (
             f"{self.budget_s:.0f}s (connect_timeout_s {self.contract.connect_timeout_s} "
-            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + "
-            f"{POLL_MARGIN_S:.0f}s)"
+            f"+ statement_timeout_ms {self.contract.statement_timeout_ms} + {POLL_MARGIN_S:.0f}s)"
         )
         if self.link is not None:
             return TunnelError(
@@ -287,12 +273,11 @@ class GuardSession:
         if self.link is not None:
             self.link.cut()
         conn = self._conn
-        if conn is not None and not conn.closed:
-            try:  # the thread blocked on it reads end-of-file and fails at once
+        # The thread blocked on it reads end-of-file and fails at once (closed: nothing waits).
+        with suppress(OSError, psycopg.Error):
+            if conn is not None and not conn.closed:
                 with socket.socket(fileno=socket.dup(conn.pgconn.socket)) as sock:
                     sock.shutdown(socket.SHUT_RDWR)
-            except (OSError, psycopg.Error):
-                pass  # already closed: nothing waits on it
 
     def _judge_on(self, conn: Conn) -> list[Verdict]:
         subjects = self.judged.subjects(conn, self.runner, self.host)
@@ -311,10 +296,10 @@ class GuardSession:
         if self._leftovers is None:
             owner, own = self.intake.owner, self.intake.own_holds
             if self.intake.database is None and self.intake.user is None:
-                self._leftovers = tuple(leftover_warnings(conn, exclude_by=owner, own=own))
-            else:
+                found = leftover_warnings(conn, exclude_by=owner, own=own)
+            else:  # the jobs in another database, or seen by their owner alone
                 found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
-                self._leftovers = tuple(found)
+            self._leftovers = tuple(found)
         return self._leftovers
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:

@@ -38,9 +38,8 @@ def host_session(
     intake: IntakeAccess | None = None,
     **given: Any,
 ) -> Iterator[GuardSession]:
-    """A host's session: its lookups run on a thread while `path` opens and, with `connect`,
-    the guard's connection opens through it. Failures are raised in the order of the steps:
-    the path's, the lookups', the connection's."""
+    """A host's session: its lookups on a thread while `path` (and, `connect`, the guard's
+    connection) opens; failures raised in order: the path's, the lookups', the connection's."""
     with ThreadPoolExecutor(1, thread_name_prefix="leaseguard-lookup") as thread:
         lookup = thread.submit(look_up_host, contract, runner, **given)
         with path as (conninfo, tunnel):
@@ -58,11 +57,10 @@ def host_session(
                     early.close()
                 raise
             facts, clock = looked_up.facts, looked_up.clock
-            with closing(
-                GuardSession(
-                    contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
-                )
-            ) as session:
+            session = GuardSession(
+                contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
+            )
+            with closing(session):
                 if early is not None:
                     session.adopt(early)
                 yield session
@@ -78,15 +76,13 @@ def ssh_session(
     connect: bool = False,
     **given: Any,
 ) -> Iterator[GuardSession]:
-    """A host's session over one Fabric connection carrying its lookups and its tunnel
-    (opened first, so that the lookups' thread and the tunnel share it)."""
+    """A host's session over one Fabric connection, opened first: lookups and tunnel share it."""
     with closing(connection):
         ssh.open_connection(connection)
         path = ssh.tunnelled(connection, conninfo, address, probe=False)
-        with host_session(
-            contract, ssh.FabricRunner(connection), path, connect=connect, **given
-        ) as s:
-            yield s
+        runner = ssh.FabricRunner(connection)
+        with host_session(contract, runner, path, connect=connect, **given) as session:
+            yield session
 
 
 @contextmanager
@@ -101,8 +97,7 @@ def task_session(
     hosts: tuple[str, ...] = (),
     each: bool = False,
 ) -> Iterator[GuardSession]:
-    """An Ansible task's session: this host's (`given`: its `lookup` or explicit facts), or with
-    `lookups` (host -> registered lookup) `hosts` judged over this host's path."""
+    """An Ansible task's session: this host's (`given` facts), or `hosts` by their `lookups`."""
     if lookups is None:
         with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
             yield s
@@ -135,18 +130,16 @@ def task_facts(
     lookup = lookup or {}
     seconds, what, source = task_timeout_s, "task_timeout_s", None
     if seconds is None and lookup.get("task_timeout_s") is not None:
-        # The core's strict parser (ASCII digits only), never float(): a message never
-        # repeats the value (a wrongly named variable may hold a secret).
+        # The core's strict parser, never float(): its message never repeats a (maybe secret) value.
         seconds, what = lookup["task_timeout_s"], "lookup.task_timeout_s"
         source = lookup.get("source")
     timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
     started = runtime_started_at or lookup.get("runtime_started_at")
+    started_at = parse_timestamp(started, what="runtime_started_at") if started else None
     return {
         "task_timeout_s": timeout,
         "task_timeout_source": source,
-        "runtime_started_at": parse_timestamp(started, what="runtime_started_at")
-        if started
-        else None,
+        "runtime_started_at": started_at,
         "replicas": [str(name) for name in lookup.get("replicas") or ()],
     }
 
@@ -162,9 +155,7 @@ def drain_every_host(
 ) -> dict[str, DrainResult]:
     """Each host of an each_host session drained; a failure of the fleet's poll fails them all."""
     drained = drain_each(session, options, stop=stop)
-    for hosts in shared_failures(drained).values():
-        cause = drained[hosts[0]].error
-        assert cause is not None
+    for cause in shared_failures(drained):
         raise type(cause)(f"the fleet's judgment failed ({cause.kind}): {cause}")
     return drained
 

@@ -29,8 +29,8 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 
 class Judged:
-    """One host's facts, a fleet's combined facts (`fleet`) or each host's by name (`each`);
-    `host_offsets`: the hosts' clocks minus this machine's (None: start times read here)."""
+    """One host's facts, a fleet's (`fleet`) or each host's (`each`); `host_offsets`: the hosts'
+    clocks minus this machine's (None: start times read here)."""
 
     def __init__(
         self,
@@ -43,9 +43,8 @@ class Judged:
         self.contract = contract
         self.fleet = facts if isinstance(facts, FleetFacts) else None
         self.each = _each_host(contract, facts) if isinstance(facts, Mapping) else None
-        if isinstance(facts, FleetFacts):
-            facts = facts.facts
-        self.facts = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
+        one = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
+        self.facts = one.facts if isinstance(one, FleetFacts) else one
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
         self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
         self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
@@ -79,8 +78,6 @@ class Judged:
             dataclasses.replace(
                 v, warnings=(*v.warnings, *advice), fleet=fleet, replicas=f.replicas
             )
-            if advice or fleet is not None or f.replicas
-            else v
             for v, f in zip(verdicts, facts, strict=True)
         ]
 
