@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
 
 import psycopg
 
 from leaseguard.adapters import cron
-from leaseguard.adapters.db import connect
+from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
@@ -50,9 +49,7 @@ def converge_jobs(
     return plan, switched
 
 
-def _set_active(
-    conn: psycopg.Connection[Any], wanted: Mapping[str, bool], check_mode: bool
-) -> cron.ActivePlan:
+def _set_active(conn: Connection, wanted: Mapping[str, bool], check_mode: bool) -> cron.ActivePlan:
     """The flags, but a held job stays paused (it would claim beside a restart or migration);
     under the holds' lock: a hold taken in between would be switched on."""
     with cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step:
@@ -117,7 +114,7 @@ def _converge(
     return replace(plan, applied=writing)
 
 
-def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
+def _write(conn: Connection, job: JobPlan, here: str) -> None:
     """One job's write; every value a bind parameter."""
     new = (job.job.name, job.job.schedule, job.job.command)
     if job.action is Action.CREATE and job.database in (None, here):

@@ -7,15 +7,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
+from leaseguard.adapters.db import Connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
 from leaseguard.core.predicate import columns_query, owners_table, table_identifier
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
-
-Connection = psycopg.Connection[tuple[object, ...]]
 
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
@@ -373,7 +371,7 @@ def _read_status_column(conn: Connection, contract: Contract, relation: str) -> 
             f"{contract.table_label}"
         )
     is_enum, labels, not_null, index_key, type_oid = row
-    enum_labels = tuple(str(label) for label in labels) if is_enum else None  # type: ignore[attr-defined]
+    enum_labels = tuple(str(label) for label in labels) if is_enum else None
     for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
         if enum_labels is not None and (
             missing := [s for s in getattr(contract, key) or () if s not in enum_labels]

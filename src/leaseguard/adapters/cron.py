@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from leaseguard.adapters.db import set_local_limits
+from leaseguard.adapters.db import Connection, set_local_limits
 from leaseguard.core.budgets import LiveJob
 from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
@@ -19,7 +18,7 @@ STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
 
 
-def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
+def read_live_jobs(conn: Connection, names: Sequence[str]) -> list[LiveJob]:
     """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
     rows = conn.execute(
         "SELECT jobid, jobname, schedule, command, active, database "
@@ -39,7 +38,7 @@ class CronStep:
 
 @contextmanager
 def cron_transaction(
-    conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
+    conn: Connection, *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
     """One time-boxed cron.job transaction; a failure rolls back naming step, database, SQLSTATE."""
     db = conn.info.dbname
@@ -154,7 +153,7 @@ def validate_active(wanted: object) -> dict[str, bool]:
     return dict(wanted)
 
 
-def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
     live = read_live_jobs(conn, list(wanted))
     changes = []
@@ -171,9 +170,7 @@ def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> l
     return changes
 
 
-def apply_changes(
-    conn: psycopg.Connection[Any], step: CronStep, changes: Sequence[ActiveChange]
-) -> None:
+def apply_changes(conn: Connection, step: CronStep, changes: Sequence[ActiveChange]) -> None:
     """Switch the flags that change (in the caller's cron.job transaction)."""
     for change in changes:
         if change.changed:

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
 from leaseguard.adapters.catalog import (
@@ -18,7 +17,7 @@ from leaseguard.adapters.catalog import (
     standby_message,
     verify_schema,
 )
-from leaseguard.adapters.db import guard_transaction
+from leaseguard.adapters.db import Connection, Cursor, guard_transaction
 from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (
@@ -31,9 +30,6 @@ from leaseguard.core.errors import (
 )
 from leaseguard.core.presets import OWNERS
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
-
-Connection = psycopg.Connection[tuple[object, ...]]
-Cursor = psycopg.Cursor[tuple[object, ...]]
 
 MAX_NAMED = 10  # statuses named in one message; more are "and more"
 COUNT_CAP = 10_000  # rows counted per unclassified status; beyond, "more than"

@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn
-from leaseguard.adapters.db import read_transaction, set_local_limits
+from leaseguard.adapters.db import Connection, read_transaction, set_local_limits
 from leaseguard.core import predicate, presets
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
@@ -126,7 +126,7 @@ def offline_advice(contract: Contract) -> list[str]:
     ]
 
 
-def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
+def index_advice(conn: Connection, contract: Contract) -> list[str]:
     """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
     if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
@@ -165,7 +165,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
 
 
 def advisory_plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]],
+    conn: Connection,
     contract: Contract,
     verdict: Verdict,
     status_column: StatusColumn | None = None,
