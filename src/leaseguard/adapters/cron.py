@@ -24,10 +24,9 @@ def read_live_jobs(conn: Connection, names: Sequence[str]) -> list[LiveJob]:
         "SELECT jobid, jobname, schedule, command, active, database "
         "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
         (list(names),),
-    ).fetchall()
+    )
     return [
-        LiveJob(int(r[0]), str(r[1]), str(r[2]), str(r[3]), bool(r[4]), r[5] and str(r[5]))
-        for r in rows
+        LiveJob(int(j), str(n), str(s), str(c), bool(a), d and str(d)) for j, n, s, c, a, d in rows
     ]
 
 

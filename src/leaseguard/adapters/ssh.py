@@ -30,8 +30,6 @@ from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
-_JOIN_S = 2.0  # how long closing a tunnel waits for each of its threads
-
 
 @dataclass(frozen=True)
 class SshOptions:
@@ -168,9 +166,8 @@ def open_connection(connection: Connection) -> None:
                 f"({type(exc).__name__}); check its path (fab -i, connect_kwargs.key_filename, "
                 "IdentityFile, ansible_ssh_private_key_file)"
             ) from None
-        gate = connection.gateway
         through = ""
-        if isinstance(gate, Connection):
+        if isinstance(gate := connection.gateway, Connection):
             through = f" (through the jump host {given_name(gate)} ({gate.host}:{gate.port}))"
         raise TunnelError(
             f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
@@ -264,7 +261,7 @@ class DatabaseTunnel:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # bounded: a close stuck on a dead link must not hang the front
-            thread.join(timeout=_JOIN_S)
+            thread.join(timeout=2.0)
 
     def cut(self) -> None:
         """End every forwarded connection and the SSH connection; ensure() reconnects."""
