@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
+from functools import partial
 
 import psycopg
 
@@ -37,14 +38,13 @@ def converge_jobs(
     wanted = cron.validate_active(active) if active else {}
     plan = switched = None
     with path as conninfo:
+        connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
-            plan = _converge(
-                conninfo, declared, cron_database, on_drift, check_mode, connect_timeout_s
-            )
+            plan = _converge(connect_to, declared, cron_database, on_drift, check_mode)
             if plan.refusals:
                 return plan, None
         if wanted:
-            with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+            with connect_to(dbname=cron_database) as conn:
                 switched = _set_active(conn, wanted, check_mode)
     return plan, switched
 
@@ -72,15 +72,14 @@ def _set_active(conn: Connection, wanted: Mapping[str, bool], check_mode: bool) 
 
 
 def _converge(
-    conninfo: str,
+    connect_to: partial[Connection],
     declared: BudgetConfig,
     cron_db: str | None,
     on_drift: str,
     check: bool,
-    timeout_s: int,
 ) -> BudgetPlan:
     if cron_db and declared.database is None:  # the jobs run in conninfo's database
-        with connect(conninfo, timeout_s, writable=True) as conn:
+        with connect_to() as conn:
             try:
                 row = conn.execute("SELECT current_database()").fetchone()
             except psycopg.Error as exc:
@@ -93,7 +92,7 @@ def _converge(
         "/schedule_in_database" if declared.database else ""
     )
     with (
-        connect(conninfo, timeout_s, writable=True, dbname=cron_db) as conn,
+        connect_to(dbname=cron_db) as conn,
         cron.cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
     ):
         if not check:

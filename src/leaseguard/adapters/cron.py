@@ -133,10 +133,9 @@ class ActivePlan:
     @property
     def warnings(self) -> list[str]:
         return [
-            f"pg_cron job {job.job} does not exist; nothing to "
-            f"{'resume' if job.wanted else 'pause'}"
-            for job in self.jobs
-            if not job.exists
+            f"pg_cron job {j.job} does not exist; nothing to {'resume' if j.wanted else 'pause'}"
+            for j in self.jobs
+            if not j.exists
         ] + list(self.kept_paused)
 
 

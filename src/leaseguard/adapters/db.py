@@ -185,12 +185,9 @@ def set_local_limits(
     search_path: no schema of the role's path shadows a builtin the guard calls (now(), `<`)."""
     # Times read back in the one style psycopg parses, whatever the role or database sets.
     settings = {**settings, "DateStyle": "ISO", "IntervalStyle": "postgres"}
-    values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
-    call = sql.SQL("pg_catalog.set_config(%s, %s, true)")
-    query = sql.SQL("SELECT {}, {}").format(
-        sql.SQL(", ").join([call] * len(settings)), _CATALOG_FIRST
-    )
-    executor.execute(query, [part for pair in zip(settings, values, strict=True) for part in pair])
+    params = [p for k, v in settings.items() for p in (k, f"{v}ms" if isinstance(v, int) else v)]
+    calls = sql.SQL(", ").join([sql.SQL("pg_catalog.set_config(%s, %s, true)")] * len(settings))
+    executor.execute(sql.SQL("SELECT {}, {}").format(calls, _CATALOG_FIRST), params)
 
 
 @contextmanager

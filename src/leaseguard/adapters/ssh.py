@@ -59,17 +59,8 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     jumps = connection.ssh_config.get("proxyjump")
     if not options.gateway and jumps and isinstance(connection.gateway, Connection):
         connection.gateway = _jump_chain(jumps, options, config)
-    _verify_host_keys(connection, options)
+    trust_known_hosts(connection, options.known_hosts, options.accept_unknown_host_keys)
     return connection
-
-
-def _verify_host_keys(connection: Connection, options: SshOptions) -> None:
-    """Only known_hosts' keys trusted, on every jump host too (a Fabric config's `gateway`)."""
-    trust_known_hosts(connection, options.known_hosts)
-    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
-    connection.client.set_missing_host_key_policy(policy())
-    if isinstance(connection.gateway, Connection):
-        _verify_host_keys(connection.gateway, options)
 
 
 def _connection(
@@ -113,8 +104,9 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
     return gateway
 
 
-def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
-    """Trust the host's keys: ~/.ssh/known_hosts', else UserKnownHostsFile's or `known_hosts`'."""
+def trust_known_hosts(connection: Connection, known_hosts: str | None, lax: bool = False) -> None:
+    """Trust only the host's keys: ~/.ssh/known_hosts', else UserKnownHostsFile's or `known_hosts`'
+    (unknown keys too if `lax`); on every jump host too (a Fabric config's `gateway`)."""
     port = int(connection.port)
     name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
     configured = f"{connection.ssh_config.get('userknownhostsfile', '')} {known_hosts or ''}"
@@ -128,6 +120,10 @@ def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
         entry = entry or keys.lookup(name)
     for keytype, key in (entry or {}).items():
         connection.client.get_host_keys().add(name, keytype, key)
+    policy = paramiko.WarningPolicy if lax else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    if isinstance(connection.gateway, Connection):
+        trust_known_hosts(connection.gateway, known_hosts, lax)
 
 
 def open_connection(connection: Connection) -> None:
