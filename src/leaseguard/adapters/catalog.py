@@ -22,8 +22,6 @@ _KIND_NAMES = dict(
 )  # fmt: skip
 # format_type() spells a precision when the column has one (ActiveRecord 7, Ecto: timestamp(6)).
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
-# The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
-_TIME_KEYS = ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on")
 
 # A permissive `USING (true)` SELECT policy on `c` applies to {role}; no restrictive one.
 _SHOWS_ALL = sql.SQL("""
@@ -191,7 +189,8 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
-    for key in _TIME_KEYS:
+    # The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
+    for key in ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on"):
         if not (time_column := contract.columns().get(key)):
             continue
         if not _TIME_TYPE.fullmatch(types[time_column]):

@@ -102,13 +102,9 @@ class Hold:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Hold:
         try:
-            return cls(
-                token=str(data["token"]),
-                jobs=tuple(str(j) for j in data["jobs"]),
-                jobids=tuple(int(i) for i in data.get("jobids", ())),
-                by=str(data.get("by", "")),
-                action=str(data.get("action", "")),
-            )
+            jobs, jobids = tuple(map(str, data["jobs"])), tuple(map(int, data.get("jobids", ())))
+            by, action = str(data.get("by", "")), str(data.get("action", ""))
+            return cls(str(data["token"]), jobs, jobids, by, action)
         except (KeyError, TypeError, ValueError):
             raise DatabaseError(
                 "the intake hold to release is not one leaseguard took (no token or jobs): "
