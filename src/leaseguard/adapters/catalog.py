@@ -371,14 +371,12 @@ def _read_status_column(conn: Connection, contract: Contract, relation: str) -> 
         )
     is_enum, labels, not_null, index_key, type_oid = row
     enum_labels = tuple(str(label) for label in labels) if is_enum else None
-    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
-        if enum_labels is not None and (
-            missing := [s for s in getattr(contract, key) or () if s not in enum_labels]
-        ):
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
+        if missing := [s for s in getattr(contract, key) or () if s not in labels]:
             raise ConfigError(
                 f"{key} names {_shown(missing)}, not a label of the enum type of column "
                 f"{contract.status_column} in table {contract.table_label} "
-                f"(its labels: {_shown(list(enum_labels))})"
+                f"(its labels: {_shown(list(labels))})"
             )
     index = index_key if isinstance(index_key, str) else None
     return StatusColumn(enum_labels, bool(not_null), index, int(str(type_oid)) if is_enum else None)

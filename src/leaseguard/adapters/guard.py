@@ -110,7 +110,6 @@ def _judge_once(
             rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
             checked_at = rows[0][0]
-            assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
             _refuse_future_starts(subjects, bounds, as_of or checked_at)

@@ -223,8 +223,7 @@ def resume_recorded(
             return [], None, kept
         step.doing = "deleting the hold records"
         _forget(conn, [_record_name(r.job, r.token) for r in records])
-        held = {r.job for r, _ in kept}
-        free = sorted({r.job for r in records} - held)
+        free = sorted({r.job for r in records} - {r.job for r, _ in kept})
         # A job deleted and re-created under the held name since is not the one held: untouched.
         ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
         changes = cron.plan_changes(conn, dict.fromkeys(free, True))
