@@ -112,7 +112,7 @@ def test_a_large_table_with_the_index_from_index_sql_does_not_warn(db):
     db.psql(index_sql())
     first, _ = judge_twice(db)
     assert first.warnings == ()
-    assert uses_only_the_index(plan_of_guard_query(db), index_name(contract_from_mapping({})))
+    assert uses_only_the_index(plan_of_guard_query(db), index_name(contract_from_mapping({}).table))
 
 
 def test_a_small_table_does_not_warn_even_with_a_seq_scan(db):
@@ -163,7 +163,7 @@ def test_index_sql_creates_an_index_the_planner_uses_for_the_guard_query(
     assert plan_of_guard_query(db, **keys) == [("Seq Scan", table, None)]
     flags = ["--table", table, "--claimed-status", *claimed, "--queued-status", *queued]
     db.psql(index_sql(*flags))  # applied by psql, as a user would
-    name = index_name(contract_from_mapping(keys))
+    name = index_name(contract_from_mapping(keys).table)
     with db.connect() as conn:
         found = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", (name,))
         assert found.fetchone()[0] == 1
@@ -184,7 +184,7 @@ def test_an_enum_status_column_is_compared_natively_and_index_sql_serves_it(db):
     assert "table runs_enum" in warning
     assert "leaseguard index-sql" in warning
     db.psql(index_sql("--table", "runs_enum"))
-    name = index_name(contract_from_mapping({"table": "runs_enum"}))
+    name = index_name(contract_from_mapping({"table": "runs_enum"}).table)
     assert uses_only_the_index(plan_of_guard_query(db, table="runs_enum"), name)
     first, _ = judge_twice(db, table="runs_enum")
     assert first.warnings == ()

@@ -86,17 +86,17 @@ NAME_CASES = [
 
 @pytest.mark.parametrize(("table", "expected"), NAME_CASES)
 def test_index_name_is_table_plus_suffix(table, expected):
-    assert index_name(contract_from_mapping({"table": table})) == expected
+    assert index_name(contract_from_mapping({"table": table}).table) == expected
 
 
 @pytest.mark.parametrize("table", ["x" * 46, "y" * 63, "ä" * 31, "runs_" + "é" * 29])
 def test_a_long_table_name_gives_a_hashed_name_of_at_most_63_bytes(table):
-    name = index_name(contract_from_mapping({"table": table}))
+    name = index_name(contract_from_mapping({"table": table}).table)
     assert len(name.encode("utf-8")) <= 63
     assert name.endswith("_leaseguard_status")
     assert name.startswith(table[:10])
     # Two tables sharing a long prefix must not share an index name.
-    other = index_name(contract_from_mapping({"table": table[:-1] + "z"}))
+    other = index_name(contract_from_mapping({"table": table[:-1] + "z"}).table)
     assert other != name
 
 

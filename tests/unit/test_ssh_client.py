@@ -16,7 +16,8 @@ def _line(name, key):
 
 
 def _connection(host, port):
-    return SimpleNamespace(host=host, port=port, client=paramiko.SSHClient(), ssh_config={})
+    client = paramiko.SSHClient()
+    return SimpleNamespace(host=host, port=port, client=client, ssh_config={}, gateway=None)
 
 
 def test_an_edited_file_is_read_again(tmp_path):

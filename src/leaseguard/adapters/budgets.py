@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
+from functools import partial
 
 import psycopg
 
 from leaseguard.adapters import cron
-from leaseguard.adapters.db import connect
+from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
@@ -38,21 +38,18 @@ def converge_jobs(
     wanted = cron.validate_active(active) if active else {}
     plan = switched = None
     with path as conninfo:
+        connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
-            plan = _converge(
-                conninfo, declared, cron_database, on_drift, check_mode, connect_timeout_s
-            )
+            plan = _converge(connect_to, declared, cron_database, on_drift, check_mode)
             if plan.refusals:
                 return plan, None
         if wanted:
-            with connect(conninfo, connect_timeout_s, writable=True, dbname=cron_database) as conn:
+            with connect_to(dbname=cron_database) as conn:
                 switched = _set_active(conn, wanted, check_mode)
     return plan, switched
 
 
-def _set_active(
-    conn: psycopg.Connection[Any], wanted: Mapping[str, bool], check_mode: bool
-) -> cron.ActivePlan:
+def _set_active(conn: Connection, wanted: Mapping[str, bool], check_mode: bool) -> cron.ActivePlan:
     """The flags, but a held job stays paused (it would claim beside a restart or migration);
     under the holds' lock: a hold taken in between would be switched on."""
     with cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step:
@@ -75,15 +72,14 @@ def _set_active(
 
 
 def _converge(
-    conninfo: str,
+    connect_to: partial[Connection],
     declared: BudgetConfig,
     cron_db: str | None,
     on_drift: str,
     check: bool,
-    timeout_s: int,
 ) -> BudgetPlan:
     if cron_db and declared.database is None:  # the jobs run in conninfo's database
-        with connect(conninfo, timeout_s, writable=True) as conn:
+        with connect_to() as conn:
             try:
                 row = conn.execute("SELECT current_database()").fetchone()
             except psycopg.Error as exc:
@@ -96,7 +92,7 @@ def _converge(
         "/schedule_in_database" if declared.database else ""
     )
     with (
-        connect(conninfo, timeout_s, writable=True, dbname=cron_db) as conn,
+        connect_to(dbname=cron_db) as conn,
         cron.cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
     ):
         if not check:
@@ -117,7 +113,7 @@ def _converge(
     return replace(plan, applied=writing)
 
 
-def _write(conn: psycopg.Connection[Any], job: JobPlan, here: str) -> None:
+def _write(conn: Connection, job: JobPlan, here: str) -> None:
     """One job's write; every value a bind parameter."""
     new = (job.job.name, job.job.schedule, job.job.command)
     if job.action is Action.CREATE and job.database in (None, here):

@@ -7,17 +7,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
+from leaseguard.adapters.db import Connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
 from leaseguard.core.predicate import columns_query, owners_table, table_identifier
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 
-Connection = psycopg.Connection[tuple[object, ...]]
-
-_MAX_SHOWN_CHARS = 64  # a status value can be any length
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
     zip("vmfSciIt", ("a view", "a materialized view", "a foreign table", "a sequence",
@@ -25,8 +22,6 @@ _KIND_NAMES = dict(
 )  # fmt: skip
 # format_type() spells a precision when the column has one (ActiveRecord 7, Ecto: timestamp(6)).
 _TIME_TYPE = re.compile(r"timestamp(\(\d+\))? with(out)? time zone")
-# The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
-_TIME_KEYS = ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on")
 
 # A permissive `USING (true)` SELECT policy on `c` applies to {role}; no restrictive one.
 _SHOWS_ALL = sql.SQL("""
@@ -51,13 +46,12 @@ _LINEAGE = sql.SQL("""
 """).format(
     foreign=_DESCENDANTS.format(which=sql.SQL("k.relkind = 'f'")),
     subscribed=_DESCENDANTS.format(
-        which=sql.SQL(
-            "EXISTS (SELECT FROM pg_catalog.pg_subscription_rel AS s WHERE s.srrelid = k.oid)"
-        )
+        which=sql.SQL("k.oid IN (SELECT s.srrelid FROM pg_catalog.pg_subscription_rel AS s)")
     ),
 )
 # Always one row (oid NULL when no relation has the name): the server, the relation, whether
-# pg_locks is readable, and row-level security (row_security_active(): PostgreSQL's answer).
+# pg_locks is readable, row-level security (row_security_active(): PostgreSQL's answer), and
+# the schemas of tables (not parts of one) named like it elsewhere.
 _RELATION = sql.SQL("""
     SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
       (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
@@ -65,15 +59,23 @@ _RELATION = sql.SQL("""
       has_table_privilege('pg_catalog.pg_locks', 'SELECT')
         AND has_function_privilege('pg_catalog.pg_lock_status()', 'EXECUTE'),
       row_security_active(c.oid), pg_has_role(current_user, c.relowner, 'USAGE'), {shows},
-      {lineage}, c.relnamespace::regnamespace::text
+      {lineage}, c.relnamespace::regnamespace::text, cn.nspname::text,
+      (SELECT string_agg(n.nspname::text, ', ' ORDER BY n.nspname) FROM pg_catalog.pg_class AS o
+       JOIN pg_catalog.pg_namespace AS n ON n.oid = o.relnamespace
+       WHERE o.relname = c.relname AND o.oid <> c.oid AND o.relkind IN ('r', 'p', 'f')
+         AND o.relpersistence <> 't'
+         AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = o.oid))
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
-    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid""").format(
+    LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid
+    LEFT JOIN pg_catalog.pg_namespace AS cn ON cn.oid = c.relnamespace""").format(
     shows=_SHOWS_ALL.format(role=sql.SQL("current_user")), lineage=_LINEAGE
 )
-# A view and every relation it reads, through the views it reads.
-_VIEW_RELATIONS = sql.SQL("""
+# The relation (and the owners' table, when named) and every relation each reads, through the
+# views it reads.
+READ_RELATIONS = sql.SQL("""
     WITH RECURSIVE rel(oid) AS (
-        SELECT to_regclass(%(relation)s)::oid
+        SELECT unnest(ARRAY[pg_catalog.to_regclass(%(relation)s)::oid,
+                            pg_catalog.to_regclass(%(owners)s)::oid])
       UNION
         SELECT d.refobjid FROM rel JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = rel.oid
         JOIN pg_catalog.pg_depend AS d
@@ -100,7 +102,7 @@ _VIEW_BASES = sql.SQL(r"""
     FROM rel JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
     CROSS JOIN readers JOIN pg_catalog.pg_roles AS a ON a.oid = readers.oid
     WHERE c.relkind <> 'v' ORDER BY 1, 3""").format(
-    rel=_VIEW_RELATIONS, shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")), lineage=_LINEAGE
+    rel=READ_RELATIONS, shows=_SHOWS_ALL.format(role=sql.SQL("a.oid")), lineage=_LINEAGE
 )
 # The functions the views' queries call, themselves or as an operator's code (builtins are
 # pinned: PostgreSQL records no dependency on them).
@@ -115,7 +117,7 @@ _VIEW_FUNCTIONS = sql.SQL("""
     JOIN pg_catalog.pg_proc AS p
       ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::regclass THEN d.refobjid
                       ELSE o.oprcode::oid END
-    ORDER BY 1""").format(rel=_VIEW_RELATIONS)
+    ORDER BY 1""").format(rel=READ_RELATIONS)
 # The status column's enum labels, NOT NULL, type, and a plain btree leading with the column
 # ('column', preferred) or `status::text` ('text') in the comparison's collation.
 _STATUS_COLUMN = sql.SQL("""
@@ -166,16 +168,14 @@ def standby_message(where: str) -> str:
 
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
-    table = table_identifier(contract).as_string(conn)
-    label = contract.table_label
+    table, label = table_identifier(contract).as_string(conn), contract.table_label
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
     assert relation is not None
     zone, locks_readable = _check_relation(relation, contract)
     _check_lineage(relation[11:15], f"table {label}")
     _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
-        _check_view_bases(conn, table, label)
-        _check_view_functions(conn, table, label)
+        _check_view(conn, table, label)
     if owners := OWNERS.get(contract.claim_rule):
         _check_owners(conn, contract, owners, relation)
     if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
@@ -189,16 +189,26 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
-    for key in _TIME_KEYS:
-        time_column = contract.columns().get(key)
-        if time_column and not _TIME_TYPE.fullmatch(types[time_column]):
+    # The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
+    for key in ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on"):
+        if not (time_column := contract.columns().get(key)):
+            continue
+        if not _TIME_TYPE.fullmatch(types[time_column]):
             raise SchemaMismatch(
                 f"column {time_column} ({key}) of table {label} has type "
                 f"{types[time_column]}, expected a timestamp"
             )
-        if time_column:
-            _check_zone_known(contract, time_column, key, label, types[time_column], zone)
-    return _read_status_column(conn, contract, table)
+        _check_zone_known(contract, time_column, key, label, types[time_column], zone)
+    status_column = _read_status_column(conn, contract, table)
+    # No `schema`: the application's search_path (another role's, "$user") may find a namesake.
+    if contract.schema is None and relation[18] is not None:
+        raise SchemaMismatch(
+            f"table {label} is found in schema {relation[17]} along the guard's "
+            f"search_path, but schema(s) {relation[18]} also hold a table of that name: the "
+            "application's search_path may find another one, whose live claims the guard "
+            "would not see; set schema to the one the application writes"
+        )
+    return status_column
 
 
 def _check_zone_known(
@@ -270,19 +280,12 @@ def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
         )
 
 
-def _check_view_functions(conn: Connection, relation: str, label: str) -> None:
-    """A function a view calls may read anything (a materialized view, another server)."""
-    if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, {"relation": relation})]:
-        raise SchemaMismatch(
-            f"view {label} calls {', '.join(functions)}, which may read rows that are not the "
-            "live ones; judge a view only over tables, or name the table itself"
-        )
-
-
-def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
-    """relation_kind: view. Every relation it reads must be a table showing all its rows."""
+def _check_view(conn: Connection, relation: str, label: str) -> None:
+    """relation_kind: view. Every relation it reads must be a table showing all its rows; a
+    function it calls may read anything (a materialized view, another server)."""
+    params = {"relation": relation, "owners": None}
     for base, kind, reader, limited, shows_all, *lineage, has_children, says_only in conn.execute(
-        _VIEW_BASES, {"relation": relation}
+        _VIEW_BASES, params
     ).fetchall():
         _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
         if has_children and says_only:
@@ -303,6 +306,11 @@ def _check_view_bases(conn: Connection, relation: str, label: str) -> None:
                 "show only some of its rows and miss live work; let that role bypass it "
                 f"or add a policy that shows it every row, or name table {base} itself"
             )
+    if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, params)]:
+        raise SchemaMismatch(
+            f"view {label} calls {', '.join(functions)}, which may read rows that are not the "
+            "live ones; judge a view only over tables, or name the table itself"
+        )
 
 
 def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
@@ -362,22 +370,16 @@ def _read_status_column(conn: Connection, contract: Contract, relation: str) -> 
             f"{contract.table_label}"
         )
     is_enum, labels, not_null, index_key, type_oid = row
-    enum_labels = tuple(str(label) for label in labels) if is_enum else None  # type: ignore[attr-defined]
-    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
-        if enum_labels is not None and (
-            missing := [s for s in getattr(contract, key) or () if s not in enum_labels]
-        ):
+    enum_labels = tuple(str(label) for label in labels) if is_enum else None
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
+        if missing := [s for s in getattr(contract, key) or () if s not in labels]:
             raise ConfigError(
                 f"{key} names {_shown(missing)}, not a label of the enum type of column "
                 f"{contract.status_column} in table {contract.table_label} "
-                f"(its labels: {_shown(list(enum_labels))})"
+                f"(its labels: {_shown(list(labels))})"
             )
-    return StatusColumn(
-        enum_labels=enum_labels,
-        not_null=bool(not_null),
-        index_key=index_key if isinstance(index_key, str) else None,
-        type_oid=int(str(type_oid)) if is_enum else None,
-    )
+    index = index_key if isinstance(index_key, str) else None
+    return StatusColumn(enum_labels, bool(not_null), index, int(str(type_oid)) if is_enum else None)
 
 
 def quoted_status(value: object) -> str:
@@ -385,8 +387,7 @@ def quoted_status(value: object) -> str:
     if value is None:
         return "NULL"
     text = str(value)
-    cut = "..." if len(text) > _MAX_SHOWN_CHARS else ""
-    return json.dumps(text[:_MAX_SHOWN_CHARS] + cut, ensure_ascii=False)
+    return json.dumps(text[:64] + ("..." if len(text) > 64 else ""), ensure_ascii=False)
 
 
 def _shown(values: list[str]) -> str:

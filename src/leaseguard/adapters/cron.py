@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 
-from leaseguard.adapters.db import set_local_limits
+from leaseguard.adapters.db import Connection, set_local_limits
 from leaseguard.core.budgets import LiveJob
 from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
 
@@ -19,16 +18,15 @@ STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
 
 
-def read_live_jobs(conn: psycopg.Connection[Any], names: Sequence[str]) -> list[LiveJob]:
+def read_live_jobs(conn: Connection, names: Sequence[str]) -> list[LiveJob]:
     """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
     rows = conn.execute(
         "SELECT jobid, jobname, schedule, command, active, database "
         "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
         (list(names),),
-    ).fetchall()
+    )
     return [
-        LiveJob(int(r[0]), str(r[1]), str(r[2]), str(r[3]), bool(r[4]), r[5] and str(r[5]))
-        for r in rows
+        LiveJob(int(j), str(n), str(s), str(c), bool(a), d and str(d)) for j, n, s, c, a, d in rows
     ]
 
 
@@ -39,7 +37,7 @@ class CronStep:
 
 @contextmanager
 def cron_transaction(
-    conn: psycopg.Connection[Any], *, read_only: bool, privilege_hint: str
+    conn: Connection, *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
     """One time-boxed cron.job transaction; a failure rolls back naming step, database, SQLSTATE."""
     db = conn.info.dbname
@@ -135,10 +133,9 @@ class ActivePlan:
     @property
     def warnings(self) -> list[str]:
         return [
-            f"pg_cron job {job.job} does not exist; nothing to "
-            f"{'resume' if job.wanted else 'pause'}"
-            for job in self.jobs
-            if not job.exists
+            f"pg_cron job {j.job} does not exist; nothing to {'resume' if j.wanted else 'pause'}"
+            for j in self.jobs
+            if not j.exists
         ] + list(self.kept_paused)
 
 
@@ -154,7 +151,7 @@ def validate_active(wanted: object) -> dict[str, bool]:
     return dict(wanted)
 
 
-def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> list[ActiveChange]:
+def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
     live = read_live_jobs(conn, list(wanted))
     changes = []
@@ -171,9 +168,7 @@ def plan_changes(conn: psycopg.Connection[Any], wanted: Mapping[str, bool]) -> l
     return changes
 
 
-def apply_changes(
-    conn: psycopg.Connection[Any], step: CronStep, changes: Sequence[ActiveChange]
-) -> None:
+def apply_changes(conn: Connection, step: CronStep, changes: Sequence[ActiveChange]) -> None:
     """Switch the flags that change (in the caller's cron.job transaction)."""
     for change in changes:
         if change.changed:

@@ -22,6 +22,8 @@ from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, Schema
 from leaseguard.core.fleet import ClockOffset, controller_offset
 
 log = logging.getLogger("leaseguard.db")
+Connection = psycopg.Connection[tuple[Any, ...]]  # psycopg's TupleRow
+Cursor = psycopg.Cursor[tuple[Any, ...]]
 APPLICATION_NAME = "leaseguard"
 
 _PASSWORD_FROM = (  # where a password is set, not one
@@ -45,9 +47,6 @@ _CONNECT_CAUSES = (
 )
 
 
-_IS_CONNINFO = re.compile(r".*=|\s*postgres(?:ql)?://", re.DOTALL)
-
-
 def describe_target(conninfo: str) -> str:
     """host:port/dbname of a conninfo (or the PG* environment), without any secret."""
     try:
@@ -57,7 +56,7 @@ def describe_target(conninfo: str) -> str:
     host = params.get("host") or os.environ.get("PGHOST") or "default host"
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
     dbname = str(params.get("dbname") or os.environ.get("PGDATABASE") or "default database")
-    if _IS_CONNINFO.match(dbname):  # libpq reads it as a connection string: a password too
+    if re.match(r".*=|\s*postgres(?:ql)?://", dbname, re.DOTALL):  # libpq: a conninfo, secrets too
         dbname = "a database named by a connection string"
     return f"{host}:{port}/{dbname}"
 
@@ -71,7 +70,7 @@ def connect(
     timeout_s: float | None = None,
     user: str | None = None,
     password: str | None = None,
-) -> psycopg.Connection[tuple[object, ...]]:
+) -> Connection:
     """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit); never
     prepared on the server: a pooler in transaction mode may run the next one on another session."""
     try:
@@ -131,18 +130,14 @@ def read_transaction(conn: psycopg.Connection[Any]) -> Iterator[None]:
     conn.commit()
 
 
-def here_minus_database(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract
-) -> ClockOffset:
+def here_minus_database(conn: Connection, contract: Contract) -> ClockOffset:
     """This machine's clock minus the database's (clock_timestamp, not the transaction's now())."""
     before = time.time()
     with translate_errors(contract), read_transaction(conn):
-        row = conn.execute(
+        row: Any = conn.execute(
             "SELECT extract(epoch FROM pg_catalog.clock_timestamp())::float8"
         ).fetchone()
-    after = time.time()
-    assert row is not None
-    return controller_offset(float(row[0]), before, after)  # type: ignore[arg-type]
+    return controller_offset(float(row[0]), before, time.time())
 
 
 def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
@@ -160,9 +155,7 @@ def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
 
 
 @contextmanager
-def guard_transaction(
-    conn: psycopg.Connection[tuple[object, ...]], contract: Contract
-) -> Iterator[psycopg.Cursor[tuple[object, ...]]]:
+def guard_transaction(conn: Connection, contract: Contract) -> Iterator[Cursor]:
     """A read-only transaction with the guard's budgets: a migration's lock fails it in time."""
     with translate_errors(contract), read_transaction(conn):
         cur = conn.cursor()
@@ -192,12 +185,9 @@ def set_local_limits(
     search_path: no schema of the role's path shadows a builtin the guard calls (now(), `<`)."""
     # Times read back in the one style psycopg parses, whatever the role or database sets.
     settings = {**settings, "DateStyle": "ISO", "IntervalStyle": "postgres"}
-    values = [f"{v}ms" if isinstance(v, int) else v for v in settings.values()]
-    call = sql.SQL("pg_catalog.set_config(%s, %s, true)")
-    query = sql.SQL("SELECT {}, {}").format(
-        sql.SQL(", ").join([call] * len(settings)), _CATALOG_FIRST
-    )
-    executor.execute(query, [part for pair in zip(settings, values, strict=True) for part in pair])
+    params = [p for k, v in settings.items() for p in (k, f"{v}ms" if isinstance(v, int) else v)]
+    calls = sql.SQL(", ").join([sql.SQL("pg_catalog.set_config(%s, %s, true)")] * len(settings))
+    executor.execute(sql.SQL("SELECT {}, {}").format(calls, _CATALOG_FIRST), params)
 
 
 @contextmanager

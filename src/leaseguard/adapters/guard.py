@@ -8,11 +8,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import psycopg
 from psycopg import sql
 
-from leaseguard.adapters.catalog import StatusColumn, quoted_status, standby_message, verify_schema
-from leaseguard.adapters.db import guard_transaction
+from leaseguard.adapters.catalog import (
+    READ_RELATIONS,
+    StatusColumn,
+    quoted_status,
+    standby_message,
+    verify_schema,
+)
+from leaseguard.adapters.db import Connection, Cursor, guard_transaction
 from leaseguard.core import fleet, predicate
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import (
@@ -25,9 +30,6 @@ from leaseguard.core.errors import (
 )
 from leaseguard.core.presets import OWNERS
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
-
-Connection = psycopg.Connection[tuple[object, ...]]
-Cursor = psycopg.Cursor[tuple[object, ...]]
 
 MAX_NAMED = 10  # statuses named in one message; more are "and more"
 COUNT_CAP = 10_000  # rows counted per unclassified status; beyond, "more than"
@@ -103,14 +105,11 @@ def _judge_once(
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
-                found = verify_schema(conn, contract)
-                _refuse_namesakes(cur, contract)
-                status_column = found
+                status_column = verify_schema(conn, contract)
             # The counts first: they say whether the server is a standby, named before all.
             rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
             checked_at = rows[0][0]
-            assert isinstance(checked_at, datetime)
             if rows[0][1]:
                 raise NotPrimary(standby_message("the guard's connection"))
             _refuse_future_starts(subjects, bounds, as_of or checked_at)
@@ -168,57 +167,23 @@ def _judge_once(
     return verdicts, status_column
 
 
-# Tables (not parts of one) named like the judged table in other schemas than its own.
-_NAMESAKES = sql.SQL("""
-    SELECT string_agg(n.nspname::text, ', ' ORDER BY n.nspname), min(f.nspname::text)
-    FROM pg_catalog.pg_class AS c
-    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-    JOIN pg_catalog.pg_class AS t ON t.oid = pg_catalog.to_regclass(%(relation)s)
-    JOIN pg_catalog.pg_namespace AS f ON f.oid = t.relnamespace
-    WHERE c.relname = t.relname AND c.oid <> t.oid AND c.relkind IN ('r', 'p', 'f')
-      AND c.relpersistence <> 't'
-      AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = c.oid)""")
-
-
-def _refuse_namesakes(cur: Cursor, contract: Contract) -> None:
-    """No `schema`: the table found must be the only one of its name, or the application's
-    search_path (another role's, "$user") may find one the guard does not read."""
-    if contract.schema is not None:
-        return
-    relation = predicate.table_identifier(contract).as_string(cur)
-    row = cur.execute(_NAMESAKES, {"relation": relation}).fetchone()
-    if row is not None and row[0] is not None:
-        raise SchemaMismatch(
-            f"table {contract.table_label} is found in schema {row[1]} along the guard's "
-            f"search_path, but schema(s) {row[0]} also hold a table of that name: the "
-            "application's search_path may find another one, whose live claims the guard "
-            "would not see; set schema to the one the application writes"
-        )
-
-
 # The relations judged (the table, the owners', a view's bases; their partitions and children)
 # whose file changed after this snapshot was taken, or that it does not know (a copy renamed in
 # its place): ALTER TABLE's rewrite and TRUNCATE are not MVCC-safe, a snapshot older than them
 # reads the table as empty once their lock is gone. The snapshot's pg_class row has the old file;
 # names resolve, and pg_relation_filenode() reads, in the catalog as of now.
 _REWRITTEN = sql.SQL("""
-    WITH RECURSIVE named(oid) AS (
-        SELECT unnest(ARRAY[pg_catalog.to_regclass(%(relation)s)::oid,
-                            pg_catalog.to_regclass(%(owners)s)::oid])
+    {rel}, tree(oid) AS (
+        SELECT oid FROM rel
       UNION
-        SELECT d.refobjid FROM named JOIN pg_catalog.pg_rewrite AS w ON w.ev_class = named.oid
-        JOIN pg_catalog.pg_depend AS d
-          ON d.classid = 'pg_catalog.pg_rewrite'::regclass AND d.objid = w.oid
-         AND d.refclassid = 'pg_catalog.pg_class'::regclass AND d.refobjid <> named.oid
-    ), rel(oid) AS (
-        SELECT oid FROM named
-      UNION
-        SELECT i.inhrelid FROM rel JOIN pg_catalog.pg_inherits AS i ON i.inhparent = rel.oid
+        SELECT i.inhrelid FROM tree JOIN pg_catalog.pg_inherits AS i ON i.inhparent = tree.oid
     )
-    SELECT string_agg(rel.oid::regclass::text, ', ' ORDER BY rel.oid::regclass::text)
-    FROM rel LEFT JOIN pg_catalog.pg_class AS c ON c.oid = rel.oid
-    WHERE rel.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
-      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""")
+    SELECT string_agg(tree.oid::regclass::text, ', ' ORDER BY tree.oid::regclass::text)
+    FROM tree LEFT JOIN pg_catalog.pg_class AS c ON c.oid = tree.oid
+    WHERE tree.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
+      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""").format(
+    rel=READ_RELATIONS
+)
 
 
 def _refuse_rewritten(cur: Cursor, contract: Contract) -> None:

@@ -157,9 +157,8 @@ def restart_runtime(
             break
         time.sleep(min(POLL_S, left))
         reader = runner
-    after = restart.start_of(started)
-    result.update(before=before, after=after)
+    result.update(before=before, after=restart.start_of(started))
     if moved:
-        return {**result, "msg": restart.restarted_message(spec, before, after)}
+        return {**result, "msg": restart.restarted_message(spec, before, result["after"])}
     message = restart.not_moved_message(spec, before, started, error)
     return {**result, "failed": True, "msg": message}

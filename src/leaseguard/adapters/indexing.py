@@ -10,7 +10,7 @@ import psycopg
 from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn
-from leaseguard.adapters.db import read_transaction, set_local_limits
+from leaseguard.adapters.db import Connection, read_transaction, set_local_limits
 from leaseguard.core import predicate, presets
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
@@ -67,19 +67,13 @@ _SIZE = """
        OR c.oid IN (SELECT relid FROM pg_partition_tree(to_regclass(%(table)s)) WHERE isleaf)"""
 
 
-def _short_name(name: str) -> str:
-    """`name` when it fits in 63 bytes, else its head plus a hash and the suffix."""
-    if len(name.encode("utf-8")) <= MAX_IDENTIFIER_BYTES:
-        return name
-    stem = name.removesuffix(INDEX_SUFFIX)
-    tail = f"_{hashlib.sha256(stem.encode('utf-8')).hexdigest()[:8]}{INDEX_SUFFIX}"
+def index_name(table: str) -> str:
+    """`<table>_leaseguard_status`; over 63 bytes, the table's head, a hash of it, the suffix."""
+    if len(f"{table}{INDEX_SUFFIX}".encode()) <= MAX_IDENTIFIER_BYTES:
+        return f"{table}{INDEX_SUFFIX}"
+    tail = f"_{hashlib.sha256(table.encode('utf-8')).hexdigest()[:8]}{INDEX_SUFFIX}"
     budget = MAX_IDENTIFIER_BYTES - len(tail.encode("utf-8"))
-    return stem.encode("utf-8")[:budget].decode("utf-8", errors="ignore") + tail
-
-
-def index_name(contract: Contract) -> str:
-    """`<table>_leaseguard_status`, shortened (with a hash of the table name) to 63 bytes."""
-    return _short_name(contract.table + INDEX_SUFFIX)
+    return table.encode("utf-8")[:budget].decode("utf-8", errors="ignore") + tail
 
 
 def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql.Composable) -> str:
@@ -103,7 +97,7 @@ def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql
 def recommended_index_sql(contract: Contract) -> str:
     """CREATE INDEX CONCURRENTLY: building it must not block the claim loop it serves."""
     return _create_index(
-        contract, _CONCURRENTLY, index_name(contract), predicate.table_identifier(contract)
+        contract, _CONCURRENTLY, index_name(contract.table), predicate.table_identifier(contract)
     )
 
 
@@ -126,14 +120,14 @@ def offline_advice(contract: Contract) -> list[str]:
     ]
 
 
-def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contract) -> list[str]:
+def index_advice(conn: Connection, contract: Contract) -> list[str]:
     """What `leaseguard index-sql --dsn` prints: an index already serving the guard, or a recipe."""
     if (reason := _NO_INDEX_REASONS.get(contract.claim_rule)) is not None:
         return [reason]
     lead = contract.status_column if contract.has_status_column else contract.claimed_at_column
     table = predicate.table_identifier(contract).as_string(conn)
     with conn.transaction():
-        params = {"table": table, "column": lead, "own": index_name(contract)}
+        params = {"table": table, "column": lead, "own": index_name(contract.table)}
         row: Any = conn.execute(_TABLE, params).fetchone()
     if row is None:
         raise SchemaMismatch(f"table {contract.table_label} does not exist (or is not visible)")
@@ -145,7 +139,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
         ]
     if relkind != "p":
         return [INDEX_COMMENT, recommended_index_sql(contract)]
-    parent = index_name(contract)
+    parent = index_name(contract.table)
     only = sql.SQL("ONLY {}").format(predicate.table_identifier(contract))
     parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
     attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
@@ -156,7 +150,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
         _create_index(contract, sql.SQL("IF NOT EXISTS"), parent, only),
     ]
     for schema, partition in partitions:
-        child = _short_name(f"{partition}{INDEX_SUFFIX}")
+        child = index_name(partition)
         steps += [
             _create_index(contract, _CONCURRENTLY, child, sql.Identifier(schema, partition)),
             attach.format(parent_name, sql.Identifier(schema, child)).as_string(None),
@@ -165,10 +159,7 @@ def index_advice(conn: psycopg.Connection[tuple[object, ...]], contract: Contrac
 
 
 def advisory_plan_warning(
-    conn: psycopg.Connection[tuple[object, ...]],
-    contract: Contract,
-    verdict: Verdict,
-    status_column: StatusColumn | None = None,
+    conn: Connection, contract: Contract, verdict: Verdict, column: StatusColumn | None = None
 ) -> str | None:
     """A warning when a large table is seq-scanned (EXPLAIN) or unindexed; any error: None."""
     try:
@@ -197,7 +188,7 @@ def advisory_plan_warning(
             f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
             "with a sequential scan"
         )
-    elif status_column and status_column.reads_rows(contract) and status_column.index_key is None:
+    elif column and column.reads_rows(contract) and column.index_key is None:
         where = (
             f"the status check (every status classified) reads table {contract.table_label} "
             f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
@@ -207,7 +198,7 @@ def advisory_plan_warning(
         return None
     return (
         f"{where}; `leaseguard index-sql` (with the same contract options) prints the "
-        f"index {index_name(contract)} that keeps each check flat"
+        f"index {index_name(contract.table)} that keeps each check flat"
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import psycopg
 
 from leaseguard.adapters import cron
-from leaseguard.adapters.db import read_transaction
+from leaseguard.adapters.db import Connection, read_transaction
 from leaseguard.core.errors import DatabaseError
 
 log = logging.getLogger("leaseguard.pauses")
@@ -102,13 +102,9 @@ class Hold:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Hold:
         try:
-            return cls(
-                token=str(data["token"]),
-                jobs=tuple(str(j) for j in data["jobs"]),
-                jobids=tuple(int(i) for i in data.get("jobids", ())),
-                by=str(data.get("by", "")),
-                action=str(data.get("action", "")),
-            )
+            jobs, jobids = tuple(map(str, data["jobs"])), tuple(map(int, data.get("jobids", ())))
+            by, action = str(data.get("by", "")), str(data.get("action", ""))
+            return cls(str(data["token"]), jobs, jobids, by, action)
         except (KeyError, TypeError, ValueError):
             raise DatabaseError(
                 "the intake hold to release is not one leaseguard took (no token or jobs): "
@@ -129,7 +125,7 @@ def drain_identity(front: str, pid: int | None = None) -> str:
 
 
 def hold_jobs(
-    conn: psycopg.Connection[Any],
+    conn: Connection,
     names: Sequence[str],
     by: str,
     action: str = "drain",
@@ -185,7 +181,7 @@ def hold_jobs(
     )
 
 
-def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
+def release_hold(conn: Connection, hold: Hold) -> Release:
     """Let go of `hold`: delete its records; give back each job no other holder holds."""
     with _holds_transaction(conn) as step:
         others: dict[str, list[str]] = {}
@@ -205,7 +201,7 @@ def release_hold(conn: psycopg.Connection[Any], hold: Hold) -> Release:
 
 
 def resume_recorded(
-    conn: psycopg.Connection[Any], jobs: Sequence[str] | None = None, *, force: bool = False
+    conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
     """Give back every recorded hold (on `jobs`) whose holder is gone, or every one if `force`;
     the third item names the kept ones (a live or unverifiable holder's) and why."""
@@ -227,8 +223,7 @@ def resume_recorded(
             return [], None, kept
         step.doing = "deleting the hold records"
         _forget(conn, [_record_name(r.job, r.token) for r in records])
-        held = {r.job for r, _ in kept}
-        free = sorted({r.job for r in records} - held)
+        free = sorted({r.job for r in records} - {r.job for r, _ in kept})
         # A job deleted and re-created under the held name since is not the one held: untouched.
         ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
         changes = cron.plan_changes(conn, dict.fromkeys(free, True))
@@ -240,7 +235,7 @@ def resume_recorded(
 
 
 def wait_quiet(
-    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
+    connect: Callable[[], AbstractContextManager[Connection]],
     hold: Hold,
     *,
     timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
@@ -266,7 +261,7 @@ def wait_quiet(
             stop.wait(0.1)
 
 
-def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
+def lost_jobs(conn: Connection, hold: Hold) -> list[str]:
     """The held jobs switched back on, or re-created (active, a new jobid), since the hold."""
     with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
         rows = conn.execute(
@@ -279,13 +274,13 @@ def lost_jobs(conn: psycopg.Connection[Any], hold: Hold) -> list[str]:
     return [job for job, jobid in held if jobid in ids or job in names]
 
 
-def read_records(conn: psycopg.Connection[Any]) -> list[PauseRecord]:
+def read_records(conn: Connection) -> list[PauseRecord]:
     """Every hold record this role can see (raw psycopg errors)."""
     return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
 
 
 def leftover_warnings(
-    conn: psycopg.Connection[Any], *, exclude_by: str | None = None, own: Sequence[str] = ()
+    conn: Connection, *, exclude_by: str | None = None, own: Sequence[str] = ()
 ) -> list[str]:
     """Warnings for holds not given back but this run's (`own`: tokens); [] if unreadable."""
     try:
@@ -311,10 +306,7 @@ def leftover_warnings(
 
 
 def scan_leftovers(
-    connect: Callable[[], psycopg.Connection[Any]],
-    *,
-    exclude_by: str | None = None,
-    own: Sequence[str] = (),
+    connect: Callable[[], Connection], *, exclude_by: str | None = None, own: Sequence[str] = ()
 ) -> list[str]:
     """leftover_warnings over a connection of its own (closed after); [] if none opens."""
     try:
@@ -326,7 +318,7 @@ def scan_leftovers(
 
 
 @contextmanager
-def _holds_transaction(conn: psycopg.Connection[Any]) -> Iterator[cron.CronStep]:
+def _holds_transaction(conn: Connection) -> Iterator[cron.CronStep]:
     """A cron.job transaction that first takes the holds' lock: holds never interleave."""
     with cron.cron_transaction(conn, read_only=False, privilege_hint=_PRIVILEGE_HINT) as step:
         conn.execute(HOLDS_LOCK)
@@ -358,7 +350,7 @@ def _record_name(job: str, token: str) -> str:
     return f"{RECORD_PREFIX}{job}@{token}" if token else f"{RECORD_PREFIX}{job}"
 
 
-def _forget(conn: psycopg.Connection[Any], names: list[str]) -> None:
+def _forget(conn: Connection, names: list[str]) -> None:
     conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
 
 

@@ -95,9 +95,8 @@ def resolve_runtime_facts(
             if spec.default_s is None:
                 raise
             warnings.append(f"{exc}; assumed task_timeout.default_s={spec.default_s:g}")
-            timeout = TaskTimeout(
-                spec.default_s, f"default:{lookups.task_timeout_source(spec)}", True
-            )
+            source = f"default:{lookups.task_timeout_source(spec)}"
+            timeout = TaskTimeout(spec.default_s, source, assumed=True)
     started = given.get("runtime_started_at")
     if started is None:
         looked_up = seconds is None and not contract.rows_carry_expiry

@@ -30,8 +30,6 @@ from leaseguard.core.lookups import CommandResult
 
 log = logging.getLogger("leaseguard.tunnel")
 
-_JOIN_S = 2.0  # how long closing a tunnel waits for each of its threads
-
 
 @dataclass(frozen=True)
 class SshOptions:
@@ -61,17 +59,8 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     jumps = connection.ssh_config.get("proxyjump")
     if not options.gateway and jumps and isinstance(connection.gateway, Connection):
         connection.gateway = _jump_chain(jumps, options, config)
-    _verify_host_keys(connection, options)
+    trust_known_hosts(connection, options.known_hosts, options.accept_unknown_host_keys)
     return connection
-
-
-def _verify_host_keys(connection: Connection, options: SshOptions) -> None:
-    """Only known_hosts' keys trusted, on every jump host too (a Fabric config's `gateway`)."""
-    trust_known_hosts(connection, options.known_hosts)
-    policy = paramiko.WarningPolicy if options.accept_unknown_host_keys else paramiko.RejectPolicy
-    connection.client.set_missing_host_key_policy(policy())
-    if isinstance(connection.gateway, Connection):
-        _verify_host_keys(connection.gateway, options)
 
 
 def _connection(
@@ -115,8 +104,9 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
     return gateway
 
 
-def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
-    """Trust the host's keys: ~/.ssh/known_hosts', else UserKnownHostsFile's or `known_hosts`'."""
+def trust_known_hosts(connection: Connection, known_hosts: str | None, lax: bool = False) -> None:
+    """Trust only the host's keys: ~/.ssh/known_hosts', else UserKnownHostsFile's or `known_hosts`'
+    (unknown keys too if `lax`); on every jump host too (a Fabric config's `gateway`)."""
     port = int(connection.port)
     name = str(connection.host) if port == 22 else f"[{connection.host}]:{port}"
     configured = f"{connection.ssh_config.get('userknownhostsfile', '')} {known_hosts or ''}"
@@ -130,6 +120,10 @@ def trust_known_hosts(connection: Connection, known_hosts: str | None) -> None:
         entry = entry or keys.lookup(name)
     for keytype, key in (entry or {}).items():
         connection.client.get_host_keys().add(name, keytype, key)
+    policy = paramiko.WarningPolicy if lax else paramiko.RejectPolicy
+    connection.client.set_missing_host_key_policy(policy())
+    if isinstance(connection.gateway, Connection):
+        trust_known_hosts(connection.gateway, known_hosts, lax)
 
 
 def open_connection(connection: Connection) -> None:
@@ -168,9 +162,8 @@ def open_connection(connection: Connection) -> None:
                 f"({type(exc).__name__}); check its path (fab -i, connect_kwargs.key_filename, "
                 "IdentityFile, ansible_ssh_private_key_file)"
             ) from None
-        gate = connection.gateway
         through = ""
-        if isinstance(gate, Connection):
+        if isinstance(gate := connection.gateway, Connection):
             through = f" (through the jump host {given_name(gate)} ({gate.host}:{gate.port}))"
         raise TunnelError(
             f"host {named} unreachable: cannot connect over SSH ({type(exc).__name__}); "
@@ -264,7 +257,7 @@ class DatabaseTunnel:
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # bounded: a close stuck on a dead link must not hang the front
-            thread.join(timeout=_JOIN_S)
+            thread.join(timeout=2.0)
 
     def cut(self) -> None:
         """End every forwarded connection and the SSH connection; ensure() reconnects."""
