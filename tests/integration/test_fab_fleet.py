@@ -121,6 +121,8 @@ def test_fifty_hosts_drain_over_one_backend_and_print_one_object_a_line(hosts, c
             "--deadline-s",
             "3",
             "--json",
+            "--status-file",
+            str(tmp_path / "drain.json"),
         )
     finally:
         sampler.done.set()
@@ -129,6 +131,10 @@ def test_fifty_hosts_drain_over_one_backend_and_print_one_object_a_line(hosts, c
     results = [json.loads(line) for line in done.stdout.splitlines()]  # each line parses
     assert sorted(r["host"] for r in results) == sorted(hosts.targets())
     assert all(r["verdict"]["counts"]["live"] == 1 for r in results)
+    # The status file's rows are each host's view; its total counts the one claim once.
+    final = json.loads((tmp_path / "drain.json").read_text())
+    assert [row["counts"]["live"] for row in final["drains"]] == [1] * SIZE
+    assert final["counts"] == {"live": 1, "stale": 0, "orphaned": 0, "queued": 0}
     # Every host was judged from the first poll, and the polls were the fleet's, not a host's:
     # the drains of 50 hosts made about as many polls as one host's would.
     polls = [r["counters"]["polls"] for r in results]
@@ -267,6 +273,28 @@ def test_a_command_that_failed_on_one_host_is_not_reported_as_a_defer_of_another
     assert done.returncode == 3, done.stdout + done.stderr[-3000:]
     assert f"command failed: {idle.addr} exited 3" in done.stderr
     assert "decision=defer" in done.stdout
+
+
+def test_a_status_file_totals_the_claims_of_every_host_s_own_database(app_host_factory, tmp_path):
+    """Each host at its own loopback holds a live claim in a database of its own: two claims,
+    and the status file's total says two (hosts sharing one database count its claims once)."""
+    hosts = [app_host_factory(a, pg=True) for a in ("tot1", "tot2")]
+    for host in hosts:
+        with host.pg.connect(socket=True) as conn:
+            create_runs_table(conn)
+            conn.execute(
+                "INSERT INTO execution_runs (id, status, claimed_at) VALUES (1, 'running', now())"
+            )
+    config, status = own_databases_config(hosts, tmp_path), tmp_path / "drain.json"
+    argv = [sys.executable, "-m", "fabric", "-f", str(config)]
+    argv += [arg for h in hosts for arg in ("-i", str(h.client_key_path))]
+    argv += ["-H", ",".join(f"root@{h.addr}" for h in hosts), "drain", "--deadline-s", "1"]
+    argv += ["--poll-s", "0.2", "--status-file", str(status)]
+    done = subprocess.run(argv, cwd=REPO, env=clean_env(), capture_output=True, text=True)
+    assert done.returncode == 75, done.stdout + done.stderr[-3000:]
+    final = json.loads(status.read_text())
+    assert [row["counts"]["live"] for row in final["drains"]] == [1, 1]
+    assert final["counts"]["live"] == 2
 
 
 def test_a_pg_cron_drain_over_hosts_with_their_own_databases_refuses_instead_of_judging_one(

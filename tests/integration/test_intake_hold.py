@@ -620,16 +620,11 @@ def test_the_resume_playbook_keeps_a_hold_a_running_playbook_took(db, intake, tm
         "cron_database": "postgres",
     }
     hold = {"state": "held", "pause_cron_jobs": [intake], **connection}
+    resume = {"resume_recorded": True, **connection}
     tasks = [
         {"name": "hold", "leaseguard.deploy.intake_hold": hold, "register": "held"},
-        {
-            "name": "resume",
-            "leaseguard.deploy.cron_budget": {
-                "resume_recorded": True,
-                **{k: v for k, v in connection.items() if k != "tunnel"},
-                "tunnel": False,
-            },
-        },
+        {"name": "preview", "leaseguard.deploy.cron_budget": resume, "check_mode": True},
+        {"name": "resume", "leaseguard.deploy.cron_budget": resume},
         {
             "name": "release",
             "leaseguard.deploy.intake_hold": {
@@ -648,6 +643,9 @@ def test_the_resume_playbook_keeps_a_hold_a_running_playbook_took(db, intake, tm
     )
     run = run_playbook(path, inventory, tmp_path, env={"LEASEGUARD_DSN": ""})
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    preview = run.result("preview", "ctl")  # --check says what the run would keep, not resume
+    assert preview["records"] == [] and [k["job"] for k in preview["kept"]] == [intake]
+    assert "would resume" not in preview["msg"] and "kept 1 live hold" in preview["msg"]
     resumed = run.result("resume", "ctl")
     assert resumed["resumed"] == [] and [k["job"] for k in resumed["kept"]] == [intake]
     assert "is still running" in resumed["warnings"][0]

@@ -206,19 +206,12 @@ def resume_recorded(
     """Give back every recorded hold (on `jobs`) whose holder is gone, or every one if `force`;
     the third item names the kept ones (a live or unverifiable holder's) and why."""
     with _holds_transaction(conn) as step:
-        records, kept = [], []
-        for record in read_records(conn):
-            if jobs is not None and record.job not in jobs:
-                continue
-            why = record.holder_alive()
-            if why and force:
+        records, kept = resumable(read_records(conn), jobs, force=force)
+        for record in records if force else ():
+            if why := record.holder_alive():
                 log.warning(
                     "resume --force: giving back %s's hold on %s (%s)", record.by, record.job, why
                 )
-            elif why:
-                kept.append((record, why))
-                continue
-            records.append(record)
         if not records:
             return [], None, kept
         step.doing = "deleting the hold records"
@@ -232,6 +225,23 @@ def resume_recorded(
         ]
         cron.apply_changes(conn, step, changes)
     return records, cron.ActivePlan(tuple(changes)), kept
+
+
+def resumable(
+    records: Sequence[PauseRecord], jobs: Sequence[str] | None, *, force: bool
+) -> tuple[list[PauseRecord], list[tuple[PauseRecord, str]]]:
+    """The records (on `jobs`) a resume gives back, and those it keeps with why: a live or
+    unverifiable holder's, unless `force`."""
+    given: list[PauseRecord] = []
+    kept: list[tuple[PauseRecord, str]] = []
+    for record in records:
+        if jobs is None or record.job in jobs:
+            why = "" if force else record.holder_alive()
+            if why:
+                kept.append((record, why))
+            else:
+                given.append(record)
+    return given, kept
 
 
 def wait_quiet(

@@ -195,7 +195,7 @@ def drain_each(
 
     hosts = sorted(session.judged.each)
     for host in hosts:  # every host on the status board from the start, pending
-        board.observer(label_of(host))
+        board.observer(label_of(host), database=session)
     started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 

@@ -74,10 +74,16 @@ class StatusBoard:
         self.pid = os.getpid()
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
+        self._databases: dict[str, object] = {}  # host -> its database, when shared with others
 
-    def observer(self, host: str, intake: Intakes | None = None) -> HostObserver:
+    def observer(
+        self, host: str, intake: Intakes | None = None, *, database: object = None
+    ) -> HostObserver:
+        """`database`: hosts judged against one database (it names them) see the same claims."""
         with self.lock:
             row = self.rows.setdefault(host, _new_row(host))
+            if database is not None:
+                self._databases[host] = database
         return HostObserver(self, row, intake)
 
     def not_drained(self, host: str, error: LeaseguardError | None, *, stopped: bool) -> None:
@@ -100,6 +106,7 @@ class StatusBoard:
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
+            databases = [self._databases.get(row["host"], row["host"]) for row in rows]
         updated_at = time.time()
         errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
@@ -115,7 +122,7 @@ class StatusBoard:
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
             "exit_status": None if state == RUNNING else ended,
-            "counts": {name: sum(row["counts"][name] for row in rows) for name in COUNT_CLASSES},
+            "counts": _claims_counted_once(rows, databases),
             **{k: max((r[k] for r in rows), default=0.0) for k in _LONGEST},
             "paused_intake": sorted({name for row in rows for name in row["paused_intake"]}),
             "counters": {
@@ -171,6 +178,17 @@ class StatusBoard:
         if path in self._failing:
             self._failing.discard(path)
             log.info("drain status written again path=%s", path)
+
+
+def _claims_counted_once(rows: list[dict[str, Any]], databases: list[object]) -> dict[str, int]:
+    """Each class summed over databases: hosts sharing one see its claims each, so a database
+    counts as the most any of its hosts sees (50 hosts seeing one live claim: live=1)."""
+    most: dict[object, dict[str, int]] = {}
+    for row, database in zip(rows, databases, strict=True):
+        seen = most.setdefault(database, dict.fromkeys(COUNT_CLASSES, 0))
+        for name in COUNT_CLASSES:
+            seen[name] = max(seen[name], row["counts"][name])
+    return {name: sum(seen[name] for seen in most.values()) for name in COUNT_CLASSES}
 
 
 def _new_row(host: str) -> dict[str, Any]:

@@ -295,8 +295,10 @@ def resume_pauses(
     """What was recorded, resumed, vanished, kept (a live holder's, unless `force`)."""
     who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
-        if check_mode:
-            return {"records": [r.as_dict() for r in pauses.read_records(conn)], "resumed": []}
+        if check_mode:  # what the run would give back, and keep
+            found, keeps = pauses.resumable(pauses.read_records(conn), jobs, force=force)
+            would_keep = [{**record.as_dict(), "reason": why} for record, why in keeps]
+            return {"records": [r.as_dict() for r in found], "resumed": [], "kept": would_keep}
         records, plan, kept = pauses.resume_recorded(conn, jobs, force=force)
         where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
         if not records and not kept:
