@@ -332,6 +332,20 @@ def test_a_finished_drain_stays_readable_after_its_writer_exited(tmp_path):
     assert read_status(path)["available"] is True
 
 
+@pytest.mark.parametrize("state", ["running", "finished"])
+def test_a_pid_no_process_can_have_is_a_gone_writer_not_a_traceback(tmp_path, state):
+    path = written(tmp_path, pid=2**40, state=state, exit_status=0)  # a file moved here
+    assert read_status(path)["available"] is (state == "finished")
+
+
+def test_a_drain_without_files_builds_no_snapshot_per_poll(monkeypatch):
+    """A fleet's drains each report after every poll: without files that must cost nothing
+    (each snapshot copies every host's row: 500 hosts took 14 s a poll)."""
+    board = StatusBoard(None, None)
+    monkeypatch.setattr(board, "snapshot", lambda: pytest.fail("a snapshot nobody reads"))
+    board.observer("app1").after_poll(DrainResult(verdict("1"), DrainCounters(polls=1), 1.0, 9.0))
+
+
 def test_a_reused_pid_is_not_mistaken_for_the_writer(tmp_path):
     path = written(tmp_path, pid_started=1)  # our pid, but a different start time
     assert read_status(path)["available"] is False

@@ -39,6 +39,8 @@ CASES = [
     ({"app1": facts(3600, 600), "app2": facts(3600, None)}, "app1", 3600, None),
     # a single host is its own fleet
     ({"app1": facts(120, 30)}, "app1", 120, "app1"),
+    # a host named "" (a facts file's key) is a host like any other
+    ({"": facts(120, 30), "b": facts(60, 10)}, "", 120, ""),
 ]
 
 
@@ -52,7 +54,7 @@ def test_combine_takes_the_oldest_start_and_the_longest_lease(
     assert fleet.facts.task_timeout is not None
     assert fleet.facts.task_timeout.seconds == timeout_s
     assert fleet.facts.task_timeout.source.startswith(f"{lease_from}:")
-    expected_start = per_host[cutoff_from].runtime_started_at if cutoff_from else None
+    expected_start = None if cutoff_from is None else per_host[cutoff_from].runtime_started_at
     assert fleet.facts.runtime_started_at == expected_start
 
 

@@ -348,7 +348,7 @@ def process_alive(pid: int, started: int | None = None) -> bool:
     """Whether `pid` runs here and, given its `started`, is that process (not a reused pid)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # gone, or a pid no process can have
         return False
     except PermissionError:  # alive, another user's
         pass

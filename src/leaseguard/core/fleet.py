@@ -104,7 +104,7 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
     known = None not in starts.values()  # one unknown start: the cut-off is unknown
     cutoff_from = min(hosts, key=starts.__getitem__) if known else None  # type: ignore[arg-type]
-    own = timeouts[lease_from] if lease_from else None
+    own = timeouts[lease_from] if lease_from is not None else None  # a host may be named ""
     timeout = replace(own, source=f"{lease_from}:{own.source}") if own else None
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
@@ -112,7 +112,7 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
         for warning in per_host[host].warnings
     )
     replicas = tuple(f"{host}:{name}" for host in hosts for name in per_host[host].replicas)
-    started = starts[cutoff_from] if cutoff_from else None
+    started = starts[cutoff_from] if cutoff_from is not None else None
     facts = RuntimeFacts(timeout, started, warnings, replicas)
     return FleetFacts(facts, hosts, lease_from, cutoff_from, dict(per_host))
 

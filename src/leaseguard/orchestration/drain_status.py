@@ -137,6 +137,8 @@ class StatusBoard:
 
     def publish(self) -> None:
         """Rewrite both files; a failed write never stops the drain: it is logged once."""
+        if self.status_path is None and self.metrics_path is None:  # no snapshot per poll
+            return
         with self.lock:
             snapshot = self.snapshot()
             for path, text in self._texts(snapshot, indent=1):
@@ -301,8 +303,9 @@ def read_status(path: str | Path) -> dict[str, Any]:
     if problem := _shape_problem(snapshot):
         return unavailable(f"status file is not a leaseguard drain status ({problem})")
     pid, started = snapshot["pid"], snapshot.get("pid_started")
-    alive = process_alive(pid, started if isinstance(started, int) else None)  # not a reused pid
-    if snapshot["state"] == RUNNING and not alive:
+    if snapshot["state"] == RUNNING and not process_alive(  # the same process, not a reused pid
+        pid, started if isinstance(started, int) else None
+    ):
         stale = f"stale: writer pid {pid} is gone and the drain did not finish"
         return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}

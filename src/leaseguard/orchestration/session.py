@@ -106,7 +106,8 @@ class GuardSession:
         return self.judged.facts
 
     def judge(self) -> Verdict:
-        assert self.judged.each is None, "a session of several hosts judges with judge_each()"
+        if self.judged.each is not None:  # never the first host's verdict for a fleet's
+            raise TypeError("a session of several hosts judges with judge_each()")
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
