@@ -169,7 +169,7 @@ def test_index_sql_creates_an_index_the_planner_uses_for_the_guard_query(
         assert found.fetchone()[0] == 1
     scans = plan_of_guard_query(db, **keys)
     assert uses_only_the_index(scans, name)
-    # Claimed and queued rows in one scan of it (predicate.judged_condition), not two ORed.
+    # Claimed and queued rows in one scan of it (the predicate's status IN), not two ORed.
     assert sum(index == name for _, _, index in scans) == 1
     # IF NOT EXISTS: applying it twice is harmless.
     db.psql(index_sql(*flags))

@@ -39,17 +39,9 @@ class ClockOffset:
         """The clocks certainly differ by more than `configured_s`."""
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
-    @property
-    def direction(self) -> str:
-        return "ahead of" if self.offset_s > 0 else "behind"
-
-    def warning(self, host: str, configured_s: float) -> str:
-        return (
-            f"host {host} clock is {abs(self.offset_s):.3f}s {self.direction} the database "
-            f"clock (clock_skew_s={configured_s:g}); its runtime start was moved into the "
-            "database clock for the orphan cut-off "
-            f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
-        )
+    def off_by(self, decimals: int) -> str:
+        way = "ahead of" if self.offset_s > 0 else "behind"
+        return f"{abs(self.offset_s):.{decimals}f}s {way} the database clock"
 
 
 def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
@@ -61,10 +53,9 @@ def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
     if not (offset := here_minus_db).exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
     return (
-        f"this machine's clock is {abs(offset.offset_s):.1f}s {offset.direction} "
-        f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
-        "times in the database clock, but start times given here are read in this one; fix "
-        "the clocks (NTP)",
+        f"this machine's clock is {offset.off_by(1)} (more than {CONTROLLER_SKEW_BOUND_S:g}s): "
+        "every judgment compares times in the database clock, but start times given here are "
+        "read in this one; fix the clocks (NTP)",
     )
 
 
@@ -128,10 +119,17 @@ def in_database_clocks(
     """Every host's start time in the database clock, a host off by more than the skew warned."""
     moved = dict(per_host)
     for host, facts in per_host.items():
-        if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
-            warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
-            at = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            moved[host] = replace(facts, runtime_started_at=at, warnings=facts.warnings + warned)
+        if facts.runtime_started_at is None or (offset := offsets.get(host)) is None:
+            continue
+        warned = facts.warnings
+        if offset.exceeds(clock_skew_s):
+            warned += (
+                f"host {host} clock is {offset.off_by(3)} (clock_skew_s={clock_skew_s:g}); its "
+                "runtime start was moved into the database clock for the orphan cut-off "
+                f"(tolerance {offset.tolerance_s(clock_skew_s):.3f}s)",
+            )
+        at = in_database_clock(facts.runtime_started_at, offset.offset_s)
+        moved[host] = replace(facts, runtime_started_at=at, warnings=warned)
     return moved
 
 
@@ -166,46 +164,39 @@ def fleet_facts(
         if (problem := _report_problem(reports.get(host)))
     ]:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
-    per_host = {host: _host_facts(host, report, given_source) for host, report in reports.items()}
-    if not with_clocks:
-        return per_host, None
-    offsets = {}
-    for host in [h for h, facts in per_host.items() if facts.runtime_started_at is not None]:
-        clock = reports[host].get("clock")
-        try:
-            offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
-        except (KeyError, TypeError, ValueError):
-            raise LookupFailed(
-                f"host {host}: its lookup result has no clock reading (pass the registered "
-                "result of leaseguard.deploy.task_timeout as it is)"
-            ) from None
-    return per_host, offsets
-
-
-def _host_facts(host: str, report: Mapping[str, Any], given_source: str) -> RuntimeFacts:
-    """A bad value is a usage error naming host and key."""
-    if unknown := sorted(str(key) for key in report if key not in REPORT_KEYS):
-        raise ConfigError(
-            f"host {host}: unknown key(s) {', '.join(unknown)} "
-            "(expected task_timeout_s, runtime_started_at)"
-        )
-    timeout = None
-    started = report.get("runtime_started_at")
-    what = f"host {host}: runtime_started_at"
-    try:
-        if report.get("task_timeout_s") is not None:
-            seconds = parse_timeout_s(report["task_timeout_s"], what=f"host {host}: task_timeout_s")
-            source = str(report.get("source") or f"{given_source}:task_timeout_s")
-            timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
-        if started is not None and not isinstance(started, datetime):
-            started = parse_timestamp(str(started), what=what)
-    except LeaseguardError as exc:
-        raise ConfigError(str(exc)) from None
-    if isinstance(started, datetime) and started.tzinfo is None:  # YAML's unquoted timestamps
-        raise ConfigError(f"{what} has no timezone")
-    warnings = tuple(str(w) for w in report.get("warnings") or ())
-    replicas = tuple(str(name) for name in report.get("replicas") or ())
-    return RuntimeFacts(timeout, started, warnings, replicas)
+    per_host: dict[str, RuntimeFacts] = {}
+    offsets: dict[str, ClockOffset] = {}
+    for host, report in reports.items():
+        if unknown := sorted(str(key) for key in report if key not in REPORT_KEYS):
+            raise ConfigError(
+                f"host {host}: unknown key(s) {', '.join(unknown)} "
+                "(expected task_timeout_s, runtime_started_at)"
+            )
+        timeout, started, what = None, report.get("runtime_started_at"), f"host {host}: "
+        try:  # a bad value is a usage error naming host and key
+            if report.get("task_timeout_s") is not None:
+                seconds = parse_timeout_s(report["task_timeout_s"], what=what + "task_timeout_s")
+                source = str(report.get("source") or f"{given_source}:task_timeout_s")
+                timeout = TaskTimeout(seconds, source, assumed=bool(report.get("assumed")))
+            if started is not None and not isinstance(started, datetime):
+                started = parse_timestamp(str(started), what=what + "runtime_started_at")
+        except LeaseguardError as exc:
+            raise ConfigError(str(exc)) from None
+        if isinstance(started, datetime) and started.tzinfo is None:  # YAML's unquoted timestamps
+            raise ConfigError(f"{what}runtime_started_at has no timezone")
+        warnings = tuple(str(w) for w in report.get("warnings") or ())
+        replicas = tuple(str(name) for name in report.get("replicas") or ())
+        per_host[host] = RuntimeFacts(timeout, started, warnings, replicas)
+        if with_clocks and started is not None:
+            clock = report.get("clock")
+            try:
+                offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+            except (KeyError, TypeError, ValueError):
+                raise LookupFailed(
+                    f"host {host}: its lookup result has no clock reading (pass the registered "
+                    "result of leaseguard.deploy.task_timeout as it is)"
+                ) from None
+    return per_host, offsets if with_clocks else None
 
 
 def _report_problem(report: Any) -> str | None:

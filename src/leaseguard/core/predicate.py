@@ -38,7 +38,6 @@ def table_identifier(contract: Contract, table: str | None = None) -> sql.Identi
 
 
 def owners_table(contract: Contract, owners: presets.Owners) -> sql.Identifier:
-    """The owners' table (Solid Queue's, good_job's processes), in the claims table's schema."""
     return table_identifier(contract, owners.table)
 
 
@@ -65,6 +64,11 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     )
     col = contract.lease.expires_at_column
     expiry_null = sql.SQL("{} IS NULL").format(sql.Identifier(col)) if col else sql.SQL("false")
+    claimed, queued = claim_conditions(contract)
+    # With a status column one IN: one index scan, not a BitmapOr.
+    judged = sql.SQL("{} OR {}").format(claimed, queued)
+    if contract.has_status_column:
+        judged = _status_in(contract, "claimed", "queued")
     return sql.SQL(
         """
         SELECT lg_subject.lg_n,
@@ -84,8 +88,8 @@ def _judged_rows(contract: Contract) -> sql.Composed:
         """
     ).format(
         id=sql.Identifier(contract.id_column),
-        judged=judged_condition(contract),
-        queued=claim_conditions(contract)[1],
+        judged=judged,
+        queued=queued,
         held=held_condition(contract),
         claimed_at=claimed_at,
         expires=expiry(contract),
@@ -183,14 +187,6 @@ def held_condition(contract: Contract) -> sql.Composable:
         lock_type=sql.Identifier(str(owners.lock_type_column)),
         owner_key=_good_job_key(owners.table, sql.SQL("o.id")),
     )
-
-
-def judged_condition(contract: Contract) -> sql.Composable:
-    """Claimed or queued rows; with a status column one IN (one index scan, not a BitmapOr)."""
-    if contract.has_status_column:
-        return _status_in(contract, "claimed", "queued")
-    claimed, queued = claim_conditions(contract)
-    return sql.SQL("{} OR {}").format(claimed, queued)
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
@@ -305,8 +301,7 @@ def predicate_params(
 
 
 def _interval(seconds: float) -> timedelta:
-    """At most about 1000 years: claimed_at + it stays a timestamp PostgreSQL (and Python) can
-    hold, where a timeout of 1e12 s failed the query and 1e15 s raised OverflowError."""
+    """At most ~1000 years: claimed_at + it stays a timestamp PostgreSQL and Python can hold."""
     return timedelta(seconds=min(seconds, 365_250 * 86_400))
 
 

@@ -35,8 +35,6 @@ systemctl restart "$1" || rc=$?
 
 @dataclass(frozen=True)
 class RestartSpec:
-    """What to restart, on which host, with which budgets; `source`: the runtime lookup's."""
-
     method: str
     container: str = ""
     unit: str = ""
@@ -44,7 +42,7 @@ class RestartSpec:
     host: str = ""
     stop_timeout_s: int = 10
     verify_timeout_s: int = 60
-    source: str = "docker"
+    source: str = "docker"  # the runtime lookup's
 
     @property
     def verifies(self) -> bool:
@@ -53,7 +51,6 @@ class RestartSpec:
 
 
 def restart_argv(spec: RestartSpec) -> Argv:
-    """The argv restarting the runtime, with its stop budget between SIGTERM and KILL."""
     budget = str(int(spec.stop_timeout_s))
     if spec.method in ("docker", "podman"):
         return (spec.method, "restart", "--time", budget, spec.container)
@@ -63,7 +60,6 @@ def restart_argv(spec: RestartSpec) -> Argv:
 
 
 def restart_target(spec: RestartSpec) -> str:
-    """How messages name what is restarted: `docker container backend`, `unit x.service`."""
     if spec.method == "command":
         return f"command {shlex.join(spec.command)}"
     if spec.method == "systemd":
@@ -119,7 +115,6 @@ def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict
 
 
 def would_restart(spec: RestartSpec) -> dict[str, Any]:
-    """Check mode: what the real run would do."""
     return {
         **restart_result(spec, None, None),
         "msg": f"leaseguard (check mode): would restart {spec.host}: "
@@ -130,13 +125,11 @@ def would_restart(spec: RestartSpec) -> dict[str, Any]:
 def restarted_message(
     spec: RestartSpec, before: dict[str, Any], after: dict[str, Any] | None
 ) -> str:
-    if after is None:  # not checked: the runtime source reads no start time (missing: None)
-        return f"leaseguard: restarted {spec.host} (stop budget {spec.stop_timeout_s} s)"
-    return (
-        f"leaseguard: restarted {spec.host} "
-        f"(runtime started {before['runtime_started_at']} -> "
-        f"{after['runtime_started_at']}, stop budget {spec.stop_timeout_s} s)"
-    )
+    budget = f"stop budget {spec.stop_timeout_s} s"
+    if after is None:  # not checked: the runtime source reads no start time
+        return f"leaseguard: restarted {spec.host} ({budget})"
+    moved = f"{before['runtime_started_at']} -> {after['runtime_started_at']}"
+    return f"leaseguard: restarted {spec.host} (runtime started {moved}, {budget})"
 
 
 def not_moved_message(

@@ -18,8 +18,6 @@ class Decision(enum.StrEnum):
 
 @dataclass(frozen=True)
 class TaskTimeout:
-    """The protected system's configured task timeout, and where it was read."""
-
     seconds: float
     source: str
     assumed: bool = False  # True when the lookup found nothing and default_s was used
@@ -27,8 +25,6 @@ class TaskTimeout:
 
 @dataclass(frozen=True)
 class RuntimeFacts:
-    """What the host said: the task timeout, the runtime start, and any caveats."""
-
     task_timeout: TaskTimeout | None
     runtime_started_at: datetime | None
     warnings: tuple[str, ...] = ()
@@ -64,8 +60,6 @@ class LiveClaim:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What one check found. `decision` is DEFER as soon as one row is live."""
-
     counts: Counts
     live: tuple[LiveClaim, ...]
     checked_at: datetime
@@ -91,7 +85,6 @@ class Verdict:
         return EXIT_DEFER if self.decision is Decision.DEFER else EXIT_PROCEED
 
     def as_dict(self) -> dict[str, Any]:
-        """The verdict's JSON object, the same in every front."""
         timeout = self.task_timeout
         return {
             "decision": self.decision.value,

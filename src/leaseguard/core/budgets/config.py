@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, NoReturn
+from typing import Any, Literal, NoReturn
 
 from psycopg import sql
 
@@ -30,8 +30,7 @@ _FN_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 def shown(value: object) -> str:
     """`value` as a message shows it: repr, cut to a readable length."""
-    text = repr(value)
-    return text if len(text) <= 40 else text[:36] + "...'"
+    return text if len(text := repr(value)) <= 40 else text[:36] + "...'"
 
 
 def parse_budget_ms(value: object, *, where: str) -> int:
@@ -119,11 +118,6 @@ def render_command(function: FunctionName, budget_ms: int) -> str:
     return command.format(sql.Literal(format_budget(budget_ms)), name).as_string(None)
 
 
-class ParsedCommand(NamedTuple):
-    budget_ms: int | None  # None: none set
-    function: FunctionName
-
-
 class UnparseableCommand(ValueError):
     """A live command outside the grammar below; such a job is never rewritten."""
 
@@ -141,12 +135,12 @@ _TOKEN = re.compile(
 _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is understood"
 
 
-def _refuse(reason: str) -> NoReturn:
-    raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
+def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
+    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``: (budget_ms or None, f)."""
 
+    def _refuse(reason: str) -> NoReturn:
+        raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
 
-def parse_live_command(command: str) -> ParsedCommand:
-    """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``, any case, quoted or bare."""
     found = [(m.lastgroup or "", m.group(), m.start()) for m in _TOKEN.finditer(command)]
     if bad := next((token for token in found if token[0] == "bad"), None):
         _refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
@@ -173,11 +167,10 @@ def parse_live_command(command: str) -> ParsedCommand:
 
     budget_ms = None
     if optional("set"):
-        text = take("statement_timeout", kinds=("word", "qident"))[1]
-        if text.lower() == "local":
+        if optional("local"):
             _refuse("SET LOCAL is not understood")
-        if text.lower() == "session":
-            text = take("statement_timeout", kinds=("word", "qident"))[1]
+        optional("session")
+        text = take("statement_timeout", kinds=("word", "qident"))[1]
         if text.lower() != "statement_timeout":
             _refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
@@ -202,7 +195,7 @@ def parse_live_command(command: str) -> ParsedCommand:
     optional(";")
     if tokens:
         unexpected(tokens[-1], "the end of the command")
-    return ParsedCommand(budget_ms, function)
+    return budget_ms, function
 
 
 SECTION_KEYS = frozenset({"jobs", "overrides", "database"})
@@ -313,7 +306,6 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
         for key in ("schedule", "function", "budget"):
             if spec.get(key) is None:
                 raise ConfigError(f"{where}.{key} is required")
-        # Whitespace-normalised; pg_cron itself judges the syntax on write.
         schedule = spec["schedule"]
         if not isinstance(schedule, str) or not schedule.strip():
             raise ConfigError(f"{where}.schedule must be a cron schedule such as '* * * * *'")
@@ -321,8 +313,8 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
             raise ConfigError(f"{where}.schedule = {shown(schedule)} is not a cron schedule")
         function = parse_function_name(spec["function"], where=f"{where}.function")
         budget_ms = parse_budget_ms(spec["budget"], where=f"{where}.budget")
-        schedule = " ".join(schedule.split())
-        yield DeclaredJob(name, schedule, function, budget_ms, default_budget_ms=budget_ms)
+        # Whitespace-normalised; pg_cron itself judges the syntax on write.
+        yield DeclaredJob(name, " ".join(schedule.split()), function, budget_ms, budget_ms)
 
 
 def load_budget_config(path: str | Path) -> BudgetConfig:

@@ -211,27 +211,27 @@ def _plan_job(
         reason = f"{len(matches)} live pg_cron jobs share this name (jobids {ids})"
         return JobPlan(job, Action.AMBIGUOUS, live, database=live.database, reason=reason)
     try:
-        parsed = config.parse_live_command(live.command)
+        budget_ms, function = config.parse_live_command(live.command)
     except config.UnparseableCommand as exc:
         return JobPlan(job, Action.UNPARSEABLE, live, database=live.database, reason=str(exc))
     differs = {
         "schedule": " ".join(live.schedule.split()) != job.schedule,
-        "function": parsed.function != job.function,
-        "budget": parsed.budget_ms != job.budget_ms,
+        "function": function != job.function,
+        "budget": budget_ms != job.budget_ms,
         "database": database is not None and live.database != database,
     }
     changes = tuple(change for change, yes in differs.items() if yes)
     target = database if database is not None else live.database
     if not changes:
-        return JobPlan(job, Action.UNCHANGED, live, parsed.budget_ms, database=target)
+        return JobPlan(job, Action.UNCHANGED, live, budget_ms, database=target)
     if differs["budget"] and job.source == "default" and on_drift == "report":
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
         reason = (
-            f"live budget {format_optional(parsed.budget_ms) or 'none'} differs from the "
+            f"live budget {format_optional(budget_ms) or 'none'} differs from the "
             f"default {format_budget(job.budget_ms)} and no override declares it; "
             f"left untouched{pending}"
         )
-        return JobPlan(job, Action.DRIFT, live, parsed.budget_ms, changes, reason, live.database)
+        return JobPlan(job, Action.DRIFT, live, budget_ms, changes, reason, live.database)
     reason = f"{', '.join(changes)} differ(s)"
-    return JobPlan(job, Action.UPDATE, live, parsed.budget_ms, changes, reason, target)
+    return JobPlan(job, Action.UPDATE, live, budget_ms, changes, reason, target)
