@@ -35,6 +35,10 @@ FUNCTIONS = {
 DEFAULTS = {"claim": "3s", "compute": "60s", "publish": "3s"}
 
 
+def job_in(plan, name):
+    return next(job for job in plan.jobs if job.job.name == name)
+
+
 def section(prefix, *, overrides=None, budgets=None, functions=None):
     """The issue's cron_budgets section, with job names unique to this test."""
     budgets = {**DEFAULTS, **(budgets or {})}
@@ -158,9 +162,9 @@ def test_the_production_override_survives_a_routine_run_and_staging_stays_3s(app
         prod_run = converge(app, config_for(app, overrides=PRODUCTION), "production")
         staging_run = converge(staging, config_for(staging, overrides=PRODUCTION), "staging")
         assert not prod_run.changed and not staging_run.changed
-        publish = prod_run.job(f"{app.name}_publish")
+        publish = job_in(prod_run, f"{app.name}_publish")
         assert (publish.live_budget_ms, publish.job.source_label) == (6000, "override:production")
-        assert staging_run.job(f"{staging.name}_publish").live_budget_ms == 3000
+        assert job_in(staging_run, f"{staging.name}_publish").live_budget_ms == 3000
         assert "'6s'" in cron_jobs(pg_cluster, app.name)[f"{app.name}_publish"][1]
         assert "'3s'" in cron_jobs(pg_cluster, staging.name)[f"{staging.name}_publish"][1]
 
@@ -193,8 +197,8 @@ def test_a_refused_job_keeps_every_job_from_being_written(app, kind):
     unschedule_job(app.cluster, f"{app.name}_compute")
     before = cron_jobs(app.cluster, app.name)
     plan = converge(app, config, "staging", on_drift=on_drift)
-    assert plan.job(name).action is action
-    assert plan.job(f"{app.name}_compute").action is Action.CREATE
+    assert job_in(plan, name).action is action
+    assert job_in(plan, f"{app.name}_compute").action is Action.CREATE
     assert plan.changed and not plan.applied and not plan.converged
     assert cron_jobs(app.cluster, app.name) == before
     assert before[name][1] == hand_made and f"{app.name}_compute" not in before
@@ -460,7 +464,7 @@ def test_a_role_seeing_only_its_own_jobs_warns_that_it_may_duplicate_anothers(ap
         plan = converge_jobs(contextlib.nullcontext(dsn), config.declare(), cron_database=CRON_DB)[
             0
         ]
-        assert plan.job(name).action is Action.CREATE
+        assert job_in(plan, name).action is Action.CREATE
         assert plan.own_jobs_only == role
         assert (
             f"job {name}: no job of this name among role {role}'s own; pg_cron shows each role "
@@ -469,5 +473,5 @@ def test_a_role_seeing_only_its_own_jobs_warns_that_it_may_duplicate_anothers(ap
         ) in plan.warnings
     superuser_run = converge(app, config, check_mode=True)
     assert superuser_run.own_jobs_only is None
-    assert superuser_run.job(name).action is Action.DRIFT
+    assert job_in(superuser_run, name).action is Action.DRIFT
     assert not [w for w in superuser_run.warnings if "own jobs" in w]

@@ -83,6 +83,10 @@ INVALID_CASES = [
 ]
 
 
+def job_in(plan, name):
+    return next(job for job in plan.jobs if job.job.name == name)
+
+
 @pytest.mark.parametrize(("value", "ms", "canonical"), VALID_CASES)
 def test_budgets_normalise_to_milliseconds_and_render_canonically(value, ms, canonical):
     assert parse_budget_ms(value, where=WHERE) == ms
@@ -482,7 +486,7 @@ class TestPlan:
         plan = plan_budgets(config.declare(None), [])
         assert set(states(plan).values()) == {Action.CREATE}
         assert plan.changed and not plan.converged
-        claim = plan.job("claim")
+        claim = job_in(plan, "claim")
         assert claim.new_command == (
             'set statement_timeout = \'3s\'; select "public"."claim_stats_projection_job_v1"();'
         )
@@ -501,18 +505,18 @@ class TestPlan:
             command="SET statement_timeout TO 3000; SELECT public.claim_stats_projection_job_v1()",
         )
         plan = plan_budgets(config.declare(None), [spelt, *converged_live()[1:]])
-        assert plan.job("claim").action is Action.UNCHANGED
+        assert job_in(plan, "claim").action is Action.UNCHANGED
 
     def test_the_production_override_matches_a_live_6s_publish(self, config):
         plan = plan_budgets(config.declare("production"), converged_live(publish="6s"))
-        publish = plan.job("publish")
+        publish = job_in(plan, "publish")
         assert publish.action is Action.UNCHANGED
         assert (publish.live_budget_ms, publish.job.source_label) == (6000, "override:production")
         assert not plan.changed and plan.drift == ()
 
     def test_an_override_is_written_when_live_still_has_the_default(self, config):
         plan = plan_budgets(config.declare("production"), converged_live(publish="3s"))
-        publish = plan.job("publish")
+        publish = job_in(plan, "publish")
         assert publish.action is Action.UPDATE
         assert publish.changes == ("budget",)
         assert "'6s'" in publish.new_command
@@ -520,7 +524,7 @@ class TestPlan:
 
     def test_a_live_6s_without_a_declared_override_is_drift_and_left_alone(self, config):
         plan = plan_budgets(config.declare("staging"), converged_live(publish="6s"))
-        publish = plan.job("publish")
+        publish = job_in(plan, "publish")
         assert publish.action is Action.DRIFT
         assert not publish.writes and not plan.changed and not plan.converged
         assert publish.after() == publish.before()
@@ -537,12 +541,12 @@ class TestPlan:
 
     def test_a_routine_run_without_environment_never_reverts_production(self, config):
         plan = plan_budgets(config.declare(None), converged_live(publish="6s"))
-        assert plan.job("publish").action is Action.DRIFT
+        assert job_in(plan, "publish").action is Action.DRIFT
         assert not plan.changed
 
     def test_on_drift_apply_overwrites_and_still_reports_the_lowering(self, config):
         plan = plan_budgets(config.declare(None), converged_live(publish="6s"), on_drift="apply")
-        publish = plan.job("publish")
+        publish = job_in(plan, "publish")
         assert publish.action is Action.UPDATE and plan.changed
         assert plan.drift[0]["applied"] is True
         assert plan.warnings == (
@@ -554,7 +558,7 @@ class TestPlan:
             {**SECTION, "overrides": {"production": {"publish": "4s"}}}
         )
         plan = plan_budgets(config.declare("production"), converged_live(publish="6s"))
-        assert plan.job("publish").action is Action.UPDATE
+        assert job_in(plan, "publish").action is Action.UPDATE
         assert plan.warnings == (
             "job publish: lowering the live statement budget 6s -> 4s (source override:production)",
         )
@@ -562,11 +566,11 @@ class TestPlan:
 
     def test_a_raised_default_is_drift_too_until_converged_deliberately(self, config):
         plan = plan_budgets(config.declare(None), [live("claim", "2s"), *converged_live()[1:]])
-        assert plan.job("claim").action is Action.DRIFT
+        assert job_in(plan, "claim").action is Action.DRIFT
         applied = plan_budgets(
             config.declare(None), [live("claim", "2s"), *converged_live()[1:]], on_drift="apply"
         )
-        assert applied.job("claim").action is Action.UPDATE
+        assert job_in(applied, "claim").action is Action.UPDATE
         assert applied.warnings == ()
 
     def test_a_live_command_without_a_budget_is_drift_and_applying_it_warns(self, config):
@@ -580,27 +584,27 @@ class TestPlan:
     def test_a_schedule_change_keeps_the_live_command_spelling(self, config):
         moved = live("claim", schedule="*/2 * * * *")
         plan = plan_budgets(config.declare(None), [moved, *converged_live()[1:]])
-        claim = plan.job("claim")
+        claim = job_in(plan, "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("schedule",))
         assert (claim.new_schedule, claim.new_command) == ("* * * * *", None)
         assert claim.after()["command"] == moved.command
 
     def test_a_new_function_rewrites_the_command(self, config):
         old = live("claim", function=FunctionName("public", "claim_v0"))
-        claim = plan_budgets(config.declare(None), [old]).job("claim")
+        claim = job_in(plan_budgets(config.declare(None), [old]), "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("function",))
         assert "claim_stats_projection_job_v1" in claim.new_command
 
     def test_drift_holds_back_the_other_changes_of_that_job(self, config):
         old = live("publish", "6s", schedule="*/2 * * * *")
-        publish = plan_budgets(config.declare(None), [old]).job("publish")
+        publish = job_in(plan_budgets(config.declare(None), [old]), "publish")
         assert publish.action is Action.DRIFT
         assert publish.reason.endswith("left untouched; also pending: schedule")
 
     def test_an_unparseable_live_command_is_refused_and_reported(self, config):
         odd = live("claim", command="set statement_timeout='3s'; select public.x(); select 1")
         plan = plan_budgets(config.declare(None), [odd, *converged_live()[1:]], on_drift="apply")
-        claim = plan.job("claim")
+        claim = job_in(plan, "claim")
         assert claim.action is Action.UNPARSEABLE and not claim.writes
         assert not plan.changed and not plan.converged
         assert plan.warnings[0].startswith("job claim: live command not understood (expected ")
@@ -610,19 +614,19 @@ class TestPlan:
         secret = "select public.notify('tok-S3CRET')"
         for jobs in ([live("claim", command=secret)], [live("claim", command=secret)] * 2):
             plan = plan_budgets(config.declare(None), [*jobs, *converged_live()[1:]])
-            assert plan.job("claim").refused
+            assert job_in(plan, "claim").refused
             shown = json.dumps([plan.as_dict(), plan.diff()])
             assert "S3CRET" not in shown
-            assert plan.job("claim").before()["command"] == HIDDEN_COMMAND
+            assert job_in(plan, "claim").before()["command"] == HIDDEN_COMMAND
         # a command of the grammar is shown as it is: its one literal is the budget
-        compute = plan.job("compute").before()["command"]
+        compute = job_in(plan, "compute").before()["command"]
         assert compute == render_command(
             FunctionName("public", "compute_stats_projection_job_v1"), 60_000
         )
 
     def test_two_live_jobs_of_one_name_are_refused(self, config):
         plan = plan_budgets(config.declare(None), [live("claim"), live("claim", jobid=9)])
-        assert plan.job("claim").action is Action.AMBIGUOUS
+        assert job_in(plan, "claim").action is Action.AMBIGUOUS
         assert plan.warnings == (
             "job claim: 2 live pg_cron jobs share this name (jobids 1, 9); left untouched",
         )
@@ -630,7 +634,7 @@ class TestPlan:
     def test_a_job_in_another_database_is_moved(self, config):
         declared = config.declare(None)
         moved = type(declared)(declared.jobs, None, "other")
-        claim = plan_budgets(moved, converged_live()).job("claim")
+        claim = job_in(plan_budgets(moved, converged_live()), "claim")
         assert (claim.action, claim.changes, claim.new_database) == (
             Action.UPDATE,
             ("database",),

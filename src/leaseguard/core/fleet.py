@@ -39,9 +39,17 @@ class ClockOffset:
         """The clocks certainly differ by more than `configured_s`."""
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
-    def off_by(self, decimals: int) -> str:
-        way = "ahead of" if self.offset_s > 0 else "behind"
-        return f"{abs(self.offset_s):.{decimals}f}s {way} the database clock"
+    @property
+    def direction(self) -> str:
+        return "ahead of" if self.offset_s > 0 else "behind"
+
+    def warning(self, host: str, configured_s: float) -> str:
+        return (
+            f"host {host} clock is {abs(self.offset_s):.3f}s {self.direction} the database "
+            f"clock (clock_skew_s={configured_s:g}); its runtime start was moved into the "
+            "database clock for the orphan cut-off "
+            f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
+        )
 
 
 def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
@@ -53,9 +61,10 @@ def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
     if not (offset := here_minus_db).exceeds(CONTROLLER_SKEW_BOUND_S):
         return ()
     return (
-        f"this machine's clock is {offset.off_by(1)} (more than {CONTROLLER_SKEW_BOUND_S:g}s): "
-        "every judgment compares times in the database clock, but start times given here are "
-        "read in this one; fix the clocks (NTP)",
+        f"this machine's clock is {abs(offset.offset_s):.1f}s {offset.direction} "
+        f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
+        "times in the database clock, but start times given here are read in this one; fix "
+        "the clocks (NTP)",
     )
 
 
@@ -119,17 +128,10 @@ def in_database_clocks(
     """Every host's start time in the database clock, a host off by more than the skew warned."""
     moved = dict(per_host)
     for host, facts in per_host.items():
-        if facts.runtime_started_at is None or (offset := offsets.get(host)) is None:
-            continue
-        warned = facts.warnings
-        if offset.exceeds(clock_skew_s):
-            warned += (
-                f"host {host} clock is {offset.off_by(3)} (clock_skew_s={clock_skew_s:g}); its "
-                "runtime start was moved into the database clock for the orphan cut-off "
-                f"(tolerance {offset.tolerance_s(clock_skew_s):.3f}s)",
-            )
-        at = in_database_clock(facts.runtime_started_at, offset.offset_s)
-        moved[host] = replace(facts, runtime_started_at=at, warnings=warned)
+        if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
+            warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
+            at = in_database_clock(facts.runtime_started_at, offset.offset_s)
+            moved[host] = replace(facts, runtime_started_at=at, warnings=facts.warnings + warned)
     return moved
 
 

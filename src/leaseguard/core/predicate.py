@@ -22,14 +22,14 @@ _SUBJECTS = sql.SQL(
     "WITH ORDINALITY AS lg_subject(lg_lease, lg_orphan_cutoff, lg_n)"
 )
 LEASE = sql.SQL("lg_subject.lg_lease")
+Subject = tuple[float | None, datetime | None]  # (lease seconds, orphan cut-off)
 # The one-bigint advisory lock keys (objsubid 1) other sessions of this database hold right now
 # (pg_locks is no MVCC snapshot: a session that died has released everything); no waiters.
 _HELD_KEYS = sql.SQL(
     "ARRAY(SELECT (l.classid::bigint << 32) | l.objid::bigint FROM pg_catalog.pg_locks AS l "
     "WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted "
-    "AND l.pid IS DISTINCT FROM pg_backend_pid() "
-    "AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d "
-    "WHERE d.datname = current_database()))"
+    "AND l.pid IS DISTINCT FROM pg_backend_pid() AND l.database = "
+    "(SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = current_database()))"
 )
 
 
@@ -306,10 +306,7 @@ def _interval(seconds: float) -> timedelta:
 
 
 def subjects_params(
-    contract: Contract,
-    subjects: Sequence[tuple[float | None, datetime | None]],
-    *,
-    as_of: datetime | None = None,
+    contract: Contract, subjects: Sequence[Subject], *, as_of: datetime | None = None
 ) -> dict[str, Any]:
     """Bind values for both queries: each subject's (lease seconds, orphan cut-off), in order."""
     params: dict[str, Any] = {

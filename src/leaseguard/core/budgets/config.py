@@ -19,10 +19,7 @@ from leaseguard.core.errors import ConfigError
 # A cron step's budget beyond a day is a unit mistake (ms written as s), not a budget.
 MAX_BUDGET_MS = 86_400_000
 _UNITS_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
-_BUDGET = re.compile(
-    r"\s*(?P<sign>[-+]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[A-Za-z]*)\s*",
-    re.ASCII,
-)
+_BUDGET = re.compile(r"\s*([-+]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z]*)\s*", re.ASCII)
 _EXAMPLES = "such as 3s, 1500ms or 1min"
 _JOB_NAME = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9_.:-]{{0,{MAX_IDENTIFIER_BYTES - 1}}}")
 _FN_EXAMPLE = "public.claim_stats_projection_job_v1"
@@ -45,12 +42,13 @@ def parse_budget_ms(value: object, *, where: str) -> int:
         raise ConfigError(f"{where} is empty: give a statement budget {_EXAMPLES}")
     if (match := _BUDGET.fullmatch(text)) is None:
         raise ConfigError(expected)
-    unit, number, got = match["unit"], Decimal(match["number"]), shown(value)
+    sign, number, unit = match.groups()
+    number, got = Decimal(number), shown(value)
     if unit and unit not in _UNITS_MS:
         raise ConfigError(f"{where}: unknown unit {unit!r} in {got}; use ms, s, min, h or d")
     if not unit and number != number.to_integral_value():
         raise ConfigError(f"{where}: a bare number means milliseconds and must be whole, got {got}")
-    if match["sign"] == "-" and number:
+    if sign == "-" and number:
         raise ConfigError(f"{where} must be greater than 0, got {got}")
     ms = number * _UNITS_MS[unit or "ms"]
     if ms == 0:
@@ -180,7 +178,7 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
             budget_ms = parse_budget_ms(value, where="statement_timeout")
         except ConfigError as exc:
             number = _BUDGET.fullmatch(value)
-            if number is None or number["unit"] not in ("", *_UNITS_MS):  # a secret?
+            if number is None or number[3] not in ("", *_UNITS_MS):  # an unknown unit: a secret?
                 _refuse(
                     f"statement_timeout is set to a string literal that is not a budget {_EXAMPLES}"
                 )
@@ -204,12 +202,10 @@ JOB_KEYS = frozenset({"schedule", "function", "budget"})
 
 @dataclass(frozen=True)
 class DeclaredJob:
-    """A job with the budget a run would write, and where that budget comes from."""
-
     name: str
     schedule: str
     function: FunctionName
-    budget_ms: int
+    budget_ms: int  # the one a run writes
     default_budget_ms: int
     source: Literal["default", "override"] = "default"
     environment: str | None = None
@@ -225,11 +221,9 @@ class DeclaredJob:
 
 @dataclass(frozen=True)
 class BudgetConfig:
-    """The section; `database`: where the jobs run (None: cron's)."""
-
     jobs: tuple[DeclaredJob, ...]
     overrides: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    database: str | None = None
+    database: str | None = None  # where the jobs run (None: cron's)
     environment: str | None = None
 
     def declare(self, environment: str | None = None) -> BudgetConfig:

@@ -166,9 +166,6 @@ class BudgetPlan:
     def converged(self) -> bool:
         return all(j.action is Action.UNCHANGED or (j.writes and self.applied) for j in self.jobs)
 
-    def job(self, name: str) -> JobPlan:
-        return next(job for job in self.jobs if job.job.name == name)
-
     def diff(self) -> dict[str, dict[str, Any]]:
         """Ansible's diff: ``before``/``after`` keyed by job name."""
         return {
