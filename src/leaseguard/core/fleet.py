@@ -75,8 +75,6 @@ def chained(host: ClockOffset, here: ClockOffset) -> ClockOffset:
 
 @dataclass(frozen=True)
 class FleetFacts:
-    """Combined facts, and which host supplied each one."""
-
     facts: RuntimeFacts
     hosts: tuple[str, ...]
     lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
@@ -118,7 +116,6 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
 
 
 def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> datetime | None:
-    """A host's start time expressed in the database clock (offset = host minus database)."""
     return None if started_at is None else started_at - timedelta(seconds=host_minus_db_s)
 
 

@@ -66,7 +66,7 @@ def _judged_rows(contract: Contract) -> sql.Composed:
     expiry_null = sql.SQL("{} IS NULL").format(sql.Identifier(col)) if col else sql.SQL("false")
     claimed, queued = claim_conditions(contract)
     # With a status column one IN: one index scan, not a BitmapOr.
-    judged = sql.SQL("{} OR {}").format(claimed, queued)
+    judged: sql.Composable = sql.SQL("{} OR {}").format(claimed, queued)
     if contract.has_status_column:
         judged = _status_in(contract, "claimed", "queued")
     return sql.SQL(
@@ -190,7 +190,6 @@ def held_condition(contract: Contract) -> sql.Composable:
 
 
 def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable]:
-    """(row is claimed, row is queued) as SQL conditions, by the contract's claim rule."""
     rule, claimed_at = contract.claim_rule, sql.Identifier(contract.claimed_at_column)
     if rule == presets.LOCKED_AT_RULE:
         # graphile-worker (sql/000011.sql, is_available): unlocked with attempts left is

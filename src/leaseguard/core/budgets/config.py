@@ -26,7 +26,6 @@ _FN_EXAMPLE = "public.claim_stats_projection_job_v1"
 
 
 def shown(value: object) -> str:
-    """`value` as a message shows it: repr, cut to a readable length."""
     return text if len(text := repr(value)) <= 40 else text[:36] + "...'"
 
 

@@ -166,8 +166,7 @@ class BudgetPlan:
     def converged(self) -> bool:
         return all(j.action is Action.UNCHANGED or (j.writes and self.applied) for j in self.jobs)
 
-    def diff(self) -> dict[str, dict[str, Any]]:
-        """Ansible's diff: ``before``/``after`` keyed by job name."""
+    def diff(self) -> dict[str, dict[str, Any]]:  # Ansible's, keyed by job name
         return {
             "before": {job.job.name: job.before() or {} for job in self.jobs},
             "after": {job.job.name: job.after() or {} for job in self.jobs},
