@@ -36,12 +36,8 @@ def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: st
         raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}{hint}")
 
 
-def _given(data: Data, key: str, default: Any) -> Any:
-    return default if data.get(key) is None else data[key]
-
-
 def text_value(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{prefix}{key} must be a non-empty string")
     if "\x00" in value:
@@ -82,7 +78,7 @@ def status_list(data: Data, key: str, default: Any, *, allow_empty: bool) -> tup
 
 def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[[Any], T]) -> T:
     what = "a number" if convert is float else "a whole number"
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     kinds = (int, float, str) if convert is float else (int, str)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ConfigError(f"{prefix}{key} must be {what}")
@@ -95,16 +91,13 @@ def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[
 
 
 def number_value(
-    data: Data, key: str, default: Any, *, prefix: str = "", minimum: float = 0
+    data: Data, key: str, default: Any, *, prefix: str, minimum: float = 0, positive: bool = False
 ) -> float:
+    """A finite number >= `minimum`; `positive`: > 0 as well."""
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
-    return number
-
-
-def _positive(data: Data, key: str, default: Any, *, prefix: str = "") -> float:
-    if (number := number_value(data, key, default, prefix=prefix)) == 0:
+    if positive and number == 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
@@ -138,14 +131,14 @@ def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]
 
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
-optional_number = _optional(_positive)
+optional_number = _optional(number_value, positive=True)
 optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 
 
 def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:
     """A YAML boolean; a string such as "false" is refused rather than read as true."""
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     if not isinstance(value, bool):
         raise ConfigError(f"{prefix}{key} must be true or false")
     return value
