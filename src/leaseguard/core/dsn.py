@@ -1,6 +1,5 @@
-"""Where to connect: one DSN means one database in every front (db_host / db_port only fill in
-what the DSN lacks), and an ssh command line's options. Nothing but a DSN's host and port is
-ever in a message."""
+"""Where to connect: one DSN is one database in every front (db_host/db_port fill in what it
+lacks), and an ssh command line's options. A message shows no more of a DSN than host and port."""
 
 from __future__ import annotations
 
@@ -16,8 +15,6 @@ from leaseguard.core.errors import ConfigError
 
 # One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
 _DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
-_KEYWORD = re.compile(r"[A-Za-z_]+")
-_SECRET_KEYWORDS = frozenset({"password", "sslpassword"})
 # OpenSSH client flags that take a value, and the -o option each one stands for.
 _FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
 _FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
@@ -39,11 +36,11 @@ def invalid_dsn(conninfo: str) -> ConfigError:
                 f"the DSN is not valid after keyword {previous!r}: a value with spaces "
                 "needs single quotes (keyword='a value')"
             )
-        if _KEYWORD.fullmatch(keyword):
+        if re.fullmatch(r"[A-Za-z_]+", keyword):
             if keyword not in known:
                 return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
             previous = keyword
-            cut = keyword in _SECRET_KEYWORDS and not value.lstrip("= \t").startswith("'")
+            cut = keyword.endswith("password") and not value.lstrip("= \t").startswith("'")
     return ConfigError("the DSN is not a valid libpq connection string")
 
 

@@ -1,6 +1,5 @@
-"""The errors leaseguard raises on purpose, and their exit statuses. A message names what failed
-and never carries a DSN, a password or raw driver text: these messages reach CI logs and chat.
-"""
+"""The errors leaseguard raises on purpose, and their exit statuses. A message names what failed,
+never a DSN, a password or raw driver text: these messages reach CI logs and chat."""
 
 from __future__ import annotations
 
