@@ -72,7 +72,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
 
 
 def env_file_argv(path: str, name: str) -> Argv:
-    """Every assignment of `name`: the file's readers (sh, systemd, docker) keep the last."""
     return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
 
 
@@ -116,17 +115,13 @@ class SystemdUnit:
     name: str
 
 
-def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
-    return _systemd_unit(_properties(text), unit, ("active",))
-
-
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
     """The running units of the blocks (RUNNING_UNIT_STATES); none fails, naming the glob."""
-    blocks = map(_properties, text.split("\n\n"))
-    running = [p for p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
+    blocks = [(block, _properties(block)) for block in text.split("\n\n")]
+    running = [(b, p) for b, p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
     if not running:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
-    return [_systemd_unit(p, p.get("Id") or pattern, RUNNING_UNIT_STATES) for p in running]
+    return [parse_systemctl_show(b, p.get("Id") or pattern, glob=True) for b, p in running]
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -137,10 +132,12 @@ def _properties(text: str) -> dict[str, str]:
     return props
 
 
-def _systemd_unit(props: dict[str, str], unit: str, states: tuple[str, ...]) -> SystemdUnit:
+def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> SystemdUnit:
+    """One unit's `systemctl show` block: active, or for a glob in RUNNING_UNIT_STATES."""
+    props = _properties(text)
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
-    if props.get("ActiveState") not in states:
+    if props.get("ActiveState") not in (RUNNING_UNIT_STATES if glob else ("active",)):
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
     if unreadable := props.get("EnvFileUnreadable"):
         raise LookupFailed(
@@ -182,8 +179,8 @@ def parse_process_start(text: str, what: str) -> datetime:
 
 
 def parse_env_file_line(line: str, name: str) -> str:
-    """The value of the LAST `[export ]NAME=value` line (optional quotes): sh, systemd and
-    docker read env files so, a later assignment winning."""
+    """The value of the LAST `[export ]NAME=value` line (optional quotes): sh, systemd, docker
+    read an env file so, a later assignment winning; every line of it is grepped (env_file_argv)."""
     line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").partition("=")[2].strip()  # systemd: `N = v`
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":

@@ -10,8 +10,7 @@ from typing import Any
 
 from leaseguard.core.errors import ConfigError
 
-# The claim rules the predicate knows besides the plain status rule, each named by the preset
-# whose queue follows it.
+# The claim rules besides the plain status rule, each named by the preset whose queue follows it.
 STATUS_RULE = "status"
 LOCKED_AT_RULE = "graphile_worker"  # claimed iff locked_at is set
 ROW_EXPIRY_RULE = "pg-boss"  # started_on + expire_seconds, and its heartbeat
@@ -20,6 +19,16 @@ ADVISORY_LOCK_RULE = "que"  # a session holds the job's advisory lock
 PROCESS_LOCK_RULE = "good_job"  # the job's lock, or its owner process alive
 WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
 VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
+
+
+@dataclass(frozen=True)
+class Owners:
+    """The processes owning claims (their table beside the claims table), alive while they beat."""
+
+    column: str
+    table: str
+    heartbeat_column: str
+    lock_type_column: str | None = None  # good_job: set, alive exactly while it holds its lock
 
 
 def _preset(table: str, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
@@ -125,18 +134,6 @@ STATUS_COLUMN_RULES = (STATUS_RULE, ROW_EXPIRY_RULE, WORKER_HEARTBEAT_RULE)
 NO_CLAIM_TIME_RULES = (ADVISORY_LOCK_RULE, WORKER_HEARTBEAT_RULE)
 # Rules that read pg_locks, which on a standby shows only its own sessions.
 ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
-
-
-@dataclass(frozen=True)
-class Owners:
-    """The processes owning claims (their table beside the claims table), alive while they beat."""
-
-    column: str
-    table: str
-    heartbeat_column: str
-    lock_type_column: str | None = None  # good_job: set, alive exactly while it holds its lock
-
-
 OWNERS: dict[str, Owners] = {
     OWNER_HEARTBEAT_RULE: Owners("process_id", "solid_queue_processes", "last_heartbeat_at"),
     PROCESS_LOCK_RULE: Owners("locked_by_id", "good_job_processes", "updated_at", "lock_type"),
