@@ -144,9 +144,7 @@ def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:
     return value
 
 
-def parse_command(
-    data: Data, key: str, default: Any = None, *, prefix: str = ""
-) -> tuple[str, ...]:
+def parse_command(data: Data, key: str, _: Any = None, *, prefix: str = "") -> tuple[str, ...]:
     """A command as argv: a string runs under `sh -c`; missing or empty is no command."""
     value = data.get(key)
     if value is None or (isinstance(value, list | tuple) and not value):

@@ -40,9 +40,7 @@ class TaskTimeoutLookup:
     NEEDS: ClassVar = dict(
         systemd="unit", process="pid_file", env_file="path", command="command", fixed="value_s"
     )
-    SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
-
-    source: str = _key("docker", read.choice, choices=SOURCES)
+    source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS))
     container: str = _key("backend", read.text_value)
     variable: str = _key("APP_TASK_TIMEOUT_S", read.text_value)
     default_s: float | None = _key(None, read.optional_number)
@@ -59,9 +57,7 @@ class RuntimeLookup:
     """Where the start time of the worker runtime (the orphan cut-off) is read."""
 
     NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
-    SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
-
-    source: str = _key("docker", read.choice, choices=SOURCES)
+    source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS, "none"))
     container: str = _key("backend", read.text_value)
     unit: str | None = _key(None, read.optional_text)
     pid_file: str | None = _key(None, read.optional_text)
