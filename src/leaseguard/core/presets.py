@@ -67,8 +67,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "graphile_worker": _preset(
         "_private_jobs", 14400.0, schema="graphile_worker", claimed_at_column="locked_at"
     ),
-    # pg-boss: each `active` row carries its own expiry (started_on + expire_seconds, or its
-    # heartbeat's); no task timeout is looked up. `pgboss.job` is PARTITION BY LIST (name).
+    # pg-boss: each `active` row carries its own expiry (started_on + expire_seconds, or heartbeat).
     "pg-boss": _preset(
         "job",
         schema="pgboss",
@@ -87,15 +86,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         claimed_at_column="created_at",
         timestamp_zone="UTC",
     ),
-    # que: worked exactly while a session holds the job's advisory lock; the task timeout
-    # only bounds how long a drain waits.
+    # que: worked while a session holds its advisory lock; the timeout only bounds a drain's wait.
     "que": _preset("que_jobs", 3600.0, schema="public"),
     # good_job: its advisory lock, or its owner process alive (updated within 5 minutes).
     "good_job": _preset(
         "good_jobs", 300.0, schema="public", claimed_at_column="locked_at", timestamp_zone="UTC"
     ),
-    # procrastinate: `doing` while its worker beats (stalled_worker_timeout: 30 s). The
-    # legacy 'aborting' is left unclassified: a row holding it fails the check.
+    # procrastinate: `doing` while its worker beats (30 s); legacy 'aborting' fails the check.
     "procrastinate": _preset(
         "procrastinate_jobs",
         30.0,
@@ -104,8 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         queued_statuses=["todo"],
         finished_statuses=["succeeded", "failed", "cancelled", "aborted"],
     ),
-    # pgmq: a read message is hidden (worked) until its vt. One table per queue, no stock
-    # name: `table: q_<queue>` is required.
+    # pgmq: a read message is hidden (worked) until its vt; one table per queue, q_<queue>.
     "pgmq": {
         "schema": "pgmq",
         "id_column": "msg_id",
@@ -113,8 +109,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"expires_at_column": "vt"},
     },
 }
-# The column naming a job's kind, whose worker's Timeout() shapes its rescue, and the one
-# whose `cancel_attempted_at` has the rescuer cancel the job past the lease, whatever its kind.
+# The job's kind (its worker's Timeout() shapes its rescue) and metadata (cancel_attempted_at).
 KIND_COLUMNS = {"river": ("kind", "metadata")}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
