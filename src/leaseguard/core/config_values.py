@@ -101,7 +101,6 @@ def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[
 def number_value(
     data: Data, key: str, default: Any, *, prefix: str, minimum: float = 0, positive: bool = False
 ) -> float:
-    """A finite number >= `minimum`; `positive`: > 0 as well."""
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
@@ -131,7 +130,6 @@ def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
 
 
 def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
-    """`read`, or None when the key is missing or null."""
     return lambda data, key, default=None, *, prefix="": (
         None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
     )

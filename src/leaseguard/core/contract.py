@@ -21,7 +21,6 @@ RELATION_KINDS = ("table", "view")
 
 
 def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
-    """A field with its default and the reader (config_values) checking it."""
     return field(default=default, metadata={"read": partial(reader, **options)})
 
 
