@@ -271,10 +271,10 @@ def parse_openssh_args(text: str) -> dict[str, str]:
     for word in rest:
         if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
             continue
-        flag, value = word[:2], word[2:] or next(rest, "")
-        if flag == "-o":
+        switch, value = word[:2], word[2:] or next(rest, "")
+        if switch == "-o":
             name, _, option_value = value.replace("=", " ", 1).partition(" ")
             options.setdefault(name.strip().lower(), option_value.strip())
-        elif flag in _FLAG_OPTIONS:
-            options.setdefault(_FLAG_OPTIONS[flag], value)
+        elif switch in _FLAG_OPTIONS:
+            options.setdefault(_FLAG_OPTIONS[switch], value)
     return options
