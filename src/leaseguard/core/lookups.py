@@ -26,22 +26,6 @@ _SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:
 # finishing its job), reloading or starting counts, or its claims would look orphaned.
 RUNNING_UNIT_STATES = ("active", "reloading", "deactivating", "activating")
 
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_code: int
-    stdout: str
-    stderr: str = ""
-
-
-def task_timeout_source(spec: TaskTimeoutLookup) -> str:
-    """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    if spec.source in ("command", "fixed"):
-        return f"command:{spec.container}" if spec.source == "command" else "fixed"
-    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
-    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
-
-
 # Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
 # lines of each EnvironmentFile= (they win), or that file unreadable (unless optional and gone).
 _SYSTEMD_AWK = r"""
@@ -60,6 +44,44 @@ _SYSTEMD_AWK = r"""
 """
 _SYSTEMD_SCRIPT = 'out=$(systemctl show "$1" --timestamp=us+utc --property="$2") || exit\n'
 _SYSTEMD_SCRIPT += 'printf "%s\\n" "$out" | awk -v n="$3" "$4"'
+
+# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
+# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
+COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
+# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
+# compose labels every running compose container's (its siblings among them); a failed `ps`
+# fails the lookup: the warning would be missing.
+_NAMED_SCRIPT = f"""\
+out=$("$1" inspect --type container --format "$3" "$2") || exit
+printf '%s\\n' "$out"
+case $out in *'"compose":true'*) ;; *) exit 0;; esac
+ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
+{_LIVE}) || exit
+[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
+"""
+# $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
+_FILTER_SCRIPT = f"""\
+ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
+[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
+"""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str = ""
+
+
+def task_timeout_source(spec: TaskTimeoutLookup) -> str:
+    """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
+    if spec.source in ("command", "fixed"):
+        return f"command:{spec.container}" if spec.source == "command" else "fixed"
+    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
+    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
 
 
 def systemd_argv(unit: str, variable: str | None = None) -> Argv:
@@ -226,30 +248,6 @@ def parse_timestamp(text: str, *, what: str) -> datetime:
     if moment.tzinfo is None:
         raise LookupFailed(f"{what} has no timezone")
     return moment
-
-
-# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
-# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
-COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
-# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
-# asked, and its inspect says Running false, Paused true (docker's: Running true).
-_LIVE = "--filter status=running --filter status=paused"
-# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
-# compose labels every running compose container's (its siblings among them); a failed `ps`
-# fails the lookup: the warning would be missing.
-_NAMED_SCRIPT = f"""\
-out=$("$1" inspect --type container --format "$3" "$2") || exit
-printf '%s\\n' "$out"
-case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
-{_LIVE}) || exit
-[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-"""
-# $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
-_FILTER_SCRIPT = f"""\
-ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
-[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-"""
 
 
 def container_filter(container: str) -> str | None:
