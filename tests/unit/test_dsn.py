@@ -1,8 +1,8 @@
-"""One DSN means one database: leaseguard.core.dsn, both directions and the conflicts."""
+"""One DSN means one database: leaseguard.core.config_values, both directions and the conflicts."""
 
 import pytest
 
-from leaseguard.core.dsn import direct_conninfo, tunnel_far_end
+from leaseguard.core.config_values import direct_conninfo, tunnel_far_end
 from leaseguard.core.errors import ConfigError
 
 # (dsn, db_host, db_port, far end of a tunnel)

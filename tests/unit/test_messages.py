@@ -2,7 +2,7 @@
 
 import pytest
 
-from leaseguard.core.dsn import invalid_dsn
+from leaseguard.core.config_values import invalid_dsn
 from leaseguard.core.lookups import first_stderr_line
 
 SECRET = "hunter2"

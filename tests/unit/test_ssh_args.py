@@ -2,7 +2,7 @@
 
 import pytest
 
-from leaseguard.core.dsn import parse_openssh_args, reject_hostaddr
+from leaseguard.core.config_values import parse_openssh_args, reject_hostaddr
 from leaseguard.core.errors import ConfigError
 
 VALID_CASES = [

@@ -16,8 +16,8 @@ from psycopg import errors as pg_errors
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from leaseguard.core.config_values import invalid_dsn
 from leaseguard.core.contract import Contract
-from leaseguard.core.dsn import invalid_dsn
 from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
 from leaseguard.core.fleet import ClockOffset, controller_offset
 

@@ -221,7 +221,7 @@ def tunnelled(
     """`conninfo` through a tunnel to `address`, and the tunnel; both closed on every path."""
     from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
 
-    from leaseguard.core.dsn import reject_hostaddr
+    from leaseguard.core.config_values import reject_hostaddr
 
     with closing(connection):
         reject_hostaddr(conninfo)

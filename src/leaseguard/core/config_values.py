@@ -1,10 +1,13 @@
-"""One config value read and checked, its key named on error with its section (`lease.x`): a
-misspelt or mistyped key never becomes a traceback or a default."""
+"""Config values read and checked, a key named on error with its section (`lease.x`): a misspelt
+or mistyped key never becomes a traceback or a default. One DSN is one database in every front
+(db_host/db_port fill in what it lacks); a message shows no more of a DSN than host and port."""
 
 from __future__ import annotations
 
 import difflib
 import math
+import re
+import shlex
 import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -19,6 +22,11 @@ MAX_IDENTIFIER_BYTES = 63
 # int() and float() read any script's digits (Arabic-Indic, full-width): a number in a config
 # is written in ASCII digits, and a message never repeats the value it refuses.
 NOT_ASCII = "must be a number written in ASCII digits (0-9, an optional decimal point)"
+# One `keyword = value` pair of a key/value DSN: a single-quoted value or non-blanks.
+_DSN_PAIR = re.compile(r"\s*([^\s=]+)\s*(=\s*(?:'(?:[^'\\]|\\.)*'|[^\s']*))?")
+# OpenSSH client flags that take a value, and the -o option each one stands for.
+_FLAG_OPTIONS = {"-J": "proxyjump", "-i": "identityfile", "-p": "port", "-l": "user"}
+_FLAGS_WITH_VALUE = frozenset("BbcDEeFIiJLlmOoPpQRSWw")
 
 
 def section(data: Data, key: str) -> Mapping[str, Any]:
@@ -36,12 +44,8 @@ def reject_unknown(data: Mapping[Any, Any], known: frozenset[str], *, prefix: st
         raise ConfigError(f"unknown config key(s): {', '.join(prefix + k for k in unknown)}{hint}")
 
 
-def _given(data: Data, key: str, default: Any) -> Any:
-    return default if data.get(key) is None else data[key]
-
-
 def text_value(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{prefix}{key} must be a non-empty string")
     if "\x00" in value:
@@ -82,7 +86,7 @@ def status_list(data: Data, key: str, default: Any, *, allow_empty: bool) -> tup
 
 def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[[Any], T]) -> T:
     what = "a number" if convert is float else "a whole number"
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     kinds = (int, float, str) if convert is float else (int, str)
     if isinstance(value, bool) or not isinstance(value, kinds):
         raise ConfigError(f"{prefix}{key} must be {what}")
@@ -95,16 +99,12 @@ def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[
 
 
 def number_value(
-    data: Data, key: str, default: Any, *, prefix: str = "", minimum: float = 0
+    data: Data, key: str, default: Any, *, prefix: str, minimum: float = 0, positive: bool = False
 ) -> float:
     number = _convert(data, key, default, prefix, float)
     if not math.isfinite(number) or number < minimum:
         raise ConfigError(f"{prefix}{key} must be a finite number >= {minimum:g}")
-    return number
-
-
-def _positive(data: Data, key: str, default: Any, *, prefix: str = "") -> float:
-    if (number := number_value(data, key, default, prefix=prefix)) == 0:
+    if positive and number == 0:
         raise ConfigError(f"{prefix}{key} must be greater than 0")
     return number
 
@@ -130,7 +130,6 @@ def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
 
 
 def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
-    """`read`, or None when the key is missing or null."""
     return lambda data, key, default=None, *, prefix="": (
         None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
     )
@@ -138,22 +137,20 @@ def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]
 
 optional_text = _optional(text_value)
 optional_identifier = _optional(identifier)
-optional_number = _optional(_positive)
+optional_number = _optional(number_value, positive=True)
 optional_port = _optional(whole_number, maximum=65535)
 optional_zone = _optional(_zone)
 
 
 def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:
     """A YAML boolean; a string such as "false" is refused rather than read as true."""
-    value = _given(data, key, default)
+    value = default if data.get(key) is None else data[key]
     if not isinstance(value, bool):
         raise ConfigError(f"{prefix}{key} must be true or false")
     return value
 
 
-def parse_command(
-    data: Data, key: str, default: Any = None, *, prefix: str = ""
-) -> tuple[str, ...]:
+def parse_command(data: Data, key: str, _: Any = None, *, prefix: str = "") -> tuple[str, ...]:
     """A command as argv: a string runs under `sh -c`; missing or empty is no command."""
     value = data.get(key)
     if value is None or (isinstance(value, list | tuple) and not value):
@@ -175,3 +172,109 @@ def refuse_non_ascii_numbers(args: Data, spec: Data, *, prefix: str = "") -> Non
             raise ConfigError(f"{prefix}{name} {NOT_ASCII}")
         if kind == "dict" and option.get("options") and isinstance(value, Mapping):
             refuse_non_ascii_numbers(value, option["options"], prefix=f"{prefix}{name}.")
+
+
+def invalid_dsn(conninfo: str) -> ConfigError:
+    """Why libpq refused a DSN, naming the keyword at fault, never a value (libpq's may)."""
+    from psycopg import pq
+
+    if re.match(r"\s*postgres(?:ql)?://", conninfo):
+        return ConfigError("the DSN is not a valid postgresql:// URI")
+    known = {option.keyword.decode() for option in pq.Conninfo.get_defaults()}
+    previous = cut = None
+    for match in _DSN_PAIR.finditer(conninfo):
+        keyword, value = match.groups()
+        # After an unquoted password, a space may have cut it: the "keyword" is part of it.
+        if not value or (cut and keyword not in known):
+            if previous is None:
+                break
+            return ConfigError(
+                f"the DSN is not valid after keyword {previous!r}: a value with spaces "
+                "needs single quotes (keyword='a value')"
+            )
+        if re.fullmatch(r"[A-Za-z_]+", keyword):
+            if keyword not in known:
+                return ConfigError(f"the DSN names an unknown libpq keyword {keyword!r}")
+            previous = keyword
+            cut = keyword.endswith("password") and not value.lstrip("= \t").startswith("'")
+    return ConfigError("the DSN is not a valid libpq connection string")
+
+
+def direct_conninfo(conninfo: str, db_host: str | None, db_port: int | None) -> str:
+    from psycopg.conninfo import make_conninfo
+
+    host, port = _address(conninfo, db_host, db_port)
+    return make_conninfo(conninfo, host=host, port=None if port is None else str(port))
+
+
+def tunnel_far_end(conninfo: str, db_host: str | None, db_port: int | None) -> tuple[str, int]:
+    """Where the tunnel leads, as seen from the host (default 127.0.0.1:5432)."""
+    host, port = _address(conninfo, db_host, db_port)
+    host = host or "127.0.0.1"
+    if host.startswith("/") or "," in host:
+        raise ConfigError(
+            f"the dsn host {host} is a socket directory or a host list, which a tunnel cannot "
+            "reach: set db_host to the database's TCP address as the host sees it"
+        )
+    return host, port or 5432
+
+
+def each_hosts_own(host: str) -> bool:
+    """Whether a tunnel's far end is each host's own loopback (each may reach its own database)."""
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def reject_hostaddr(conninfo: str) -> None:
+    """libpq prefers hostaddr to host, so one in the DSN would bypass the address given."""
+    if "hostaddr" in _params(conninfo):
+        raise ConfigError("the database address is db_host/db_port, not hostaddr in the DSN")
+
+
+def _params(conninfo: str) -> dict[str, Any]:
+    import psycopg.conninfo  # here: loading the Fabric collection loads no psycopg
+
+    try:
+        return psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        raise invalid_dsn(conninfo) from None
+
+
+def _address(
+    conninfo: str, db_host: str | None, db_port: int | None
+) -> tuple[str | None, int | None]:
+    """(host, port) agreed by the DSN and the explicit options; None where neither says."""
+    params = _params(conninfo)
+    dsn_host, dsn_port = params.get("host") or None, params.get("port") or None
+    if dsn_port is not None:
+        try:
+            dsn_port = int(str(dsn_port))
+        except ValueError:
+            raise ConfigError("the port in dsn is not a number") from None
+    for what, ours, theirs in (("host", dsn_host, db_host), ("port", dsn_port, db_port)):
+        if ours and theirs and ours != theirs:
+            raise ConfigError(
+                f"dsn names {what} {ours} and db_{what} names {theirs}: two databases; "
+                "give the address once (in dsn, or in db_host/db_port)"
+            )
+    host = dsn_host or db_host
+    return (str(host) if host else None), dsn_port or db_port
+
+
+def parse_openssh_args(text: str) -> dict[str, str]:
+    """An OpenSSH command line's options by lower-cased name; the first value given wins."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        raise ConfigError("the host's ssh arguments cannot be parsed (unbalanced quotes)") from None
+    options: dict[str, str] = {}
+    rest = iter(words)
+    for word in rest:
+        if not word.startswith("-") or len(word) < 2 or word[1] not in _FLAGS_WITH_VALUE:
+            continue
+        switch, value = word[:2], word[2:] or next(rest, "")
+        if switch == "-o":
+            name, _, option_value = value.replace("=", " ", 1).partition(" ")
+            options.setdefault(name.strip().lower(), option_value.strip())
+        elif switch in _FLAG_OPTIONS:
+            options.setdefault(_FLAG_OPTIONS[switch], value)
+    return options

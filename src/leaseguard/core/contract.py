@@ -21,23 +21,7 @@ RELATION_KINDS = ("table", "view")
 
 
 def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
-    """A field with its default and the reader (config_values) checking it."""
     return field(default=default, metadata={"read": partial(reader, **options)})
-
-
-def _section(data: Mapping[str, Any], key: str, default: Any, *, prefix: str) -> Any:
-    """A nested section (lease, task_timeout, runtime) as its dataclass, `type(default)`."""
-    cls, values, prefix = type(default), read.section(data, key), f"{key}."
-    read.reject_unknown(values, _keys(cls), prefix=prefix)
-    lookup = _read(cls, values, prefix)
-    source = getattr(lookup, "source", "")
-    need = getattr(cls, "NEEDS", {}).get(source)  # the key a source cannot work without
-    if need and not getattr(lookup, need):
-        raise ConfigError(f"{prefix}{need} is required when {prefix}source is {source!r}")
-    return lookup
-
-
-_SECTION = {"read": _section}
 
 
 @dataclass(frozen=True)
@@ -55,9 +39,7 @@ class TaskTimeoutLookup:
     NEEDS: ClassVar = dict(
         systemd="unit", process="pid_file", env_file="path", command="command", fixed="value_s"
     )
-    SOURCES = ("docker", "podman", "systemd", "process", "env_file", "command", "fixed")
-
-    source: str = _key("docker", read.choice, choices=SOURCES)
+    source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS))
     container: str = _key("backend", read.text_value)
     variable: str = _key("APP_TASK_TIMEOUT_S", read.text_value)
     default_s: float | None = _key(None, read.optional_number)
@@ -74,9 +56,7 @@ class RuntimeLookup:
     """Where the start time of the worker runtime (the orphan cut-off) is read."""
 
     NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
-    SOURCES = ("docker", "podman", "systemd", "process", "fixed", "none")
-
-    source: str = _key("docker", read.choice, choices=SOURCES)
+    source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS, "none"))
     container: str = _key("backend", read.text_value)
     unit: str | None = _key(None, read.optional_text)
     pid_file: str | None = _key(None, read.optional_text)
@@ -98,9 +78,9 @@ class Contract:
     # checked against an enum's labels.
     finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = _key("claimed_at", read.identifier)
-    lease: LeaseRule = field(default_factory=LeaseRule, metadata=_SECTION)
-    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup, metadata=_SECTION)
-    runtime: RuntimeLookup = field(default_factory=RuntimeLookup, metadata=_SECTION)
+    lease: LeaseRule = field(default_factory=LeaseRule)
+    task_timeout: TaskTimeoutLookup = field(default_factory=TaskTimeoutLookup)
+    runtime: RuntimeLookup = field(default_factory=RuntimeLookup)
     clock_skew_s: float = _key(0.0, read.number_value)
     statement_timeout_ms: int = _key(5000, read.whole_number)
     lock_timeout_ms: int = _key(2000, read.whole_number)
@@ -218,14 +198,20 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
 
 
 def _read(cls: type[T], data: Mapping[str, Any], prefix: str, **given: Any) -> T:
+    """`cls` from `data`, each key checked by its field's reader; a section by its own class."""
     default, found = cls(), dict(given)
     for f in fields(cls):  # type: ignore[arg-type]
         if reader := f.metadata.get("read"):
             found[f.name] = reader(data, f.name, getattr(default, f.name), prefix=prefix)
-    return cls(**found)
-
-
-MERGE_TAG = "tag:yaml.org,2002:merge"
+        elif f.name in _SECTIONS:
+            values, section = read.section(data, f.name), _SECTIONS[f.name]
+            read.reject_unknown(values, _keys(section), prefix=f"{f.name}.")
+            found[f.name] = _read(section, values, f"{f.name}.")
+    value, source = cls(**found), found.get("source", "")
+    need = getattr(cls, "NEEDS", {}).get(source)  # the key a source cannot work without
+    if need and not getattr(value, need):
+        raise ConfigError(f"{prefix}{need} is required when {prefix}source is {source!r}")
+    return value
 
 
 def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid YAML") -> Any:
@@ -243,14 +229,14 @@ def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid
 
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[object] = set()
-            for key_node, _ in node.value:
-                if isinstance(key_node, yaml.ScalarNode) and key_node.tag != MERGE_TAG:
-                    if key_node.value in seen:
+            for key, _ in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in seen:
                         raise ConfigError(
-                            f"{what} {path}: key {key_node.value!r} is given twice "
-                            f"(line {key_node.start_mark.line + 1}); give it once"
+                            f"{what} {path}: key {key.value!r} is given twice "
+                            f"(line {key.start_mark.line + 1}); give it once"
                         )
-                    seen.add(key_node.value)
+                    seen.add(key.value)
             return super().construct_mapping(node, deep)
 
     try:

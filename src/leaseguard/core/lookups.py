@@ -19,22 +19,12 @@ Argv = tuple[str, ...]
 # Plain ASCII decimal notation: float() alone also takes "inf", "nan" and "1_000", and both
 # float() and a regex's \d read Arabic-Indic or full-width digits.
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    exit_code: int
-    stdout: str
-    stderr: str = ""
-
-
-def task_timeout_source(spec: TaskTimeoutLookup) -> str:
-    """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
-    if spec.source in ("command", "fixed"):
-        return f"command:{spec.container}" if spec.source == "command" else "fixed"
-    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
-    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
-
+# Credentials a tool's message might quote: user:password@ in a URL, key=value secrets.
+_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
+_SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:]\s*)\S+")
+# A glob's units whose process may hold claims: a unit still stopping (a graceful stop
+# finishing its job), reloading or starting counts, or its claims would look orphaned.
+RUNNING_UNIT_STATES = ("active", "reloading", "deactivating", "activating")
 
 # Filtered on the host (-vvv prints all output): the variable's Environment= entries, then its
 # lines of each EnvironmentFile= (they win), or that file unreadable (unless optional and gone).
@@ -55,6 +45,44 @@ _SYSTEMD_AWK = r"""
 _SYSTEMD_SCRIPT = 'out=$(systemctl show "$1" --timestamp=us+utc --property="$2") || exit\n'
 _SYSTEMD_SCRIPT += 'printf "%s\\n" "$out" | awk -v n="$3" "$4"'
 
+# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
+# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
+COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
+# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
+# asked, and its inspect says Running false, Paused true (docker's: Running true).
+_LIVE = "--filter status=running --filter status=paused"
+# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
+# compose labels every running compose container's (its siblings among them); a failed `ps`
+# fails the lookup: the warning would be missing.
+_NAMED_SCRIPT = f"""\
+out=$("$1" inspect --type container --format "$3" "$2") || exit
+printf '%s\\n' "$out"
+case $out in *'"compose":true'*) ;; *) exit 0;; esac
+ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
+{_LIVE}) || exit
+[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
+"""
+# $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
+_FILTER_SCRIPT = f"""\
+ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
+[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
+"""
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str = ""
+
+
+def task_timeout_source(spec: TaskTimeoutLookup) -> str:
+    """The source reported in verdicts, e.g. docker:backend/APP_TASK_TIMEOUT_S."""
+    if spec.source in ("command", "fixed"):
+        return f"command:{spec.container}" if spec.source == "command" else "fixed"
+    where = {"systemd": spec.unit, "process": spec.pid_file, "env_file": spec.path}
+    return f"{spec.source}:{where.get(spec.source, spec.container)}/{spec.variable}"
+
 
 def systemd_argv(unit: str, variable: str | None = None) -> Argv:
     """The unit's state and start, and with `variable` only what sets it (nothing else)."""
@@ -66,7 +94,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
 
 
 def env_file_argv(path: str, name: str) -> Argv:
-    """Every assignment of `name`: the file's readers (sh, systemd, docker) keep the last."""
     return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
 
 
@@ -89,11 +116,6 @@ def exit_meaning(code: int) -> str:
     return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
 
 
-# Credentials a tool's message might quote: user:password@ in a URL, key=value secrets.
-_URL_CREDENTIALS = re.compile(r"(://)[^/@\s]+@")
-_SECRET_PAIR = re.compile(r"(?i)\b((?:password|passwd|secret|token|key)\w*\s*[=:]\s*)\S+")
-
-
 def first_stderr_line(stderr: str) -> str:
     """A tool's first line of complaint: printable, credentials masked, at most 200 chars."""
     line = next((ln.strip() for ln in stderr.splitlines() if ln.strip()), "")
@@ -112,25 +134,16 @@ def env_value(env: Sequence[str], variable: str) -> str | None:
 class SystemdUnit:
     environment: tuple[str, ...]
     active_since: datetime
-    name: str = ""
-
-
-def parse_systemctl_show(text: str, unit: str) -> SystemdUnit:
-    return _systemd_unit(_properties(text), unit, ("active",))
-
-
-# A glob's units whose process may hold claims: a unit still stopping (a graceful stop
-# finishing its job), reloading or starting counts, or its claims would look orphaned.
-RUNNING_UNIT_STATES = ("active", "reloading", "deactivating", "activating")
+    name: str
 
 
 def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
     """The running units of the blocks (RUNNING_UNIT_STATES); none fails, naming the glob."""
-    blocks = map(_properties, text.split("\n\n"))
-    running = [p for p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
+    blocks = [(block, _properties(block)) for block in text.split("\n\n")]
+    running = [(b, p) for b, p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
     if not running:
         raise LookupFailed(f"no active systemd unit matches {pattern}")
-    return [_systemd_unit(p, p.get("Id") or pattern, RUNNING_UNIT_STATES) for p in running]
+    return [parse_systemctl_show(b, p.get("Id") or pattern, glob=True) for b, p in running]
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -141,10 +154,12 @@ def _properties(text: str) -> dict[str, str]:
     return props
 
 
-def _systemd_unit(props: dict[str, str], unit: str, states: tuple[str, ...]) -> SystemdUnit:
+def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> SystemdUnit:
+    """One unit's `systemctl show` block: active, or for a glob in RUNNING_UNIT_STATES."""
+    props = _properties(text)
     if props.get("LoadState") == "not-found":
         raise LookupFailed(f"systemd unit {unit} not found")
-    if props.get("ActiveState") not in states:
+    if props.get("ActiveState") not in (RUNNING_UNIT_STATES if glob else ("active",)):
         raise LookupFailed(f"systemd unit {unit} is not active ({props.get('ActiveState')})")
     if unreadable := props.get("EnvFileUnreadable"):
         raise LookupFailed(
@@ -186,8 +201,8 @@ def parse_process_start(text: str, what: str) -> datetime:
 
 
 def parse_env_file_line(line: str, name: str) -> str:
-    """The value of the LAST `[export ]NAME=value` line (optional quotes), as env files
-    write it and as sh, systemd and docker read it: a later assignment wins."""
+    """The value of the LAST `[export ]NAME=value` line (optional quotes): sh, systemd, docker
+    read an env file so, a later assignment winning; every line of it is grepped (env_file_argv)."""
     line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").partition("=")[2].strip()  # systemd: `N = v`
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
@@ -235,14 +250,6 @@ def parse_timestamp(text: str, *, what: str) -> datetime:
     return moment
 
 
-# A docker filter (`label=K=V`, `name=REGEX`) or a unit glob may match several replicas, any of
-# which may hold claims. `inspect --format` prints the variable: no exec, nothing in the image.
-COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.compose.service"
-# A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
-# asked, and its inspect says Running false, Paused true (docker's: Running true).
-_LIVE = "--filter status=running --filter status=paused"
-
-
 def container_filter(container: str) -> str | None:
     """The docker filter `container` spells (`label=K=V`, `label=K`, `name=REGEX`), else None."""
     if not container.startswith(("label=", "name=")):
@@ -258,48 +265,6 @@ def is_unit_glob(unit: str) -> bool:
     return not frozenset("*?[").isdisjoint(unit)
 
 
-def _template(variable: str | None) -> str:
-    """One JSON line per container: name, state, start, compose labels and only the ONE
-    variable's entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
-    env = ""
-    if variable is not None:
-        prefix, n = f"{variable}=", len(variable) + 1
-        env = (
-            f"{{{{range .Config.Env}}}}{{{{if ge (len .) {n}}}}}"
-            f'{{{{if eq (slice . 0 {n}) "{prefix}"}}}}{{{{json .}}}},'
-            "{{end}}{{end}}{{end}}"
-        )
-    return (
-        '{"name":{{json .Name}},"running":{{json .State.Running}},"paused":{{json .State.Paused}},'
-        '"started_at":{{json .State.StartedAt}},'
-        f'"project":{{{{json (index .Config.Labels "{COMPOSE_PROJECT}")}}}},'
-        f'"service":{{{{json (index .Config.Labels "{COMPOSE_SERVICE}")}}}},'
-        f'"compose":{{{{if index .Config.Labels "{COMPOSE_PROJECT}"}}}}'
-        f'{{{{if index .Config.Labels "{COMPOSE_SERVICE}"}}}}true{{{{else}}}}false{{{{end}}}}'
-        "{{else}}false{{end}},"
-        f'"env":[{env}null]}}'
-    )
-
-
-# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
-# compose labels every running compose container's (its siblings among them); a failed `ps`
-# fails the lookup: the warning would be missing.
-_NAMED_SCRIPT = f"""\
-out=$("$1" inspect --type container --format "$3" "$2") || exit
-printf '%s\\n' "$out"
-case $out in *'"compose":true'*) ;; *) exit 0;; esac
-ids=$("$1" ps -q --no-trunc --filter label={COMPOSE_PROJECT} --filter label={COMPOSE_SERVICE} \
-{_LIVE}) || exit
-[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-"""
-
-# $1 engine, $2 the filter, $3 the template: one line per running match, none for no match.
-_FILTER_SCRIPT = f"""\
-ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
-[ -z "$ids" ] || exec "$1" inspect --type container --format "$3" $ids
-"""
-
-
 def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
     """The timeout's variable when the runtime's container command can print it too."""
     timeout, runtime = contract.task_timeout, contract.runtime
@@ -309,9 +274,29 @@ def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | Non
 
 
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
-    """The one command reading `container` (a name or a filter) and its `variable`."""
+    """The one command reading `container` (a name or a filter) and its `variable`: a JSON
+    line per container with name, state, start, compose labels and only that variable's
+    entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
+    env = ""
+    if variable is not None:
+        prefix, n = f"{variable}=", len(variable) + 1
+        env = (
+            f"{{{{range .Config.Env}}}}{{{{if ge (len .) {n}}}}}"
+            f'{{{{if eq (slice . 0 {n}) "{prefix}"}}}}{{{{json .}}}},'
+            "{{end}}{{end}}{{end}}"
+        )
+    template = (
+        '{"name":{{json .Name}},"running":{{json .State.Running}},"paused":{{json .State.Paused}},'
+        '"started_at":{{json .State.StartedAt}},'
+        f'"project":{{{{json (index .Config.Labels "{COMPOSE_PROJECT}")}}}},'
+        f'"service":{{{{json (index .Config.Labels "{COMPOSE_SERVICE}")}}}},'
+        f'"compose":{{{{if index .Config.Labels "{COMPOSE_PROJECT}"}}}}'
+        f'{{{{if index .Config.Labels "{COMPOSE_SERVICE}"}}}}true{{{{else}}}}false{{{{end}}}}'
+        "{{else}}false{{end}},"
+        f'"env":[{env}null]}}'
+    )
     script = _NAMED_SCRIPT if container_filter(container) is None else _FILTER_SCRIPT
-    return ("sh", "-c", script, "sh", engine, container, _template(variable))
+    return ("sh", "-c", script, "sh", engine, container, template)
 
 
 def shown_command(argv: Sequence[str]) -> str:
@@ -339,31 +324,29 @@ class Containers:
 
 
 def read_containers(text: str, container: str, what: str) -> Containers:
-    replicas = [_replica(line, what) for line in text.splitlines() if line.strip()]
+    """A filter's running matches, or the named container and its running compose siblings."""
+    replicas = []
+    for line in filter(str.strip, text.splitlines()):
+        try:
+            data = json.loads(line)
+            name = str(data["name"]).lstrip("/")  # docker prints "/name", podman "name"
+            running = data["running"] is True or data.get("paused") is True
+            raw, compose = data["started_at"], (data["project"] or "", data["service"] or "")
+            entries = tuple(e for e in data["env"] if isinstance(e, str))
+        except (ValueError, KeyError, TypeError):
+            raise LookupFailed(f"{what}: inspect output is not a container description") from None
+        started = parse_timestamp(raw, what=f"{what} {name} StartedAt")
+        replicas.append(Replica(name, running, started, compose, entries))
     if container_filter(container) is not None:
-        if not (running := tuple(r for r in replicas if r.running)):
+        if not (live := tuple(r for r in replicas if r.running)):
             raise LookupFailed(f"{what}: no running container matches the filter {container}")
-        return Containers(running)
+        return Containers(live)
     if not replicas:
         raise LookupFailed(f"{what}: inspect output is not a container description")
     named, others = replicas[0], replicas[1:]
     same_service = [r.name for r in others if r.running and r.compose == named.compose]
     siblings = sorted(set(same_service) - {named.name}) if named.compose[0] else []
     return Containers((named,), tuple(siblings))
-
-
-def _replica(line: str, what: str) -> Replica:
-    try:
-        data = json.loads(line)
-        name = str(data["name"]).lstrip("/")  # docker prints "/name", podman "name"
-        running = data["running"] is True or data.get("paused") is True
-        started_raw = data["started_at"]
-        compose = (data["project"] or "", data["service"] or "")
-        entries = tuple(e for e in data["env"] if isinstance(e, str))
-    except (ValueError, KeyError, TypeError):
-        raise LookupFailed(f"{what}: inspect output is not a container description") from None
-    started = parse_timestamp(started_raw, what=f"{what} {name} StartedAt")
-    return Replica(name, running, started, compose, entries)
 
 
 def sibling_warning(what: str, found: Containers) -> str:

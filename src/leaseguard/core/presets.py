@@ -10,8 +10,7 @@ from typing import Any
 
 from leaseguard.core.errors import ConfigError
 
-# The claim rules the predicate knows besides the plain status rule, each named by the preset
-# whose queue follows it.
+# The claim rules besides the plain status rule, each named by the preset whose queue follows it.
 STATUS_RULE = "status"
 LOCKED_AT_RULE = "graphile_worker"  # claimed iff locked_at is set
 ROW_EXPIRY_RULE = "pg-boss"  # started_on + expire_seconds, and its heartbeat
@@ -20,6 +19,16 @@ ADVISORY_LOCK_RULE = "que"  # a session holds the job's advisory lock
 PROCESS_LOCK_RULE = "good_job"  # the job's lock, or its owner process alive
 WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
 VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
+
+
+@dataclass(frozen=True)
+class Owners:
+    """The processes owning claims (their table beside the claims table), alive while they beat."""
+
+    column: str
+    table: str
+    heartbeat_column: str
+    lock_type_column: str | None = None  # good_job: set, alive exactly while it holds its lock
 
 
 def _preset(table: str, task_timeout_s: float | None = None, **keys: Any) -> dict[str, Any]:
@@ -58,8 +67,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "graphile_worker": _preset(
         "_private_jobs", 14400.0, schema="graphile_worker", claimed_at_column="locked_at"
     ),
-    # pg-boss: each `active` row carries its own expiry (started_on + expire_seconds, or its
-    # heartbeat's); no task timeout is looked up. `pgboss.job` is PARTITION BY LIST (name).
+    # pg-boss: each `active` row carries its own expiry (started_on + expire_seconds, or heartbeat).
     "pg-boss": _preset(
         "job",
         schema="pgboss",
@@ -78,15 +86,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         claimed_at_column="created_at",
         timestamp_zone="UTC",
     ),
-    # que: worked exactly while a session holds the job's advisory lock; the task timeout
-    # only bounds how long a drain waits.
+    # que: worked while a session holds its advisory lock; the timeout only bounds a drain's wait.
     "que": _preset("que_jobs", 3600.0, schema="public"),
     # good_job: its advisory lock, or its owner process alive (updated within 5 minutes).
     "good_job": _preset(
         "good_jobs", 300.0, schema="public", claimed_at_column="locked_at", timestamp_zone="UTC"
     ),
-    # procrastinate: `doing` while its worker beats (stalled_worker_timeout: 30 s). The
-    # legacy 'aborting' is left unclassified: a row holding it fails the check.
+    # procrastinate: `doing` while its worker beats (30 s); legacy 'aborting' fails the check.
     "procrastinate": _preset(
         "procrastinate_jobs",
         30.0,
@@ -95,8 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         queued_statuses=["todo"],
         finished_statuses=["succeeded", "failed", "cancelled", "aborted"],
     ),
-    # pgmq: a read message is hidden (worked) until its vt. One table per queue, no stock
-    # name: `table: q_<queue>` is required.
+    # pgmq: a read message is hidden (worked) until its vt; one table per queue, q_<queue>.
     "pgmq": {
         "schema": "pgmq",
         "id_column": "msg_id",
@@ -104,8 +109,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lease": {"expires_at_column": "vt"},
     },
 }
-# The column naming a job's kind, whose worker's Timeout() shapes its rescue, and the one
-# whose `cancel_attempted_at` has the rescuer cancel the job past the lease, whatever its kind.
+# The job's kind (its worker's Timeout() shapes its rescue) and metadata (cancel_attempted_at).
 KIND_COLUMNS = {"river": ("kind", "metadata")}
 # Presets whose stock table is partitioned (pg-boss since 10.0.0).
 PARTITIONED_TABLES = frozenset({"pg-boss"})
@@ -125,18 +129,6 @@ STATUS_COLUMN_RULES = (STATUS_RULE, ROW_EXPIRY_RULE, WORKER_HEARTBEAT_RULE)
 NO_CLAIM_TIME_RULES = (ADVISORY_LOCK_RULE, WORKER_HEARTBEAT_RULE)
 # Rules that read pg_locks, which on a standby shows only its own sessions.
 ADVISORY_LOCK_RULES = (ADVISORY_LOCK_RULE, PROCESS_LOCK_RULE)
-
-
-@dataclass(frozen=True)
-class Owners:
-    """The processes owning claims (their table beside the claims table), alive while they beat."""
-
-    column: str
-    table: str
-    heartbeat_column: str
-    lock_type_column: str | None = None  # good_job: set, alive exactly while it holds its lock
-
-
 OWNERS: dict[str, Owners] = {
     OWNER_HEARTBEAT_RULE: Owners("process_id", "solid_queue_processes", "last_heartbeat_at"),
     PROCESS_LOCK_RULE: Owners("locked_by_id", "good_job_processes", "updated_at", "lock_type"),

@@ -15,7 +15,7 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import tunnelled
-from leaseguard.core.dsn import each_hosts_own
+from leaseguard.core.config_values import each_hosts_own
 from leaseguard.core.errors import (
     EXIT_DEFER,
     EXIT_FAILED,

@@ -61,7 +61,7 @@ class FabricSettings:
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
     """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them (a
     task's `drain_flags` given win over `drain:`)."""
-    from leaseguard.core.dsn import tunnel_far_end
+    from leaseguard.core.config_values import tunnel_far_end
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
