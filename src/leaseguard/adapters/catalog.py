@@ -211,8 +211,8 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
     # The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
     for key in ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on"):
-        if column := contract.columns().get(key):
-            _check_instant(contract, column, key, label, types[column], str(zone))
+        if instant := contract.columns().get(key):
+            _check_instant(contract, instant, key, label, types[instant], str(zone))
     status_column = StatusColumn(enum_labels=None, not_null=True, index_key=None)
     if contract.has_status_column:
         params = {"relation": table, "column": contract.status_column}

@@ -167,66 +167,51 @@ def _judge_once(
     verdicts = []
     for n, subject in enumerate(subjects):
         claims, offset = tuple(live.get(n + 1, ())), subject.clock_offset
-        clock: tuple[str, ...] = ()
+        lease_s = subject.lease_s
+        warnings = list(subject.warnings)
         if offset is not None and offset.exceeds(contract.clock_skew_s):
-            clock = (offset.warning(subject.host or "-", contract.clock_skew_s),)
-        bound, bound_known = _wait_upper_bound(claims, subject.lease_s, counts[n].live)
-        expiry = _expiry_warnings(contract, claims, subject.lease_s)
+            warnings.append(offset.warning(subject.host or "-", contract.clock_skew_s))
+        warnings += here
+        if nulls := [c.id for c in claims if c.expiry_null]:
+            lease = "unknown: no task timeout" if lease_s is None else f"claimed_at + {lease_s:g}s"
+            warnings.append(
+                f"table {contract.table_label}: {contract.lease.expires_at_column} is NULL on live "
+                f"row(s) {_ids(nulls)}: no lease known, so each is judged by the task-timeout "
+                f"lease ({lease})"
+            )
+        if never := [c.id for c in claims if c.never_expires]:
+            warnings.append(
+                f"table {contract.table_label}: the lease of live row(s) {_ids(never)} never "
+                "expires (expiry 'infinity'): the wait bound is unknown (never)"
+            )
+        # The wait: the longest remaining lease, a full one for a live row without a known end.
+        unbounded = bool(counts[n].live and not claims) or any(
+            c.remaining_s is None and not c.never_expires for c in claims
+        )
+        bound = max([c.remaining_s for c in claims if c.remaining_s is not None], default=0.0)
+        if unbounded and lease_s is not None:
+            bound = max(bound, lease_s)
         verdicts.append(
             Verdict(
                 counts=counts[n],
                 live=claims,
                 checked_at=checked_at,
-                lease_s=subject.lease_s,
+                lease_s=lease_s,
                 task_timeout=subject.task_timeout,
                 runtime_started_at=subject.runtime_started_at,
-                wait_upper_bound_s=bound,
+                wait_upper_bound_s=max(bound, 0.0),
                 table=contract.table_label,
                 host=subject.host,
                 clock_offset_s=offset.offset_s if offset else None,
-                warnings=(*subject.warnings, *clock, *here, *expiry),
-                wait_upper_bound_known=bound_known,
+                warnings=tuple(warnings),
+                wait_upper_bound_known=not never and (lease_s is not None or not unbounded),
             )
         )
     return verdicts, status_column
 
 
-def _expiry_warnings(
-    contract: Contract, live: tuple[LiveClaim, ...], lease_s: float | None
-) -> tuple[str, ...]:
-    """What the live rows' expiry values mean, named: NULL (no lease known) and infinity."""
-    said = []
-    if nulls := [c.id for c in live if c.expiry_null]:
-        lease = f"claimed_at + {lease_s:g}s" if lease_s is not None else "unknown: no task timeout"
-        said.append(
-            f"table {contract.table_label}: {contract.lease.expires_at_column} is NULL on live "
-            f"row(s) {_ids(nulls)}: no lease known, so each is judged by the task-timeout "
-            f"lease ({lease})"
-        )
-    if never := [c.id for c in live if c.never_expires]:
-        said.append(
-            f"table {contract.table_label}: the lease of live row(s) {_ids(never)} never "
-            "expires (expiry 'infinity'): the wait bound is unknown (never)"
-        )
-    return tuple(said)
-
-
 def _ids(ids: list[str]) -> str:
     return ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-
-
-def _wait_upper_bound(
-    live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int
-) -> tuple[float, bool]:
-    """The longest remaining lease (no expiry: one full lease), and whether it bounds all."""
-    known = [c.remaining_s for c in live if c.remaining_s is not None]
-    unbounded = any(c.remaining_s is None and not c.never_expires for c in live)
-    unbounded = unbounded or bool(live_count and not live)
-    bound = max(known, default=0.0)
-    if unbounded and lease_s is not None:
-        bound = max(bound, lease_s)
-    bound_known = not any(c.never_expires for c in live) and (lease_s is not None or not unbounded)
-    return max(bound, 0.0), bound_known
 
 
 def _key(contract: Contract, index_key: str | None) -> sql.Composable:
@@ -269,7 +254,11 @@ def check_statuses(cur: Cursor, contract: Contract, column: catalog.StatusColumn
         # Compared natively, a status that is no label of the enum is no value of its type.
         classified = [s for s in classified if s in column.enum_labels]
     params: dict[str, object] = {"classified": classified, "max_named": MAX_NAMED}
-    params |= {"count_cap": COUNT_CAP + 1, "not_null": column.not_null, "type_oid": column.type_oid}
+    params |= {
+        "count_cap": COUNT_CAP + 1,
+        "not_null": column.not_null,
+        "type_oid": column.type_oid,
+    }
     if not column.reads_rows(contract):
         row = cur.execute(_UNLISTED_LABELS, params).fetchone()
         if row is not None and row[0] is False:
