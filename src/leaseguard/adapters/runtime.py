@@ -37,7 +37,7 @@ class LocalRunner:
     def run(self, argv: Sequence[str]) -> CommandResult:
         if shutil.which(argv[0]) is None:
             return CommandResult(127, "")
-        try:  # bytes that are not UTF-8 fail the parse, not the check
+        try:  # errors= reads text: bytes that are not UTF-8 fail the parse, not the check
             done = subprocess.run(
                 list(argv), capture_output=True, errors="replace", timeout=LOOKUP_TIMEOUT_S
             )
