@@ -171,7 +171,27 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     table, label = table_identifier(contract).as_string(conn), contract.table_label
     relation = conn.execute(_RELATION, {"relation": table}).fetchone()
     assert relation is not None
-    zone, locks_readable = _check_relation(relation, contract)
+    oid, kind, standby, zone, database, address, port, locks_readable = relation[:8]
+    if standby:
+        server = f"{address}:{port}" if address else "a local socket"
+        raise NotPrimary(standby_message(f"database {database} at {server}"))
+    if oid is None:
+        raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
+    if kind == "v" and contract.relation_kind != "view":
+        raise SchemaMismatch(
+            f"table {label} is a view, not the table that holds the rows; name the table, or "
+            "set relation_kind: view to judge through the view on purpose (its base tables' "
+            "row-level security is then checked)"
+        )
+    if kind == "m":
+        raise SchemaMismatch(
+            f"table {label} is a materialized view: a snapshot from its last refresh, not the "
+            "live rows; name the table that holds them"
+        )
+    if kind not in (*TABLE_KINDS, "v"):
+        raise SchemaMismatch(
+            f"table {label} is {_kind_name(kind)}, not a table that holds the rows; name that table"
+        )
     _check_lineage(relation[11:15], f"table {label}")
     _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
@@ -191,15 +211,28 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
     # The contract keys of the judged table's columns read as instants (pg-boss's heartbeat too).
     for key in ("claimed_at_column", "lease.expires_at_column", "preset heartbeat_on"):
-        if not (time_column := contract.columns().get(key)):
-            continue
-        if not _TIME_TYPE.fullmatch(types[time_column]):
+        if instant := contract.columns().get(key):
+            _check_instant(contract, instant, key, label, types[instant], str(zone))
+    status_column = StatusColumn(enum_labels=None, not_null=True, index_key=None)
+    if contract.has_status_column:
+        params = {"relation": table, "column": contract.status_column}
+        if (row := conn.execute(_STATUS_COLUMN, params).fetchone()) is None:  # gone since read
             raise SchemaMismatch(
-                f"column {time_column} ({key}) of table {label} has type "
-                f"{types[time_column]}, expected a timestamp"
+                f"column {contract.status_column} (status_column) does not exist in table {label}"
             )
-        _check_zone_known(contract, time_column, key, label, types[time_column], zone)
-    status_column = _read_status_column(conn, contract, table)
+        is_enum, labels, not_null, index_key, type_oid = row
+        for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
+            if missing := [s for s in getattr(contract, key) or () if s not in labels]:
+                raise ConfigError(  # a configured status its enum cannot hold: a usage error
+                    f"{key} names {_shown(missing)}, not a label of the enum type of column "
+                    f"{contract.status_column} in table {label} (its labels: {_shown(labels)})"
+                )
+        status_column = StatusColumn(
+            tuple(str(label) for label in labels) if is_enum else None,
+            bool(not_null),
+            index_key if isinstance(index_key, str) else None,
+            int(str(type_oid)) if is_enum else None,
+        )
     # No `schema`: the application's search_path (another role's, "$user") may find a namesake.
     if contract.schema is None and relation[18] is not None:
         raise SchemaMismatch(
@@ -211,10 +244,14 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     return status_column
 
 
-def _check_zone_known(
+def _check_instant(
     contract: Contract, column: str, key: str, label: str, column_type: str, database_zone: str
 ) -> None:
-    """A `timestamp without time zone` column needs a declared zone to be read in."""
+    """A column read as an instant is a timestamp; one without time zone needs a declared zone."""
+    if not _TIME_TYPE.fullmatch(column_type):
+        raise SchemaMismatch(
+            f"column {column} ({key}) of table {label} has type {column_type}, expected a timestamp"
+        )
     if contract.timestamp_zone is None and column_type.endswith("without time zone"):
         raise SchemaMismatch(
             f"column {column} ({key}) of table {label} is a timestamp without time zone and the "
@@ -227,33 +264,6 @@ def _check_zone_known(
 
 def _kind_name(kind: object) -> str:
     return _KIND_NAMES.get(str(kind), f"a relation of kind {kind!r}")
-
-
-def _check_relation(row: tuple[Any, ...], contract: Contract) -> tuple[str, bool]:
-    """The TimeZone, whether pg_locks is readable; a standby, no relation, a wrong kind fail."""
-    oid, kind, standby, zone, database, address, port, locks_readable = row[:8]
-    if standby:
-        server = f"{address}:{port}" if address else "a local socket"
-        raise NotPrimary(standby_message(f"database {database} at {server}"))
-    label = contract.table_label
-    if oid is None:
-        raise SchemaMismatch(f"table {label} does not exist (or is not visible)")
-    if kind in TABLE_KINDS or (kind == "v" and contract.relation_kind == "view"):
-        return str(zone), bool(locks_readable)
-    if kind == "v":
-        raise SchemaMismatch(
-            f"table {label} is a view, not the table that holds the rows; name the table, or "
-            "set relation_kind: view to judge through the view on purpose (its base tables' "
-            "row-level security is then checked)"
-        )
-    if kind == "m":
-        raise SchemaMismatch(
-            f"table {label} is a materialized view: a snapshot from its last refresh, not the "
-            "live rows; name the table that holds them"
-        )
-    raise SchemaMismatch(
-        f"table {label} is {_kind_name(kind)}, not a table that holds the rows; name that table"
-    )
 
 
 def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
@@ -281,8 +291,8 @@ def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
 
 
 def _check_view(conn: Connection, relation: str, label: str) -> None:
-    """relation_kind: view. Every relation it reads must be a table showing all its rows; a
-    function it calls may read anything (a materialized view, another server)."""
+    """Each relation the view reads is a table showing every row; it calls no function (which may
+    read anything: a materialized view, another server)."""
     params = {"relation": relation, "owners": None}
     for base, kind, reader, limited, shows_all, *lineage, has_children, says_only in conn.execute(
         _VIEW_BASES, params
@@ -355,31 +365,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: 
             f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
             f"decide whether the owner of a claim in {contract.table_label} is alive"
         )
-    _check_zone_known(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
-
-
-def _read_status_column(conn: Connection, contract: Contract, relation: str) -> StatusColumn:
-    """The status column's facts; a configured status its enum cannot hold is a usage error."""
-    if not contract.has_status_column:
-        return StatusColumn(enum_labels=None, not_null=True, index_key=None)
-    params = {"relation": relation, "column": contract.status_column}
-    row = conn.execute(_STATUS_COLUMN, params).fetchone()
-    if row is None:  # the pre-flight found the column; it vanished since
-        raise SchemaMismatch(
-            f"column {contract.status_column} (status_column) does not exist in table "
-            f"{contract.table_label}"
-        )
-    is_enum, labels, not_null, index_key, type_oid = row
-    enum_labels = tuple(str(label) for label in labels) if is_enum else None
-    for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
-        if missing := [s for s in getattr(contract, key) or () if s not in labels]:
-            raise ConfigError(
-                f"{key} names {_shown(missing)}, not a label of the enum type of column "
-                f"{contract.status_column} in table {contract.table_label} "
-                f"(its labels: {_shown(list(labels))})"
-            )
-    index = index_key if isinstance(index_key, str) else None
-    return StatusColumn(enum_labels, bool(not_null), index, int(str(type_oid)) if is_enum else None)
+    _check_instant(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
 
 
 def quoted_status(value: object) -> str:

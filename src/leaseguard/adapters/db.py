@@ -178,9 +178,7 @@ _CATALOG_FIRST = sql.SQL(
 )
 
 
-def set_local_limits(
-    executor: psycopg.Connection[Any] | psycopg.Cursor[Any], **settings: int | str
-) -> None:
+def set_local_limits(executor: Connection | Cursor, **settings: int | str) -> None:
     """Settings (an int: milliseconds) for this transaction only, and pg_catalog first in
     search_path: no schema of the role's path shadows a builtin the guard calls (now(), `<`)."""
     # Times read back in the one style psycopg parses, whatever the role or database sets.

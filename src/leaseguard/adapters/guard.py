@@ -10,24 +10,10 @@ from typing import Any
 
 from psycopg import sql
 
-from leaseguard.adapters.catalog import (
-    READ_RELATIONS,
-    StatusColumn,
-    quoted_status,
-    standby_message,
-    verify_schema,
-)
+from leaseguard.adapters import catalog
 from leaseguard.adapters.db import Connection, Cursor, guard_transaction
-from leaseguard.core import fleet, predicate
+from leaseguard.core import errors, fleet, predicate
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import (
-    ConfigError,
-    GuardQueryFailed,
-    LookupFailed,
-    NotPrimary,
-    SchemaMismatch,
-    UnclassifiedStatus,
-)
 from leaseguard.core.presets import OWNERS
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
@@ -39,6 +25,23 @@ _UNLISTED_LABELS = sql.SQL(
     "SELECT EXISTS (SELECT FROM pg_enum WHERE enumtypid = %(type_oid)s "
     "AND enumlabel <> ALL(%(classified)s::text[]))"
 )
+# The relations judged (the table, the owners', a view's bases; their partitions and children)
+# whose file changed after this snapshot was taken, or that it does not know (a copy renamed in
+# its place): ALTER TABLE's rewrite and TRUNCATE are not MVCC-safe, a snapshot older than them
+# reads the table as empty once their lock is gone. The snapshot's pg_class row has the old file;
+# names resolve, and pg_relation_filenode() reads, in the catalog as of now.
+_REWRITTEN = sql.SQL("""
+    {rel}, tree(oid) AS (
+        SELECT oid FROM rel
+      UNION
+        SELECT i.inhrelid FROM tree JOIN pg_catalog.pg_inherits AS i ON i.inhparent = tree.oid
+    )
+    SELECT string_agg(tree.oid::regclass::text, ', ' ORDER BY tree.oid::regclass::text)
+    FROM tree LEFT JOIN pg_catalog.pg_class AS c ON c.oid = tree.oid
+    WHERE tree.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
+      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""").format(
+    rel=catalog.READ_RELATIONS
+)
 
 
 def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float | None:
@@ -46,7 +49,7 @@ def lease_seconds(contract: Contract, task_timeout: TaskTimeout | None) -> float
     if contract.rows_carry_expiry:
         return None
     if task_timeout is None:
-        raise ConfigError("a task timeout is required to derive the lease")
+        raise errors.ConfigError("a task timeout is required to derive the lease")
     return contract.lease.multiplier * task_timeout.seconds
 
 
@@ -70,7 +73,7 @@ class Subject:
         return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
 
 
-class _Rewritten(GuardQueryFailed):
+class _Rewritten(errors.GuardQueryFailed):
     """A table read was rewritten after the snapshot: its rows read as none (not MVCC-safe)."""
 
 
@@ -80,8 +83,8 @@ def judge_subjects(
     subjects: Sequence[Subject],
     *,
     as_of: datetime | None = None,
-    status_column: StatusColumn | None = None,
-) -> tuple[list[Verdict], StatusColumn]:
+    status_column: catalog.StatusColumn | None = None,
+) -> tuple[list[Verdict], catalog.StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight);
     judged again, once, in a new snapshot (pre-flight too) when a table was rewritten under it."""
     for column in (status_column, None):
@@ -89,7 +92,7 @@ def judge_subjects(
             return _judge_once(conn, contract, subjects, as_of, column)
         except _Rewritten as exc:
             rewritten = exc
-    raise GuardQueryFailed(str(rewritten)) from None  # named as the class every front reports
+    raise errors.GuardQueryFailed(str(rewritten)) from None  # the class every front names
 
 
 def _judge_once(
@@ -97,22 +100,32 @@ def _judge_once(
     contract: Contract,
     subjects: Sequence[Subject],
     as_of: datetime | None,
-    status_column: StatusColumn | None,
-) -> tuple[list[Verdict], StatusColumn]:
+    status_column: catalog.StatusColumn | None,
+) -> tuple[list[Verdict], catalog.StatusColumn]:
     bounds = [s.bound(contract) for s in subjects]
     params = predicate.subjects_params(contract, bounds, as_of=as_of)
     sent_at = time.time()
     try:
         with guard_transaction(conn, contract) as cur:
             if status_column is None:
-                status_column = verify_schema(conn, contract)
+                status_column = catalog.verify_schema(conn, contract)
             # The counts first: they say whether the server is a standby, named before all.
             rows = cur.execute(predicate.counts_query(contract), params).fetchall()
             assert rows and cur.description is not None
             checked_at = rows[0][0]
             if rows[0][1]:
-                raise NotPrimary(standby_message("the guard's connection"))
-            _refuse_future_starts(subjects, bounds, as_of or checked_at)
+                raise errors.NotPrimary(catalog.standby_message("the guard's connection"))
+            now = as_of or checked_at
+            for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
+                if cutoff is not None and cutoff > now:  # every claim would look orphaned
+                    raise errors.LookupFailed(
+                        f"host {subject.host or '-'}: the runtime's start time "
+                        f"({subject.runtime_started_at}) is after the database's clock now "
+                        f"({now:%Y-%m-%d %H:%M:%S%z}): every claim would look orphaned by a "
+                        "restart that has not happened, so nothing is judged; fix that host's "
+                        "clock (NTP) or the start time given (runtime.started_at, "
+                        "--runtime-started-at, --host-facts)"
+                    )
             names = [column.name for column in cur.description[3:]]
             counts = [
                 Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
@@ -132,127 +145,73 @@ def _judge_once(
                         str(row_id), claimed, expires, left_s, bool(never), bool(null)
                     )
                     live.setdefault(int(str(n)), []).append(claim)
-            _refuse_rewritten(cur, contract)
-    except SchemaMismatch:
+            # The locks of the reads held: was a table read rewritten since the snapshot?
+            owners = OWNERS.get(contract.claim_rule)
+            table = predicate.table_identifier(contract).as_string(cur)
+            owned = predicate.owners_table(contract, owners).as_string(cur) if owners else None
+            row = cur.execute(_REWRITTEN, {"relation": table, "owners": owned}).fetchone()
+            if row is not None and row[0] is not None:
+                raise _Rewritten(
+                    f"table {row[0]} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed "
+                    "copy) while the guard read it, twice in a row: a read begun before a rewrite "
+                    "sees the table empty, so nothing is judged; run the guard again once the "
+                    "migration is over"
+                )
+    except errors.SchemaMismatch:
         if status_column is None:
             raise
         # The pre-flight was skipped: let it name the table or column that vanished.
         with guard_transaction(conn, contract):
-            verify_schema(conn, contract)
+            catalog.verify_schema(conn, contract)
         raise
     verdicts = []
     for n, subject in enumerate(subjects):
         claims, offset = tuple(live.get(n + 1, ())), subject.clock_offset
-        clock: tuple[str, ...] = ()
+        lease_s = subject.lease_s
+        warnings = list(subject.warnings)
         if offset is not None and offset.exceeds(contract.clock_skew_s):
-            clock = (offset.warning(subject.host or "-", contract.clock_skew_s),)
-        bound, bound_known = _wait_upper_bound(claims, subject.lease_s, counts[n].live)
-        expiry = _expiry_warnings(contract, claims, subject.lease_s)
+            warnings.append(offset.warning(subject.host or "-", contract.clock_skew_s))
+        warnings += here
+        if nulls := [c.id for c in claims if c.expiry_null]:
+            lease = "unknown: no task timeout" if lease_s is None else f"claimed_at + {lease_s:g}s"
+            warnings.append(
+                f"table {contract.table_label}: {contract.lease.expires_at_column} is NULL on live "
+                f"row(s) {_ids(nulls)}: no lease known, so each is judged by the task-timeout "
+                f"lease ({lease})"
+            )
+        if never := [c.id for c in claims if c.never_expires]:
+            warnings.append(
+                f"table {contract.table_label}: the lease of live row(s) {_ids(never)} never "
+                "expires (expiry 'infinity'): the wait bound is unknown (never)"
+            )
+        # The wait: the longest remaining lease, a full one for a live row without a known end.
+        unbounded = bool(counts[n].live and not claims) or any(
+            c.remaining_s is None and not c.never_expires for c in claims
+        )
+        bound = max([c.remaining_s for c in claims if c.remaining_s is not None], default=0.0)
+        if unbounded and lease_s is not None:
+            bound = max(bound, lease_s)
         verdicts.append(
             Verdict(
                 counts=counts[n],
                 live=claims,
                 checked_at=checked_at,
-                lease_s=subject.lease_s,
+                lease_s=lease_s,
                 task_timeout=subject.task_timeout,
                 runtime_started_at=subject.runtime_started_at,
-                wait_upper_bound_s=bound,
+                wait_upper_bound_s=max(bound, 0.0),
                 table=contract.table_label,
                 host=subject.host,
                 clock_offset_s=offset.offset_s if offset else None,
-                warnings=(*subject.warnings, *clock, *here, *expiry),
-                wait_upper_bound_known=bound_known,
+                warnings=tuple(warnings),
+                wait_upper_bound_known=not never and (lease_s is not None or not unbounded),
             )
         )
     return verdicts, status_column
 
 
-# The relations judged (the table, the owners', a view's bases; their partitions and children)
-# whose file changed after this snapshot was taken, or that it does not know (a copy renamed in
-# its place): ALTER TABLE's rewrite and TRUNCATE are not MVCC-safe, a snapshot older than them
-# reads the table as empty once their lock is gone. The snapshot's pg_class row has the old file;
-# names resolve, and pg_relation_filenode() reads, in the catalog as of now.
-_REWRITTEN = sql.SQL("""
-    {rel}, tree(oid) AS (
-        SELECT oid FROM rel
-      UNION
-        SELECT i.inhrelid FROM tree JOIN pg_catalog.pg_inherits AS i ON i.inhparent = tree.oid
-    )
-    SELECT string_agg(tree.oid::regclass::text, ', ' ORDER BY tree.oid::regclass::text)
-    FROM tree LEFT JOIN pg_catalog.pg_class AS c ON c.oid = tree.oid
-    WHERE tree.oid IS NOT NULL AND (c.oid IS NULL OR c.relfilenode <> 0
-      AND c.relfilenode IS DISTINCT FROM pg_catalog.pg_relation_filenode(c.oid))""").format(
-    rel=READ_RELATIONS
-)
-
-
-def _refuse_rewritten(cur: Cursor, contract: Contract) -> None:
-    """After the reads, their locks held: fail if a table read was rewritten since the snapshot."""
-    owners = OWNERS.get(contract.claim_rule)
-    params = {
-        "relation": predicate.table_identifier(contract).as_string(cur),
-        "owners": predicate.owners_table(contract, owners).as_string(cur) if owners else None,
-    }
-    row = cur.execute(_REWRITTEN, params).fetchone()
-    if row is not None and row[0] is not None:
-        raise _Rewritten(
-            f"table {row[0]} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed copy) "
-            "while the guard read it, twice in a row: a read begun before a rewrite sees the "
-            "table empty, so nothing is judged; run the guard again once the migration is over"
-        )
-
-
-def _refuse_future_starts(
-    subjects: Sequence[Subject], bounds: Sequence[tuple[object, datetime | None]], now: datetime
-) -> None:
-    """A start after the database's now (skew tolerance aside) would class every claim orphaned."""
-    for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
-        if cutoff is not None and cutoff > now:
-            raise LookupFailed(
-                f"host {subject.host or '-'}: the runtime's start time "
-                f"({subject.runtime_started_at}) is after the database's clock now "
-                f"({now:%Y-%m-%d %H:%M:%S%z}): every claim would look orphaned by a restart "
-                "that has not happened, so nothing is judged; fix that host's clock (NTP) or "
-                "the start time given (runtime.started_at, --runtime-started-at, --host-facts)"
-            )
-
-
-def _expiry_warnings(
-    contract: Contract, live: tuple[LiveClaim, ...], lease_s: float | None
-) -> tuple[str, ...]:
-    """What the live rows' expiry values mean, named: NULL (no lease known) and infinity."""
-    said = []
-    if nulls := [c.id for c in live if c.expiry_null]:
-        lease = f"claimed_at + {lease_s:g}s" if lease_s is not None else "unknown: no task timeout"
-        said.append(
-            f"table {contract.table_label}: {contract.lease.expires_at_column} is NULL on live "
-            f"row(s) {_ids(nulls)}: no lease known, so each is judged by the task-timeout "
-            f"lease ({lease})"
-        )
-    if never := [c.id for c in live if c.never_expires]:
-        said.append(
-            f"table {contract.table_label}: the lease of live row(s) {_ids(never)} never "
-            "expires (expiry 'infinity'): the wait bound is unknown (never)"
-        )
-    return tuple(said)
-
-
 def _ids(ids: list[str]) -> str:
     return ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-
-
-def _wait_upper_bound(
-    live: tuple[LiveClaim, ...], lease_s: float | None, live_count: int
-) -> tuple[float, bool]:
-    """The longest remaining lease (no expiry: one full lease), and whether it bounds all."""
-    known = [c.remaining_s for c in live if c.remaining_s is not None]
-    unbounded = any(c.remaining_s is None and not c.never_expires for c in live)
-    unbounded = unbounded or bool(live_count and not live)
-    bound = max(known, default=0.0)
-    if unbounded and lease_s is not None:
-        bound = max(bound, lease_s)
-    bound_known = not any(c.never_expires for c in live) and (lease_s is not None or not unbounded)
-    return max(bound, 0.0), bound_known
 
 
 def _key(contract: Contract, index_key: str | None) -> sql.Composable:
@@ -286,7 +245,7 @@ def status_rows_query(contract: Contract, index_key: str, status: str | None) ->
     ).format(predicate.table_identifier(contract), match)
 
 
-def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> None:
+def check_statuses(cur: Cursor, contract: Contract, column: catalog.StatusColumn) -> None:
     """Fail (UnclassifiedStatus) naming the statuses rows hold that are in none of the lists."""
     if not contract.has_status_column:
         return
@@ -295,7 +254,11 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
         # Compared natively, a status that is no label of the enum is no value of its type.
         classified = [s for s in classified if s in column.enum_labels]
     params: dict[str, object] = {"classified": classified, "max_named": MAX_NAMED}
-    params |= {"count_cap": COUNT_CAP + 1, "not_null": column.not_null, "type_oid": column.type_oid}
+    params |= {
+        "count_cap": COUNT_CAP + 1,
+        "not_null": column.not_null,
+        "type_oid": column.type_oid,
+    }
     if not column.reads_rows(contract):
         row = cur.execute(_UNLISTED_LABELS, params).fetchone()
         if row is not None and row[0] is False:
@@ -320,9 +283,9 @@ def check_statuses(cur: Cursor, contract: Contract, column: StatusColumn) -> Non
             found.append((value, int(str(counted[0])) if counted else 0))
         found.sort(key=lambda f: -f[1])
     if found:
-        named = [f"{quoted_status(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
+        named = [f"{catalog.quoted_status(v)} ({_rows(n)})" for v, n in found[:MAX_NAMED]]
         more = ", and more" if len(found) > MAX_NAMED else ""
-        raise UnclassifiedStatus(
+        raise errors.UnclassifiedStatus(
             f"table {contract.table_label} holds rows whose {contract.status_column} is in "
             f"none of claimed_statuses, queued_statuses or finished_statuses: "
             f"{', '.join(named)}{more}; the guard cannot tell whether they are live, so it "

@@ -37,13 +37,9 @@ class LocalRunner:
     def run(self, argv: Sequence[str]) -> CommandResult:
         if shutil.which(argv[0]) is None:
             return CommandResult(127, "")
-        try:
-            done = subprocess.run(  # bytes that are not UTF-8 fail the parse, not the check
-                list(argv),
-                capture_output=True,
-                text=True,
-                errors="replace",
-                timeout=LOOKUP_TIMEOUT_S,
+        try:  # errors= reads text: bytes that are not UTF-8 fail the parse, not the check
+            done = subprocess.run(
+                list(argv), capture_output=True, errors="replace", timeout=LOOKUP_TIMEOUT_S
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
@@ -125,35 +121,23 @@ class Lookups:
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         """The timeout; over several replicas the LONGEST (any of them may run a claim)."""
         source = lookups.task_timeout_source(spec)
-        if spec.source == "fixed":
-            assert spec.value_s is not None
-            return TaskTimeout(spec.value_s, source)
-        what = f"{self.host}: {source}"
-        seconds = []
-        for name, raw in self._raw_task_timeouts(spec):
-            where = f"{what} ({name})" if name else what
-            if raw is None:
-                raise LookupFailed(f"{where}: variable {spec.variable} is not set")
-            try:
-                seconds.append(lookups.parse_timeout_s(raw, what=where))
-            except TimeoutValueError as exc:
-                raise LookupFailed(str(exc)) from None
-        return TaskTimeout(max(seconds), source)
-
-    def _raw_task_timeouts(self, spec: TaskTimeoutLookup) -> list[tuple[str | None, str | None]]:
-        """(replica, raw value) for each replica read; the replica is None for a single one."""
+        raw: list[tuple[str | None, str | None]]  # (replica: None for a single one, value)
         match spec.source:
+            case "fixed":
+                assert spec.value_s is not None
+                return TaskTimeout(spec.value_s, source)
             case "docker" | "podman":
                 variable = lookups.checked_env_name(spec.variable)
                 named = container_filter(spec.container) is not None
                 found = self._containers(spec.source, spec.container, variable)
-                return [(r.name if named else None, r.value(variable)) for r in found]
+                raw = [(r.name if named else None, r.value(variable)) for r in found]
             case "systemd":
                 assert spec.unit is not None
                 named = lookups.is_unit_glob(spec.unit)
-                return [
+                units = self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
+                raw = [
                     (u.name if named else None, lookups.env_value(u.environment, spec.variable))
-                    for u in self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
+                    for u in units
                 ]
             case "command":
                 if container_filter(spec.container) is not None:
@@ -163,19 +147,29 @@ class Lookups:
                     )
                 argv = (spec.engine, "exec", spec.container, *spec.command)
                 what = f"command in {spec.engine} container {spec.container}"
-                return [(None, self._output(argv, what))]
+                raw = [(None, self._output(argv, what))]
             case "process":
                 assert spec.pid_file is not None
                 pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
                 what = f"environment of pid {pid} ({spec.pid_file})"
                 out = self._output(lookups.process_env_argv(pid, name), what, absent_ok=True)
-                return [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
+                raw = [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
             case _:
                 assert spec.path is not None
                 name = lookups.checked_env_name(spec.variable)
                 argv = lookups.env_file_argv(spec.path, name)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
-                return [(None, None if out is None else lookups.parse_env_file_line(out, name))]
+                raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
+        what, seconds = f"{self.host}: {source}", []
+        for replica, value in raw:
+            where = f"{what} ({replica})" if replica else what
+            if value is None:
+                raise LookupFailed(f"{where}: variable {spec.variable} is not set")
+            try:
+                seconds.append(lookups.parse_timeout_s(value, what=where))
+            except TimeoutValueError as exc:
+                raise LookupFailed(str(exc)) from None
+        return TaskTimeout(max(seconds), source)
 
     def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
         """The start time; over several replicas the OLDEST (a newer claim may run there)."""
