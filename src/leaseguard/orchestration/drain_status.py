@@ -27,6 +27,7 @@ RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
 _WORST_FIRST = ("failed", "defer", "pending", "proceed")  # decisions
 _LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
+_ESCAPED = str.maketrans({"\\": "\\\\", "\n": "\\n", '"': '\\"'})  # in a metric's label
 
 
 def _seconds(value: float | None) -> float:
@@ -244,7 +245,7 @@ def render_metrics(snapshot: dict[str, Any]) -> str:
         for row in snapshot["drains"]:
             for labels, value in _samples(name, row, snapshot["updated_at_unix"]):
                 pairs = {"host": row["host"], **labels}.items()
-                text = ",".join(f'{key}="{_escape(str(value))}"' for key, value in pairs)
+                text = ",".join(f'{key}="{str(value).translate(_ESCAPED)}"' for key, value in pairs)
                 number = float(value)
                 out.append(f"{full}{{{text}}} {int(number) if number.is_integer() else number!r}")
     return "\n".join(out) + "\n"
@@ -267,10 +268,6 @@ def _samples(name: str, row: dict[str, Any], updated_at: float) -> list[tuple[di
         "last_update_timestamp_seconds": updated_at,
     }[name]
     return [({}, value)]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def read_status(path: str | Path) -> dict[str, Any]:
