@@ -1,7 +1,6 @@
-"""A guard session: look up once, then judge as often as needed, over one connection. A broken
-connection is replaced once (along the next path if its own died); any other failure is the
-answer (a retry would spend the budget twice). A watchdog bounds every poll: TCP would wait
-~15 min for a partitioned host."""
+"""A guard session: look up once, judge as often as needed, over one connection. A broken connection
+is replaced once (along the next path if its own died); any other failure is the answer (a retry
+would spend the budget twice). A watchdog bounds every poll: TCP waits ~15 min on a partition."""
 
 from __future__ import annotations
 
@@ -50,11 +49,10 @@ class IntakeAccess:
 
 
 class Judged:
-    """Whom a session judges: one host's facts, a fleet's (`fleet`) or each host's (`each`);
-    `host_offsets`: the hosts' clocks minus this machine's (None: start times read here).
-    A start is read on its host's clock, claimed_at on the database's: skewed, a claim made just
-    after a restart could look orphaned. So each start moves into the database clock on the first
-    poll, and the measurement's uncertainty only widens the orphan tolerance."""
+    """Whom a session judges: one host, a fleet (`fleet`) or each host (`each`); `host_offsets`:
+    the hosts' clocks minus this machine's (None: read here). A start is read on its host's clock,
+    claimed_at on the database's: skewed, a claim just after a restart could look orphaned. So
+    starts move into the database clock at the first poll; its uncertainty widens the tolerance."""
 
     def __init__(
         self,
@@ -101,8 +99,7 @@ class Judged:
         ]
 
     def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
-        each = [] if self.each is None else sorted(self.each.items())
-        facts = [f for _, (f, _) in each] if each else [self.facts]
+        facts = [f for _, (f, _) in sorted(self.each.items())] if self.each else [self.facts]
         whole = self.fleet.as_dict() if self.fleet is not None else None
         if whole is not None and self.host_offsets is not None and self.minus_database:
             offsets = self.minus_database.items()
@@ -113,34 +110,25 @@ class Judged:
         ]
 
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
-        if self.fleet is not None:
-            per_host = self.fleet.per_host
-        elif self.each is not None:
-            per_host = {name: facts for name, (facts, _) in self.each.items()}
-        else:
+        if self.fleet is None and self.each is None:
             host_minus_here = self.host_minus_here or offset_from_here(runner)
             return fleet.chained(host_minus_here, db.here_minus_database(conn, self.contract))
-        here_minus_db = db.here_minus_database(conn, self.contract)
-        self.minus_database = {
-            host: fleet.chained(self._from_here(host), here_minus_db)
-            for host, facts in sorted(per_host.items())
-            if facts.runtime_started_at is not None
-        }
+        each = {host: facts for host, (facts, _) in (self.each or {}).items()}
+        per_host = self.fleet.per_host if self.fleet is not None else each
+        here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
+        for host in sorted(h for h, f in per_host.items() if f.runtime_started_at is not None):
+            if offsets is not None and host not in offsets:
+                raise errors.LookupFailed(
+                    f"host {host}: no clock reading (its start cannot be compared)"
+                )
+            from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
+            self.minus_database[host] = fleet.chained(from_here, here_minus_db)
         if self.fleet is None:
             return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
         moved = fleet.in_database_clocks(per_host, self.minus_database, self.contract.clock_skew_s)
         self.fleet = fleet.combine_facts(moved)
         self.facts = self.fleet.facts
         return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
-
-    def _from_here(self, host: str) -> ClockOffset:
-        if self.host_offsets is None:
-            return ClockOffset(0.0, 0.0)
-        if host not in self.host_offsets:
-            raise errors.LookupFailed(
-                f"host {host}: no clock reading (its start cannot be compared)"
-            )
-        return self.host_offsets[host]
 
 
 class GuardSession:
@@ -232,8 +220,7 @@ class GuardSession:
             raise (self._no_answer() if self._expired else exc) from None
         finally:
             timer.cancel()
-            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
-            timer.join(timeout=1.0)
+            timer.join(timeout=1.0)  # a cut in flight (closing the SSH connection): a moment
             # The budget was this poll's: what follows it (a resume of intake) is not refused.
             self._expired, self._ends_at = False, 0.0
 
@@ -306,8 +293,7 @@ class GuardSession:
         """A connection (writable as `intake`) on the current path, else the next that answers."""
         access, failure = intake or IntakeAccess(), None
         for _ in self._paths:
-            # Unbounded outside a poll (pauses, resumes).
-            remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
+            remaining = (self._ends_at or float("inf")) - time.monotonic()  # outside a poll: inf
             try:
                 if self._expired or remaining <= 0:
                     raise self._no_answer()
