@@ -31,13 +31,14 @@ from leaseguard.core.errors import (
 )
 
 log = logging.getLogger("leaseguard.drain")
+CronConnect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]  # pg_cron's database
 
 
 @dataclass(eq=False)
 class CronJobsPause:
     """Hold named pg_cron jobs (runs already going waited for); resume retried for `retry_s`."""
 
-    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+    connect: CronConnect
     job_names: Sequence[str]
     retry_s: float
     by: str = "a leaseguard drain"
@@ -185,10 +186,7 @@ class Intakes:
             raise failure
 
 
-def verify_holds(
-    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
-    holds: Sequence[Mapping[str, Any] | None],
-) -> None:
+def verify_holds(connect: CronConnect, holds: Sequence[Mapping[str, Any] | None]) -> None:
     """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
     for hold in holds:
         if hold and hold.get("cron"):

@@ -292,7 +292,7 @@ class GuardSession:
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake`) on the current path, else the next that answers."""
         access, failure = intake or IntakeAccess(), None
-        for _ in self._paths:
+        for _ in range(len(self._paths)):
             remaining = (self._ends_at or float("inf")) - time.monotonic()  # outside a poll: inf
             try:
                 if self._expired or remaining <= 0:
