@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
-from os import PathLike
 from typing import Any, TypeVar
 
 import psycopg
@@ -35,7 +34,6 @@ DEFAULT_POLL_S = 5.0
 DEFAULT_RESUME_RETRY_S = 60.0
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
-U = TypeVar("U")
 
 
 @dataclass(frozen=True)
@@ -70,39 +68,27 @@ def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
     resume = parse_command(data, "resume_command", prefix="drain.")
     if bool(pause) != bool(resume):
         raise ConfigError("drain.pause_command and drain.resume_command go together")
-    paths: dict[str, Any] = {}
+    password = data.get("cron_password") or os.environ.get("LEASEGUARD_CRON_PASSWORD")
+    given: dict[str, Any] = dict(pause_command=pause, resume_command=resume, cron_password=password)
+    given.update(pause_cron_jobs=tuple(jobs), cron_user=data.get("cron_user") or None)
+    given["cron_database"] = data.get("cron_database")
     for key in ("status_file", "metrics_file"):
         value = data.get(key)
-        if value not in (None, "") and not isinstance(value, str | PathLike):
+        if value not in (None, "") and not isinstance(value, str | os.PathLike):
             raise ConfigError(f"drain.{key} must be a file path")
-        paths[key] = None if value in (None, "") else str(value)
-    return DrainOptions(
-        poll_s=_seconds(data, "poll_s", DEFAULT_POLL_S),
-        deadline_s=_seconds(data, "deadline_s", None),
-        pause_cron_jobs=tuple(jobs),
-        cron_database=data.get("cron_database"),
-        cron_user=data.get("cron_user") or None,
-        cron_password=data.get("cron_password") or os.environ.get("LEASEGUARD_CRON_PASSWORD"),
-        pause_command=pause,
-        resume_command=resume,
-        resume_retry_s=_seconds(data, "resume_retry_s", DEFAULT_RESUME_RETRY_S),
-        **paths,
-    )
-
-
-def _seconds(data: Mapping[str, Any], key: str, default: float | None) -> Any:
-    value = data.get(key)
-    if value is None:
-        return default
-    try:
-        if isinstance(value, str) and not value.isascii():
-            raise ValueError  # float() reads any script's digits: ASCII only
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"drain.{key} must be a number of seconds") from None
-    if not math.isfinite(number) or number <= 0:
-        raise ConfigError(f"drain.{key} must be greater than 0")
-    return number
+        given[key] = None if value in (None, "") else str(value)
+    for key in ("poll_s", "deadline_s", "resume_retry_s"):
+        if (value := data.get(key)) is None:
+            continue  # the default
+        try:
+            if isinstance(value, str) and not value.isascii():
+                raise ValueError  # float() reads any script's digits: ASCII only
+            given[key] = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"drain.{key} must be a number of seconds") from None
+        if not math.isfinite(given[key]) or given[key] <= 0:
+            raise ConfigError(f"drain.{key} must be greater than 0")
+    return DrainOptions(**given)
 
 
 def drain_host(
@@ -169,38 +155,36 @@ def drain_each(
     """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.judged.each is not None
     board = board or status_board(options)
-    stop = stop or threading.Event()
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
-
     if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
         options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
-
-    def label_of(host: str) -> str:
-        return session.judged.host_labels.get(host, host) if own is None else own[host].host
+    hosts = sorted(session.judged.each)
+    mine = {host: session if own is None else own[host] for host in hosts}
+    labels = {
+        h: session.judged.host_labels.get(h, h) if own is None else mine[h].host for h in hosts
+    }
+    for label in labels.values():  # every host on the status board from the start, pending
+        board.observer(label, database=session)
+    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
 
     def drain(host: str) -> DrainResult:
-        mine = session if own is None else own[host]
         return drain_host(
-            mine,
+            mine[host],
             options,
             board=board,
             stop=stop,
             judge=judge_for(host),
-            act=act(mine),
-            label=label_of(host),
+            act=act(mine[host]),
+            label=labels[host],
             started=started,
             **kwargs,
         )
 
-    hosts = sorted(session.judged.each)
-    for host in hosts:  # every host on the status board from the start, pending
-        board.observer(label_of(host), database=session)
-    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 
 
-def map_waking(work: Callable[[U], T], items: Sequence[U]) -> list[T]:
+def map_waking(work: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
     """`work` over `items` on threads, the caller waking every 0.2 s: Python runs signal handlers
     on the main thread only, so a SIGTERM would wait, unheard, for a drain only it ends."""
     with ThreadPoolExecutor(max_workers=max(min(len(items), 64), 1)) as pool:
@@ -281,12 +265,9 @@ def signals_set(stop: threading.Event, say: Callable[[str], None]) -> Iterator[N
         while (signum := received.get()) is not None:
             name, again = signal.Signals(signum).name, stop.is_set()
             stop.set()  # before saying so: a closed stderr (a dead `| tee`) must not lose it
+            said = f"{name} again: still resuming intake, then exiting" if again else None
             with suppress(Exception):
-                say(
-                    f"{name} again: still resuming intake, then exiting"
-                    if again
-                    else f"{name}: stopping the drain and resuming intake"
-                )
+                say(said or f"{name}: stopping the drain and resuming intake")
 
     relaying = threading.Thread(target=relay, name="leaseguard-signals", daemon=True)
     relaying.start()

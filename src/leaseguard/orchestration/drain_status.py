@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import threading
-import time
 from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ RUNNING, FINISHED, INTERRUPTED = "running", "finished", "interrupted"
 COUNT_CLASSES = ("live", "stale", "orphaned", "queued")
 _WORST_FIRST = ("failed", "defer", "pending", "proceed")  # decisions
 _LONGEST = ("wait_upper_bound_s", "elapsed_s", "deadline_s")  # the fleet's: its longest
+_ESCAPED = str.maketrans({"\\": "\\\\", "\n": "\\n", '"': '\\"'})  # in a metric's label
 
 
 def _seconds(value: float | None) -> float:
@@ -70,7 +70,7 @@ class StatusBoard:
         self.metrics_path = Path(metrics_file) if metrics_file else None
         self.lock = threading.RLock()
         self.rows: dict[str, dict[str, Any]] = {}
-        self.started_at = time.time()
+        self.started_at = datetime.now(UTC)
         self.pid = os.getpid()
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
@@ -80,8 +80,20 @@ class StatusBoard:
         self, host: str, intake: Intakes | None = None, *, database: object = None
     ) -> HostObserver:
         """`database`: hosts judged against one database (it names them) see the same claims."""
+        new: dict[str, Any] = {
+            "host": host,
+            "state": RUNNING,
+            "decision": "pending",
+            "exit_status": None,
+            "counts": dict.fromkeys(COUNT_CLASSES, 0),
+            "wait_upper_bound_s": 0.0,
+            "elapsed_s": 0.0,
+            "deadline_s": 0.0,
+            "paused_intake": [],
+            "counters": {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}},
+        }
         with self.lock:
-            row = self.rows.setdefault(host, _new_row(host))
+            row = self.rows.setdefault(host, new)
             if database is not None:
                 self._databases[host] = database
         return HostObserver(self, row, intake)
@@ -107,7 +119,14 @@ class StatusBoard:
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
             databases = [self._databases.get(row["host"], row["host"]) for row in rows]
-        updated_at = time.time()
+        # Hosts sharing a database see its claims each: a database counts as the most any of its
+        # hosts sees (50 hosts seeing one live claim: live=1), then the databases are summed.
+        most: dict[object, dict[str, int]] = {}
+        for row, database in zip(rows, databases, strict=True):
+            seen = most.setdefault(database, dict.fromkeys(COUNT_CLASSES, 0))
+            for name in COUNT_CLASSES:
+                seen[name] = max(seen[name], row["counts"][name])
+        updated_at = datetime.now(UTC)
         errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
         state = next((s for s in (RUNNING, INTERRUPTED) if s in states or not rows), FINISHED)
@@ -122,16 +141,16 @@ class StatusBoard:
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
             "exit_status": None if state == RUNNING else ended,
-            "counts": _claims_counted_once(rows, databases),
+            "counts": {name: sum(seen[name] for seen in most.values()) for name in COUNT_CLASSES},
             **{k: max((r[k] for r in rows), default=0.0) for k in _LONGEST},
             "paused_intake": sorted({name for row in rows for name in row["paused_intake"]}),
             "counters": {
                 **{name: sum(row["counters"][name] for row in rows) for name in COUNTER_NAMES},
                 "errors": dict(sorted(errors.items())),
             },
-            "started_at": _iso(self.started_at),
-            "updated_at": _iso(updated_at),
-            "updated_at_unix": round(updated_at, 3),
+            "started_at": self.started_at.isoformat(timespec="milliseconds"),
+            "updated_at": updated_at.isoformat(timespec="milliseconds"),
+            "updated_at_unix": round(updated_at.timestamp(), 3),
             "drains": rows,
         }
 
@@ -182,36 +201,6 @@ class StatusBoard:
             log.info("drain status written again path=%s", path)
 
 
-def _claims_counted_once(rows: list[dict[str, Any]], databases: list[object]) -> dict[str, int]:
-    """Each class summed over databases: hosts sharing one see its claims each, so a database
-    counts as the most any of its hosts sees (50 hosts seeing one live claim: live=1)."""
-    most: dict[object, dict[str, int]] = {}
-    for row, database in zip(rows, databases, strict=True):
-        seen = most.setdefault(database, dict.fromkeys(COUNT_CLASSES, 0))
-        for name in COUNT_CLASSES:
-            seen[name] = max(seen[name], row["counts"][name])
-    return {name: sum(seen[name] for seen in most.values()) for name in COUNT_CLASSES}
-
-
-def _new_row(host: str) -> dict[str, Any]:
-    return {
-        "host": host,
-        "state": RUNNING,
-        "decision": "pending",
-        "exit_status": None,
-        "counts": dict.fromkeys(COUNT_CLASSES, 0),
-        "wait_upper_bound_s": 0.0,
-        "elapsed_s": 0.0,
-        "deadline_s": 0.0,
-        "paused_intake": [],
-        "counters": {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}},
-    }
-
-
-def _iso(unix: float) -> str:
-    return datetime.fromtimestamp(unix, UTC).isoformat(timespec="milliseconds")
-
-
 def atomic_write(path: Path, text: str) -> None:
     """A temp file renamed over `path`: `.tmp` (node_exporter ignores it), 0644 minus umask."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -256,7 +245,7 @@ def render_metrics(snapshot: dict[str, Any]) -> str:
         for row in snapshot["drains"]:
             for labels, value in _samples(name, row, snapshot["updated_at_unix"]):
                 pairs = {"host": row["host"], **labels}.items()
-                text = ",".join(f'{key}="{_escape(str(value))}"' for key, value in pairs)
+                text = ",".join(f'{key}="{str(value).translate(_ESCAPED)}"' for key, value in pairs)
                 number = float(value)
                 out.append(f"{full}{{{text}}} {int(number) if number.is_integer() else number!r}")
     return "\n".join(out) + "\n"
@@ -279,10 +268,6 @@ def _samples(name: str, row: dict[str, Any], updated_at: float) -> list[tuple[di
         "last_update_timestamp_seconds": updated_at,
     }[name]
     return [({}, value)]
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 def read_status(path: str | Path) -> dict[str, Any]:

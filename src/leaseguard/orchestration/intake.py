@@ -31,13 +31,14 @@ from leaseguard.core.errors import (
 )
 
 log = logging.getLogger("leaseguard.drain")
+CronConnect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]  # pg_cron's database
 
 
 @dataclass(eq=False)
 class CronJobsPause:
     """Hold named pg_cron jobs (runs already going waited for); resume retried for `retry_s`."""
 
-    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]]
+    connect: CronConnect
     job_names: Sequence[str]
     retry_s: float
     by: str = "a leaseguard drain"
@@ -112,10 +113,8 @@ class CronJobsPause:
         for name in released.resumed:
             log.info("intake resumed pg_cron job=%s", name)
         for name, holders in released.still_held.items():
-            by = "; ".join(holders)
-            log.info(
-                f"intake still held pg_cron job={name} by={by} (given back by its last holder)"
-            )
+            why = "(given back by its last holder)"
+            log.info("intake still held pg_cron job=%s by=%s %s", name, "; ".join(holders), why)
         self.hold = None
 
 
@@ -133,28 +132,23 @@ class CommandPause:
         # Before it runs: a pause command that fails (or times out) half way may have stopped
         # part of the intake, so its resume command runs on every exit path all the same.
         self.paused = True
-        self._run(self.pause_argv, "pause")
+        if (code := self.runner.run(list(self.pause_argv)).exit_code) != 0:
+            raise LookupFailed(f"host {self.runner.label}: intake pause command exited {code}")
+        log.info("intake pause command ran host=%s", self.runner.label)
 
     def verify(self) -> None:
         pass  # a command's pause cannot be read back
 
     def resume(self) -> None:
-        if self.paused:
-            self._run(self.resume_argv, "resume")
-            self.paused = False
-
-    def _run(self, argv: Sequence[str], what: str) -> None:
-        result = self.runner.run(list(argv))
-        if result.exit_code != 0 and what == "resume":  # named so no front says "resumed"
-            raise IntakeNotResumed(
-                f"INTAKE STILL PAUSED: the resume command exited {result.exit_code} on host "
+        if not self.paused:
+            return
+        if (code := self.runner.run(list(self.resume_argv)).exit_code) != 0:
+            raise IntakeNotResumed(  # named so no front says "resumed"
+                f"INTAKE STILL PAUSED: the resume command exited {code} on host "
                 f"{self.runner.label}; run it by hand"
             )
-        if result.exit_code != 0:
-            raise LookupFailed(
-                f"host {self.runner.label}: intake {what} command exited {result.exit_code}"
-            )
-        log.info("intake %s command ran host=%s", what, self.runner.label)
+        log.info("intake resume command ran host=%s", self.runner.label)
+        self.paused = False
 
 
 Part = CronJobsPause | CommandPause  # each: pause, verify (still held), resume, paused_intake
@@ -192,10 +186,7 @@ class Intakes:
             raise failure
 
 
-def verify_holds(
-    connect: Callable[[], AbstractContextManager[psycopg.Connection[Any]]],
-    holds: Sequence[Mapping[str, Any] | None],
-) -> None:
+def verify_holds(connect: CronConnect, holds: Sequence[Mapping[str, Any] | None]) -> None:
     """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
     for hold in holds:
         if hold and hold.get("cron"):

@@ -1,8 +1,6 @@
-"""A guard session: look up once, then judge as often as needed, over one connection.
-
-A broken connection is replaced once (along the next path if its own died); any other failure
-is the answer (a retry would spend the budget twice). A watchdog bounds every poll: TCP would
-wait ~15 min for a partitioned host."""
+"""A guard session: look up once, judge as often as needed, over one connection. A broken connection
+is replaced once (along the next path if its own died); any other failure is the answer (a retry
+would spend the budget twice). A watchdog bounds every poll: TCP waits ~15 min on a partition."""
 
 from __future__ import annotations
 
@@ -11,31 +9,29 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass, field
-from typing import Protocol, Unpack
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, Unpack
 
 import psycopg
 
+from leaseguard.adapters import db
 from leaseguard.adapters.catalog import StatusColumn
-from leaseguard.adapters.db import connect, describe_target, end_left_behind, read_transaction
-from leaseguard.adapters.guard import judge_subjects
+from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
 from leaseguard.adapters.host_lookup import look_up_host
 from leaseguard.adapters.indexing import advisory_plan_warning
 from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
-from leaseguard.adapters.runtime import Given, LocalRunner, Runner
+from leaseguard.adapters.runtime import Given, LocalRunner, Runner, offset_from_here
+from leaseguard.core import errors, fleet
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
-from leaseguard.core.fleet import ClockOffset, FleetFacts, combine_facts
+from leaseguard.core.fleet import ClockOffset, FleetFacts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
-from leaseguard.orchestration.subjects import Judged
 
 POLL_MARGIN_S = 2.0  # round trips, the transaction's small statements, a thread waking up
 Conn = psycopg.Connection[tuple[object, ...]]
 
 
-class Link(Protocol):
-    """The path to the database when it is not direct (an SSH tunnel)."""
-
+class Link(Protocol):  # the path to the database when it is not direct (an SSH tunnel)
     def ensure(self, *, within_s: float = ...) -> None: ...
     def failure(self) -> TunnelError | None: ...
     def cut(self) -> None: ...
@@ -52,6 +48,89 @@ class IntakeAccess:
     own_holds: tuple[str, ...] = ()
 
 
+class Judged:
+    """Whom a session judges: one host, a fleet (`fleet`) or each host (`each`); `host_offsets`:
+    the hosts' clocks minus this machine's (None: read here). A start is read on its host's clock,
+    claimed_at on the database's: skewed, a claim just after a restart could look orphaned. So
+    starts move into the database clock at the first poll; its uncertainty widens the tolerance."""
+
+    def __init__(
+        self,
+        contract: Contract,
+        facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
+        host_offsets: Mapping[str, ClockOffset] | None = None,
+        host_minus_here: ClockOffset | None = None,
+        host_labels: Mapping[str, str] | None = None,
+    ) -> None:
+        self.contract = contract
+        self.fleet = facts if isinstance(facts, FleetFacts) else None
+        self.each: dict[str, tuple[RuntimeFacts, float | None]] | None = None
+        if isinstance(facts, Mapping):
+            if not facts:
+                raise errors.ConfigError("a fleet judgment needs the facts of at least one host")
+            self.each = {}
+            for host, its in facts.items():
+                try:
+                    self.each[host] = (its, lease_seconds(contract, its.task_timeout))
+                except errors.ConfigError as exc:
+                    raise errors.ConfigError(f"host {host}: {exc}") from None
+        one = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
+        self.facts = one.facts if isinstance(one, FleetFacts) else one
+        self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
+        self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
+        self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
+        self.clock_offset: ClockOffset | None = None  # measured once, on the first poll
+        self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
+
+    def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
+        every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
+        if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
+            self.clock_offset = self._measure_clock(conn, runner)
+        if self.each is None:
+            judged = [(host, self.facts, self.lease_s, self.clock_offset)]
+        else:
+            judged = [
+                (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
+                for name, (facts, lease_s) in sorted(self.each.items())
+            ]
+        return [
+            Subject(label, f.task_timeout, lease_s, f.runtime_started_at, offset, f.warnings)
+            for label, f, lease_s, offset in judged
+        ]
+
+    def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
+        facts = [f for _, (f, _) in sorted(self.each.items())] if self.each else [self.facts]
+        whole = self.fleet.as_dict() if self.fleet is not None else None
+        if whole is not None and self.host_offsets is not None and self.minus_database:
+            offsets = self.minus_database.items()
+            whole["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
+        return [
+            replace(v, warnings=(*v.warnings, *advice), fleet=whole, replicas=f.replicas)
+            for v, f in zip(verdicts, facts, strict=True)
+        ]
+
+    def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
+        if self.fleet is None and self.each is None:
+            host_minus_here = self.host_minus_here or offset_from_here(runner)
+            return fleet.chained(host_minus_here, db.here_minus_database(conn, self.contract))
+        each = {host: facts for host, (facts, _) in (self.each or {}).items()}
+        per_host = self.fleet.per_host if self.fleet is not None else each
+        here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
+        for host in sorted(h for h, f in per_host.items() if f.runtime_started_at is not None):
+            if offsets is not None and host not in offsets:
+                raise errors.LookupFailed(
+                    f"host {host}: no clock reading (its start cannot be compared)"
+                )
+            from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
+            self.minus_database[host] = fleet.chained(from_here, here_minus_db)
+        if self.fleet is None:
+            return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
+        moved = fleet.in_database_clocks(per_host, self.minus_database, self.contract.clock_skew_s)
+        self.fleet = fleet.combine_facts(moved)
+        self.facts = self.fleet.facts
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
+
+
 class GuardSession:
     """Judges one host, a fleet or each host; `fallbacks`: other paths to the database."""
 
@@ -60,7 +139,7 @@ class GuardSession:
         contract: Contract,
         conninfo: str,
         facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
-        runner: Runner,
+        runner: Runner | None,  # None: this machine's
         link: Link | None = None,
         *,
         label: str | None = None,
@@ -70,15 +149,15 @@ class GuardSession:
         host_labels: Mapping[str, str] | None = None,
         intake: IntakeAccess | None = None,
     ) -> None:
-        self.contract, self.runner, self.label = contract, runner, label
+        self.contract, self.runner = contract, runner or LocalRunner()
+        self.host = label or self.runner.label
         self.intake = intake or IntakeAccess()
         self.judged = Judged(contract, facts, host_offsets, host_minus_here, host_labels)
+        self.conninfo, self.link = conninfo, link  # the path in use, first of `_paths`
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
-        self._path = 0
         timeouts_s = contract.connect_timeout_s + contract.statement_timeout_ms / 1000
         self.budget_s = timeouts_s + POLL_MARGIN_S  # the longest one poll may take
         self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
-        self._plan_checked = False  # the seq-scan advice: once per session, not every poll
         self._conn: Conn | None = None
         self._status_column: StatusColumn | None = None  # the pre-flight's, once per connection
         self._leftovers: tuple[str, ...] | None = None
@@ -88,18 +167,6 @@ class GuardSession:
         self._database: object | None = None
         self._identified: Conn | None = None
         self._server_started: object | None = None
-
-    @property
-    def conninfo(self) -> str:
-        return self._paths[self._path][0]
-
-    @property
-    def link(self) -> Link | None:
-        return self._paths[self._path][1]
-
-    @property
-    def host(self) -> str:
-        return self.label or self.runner.label
 
     @property
     def facts(self) -> RuntimeFacts:
@@ -153,8 +220,7 @@ class GuardSession:
             raise (self._no_answer() if self._expired else exc) from None
         finally:
             timer.cancel()
-            # A cut in flight (closing the SSH connection) is given a moment, not the budget.
-            timer.join(timeout=1.0)
+            timer.join(timeout=1.0)  # a cut in flight (closing the SSH connection): a moment
             # The budget was this poll's: what follows it (a resume of intake) is not refused.
             self._expired, self._ends_at = False, 0.0
 
@@ -189,7 +255,7 @@ class GuardSession:
                 self.close()
                 raise
         if self._left_behind:  # each reconnect ends what it replaces
-            end_left_behind(self._conn, self._left_behind)
+            db.end_left_behind(self._conn, self._left_behind)
             self._left_behind = 0
         return self._conn
 
@@ -202,7 +268,7 @@ class GuardSession:
             " pg_catalog.date_part('epoch', pg_catalog.pg_postmaster_start_time())"  # any DateStyle
         )
         try:
-            with read_transaction(conn):
+            with db.read_transaction(conn):
                 found = conn.execute(query).fetchone()
         except psycopg.Error as exc:
             raise DatabaseUnavailable(
@@ -226,17 +292,15 @@ class GuardSession:
     def _open(self, intake: IntakeAccess | None = None) -> Conn:
         """A connection (writable as `intake`) on the current path, else the next that answers."""
         access, failure = intake or IntakeAccess(), None
-        for _ in self._paths:
-            conninfo, link = self._paths[self._path]
-            # Unbounded outside a poll (pauses, resumes).
-            remaining = self._ends_at - time.monotonic() if self._ends_at else float("inf")
+        for _ in range(len(self._paths)):
+            remaining = (self._ends_at or float("inf")) - time.monotonic()  # outside a poll: inf
             try:
                 if self._expired or remaining <= 0:
                     raise self._no_answer()
-                if link is not None:
-                    link.ensure(within_s=remaining)
-                return connect(
-                    conninfo,
+                if self.link is not None:
+                    self.link.ensure(within_s=remaining)
+                return db.connect(
+                    self.conninfo,
                     self.contract.connect_timeout_s,
                     writable=intake is not None,
                     dbname=access.database,
@@ -245,10 +309,11 @@ class GuardSession:
                     password=access.password,
                 )
             except (DatabaseUnavailable, TunnelError) as exc:
-                if isinstance(exc, DatabaseUnavailable) and link is not None:
-                    exc = link.failure() or exc  # named by the tunnel's cause, if it has one
+                if isinstance(exc, DatabaseUnavailable) and self.link is not None:
+                    exc = self.link.failure() or exc  # named by the tunnel's cause, if it has one
                 failure = failure or exc
-                self._path = (self._path + 1) % len(self._paths)
+                self._paths.append(self._paths.pop(0))  # the next path
+                self.conninfo, self.link = self._paths[0]
                 if self._expired:
                     break
         assert failure is not None
@@ -265,7 +330,7 @@ class GuardSession:
                 "the host or the network to it is down"
             )
         return DatabaseUnavailable(
-            f"no answer from PostgreSQL at {describe_target(self.conninfo)} within {budget}"
+            f"no answer from PostgreSQL at {db.describe_target(self.conninfo)} within {budget}"
         )
 
     def _cut(self) -> None:
@@ -286,22 +351,16 @@ class GuardSession:
             conn, self.contract, subjects, status_column=self._status_column
         )
         advice: tuple[str, ...] = ()
-        if not self._plan_checked:
-            self._plan_checked = True
+        if self._leftovers is None:  # once per session: the seq-scan advice, intake left paused
             plan = advisory_plan_warning(conn, self.contract, verdicts[0], self._status_column)
             advice = (plan,) if plan else ()
-        return self.judged.finish(verdicts, (*advice, *self._leftover_pauses(conn)))
-
-    def _leftover_pauses(self, conn: Conn) -> tuple[str, ...]:
-        """Warnings naming intake a drain paused and never gave back (looked up once)."""
-        if self._leftovers is None:
             owner, own = self.intake.owner, self.intake.own_holds
             if self.intake.database is None and self.intake.user is None:
                 found = leftover_warnings(conn, exclude_by=owner, own=own)
             else:  # the jobs in another database, or seen by their owner alone
                 found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
             self._leftovers = tuple(found)
-        return self._leftovers
+        return self.judged.finish(verdicts, (*advice, *self._leftovers))
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
         """A writable connection for intake holds, as `intake` (default: the session's)."""
@@ -333,21 +392,8 @@ def fleet_session(
     *,
     each: bool = False,
     runner: Runner | None = None,
-    link: Link | None = None,
-    host_offsets: Mapping[str, ClockOffset] | None = None,
-    intake: IntakeAccess | None = None,
+    **options: Any,  # link, host_offsets, intake: GuardSession's
 ) -> closing[GuardSession]:
     """One session judging every host by the fleet rule (`each`: each by its own facts)."""
-    facts = per_host if each else combine_facts(per_host)
-    return closing(
-        GuardSession(
-            contract,
-            conninfo,
-            facts,
-            runner or LocalRunner(),
-            link,
-            label="fleet",
-            intake=intake,
-            host_offsets=host_offsets,
-        )
-    )
+    facts = per_host if each else fleet.combine_facts(per_host)
+    return closing(GuardSession(contract, conninfo, facts, runner, label="fleet", **options))

@@ -98,50 +98,29 @@ def task_session(
     each: bool = False,
 ) -> Iterator[GuardSession]:
     """An Ansible task's session: this host's (`given` facts), or `hosts` by their `lookups`."""
-    if lookups is None:
-        with host_session(contract, runner, path, intake=intake, **task_facts(**given)) as s:
-            yield s
+    if lookups is None:  # explicit values win over a registered task_timeout `lookup`
+        lookup = given["lookup"] or {}
+        seconds, what, source = given["task_timeout_s"], "task_timeout_s", None
+        if seconds is None and lookup.get("task_timeout_s") is not None:
+            seconds, what = lookup["task_timeout_s"], "lookup.task_timeout_s"
+            source = lookup.get("source")
+        # The core's strict parsers, never float(): a message never repeats a (maybe secret) value.
+        timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
+        started = given["runtime_started_at"] or lookup.get("runtime_started_at")
+        started_at = parse_timestamp(started, what="runtime_started_at") if started else None
+        replicas = [str(name) for name in lookup.get("replicas") or ()]
+        facts: dict[str, Any] = {"task_timeout_source": source, "replicas": replicas}
+        facts.update(task_timeout_s=timeout, runtime_started_at=started_at)
+        with host_session(contract, runner, path, intake=intake, **facts) as session:
+            yield session
         return
     # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = fleet_facts(reports, hosts, given_source="lookup")
-    with (
-        path as (conninfo, tunnel),
-        fleet_session(
-            contract,
-            conninfo,
-            per_host,
-            each=each,
-            runner=runner,
-            link=tunnel,
-            host_offsets=offsets,
-            intake=intake,
-        ) as session,
-    ):
-        yield session
-
-
-def task_facts(
-    lookup: dict[str, Any] | None = None,
-    task_timeout_s: Any = None,
-    runtime_started_at: str | None = None,
-) -> dict[str, Any]:
-    """Facts a task passes in: explicit values win over a registered task_timeout `lookup`."""
-    lookup = lookup or {}
-    seconds, what, source = task_timeout_s, "task_timeout_s", None
-    if seconds is None and lookup.get("task_timeout_s") is not None:
-        # The core's strict parser, never float(): its message never repeats a (maybe secret) value.
-        seconds, what = lookup["task_timeout_s"], "lookup.task_timeout_s"
-        source = lookup.get("source")
-    timeout = None if seconds is None else parse_timeout_s(seconds, what=what)
-    started = runtime_started_at or lookup.get("runtime_started_at")
-    started_at = parse_timestamp(started, what="runtime_started_at") if started else None
-    return {
-        "task_timeout_s": timeout,
-        "task_timeout_source": source,
-        "runtime_started_at": started_at,
-        "replicas": [str(name) for name in lookup.get("replicas") or ()],
-    }
+    with path as (conninfo, tunnel):
+        options: dict[str, Any] = {"link": tunnel, "host_offsets": offsets, "intake": intake}
+        with fleet_session(contract, conninfo, per_host, each=each, runner=runner, **options) as s:
+            yield s
 
 
 def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
