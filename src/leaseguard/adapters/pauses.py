@@ -163,22 +163,16 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            jobid = int(change.jobid or 0)
-            record = PauseRecord(change.job, stamp, by, action, token, *alive, jobid=jobid)
-            payload = json.dumps(asdict(record))
+            record = PauseRecord(change.job, stamp, by, action, token, *alive, change.jobid or 0)
+            command = f"SELECT 1 -- {_MARKER} {json.dumps(asdict(record))}"
             conn.execute(
                 "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
-                (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
+                (_record_name(change.job, token), _NEVER, command),
             )
-    return Hold(
-        token=token,
-        jobs=tuple(c.job for c in held),
-        jobids=tuple(int(c.jobid) for c in held if c.jobid is not None),
-        by=by,
-        action=action,
-        switched=tuple(c.job for c in held if c.changed),
-        not_held=tuple(c.job for c in changes if c not in held),
-    )
+    jobids = tuple(int(c.jobid) for c in held if c.jobid is not None)
+    switched = tuple(c.job for c in held if c.changed)
+    not_held = tuple(c.job for c in changes if c not in held)
+    return Hold(token, tuple(c.job for c in held), jobids, by, action, switched, not_held)
 
 
 def release_hold(conn: Connection, hold: Hold) -> Release:
@@ -203,8 +197,7 @@ def release_hold(conn: Connection, hold: Hold) -> Release:
 def resume_recorded(
     conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
-    """Give back every recorded hold (on `jobs`) whose holder is gone, or every one if `force`;
-    the third item names the kept ones (a live or unverifiable holder's) and why."""
+    """Give back the holds (on `jobs`) whose holder is gone (all if `force`), and name the kept."""
     with _holds_transaction(conn) as step:
         records, kept = resumable(read_records(conn), jobs, force=force)
         for record in records if force else ():
@@ -230,18 +223,12 @@ def resume_recorded(
 def resumable(
     records: Sequence[PauseRecord], jobs: Sequence[str] | None, *, force: bool
 ) -> tuple[list[PauseRecord], list[tuple[PauseRecord, str]]]:
-    """The records (on `jobs`) a resume gives back, and those it keeps with why: a live or
-    unverifiable holder's, unless `force`."""
-    given: list[PauseRecord] = []
-    kept: list[tuple[PauseRecord, str]] = []
-    for record in records:
-        if jobs is None or record.job in jobs:
-            why = "" if force else record.holder_alive()
-            if why:
-                kept.append((record, why))
-            else:
-                given.append(record)
-    return given, kept
+    """The records (on `jobs`) a resume gives back; those it keeps (a live or unverifiable
+    holder's, unless `force`) with why."""
+    checked = [
+        (r, None if force else r.holder_alive()) for r in records if jobs is None or r.job in jobs
+    ]
+    return [r for r, why in checked if not why], [(r, why) for r, why in checked if why]
 
 
 def wait_quiet(
@@ -285,8 +272,21 @@ def lost_jobs(conn: Connection, hold: Hold) -> list[str]:
 
 
 def read_records(conn: Connection) -> list[PauseRecord]:
-    """Every hold record this role can see (raw psycopg errors)."""
-    return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
+    """Every hold record this role can see (raw psycopg errors); no token: a single holder's."""
+    records = []
+    for name, command in conn.execute(_RECORDS, (RECORD_PREFIX,)):
+        job, _, token = str(name).removeprefix(RECORD_PREFIX).rpartition("@")
+        if not job:
+            job, token = token, ""
+        try:
+            data = json.loads(str(command).partition(_MARKER)[2])
+            job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])
+            action, host = str(data.get("action", "drain")), str(data.get("host", ""))
+            pid, started, jobid = (int(data.get(k, 0)) for k in ("pid", "started", "jobid"))
+            records.append(PauseRecord(job, at, by, action, token, pid, started, host, jobid))
+        except (ValueError, KeyError, TypeError):
+            records.append(PauseRecord(job, "an unknown time", "an unknown drain", "drain", token))
+    return records
 
 
 def leftover_warnings(
@@ -362,18 +362,3 @@ def _record_name(job: str, token: str) -> str:
 
 def _forget(conn: Connection, names: list[str]) -> None:
     conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
-
-
-def _parse(name: str, command: str) -> PauseRecord:
-    """A record from its row; ``leaseguard-paused:<job>`` (no token) is a single holder's."""
-    job, _, token = name.removeprefix(RECORD_PREFIX).rpartition("@")
-    if not job:
-        job, token = token, ""
-    try:
-        data = json.loads(command.partition(_MARKER)[2])
-        job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])
-        action, host = str(data.get("action", "drain")), str(data.get("host", ""))
-        pid, started, jobid = (int(data.get(k, 0)) for k in ("pid", "started", "jobid"))
-        return PauseRecord(job, at, by, action, token, pid, started, host, jobid)
-    except (ValueError, KeyError, TypeError):
-        return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)

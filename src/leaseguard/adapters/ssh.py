@@ -55,7 +55,7 @@ class DatabaseAddress:
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection with verified host keys, through `options.gateway` or ProxyJump."""
     gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
-    connection = _connection(host, options, config, gateway)
+    connection = _Connection(host, options, config, gateway)
     jumps = connection.ssh_config.get("proxyjump")
     if not options.gateway and jumps and isinstance(connection.gateway, Connection):
         connection.gateway = _jump_chain(jumps, options, config)
@@ -63,30 +63,21 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
     return connection
 
 
-def _connection(
-    host: str, options: SshOptions, config: Config | None, gateway: Connection | None
-) -> Connection:
-    # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
-    # connect_kwargs merged here (Fabric ignores them when given any).
-    bound = options.connect_timeout_s
-    configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
-    kwargs: dict[str, Any] = dict(banner_timeout=bound, auth_timeout=bound, channel_timeout=bound)
-    kwargs |= {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
-    if options.key_filename:
-        kwargs["key_filename"] = options.key_filename
-    return _Connection(
-        host,
-        user=options.user,
-        port=options.port,
-        config=config,
-        gateway=gateway,
-        connect_timeout=bound,
-        connect_kwargs=kwargs,
-    )
-
-
 class _Connection(Connection):  # type: ignore[misc]
     """Fabric's Connection, whose close() also closes its jump hosts (Fabric leaves them open)."""
+
+    def __init__(self, host: str, options: SshOptions, config: Config | None, gateway: Any) -> None:
+        # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
+        # connect_kwargs merged here (Fabric ignores them when given any).
+        bound, user, port = options.connect_timeout_s, options.user, options.port
+        configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
+        kwargs = {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
+        if options.key_filename:
+            kwargs["key_filename"] = options.key_filename
+        kwargs = dict(banner_timeout=bound, auth_timeout=bound, channel_timeout=bound) | kwargs
+        super().__init__(
+            host, user, port, config, gateway, connect_timeout=bound, connect_kwargs=kwargs
+        )
 
     def close(self) -> None:
         super().close()
@@ -100,7 +91,7 @@ def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Conne
     hop_options = replace(options, user=None, port=None, gateway=None)
     gateway = make_connection(first, hop_options, config)
     for hop in rest:
-        gateway = _connection(hop, hop_options, config, gateway)
+        gateway = _Connection(hop, hop_options, config, gateway)
     return gateway
 
 
@@ -322,12 +313,14 @@ class DatabaseTunnel:
             with self._lock:
                 self._failure = exc
             log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
-        else:
-            try:
-                _pump(client, channel)
-            finally:
-                with suppress(OSError, EOFError):  # the SSH connection may be closing
-                    channel.close()
+        else:  # bytes copied both ways until either side closes (or the tunnel aborts the client)
+            ends: list[Any] = [client, channel]
+            with suppress(OSError, EOFError), closing(channel):  # paramiko: EOFError once closed
+                while True:
+                    for end in select.select(ends, [], [])[0]:
+                        if not (data := end.recv(32768)):
+                            return
+                        (channel if end is client else client).sendall(data)
         finally:
             with self._lock:
                 self._open.discard(client)
@@ -356,18 +349,6 @@ class DatabaseTunnel:
                 f"host {self.host}: the SSH connection did not open a channel to "
                 f"{self.target} ({type(exc).__name__})"
             ) from None
-
-
-def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
-    """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
-    ends: list[Any] = [client, channel]
-    with suppress(OSError, EOFError):  # paramiko: EOFError for a channel already closed
-        while True:
-            for end in select.select(ends, [], [])[0]:
-                data = end.recv(32768)
-                if not data:
-                    return
-                (channel if end is client else client).sendall(data)
 
 
 def _shutdown(sock: socket.socket) -> None:  # wakes a thread blocked on it
