@@ -7,12 +7,12 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from threading import Event
 from typing import Any, NamedTuple
 
 import psycopg
@@ -54,6 +54,7 @@ _PRIVILEGE_HINT = (
 # pg_cron may start one more run planned when the pause committed: give it a tick to appear.
 QUIET_SETTLE_S = 1.0
 DEFAULT_QUIET_TIMEOUT_S = 120.0
+ConnectionCM = AbstractContextManager[Connection]
 
 
 @dataclass(frozen=True)
@@ -223,8 +224,7 @@ def resume_recorded(
 def resumable(
     records: Sequence[PauseRecord], jobs: Sequence[str] | None, *, force: bool
 ) -> tuple[list[PauseRecord], list[tuple[PauseRecord, str]]]:
-    """The records (on `jobs`) a resume gives back; those it keeps (a live or unverifiable
-    holder's, unless `force`) with why."""
+    """What a resume gives back (of `jobs`), and what it keeps (unless `force`) and why."""
     checked = [
         (r, None if force else r.holder_alive()) for r in records if jobs is None or r.job in jobs
     ]
@@ -232,16 +232,12 @@ def resumable(
 
 
 def wait_quiet(
-    connect: Callable[[], AbstractContextManager[Connection]],
-    hold: Hold,
-    *,
-    timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
-    stop: threading.Event | None = None,
+    connect: Callable[[], ConnectionCM], hold: Hold, *, timeout_s: float, stop: Event | None = None
 ) -> None:
     """Return once no held job's run is in progress or `stop` is set; fail closed naming them."""
     if not hold.jobids:
         return
-    started, stop = time.monotonic(), stop or threading.Event()
+    started, stop = time.monotonic(), stop or Event()
     with connect() as conn:
         while not stop.is_set():
             with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):

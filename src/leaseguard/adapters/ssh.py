@@ -54,11 +54,15 @@ class DatabaseAddress:
 
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection with verified host keys, through `options.gateway` or ProxyJump."""
-    gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
-    connection = _Connection(host, options, config, gateway)
-    jumps = connection.ssh_config.get("proxyjump")
-    if not options.gateway and jumps and isinstance(connection.gateway, Connection):
-        connection.gateway = _jump_chain(jumps, options, config)
+    connection = _Connection(host, options, config)
+    jumps = options.gateway or connection.ssh_config.get("proxyjump")
+    if options.gateway or (jumps and isinstance(connection.gateway, Connection)):
+        # ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b.
+        first, *rest = (hop.strip() for hop in jumps.split(","))
+        hops = replace(options, user=None, port=None, gateway=None)
+        connection.gateway = make_connection(first, hops, config)
+        for hop in rest:
+            connection.gateway = _Connection(hop, hops, config, connection.gateway)
     trust_known_hosts(connection, options.known_hosts, options.accept_unknown_host_keys)
     return connection
 
@@ -66,7 +70,7 @@ def make_connection(host: str, options: SshOptions, config: Config | None = None
 class _Connection(Connection):  # type: ignore[misc]
     """Fabric's Connection, whose close() also closes its jump hosts (Fabric leaves them open)."""
 
-    def __init__(self, host: str, options: SshOptions, config: Config | None, gateway: Any) -> None:
+    def __init__(self, host: str, options: SshOptions, config: Config | None, gateway: Any = None):
         # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
         # connect_kwargs merged here (Fabric ignores them when given any).
         bound, user, port = options.connect_timeout_s, options.user, options.port
@@ -83,16 +87,6 @@ class _Connection(Connection):  # type: ignore[misc]
         super().close()
         if isinstance(self.gateway, Connection):
             self.gateway.close()
-
-
-def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
-    """ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b."""
-    first, *rest = (hop.strip() for hop in jumps.split(","))
-    hop_options = replace(options, user=None, port=None, gateway=None)
-    gateway = make_connection(first, hop_options, config)
-    for hop in rest:
-        gateway = _Connection(hop, hop_options, config, gateway)
-    return gateway
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None, lax: bool = False) -> None:
@@ -123,7 +117,16 @@ def open_connection(connection: Connection) -> None:
     try:
         if not connection.is_connected:
             connection.open()
-            _tune(connection)
+            hop = connection  # TCP_NODELAY, and a dead link known within the connect timeout:
+            while isinstance(hop, Connection) and hop.is_connected:
+                transport = hop.client.get_transport()
+                if transport is not None:  # after 1 s idle: a dead link has data unacknowledged
+                    transport.set_keepalive(1)
+                if isinstance(sock := getattr(transport, "sock", None), socket.socket):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    silent_ms = int(float(hop.connect_timeout or 10) * 1000)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
+                hop = hop.gateway  # each jump host too
     except paramiko.BadHostKeyException:
         raise TunnelError(
             f"host {named}: host key does not match known_hosts (BadHostKeyException); if "
@@ -166,20 +169,6 @@ def open_connection(connection: Connection) -> None:
 def given_name(connection: Connection) -> str:
     """The host as given (-H, an ssh_config alias; not the HostName it resolves to), no user."""
     return str(connection.original_host).rpartition("@")[2]
-
-
-def _tune(connection: Connection) -> None:
-    """Nagle off, keepalives, TCP_USER_TIMEOUT: a dead link known within the connect timeout."""
-    transport = connection.client.get_transport()
-    if transport is not None:  # after 1 s idle: a dead link then has data unacknowledged
-        transport.set_keepalive(1)
-    sock = getattr(transport, "sock", None)
-    if isinstance(sock, socket.socket):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
-    if isinstance(connection.gateway, Connection) and connection.gateway.is_connected:
-        _tune(connection.gateway)
 
 
 class FabricRunner:
@@ -231,8 +220,8 @@ class DatabaseTunnel:
     """A local listener, one SSH channel a connection (Fabric's forward_local dies on a refusal)."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
-        self.connection, self.address, self.host = connection, address, given_name(connection)
-        self.target = f"{address.host}:{address.port}"
+        self.connection, self.host = connection, given_name(connection)
+        self.far, self.target = (address.host, address.port), f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()  # for the sets and failure the threads share
@@ -257,7 +246,7 @@ class DatabaseTunnel:
         if transport is not None:
             transport.close()
 
-    def ensure(self, *, within_s: float = float("inf")) -> None:
+    def ensure(self, *, within_s: float) -> None:
         """Reopen a dead SSH connection if `within_s` (time left) holds a connect, else raise."""
         with self._lock:
             self._failure = None
@@ -330,13 +319,9 @@ class DatabaseTunnel:
         transport = self.connection.client.get_transport()
         if transport is None or not transport.is_active():
             raise self._lost(transport)
+        wait = float(self.connection.connect_timeout or 10)
         try:
-            return transport.open_channel(
-                "direct-tcpip",
-                (self.address.host, self.address.port),
-                ("127.0.0.1", 0),
-                timeout=float(self.connection.connect_timeout or 10),
-            )
+            return transport.open_channel("direct-tcpip", self.far, ("127.0.0.1", 0), timeout=wait)
         except paramiko.ChannelException:
             raise TunnelError(
                 f"host {self.host}: the host could not connect to {self.target} through the "
