@@ -246,7 +246,7 @@ class DatabaseTunnel:
         if transport is not None:
             transport.close()
 
-    def ensure(self, *, within_s: float) -> None:
+    def ensure(self, *, within_s: float = float("inf")) -> None:
         """Reopen a dead SSH connection if `within_s` (time left) holds a connect, else raise."""
         with self._lock:
             self._failure = None
