@@ -126,19 +126,13 @@ def drain_identity(front: str, pid: int | None = None) -> str:
 
 
 def hold_jobs(
-    conn: Connection,
-    names: Sequence[str],
-    by: str,
-    action: str = "drain",
-    holder: int | None = None,
+    conn: Connection, jobs: Sequence[str], by: str, action: str = "drain", holder: int | None = None
 ) -> Hold:
-    """Hold `names` (all exist); `holder`: the pid whose life the hold lasts (resume keeps it)."""
-    token = secrets.token_hex(6)
-    alive = (
-        (holder, process_start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
-    )
+    """Hold `jobs` (all exist); `holder`: the pid whose life the hold lasts (resume keeps it)."""
+    token, here = secrets.token_hex(6), socket.gethostname()
+    alive = (holder, process_start_ticks(holder) or 0, here) if holder else (0, 0, "")
     with _holds_transaction(conn) as step:
-        changes = cron.plan_changes(conn, dict.fromkeys(names, False))
+        changes = cron.plan_changes(conn, dict.fromkeys(jobs, False))
         if missing := [c.job for c in changes if not c.exists]:
             user = conn.info.user
             raise DatabaseError(
@@ -214,9 +208,7 @@ def resume_recorded(
         # A job deleted and re-created under the held name since is not the one held: untouched.
         ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
         changes = cron.plan_changes(conn, dict.fromkeys(free, True))
-        changes = [
-            c for c in changes if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
-        ]
+        changes = [c for c in changes if not c.exists or not ids[c.job] or c.jobid in ids[c.job]]
         cron.apply_changes(conn, step, changes)
     return records, cron.ActivePlan(tuple(changes)), kept
 
