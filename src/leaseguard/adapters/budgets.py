@@ -68,9 +68,8 @@ def converge_jobs(
             if not check_mode:
                 cron.apply_changes(conn, step, changes)
     kept = tuple(
-        f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since "
-        f"{r.paused_at}; it comes back when that hold is given back ({RESUME_HINT} if that "
-        "run is gone)"
+        f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since {r.paused_at}; "
+        f"it comes back when that hold is given back ({RESUME_HINT} if that run is gone)"
         for r in records
     )
     return plan, cron.ActivePlan(tuple(changes), kept_paused=kept)

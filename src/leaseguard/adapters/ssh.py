@@ -129,9 +129,8 @@ def open_connection(connection: Connection) -> None:
                 hop = hop.gateway  # each jump host too
     except paramiko.BadHostKeyException:
         raise TunnelError(
-            f"host {named}: host key does not match known_hosts (BadHostKeyException); if "
-            "the host was reinstalled, check its new key's fingerprint and replace its "
-            "known_hosts line"
+            f"host {named}: host key does not match known_hosts (BadHostKeyException); if the host "
+            "was reinstalled, check its new key's fingerprint and replace its known_hosts line"
         ) from None
     except paramiko.AuthenticationException as exc:
         raise TunnelError(
