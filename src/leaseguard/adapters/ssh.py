@@ -229,10 +229,10 @@ class DatabaseTunnel:
         self._failure: TunnelError | None = None
 
     def close(self) -> None:
-        """Stop accepting, end every forwarded connection and wait for their threads."""
+        """Stop accepting, cut() and wait for the threads."""
         _shutdown(self._listener)  # wakes the accept() in flight (close alone would not)
         self._listener.close()
-        self._abort()
+        self.cut()
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # bounded: a close stuck on a dead link must not hang the front
@@ -240,7 +240,9 @@ class DatabaseTunnel:
 
     def cut(self) -> None:
         """End every forwarded connection and the SSH connection; ensure() reconnects."""
-        self._abort()
+        with self._lock:
+            for sock in self._open:
+                _shutdown(sock)
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
@@ -265,11 +267,6 @@ class DatabaseTunnel:
             return self._lost(transport)
         with self._lock:
             return self._failure
-
-    def _abort(self) -> None:
-        with self._lock:
-            for sock in self._open:
-                _shutdown(sock)
 
     def _lost(self, transport: paramiko.Transport | None) -> TunnelError:
         cause = transport.get_exception() if transport is not None else None
