@@ -14,7 +14,7 @@ from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
 from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
-from leaseguard.core.errors import DatabaseUnavailable
+from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
 # Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
@@ -35,40 +35,44 @@ def converge_jobs(
     connect_timeout_s: int = 10,
 ) -> tuple[BudgetPlan | None, cron.ActivePlan | None]:
     """Converge `declared` all or nothing, then `active`'s flags unless refused (`path`: a DSN)."""
-    wanted = cron.validate_active(active) if active else {}
-    plan = switched = None
+    if active and not isinstance(active, Mapping):
+        raise ConfigError("active must map a pg_cron job name to true or false")
+    for name, value in (active or {}).items():
+        if not isinstance(name, str) or not name:
+            raise ConfigError("active: job names must be non-empty strings")
+        if not isinstance(value, bool):
+            raise ConfigError(f"active.{name} must be true or false")
+    wanted = dict(active or {})
+    plan = None
     with path as conninfo:
         connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
             plan = _converge(connect_to, declared, cron_database, on_drift, check_mode)
             if plan.refusals:
                 return plan, None
-        if wanted:
-            with connect_to(dbname=cron_database) as conn:
-                switched = _set_active(conn, wanted, check_mode)
-    return plan, switched
-
-
-def _set_active(conn: Connection, wanted: Mapping[str, bool], check_mode: bool) -> cron.ActivePlan:
-    """The flags, but a held job stays paused (it would claim beside a restart or migration);
-    under the holds' lock: a hold taken in between would be switched on."""
-    with cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step:
-        if not check_mode:
-            step.doing = "waiting for the intake holds' lock"
-            conn.execute(HOLDS_LOCK)
-            step.doing = "reading cron.job"
-        records = [r for r in read_records(conn) if wanted.get(r.job)]
-        held = {r.job for r in records}
-        changes = cron.plan_changes(conn, {j: on for j, on in wanted.items() if j not in held})
-        if not check_mode:
-            cron.apply_changes(conn, step, changes)
+        if not wanted:
+            return plan, None
+        # The flags, but a held job stays paused (it would claim beside a restart or migration);
+        # under the holds' lock: a hold taken in between would be switched on.
+        with (
+            connect_to(dbname=cron_database) as conn,
+            cron.cron_transaction(conn, read_only=check_mode, privilege_hint=_HOLDS_HINT) as step,
+        ):
+            if not check_mode:
+                step.doing = "waiting for the intake holds' lock"
+                conn.execute(HOLDS_LOCK)
+                step.doing = "reading cron.job"
+            records = [r for r in read_records(conn) if wanted.get(r.job)]
+            held = {r.job for r in records}
+            changes = cron.plan_changes(conn, {j: on for j, on in wanted.items() if j not in held})
+            if not check_mode:
+                cron.apply_changes(conn, step, changes)
     kept = tuple(
-        f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since "
-        f"{r.paused_at}; it comes back when that hold is given back ({RESUME_HINT} if that "
-        "run is gone)"
+        f"pg_cron job {r.job} not resumed: held by {r.by} (for: {r.action}) since {r.paused_at}; "
+        f"it comes back when that hold is given back ({RESUME_HINT} if that run is gone)"
         for r in records
     )
-    return cron.ActivePlan(tuple(changes), kept_paused=kept)
+    return plan, cron.ActivePlan(tuple(changes), kept_paused=kept)
 
 
 def _converge(

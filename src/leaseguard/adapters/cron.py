@@ -11,7 +11,7 @@ from psycopg import errors as pg_errors
 
 from leaseguard.adapters.db import Connection, set_local_limits
 from leaseguard.core.budgets import LiveJob
-from leaseguard.core.errors import ConfigError, DatabaseError, DatabaseUnavailable, SchemaMismatch
+from leaseguard.core.errors import DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
@@ -40,8 +40,7 @@ def cron_transaction(
     conn: Connection, *, read_only: bool, privilege_hint: str
 ) -> Iterator[CronStep]:
     """One time-boxed cron.job transaction; a failure rolls back naming step, database, SQLSTATE."""
-    db = conn.info.dbname
-    step = CronStep()
+    db, step = conn.info.dbname, CronStep()
     try:
         with conn.transaction():
             if read_only:
@@ -137,18 +136,6 @@ class ActivePlan:
             for j in self.jobs
             if not j.exists
         ] + list(self.kept_paused)
-
-
-def validate_active(wanted: object) -> dict[str, bool]:
-    """``{job name: bool}``; ConfigError naming the job otherwise."""
-    if not isinstance(wanted, Mapping):
-        raise ConfigError("active must map a pg_cron job name to true or false")
-    for name, value in wanted.items():
-        if not isinstance(name, str) or not name:
-            raise ConfigError("active: job names must be non-empty strings")
-        if not isinstance(value, bool):
-            raise ConfigError(f"active.{name} must be true or false")
-    return dict(wanted)
 
 
 def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveChange]:

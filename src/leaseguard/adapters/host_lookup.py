@@ -20,6 +20,7 @@ from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts
 
 POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
+Answers = dict[Argv, CommandResult]
 
 
 class HostLookup(NamedTuple):
@@ -37,7 +38,7 @@ def look_up_host(
     if one_exec and not getattr(runner, "becomes", False):
         timeout_given = given.get("task_timeout_s") is not None
         start_given = given.get("runtime_started_at") is not None
-        ran: dict[Argv, CommandResult] = {}
+        ran: Answers = {}
         for _round in range(2):  # a pid file's process is known once the file was read
             if commands := planned_commands(contract, timeout_given, start_given, ran):
                 answers, read = run_together(runner, commands)
@@ -52,7 +53,7 @@ def look_up_host(
 class _Answered:
     """`runner` answering commands already run; without one (planning), noting them in `asked`."""
 
-    def __init__(self, runner: Runner | None, ran: dict[Argv, CommandResult]) -> None:
+    def __init__(self, runner: Runner | None, ran: Answers) -> None:
         self.runner, self.ran, self.asked = runner, ran, list[Argv]()
         self.label = runner.label if runner is not None else "(planning)"
 
@@ -66,10 +67,7 @@ class _Answered:
 
 
 def planned_commands(
-    contract: Contract,
-    timeout_given: bool,
-    start_given: bool,
-    ran: dict[Argv, CommandResult] | None = None,
+    contract: Contract, timeout_given: bool, start_given: bool, ran: Answers | None = None
 ) -> list[Argv]:
     """The commands the lookups will run that `ran` has no answer for, each once."""
     planner = _Answered(None, ran or {})
@@ -98,9 +96,7 @@ def batch_script(commands: Sequence[Argv], nonce: str) -> str:
     )
 
 
-def run_together(
-    runner: Runner, commands: Sequence[Argv]
-) -> tuple[dict[Argv, CommandResult], ClockOffset | None]:
+def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
     """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
     nonce = secrets.token_hex(8)
     before = time.time()

@@ -7,12 +7,12 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from threading import Event
 from typing import Any, NamedTuple
 
 import psycopg
@@ -54,6 +54,7 @@ _PRIVILEGE_HINT = (
 # pg_cron may start one more run planned when the pause committed: give it a tick to appear.
 QUIET_SETTLE_S = 1.0
 DEFAULT_QUIET_TIMEOUT_S = 120.0
+ConnectionCM = AbstractContextManager[Connection]
 
 
 @dataclass(frozen=True)
@@ -125,19 +126,13 @@ def drain_identity(front: str, pid: int | None = None) -> str:
 
 
 def hold_jobs(
-    conn: Connection,
-    names: Sequence[str],
-    by: str,
-    action: str = "drain",
-    holder: int | None = None,
+    conn: Connection, jobs: Sequence[str], by: str, action: str = "drain", holder: int | None = None
 ) -> Hold:
-    """Hold `names` (all exist); `holder`: the pid whose life the hold lasts (resume keeps it)."""
-    token = secrets.token_hex(6)
-    alive = (
-        (holder, process_start_ticks(holder) or 0, socket.gethostname()) if holder else (0, 0, "")
-    )
+    """Hold `jobs` (all exist); `holder`: the pid whose life the hold lasts (resume keeps it)."""
+    token, here = secrets.token_hex(6), socket.gethostname()
+    alive = (holder, process_start_ticks(holder) or 0, here) if holder else (0, 0, "")
     with _holds_transaction(conn) as step:
-        changes = cron.plan_changes(conn, dict.fromkeys(names, False))
+        changes = cron.plan_changes(conn, dict.fromkeys(jobs, False))
         if missing := [c.job for c in changes if not c.exists]:
             user = conn.info.user
             raise DatabaseError(
@@ -163,22 +158,16 @@ def hold_jobs(
         stamp = row[0].isoformat() if row else "unknown"
         for change in held:
             step.doing = f"recording the hold on pg_cron job {change.job}"
-            jobid = int(change.jobid or 0)
-            record = PauseRecord(change.job, stamp, by, action, token, *alive, jobid=jobid)
-            payload = json.dumps(asdict(record))
+            record = PauseRecord(change.job, stamp, by, action, token, *alive, change.jobid or 0)
+            command = f"SELECT 1 -- {_MARKER} {json.dumps(asdict(record))}"
             conn.execute(
                 "SELECT cron.alter_job(cron.schedule(%s, %s, %s), active := false)",
-                (_record_name(change.job, token), _NEVER, f"SELECT 1 -- {_MARKER} {payload}"),
+                (_record_name(change.job, token), _NEVER, command),
             )
-    return Hold(
-        token=token,
-        jobs=tuple(c.job for c in held),
-        jobids=tuple(int(c.jobid) for c in held if c.jobid is not None),
-        by=by,
-        action=action,
-        switched=tuple(c.job for c in held if c.changed),
-        not_held=tuple(c.job for c in changes if c not in held),
-    )
+    jobids = tuple(int(c.jobid) for c in held if c.jobid is not None)
+    switched = tuple(c.job for c in held if c.changed)
+    not_held = tuple(c.job for c in changes if c not in held)
+    return Hold(token, tuple(c.job for c in held), jobids, by, action, switched, not_held)
 
 
 def release_hold(conn: Connection, hold: Hold) -> Release:
@@ -203,8 +192,7 @@ def release_hold(conn: Connection, hold: Hold) -> Release:
 def resume_recorded(
     conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
-    """Give back every recorded hold (on `jobs`) whose holder is gone, or every one if `force`;
-    the third item names the kept ones (a live or unverifiable holder's) and why."""
+    """Give back the holds (on `jobs`) whose holder is gone (all if `force`), and name the kept."""
     with _holds_transaction(conn) as step:
         records, kept = resumable(read_records(conn), jobs, force=force)
         for record in records if force else ():
@@ -220,9 +208,7 @@ def resume_recorded(
         # A job deleted and re-created under the held name since is not the one held: untouched.
         ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
         changes = cron.plan_changes(conn, dict.fromkeys(free, True))
-        changes = [
-            c for c in changes if not (c.exists and ids[c.job] and c.jobid not in ids[c.job])
-        ]
+        changes = [c for c in changes if not c.exists or not ids[c.job] or c.jobid in ids[c.job]]
         cron.apply_changes(conn, step, changes)
     return records, cron.ActivePlan(tuple(changes)), kept
 
@@ -230,31 +216,20 @@ def resume_recorded(
 def resumable(
     records: Sequence[PauseRecord], jobs: Sequence[str] | None, *, force: bool
 ) -> tuple[list[PauseRecord], list[tuple[PauseRecord, str]]]:
-    """The records (on `jobs`) a resume gives back, and those it keeps with why: a live or
-    unverifiable holder's, unless `force`."""
-    given: list[PauseRecord] = []
-    kept: list[tuple[PauseRecord, str]] = []
-    for record in records:
-        if jobs is None or record.job in jobs:
-            why = "" if force else record.holder_alive()
-            if why:
-                kept.append((record, why))
-            else:
-                given.append(record)
-    return given, kept
+    """What a resume gives back (of `jobs`), and what it keeps (unless `force`) and why."""
+    checked = [
+        (r, None if force else r.holder_alive()) for r in records if jobs is None or r.job in jobs
+    ]
+    return [r for r, why in checked if not why], [(r, why) for r, why in checked if why]
 
 
 def wait_quiet(
-    connect: Callable[[], AbstractContextManager[Connection]],
-    hold: Hold,
-    *,
-    timeout_s: float = DEFAULT_QUIET_TIMEOUT_S,
-    stop: threading.Event | None = None,
+    connect: Callable[[], ConnectionCM], hold: Hold, *, timeout_s: float, stop: Event | None = None
 ) -> None:
     """Return once no held job's run is in progress or `stop` is set; fail closed naming them."""
     if not hold.jobids:
         return
-    started, stop = time.monotonic(), stop or threading.Event()
+    started, stop = time.monotonic(), stop or Event()
     with connect() as conn:
         while not stop.is_set():
             with cron.cron_transaction(conn, read_only=True, privilege_hint=_PRIVILEGE_HINT):
@@ -285,8 +260,21 @@ def lost_jobs(conn: Connection, hold: Hold) -> list[str]:
 
 
 def read_records(conn: Connection) -> list[PauseRecord]:
-    """Every hold record this role can see (raw psycopg errors)."""
-    return [_parse(str(n), str(c)) for n, c in conn.execute(_RECORDS, (RECORD_PREFIX,))]
+    """Every hold record this role can see (raw psycopg errors); no token: a single holder's."""
+    records = []
+    for name, command in conn.execute(_RECORDS, (RECORD_PREFIX,)):
+        job, _, token = str(name).removeprefix(RECORD_PREFIX).rpartition("@")
+        if not job:
+            job, token = token, ""
+        try:
+            data = json.loads(str(command).partition(_MARKER)[2])
+            job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])
+            action, host = str(data.get("action", "drain")), str(data.get("host", ""))
+            pid, started, jobid = (int(data.get(k, 0)) for k in ("pid", "started", "jobid"))
+            records.append(PauseRecord(job, at, by, action, token, pid, started, host, jobid))
+        except (ValueError, KeyError, TypeError):
+            records.append(PauseRecord(job, "an unknown time", "an unknown drain", "drain", token))
+    return records
 
 
 def leftover_warnings(
@@ -362,18 +350,3 @@ def _record_name(job: str, token: str) -> str:
 
 def _forget(conn: Connection, names: list[str]) -> None:
     conn.execute("SELECT cron.unschedule(jobid) FROM cron.job WHERE jobname = ANY(%s)", (names,))
-
-
-def _parse(name: str, command: str) -> PauseRecord:
-    """A record from its row; ``leaseguard-paused:<job>`` (no token) is a single holder's."""
-    job, _, token = name.removeprefix(RECORD_PREFIX).rpartition("@")
-    if not job:
-        job, token = token, ""
-    try:
-        data = json.loads(command.partition(_MARKER)[2])
-        job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])
-        action, host = str(data.get("action", "drain")), str(data.get("host", ""))
-        pid, started, jobid = (int(data.get(k, 0)) for k in ("pid", "started", "jobid"))
-        return PauseRecord(job, at, by, action, token, pid, started, host, jobid)
-    except (ValueError, KeyError, TypeError):
-        return PauseRecord(job, "an unknown time", "an unknown drain", "drain", token)

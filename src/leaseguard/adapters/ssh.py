@@ -54,54 +54,39 @@ class DatabaseAddress:
 
 def make_connection(host: str, options: SshOptions, config: Config | None = None) -> Connection:
     """A Fabric Connection with verified host keys, through `options.gateway` or ProxyJump."""
-    gateway = _jump_chain(options.gateway, options, config) if options.gateway else None
-    connection = _connection(host, options, config, gateway)
-    jumps = connection.ssh_config.get("proxyjump")
-    if not options.gateway and jumps and isinstance(connection.gateway, Connection):
-        connection.gateway = _jump_chain(jumps, options, config)
+    connection = _Connection(host, options, config)
+    jumps = options.gateway or connection.ssh_config.get("proxyjump")
+    if options.gateway or (jumps and isinstance(connection.gateway, Connection)):
+        # ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b.
+        first, *rest = (hop.strip() for hop in jumps.split(","))
+        hops = replace(options, user=None, port=None, gateway=None)
+        connection.gateway = make_connection(first, hops, config)
+        for hop in rest:
+            connection.gateway = _Connection(hop, hops, config, connection.gateway)
     trust_known_hosts(connection, options.known_hosts, options.accept_unknown_host_keys)
     return connection
-
-
-def _connection(
-    host: str, options: SshOptions, config: Config | None, gateway: Connection | None
-) -> Connection:
-    # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
-    # connect_kwargs merged here (Fabric ignores them when given any).
-    bound = options.connect_timeout_s
-    configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
-    kwargs: dict[str, Any] = dict(banner_timeout=bound, auth_timeout=bound, channel_timeout=bound)
-    kwargs |= {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
-    if options.key_filename:
-        kwargs["key_filename"] = options.key_filename
-    return _Connection(
-        host,
-        user=options.user,
-        port=options.port,
-        config=config,
-        gateway=gateway,
-        connect_timeout=bound,
-        connect_kwargs=kwargs,
-    )
 
 
 class _Connection(Connection):  # type: ignore[misc]
     """Fabric's Connection, whose close() also closes its jump hosts (Fabric leaves them open)."""
 
+    def __init__(self, host: str, options: SshOptions, config: Config | None, gateway: Any = None):
+        # paramiko's banner, auth and channel waits bounded by the connect budget; the config's
+        # connect_kwargs merged here (Fabric ignores them when given any).
+        bound, user, port = options.connect_timeout_s, options.user, options.port
+        configured = dict(config.get("connect_kwargs") or {}) if config is not None else {}
+        kwargs = {k: v for k, v in configured.items() if k not in ("key_filename", "timeout")}
+        if options.key_filename:
+            kwargs["key_filename"] = options.key_filename
+        kwargs = dict(banner_timeout=bound, auth_timeout=bound, channel_timeout=bound) | kwargs
+        super().__init__(
+            host, user, port, config, gateway, connect_timeout=bound, connect_kwargs=kwargs
+        )
+
     def close(self) -> None:
         super().close()
         if isinstance(self.gateway, Connection):
             self.gateway.close()
-
-
-def _jump_chain(jumps: str, options: SshOptions, config: Config | None) -> Connection:
-    """ProxyJump's "a,b" as OpenSSH walks it: a first, b through a, the host through b."""
-    first, *rest = (hop.strip() for hop in jumps.split(","))
-    hop_options = replace(options, user=None, port=None, gateway=None)
-    gateway = make_connection(first, hop_options, config)
-    for hop in rest:
-        gateway = _connection(hop, hop_options, config, gateway)
-    return gateway
 
 
 def trust_known_hosts(connection: Connection, known_hosts: str | None, lax: bool = False) -> None:
@@ -132,12 +117,20 @@ def open_connection(connection: Connection) -> None:
     try:
         if not connection.is_connected:
             connection.open()
-            _tune(connection)
+            hop = connection  # TCP_NODELAY, and a dead link known within the connect timeout:
+            while isinstance(hop, Connection) and hop.is_connected:
+                transport = hop.client.get_transport()
+                if transport is not None:  # after 1 s idle: a dead link has data unacknowledged
+                    transport.set_keepalive(1)
+                if isinstance(sock := getattr(transport, "sock", None), socket.socket):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    silent_ms = int(float(hop.connect_timeout or 10) * 1000)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
+                hop = hop.gateway  # each jump host too
     except paramiko.BadHostKeyException:
         raise TunnelError(
-            f"host {named}: host key does not match known_hosts (BadHostKeyException); if "
-            "the host was reinstalled, check its new key's fingerprint and replace its "
-            "known_hosts line"
+            f"host {named}: host key does not match known_hosts (BadHostKeyException); if the host "
+            "was reinstalled, check its new key's fingerprint and replace its known_hosts line"
         ) from None
     except paramiko.AuthenticationException as exc:
         raise TunnelError(
@@ -175,20 +168,6 @@ def open_connection(connection: Connection) -> None:
 def given_name(connection: Connection) -> str:
     """The host as given (-H, an ssh_config alias; not the HostName it resolves to), no user."""
     return str(connection.original_host).rpartition("@")[2]
-
-
-def _tune(connection: Connection) -> None:
-    """Nagle off, keepalives, TCP_USER_TIMEOUT: a dead link known within the connect timeout."""
-    transport = connection.client.get_transport()
-    if transport is not None:  # after 1 s idle: a dead link then has data unacknowledged
-        transport.set_keepalive(1)
-    sock = getattr(transport, "sock", None)
-    if isinstance(sock, socket.socket):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        silent_ms = int(float(connection.connect_timeout or 10) * 1000)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, silent_ms)
-    if isinstance(connection.gateway, Connection) and connection.gateway.is_connected:
-        _tune(connection.gateway)
 
 
 class FabricRunner:
@@ -240,8 +219,8 @@ class DatabaseTunnel:
     """A local listener, one SSH channel a connection (Fabric's forward_local dies on a refusal)."""
 
     def __init__(self, connection: Connection, address: DatabaseAddress) -> None:
-        self.connection, self.address, self.host = connection, address, given_name(connection)
-        self.target = f"{address.host}:{address.port}"
+        self.connection, self.host = connection, given_name(connection)
+        self.far, self.target = (address.host, address.port), f"{address.host}:{address.port}"
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._lock = threading.Lock()  # for the sets and failure the threads share
@@ -250,10 +229,10 @@ class DatabaseTunnel:
         self._failure: TunnelError | None = None
 
     def close(self) -> None:
-        """Stop accepting, end every forwarded connection and wait for their threads."""
+        """Stop accepting, cut() and wait for the threads."""
         _shutdown(self._listener)  # wakes the accept() in flight (close alone would not)
         self._listener.close()
-        self._abort()
+        self.cut()
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # bounded: a close stuck on a dead link must not hang the front
@@ -261,7 +240,9 @@ class DatabaseTunnel:
 
     def cut(self) -> None:
         """End every forwarded connection and the SSH connection; ensure() reconnects."""
-        self._abort()
+        with self._lock:
+            for sock in self._open:
+                _shutdown(sock)
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
@@ -286,11 +267,6 @@ class DatabaseTunnel:
             return self._lost(transport)
         with self._lock:
             return self._failure
-
-    def _abort(self) -> None:
-        with self._lock:
-            for sock in self._open:
-                _shutdown(sock)
 
     def _lost(self, transport: paramiko.Transport | None) -> TunnelError:
         cause = transport.get_exception() if transport is not None else None
@@ -322,12 +298,14 @@ class DatabaseTunnel:
             with self._lock:
                 self._failure = exc
             log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
-        else:
-            try:
-                _pump(client, channel)
-            finally:
-                with suppress(OSError, EOFError):  # the SSH connection may be closing
-                    channel.close()
+        else:  # bytes copied both ways until either side closes (or the tunnel aborts the client)
+            ends: list[Any] = [client, channel]
+            with suppress(OSError, EOFError), closing(channel):  # paramiko: EOFError once closed
+                while True:
+                    for end in select.select(ends, [], [])[0]:
+                        if not (data := end.recv(32768)):
+                            return
+                        (channel if end is client else client).sendall(data)
         finally:
             with self._lock:
                 self._open.discard(client)
@@ -337,13 +315,9 @@ class DatabaseTunnel:
         transport = self.connection.client.get_transport()
         if transport is None or not transport.is_active():
             raise self._lost(transport)
+        wait = float(self.connection.connect_timeout or 10)
         try:
-            return transport.open_channel(
-                "direct-tcpip",
-                (self.address.host, self.address.port),
-                ("127.0.0.1", 0),
-                timeout=float(self.connection.connect_timeout or 10),
-            )
+            return transport.open_channel("direct-tcpip", self.far, ("127.0.0.1", 0), timeout=wait)
         except paramiko.ChannelException:
             raise TunnelError(
                 f"host {self.host}: the host could not connect to {self.target} through the "
@@ -356,18 +330,6 @@ class DatabaseTunnel:
                 f"host {self.host}: the SSH connection did not open a channel to "
                 f"{self.target} ({type(exc).__name__})"
             ) from None
-
-
-def _pump(client: socket.socket, channel: paramiko.Channel) -> None:
-    """Copy bytes both ways until either side closes (or the tunnel aborts the client)."""
-    ends: list[Any] = [client, channel]
-    with suppress(OSError, EOFError):  # paramiko: EOFError for a channel already closed
-        while True:
-            for end in select.select(ends, [], [])[0]:
-                data = end.recv(32768)
-                if not data:
-                    return
-                (channel if end is client else client).sendall(data)
 
 
 def _shutdown(sock: socket.socket) -> None:  # wakes a thread blocked on it
