@@ -144,6 +144,14 @@ def test_a_report_carries_the_facts_and_clock_every_front_passes_on():
     assert fleet_facts({"app1": without_clock}, with_clocks=False)[1] is None
 
 
+def test_a_usage_error_in_any_report_comes_before_a_missing_clock():
+    """A config mistake on a later host is named (exit 2), not an earlier host's clock."""
+    without_clock = host_report(RuntimeFacts(TaskTimeout(60.0, "fixed"), NOW))
+    reports = {"app1": without_clock, "app2": {"task_timeout_s": 60, "bogus": 1}}
+    with pytest.raises(ConfigError, match="host app2: unknown key"):
+        fleet_facts(reports)
+
+
 # (reports, hosts of the play, every host that must be named)
 BAD_FLEETS = [
     ({"app1": GOOD}, ["app1", "app2"], ["host app2: no lookup result"]),

@@ -186,15 +186,17 @@ def fleet_facts(
         warnings = tuple(str(w) for w in report.get("warnings") or ())
         replicas = tuple(str(name) for name in report.get("replicas") or ())
         per_host[host] = RuntimeFacts(timeout, started, warnings, replicas)
-        if with_clocks and started is not None:
-            clock = report.get("clock")
-            try:
-                offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
-            except (KeyError, TypeError, ValueError):
-                raise LookupFailed(
-                    f"host {host}: its lookup result has no clock reading (pass the registered "
-                    "result of leaseguard.deploy.task_timeout as it is)"
-                ) from None
+    # Clocks only once every report passed: a usage error anywhere is reported first.
+    dated = [h for h, facts in per_host.items() if facts.runtime_started_at is not None]
+    for host in dated if with_clocks else []:
+        clock = reports[host].get("clock")
+        try:
+            offsets[host] = ClockOffset(float(clock["offset_s"]), float(clock["uncertainty_s"]))
+        except (KeyError, TypeError, ValueError):
+            raise LookupFailed(
+                f"host {host}: its lookup result has no clock reading (pass the registered "
+                "result of leaseguard.deploy.task_timeout as it is)"
+            ) from None
     return per_host, offsets if with_clocks else None
 
 
