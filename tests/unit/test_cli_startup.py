@@ -80,7 +80,7 @@ def test_help_and_version_load_no_database_driver_nor_any_front_library() -> Non
 def test_check_help_loads_nothing_check_does_not_use() -> None:
     modules = imported_by("check", "--help")
     assert [name for name in NOT_FOR_CHECK if loaded(modules, name)] == []
-    assert loaded(modules, "leaseguard.cli.contract")  # its options: the detector sees them
+    assert loaded(modules, "leaseguard.core.presets")  # its options: the detector sees them
 
 
 def test_budgets_loads_its_own_machinery_only_when_named() -> None:

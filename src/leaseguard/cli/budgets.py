@@ -1,4 +1,5 @@
-"""`leaseguard budgets`: per job, the live and declared budget, its source and state."""
+"""`leaseguard budgets` (per job, the live and declared budget, its source and state) and
+`index-sql`: what a deploy keeps right in the database beside the guard's table."""
 
 from __future__ import annotations
 
@@ -8,10 +9,16 @@ from contextlib import nullcontext
 from datetime import UTC, datetime
 
 from leaseguard.adapters.budgets import converge_jobs
-from leaseguard.adapters.db import connect
+from leaseguard.adapters.db import connect, translate_errors
 from leaseguard.adapters.pauses import scan_leftovers
-from leaseguard.cli.contract import add_config_option
-from leaseguard.cli.main import CRON_DATABASE_HELP, resolve_dsn, say
+from leaseguard.cli.main import (
+    CRON_DATABASE_HELP,
+    add_config_option,
+    add_table_options,
+    contract_from_args,
+    resolve_dsn,
+    say,
+)
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
 from leaseguard.core.contract import Contract
@@ -128,3 +135,43 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
         )
     elif pending:
         say(f"not applied (read-only run): {pending}; rerun with --apply")
+
+
+def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Print the CREATE INDEX CONCURRENTLY statement of the index that keeps the guard's checks
+    flat as the table grows: the guard query reads only the claimed and queued entries, and the
+    status check (every status in the table classified) visits each distinct status once.
+    Run it on its own, outside a transaction block, e.g.
+    `leaseguard index-sql --config leaseguard.yaml | psql "$DSN"`. It supersedes the partial
+    *_leaseguard_claims index of earlier versions, which can be dropped once it is built. With
+    --dsn it reads the table first: it names an existing index that already serves the guard
+    (one leading with the status column: River's and Oban's do) instead of a new one, and gives
+    a partitioned table (pg-boss) the per-partition recipe. Without --dsn a preset whose table
+    is partitioned (pg-boss) gets no statement, only that advice: CONCURRENTLY is refused there.
+    """
+    add_config_option(
+        parser,
+        "read the table first (existing indexes, partitions); without it no database is needed",
+    )
+    add_table_options(parser)
+    parser.set_defaults(handler=run_index_sql)
+
+
+def run_index_sql(args: argparse.Namespace) -> int:
+    from leaseguard.adapters.indexing import index_advice, offline_advice
+
+    contract = contract_from_args(args)
+    if not args.dsn:
+        print("\n".join(offline_advice(contract)))
+        return 0
+    try:
+        with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
+            lines = index_advice(conn, contract)
+    except ConfigError:
+        raise
+    except LeaseguardError as exc:
+        say(f"index-sql failed ({type(exc).__name__}): {exc}")
+        return EXIT_FAILED
+    print("\n".join(lines))
+    return 0

@@ -16,10 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from leaseguard.cli.contract import SECONDS, add_config_option, contract_from_args, drain_section
 from leaseguard.cli.main import (
+    SECONDS,
+    add_config_option,
     add_contract_options,
     add_cron_database_option,
+    contract_from_args,
     given_facts,
     open_session,
     report_failure,
@@ -31,6 +33,7 @@ from leaseguard.core.errors import (
     EXIT_FAILED,
     EXIT_PROCEED,
     CommandFailed,
+    ConfigError,
     LeaseguardError,
 )
 from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
@@ -156,6 +159,7 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
+    from leaseguard.core.contract import load_config_file
     from leaseguard.orchestration import drain_run
 
     contract = contract_from_args(args)
@@ -163,7 +167,11 @@ def run_drain(args: argparse.Namespace) -> int:
     # Every `drain:` key but cron_password has its flag; one given wins over the --config file's.
     keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"cron_password"}
     given = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
-    options = drain_run.drain_options(drain_section(args) | given)
+    # The --config file's `drain:` section, as fabric.yaml's.
+    section = (load_config_file(args.config) if args.config else {}).get("drain") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {args.config}: 'drain' must be a mapping")
+    options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
     started: list[str] = []  # the command's name, once it runs
