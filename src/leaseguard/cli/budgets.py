@@ -19,16 +19,10 @@ from leaseguard.cli.main import (
     resolve_dsn,
     say,
 )
+from leaseguard.core import errors
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
-from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action, BudgetPlan
+from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import (
-    EXIT_DRIFT,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    ConfigError,
-    LeaseguardError,
-)
 
 # What a person reads for a job to write: before --apply, and after.
 _PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
@@ -70,12 +64,11 @@ def add_budgets_command(parser: argparse.ArgumentParser) -> None:
         "or overwrite it (with --apply)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=run_budgets)
 
 
 def run_budgets(args: argparse.Namespace) -> int:
     if not args.config:
-        raise ConfigError("budgets needs --config FILE with a cron_budgets section")
+        raise errors.ConfigError("budgets needs --config FILE with a cron_budgets section")
     declared = load_budget_config(args.config).declare(args.environment)
     conninfo = resolve_dsn(args)
     try:
@@ -86,9 +79,9 @@ def run_budgets(args: argparse.Namespace) -> int:
             on_drift=args.on_drift,
             check_mode=not args.apply,
         )
-    except ConfigError:
+    except errors.ConfigError:
         raise
-    except LeaseguardError as exc:  # fail closed; the message never shows the DSN
+    except errors.LeaseguardError as exc:  # fail closed; the message never shows the DSN
         now = datetime.now(UTC)
         if args.json:
             error = {"type": exc.kind, "message": str(exc)}
@@ -96,21 +89,12 @@ def run_budgets(args: argparse.Namespace) -> int:
         else:
             print(f"{now:%Y-%m-%dT%H:%M:%SZ} leaseguard budgets state=failed error={exc.kind}")
         say(f"budgets failed: {exc}")
-        return EXIT_FAILED
+        return errors.EXIT_FAILED
     assert plan is not None
-    report_plan(plan, datetime.now(UTC), as_json=args.json)
-    timeout_s = Contract.connect_timeout_s
-    for warning in scan_leftovers(
-        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
-    ):
-        say(f"warning: {warning}")
-    return EXIT_PROCEED if plan.converged else EXIT_DRIFT
-
-
-def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
-    if as_json:
+    now = datetime.now(UTC)
+    if args.json:
         print(json.dumps({"checked_at": now.isoformat(), **plan.as_dict()}))
-    for job in [] if as_json else plan.jobs:
+    for job in [] if args.json else plan.jobs:
         live = format_optional(job.live_budget_ms) or "none"
         live = "-" if job.live is None else "?" if job.refused else live
         state = (_DONE if plan.applied else _PENDING)[job.action] if job.writes else job.action
@@ -135,6 +119,12 @@ def report_plan(plan: BudgetPlan, now: datetime, *, as_json: bool) -> None:
         )
     elif pending:
         say(f"not applied (read-only run): {pending}; rerun with --apply")
+    timeout_s = Contract.connect_timeout_s
+    for warning in scan_leftovers(
+        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
+    ):
+        say(f"warning: {warning}")
+    return errors.EXIT_PROCEED if plan.converged else errors.EXIT_DRIFT
 
 
 def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
@@ -155,7 +145,6 @@ def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
         "read the table first (existing indexes, partitions); without it no database is needed",
     )
     add_table_options(parser)
-    parser.set_defaults(handler=run_index_sql)
 
 
 def run_index_sql(args: argparse.Namespace) -> int:
@@ -168,10 +157,10 @@ def run_index_sql(args: argparse.Namespace) -> int:
     try:
         with connect(args.dsn, contract.connect_timeout_s) as conn, translate_errors(contract):
             lines = index_advice(conn, contract)
-    except ConfigError:
+    except errors.ConfigError:
         raise
-    except LeaseguardError as exc:
+    except errors.LeaseguardError as exc:
         say(f"index-sql failed ({type(exc).__name__}): {exc}")
-        return EXIT_FAILED
+        return errors.EXIT_FAILED
     print("\n".join(lines))
     return 0

@@ -28,14 +28,7 @@ from leaseguard.cli.main import (
     resolve_dsn,
     say,
 )
-from leaseguard.core.errors import (
-    EXIT_DEFER,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    CommandFailed,
-    ConfigError,
-    LeaseguardError,
-)
+from leaseguard.core import errors
 from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
 
 log = logging.getLogger("leaseguard.drain")
@@ -51,7 +44,6 @@ def add_status_command(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
     parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
-    parser.set_defaults(handler=run_status)
 
 
 def run_status(args: argparse.Namespace) -> int:
@@ -59,7 +51,7 @@ def run_status(args: argparse.Namespace) -> int:
 
     status = read_status(args.path)
     print(json.dumps(status) if args.json else status_line(status))
-    return EXIT_PROCEED if status["available"] else EXIT_FAILED
+    return errors.EXIT_PROCEED if status["available"] else errors.EXIT_FAILED
 
 
 def add_resume_command(parser: argparse.ArgumentParser) -> None:
@@ -87,7 +79,6 @@ def add_resume_command(parser: argparse.ArgumentParser) -> None:
         "machine): only once you know that run is gone",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(handler=run_resume)
 
 
 def add_drain_command(parser: argparse.ArgumentParser) -> None:
@@ -155,7 +146,6 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         metavar="-- COMMAND",
         help="run COMMAND [ARGS...] once drained, intake still held; its exit status is ours",
     )
-    parser.set_defaults(handler=run_drain)
 
 
 def run_drain(args: argparse.Namespace) -> int:
@@ -170,7 +160,7 @@ def run_drain(args: argparse.Namespace) -> int:
     # The --config file's `drain:` section, as fabric.yaml's.
     section = (load_config_file(args.config) if args.config else {}).get("drain") or {}
     if not isinstance(section, dict):
-        raise ConfigError(f"config file {args.config}: 'drain' must be a mapping")
+        raise errors.ConfigError(f"config file {args.config}: 'drain' must be a mapping")
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
@@ -193,7 +183,7 @@ def run_drain(args: argparse.Namespace) -> int:
             )
     except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
         stop.set()
-    except LeaseguardError as exc:  # INTAKE STILL PAUSED among them
+    except errors.LeaseguardError as exc:  # INTAKE STILL PAUSED among them
         if not board.rows:  # no drain began: the status file says failed, not running
             board.not_drained(socket.gethostname(), exc, stopped=stop.is_set())
         return report_failure(exc, as_json=args.json)
@@ -202,7 +192,7 @@ def run_drain(args: argparse.Namespace) -> int:
             board.not_drained(socket.gethostname(), None, stopped=True)
         ran = f" (command {args.command[0]} interrupted)" if started else ""
         say(f"drain interrupted{ran}; intake was resumed")
-        return EXIT_FAILED
+        return errors.EXIT_FAILED
     assert result is not None
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
         if to_stdout:
@@ -231,7 +221,7 @@ def command_action(
                 # 'restart; migrate'`), never one left running once intake is given back.
                 child = subprocess.Popen(argv, env=env, start_new_session=True)
             except OSError as exc:
-                raise CommandFailed(
+                raise errors.CommandFailed(
                     f"command {argv[0]} could not start ({type(exc).__name__}); "
                     "intake is given back"
                 ) from None
@@ -278,4 +268,4 @@ def run_resume(args: argparse.Namespace) -> int:
         force=args.force,
     )
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
-    return EXIT_DEFER if outcome["kept"] else EXIT_PROCEED
+    return errors.EXIT_DEFER if outcome["kept"] else errors.EXIT_PROCEED

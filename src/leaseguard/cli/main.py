@@ -26,7 +26,7 @@ guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usa
 """
 
 # Every subcommand's help, in --help order; MODULES: the leaseguard.cli module (else this one) of
-# its add_<command>_command, imported only when the command is named (`--help` loads no psycopg).
+# its add_<command>_command and run_<command>, imported only when named (`--help`: no psycopg).
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
@@ -104,7 +104,9 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
         command = commands.add_parser(name, help=help_line)
         if in_full is None or name in in_full:
             module = importlib.import_module(f"leaseguard.cli.{MODULES.get(name, 'main')}")
-            getattr(module, f"add_{name.replace('-', '_')}_command")(command)
+            snake = name.replace("-", "_")
+            getattr(module, f"add_{snake}_command")(command)
+            command.set_defaults(handler=getattr(module, f"run_{snake}"))
     return parser
 
 
@@ -112,7 +114,6 @@ def add_check_command(parser: argparse.ArgumentParser) -> None:
     parser.description = "Judge every claimed or queued row once. " + DESCRIPTION
     add_contract_options(parser)
     add_cron_database_option(parser)
-    parser.set_defaults(handler=run_check)
 
 
 CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
@@ -216,32 +217,24 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
     table.add_argument("--id-column", help="column identifying a row in reports (default id)")
     table.add_argument("--status-column", help="column holding the row's status (default status)")
-    table.add_argument(
-        "--claimed-status",
-        dest="claimed_statuses",
-        nargs="+",
-        action="extend",
-        metavar="S",
-        help="status(es) meaning a worker holds the row (default running)",
-    )
-    table.add_argument(
-        "--queued-status",
-        dest="queued_statuses",
-        nargs="*",
-        action="extend",
-        metavar="S",
-        help="status(es) meaning nobody holds it yet, never protected "
-        "(default open; give the flag alone for none)",
-    )
-    table.add_argument(
-        "--finished-status",
-        dest="finished_statuses",
-        nargs="*",
-        action="extend",
-        metavar="S",
-        help="status(es) of rows nobody will run again (default done failed; give the flag "
-        "alone for none). A status in none of the three lists fails the check",
-    )
+    statuses = {  # each list's nargs (the queued and finished lists may be given empty), help
+        "claimed": ("+", "status(es) meaning a worker holds the row (default running)"),
+        "queued": (
+            "*",
+            "status(es) meaning nobody holds it yet, never protected "
+            "(default open; give the flag alone for none)",
+        ),
+        "finished": (
+            "*",
+            "status(es) of rows nobody will run again (default done failed; give the flag "
+            "alone for none). A status in none of the three lists fails the check",
+        ),
+    }
+    listing: dict[str, Any] = {"action": "extend", "metavar": "S"}
+    for kind, (nargs, what) in statuses.items():
+        table.add_argument(
+            f"--{kind}-status", dest=f"{kind}_statuses", nargs=nargs, help=what, **listing
+        )
     table.add_argument(
         "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
     )
@@ -280,22 +273,17 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 def contract_from_args(args: argparse.Namespace) -> Contract:
     """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`', its
     `drain:` `leaseguard drain`'s) < flags."""
-    from leaseguard.core.contract import (
-        CONFIG_KEYS,
-        CRON_BUDGETS_SECTION,
-        load_config_file,
-        load_contract,
-    )
+    from leaseguard.core import contract
 
-    file_layer = load_config_file(args.config) if args.config else {}
-    file_layer.pop(CRON_BUDGETS_SECTION, None)
+    file_layer = contract.load_config_file(args.config) if args.config else {}
+    file_layer.pop(contract.CRON_BUDGETS_SECTION, None)
     file_layer.pop("drain", None)
     flags: dict[str, Any] = {}
-    for key in CONFIG_KEYS:
+    for key in contract.CONFIG_KEYS:
         section, _, name = key.rpartition(".")
         if getattr(args, key, None) is not None:
             (flags.setdefault(section, {}) if section else flags)[name] = getattr(args, key)
-    return load_contract(file_layer, flags)
+    return contract.load_contract(file_layer, flags)
 
 
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
