@@ -25,8 +25,8 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand's help, in --help order; MODULES: the leaseguard.cli module (else this one) of
-# its add_<command>_command and run_<command>, imported only when named (`--help`: no psycopg).
+# Every subcommand's help, in --help order; its add_<command>_command and run_<command> are here
+# (check, status) or in cli.commands, imported only when named (`--help` loads no psycopg).
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
@@ -36,8 +36,6 @@ COMMANDS = {
     "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
     "status": "print a drain's status file (written with drain --status-file)",
 }
-MODULES = {"drain": "drain", "resume": "drain", "status": "drain", "budgets": "budgets"}
-MODULES |= {"index-sql": "budgets"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,7 +101,8 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     for name, help_line in COMMANDS.items():
         command = commands.add_parser(name, help=help_line)
         if in_full is None or name in in_full:
-            module = importlib.import_module(f"leaseguard.cli.{MODULES.get(name, 'main')}")
+            home = "main" if name in ("check", "status") else "commands"
+            module = importlib.import_module(f"leaseguard.cli.{home}")
             snake = name.replace("-", "_")
             getattr(module, f"add_{snake}_command")(command)
             command.set_defaults(handler=getattr(module, f"run_{snake}"))
@@ -359,6 +358,26 @@ def run_check(args: argparse.Namespace) -> int:
     for warning in verdict.warnings:
         say(f"warning: {warning}")
     return verdict.exit_status
+
+
+def add_status_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Print the snapshot a drain started with --status-file PATH keeps up to date: state,
+    host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
+    elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
+    available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
+    unreadable, or stale: its writer is gone and the drain did not finish).
+    """
+    parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
+    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_status import read_status, status_line
+
+    status = read_status(args.path)
+    print(json.dumps(status) if args.json else status_line(status))
+    return 0 if status["available"] else EXIT_FAILED
 
 
 def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
