@@ -86,8 +86,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
 
 def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    settings = settings_or_exit(c)
-    host = fleet_hosts(c)[0]
+    settings, host = settings_or_exit(c), fleet_hosts(c)[0]
     connection = connection_to(host, c, settings)
     try:
         with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
@@ -207,8 +206,7 @@ def judging_session(
         intake=intake or settings.drain.intake(),
     )
     with contextlib.closing(session):
-        # The connection one host alone opened already, if any.
-        if (early := through.handover()) is not None:
+        if (early := through.handover()) is not None:  # one host alone connected already
             session.adopt(early)
         yield session
 
@@ -248,8 +246,9 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     stop = threading.Event()
-    common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
-    common["resume_hint"] = RESUME_HINT
+    common: dict[str, Any] = dict(
+        board=board, stop=stop, progress=progress, resume_hint=RESUME_HINT
+    )
 
     def each(shared: GuardSession) -> dict[str, DrainResult]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
