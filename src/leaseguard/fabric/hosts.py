@@ -246,9 +246,8 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     stop = threading.Event()
-    common: dict[str, Any] = dict(
-        board=board, stop=stop, progress=progress, resume_hint=RESUME_HINT
-    )
+    common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
+    common["resume_hint"] = RESUME_HINT
 
     def each(shared: GuardSession) -> dict[str, DrainResult]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
