@@ -65,8 +65,7 @@ def exit_with_worst(statuses: list[int]) -> None:
 
 def guard_hosts(c: Context, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
-    settings = settings_or_exit(c)
-    hosts = fleet_hosts(c)
+    settings, hosts = settings_or_exit(c), fleet_hosts(c)
     with opened_hosts(hosts, c, settings) as opened:
         judged = per_database(opened, settings, lambda session: session.judge_each())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
@@ -87,8 +86,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
 
 def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    settings = settings_or_exit(c)
-    host = fleet_hosts(c)[0]
+    settings, host = settings_or_exit(c), fleet_hosts(c)[0]
     connection = connection_to(host, c, settings)
     try:
         with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
@@ -116,13 +114,12 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
     path = (settings.contract, settings.conninfo, settings.address)
 
     def open_one(host: str) -> tuple[GuardSession, contextlib.ExitStack] | LeaseguardError:
-        with contextlib.ExitStack() as stack:
-            try:
-                connection = connection_to(host, c, settings)
-                opened = ssh_session(connection, *path, connect=len(hosts) == 1)
-                return stack.enter_context(opened), stack.pop_all()
-            except LeaseguardError as exc:
-                return exc
+        try:
+            opened = ssh_session(connection_to(host, c, settings), *path, connect=len(hosts) == 1)
+            stack = contextlib.ExitStack()  # its close, handed to the caller's stack
+            return stack.enter_context(opened), stack
+        except LeaseguardError as exc:
+            return exc
 
     sessions, failed = Sessions(), Failed()
     with contextlib.ExitStack() as stack:
@@ -209,8 +206,7 @@ def judging_session(
         intake=intake or settings.drain.intake(),
     )
     with contextlib.closing(session):
-        # The connection one host alone opened already, if any.
-        if (early := through.handover()) is not None:
+        if (early := through.handover()) is not None:  # one host alone connected already
             session.adopt(early)
         yield session
 
@@ -249,37 +245,28 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
     stop = threading.Event()
+    common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
+    common["resume_hint"] = RESUME_HINT
 
-    def each(opened: Opened) -> list[Outcome]:
+    def each(shared: GuardSession) -> dict[str, DrainResult]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
+        drained = drain_run.drain_each(
+            shared,
+            options,
+            own=opened[0],
+            act=lambda own: _command_on({own.host: own.runner}, run),
+            front="fab drain",
+            **common,
+        )
+        for cause, named in drain_run.shared_failures(drained).items():
+            for host, error in not_judged(named, cause).items():
+                drained[host] = replace(drained[host], error=error)
+        return drained
 
-        def drain(shared: GuardSession) -> dict[str, DrainResult]:
-            drained = drain_run.drain_each(
-                shared,
-                options,
-                board,
-                stop=stop,
-                own=opened[0],
-                act=lambda own: _command_on({own.host: own.runner}, run),
-                front="fab drain",
-                **common,
-            )
-            for named in drain_run.shared_failures(drained).values():
-                cause = drained[named[0]].error
-                assert cause is not None
-                for host, error in not_judged(named, cause).items():
-                    drained[host] = replace(drained[host], error=error)
-            return drained
-
-        results = per_database(opened, settings, drain, options.intake("fab drain"))
-        return [(host, results[host]) for host in hosts]
-
-    def as_one(opened: Opened) -> list[Outcome]:
+    def as_one(sessions: Sessions, failed: Failed) -> list[Outcome]:
         """Every host's facts looked up, then one drain judged by the fleet rule."""
-        sessions, failed = opened
-        databases = _by_database(sessions, failed, settings) if sessions and not failed else []
+        databases = _by_database(sessions, failed, settings) if not failed else []
         if failed:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return sorted(failed.items())
@@ -294,9 +281,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                 result: DrainResult | LeaseguardError = drain_run.drain_host(
                     session,
                     options,
-                    board=board,
                     front=front,
-                    stop=stop,
                     runners=list(runners.values()),
                     connect=drain_run.first_that_connects(
                         [sessions[h].connect_writable for h in sorted(sessions)]
@@ -310,7 +295,11 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         return [("fleet", result)]
 
     with drain_run.signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
-        outcomes = as_one(opened) if options.pause_cron_jobs else each(opened)
+        if options.pause_cron_jobs:
+            outcomes = as_one(*opened)
+        else:
+            drained = per_database(opened, settings, each, options.intake("fab drain"))
+            outcomes = [(host, drained[host]) for host in hosts]
     statuses = []
     for host, result in outcomes:
         if isinstance(result, LeaseguardError):  # never drained: failed on the board too

@@ -75,7 +75,18 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
     contract = load_contract(section)
-    contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
+    # One connect budget for the whole path (each SSH hop, the database): `fab -t N`, else
+    # `leaseguard.connect_timeout_s`, else `timeouts.connect`, else the contract's 10 s.
+    given = [
+        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
+        ("connect_timeout_s", section.get("connect_timeout_s")),
+        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
+    ]
+    for key, value in given:
+        if value is not None:
+            timeout_s = values.whole_number({key: value}, key, Contract.connect_timeout_s)
+            contract = replace(contract, connect_timeout_s=timeout_s)
+            break
     # A FABRIC_LEASEGUARD_* variable is a string here: "true"/"false" read as booleans.
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
@@ -90,13 +101,11 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     def text(key: str) -> str | None:
         return values.optional_text(connection, key, prefix="connection.")
 
+    accepts = values.flag(connection, "accept_unknown_host_keys", False, prefix="connection.")
     ssh = SshOptions(
         known_hosts=text("known_hosts"),
-        accept_unknown_host_keys=values.flag(
-            connection, "accept_unknown_host_keys", False, prefix="connection."
-        ),
+        accept_unknown_host_keys=accepts,
         gateway=text("gateway"),
-        # One connect budget for the whole path: the SSH hop and the database behind it.
         connect_timeout_s=contract.connect_timeout_s,
     )
     # An empty dsn means "from LEASEGUARD_DSN", as unset.
@@ -106,21 +115,8 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     port = values.optional_port(connection, "db_port", prefix="connection.")
     address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
     drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
-    given = {key: value for key, value in (drain_flags or {}).items() if value is not None}
-    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given}))
-
-
-def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
-    """`fab -t N`, then `leaseguard.connect_timeout_s`, then `timeouts.connect`, then 10 s."""
-    given = [
-        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
-        ("connect_timeout_s", section.get("connect_timeout_s")),
-        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
-    ]
-    for key, value in given:
-        if value is not None:
-            return values.whole_number({key: value}, key, Contract.connect_timeout_s)
-    return Contract.connect_timeout_s
+    given_flags = {key: value for key, value in (drain_flags or {}).items() if value is not None}
+    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given_flags}))
 
 
 def _plain(value: Any) -> Any:
@@ -286,27 +282,22 @@ def collection() -> Collection:
         parse_tasks = program.parse_tasks
 
         def parse_tasks_or_usage() -> None:
+            """A near miss of a task or flag invoke could not parse, and where to look."""
             try:
                 parse_tasks()
             except ParseError as exc:
-                raise Exit(f"{exc}{_usage_hint(str(exc), program)}", code=EXIT_USAGE) from None
+                hint, see = "", " (see fab --list, or fab --help TASK)"
+                unknown = re.match(r"No idea what '([^']+)' is!", str(exc))
+                if unknown and (tasks := getattr(program, "collection", None)) is not None:
+                    known = list(tasks.task_names)
+                    for name in tasks.task_names:
+                        for argument in tasks[name].get_arguments():
+                            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
+                    close = difflib.get_close_matches(unknown[1].partition("=")[0], known, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise Exit(f"{exc}{hint}{see}", code=EXIT_USAGE) from None
 
         program.parse_tasks = parse_tasks_or_usage
     ns = Collection(guard, drain, resume)
     ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
     return ns
-
-
-def _usage_hint(message: str, program: Any) -> str:
-    """A near miss of a task or flag invoke could not parse, and where to look."""
-    unknown = re.match(r"No idea what '([^']+)' is!", message)
-    collection = getattr(program, "collection", None)
-    see = " (see fab --list, or fab --help TASK)"
-    if unknown is None or collection is None:
-        return see
-    known = list(collection.task_names)
-    for name in collection.task_names:
-        for argument in collection[name].get_arguments():
-            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
-    close = difflib.get_close_matches(unknown.group(1).partition("=")[0], known, n=1)
-    return f"; did you mean {close[0]!r}?{see}" if close else see
