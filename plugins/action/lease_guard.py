@@ -27,14 +27,23 @@ class ActionModule(_action.LeaseguardAction):
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
-        if fleet and not each:
-            _whole_fleet(task_vars)
+        if fleet and not each and (limit := task_vars.get("ansible_limit")):
+            # The roles and drain.yml refuse it first; this holds a run started past them.
+            hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
+            raise api.ConfigError(
+                f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
+                f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
+                "another host would count as orphaned). Nothing was judged or paused. Run without "
+                "--limit"
+            )
         waits = args["wait"] and not self._task.check_mode
         front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
-        # The caller's own holds, taken a moment ago: not leftovers to give back by hand.
-        crons = [((hold or {}).get("cron") or {}) for hold in _holds(args)]
+        # The caller's intake_hold results, taken a moment ago: not leftovers to give back by hand.
+        registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
+        holds = [(r or {}).get("hold") for r in registered]
+        crons = [((hold or {}).get("cron") or {}) for hold in holds]
         tokens = tuple(str(cron["token"]) for cron in crons if cron.get("token"))
         intake = replace(intake or api.IntakeAccess(options.cron_database), own_holds=tokens)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
@@ -60,7 +69,15 @@ class ActionModule(_action.LeaseguardAction):
                 verdicts = session.judge_each() if each else {host: session.judge()}
                 judged = {name: _report(v.as_dict(), args) for name, v in verdicts.items()}
                 proceeds = any(result["decision"] == "proceed" for result in judged.values())
-            unread = _verify_holds(session, options, args) if proceeds else []
+            unread = []
+            try:  # a proceed stands only while the caller's holds do (IntakeLost fails it)
+                if proceeds:
+                    api.verify_holds(lambda: session.connect_writable(options.intake()), holds)
+            except api.IntakeLost:
+                raise
+            except api.LeaseguardError as exc:  # a hold another role took: a warning
+                said = f"the intake hold could not be read back before proceeding ({exc.kind})"
+                unread = [f"{said}: {exc}"]
         if waits:
             if not each and drained[host].error is not None:
                 raise drained[host].error
@@ -118,19 +135,6 @@ def _each_host_allowed(action, args):
         )
 
 
-def _whole_fleet(task_vars):
-    """A fleet judgment is of every host of the play, which --limit cuts short: the roles and
-    drain.yml refuse it first, and this holds when a run starts past them (--start-at-task)."""
-    if limit := task_vars.get("ansible_limit"):
-        hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
-        raise api.ConfigError(
-            f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
-            f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
-            "another host would count as orphaned). Nothing was judged or paused. Run without "
-            "--limit"
-        )
-
-
 def _drained(host, drained, args, events):
     """One host's drain as its task result would be (a failure: failed, named)."""
     if drained.error is not None:
@@ -162,24 +166,6 @@ def _each_result(judged, args, host):
         named = "; ".join(f"{word}: {', '.join(names)}" for word, names in unsafe.items() if names)
         task.update(failed=True, msg=f"{own['msg']}; {named}")
     return task
-
-
-def _verify_holds(session, options, args):
-    """A proceed stands only while the caller's holds do: fail if a held job is active again.
-    A hold this task cannot read back (another role took it) is a warning, not a failure."""
-    try:
-        api.verify_holds(lambda: session.connect_writable(options.intake()), _holds(args))
-    except api.IntakeLost:
-        raise
-    except api.LeaseguardError as exc:
-        return [f"the intake hold could not be read back before proceeding ({exc.kind}): {exc}"]
-    return []
-
-
-def _holds(args):
-    """The holds the caller's intake_hold tasks took (held_intake, held_intakes)."""
-    registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
-    return [(r or {}).get("hold") for r in registered]
 
 
 def _held(registered):

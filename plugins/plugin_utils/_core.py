@@ -16,13 +16,12 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
-VENDOR_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
+HERE = Path(os.path.abspath(__file__)).parent
+COLLECTION_ROOT = HERE.parents[1]
 # Appended, not inserted: the carried copy stands in for a missing package, shadowing nothing.
-CARRIED = importlib.util.find_spec("leaseguard") is None and os.path.isdir(
-    os.path.join(VENDOR_DIR, "leaseguard")
-)
+CARRIED = importlib.util.find_spec("leaseguard") is None and (HERE / "_vendor/leaseguard").is_dir()
 if CARRIED:
-    sys.path.append(VENDOR_DIR)
+    sys.path.append(str(HERE / "_vendor"))
 
 try:
     import leaseguard.api as api  # pylint: disable=consider-using-from-import
@@ -40,7 +39,6 @@ else:
     LEASEGUARD_IMPORT_ERROR = None
 
 __all__ = ["LeaseguardError", "api", "require_leaseguard"]
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 display = Display()
 
 
@@ -74,8 +72,7 @@ def collection_identity(root):
 
 
 def install_hint():
-    requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
-    if os.path.isfile(requirements):
+    if (requirements := COLLECTION_ROOT / "requirements.txt").is_file():
         return f"pip install -r {requirements}"
     version = collection_identity(COLLECTION_ROOT)[0]
     return f"pip install 'leaseguard[ansible]{f'=={version}' if version else ''}'"
