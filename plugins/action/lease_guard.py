@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
 (fail_on_defer is the shortcut for callers that only stop)."""
 

@@ -1,7 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
-
 class ModuleDocFragment:
     # How the controller reaches a host's database (the SSH side is the host's inventory), and
     # the action group whose members share it; a module's own attribute description wins.

@@ -1,7 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
-
 class ModuleDocFragment:
     # The claim contract. Each `default:` is the core's (tests/unit/test_doc_defaults.py); a
     # key a preset can set has none (it would override the preset): its description says it.

@@ -1,7 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
-
 class ModuleDocFragment:
     # Where a host's task timeout and runtime start time are read; the defaults are the core's.
     DOCUMENTATION = r"""

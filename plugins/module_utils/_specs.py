@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: each module's argument spec, read from the DOCUMENTATION that
 ansible-doc shows, plus what it cannot say: secrets, environment fallbacks, option rules."""
 

@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: what the action plugins share: their one run(), the host's
 runner and database path, and a drain inside an Ansible worker (stopped by signals, shown live)."""
 

@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: the `leaseguard` package the plugins run over (the installed one,
 else the copy a Galaxy tarball carries in _vendor/), and a warning when the two differ."""
 
