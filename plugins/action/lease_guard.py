@@ -18,8 +18,24 @@ class ActionModule(_action.LeaseguardAction):
     def act(self, args, host, task_vars):
         """The verdict of this host, the fleet or each host; with wait, drained first."""
         each, fleet = args["each_host"], args["fleet_lookups"] is not None
-        if each:
-            _each_host_allowed(self, args)
+        if each:  # each_host needs fleet_lookups, one shared database and each host's intake held
+            if args["fleet_lookups"] is None:
+                raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+            if _action.tunnels(self, args):
+                conninfo = _action.conninfo_from(args)
+                far_end = api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]
+                if api.each_hosts_own(far_end):
+                    raise api.ConfigError(
+                        "each_host judges every host over this host's tunnel, but the database "
+                        "address is each host's own loopback (db_host), where each host may have a "
+                        "database of its own: set leaseguard_db_host to the shared database's "
+                        "address as the hosts see it"
+                    )
+            if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
+                raise api.ConfigError(
+                    "each_host drains hold no intake of their own: hold each host's with "
+                    "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
+                )
         held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
@@ -111,26 +127,6 @@ def _drain(session, options, host, front, each):
                     said += f"; intake was resumed (pg_cron jobs: {jobs})"
                 say(said)
     return (drained if each else {host: drained}), events
-
-
-def _each_host_allowed(action, args):
-    """each_host needs fleet_lookups, one shared database and each host's intake held."""
-    if args["fleet_lookups"] is None:
-        raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
-    if _action.tunnels(action, args):
-        conninfo = _action.conninfo_from(args)
-        if api.each_hosts_own(api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]):
-            raise api.ConfigError(
-                "each_host judges every host over this host's tunnel, but the database address "
-                "is each host's own loopback (db_host), where each host may have a database of "
-                "its own: set leaseguard_db_host to the shared database's address as the hosts "
-                "see it"
-            )
-    if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
-        raise api.ConfigError(
-            "each_host drains hold no intake of their own: hold each host's with "
-            "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
-        )
 
 
 def _drained(host, drained, args, events):

@@ -4,9 +4,8 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 options:
   dsn:
-    description:
-      - A libpq connection string; never logged or returned. If not set, E(LEASEGUARD_DSN).
-      - Its host and port are the tunnel's far end; a different O(db_host) or O(db_port) beside them is an error.
+    description: A libpq connection string; never logged or returned. If not set, E(LEASEGUARD_DSN). Its host and
+      port are the tunnel's far end; a different O(db_host) or O(db_port) beside them is an error.
     type: str
   db_host:
     description: The database address as the host (O(tunnel=true)) or the controller sees it. If not set, the
@@ -26,11 +25,10 @@ options:
       E(LEASEGUARD_DB_PASSWORD), then E(PGPASSWORD), or libpq's C(.pgpass).
     type: str
   tunnel:
-    description:
-      - Reach the database through an SSH tunnel opened with the host's inventory settings (including
-        C(ProxyJump) and C(UserKnownHostsFile)). An unknown host key is refused unless the host opts out
-        (C(host_key_checking=false), C(StrictHostKeyChecking=no) or C(accept-new)); a changed key always is.
-      - V(false) (or a C(local) connection) connects from the controller directly.
+    description: Reach the database through an SSH tunnel opened with the host's inventory settings (including
+      C(ProxyJump) and C(UserKnownHostsFile)), or with V(false) (or a C(local) connection) from the controller
+      directly. An unknown host key is refused unless the host opts out (C(host_key_checking=false),
+      C(StrictHostKeyChecking=no) or C(accept-new)); a changed key always is.
     type: bool
     default: true
   connect_timeout_s:

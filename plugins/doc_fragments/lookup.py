@@ -7,10 +7,9 @@ options:
     type: dict
     suboptions:
       source:
-        description:
-          - V(docker)/V(podman) C(inspect) the container; V(systemd) reads the unit's C(Environment=); V(process)
-            C(/proc/<pid>/environ); V(env_file) a file; V(command) runs O(task_timeout.command) in the container;
-            V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
+        description: V(docker)/V(podman) C(inspect) the container; V(systemd) reads the unit's C(Environment=);
+          V(process) C(/proc/<pid>/environ); V(env_file) a file; V(command) runs O(task_timeout.command) in the
+          container; V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       container: &container

@@ -1,5 +1,4 @@
 #!/usr/bin/python
-# Documented in task_timeout.yml beside this file; plugins/action/task_timeout.py does the work.
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 

@@ -90,9 +90,8 @@ def install_warning():
             f"different releases. Install matching versions ({install_hint()})."
         )
     shipped = os.path.realpath(str(dist.locate_file("ansible_collections/leaseguard/deploy")))
-    if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
-        return None
-    if collection_identity(shipped)[1] in (None, files_hash):
+    same = files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT)
+    if same or collection_identity(shipped)[1] in (None, files_hash):
         return None
     return (
         f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "
