@@ -410,11 +410,11 @@ class TestDeclare:
     def test_the_environment_s_override_wins_over_the_default(self, config):
         publish = config.declare("production").jobs[2]
         assert (publish.budget_ms, publish.default_budget_ms) == (6000, 3000)
-        assert (publish.source, publish.source_label) == ("override", "override:production")
+        assert publish.source_label == "override:production"
 
     def test_an_environment_without_overrides_keeps_the_defaults(self, config):
-        assert {j.source for j in config.declare("staging").jobs} == {"default"}
-        assert {j.source for j in config.declare("qa").jobs} == {"default"}
+        assert {j.source_label for j in config.declare("staging").jobs} == {"default"}
+        assert {j.source_label for j in config.declare("qa").jobs} == {"default"}
 
     def test_a_list_of_named_jobs_is_the_same_as_a_mapping(self):
         listed = budget_config_from_mapping(

@@ -49,43 +49,36 @@ def cron_transaction(
                 conn, statement_timeout=STATEMENT_TIMEOUT_MS, lock_timeout=LOCK_TIMEOUT_MS
             )
             yield step
-    except pg_errors.QueryCanceled:
-        raise DatabaseError(
-            f"{step.doing} in database {db} exceeded statement_timeout="
-            f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
-        ) from None
-    except pg_errors.LockNotAvailable:
-        raise DatabaseError(
-            f"{step.doing} in database {db}: lock not available within {LOCK_TIMEOUT_MS}ms "
-            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
-        ) from None
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
-        raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {db}: connect to the database "
-            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-        ) from None
-    except pg_errors.InsufficientPrivilege:
-        raise DatabaseError(
-            f"{step.doing} in database {db}: permission denied (InsufficientPrivilege, "
-            f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
-        ) from None
-    except pg_errors.InvalidParameterValue:
-        raise DatabaseError(
-            f"pg_cron refused {step.doing} in database {db} (InvalidParameterValue, SQLSTATE "
-            "22023), most likely a schedule this pg_cron version does not accept; "
-            "nothing was changed"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"connection lost while {step.doing} in database {db} ({type(exc).__name__}); "
-            "the transaction was not committed"
-        ) from None
     except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or "none"
-        raise DatabaseError(
-            f"{step.doing} in database {db} failed ({type(exc).__name__}, SQLSTATE {state}); "
-            "nothing was changed"
-        ) from None
+        at = f"{step.doing} in database {db}"
+        named = f"({type(exc).__name__}, SQLSTATE {exc.sqlstate or 'none'})"
+        if isinstance(exc, pg_errors.QueryCanceled):  # an OperationalError too: first
+            why = f"{at} exceeded statement_timeout={STATEMENT_TIMEOUT_MS}ms {named}"
+        elif isinstance(exc, pg_errors.LockNotAvailable):
+            why = f"{at}: lock not available within {LOCK_TIMEOUT_MS}ms {named}"
+        elif isinstance(
+            exc,
+            pg_errors.UndefinedTable | pg_errors.InvalidSchemaName | pg_errors.UndefinedFunction,
+        ):
+            raise SchemaMismatch(
+                f"pg_cron's cron.job is not usable in database {db}: connect to the database "
+                "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
+            ) from None
+        elif isinstance(exc, pg_errors.InsufficientPrivilege):
+            why = f"{at}: permission denied {named}; {privilege_hint}"
+        elif isinstance(exc, pg_errors.InvalidParameterValue):
+            why = (
+                f"pg_cron refused {at} {named}, most likely a schedule this pg_cron version "
+                "does not accept"
+            )
+        elif isinstance(exc, psycopg.OperationalError):
+            raise DatabaseUnavailable(
+                f"connection lost while {at} ({type(exc).__name__}); "
+                "the transaction was not committed"
+            ) from None
+        else:
+            why = f"{at} failed {named}"
+        raise DatabaseError(f"{why}; nothing was changed") from None
 
 
 @dataclass(frozen=True)

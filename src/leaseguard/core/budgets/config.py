@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 from psycopg import sql
 
@@ -135,28 +135,26 @@ _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is und
 def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``: (budget_ms or None, f)."""
 
-    def _refuse(reason: str) -> NoReturn:
+    def refuse(reason: str) -> NoReturn:
         raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
 
     found = [(m.lastgroup or "", m.group(), m.start()) for m in _TOKEN.finditer(command)]
     if bad := next((token for token in found if token[0] == "bad"), None):
-        _refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
-    tokens = [token for token in reversed(found) if token[0] != "ws"]  # (kind, text, offset)
+        refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
+    # (kind, text, offset), the next one last; "end" where the command ends.
+    tokens = [("end", "", len(command)), *(t for t in reversed(found) if t[0] != "ws")]
 
     def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
-        if not tokens:
-            _refuse(f"the command ends where {what} was expected")
-        token = tokens.pop()
-        if (accept and token[1].lower() not in accept) or (kinds and token[0] not in kinds):
-            unexpected(token, what)
+        kind, text, offset = token = tokens.pop()
+        if (accept and text.lower() not in accept) or (kinds and kind not in kinds):
+            if kind == "end":
+                refuse(f"the command ends where {what} was expected")
+            seen = "a string literal" if kind == "string" else shown(text)  # a secret?
+            refuse(f"expected {what} at offset {offset}, found {seen}")
         return token
 
-    def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
-        found = "a string literal" if token[0] == "string" else shown(token[1])  # a secret?
-        _refuse(f"expected {what} at offset {token[2]}, found {found}")
-
     def optional(word: str) -> bool:  # only a word's text is `word`: quoted ones keep quotes
-        return bool(tokens and tokens[-1][1].lower() == word and tokens.pop())
+        return bool(tokens[-1][1].lower() == word and tokens.pop())
 
     def identifier() -> str:
         kind, text, _ = take("a function name", kinds=("word", "qident"))
@@ -165,11 +163,11 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     budget_ms = None
     if optional("set"):
         if optional("local"):
-            _refuse("SET LOCAL is not understood")
+            refuse("SET LOCAL is not understood")
         optional("session")
         text = take("statement_timeout", kinds=("word", "qident"))[1]
         if text.lower() != "statement_timeout":
-            _refuse(f"the command sets {shown(text)}, not statement_timeout")
+            refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
         kind, text, _ = take("a statement_timeout value", kinds=("string", "number"))
         value = text[1:-1].replace("''", "'") if kind == "string" else text
@@ -178,7 +176,7 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
         except ConfigError as exc:
             number = _BUDGET.fullmatch(value)
             if number is None or number[3] not in ("", *_UNITS_MS):  # an unknown unit: a secret?
-                _refuse(
+                refuse(
                     f"statement_timeout is set to a string literal that is not a budget {_EXAMPLES}"
                 )
             raise UnparseableCommand(str(exc)) from None
@@ -190,8 +188,7 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     take("'(' (a call without arguments)", "(")
     take("')' (a call without arguments)", ")")
     optional(";")
-    if tokens:
-        unexpected(tokens[-1], "the end of the command")
+    take("the end of the command", kinds=("end",))
     return budget_ms, function
 
 
@@ -206,12 +203,7 @@ class DeclaredJob:
     function: FunctionName
     budget_ms: int  # the one a run writes
     default_budget_ms: int
-    source: Literal["default", "override"] = "default"
-    environment: str | None = None
-
-    @property
-    def source_label(self) -> str:
-        return f"override:{self.environment}" if self.source == "override" else "default"
+    source_label: str = "default"  # or override:<environment>
 
     @property
     def command(self) -> str:
@@ -231,7 +223,7 @@ class BudgetConfig:
             raise ConfigError("environment must be a non-empty string")
         chosen = self.overrides.get(environment, {}) if environment else {}
         jobs = tuple(
-            replace(job, budget_ms=chosen[job.name], source="override", environment=environment)
+            replace(job, budget_ms=chosen[job.name], source_label=f"override:{environment}")
             if job.name in chosen
             else job
             for job in self.jobs

@@ -120,7 +120,7 @@ class BudgetPlan:
                 applied=j.writes,
             )
             for j in self.jobs
-            if "budget" in j.changes and j.job.source == "default"
+            if "budget" in j.changes and j.job.source_label == "default"
         )
 
     @property
@@ -220,7 +220,7 @@ def _plan_job(
     target = database if database is not None else live.database
     if not changes:
         return JobPlan(job, Action.UNCHANGED, live, budget_ms, database=target)
-    if differs["budget"] and job.source == "default" and on_drift == "report":
+    if differs["budget"] and job.source_label == "default" and on_drift == "report":
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
         reason = (
