@@ -487,7 +487,7 @@ class TestPlan:
         assert set(states(plan).values()) == {Action.CREATE}
         assert plan.changed and not plan.converged
         claim = job_in(plan, "claim")
-        assert claim.new_command == (
+        assert claim.after()["command"] == (
             'set statement_timeout = \'3s\'; select "public"."claim_stats_projection_job_v1"();'
         )
         assert claim.before() is None
@@ -519,7 +519,7 @@ class TestPlan:
         publish = job_in(plan, "publish")
         assert publish.action is Action.UPDATE
         assert publish.changes == ("budget",)
-        assert "'6s'" in publish.new_command
+        assert "'6s'" in publish.after()["command"]
         assert (plan.drift, plan.warnings) == ((), ())  # raising, declared: nothing to warn
 
     def test_a_live_6s_without_a_declared_override_is_drift_and_left_alone(self, config):
@@ -586,14 +586,14 @@ class TestPlan:
         plan = plan_budgets(config.declare(None), [moved, *converged_live()[1:]])
         claim = job_in(plan, "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("schedule",))
-        assert (claim.new_schedule, claim.new_command) == ("* * * * *", None)
+        assert claim.after()["schedule"] == "* * * * *"
         assert claim.after()["command"] == moved.command
 
     def test_a_new_function_rewrites_the_command(self, config):
         old = live("claim", function=FunctionName("public", "claim_v0"))
         claim = job_in(plan_budgets(config.declare(None), [old]), "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("function",))
-        assert "claim_stats_projection_job_v1" in claim.new_command
+        assert "claim_stats_projection_job_v1" in claim.after()["command"]
 
     def test_drift_holds_back_the_other_changes_of_that_job(self, config):
         old = live("publish", "6s", schedule="*/2 * * * *")
@@ -635,7 +635,7 @@ class TestPlan:
         declared = config.declare(None)
         moved = type(declared)(declared.jobs, None, "other")
         claim = job_in(plan_budgets(moved, converged_live()), "claim")
-        assert (claim.action, claim.changes, claim.new_database) == (
+        assert (claim.action, claim.changes, claim.after()["database"]) == (
             Action.UPDATE,
             ("database",),
             "other",

@@ -13,7 +13,7 @@ from leaseguard.adapters import cron
 from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
-from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
+from leaseguard.core.budgets.planning import Action, BudgetPlan, plan_budgets
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
@@ -113,21 +113,24 @@ def _converge(
         writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():
             step.doing = f"writing pg_cron job {job.job.name}"
-            _write(conn, job, here)
+            new = (job.job.name, job.job.schedule, job.job.command)
+            if job.action is Action.CREATE and job.database in (None, here):
+                conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
+            elif job.action is Action.CREATE:
+                conn.execute(
+                    "SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database)
+                )
+            elif job.action is Action.UPDATE and job.live is not None:
+                # NULL leaves a field as it is: an unchanged command keeps its live spelling.
+                changed = set(job.changes)
+                conn.execute(
+                    "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
+                    "database := %s::text)",
+                    (
+                        job.live.jobid,
+                        job.job.schedule if "schedule" in changed else None,
+                        job.job.command if {"function", "budget"} & changed else None,
+                        job.database if "database" in changed else None,
+                    ),
+                )
     return replace(plan, applied=writing)
-
-
-def _write(conn: Connection, job: JobPlan, here: str) -> None:
-    """One job's write; every value a bind parameter."""
-    new = (job.job.name, job.job.schedule, job.job.command)
-    if job.action is Action.CREATE and job.database in (None, here):
-        conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
-    elif job.action is Action.CREATE:
-        conn.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database))
-    elif job.action is Action.UPDATE and job.live is not None:
-        # NULL leaves a field as it is: an unchanged command keeps its live spelling.
-        conn.execute(
-            "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
-            "database := %s::text)",
-            (job.live.jobid, job.new_schedule, job.new_command, job.new_database),
-        )

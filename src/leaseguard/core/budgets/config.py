@@ -4,7 +4,7 @@ job runs, read back by a small parser: anything else is refused, reported, never
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -238,53 +238,24 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
-    jobs = tuple(_jobs(data.get("jobs"), f"{prefix}.jobs"))
-    if not jobs:
-        raise ConfigError(f"{prefix}.jobs must declare at least one job")
-    names = {job.name for job in jobs}
-    overrides: dict[str, dict[str, int]] = {}
-    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
-        raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
-    for env, budgets in raw_overrides.items():
-        where = f"{prefix}.overrides.{env}"
-        if not isinstance(env, str) or not env:
-            raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
-        if budgets is not None and not isinstance(budgets, Mapping):
-            raise ConfigError(f"{where} must map a job name to a budget")
-        overrides[env] = {}
-        for job, budget in (budgets or {}).items():
-            if job not in names:
-                raise ConfigError(
-                    f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
-                )
-            overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
-    database = data.get("database")
-    named = isinstance(database, str) and "\x00" not in database
-    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
-        raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
-    return BudgetConfig(jobs, overrides, database)
-
-
-def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
-    if isinstance(jobs, list | tuple):
-        if not all(isinstance(entry, Mapping) and "name" in entry for entry in jobs):
-            raise ConfigError(f"{prefix}: every list entry needs a name")
-        items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in jobs]
-    elif isinstance(jobs, Mapping | None):
-        items = list((jobs or {}).items())
+    if isinstance(raw_jobs := data.get("jobs"), list | tuple):
+        if not all(isinstance(entry, Mapping) and "name" in entry for entry in raw_jobs):
+            raise ConfigError(f"{prefix}.jobs: every list entry needs a name")
+        items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in raw_jobs]
+    elif isinstance(raw_jobs, Mapping | None):
+        items = list((raw_jobs or {}).items())
     else:
-        raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
-    seen: set[str] = set()
+        raise ConfigError(f"{prefix}.jobs must map a job name to {{schedule, function, budget}}")
+    jobs: dict[str, DeclaredJob] = {}
     for name, spec in items:
         if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
             raise ConfigError(
-                f"{prefix}: job name {shown(name)} must be 1-63 characters of letters, digits "
-                "and _ . : - (not starting with . : -)"
+                f"{prefix}.jobs: job name {shown(name)} must be 1-63 characters of letters, "
+                "digits and _ . : - (not starting with . : -)"
             )
-        where = f"{prefix}.{name}"
-        if name in seen:
+        where = f"{prefix}.jobs.{name}"
+        if name in jobs:
             raise ConfigError(f"{where} is declared twice")
-        seen.add(name)
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where} must be a mapping with schedule, function and budget")
         reject_unknown(spec, JOB_KEYS, prefix=f"{where}.")
@@ -299,7 +270,31 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
         function = parse_function_name(spec["function"], where=f"{where}.function")
         budget_ms = parse_budget_ms(spec["budget"], where=f"{where}.budget")
         # Whitespace-normalised; pg_cron itself judges the syntax on write.
-        yield DeclaredJob(name, " ".join(schedule.split()), function, budget_ms, budget_ms)
+        schedule = " ".join(schedule.split())
+        jobs[name] = DeclaredJob(name, schedule, function, budget_ms, budget_ms)
+    if not jobs:
+        raise ConfigError(f"{prefix}.jobs must declare at least one job")
+    overrides: dict[str, dict[str, int]] = {}
+    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
+        raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
+    for env, budgets in raw_overrides.items():
+        where = f"{prefix}.overrides.{env}"
+        if not isinstance(env, str) or not env:
+            raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
+        if budgets is not None and not isinstance(budgets, Mapping):
+            raise ConfigError(f"{where} must map a job name to a budget")
+        overrides[env] = {}
+        for job, budget in (budgets or {}).items():
+            if job not in jobs:
+                raise ConfigError(
+                    f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
+                )
+            overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
+    database = data.get("database")
+    named = isinstance(database, str) and "\x00" not in database
+    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
+        raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
+    return BudgetConfig(tuple(jobs.values()), overrides, database)
 
 
 def load_budget_config(path: str | Path) -> BudgetConfig:

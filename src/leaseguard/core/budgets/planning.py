@@ -45,21 +45,6 @@ class JobPlan:
     def refused(self) -> bool:
         return self.action in (Action.UNPARSEABLE, Action.AMBIGUOUS)
 
-    # What to write; None leaves the live value (and its spelling) as it is.
-    @property
-    def new_schedule(self) -> str | None:
-        new = self.action is Action.CREATE or "schedule" in self.changes
-        return self.job.schedule if new else None
-
-    @property
-    def new_command(self) -> str | None:
-        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
-        return self.job.command if new else None
-
-    @property
-    def new_database(self) -> str | None:
-        return self.database if "database" in self.changes else None
-
     def before(self) -> dict[str, Any] | None:
         if (live := self.live) is None:
             return None
@@ -75,10 +60,13 @@ class JobPlan:
         if not self.writes:
             return before
         after = dict(before or {"jobid": None, "active": True, "database": self.database})
-        after["schedule"] = self.new_schedule or after["schedule"]
-        if self.new_command is not None:
-            after.update(command=self.new_command, budget=format_budget(self.job.budget_ms))
-        after["database"] = self.new_database or after["database"]
+        create = self.action is Action.CREATE
+        if create or "schedule" in self.changes:
+            after["schedule"] = self.job.schedule
+        if create or {"function", "budget"} & set(self.changes):
+            after.update(command=self.job.command, budget=format_budget(self.job.budget_ms))
+        if "database" in self.changes:
+            after["database"] = self.database
         return after
 
     def as_dict(self) -> dict[str, Any]:
