@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.config import (
     MAX_BUDGET_MS,
     BudgetConfig,
@@ -20,7 +19,7 @@ from leaseguard.core.budgets.config import (
     parse_live_command,
     render_command,
 )
-from leaseguard.core.budgets.planning import HIDDEN_COMMAND, Action, plan_budgets
+from leaseguard.core.budgets.planning import HIDDEN_COMMAND, Action, LiveJob, plan_budgets
 from leaseguard.core.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"

@@ -13,7 +13,7 @@ from leaseguard.adapters import cron
 from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
-from leaseguard.core.budgets.planning import Action, BudgetPlan, plan_budgets
+from leaseguard.core.budgets.planning import Action, BudgetPlan, LiveJob, plan_budgets
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
@@ -106,7 +106,12 @@ def _converge(
         row = conn.execute("SELECT current_database()").fetchone()
         here = str(row[0]) if row else conn.info.dbname
         target = replace(declared, database=declared.database or here)
-        live = cron.read_live_jobs(conn, [job.name for job in declared.jobs])
+        rows = conn.execute(
+            "SELECT jobid, jobname, schedule, command, active, database "
+            "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
+            ([job.name for job in declared.jobs],),
+        )
+        live = [LiveJob(*row) for row in rows]
         plan = plan_budgets(target, live, on_drift=on_drift)
         row = conn.execute(_SEES_ALL_JOBS).fetchone()  # else cron.job's RLS hides others' jobs
         plan = replace(plan, own_jobs_only=None if row is None or row[0] else str(row[1]))

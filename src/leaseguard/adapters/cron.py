@@ -10,24 +10,11 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from leaseguard.adapters.db import Connection, set_local_limits
-from leaseguard.core.budgets import LiveJob
 from leaseguard.core.errors import DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
-
-
-def read_live_jobs(conn: Connection, names: Sequence[str]) -> list[LiveJob]:
-    """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
-    rows = conn.execute(
-        "SELECT jobid, jobname, schedule, command, active, database "
-        "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
-        (list(names),),
-    )
-    return [
-        LiveJob(int(j), str(n), str(s), str(c), bool(a), d and str(d)) for j, n, s, c, a, d in rows
-    ]
 
 
 @dataclass
@@ -133,17 +120,20 @@ class ActivePlan:
 
 def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
-    live = read_live_jobs(conn, list(wanted))
+    live = conn.execute(
+        "SELECT jobid, jobname, active FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
+        (list(wanted),),
+    ).fetchall()
     changes = []
     for name, active in wanted.items():
-        rows = [row for row in live if row.name == name]
+        rows = [(jobid, on) for jobid, job, on in live if job == name]
         if len(rows) > 1:
-            ids = ", ".join(str(row.jobid) for row in rows)
+            ids = ", ".join(str(jobid) for jobid, _ in rows)
             raise DatabaseError(
                 f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
                 "refusing to guess which to switch; nothing was changed"
             )
-        jobid, before = (rows[0].jobid, rows[0].active) if rows else (None, None)
+        jobid, before = rows[0] if rows else (None, None)
         changes.append(ActiveChange(name, active, jobid, before))
     return changes
 

@@ -9,13 +9,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseguard.core.budgets import LiveJob, config
+from leaseguard.core.budgets import config
 from leaseguard.core.budgets.config import format_budget, format_optional
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
 # A live command outside the grammar may pass a token or password as an argument.
 HIDDEN_COMMAND = "(not shown: leaseguard does not understand this command)"
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """A row of pg_cron's cron.job."""
+
+    jobid: int
+    name: str
+    schedule: str
+    command: str
+    active: bool = True
+    database: str | None = None
 
 
 class Action(enum.StrEnum):
