@@ -19,8 +19,10 @@ from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
 # Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
-_SEES_ALL_JOBS = (
-    "SELECT rolsuper OR rolbypassrls, rolname FROM pg_catalog.pg_roles WHERE rolname = current_user"
+# Whether cron.job's row security hides other roles' jobs from us, and where we are.
+_WHO_WHERE = (
+    "SELECT rolsuper OR rolbypassrls, rolname, current_database() "
+    "FROM pg_catalog.pg_roles WHERE rolname = current_user"
 )
 
 
@@ -42,8 +44,7 @@ def converge_jobs(
             raise ConfigError("active: job names must be non-empty strings")
         if not isinstance(value, bool):
             raise ConfigError(f"active.{name} must be true or false")
-    wanted = dict(active or {})
-    plan = None
+    wanted, plan = dict(active or {}), None
     with path as conninfo:
         connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
@@ -103,17 +104,15 @@ def _converge(
             step.doing = "waiting for another leaseguard run on cron.job"
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
             step.doing = "reading cron.job"
-        row = conn.execute("SELECT current_database()").fetchone()
-        here = str(row[0]) if row else conn.info.dbname
+        row = conn.execute(_WHO_WHERE).fetchone()
+        here = str(row[2]) if row else conn.info.dbname
         target = replace(declared, database=declared.database or here)
         rows = conn.execute(
             "SELECT jobid, jobname, schedule, command, active, database "
             "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
             ([job.name for job in declared.jobs],),
         )
-        live = [LiveJob(*row) for row in rows]
-        plan = plan_budgets(target, live, on_drift=on_drift)
-        row = conn.execute(_SEES_ALL_JOBS).fetchone()  # else cron.job's RLS hides others' jobs
+        plan = plan_budgets(target, [LiveJob(*live) for live in rows], on_drift=on_drift)
         plan = replace(plan, own_jobs_only=None if row is None or row[0] else str(row[1]))
         writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():

@@ -189,17 +189,14 @@ def plan_budgets(
     """Decide per declared job; live rows of undeclared names are ignored."""
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
-    jobs = tuple(
-        _plan_job(job, [row for row in live if row.name == job.name], declared.database, on_drift)
-        for job in declared.jobs
-    )
+    jobs = tuple(_plan_job(job, live, declared.database, on_drift) for job in declared.jobs)
     return BudgetPlan(jobs, declared.environment, on_drift)
 
 
 def _plan_job(
-    job: config.DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
+    job: config.DeclaredJob, live_jobs: Sequence[LiveJob], database: str | None, on_drift: str
 ) -> JobPlan:
-    if not matches:
+    if not (matches := [row for row in live_jobs if row.name == job.name]):
         return JobPlan(job, Action.CREATE, database=database, reason="no live job of this name")
     live = matches[0]
     if len(matches) > 1:
