@@ -49,9 +49,7 @@ def converge_jobs(
         connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
             plan = _converge(connect_to, declared, cron_database, on_drift, check_mode)
-            if plan.refusals:
-                return plan, None
-        if not wanted:
+        if not wanted or (plan is not None and plan.refusals):
             return plan, None
         # The flags, but a held job stays paused (it would claim beside a restart or migration);
         # under the holds' lock: a hold taken in between would be switched on.

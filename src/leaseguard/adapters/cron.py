@@ -1,4 +1,4 @@
-"""pg_cron's cron.job: rows, the one time-boxed transaction, active flags."""
+"""pg_cron's cron.job: the one time-boxed transaction, and switching active flags."""
 
 from __future__ import annotations
 
