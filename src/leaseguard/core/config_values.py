@@ -70,20 +70,6 @@ def choice(data: Data, key: str, default: Any, *, choices: Sequence[str], prefix
     return value
 
 
-def status_list(data: Data, key: str, default: Any, *, allow_empty: bool) -> tuple[str, ...] | None:
-    """A list of statuses, once each; None when it is missing and so is `default`."""
-    value = data.get(key, default)
-    if value is None and default is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key} must be a list of non-empty strings")
-    if not value and not allow_empty:
-        raise ConfigError(f"{key} must name at least one status")
-    return tuple(dict.fromkeys(value))
-
-
 def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[[Any], T]) -> T:
     what = "a number" if convert is float else "a whole number"
     value = default if data.get(key) is None else data[key]

@@ -179,10 +179,17 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     for key in _SECTIONS:
         read.section(data, key)
     keys = ("claimed_statuses", "queued_statuses", "finished_statuses")
-    statuses = {
-        key: read.status_list(data, key, getattr(Contract, key), allow_empty=key != keys[0])
-        for key in keys
-    }
+    statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
+    for key in keys:  # each a list of statuses, once each; finished's missing: Contract.finished
+        value = data.get(key, getattr(Contract, key))
+        if value is None and key == "finished_statuses":
+            continue
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{key} must be a list of non-empty strings")
+        if not value and key == "claimed_statuses":
+            raise ConfigError(f"{key} must name at least one status")
+        statuses[key] = tuple(dict.fromkeys(value))
     seen: dict[str, str] = {}
     for key in keys:
         for status in statuses[key] or ():

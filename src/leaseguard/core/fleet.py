@@ -153,11 +153,21 @@ def fleet_facts(
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
     """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
     closed, naming every host of `hosts` and `reports` without a usable report."""
-    if problems := [
-        f"host {host}: {problem}"
-        for host in sorted({*hosts, *reports})
-        if (problem := _report_problem(reports.get(host)))
-    ]:
+    problems = []
+    for host in sorted({*hosts, *reports}):
+        report, said = reports.get(host), None
+        if not isinstance(report, Mapping) or not report:
+            said = "no lookup result (it did not run: failed or unreachable earlier?)"
+        elif report.get("unreachable"):
+            said = "unreachable during its lookup"
+        elif report.get("skipped"):
+            said = "its lookup was skipped"
+        elif report.get("failed"):
+            error = report.get("error")
+            detail = error.get("message") if isinstance(error, Mapping) else None
+            said = f"its lookup failed ({detail})" if detail else "its lookup failed"
+        problems += [f"host {host}: {said}"] if said else []
+    if problems:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
     per_host: dict[str, RuntimeFacts] = {}
     offsets: dict[str, ClockOffset] = {}
@@ -194,17 +204,3 @@ def fleet_facts(
                 "result of leaseguard.deploy.task_timeout as it is)"
             ) from None
     return per_host, offsets if with_clocks else None
-
-
-def _report_problem(report: Any) -> str | None:
-    if not isinstance(report, Mapping) or not report:
-        return "no lookup result (it did not run: failed or unreachable earlier?)"
-    if report.get("unreachable"):
-        return "unreachable during its lookup"
-    if report.get("skipped"):
-        return "its lookup was skipped"
-    if report.get("failed"):
-        error = report.get("error")
-        detail = error.get("message") if isinstance(error, Mapping) else None
-        return f"its lookup failed ({detail})" if detail else "its lookup failed"
-    return None
