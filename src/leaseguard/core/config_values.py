@@ -149,8 +149,7 @@ def parse_command(data: Data, key: str, _: Any = None, *, prefix: str = "") -> t
 
 
 def refuse_non_ascii_numbers(args: Data, spec: Data, *, prefix: str = "") -> None:
-    """ConfigError naming the first int/float option of `spec` given as non-ASCII text: for
-    fronts whose own conversion (Ansible's float()) would read any script's digits first."""
+    """ConfigError naming an int/float option of `spec` in non-ASCII digits (float() reads them)."""
     for name, option in spec.items():
         value = args.get(name) if isinstance(args, Mapping) else None
         kind = option.get("type")

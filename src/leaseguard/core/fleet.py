@@ -96,8 +96,7 @@ def combine_facts(
     offsets: Mapping[str, ClockOffset] | None = None,
     clock_skew_s: float = 0.0,
 ) -> FleetFacts:
-    """The fleet rule; with `offsets` (host minus database), every start is first moved into
-    the database clock, a host off by more than `clock_skew_s` warned."""
+    """The fleet rule; `offsets` (host minus database) move starts first, warned beyond the skew."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
     hosts, moved = tuple(sorted(per_host)), dict(per_host)
@@ -151,8 +150,7 @@ def fleet_facts(
     given_source: str = "given",
     with_clocks: bool = True,
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
-    """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
-    closed, naming every host of `hosts` and `reports` without a usable report."""
+    """Hosts' facts and clocks minus here; fails closed naming each host without a usable report."""
     problems = []
     for host in sorted({*hosts, *reports}):
         report, said = reports.get(host), None

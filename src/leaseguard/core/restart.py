@@ -1,5 +1,4 @@
-"""Restarting a runtime with a stop budget: the argv per runtime, whether its start time moved,
-runtime_restart's results and messages (the restart role's texts, word for word)."""
+"""A restart with a stop budget: its argv, whether the start moved, runtime_restart's messages."""
 
 from __future__ import annotations
 
