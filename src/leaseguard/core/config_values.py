@@ -16,8 +16,7 @@ from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
 Data = Mapping[str, Any]
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes: a longer name would silently
-# address another column, so it is refused.
+# PostgreSQL truncates a longer identifier (NAMEDATALEN - 1), so it would address another name.
 MAX_IDENTIFIER_BYTES = 63
 # int() and float() read any script's digits (Arabic-Indic, full-width): a number in a config
 # is written in ASCII digits, and a message never repeats the value it refuses.

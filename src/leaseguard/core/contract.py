@@ -74,8 +74,7 @@ class Contract:
     status_column: str = _key("status", read.identifier)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
-    # None: ("done", "failed") minus any claimed or queued; only a list someone wrote is
-    # checked against an enum's labels.
+    # None: Contract.finished derives it; only a list someone wrote is checked against an enum.
     finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = _key("claimed_at", read.identifier)
     lease: LeaseRule = field(default_factory=LeaseRule)
@@ -85,8 +84,7 @@ class Contract:
     statement_timeout_ms: int = _key(5000, read.whole_number)
     lock_timeout_ms: int = _key(2000, read.whole_number)
     connect_timeout_s: int = _key(10, read.whole_number)
-    # The zone a naive timestamp column was written in. None: a naive column fails the check,
-    # since a wrong zone shifts every claim by hours.
+    # The zone naive timestamp columns were written in; None fails them (a wrong zone: hours off).
     timestamp_zone: str | None = _key(None, read.optional_zone)
     preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
