@@ -104,7 +104,7 @@ def whole_number(data: Data, key: str, default: Any, *, prefix: str = "", maximu
     return number
 
 
-def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
+def zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     """An IANA zone name (UTC, Europe/Berlin): PostgreSQL knows the same database of zones."""
     name = text_value(data, key, default)
     try:
@@ -114,17 +114,14 @@ def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     return name
 
 
-def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
+def optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
     return lambda data, key, default=None, *, prefix="": (
         None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
     )
 
 
-optional_text = _optional(text_value)
-optional_identifier = _optional(identifier)
-optional_number = _optional(number_value, positive=True)
-optional_port = _optional(whole_number, maximum=65535)
-optional_zone = _optional(_zone)
+optional_text = optional(text_value)
+optional_port = optional(whole_number, maximum=65535)
 
 
 def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:

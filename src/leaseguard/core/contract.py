@@ -21,7 +21,9 @@ RELATION_KINDS = ("table", "view")
 
 
 def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
-    return field(default=default, metadata={"read": partial(reader, **options)})
+    """A key read by `reader`; one whose default is None may be left out (it stays None)."""
+    read_it = read.optional(reader, **options) if default is None else partial(reader, **options)
+    return field(default=default, metadata={"read": read_it})
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ class LeaseRule:
     """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
 
     multiplier: float = _key(2.0, read.number_value, minimum=1.0)
-    expires_at_column: str | None = _key(None, read.optional_identifier)
+    expires_at_column: str | None = _key(None, read.identifier)
 
 
 @dataclass(frozen=True)
@@ -42,11 +44,11 @@ class TaskTimeoutLookup:
     source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS))
     container: str = _key("backend", read.text_value)
     variable: str = _key("APP_TASK_TIMEOUT_S", read.text_value)
-    default_s: float | None = _key(None, read.optional_number)
-    value_s: float | None = _key(None, read.optional_number)
-    unit: str | None = _key(None, read.optional_text)
-    pid_file: str | None = _key(None, read.optional_text)
-    path: str | None = _key(None, read.optional_text)
+    default_s: float | None = _key(None, read.number_value, positive=True)
+    value_s: float | None = _key(None, read.number_value, positive=True)
+    unit: str | None = _key(None, read.text_value)
+    pid_file: str | None = _key(None, read.text_value)
+    path: str | None = _key(None, read.text_value)
     command: tuple[str, ...] = _key((), read.parse_command)
     engine: str = _key("docker", read.choice, choices=("docker", "podman"))  # the CLI of `command`
 
@@ -58,9 +60,9 @@ class RuntimeLookup:
     NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
     source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS, "none"))
     container: str = _key("backend", read.text_value)
-    unit: str | None = _key(None, read.optional_text)
-    pid_file: str | None = _key(None, read.optional_text)
-    started_at: str | None = _key(None, read.optional_text)
+    unit: str | None = _key(None, read.text_value)
+    pid_file: str | None = _key(None, read.text_value)
+    started_at: str | None = _key(None, read.text_value)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class Contract:
     """The protected system's work table; fields are read in this order, after the statuses."""
 
     table: str = _key("execution_runs", read.identifier)
-    schema: str | None = _key(None, read.optional_identifier)
+    schema: str | None = _key(None, read.identifier)
     relation_kind: str = _key("table", read.choice, choices=RELATION_KINDS)
     id_column: str = _key("id", read.identifier)
     status_column: str = _key("status", read.identifier)
@@ -85,7 +87,7 @@ class Contract:
     lock_timeout_ms: int = _key(2000, read.whole_number)
     connect_timeout_s: int = _key(10, read.whole_number)
     # The zone naive timestamp columns were written in; None fails them (a wrong zone: hours off).
-    timestamp_zone: str | None = _key(None, read.optional_zone)
+    timestamp_zone: str | None = _key(None, read.zone)
     preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
     kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
