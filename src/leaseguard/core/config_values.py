@@ -1,6 +1,5 @@
-"""Config values read and checked, a key named on error with its section (`lease.x`): a misspelt
-or mistyped key never becomes a traceback or a default. One DSN is one database in every front
-(db_host/db_port fill in what it lacks); a message shows no more of a DSN than host and port."""
+"""Config values checked, naming the key (`lease.x`): a typo never becomes a traceback or a default.
+One DSN is one database (db_host/db_port fill its gaps); a message shows only its host and port."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The fleet rule, hosts' reports turned into facts, and clock offsets. Anything global (a
-migration, budgets, shared intake) acts on work that may run on any host, judged once: the orphan
-cut-off is the OLDEST runtime start (one unknown: unknown), the lease the LONGEST; ties by name."""
+"""The fleet rule, hosts' reports as facts, clock offsets. Work that may run on any host is judged
+once: the orphan cut-off is the OLDEST start (one unknown: unknown), the lease the LONGEST."""
 
 from __future__ import annotations
 
