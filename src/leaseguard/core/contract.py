@@ -14,8 +14,7 @@ from leaseguard.core import presets
 from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
-# A config file's pg_cron budgets (leaseguard.core.budgets): one file serves every command.
-CRON_BUDGETS_SECTION = "cron_budgets"
+CRON_BUDGETS_SECTION = "cron_budgets"  # pg_cron budgets (core.budgets): one file for every command
 # A view is judged only when the contract says so; a materialized view (stale by design) never.
 RELATION_KINDS = ("table", "view")
 

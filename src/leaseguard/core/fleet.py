@@ -13,8 +13,7 @@ from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.core.restart import start_of
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
-# Beyond this, this machine's clock is reported: given start times and status files use it.
-CONTROLLER_SKEW_BOUND_S = 5.0
+CONTROLLER_SKEW_BOUND_S = 5.0  # beyond it, this clock is warned about (given starts are read in it)
 # A host's report (`host_report`, task_timeout's result as registered; a --facts-file entry).
 REPORT_KEYS = frozenset(
     {"task_timeout_s", "runtime_started_at", "source", "assumed", "warnings", "replicas"}
