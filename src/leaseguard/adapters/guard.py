@@ -68,7 +68,7 @@ class Subject:
         """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
         started, tolerance_s = self.runtime_started_at, None
         if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
-            started = fleet.in_database_clock(started, self.clock_offset.offset_s)
+            started = self.clock_offset.in_database_clock(started)
             tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
         return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
 
@@ -133,7 +133,7 @@ def _judge_once(
             here: tuple[str, ...] = ()
             if as_of is None:  # now() ran between these two instants of this machine's clock
                 taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
-                here = fleet.controller_warning(taken)
+                here = taken.controller_warning()
             check_statuses(cur, contract, status_column)
             # Only when something is live: a backlog can hold far more rows than workers.
             live: dict[int, list[LiveClaim]] = {}

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from leaseguard.core import errors
 from leaseguard.core.errors import DrainInterrupted, LeaseguardError, PollFailed
-from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
+from leaseguard.core.verdict import Decision, Verdict, failure_result, timeline_line
 from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
@@ -276,7 +276,7 @@ def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> 
     now = datetime.now(UTC)
     if as_json:
         return json.dumps(failure_result(error, host, None if fab else now))
-    line = failure_timeline(now, host, error)
+    line = timeline_line(now, host, Decision.FAILED, f"error={type(error).__name__}")
     return f"{line} reason={json.dumps(str(error))}" if fab else line
 
 

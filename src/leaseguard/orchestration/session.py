@@ -112,7 +112,7 @@ class Judged:
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
         if self.fleet is None and self.each is None:
             host_minus_here = self.host_minus_here or offset_from_here(runner)
-            return fleet.chained(host_minus_here, db.here_minus_database(conn, self.contract))
+            return host_minus_here.chained(db.here_minus_database(conn, self.contract))
         each = {host: facts for host, (facts, _) in (self.each or {}).items()}
         per_host = self.fleet.per_host if self.fleet is not None else each
         here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
@@ -122,11 +122,10 @@ class Judged:
                     f"host {host}: no clock reading (its start cannot be compared)"
                 )
             from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
-            self.minus_database[host] = fleet.chained(from_here, here_minus_db)
+            self.minus_database[host] = from_here.chained(here_minus_db)
         if self.fleet is None:
             return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
-        moved = fleet.in_database_clocks(per_host, self.minus_database, self.contract.clock_skew_s)
-        self.fleet = fleet.combine_facts(moved)
+        self.fleet = fleet.combine_facts(per_host, self.minus_database, self.contract.clock_skew_s)
         self.facts = self.fleet.facts
         return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
 
