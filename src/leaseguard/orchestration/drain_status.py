@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
@@ -63,7 +63,8 @@ class HostObserver:
 
 
 class StatusBoard:
-    """One drain process's snapshot over its hosts, every write under the lock (threads)."""
+    """One drain process's snapshot over its hosts, every write under the lock (threads); its
+    first snapshot written at once: a path that cannot take it fails before any pause."""
 
     def __init__(self, status_file: str | Path | None, metrics_file: str | Path | None) -> None:
         self.status_path = Path(status_file) if status_file else None
@@ -75,6 +76,14 @@ class StatusBoard:
         self.pid_started = process_start_ticks(self.pid)
         self._failing: set[Path] = set()
         self._databases: dict[str, object] = {}  # host -> its database, when shared with others
+        for path, text in self._texts(self.snapshot()):
+            try:
+                atomic_write(path, text)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot write {path} ({type(exc).__name__}): the drain needs its directory "
+                    "to exist and be writable"
+                ) from None
 
     def observer(
         self, host: str, intake: Intakes | None = None, *, database: object = None
@@ -103,17 +112,6 @@ class StatusBoard:
         if host not in self.rows:
             result = None if error is None else DrainResult(None, DrainCounters(), 0.0, 0.0, error)
             self.observer(host).finished(result, stopped=stopped)
-
-    def check_writable(self) -> None:
-        """Write the first snapshot now: a path that cannot take it fails before any pause."""
-        for path, text in self._texts(self.snapshot()):
-            try:
-                atomic_write(path, text)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot write {path} ({type(exc).__name__}): the drain needs its directory "
-                    "to exist and be writable"
-                ) from None
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -285,35 +283,27 @@ def read_status(path: str | Path) -> dict[str, Any]:
         return unavailable(f"status file unreadable ({type(exc).__name__})")
     except ValueError:
         return unavailable("status file is not valid JSON")
-    if problem := _shape_problem(snapshot):
-        return unavailable(f"status file is not a leaseguard drain status ({problem})")
-    pid, started = snapshot["pid"], snapshot.get("pid_started")
+    shape = "status file is not a leaseguard drain status ({})"
+    if not isinstance(snapshot, dict):
+        return unavailable(shape.format("not an object"))
+    if snapshot.get("available") is not True or snapshot.get("scope") != SCOPE:
+        return unavailable(shape.format("no available/scope"))
+    if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
+        return unavailable(shape.format("unknown state"))
+    if type(pid := snapshot.get("pid")) is not int or pid <= 0:  # a bool is no pid
+        return unavailable(shape.format("no writer pid"))
+    counters = snapshot.get("counters")
+    if not isinstance(counters, dict) or not all(
+        type(n := counters.get(name)) is int and n >= 0 for name in COUNTER_NAMES
+    ):
+        return unavailable(shape.format("counters missing or negative"))
+    started = snapshot.get("pid_started")
     if snapshot["state"] == RUNNING and not process_alive(  # the same process, not a reused pid
         pid, started if isinstance(started, int) else None
     ):
         stale = f"stale: writer pid {pid} is gone and the drain did not finish"
         return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}
-
-
-def _shape_problem(snapshot: Any) -> str | None:
-    def whole(value: Any) -> TypeGuard[int]:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not isinstance(snapshot, dict):
-        return "not an object"
-    if snapshot.get("available") is not True or snapshot.get("scope") != SCOPE:
-        return "no available/scope"
-    if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
-        return "unknown state"
-    if not whole(pid := snapshot.get("pid")) or pid <= 0:
-        return "no writer pid"
-    counters = snapshot.get("counters")
-    if not isinstance(counters, dict) or not all(
-        whole(n := counters.get(name)) and n >= 0 for name in COUNTER_NAMES
-    ):
-        return "counters missing or negative"
-    return None
 
 
 def status_line(status: Mapping[str, Any]) -> str:
