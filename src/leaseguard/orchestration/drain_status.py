@@ -89,18 +89,10 @@ class StatusBoard:
         self, host: str, intake: Intakes | None = None, *, database: object = None
     ) -> HostObserver:
         """`database`: hosts judged against one database (it names them) see the same claims."""
-        new: dict[str, Any] = {
-            "host": host,
-            "state": RUNNING,
-            "decision": "pending",
-            "exit_status": None,
-            "counts": dict.fromkeys(COUNT_CLASSES, 0),
-            "wait_upper_bound_s": 0.0,
-            "elapsed_s": 0.0,
-            "deadline_s": 0.0,
-            "paused_intake": [],
-            "counters": {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}},
-        }
+        new: dict[str, Any] = {"host": host, "state": RUNNING, "decision": "pending"}
+        new |= {"exit_status": None, "counts": dict.fromkeys(COUNT_CLASSES, 0)}
+        new |= {**dict.fromkeys(_LONGEST, 0.0), "paused_intake": []}  # the row's keys in order
+        new["counters"] = {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}}
         with self.lock:
             row = self.rows.setdefault(host, new)
             if database is not None:
@@ -313,8 +305,7 @@ def status_line(status: Mapping[str, Any]) -> str:
     counters = status["counters"]
     errors = ",".join(f"{kind}:{n}" for kind, n in counters["errors"].items()) or "-"
     fields = [
-        f"state={status['state']}",
-        f"hosts={','.join(status['hosts']) or '-'}",
+        f"state={status['state']} hosts={','.join(status['hosts']) or '-'}",
         f"decision={status['decision']}",
         *([f"exit_status={status['exit_status']}"] if status["exit_status"] is not None else []),
         " ".join(f"{name}={n}" for name, n in status["counts"].items()),
@@ -322,8 +313,6 @@ def status_line(status: Mapping[str, Any]) -> str:
         f"elapsed_s={status['elapsed_s']:g}/{status['deadline_s']:g}",
         f"paused_intake={','.join(status['paused_intake']) or '-'}",
         *(f"{name}={counters[name]}" for name in COUNTER_NAMES),
-        f"errors={errors}",
-        f"pid={status['pid']}",
-        f"updated_at={status['updated_at']}",
+        f"errors={errors} pid={status['pid']} updated_at={status['updated_at']}",
     ]
     return " ".join(fields)
