@@ -91,11 +91,6 @@ class ActionOutcome:
 Action = Callable[[DrainResult], ActionOutcome]
 
 
-def _clock(seconds: float) -> str:  # H:MM:SS
-    seconds = max(int(seconds), 0)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
@@ -103,12 +98,16 @@ class TerminalProgress:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
+        def hms(seconds: float) -> str:  # H:MM:SS
+            seconds = max(int(seconds), 0)
+            return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
         filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
         longest = verdict.live[0].remaining_s if verdict.live else 0.0
         self.stream.write(
             f"\r[{'#' * filled}{'.' * (24 - filled)}] host={verdict.host or '-'} "
-            f"live={verdict.counts.live} longest_lease={_clock(longest or 0)} "
-            f"elapsed={_clock(elapsed_s)}/{_clock(deadline_s)}"
+            f"live={verdict.counts.live} longest_lease={hms(longest or 0)} "
+            f"elapsed={hms(elapsed_s)}/{hms(deadline_s)}"
         )
         self.stream.flush()
         self.drawn = True

@@ -157,20 +157,12 @@ def drain_each(
     labels = {h: named.get(h, h) if own is None else mine[h].host for h in hosts}
     for label in labels.values():  # every host on the status board from the start, pending
         board.observer(label, database=session)
-    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
+    # Hosts past map_waking's bound begin late: one fleet deadline, from now.
+    shared: dict[str, Any] = dict(board=board, stop=stop, started=time.monotonic(), **kwargs)
 
     def drain(host: str) -> DrainResult:
-        return drain_host(
-            mine[host],
-            options,
-            board=board,
-            stop=stop,
-            judge=judge_for(host),
-            act=act(mine[host]),
-            label=labels[host],
-            started=started,
-            **kwargs,
-        )
+        one, judge = mine[host], judge_for(host)
+        return drain_host(one, options, judge=judge, act=act(one), label=labels[host], **shared)
 
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 

@@ -72,8 +72,7 @@ class StatusBoard:
         self.lock = threading.RLock()
         self.rows: dict[str, dict[str, Any]] = {}
         self.started_at = datetime.now(UTC)
-        self.pid = os.getpid()
-        self.pid_started = process_start_ticks(self.pid)
+        self.pid_started = process_start_ticks(os.getpid())
         self._failing: set[Path] = set()
         self._databases: dict[str, object] = {}  # host -> its database, when shared with others
         for path, text in self._texts(self.snapshot()):
@@ -111,11 +110,9 @@ class StatusBoard:
             databases = [self._databases.get(row["host"], row["host"]) for row in rows]
         # Hosts sharing a database see its claims each: a database counts as the most any of its
         # hosts sees (50 hosts seeing one live claim: live=1), then the databases are summed.
-        most: dict[object, dict[str, int]] = {}
-        for row, database in zip(rows, databases, strict=True):
-            seen = most.setdefault(database, dict.fromkeys(COUNT_CLASSES, 0))
-            for name in COUNT_CLASSES:
-                seen[name] = max(seen[name], row["counts"][name])
+        most: dict[object, Counter[str]] = {}
+        for row, database in zip(rows, databases, strict=True):  # `|`: each class's greater
+            most[database] = Counter[str](row["counts"]) | most.get(database, Counter())
         updated_at = datetime.now(UTC)
         errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
@@ -126,7 +123,7 @@ class StatusBoard:
             "available": True,
             "scope": SCOPE,
             "state": state,
-            "pid": self.pid,
+            "pid": os.getpid(),
             "pid_started": self.pid_started,
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
