@@ -281,8 +281,7 @@ def read_status(path: str | Path) -> dict[str, Any]:
         return unavailable(shape.format("unknown state"))
     if type(pid := snapshot.get("pid")) is not int or pid <= 0:  # a bool is no pid
         return unavailable(shape.format("no writer pid"))
-    counters = snapshot.get("counters")
-    if not isinstance(counters, dict) or not all(
+    if not isinstance(counters := snapshot.get("counters"), dict) or not all(
         type(n := counters.get(name)) is int and n >= 0 for name in COUNTER_NAMES
     ):
         return unavailable(shape.format("counters missing or negative"))
