@@ -200,10 +200,9 @@ def shared_poll(
                     outcome = exc
                 started = now
             served[host] = time.monotonic()  # after the poll it took
-            taken = outcome
-        if isinstance(taken, LeaseguardError):
-            raise taken
-        return taken[host]
+            if isinstance(outcome, LeaseguardError):
+                raise outcome
+            return outcome[host]
 
     return lambda host: lambda: verdict(host)
 
