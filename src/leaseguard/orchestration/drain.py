@@ -156,9 +156,8 @@ class Drainer:
         started, held = self.clock() if self.started is None else self.started, None
 
         def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
-            return DrainResult(
-                verdict, self.counters, self.clock() - started, deadline, error, held
-            )
+            elapsed = self.clock() - started
+            return DrainResult(verdict, self.counters, elapsed, deadline, error, held)
 
         def observed(verdict: Verdict | None, deadline: float) -> None:
             if self.observer is not None:

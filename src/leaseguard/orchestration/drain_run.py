@@ -122,16 +122,9 @@ def drain_host(
     intake = Intakes(parts) if parts else None
     label = label or session.host
     observer = (board or status_board(options)).observer(label, intake)
-    return Drainer(
-        judge or session.judge,
-        options.poll_s,
-        options.deadline_s,
-        progress,
-        observer=observer,
-        stop=stop,
-        label=label,
-        started=started,
-    ).run(intake, act)
+    given: dict[str, Any] = dict(observer=observer, stop=stop, label=label, started=started)
+    loop = Drainer(judge or session.judge, options.poll_s, options.deadline_s, progress, **given)
+    return loop.run(intake, act)
 
 
 def drain_each(
