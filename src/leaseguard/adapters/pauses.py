@@ -43,6 +43,9 @@ SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
   AND ((d.status IN ('starting', 'running') AND coalesce(d.job_pid, 0) = 0)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid
                   AND a.backend_start <= coalesce(d.start_time, now()) + interval '1 minute'))"""
+# Nothing recorded: nothing held, unless this role cannot see the jobs (pg_cron's rule).
+_SEES_JOBS = """SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -194,6 +197,13 @@ def resume_recorded(
     changes: list[cron.ActiveChange] = []
     with _holds_transaction(conn) as step:
         records, kept = resumable(read_records(conn), jobs, force=force)
+        if not records and not kept and conn.execute(_SEES_JOBS).fetchone() != (True,):
+            raise DatabaseError(
+                f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+                "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+                "intake is still held: run resume as the jobs' owner (--cron-user, "
+                "drain.cron_user, leaseguard_cron_user)"
+            )
         for record in records if force else ():
             if why := record.holder_alive():
                 log.warning(
