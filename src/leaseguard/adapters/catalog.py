@@ -12,7 +12,7 @@ from psycopg import sql
 from leaseguard.adapters.db import Connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
-from leaseguard.core.predicate import columns_query, owners_table, table_identifier
+from leaseguard.core.predicate import table_identifier
 from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
 
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
@@ -50,8 +50,10 @@ _LINEAGE = sql.SQL("""
     ),
 )
 # Always one row (oid NULL when no relation has the name): the server, the relation, whether
-# pg_locks is readable, row-level security (row_security_active(): PostgreSQL's answer), and
-# the schemas of tables (not parts of one) named like it elsewhere.
+# pg_locks is readable, row-level security (row_security_active(): PostgreSQL's answer), the
+# schemas of tables (not parts of one) named like it elsewhere, its columns and their types; the
+# status column's enum labels, NOT NULL, and a plain btree leading with the column ('column',
+# preferred) or `status::text` ('text') in the comparison's collation.
 _RELATION = sql.SQL("""
     SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
       (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
@@ -64,10 +66,31 @@ _RELATION = sql.SQL("""
        JOIN pg_catalog.pg_namespace AS n ON n.oid = o.relnamespace
        WHERE o.relname = c.relname AND o.oid <> c.oid AND o.relkind IN ('r', 'p', 'f')
          AND o.relpersistence <> 't'
-         AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = o.oid))
+         AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = o.oid)),
+      ARRAY(SELECT ARRAY[f.attname::text, format_type(f.atttypid, f.atttypmod)]
+            FROM pg_attribute AS f
+            WHERE f.attrelid = c.oid AND f.attnum > 0 AND NOT f.attisdropped),
+      t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
+                             WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
+      a.attnotnull,
+      (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END FROM pg_index i
+       JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+       JOIN pg_opclass oc ON oc.oid = i.indclass[0]
+       WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
+         AND i.indisvalid AND i.indisready AND i.indpred IS NULL
+         AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
+              OR (i.indkey[0] = 0
+                  AND pg_get_indexdef(i.indexrelid, 1, false) = format('(%%I)::text', a.attname)
+                  AND i.indcollation[0] = CASE a.attcollation WHEN 0
+                      THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
+       ORDER BY i.indkey[0] = a.attnum DESC LIMIT 1),
+      t.oid
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
     LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid
-    LEFT JOIN pg_catalog.pg_namespace AS cn ON cn.oid = c.relnamespace""").format(
+    LEFT JOIN pg_catalog.pg_namespace AS cn ON cn.oid = c.relnamespace
+    LEFT JOIN pg_attribute AS a
+      ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
+    LEFT JOIN pg_type AS t ON t.oid = a.atttypid""").format(
     shows=_SHOWS_ALL.format(role=sql.SQL("current_user")), lineage=_LINEAGE
 )
 # The relation (and the owners' table, when named) and every relation each reads, through the
@@ -118,28 +141,6 @@ _VIEW_FUNCTIONS = sql.SQL("""
       ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::regclass THEN d.refobjid
                       ELSE o.oprcode::oid END
     ORDER BY 1""").format(rel=READ_RELATIONS)
-# The status column's enum labels, NOT NULL, type, and a plain btree leading with the column
-# ('column', preferred) or `status::text` ('text') in the comparison's collation.
-_STATUS_COLUMN = sql.SQL("""
-    SELECT t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
-                                  WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
-      a.attnotnull,
-      (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END FROM pg_index i
-       JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
-       JOIN pg_opclass oc ON oc.oid = i.indclass[0]
-       WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
-         AND i.indisvalid AND i.indisready AND i.indpred IS NULL
-         AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
-              OR (i.indkey[0] = 0
-                  AND pg_get_indexdef(i.indexrelid, 1, false) = format('(%%I)::text', a.attname)
-                  AND i.indcollation[0] = CASE a.attcollation WHEN 0
-                      THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
-       ORDER BY i.indkey[0] = a.attnum DESC LIMIT 1),
-      t.oid
-    FROM pg_class c
-    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
-    JOIN pg_type t ON t.oid = a.atttypid
-    WHERE c.oid = to_regclass(%(relation)s)""")
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def standby_message(where: str) -> str:
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
     table, label = table_identifier(contract).as_string(conn), contract.table_label
-    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    params = {"relation": table, "column": contract.status_column}
+    relation = conn.execute(_RELATION, params).fetchone()
     assert relation is not None
     oid, kind, standby, zone, database, address, port, locks_readable = relation[:8]
     if standby:
@@ -205,7 +207,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             f"{label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks TO "
             "<guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
         )
-    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
+    types = dict(relation[19])
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
@@ -215,24 +217,15 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             _check_instant(contract, instant, key, label, types[instant], str(zone))
     status_column = StatusColumn(enum_labels=None, not_null=True, index_key=None)
     if contract.has_status_column:
-        params = {"relation": table, "column": contract.status_column}
-        if (row := conn.execute(_STATUS_COLUMN, params).fetchone()) is None:  # gone since read
-            raise SchemaMismatch(
-                f"column {contract.status_column} (status_column) does not exist in table {label}"
-            )
-        is_enum, labels, not_null, index_key, type_oid = row
+        is_enum, labels, not_null, index_key, type_oid = relation[20:]
         for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
             if missing := [s for s in getattr(contract, key) or () if s not in labels]:
                 raise ConfigError(  # a configured status its enum cannot hold: a usage error
                     f"{key} names {_shown(missing)}, not a label of the enum type of column "
                     f"{contract.status_column} in table {label} (its labels: {_shown(labels)})"
                 )
-        status_column = StatusColumn(
-            tuple(str(label) for label in labels) if is_enum else None,
-            bool(not_null),
-            index_key if isinstance(index_key, str) else None,
-            int(str(type_oid)) if is_enum else None,
-        )
+        enum = tuple(labels) if is_enum else None
+        status_column = StatusColumn(enum, not_null, index_key, type_oid if is_enum else None)
     # No `schema`: the application's search_path (another role's, "$user") may find a namesake.
     if contract.schema is None and relation[18] is not None:
         raise SchemaMismatch(
@@ -339,9 +332,9 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
 
 def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
     """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
-    table = owners_table(contract, owners).as_string(conn)
+    table = table_identifier(contract, owners.table).as_string(conn)
     label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    relation = conn.execute(_RELATION, {"relation": table, "column": None}).fetchone()
     what = f"table {label} (the owners of the claims in {contract.table_label})"
     if relation is None or relation[0] is None:
         raise SchemaMismatch(f"{what} does not exist (or is not visible)")
@@ -357,7 +350,7 @@ def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: 
         )
     _check_lineage(relation[11:15], what)
     _check_rows_visible(relation, label)
-    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
+    types = dict(relation[19])
     beat = owners.heartbeat_column
     needed = [c for c in ("id", owners.lock_type_column) if c]
     if any(c not in types for c in needed) or not _TIME_TYPE.fullmatch(types.get(beat, "")):

@@ -175,9 +175,8 @@ def advisory_plan_warning(
                 rows = float(on_disk // 100)  # ~100 bytes a row: for the message only
             else:
                 return None
-            params = predicate.predicate_params(
-                contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
-            )
+            cutoff = predicate.orphan_cutoff(contract, verdict.runtime_started_at)
+            params = predicate.subjects_params(contract, [(verdict.lease_s, cutoff)])
             explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + predicate.counts_query(contract)
             row = conn.execute(explain, params).fetchone()
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:

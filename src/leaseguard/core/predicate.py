@@ -37,21 +37,9 @@ def table_identifier(contract: Contract, table: str | None = None) -> sql.Identi
     return sql.Identifier(*filter(None, (contract.schema, table or contract.table)))
 
 
-def owners_table(contract: Contract, owners: presets.Owners) -> sql.Identifier:
-    return table_identifier(contract, owners.table)
-
-
 def own_column(contract: Contract, column: str) -> sql.Composable:
     """A column of the judged table, qualified: it is read inside subqueries over others."""
     return sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(column))
-
-
-def columns_query() -> sql.SQL:
-    """A relation's columns and their types; a relation gone yields no row, not an error."""
-    return sql.SQL(
-        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-        "WHERE a.attrelid = to_regclass(%(relation)s) AND a.attnum > 0 AND NOT a.attisdropped"
-    )
 
 
 def _judged_rows(contract: Contract) -> sql.Composed:
@@ -155,7 +143,7 @@ def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.C
     ).format(
         lease=LEASE,
         beat=beat,
-        owners=owners_table(contract, owners),
+        owners=table_identifier(contract, owners.table),
         owner=own_column(contract, owners.column),
     )
 
@@ -182,7 +170,7 @@ def held_condition(contract: Contract) -> sql.Composable:
     ).format(
         job=_good_job_key(contract.table, own_id),
         held=_HELD_KEYS,
-        owners=owners_table(contract, owners),
+        owners=table_identifier(contract, owners.table),
         owner=own_column(contract, owners.column),
         lock_type=sql.Identifier(str(owners.lock_type_column)),
         owner_key=_good_job_key(owners.table, sql.SQL("o.id")),
@@ -291,12 +279,6 @@ def orphan_cutoff(
         raise ConfigError(
             f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
         ) from None
-
-
-def predicate_params(
-    contract: Contract, *, lease_s: float | None, runtime_started_at: datetime | None
-) -> dict[str, Any]:
-    return subjects_params(contract, [(lease_s, orphan_cutoff(contract, runtime_started_at))])
 
 
 def _interval(seconds: float) -> timedelta:
