@@ -13,7 +13,7 @@ from leaseguard.adapters.db import Connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
 from leaseguard.core.predicate import table_identifier
-from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
+from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS
 
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
@@ -197,9 +197,64 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     _check_lineage(relation[11:15], f"table {label}")
     _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
-        _check_view(conn, table, label)
+        # Each relation the view reads is a table showing every row; it calls no function (which
+        # may read anything: a materialized view, another server).
+        reads = {"relation": table, "owners": None}
+        bases = conn.execute(_VIEW_BASES, reads).fetchall()
+        for base, base_kind, reader, limited, shows_all, *lineage, has_children, says_only in bases:
+            _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
+            if has_children and says_only:
+                raise SchemaMismatch(
+                    f"view {label} reads {base}, which has partitions or inheritance children, "
+                    "and says ONLY: the rows in them would be missed; read the table whole, "
+                    f"or name table {base} itself"
+                )
+            if base_kind not in TABLE_KINDS:
+                raise SchemaMismatch(
+                    f"view {label} reads {base}, {_kind_name(base_kind)}, whose rows may not be "
+                    "the live ones; judge a view only over tables"
+                )
+            if limited and not shows_all:
+                raise SchemaMismatch(
+                    f"view {label} reads table {base}, whose row-level security applies to "
+                    f"role {reader} (the view's owner or the guard's role), so the view could "
+                    "show only some of its rows and miss live work; let that role bypass it "
+                    f"or add a policy that shows it every row, or name table {base} itself"
+                )
+        if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, reads)]:
+            raise SchemaMismatch(
+                f"view {label} calls {', '.join(functions)}, which may read rows that are not "
+                "the live ones; judge a view only over tables, or name the table itself"
+            )
     if owners := OWNERS.get(contract.claim_rule):
-        _check_owners(conn, contract, owners, relation)
+        # The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead).
+        owned = table_identifier(contract, owners.table).as_string(conn)
+        owners_label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
+        row = conn.execute(_RELATION, {"relation": owned, "column": None}).fetchone()
+        what = f"table {owners_label} (the owners of the claims in {label})"
+        if row is None or row[0] is None:
+            raise SchemaMismatch(f"{what} does not exist (or is not visible)")
+        if row[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
+            raise SchemaMismatch(
+                f"{what} is {_kind_name(row[1])}, not the table the owners' heartbeats are "
+                "written to: a live owner could look gone and its claims dead; name that table"
+            )
+        if row[16] != relation[16]:  # no `schema`: the search_path found another schema's
+            raise SchemaMismatch(
+                f"{what} is found in schema {row[16]}, not in {relation[16]} beside the claims: "
+                f"another application's owners may be read; set schema: {relation[16]}"
+            )
+        _check_lineage(row[11:15], what)
+        _check_rows_visible(row, owners_label)
+        owner_types, beat = dict(row[19]), owners.heartbeat_column
+        needed = [c for c in ("id", owners.lock_type_column) if c]
+        beat_type = owner_types.get(beat, "")
+        if any(c not in owner_types for c in needed) or not _TIME_TYPE.fullmatch(beat_type):
+            raise SchemaMismatch(
+                f"table {owners_label} lacks {', '.join(needed)} or a timestamp column {beat}, "
+                f"which decide whether the owner of a claim in {label} is alive"
+            )
+        _check_instant(contract, beat, "the owners' heartbeat", owners_label, beat_type, str(zone))
     if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
@@ -283,39 +338,6 @@ def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
         )
 
 
-def _check_view(conn: Connection, relation: str, label: str) -> None:
-    """Each relation the view reads is a table showing every row; it calls no function (which may
-    read anything: a materialized view, another server)."""
-    params = {"relation": relation, "owners": None}
-    for base, kind, reader, limited, shows_all, *lineage, has_children, says_only in conn.execute(
-        _VIEW_BASES, params
-    ).fetchall():
-        _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
-        if has_children and says_only:
-            raise SchemaMismatch(
-                f"view {label} reads {base}, which has partitions or inheritance children, "
-                "and says ONLY: the rows in them would be missed; read the table whole, "
-                f"or name table {base} itself"
-            )
-        if kind not in TABLE_KINDS:
-            raise SchemaMismatch(
-                f"view {label} reads {base}, {_kind_name(kind)}, whose rows may not be the live "
-                "ones; judge a view only over tables"
-            )
-        if limited and not shows_all:
-            raise SchemaMismatch(
-                f"view {label} reads table {base}, whose row-level security applies to "
-                f"role {reader} (the view's owner or the guard's role), so the view could "
-                "show only some of its rows and miss live work; let that role bypass it "
-                f"or add a policy that shows it every row, or name table {base} itself"
-            )
-    if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, params)]:
-        raise SchemaMismatch(
-            f"view {label} calls {', '.join(functions)}, which may read rows that are not the "
-            "live ones; judge a view only over tables, or name the table itself"
-        )
-
-
 def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     """Fail when row-level security would hide rows (live work) from the guard's role."""
     active, owns, shows_all = relation[8:11]
@@ -328,37 +350,6 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
         "a policy that shows it every row (CREATE POLICY leaseguard_read ON "
         f"{label} FOR SELECT TO <guard role> USING (true))"
     )
-
-
-def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
-    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
-    table = table_identifier(contract, owners.table).as_string(conn)
-    label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    relation = conn.execute(_RELATION, {"relation": table, "column": None}).fetchone()
-    what = f"table {label} (the owners of the claims in {contract.table_label})"
-    if relation is None or relation[0] is None:
-        raise SchemaMismatch(f"{what} does not exist (or is not visible)")
-    if relation[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
-        raise SchemaMismatch(
-            f"{what} is {_kind_name(relation[1])}, not the table the owners' heartbeats are "
-            "written to: a live owner could look gone and its claims dead; name that table"
-        )
-    if relation[16] != claims[16]:  # no `schema`: the search_path found another schema's
-        raise SchemaMismatch(
-            f"{what} is found in schema {relation[16]}, not in {claims[16]} beside the claims: "
-            f"another application's owners may be read; set schema: {claims[16]}"
-        )
-    _check_lineage(relation[11:15], what)
-    _check_rows_visible(relation, label)
-    types = dict(relation[19])
-    beat = owners.heartbeat_column
-    needed = [c for c in ("id", owners.lock_type_column) if c]
-    if any(c not in types for c in needed) or not _TIME_TYPE.fullmatch(types.get(beat, "")):
-        raise SchemaMismatch(
-            f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
-            f"decide whether the owner of a claim in {contract.table_label} is alive"
-        )
-    _check_instant(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
 
 
 def quoted_status(value: object) -> str:

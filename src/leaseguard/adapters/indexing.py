@@ -141,7 +141,7 @@ def index_advice(conn: Connection, contract: Contract) -> list[str]:
         return [INDEX_COMMENT, recommended_index_sql(contract)]
     parent = index_name(contract.table)
     only = sql.SQL("ONLY {}").format(predicate.table_identifier(contract))
-    parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
+    parent_name = predicate.table_identifier(contract, parent)
     attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
     steps = [
         "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "

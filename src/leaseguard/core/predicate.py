@@ -103,15 +103,31 @@ def expiry(contract: Contract) -> sql.Composable:
             "least({}::timestamptz + {} * interval '1 second', "
             "{}::timestamptz + {} * interval '1 second')"
         ).format(claimed_at, *map(sql.Identifier, presets.RULE_COLUMNS[rule]))
-    if rule in (presets.OWNER_HEARTBEAT_RULE, presets.WORKER_HEARTBEAT_RULE):
-        return _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
     if rule == presets.ADVISORY_LOCK_RULE:
         # Que: no time lease; the lock is held until the work ends or the session dies.
         return sql.SQL("NULL::timestamptz")
-    if rule == presets.PROCESS_LOCK_RULE:
-        return sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
-            held_condition(contract), _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
+    if owners := presets.OWNERS.get(rule):
+        # The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
+        # lock_type but not its lock, is one the queue itself fails or unlocks: stale.
+        beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
+        if owners.lock_type_column:
+            beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
+                sql.Identifier(owners.lock_type_column), beat
+            )
+        ends = sql.SQL(
+            "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
+            "'-infinity'::timestamptz) + {lease}"
+        ).format(
+            lease=LEASE,
+            beat=beat,
+            owners=table_identifier(contract, owners.table),
+            owner=own_column(contract, owners.column),
         )
+        if rule == presets.PROCESS_LOCK_RULE:  # good_job: no end while a session holds its lock
+            ends = sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
+                held_condition(contract), ends
+            )
+        return ends
     if contract.kind_timeouts:
         # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted ends at
         # the lease; else a kind whose Timeout() is -1 is never rescued, one with its own once
@@ -127,25 +143,6 @@ def expiry(contract: Contract) -> sql.Composable:
             "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
         ).format(kind=kind, metadata=metadata, claimed_at=claimed_at, lease=LEASE)
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
-
-
-def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.Composable:
-    """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
-    lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
-    beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
-    if owners.lock_type_column:
-        beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
-            sql.Identifier(owners.lock_type_column), beat
-        )
-    return sql.SQL(
-        "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
-        "'-infinity'::timestamptz) + {lease}"
-    ).format(
-        lease=LEASE,
-        beat=beat,
-        owners=table_identifier(contract, owners.table),
-        owner=own_column(contract, owners.column),
-    )
 
 
 def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
@@ -196,14 +193,12 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         finished, other = map(sql.Identifier, presets.RULE_COLUMNS[rule])
         if rule == presets.ADVISORY_LOCK_RULE:
             not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
-            return (
-                sql.SQL("({} AND {})").format(not_done, held),
-                sql.SQL("({} AND NOT {})").format(not_done, held),
-            )
-        not_done = sql.SQL("{} IS NULL").format(finished)
+        else:
+            not_done = sql.SQL("{} IS NULL").format(finished)
+            held = sql.SQL("({} IS NOT NULL OR {})").format(other, held)
         return (
-            sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, other, held),
-            sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, other, held),
+            sql.SQL("({} AND {})").format(not_done, held),
+            sql.SQL("({} AND NOT {})").format(not_done, held),
         )
     if rule == presets.VISIBILITY_RULE:
         # pgmq: read() counts every read in read_ct; a message never read is queued.
