@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import sql
@@ -65,12 +65,20 @@ class Subject:
     warnings: tuple[str, ...] = ()
 
     def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
-        """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
-        started, tolerance_s = self.runtime_started_at, None
+        """(lease seconds, orphan cut-off in the database clock: claims before it are orphans;
+        None: start unknown), as the query binds them."""
+        started, tolerance = self.runtime_started_at, contract.clock_skew_s
         if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
             started = fleet.in_database_clock(started, self.clock_offset.offset_s)
-            tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
-        return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
+            tolerance = self.clock_offset.tolerance_s(contract.clock_skew_s)
+        if started is None:
+            return self.lease_s, None
+        try:
+            return self.lease_s, started - timedelta(seconds=tolerance)
+        except OverflowError:
+            raise errors.ConfigError(
+                f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
+            ) from None
 
 
 def judge_subjects(

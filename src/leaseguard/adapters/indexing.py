@@ -11,6 +11,7 @@ from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.db import Connection, read_transaction, set_local_limits
+from leaseguard.adapters.guard import Subject
 from leaseguard.core import predicate, presets
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
@@ -175,8 +176,8 @@ def advisory_plan_warning(
                 rows = float(on_disk // 100)  # ~100 bytes a row: for the message only
             else:
                 return None
-            cutoff = predicate.orphan_cutoff(contract, verdict.runtime_started_at)
-            params = predicate.subjects_params(contract, [(verdict.lease_s, cutoff)])
+            judged = Subject(None, None, verdict.lease_s, verdict.runtime_started_at)
+            params = predicate.subjects_params(contract, [judged.bound(contract)])
             explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + predicate.counts_query(contract)
             row = conn.execute(explain, params).fetchone()
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:

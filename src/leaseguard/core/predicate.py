@@ -11,7 +11,6 @@ from psycopg import sql
 
 from leaseguard.core import presets
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
@@ -259,21 +258,6 @@ def live_claims_query(contract: Contract) -> sql.Composed:
         ORDER BY j.lg_n, j.lg_rank
         """
     ).format(now=_NOW, judged=_judged_rows(contract))
-
-
-def orphan_cutoff(
-    contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
-) -> datetime | None:
-    """Claims before this are orphans (None: start unknown); tolerance: clock_skew_s by default."""
-    if runtime_started_at is None:
-        return None
-    tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
-    try:
-        return runtime_started_at - timedelta(seconds=tolerance)
-    except OverflowError:
-        raise ConfigError(
-            f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
-        ) from None
 
 
 def _interval(seconds: float) -> timedelta:
