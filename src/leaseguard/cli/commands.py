@@ -1,6 +1,5 @@
-"""The subcommands but `check` and `status`, loaded by name only when used (see COMMANDS):
-`drain`, `resume`; `budgets` (per job, the live and declared budget, its source and state) and
-`index-sql`, what a deploy keeps right in the database beside the guard's table."""
+"""The subcommands but `check` and `status` (`drain`, `resume`, `budgets`, `index-sql`), loaded
+by name only when used (see COMMANDS): `check` never pays for their imports."""
 
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ from functools import partial
 
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect, translate_errors
+from leaseguard.adapters.indexing import index_advice, offline_advice
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.main import (
     CRON_DATABASE_HELP,
@@ -39,10 +39,15 @@ from leaseguard.cli.main import (
 from leaseguard.core import errors
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
-from leaseguard.core.contract import Contract
+from leaseguard.core.contract import Contract, load_config_file
+from leaseguard.orchestration import drain_run
 from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
+from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
 log = logging.getLogger("leaseguard.drain")
+# What a person reads for a job to write: before --apply, and after.
+_PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
+_DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_resume_command(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +78,6 @@ def add_resume_command(parser: argparse.ArgumentParser) -> None:
 
 
 def add_drain_command(parser: argparse.ArgumentParser) -> None:
-    from leaseguard.orchestration.drain_run import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
-
     parser.description = """\
     Hold intake, then poll until no live lease remains or the deadline passes; intake is given
     back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
@@ -93,7 +96,7 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         "remaining lease seen at the start)",
     )
     drain.add_argument(
-        "--poll-s", **SECONDS, help=f"seconds between polls (default {DEFAULT_POLL_S:g})"
+        "--poll-s", **SECONDS, help=f"seconds between polls (default {drain_run.DEFAULT_POLL_S:g})"
     )
     drain.add_argument(
         "--pause-cron-job",
@@ -108,7 +111,8 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         "--resume-retry-s",
         **SECONDS,
         help="retry a failed resume with backoff for up to N seconds (default "
-        f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
+        f"{drain_run.DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command "
+        "that resumes them",
     )
     drain.add_argument(
         "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
@@ -140,15 +144,11 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from leaseguard.core.contract import load_config_file
-    from leaseguard.orchestration import drain_run
-
     contract = contract_from_args(args)
     facts = given_facts(args)
     # Every `drain:` key but cron_password has its flag; one given wins over the --config file's.
     keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"cron_password"}
     given = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
-    # The --config file's `drain:` section, as fabric.yaml's.
     section = (load_config_file(args.config) if args.config else {}).get("drain") or {}
     if not isinstance(section, dict):
         raise errors.ConfigError(f"config file {args.config}: 'drain' must be a mapping")
@@ -157,6 +157,8 @@ def run_drain(args: argparse.Namespace) -> int:
     board = drain_run.status_board(options)
     started: list[str] = []  # the command's name, once it runs
     stop = threading.Event()
+    act = partial(run_command, args.command, started, stop) if args.command else None
+    action = f"command {args.command[0]}" if args.command else "drain"
     result = None
     try:
         with (
@@ -164,13 +166,7 @@ def run_drain(args: argparse.Namespace) -> int:
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
-                session,
-                options,
-                progress_for(sys.stderr),
-                board,
-                stop=stop,
-                act=partial(run_command, args.command, started, stop) if args.command else None,
-                action=f"command {args.command[0]}" if args.command else "drain",
+                session, options, progress_for(sys.stderr), board, stop=stop, act=act, action=action
             )
     except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
         stop.set()
@@ -243,8 +239,6 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from leaseguard.orchestration.intake import resume_lines, resume_pauses
-
     outcome = resume_pauses(
         resolve_dsn(args),
         cron_database=args.cron_database,
@@ -255,11 +249,6 @@ def run_resume(args: argparse.Namespace) -> int:
     )
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return errors.EXIT_DEFER if outcome["kept"] else errors.EXIT_PROCEED
-
-
-# What a person reads for a job to write: before --apply, and after.
-_PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
-_DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_budgets_command(parser: argparse.ArgumentParser) -> None:
@@ -381,8 +370,6 @@ def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
 
 
 def run_index_sql(args: argparse.Namespace) -> int:
-    from leaseguard.adapters.indexing import index_advice, offline_advice
-
     contract = contract_from_args(args)
     if not args.dsn:
         print("\n".join(offline_advice(contract)))

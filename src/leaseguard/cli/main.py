@@ -36,6 +36,8 @@ COMMANDS = {
     "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
     "status": "print a drain's status file (written with drain --status-file)",
 }
+CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
+DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,9 +117,6 @@ def add_check_command(parser: argparse.ArgumentParser) -> None:
     add_cron_database_option(parser)
 
 
-CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
-
-
 def add_cron_database_option(parser: Any) -> None:
     parser.add_argument("--cron-database", metavar="DB", help=CRON_DATABASE_HELP)
     parser.add_argument(
@@ -163,9 +162,6 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the timeline line"
     )
-
-
-DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
 
 
 def number_arg(text: str) -> float:
@@ -270,8 +266,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def contract_from_args(args: argparse.Namespace) -> Contract:
-    """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`', its
-    `drain:` `leaseguard drain`'s) < flags."""
+    """Layers: defaults < --config file (but `budgets`' and `drain`'s own sections) < flags."""
     from leaseguard.core import contract
 
     file_layer = contract.load_config_file(args.config) if args.config else {}

@@ -38,7 +38,6 @@ from leaseguard.orchestration.drain import (
     failure_output,
     progress_for,
 )
-from leaseguard.orchestration.drain_run import map_waking
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
@@ -47,6 +46,15 @@ T = TypeVar("T")
 Sessions = dict[str, GuardSession]
 Failed = dict[str, LeaseguardError]
 Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed with why
+Work = Callable[[GuardSession], Mapping[str, T]]  # one database's hosts judged: each one's outcome
+Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
+_OUTPUT = threading.Lock()  # one host's lines together
+RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+MIXED_DATABASES = (
+    "the hosts reach different databases at their own loopback ({}): a drain pausing pg_cron "
+    "jobs judges and holds one database; run fab drain once per database, or set db_host to "
+    "the shared database's address; nothing was paused"
+)
 
 
 def say(message: str) -> None:
@@ -67,7 +75,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
     settings, hosts = settings_or_exit(c), fleet_hosts(c)
     with opened_hosts(hosts, c, settings) as opened:
-        judged = per_database(opened, settings, lambda session: session.judge_each())
+        judged = per_database(opened, settings, GuardSession.judge_each, settings.drain.intake())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
@@ -123,7 +131,7 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 
     sessions, failed = Sessions(), Failed()
     with contextlib.ExitStack() as stack:
-        for host, result in zip(hosts, map_waking(open_one, hosts), strict=True):
+        for host, result in zip(hosts, drain_run.map_waking(open_one, hosts), strict=True):
             if isinstance(result, LeaseguardError):
                 failed[host] = result
             else:
@@ -133,24 +141,21 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 
 
 def per_database(
-    opened: Opened,
-    settings: FabricSettings,
-    work: Callable[[GuardSession], Mapping[str, T]],
-    intake: IntakeAccess | None = None,
+    opened: Opened, settings: FabricSettings, work: Work[T], intake: IntakeAccess
 ) -> dict[str, T | LeaseguardError]:
-    """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
+    """`work(session)` for each database's hosts, in parallel: each host's outcome."""
     sessions, failed = opened
     groups = _by_database(sessions, failed, settings) if sessions else []
     outcomes: dict[str, T | LeaseguardError] = dict(failed)
 
     def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
-            with judging_session(sessions, settings, hosts, intake=intake) as session:
+            with judging_session({h: sessions[h] for h in hosts}, settings, intake) as session:
                 return work(session)
         except LeaseguardError as exc:
             return not_judged(hosts, exc)
 
-    for done in map_waking(judge, groups) if groups else []:
+    for done in drain_run.map_waking(judge, groups):
         outcomes.update(done)
     return outcomes
 
@@ -169,7 +174,7 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
             return exc
 
     groups: dict[object, list[str]] = {}
-    for host, found in zip(hosts, map_waking(identity, hosts), strict=True):
+    for host, found in zip(hosts, drain_run.map_waking(identity, hosts), strict=True):
         if isinstance(found, LeaseguardError):
             failed[host] = found
             del sessions[host]
@@ -180,15 +185,10 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
 
 @contextlib.contextmanager
 def judging_session(
-    sessions: Sessions,
-    settings: FabricSettings,
-    hosts: list[str] | None = None,
-    *,
-    fleet_rule: bool = False,
-    intake: IntakeAccess | None = None,
+    sessions: Sessions, settings: FabricSettings, intake: IntakeAccess, *, fleet_rule: bool = False
 ) -> Iterator[GuardSession]:
-    """One session judging `hosts` (default: all), each by its own facts or as one fleet."""
-    chosen = {host: sessions[host] for host in sorted(hosts or sessions)}
+    """One session judging these hosts, each by its own facts or as one fleet."""
+    chosen = dict(sorted(sessions.items()))
     through, *others = chosen.values()
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
@@ -203,7 +203,7 @@ def judging_session(
         host_offsets=offsets,
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
-        intake=intake or settings.drain.intake(),
+        intake=intake,
     )
     with contextlib.closing(session):
         if (early := through.handover()) is not None:  # one host alone connected already
@@ -223,16 +223,6 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
         )
         for host in hosts
     }
-
-
-_OUTPUT = threading.Lock()  # one host's lines together
-RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-MIXED_DATABASES = (
-    "the hosts reach different databases at their own loopback ({}): a drain pausing pg_cron "
-    "jobs judges and holds one database; run fab drain once per database, or set db_host to "
-    "the shared database's address; nothing was paused"
-)
-Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
 
 
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
@@ -277,7 +267,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         try:
             front = f"fab drain ({','.join(hosts)})"
             intake = options.intake(front)
-            with judging_session(sessions, settings, fleet_rule=True, intake=intake) as session:
+            with judging_session(sessions, settings, intake, fleet_rule=True) as session:
                 result: DrainResult | LeaseguardError = drain_run.drain_host(
                     session,
                     options,
@@ -345,7 +335,7 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         hosts = sorted(runners)
         held = "intake held" if result.intake is not None else "intake NOT held"
         say(f"{held}: running the command on {', '.join(hosts)}")
-        ran = map_waking(run, [runners[h] for h in hosts])
+        ran = drain_run.map_waking(run, [runners[h] for h in hosts])
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
             return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")

@@ -30,10 +30,18 @@ CONNECTION_KEYS = frozenset(
 ACCEPT_VARIABLE = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
 # DrainOptions' fields, named here so that loading the collection imports no psycopg.
 DRAIN_KEYS = frozenset(
-    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
-    | {"resume_command", "status_file", "metrics_file", "resume_retry_s"}
-    | {"cron_user", "cron_password"}
+    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"}
+    | {"pause_command", "resume_command", "status_file", "metrics_file", "resume_retry_s"}
 )
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+CONFIG_UNMERGED = (
+    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
+    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
+    "variable set over a list; fix fabric.yaml or the variable"
+)
+# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
+# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
+_CONFIG_CLONING = threading.Lock()
 
 
 def env_defaults() -> dict[str, Any]:
@@ -61,7 +69,6 @@ class FabricSettings:
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
     """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them (a
     task's `drain_flags` given win over `drain:`)."""
-    from leaseguard.core.config_values import tunnel_far_end
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
@@ -113,7 +120,7 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
         "LEASEGUARD_DSN", ""
     )
     port = values.optional_port(connection, "db_port", prefix="connection.")
-    address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
+    address = DatabaseAddress(*values.tunnel_far_end(dsn, text("db_host"), port))
     drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
     given_flags = {key: value for key, value in (drain_flags or {}).items() if value is not None}
     return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given_flags}))
@@ -127,11 +134,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
-# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
-_CONFIG_CLONING = threading.Lock()
 
 
 def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
@@ -148,14 +150,6 @@ def settings_or_exit(c: Context, drain_flags: dict[str, Any] | None = None) -> F
         return settings_from_config(c.config, drain_flags)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
-CONFIG_UNMERGED = (
-    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
-    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
-    "variable set over a list; fix fabric.yaml or the variable"
-)
 
 
 class FleetExecutor(Executor):  # type: ignore[misc]
