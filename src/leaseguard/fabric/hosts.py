@@ -15,16 +15,9 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import tunnelled
+from leaseguard.core import errors
 from leaseguard.core.config_values import each_hosts_own
-from leaseguard.core.errors import (
-    EXIT_DEFER,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    EXIT_USAGE,
-    ConfigError,
-    IntakeNotResumed,
-    LeaseguardError,
-)
+from leaseguard.core.errors import ConfigError, IntakeNotResumed, LeaseguardError
 from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
@@ -64,10 +57,11 @@ def say(message: str) -> None:
 def exit_with_worst(statuses: list[int]) -> None:
     """Usage, else failed, else a --run command's own failing status (a command that ran and
     failed is never reported as "defer: nothing done"), else defer, else proceed."""
-    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED) if s in statuses), None)
-    worst = worst or next((s for s in statuses if s not in (EXIT_PROCEED, EXIT_DEFER)), None)
-    worst = worst or (EXIT_DEFER if EXIT_DEFER in statuses else EXIT_PROCEED)
-    if worst != EXIT_PROCEED:
+    ok = (errors.EXIT_PROCEED, errors.EXIT_DEFER)
+    worst = next((s for s in (errors.EXIT_USAGE, errors.EXIT_FAILED) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s not in ok), None)
+    worst = worst or (errors.EXIT_DEFER if errors.EXIT_DEFER in statuses else errors.EXIT_PROCEED)
+    if worst != errors.EXIT_PROCEED:
         raise Exit(code=worst)
 
 
@@ -109,10 +103,10 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force:
             )
     except LeaseguardError as exc:
         print(failure_output(exc, host, as_json=json_, fab=True))
-        raise Exit(code=EXIT_FAILED) from None
+        raise Exit(code=errors.EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
     if outcome["kept"]:
-        raise Exit(code=EXIT_DEFER)
+        raise Exit(code=errors.EXIT_DEFER)
 
 
 @contextlib.contextmanager
@@ -233,7 +227,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     try:
         board = drain_run.status_board(options)  # one snapshot over every host
     except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+        raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
     stop = threading.Event()
     common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
@@ -295,7 +289,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         if isinstance(result, LeaseguardError):  # never drained: failed on the board too
             board.not_drained(host, result, stopped=stop.is_set())
             if json_:
-                statuses.append(EXIT_FAILED)
+                statuses.append(errors.EXIT_FAILED)
                 print(failure_output(result, host, as_json=True, fab=True))
                 continue
             result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
@@ -306,12 +300,12 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             else:
                 say(line)
     if stop.is_set():
-        errors = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
-        if any(isinstance(error, IntakeNotResumed) for error in errors):
+        causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
+        if any(isinstance(cause, IntakeNotResumed) for cause in causes):
             say("drain interrupted; INTAKE STILL PAUSED (see above)")
         else:
             say("drain interrupted; intake was resumed")
-        raise Exit(code=EXIT_FAILED)
+        raise Exit(code=errors.EXIT_FAILED)
     exit_with_worst(statuses)
 
 
@@ -325,7 +319,7 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
             ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
         except Exception as exc:  # paramiko's and the socket's own errors: the class only
             say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
-            return EXIT_FAILED
+            return errors.EXIT_FAILED
         with _OUTPUT:
             for line in (str(ran.stdout) + str(ran.stderr)).splitlines():
                 print(f"[{runner.label}] {line}", file=sys.stderr)
@@ -338,13 +332,13 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         ran = drain_run.map_waking(run, [runners[h] for h in hosts])
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
-            return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
+            return ActionOutcome(errors.EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
         # No exit status (-1: the command was killed by a signal, or its channel closed): failed.
         named = ", ".join(
             f"{host} exited {status}" if status >= 0 else f"{host} ended without an exit status"
             for host, status in failed.items()
         )
         first = next(iter(failed.values()))
-        return ActionOutcome(first if first > 0 else EXIT_FAILED, f"command failed: {named}")
+        return ActionOutcome(first if first > 0 else errors.EXIT_FAILED, f"command failed: {named}")
 
     return act
