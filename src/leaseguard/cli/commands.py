@@ -1,5 +1,4 @@
-"""The subcommands but `check` and `status` (`drain`, `resume`, `budgets`, `index-sql`), loaded
-by name only when used (see COMMANDS): `check` never pays for their imports."""
+"""`drain`, `resume`, `budgets`, `index-sql`: loaded only when named, `check` never imports them."""
 
 from __future__ import annotations
 
@@ -155,7 +154,7 @@ def run_drain(args: argparse.Namespace) -> int:
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
-    started: list[str] = []  # the command's name, once it runs
+    started: list[str] = []  # the command's name once it runs: a signal before interrupted none
     stop = threading.Event()
     act = partial(run_command, args.command, started, stop) if args.command else None
     action = f"command {args.command[0]}" if args.command else "drain"
@@ -192,8 +191,7 @@ def run_drain(args: argparse.Namespace) -> int:
 def run_command(
     argv: list[str], started: list[str], stop: threading.Event, result: DrainResult
 ) -> ActionOutcome:
-    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
-    (`started` gets its name once it runs: a signal before then interrupted no command)."""
+    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours."""
     with tempfile.TemporaryDirectory(prefix="leaseguard-") as folder:
         verdict_file = os.path.join(folder, "verdict.json")
         with open(verdict_file, "w", encoding="utf-8") as out:

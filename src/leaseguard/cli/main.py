@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
@@ -89,8 +90,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(str(word), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 

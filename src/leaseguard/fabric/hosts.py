@@ -1,5 +1,4 @@
-"""What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
-database (through the first host's tunnel, falling over to the next's)."""
+"""What the Fabric tasks run: the -H hosts opened in parallel, one query per poll per database."""
 
 from __future__ import annotations
 

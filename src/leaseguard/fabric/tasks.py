@@ -67,8 +67,7 @@ class FabricSettings:
 
 
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
-    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them (a
-    task's `drain_flags` given win over `drain:`)."""
+    """`leaseguard:`: the contract keys, `connection:` and `drain:` (`drain_flags` given win)."""
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
