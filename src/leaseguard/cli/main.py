@@ -26,8 +26,7 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand's help, in --help order; its add_<command>_command and run_<command> are here
-# (check, status) or in cli.commands, imported only when named (`--help` loads no psycopg).
+# Each subcommand's help, in --help order; its add_/run_ functions: here, else in cli.commands.
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import fabric.main
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
 from invoke.config import AmbiguousMergeError
@@ -265,10 +266,7 @@ def resume(
 
 
 def collection() -> Collection:
-    """The fabfile's tasks; also hands the running `fab` the fleet executor and exit 2 for a
-    flag or task invoke cannot parse (not invoke's 1, "the check failed")."""
-    import fabric.main
-
+    """The tasks; gives `fab` the fleet executor, and exit 2 (not 1) for a bad flag or task."""
     program = getattr(fabric.main, "program", None)
     if program is not None and program.executor_class is Executor:  # a collection's comes late
         program.executor_class = FleetExecutor
