@@ -219,13 +219,11 @@ def run_command(
 def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
     """SIGTERM to the command's process group, a quarter second, then SIGKILL to all of it;
     intake is given back only once none of it is left (at most 5 s more)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(0.25)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
+    for sig, wait_s in ((signal.SIGTERM, 0.25), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(wait_s)
     gone_by = time.monotonic() + 5.0
     while time.monotonic() < gone_by:
         try:
