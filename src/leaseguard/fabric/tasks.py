@@ -48,13 +48,11 @@ _CONFIG_CLONING = threading.Lock()
 def env_defaults() -> dict[str, Any]:
     """Every `leaseguard:` key, unset: invoke reads a `FABRIC_<KEY_PATH>` variable only for a
     key its config holds (`FABRIC_LEASEGUARD_CONNECTION_DSN=...`)."""
-    tree = {"connection": dict.fromkeys(CONNECTION_KEYS), "drain": dict.fromkeys(DRAIN_KEYS)}
+    tree: dict[str, Any] = {"connection": dict.fromkeys(CONNECTION_KEYS)}
+    tree["drain"] = dict.fromkeys(DRAIN_KEYS)
     for key in CONFIG_KEYS:
-        *parents, leaf = key.split(".")
-        node: dict[str, Any] = tree
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = None
+        section, _, leaf = key.rpartition(".")  # one level at most, as `lease.multiplier`
+        (tree.setdefault(section, {}) if section else tree)[leaf] = None
     return {"leaseguard": tree}
 
 
