@@ -113,10 +113,8 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
         gateway=text("gateway"),
         connect_timeout_s=contract.connect_timeout_s,
     )
-    # An empty dsn means "from LEASEGUARD_DSN", as unset.
-    dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
-        "LEASEGUARD_DSN", ""
-    )
+    dsn = text("dsn") if connection.get("dsn") != "" else None  # "": from LEASEGUARD_DSN too
+    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
     port = values.optional_port(connection, "db_port", prefix="connection.")
     address = DatabaseAddress(*values.tunnel_far_end(dsn, text("db_host"), port))
     drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
