@@ -337,10 +337,8 @@ def run_budgets(args: argparse.Namespace) -> int:
         )
     elif pending:
         say(f"not applied (read-only run): {pending}; rerun with --apply")
-    timeout_s = Contract.connect_timeout_s
-    for warning in scan_leftovers(
-        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
-    ):
+    writable = partial(connect, conninfo, Contract.connect_timeout_s, writable=True)
+    for warning in scan_leftovers(lambda: writable(dbname=args.cron_database)):
         say(f"warning: {warning}")
     return errors.EXIT_PROCEED if plan.converged else errors.EXIT_DRIFT
 
