@@ -17,7 +17,7 @@ from leaseguard.adapters.ssh import tunnelled
 from leaseguard.core import errors
 from leaseguard.core.config_values import each_hosts_own
 from leaseguard.core.errors import ConfigError, IntakeNotResumed, LeaseguardError
-from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
+from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
 from leaseguard.orchestration import drain_run
@@ -31,7 +31,7 @@ from leaseguard.orchestration.drain import (
     progress_for,
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
-from leaseguard.orchestration.session import GuardSession, IntakeAccess
+from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
 from leaseguard.orchestration.ssh_session import ssh_session
 
 T = TypeVar("T")
@@ -186,19 +186,18 @@ def judging_session(
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
     )
-    session = GuardSession(
+    with fleet_session(
         settings.contract,
         through.conninfo,
-        combine_facts(per_host) if fleet_rule else per_host,
-        through.runner,
-        through.link,
-        label="fleet",
+        per_host,
+        each=not fleet_rule,
+        runner=through.runner,
+        link=through.link,
         host_offsets=offsets,
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
         intake=intake,
-    )
-    with contextlib.closing(session):
+    ) as session:
         if (early := through.handover()) is not None:  # one host alone connected already
             session.adopt(early)
         yield session
