@@ -1,6 +1,5 @@
-"""The one public API of the Ansible collection: plugins/ import nothing else of the package
-(tests/unit/test_layout.py), so its insides can change shape. Each name, a use case or a value
-type, loads on first use (PEP 562): a lease_guard task does not pay for the budgets' imports."""
+"""The one public API of the Ansible collection (plugins/ import nothing else of the package);
+each name loads on first use (PEP 562): a lease_guard task does not pay for the budgets'."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The subcommands but `check` and `status`, loaded by name only when used (see COMMANDS):
-`drain`, `resume`; `budgets` (per job, the live and declared budget, its source and state) and
-`index-sql`, what a deploy keeps right in the database beside the guard's table."""
+"""`drain`, `resume`, `budgets`, `index-sql`: loaded only when named, `check` never imports them."""
 
 from __future__ import annotations
 
@@ -21,6 +19,7 @@ from functools import partial
 
 from leaseguard.adapters.budgets import converge_jobs
 from leaseguard.adapters.db import connect, translate_errors
+from leaseguard.adapters.indexing import index_advice, offline_advice
 from leaseguard.adapters.pauses import scan_leftovers
 from leaseguard.cli.main import (
     CRON_DATABASE_HELP,
@@ -39,10 +38,15 @@ from leaseguard.cli.main import (
 from leaseguard.core import errors
 from leaseguard.core.budgets.config import format_budget, format_optional, load_budget_config
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
-from leaseguard.core.contract import Contract
+from leaseguard.core.contract import Contract, load_config_file
+from leaseguard.orchestration import drain_run
 from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
+from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
 log = logging.getLogger("leaseguard.drain")
+# What a person reads for a job to write: before --apply, and after.
+_PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
+_DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_resume_command(parser: argparse.ArgumentParser) -> None:
@@ -73,8 +77,6 @@ def add_resume_command(parser: argparse.ArgumentParser) -> None:
 
 
 def add_drain_command(parser: argparse.ArgumentParser) -> None:
-    from leaseguard.orchestration.drain_run import DEFAULT_POLL_S, DEFAULT_RESUME_RETRY_S
-
     parser.description = """\
     Hold intake, then poll until no live lease remains or the deadline passes; intake is given
     back on every exit path. With `-- COMMAND [ARGS...]`, COMMAND runs once the drain proceeds,
@@ -93,7 +95,7 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         "remaining lease seen at the start)",
     )
     drain.add_argument(
-        "--poll-s", **SECONDS, help=f"seconds between polls (default {DEFAULT_POLL_S:g})"
+        "--poll-s", **SECONDS, help=f"seconds between polls (default {drain_run.DEFAULT_POLL_S:g})"
     )
     drain.add_argument(
         "--pause-cron-job",
@@ -108,7 +110,8 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         "--resume-retry-s",
         **SECONDS,
         help="retry a failed resume with backoff for up to N seconds (default "
-        f"{DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command that resumes them",
+        f"{drain_run.DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command "
+        "that resumes them",
     )
     drain.add_argument(
         "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
@@ -140,23 +143,21 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
 
 
 def run_drain(args: argparse.Namespace) -> int:
-    from leaseguard.core.contract import load_config_file
-    from leaseguard.orchestration import drain_run
-
     contract = contract_from_args(args)
     facts = given_facts(args)
     # Every `drain:` key but cron_password has its flag; one given wins over the --config file's.
     keys = drain_run.DrainOptions.__dataclass_fields__.keys() - {"cron_password"}
     given = {key: getattr(args, key) for key in keys if getattr(args, key) is not None}
-    # The --config file's `drain:` section, as fabric.yaml's.
     section = (load_config_file(args.config) if args.config else {}).get("drain") or {}
     if not isinstance(section, dict):
         raise errors.ConfigError(f"config file {args.config}: 'drain' must be a mapping")
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
-    started: list[str] = []  # the command's name, once it runs
+    started: list[str] = []  # the command's name once it runs: a signal before interrupted none
     stop = threading.Event()
+    act = partial(run_command, args.command, started, stop) if args.command else None
+    action = f"command {args.command[0]}" if args.command else "drain"
     result = None
     try:
         with (
@@ -164,13 +165,7 @@ def run_drain(args: argparse.Namespace) -> int:
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
-                session,
-                options,
-                progress_for(sys.stderr),
-                board,
-                stop=stop,
-                act=partial(run_command, args.command, started, stop) if args.command else None,
-                action=f"command {args.command[0]}" if args.command else "drain",
+                session, options, progress_for(sys.stderr), board, stop=stop, act=act, action=action
             )
     except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
         stop.set()
@@ -196,8 +191,7 @@ def run_drain(args: argparse.Namespace) -> int:
 def run_command(
     argv: list[str], started: list[str], stop: threading.Event, result: DrainResult
 ) -> ActionOutcome:
-    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours
-    (`started` gets its name once it runs: a signal before then interrupted no command)."""
+    """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours."""
     with tempfile.TemporaryDirectory(prefix="leaseguard-") as folder:
         verdict_file = os.path.join(folder, "verdict.json")
         with open(verdict_file, "w", encoding="utf-8") as out:
@@ -225,13 +219,11 @@ def run_command(
 def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
     """SIGTERM to the command's process group, a quarter second, then SIGKILL to all of it;
     intake is given back only once none of it is left (at most 5 s more)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(0.25)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(child.pid, signal.SIGKILL)
-    child.wait()
+    for sig, wait_s in ((signal.SIGTERM, 0.25), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(wait_s)
     gone_by = time.monotonic() + 5.0
     while time.monotonic() < gone_by:
         try:
@@ -243,8 +235,6 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    from leaseguard.orchestration.intake import resume_lines, resume_pauses
-
     outcome = resume_pauses(
         resolve_dsn(args),
         cron_database=args.cron_database,
@@ -255,11 +245,6 @@ def run_resume(args: argparse.Namespace) -> int:
     )
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return errors.EXIT_DEFER if outcome["kept"] else errors.EXIT_PROCEED
-
-
-# What a person reads for a job to write: before --apply, and after.
-_PENDING = {Action.CREATE: "missing", Action.UPDATE: "differs"}
-_DONE = {Action.CREATE: "created", Action.UPDATE: "updated"}
 
 
 def add_budgets_command(parser: argparse.ArgumentParser) -> None:
@@ -352,10 +337,8 @@ def run_budgets(args: argparse.Namespace) -> int:
         )
     elif pending:
         say(f"not applied (read-only run): {pending}; rerun with --apply")
-    timeout_s = Contract.connect_timeout_s
-    for warning in scan_leftovers(
-        lambda: connect(conninfo, timeout_s, writable=True, dbname=args.cron_database)
-    ):
+    writable = partial(connect, conninfo, Contract.connect_timeout_s, writable=True)
+    for warning in scan_leftovers(lambda: writable(dbname=args.cron_database)):
         say(f"warning: {warning}")
     return errors.EXIT_PROCEED if plan.converged else errors.EXIT_DRIFT
 
@@ -381,8 +364,6 @@ def add_index_sql_command(parser: argparse.ArgumentParser) -> None:
 
 
 def run_index_sql(args: argparse.Namespace) -> int:
-    from leaseguard.adapters.indexing import index_advice, offline_advice
-
     contract = contract_from_args(args)
     if not args.dsn:
         print("\n".join(offline_advice(contract)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
@@ -25,8 +26,7 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand's help, in --help order; its add_<command>_command and run_<command> are here
-# (check, status) or in cli.commands, imported only when named (`--help` loads no psycopg).
+# Each subcommand's help, in --help order; its add_/run_ functions: here, else in cli.commands.
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
@@ -36,6 +36,8 @@ COMMANDS = {
     "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
     "status": "print a drain's status file (written with drain --status-file)",
 }
+CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
+DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,8 +89,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(str(word), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -113,9 +113,6 @@ def add_check_command(parser: argparse.ArgumentParser) -> None:
     parser.description = "Judge every claimed or queued row once. " + DESCRIPTION
     add_contract_options(parser)
     add_cron_database_option(parser)
-
-
-CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
 
 
 def add_cron_database_option(parser: Any) -> None:
@@ -163,9 +160,6 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print one JSON object instead of the timeline line"
     )
-
-
-DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
 
 
 def number_arg(text: str) -> float:
@@ -270,8 +264,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
 
 
 def contract_from_args(args: argparse.Namespace) -> Contract:
-    """Layers: defaults < --config file (its `cron_budgets:` is `leaseguard budgets`', its
-    `drain:` `leaseguard drain`'s) < flags."""
+    """Layers: defaults < --config file (but `budgets`' and `drain`'s own sections) < flags."""
     from leaseguard.core import contract
 
     file_layer = contract.load_config_file(args.config) if args.config else {}
