@@ -122,11 +122,13 @@ class Judged:
 
 
 class FleetOptions(TypedDict, total=False):
-    """A fleet session's path and whom it judges by, besides its facts (GuardSession's)."""
+    """A fleet session's paths and whom it judges by, besides its facts (GuardSession's)."""
 
     runner: Runner | None
     link: Link | None
     host_offsets: Mapping[str, ClockOffset] | None
+    fallbacks: Sequence[tuple[str, Link]]
+    host_labels: Mapping[str, str] | None
     intake: IntakeAccess | None
 
 
