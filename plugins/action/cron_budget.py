@@ -1,5 +1,4 @@
-"""Action plugin for leaseguard.deploy.cron_budget: the options to `converge_jobs` or
-`resume_pauses`, their plans to Ansible's return values."""
+"""Action plugin for leaseguard.deploy.cron_budget: `converge_jobs` or `resume_pauses`."""
 
 from collections import Counter
 
