@@ -1,6 +1,5 @@
 """Private to leaseguard.deploy: what the action plugins share: the `leaseguard` package (installed,
-else the copy a Galaxy tarball carries in _vendor/), their one run(), the host's runner and database
-path, and a drain inside an Ansible worker (stopped by signals, shown live)."""
+else the copy a Galaxy tarball carries in _vendor/), one run(), the host's runner and database."""
 
 import dataclasses
 import difflib
@@ -13,7 +12,6 @@ import re
 import secrets
 import shlex
 import sys
-import threading
 from contextlib import contextmanager, nullcontext, suppress
 from importlib import metadata
 from pathlib import Path
@@ -187,9 +185,8 @@ def _without_none(value):
 
 def checked_variables(task_vars, allow=(), template=None):
     """The task's leaseguard_* variables, failed on one unknown to the collection (Ansible drops
-    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type (the
-    roles that import the guard skip its validation, and would hold intake before refusing it);
-    what a variable wants is said, never its value (it may be a password)."""
+    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type, said
+    without its value (a password?): the roles that import the guard skip its validation."""
     known = KNOWN_VARIABLES | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
@@ -261,8 +258,7 @@ def known_variables():
 KNOWN_VARIABLES = known_variables()  # read once in ansible-playbook's process, before it forks
 
 
-# OpenSSH's (and paramiko's) words for a refused host key, and what to do; the raw text is
-# never repeated (it may quote the command).
+# OpenSSH's (and paramiko's) words for a refused host key, and what to do (never the raw text).
 _REPLACE_KEY = (
     "if the change is expected, verify the new key and replace the old one "
     "(ssh-keygen -R {host}, then ssh-keyscan)"
@@ -381,45 +377,6 @@ def database_path(action, args, *, probe=True):
 def database_conninfo(action, args):
     with database_path(action, args) as (conninfo, _tunnel):
         yield conninfo
-
-
-@contextmanager
-def stop_on_signals(label):
-    """SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
-    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
-    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
-    stop, done = threading.Event(), threading.Event()
-    try:
-        out = open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")  # noqa: SIM115
-    except OSError:
-        out = None
-
-    def say(message):
-        line = f"leaseguard [{label}]: {message}"
-        with suppress(Exception):  # the controller may be gone: the resume matters, not this
-            if out is None:
-                display.display(line, stderr=True)
-            else:
-                print(line, file=out, flush=True)
-
-    def stop_when_orphaned(parent):
-        while not done.wait(0.5):
-            if os.getppid() != parent:
-                say("ansible-playbook is gone: stopping the drain and resuming intake")
-                stop.set()
-                return
-
-    watcher = threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True)
-    try:
-        watcher.start()
-        with api.signals_set(stop, say):
-            yield stop, say
-    finally:
-        done.set()
-        if watcher.is_alive():
-            watcher.join()
-        if out is not None:
-            out.close()
 
 
 @contextmanager
