@@ -3,7 +3,7 @@
 from collections import Counter
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 
 class ActionModule(_action.LeaseguardAction):
