@@ -216,6 +216,25 @@ def test_on_drift_apply_overwrites_the_drifted_command(app):
     )
 
 
+def test_a_schedule_change_leaves_the_live_command_spelled_as_it_was(app):
+    """Only what differs is written: a new schedule keeps the live command's own spelling; a
+    budget applied rewrites the command."""
+    converge(app, config_for(app))
+    name = f"{app.name}_claim"
+    spelled = "SET statement_timeout TO '3s'; SELECT public.claim_stats_projection_job_v1();"
+    alter_command(app.cluster, name, spelled)
+    data = section(app.name)
+    data["jobs"][name]["schedule"] = "*/5 * * * *"
+    plan = converge(app, budget_config_from_mapping(data))
+    assert job_in(plan, name).changes == ("schedule",) and plan.applied
+    assert cron_jobs(app.cluster, app.name)[name][:2] == ("*/5 * * * *", spelled)
+    data["jobs"][name]["budget"] = "4s"
+    converge(app, budget_config_from_mapping(data), on_drift="apply")
+    assert cron_jobs(app.cluster, app.name)[name][1] == render_command(
+        job_in(plan, name).job.function, 4000
+    )
+
+
 def test_a_schedule_pg_cron_refuses_rolls_back_the_whole_run(app):
     data = section(app.name)
     data["jobs"][f"{app.name}_publish"]["schedule"] = "every now and then"
