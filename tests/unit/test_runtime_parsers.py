@@ -108,9 +108,9 @@ LoadState=loaded
 
 def test_systemctl_show_gives_environment_and_active_since():
     unit = parse_systemctl_show(SYSTEMCTL, "app.service")
-    assert env_value(unit.environment, "APP_TASK_TIMEOUT_S") == "1800"
-    assert env_value(unit.environment, "B") == "two words"
-    assert unit.active_since == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
+    assert env_value(unit.entries, "APP_TASK_TIMEOUT_S") == "1800"
+    assert env_value(unit.entries, "B") == "two words"
+    assert unit.started_at == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
 
 
 def test_an_inactive_or_missing_unit_fails_closed():
@@ -330,6 +330,6 @@ def test_a_units_environment_file_lines_win_and_an_unreadable_one_fails_closed()
         show + "Environment= APP_T=600\nEnvFile=APP_T=900\nEnvFile=export APP_T='7200'\r\n",
         "a.service",
     )
-    assert env_value(unit.environment, "APP_T") == "7200"
+    assert env_value(unit.entries, "APP_T") == "7200"
     with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env cannot be read"):
         parse_systemctl_show(show + "EnvFileUnreadable=/etc/app.env\n", "a.service")

@@ -15,7 +15,7 @@ from leaseguard.core import restart
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import Argv, CommandResult, shared_variable
+from leaseguard.core.lookups import Argv, CommandResult
 from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts
 
@@ -77,9 +77,8 @@ def planned_commands(
         with suppress(LookupFailed):
             lookups.task_timeout(contract.task_timeout)
     if not start_given:
-        variable = shared_variable(contract, timeout_looked_up=timeout_wanted)
         with suppress(LookupFailed):
-            lookups.runtime_start(contract.runtime, variable)
+            lookups.runtime_start(contract.runtime)
     return list(dict.fromkeys(planner.asked))
 
 

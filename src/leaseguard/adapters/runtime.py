@@ -15,7 +15,7 @@ from leaseguard.core import lookups
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import Argv, CommandResult, Containers, Replica, container_filter
+from leaseguard.core.lookups import Argv, CommandResult, Replica, container_filter, env_value
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
@@ -95,10 +95,8 @@ def resolve_runtime_facts(
             timeout = TaskTimeout(spec.default_s, source, assumed=True)
     started = given.get("runtime_started_at")
     if started is None:
-        looked_up = seconds is None and not contract.rows_carry_expiry
-        variable = lookups.shared_variable(contract, timeout_looked_up=looked_up)
         try:
-            started = lookup.runtime_start(contract.runtime, variable)
+            started = lookup.runtime_start(contract.runtime)
         except LookupFailed as exc:  # no start known: no claim is classed orphaned (safe)
             if spec.default_s is None:
                 raise
@@ -113,8 +111,9 @@ class Lookups:
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
         self.host = f"host {runner.label}"
-        self._containers_seen: dict[Argv, Containers] = {}
+        self._seen: dict[Argv, list[Replica]] = {}
         self._pids: dict[str, int] = {}
+        self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
         self.replicas: list[str] = []
         self.warnings: list[str] = []
 
@@ -126,19 +125,13 @@ class Lookups:
             case "fixed":
                 assert spec.value_s is not None
                 return TaskTimeout(spec.value_s, source)
-            case "docker" | "podman":
+            case "docker" | "podman" | "systemd":
                 variable = lookups.checked_env_name(spec.variable)
-                named = container_filter(spec.container) is not None
-                found = self._containers(spec.source, spec.container, variable)
-                raw = [(r.name if named else None, r.value(variable)) for r in found]
-            case "systemd":
-                assert spec.unit is not None
-                named = lookups.is_unit_glob(spec.unit)
-                units = self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
-                raw = [
-                    (u.name if named else None, lookups.env_value(u.environment, spec.variable))
-                    for u in units
-                ]
+                target = spec.unit if spec.source == "systemd" else spec.container
+                if spec.source != "systemd":  # the start's container command prints it too
+                    self._variables[spec.source, spec.container] = variable
+                found, many = self._replicas(spec.source, target, variable)
+                raw = [(r.name if many else None, env_value(r.entries, variable)) for r in found]
             case "command":
                 if container_filter(spec.container) is not None:
                     raise LookupFailed(
@@ -148,16 +141,17 @@ class Lookups:
                 argv = (spec.engine, "exec", spec.container, *spec.command)
                 what = f"command in {spec.engine} container {spec.container}"
                 raw = [(None, self._output(argv, what))]
-            case "process":
+            case "process":  # the environment is filtered on the host: the rest of it stays there
                 assert spec.pid_file is not None
                 pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
+                argv = ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
                 what = f"environment of pid {pid} ({spec.pid_file})"
-                out = self._output(lookups.process_env_argv(pid, name), what, absent_ok=True)
+                out = self._output(argv, what, absent_ok=True)
                 raw = [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
-            case _:
+            case _:  # every line is grepped: the last assignment wins
                 assert spec.path is not None
                 name = lookups.checked_env_name(spec.variable)
-                argv = lookups.env_file_argv(spec.path, name)
+                argv = ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", spec.path)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
                 raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
         what, seconds = f"{self.host}: {source}", []
@@ -171,15 +165,14 @@ class Lookups:
                 raise LookupFailed(str(exc)) from None
         return TaskTimeout(max(seconds), source)
 
-    def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
+    def runtime_start(self, spec: RuntimeLookup) -> datetime | None:
         """The start time; over several replicas the OLDEST (a newer claim may run there)."""
         match spec.source:
-            case "docker" | "podman":
-                found = self._containers(spec.source, spec.container, variable)
+            case "docker" | "podman" | "systemd":
+                target = spec.unit if spec.source == "systemd" else spec.container
+                variable = self._variables.get((spec.source, spec.container))
+                found, _many = self._replicas(spec.source, target, variable)
                 return min(replica.started_at for replica in found)
-            case "systemd":
-                assert spec.unit is not None
-                return min(unit.active_since for unit in self._systemd(spec.unit))
             case "process":
                 assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
@@ -192,32 +185,43 @@ class Lookups:
             case _:
                 return None
 
-    def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
-        """The container, or a filter's running matches (listed in the verdict), read once."""
-        argv = lookups.container_argv(engine, container, variable)
-        if argv not in self._containers_seen:
-            what = f"{engine} container {container}"
-            out = self._output(argv, what, shown=lookups.shown_command(argv)) or ""
-            found = lookups.read_containers(out, container, f"{self.host}: {what}")
-            if found.siblings:
-                self.warnings.append(lookups.sibling_warning(self.host, found))
-            if container_filter(container) is not None:
-                self.replicas += [replica.name for replica in found.matches]
-            self._containers_seen[argv] = found
-        return list(self._containers_seen[argv].matches)
-
-    def _systemd(self, unit: str, variable: str | None = None) -> list[lookups.SystemdUnit]:
-        """The unit, or every running unit a glob matches (listed in the verdict)."""
-        argv = lookups.systemd_argv(unit, variable)
-        out = self._output(argv, f"systemd unit {unit}", shown="systemctl show") or ""
-        if not lookups.is_unit_glob(unit):
-            return [lookups.parse_systemctl_show(out, unit)]
-        try:
-            units = lookups.parse_systemctl_glob(out, unit)
-        except LookupFailed as exc:
-            raise LookupFailed(f"{self.host}: {exc}") from None
-        self.replicas += [u.name for u in units]
-        return units
+    def _replicas(
+        self, source: str, target: str | None, variable: str | None
+    ) -> tuple[list[Replica], bool]:
+        """The container or unit, or every running one a filter or glob matches (listed in the
+        verdict: the bool), each command run once."""
+        assert target is not None
+        if source == "systemd":
+            many, what = lookups.is_unit_glob(target), f"systemd unit {target}"
+            argv, shown = lookups.systemd_argv(target, variable), "systemctl show"
+        else:
+            many, what = container_filter(target) is not None, f"{source} container {target}"
+            argv = lookups.container_argv(source, target, variable)
+            shown = f"{source} ps --filter {target}" if many else f"{source} inspect"
+        if argv in self._seen:
+            return self._seen[argv], many
+        out = self._output(argv, what, shown=shown) or ""
+        if source != "systemd":
+            found, siblings = lookups.read_containers(out, target, f"{self.host}: {what}")
+            if siblings:
+                (project, service), name = found[0].compose, found[0].name
+                self.warnings.append(
+                    f"{self.host}: container {name} has running compose siblings "
+                    f"({', '.join(siblings)}) of service {service!r} (project {project!r}) that "
+                    "may hold claims this judgment does not see; to judge them all, name them "
+                    f"with a filter: container: label={lookups.COMPOSE_SERVICE}={service}"
+                )
+        elif not many:
+            found = [lookups.parse_systemctl_show(out, target)]
+        else:
+            try:
+                found = lookups.parse_systemctl_glob(out, target)
+            except LookupFailed as exc:
+                raise LookupFailed(f"{self.host}: {exc}") from None
+        if many:
+            self.replicas += [replica.name for replica in found]
+        self._seen[argv] = found
+        return found, many
 
     def _pid(self, pid_file: str) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""
