@@ -16,7 +16,7 @@ _HOME = {
     "intake_hold": "leaseguard.orchestration.intake",
     "verify_holds": "leaseguard.orchestration.intake",
     # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
-    "restart_runtime": "leaseguard.adapters.host_lookup",
+    "restart_runtime": "leaseguard.adapters.runtime",
     "CommandResult": "leaseguard.core.lookups",
     "RestartSpec": "leaseguard.core.restart",
     "missing_target": "leaseguard.core.restart",

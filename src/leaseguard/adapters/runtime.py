@@ -1,24 +1,30 @@
-"""A host's task timeout, start time, clock: commands a Runner runs; failures name the host."""
+"""A host's task timeout, start time and clock, in ONE exec where it can (each pays a login
+shell), and a restart checked by its start: commands a Runner runs; failures name the host."""
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
-from typing import Protocol, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
-from leaseguard.core import lookups
+from leaseguard.core import lookups, restart
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import Argv, CommandResult, Replica, container_filter, env_value
+from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
+POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
+Answers = dict[Argv, CommandResult]
 
 
 class Runner(Protocol):
@@ -77,8 +83,7 @@ def resolve_runtime_facts(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
     """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
-    lookup, warnings = Lookups(runner), []
-    spec = contract.task_timeout
+    lookup, warnings, spec = Lookups(runner), [], contract.task_timeout
     seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
     if seconds is not None:
@@ -109,8 +114,7 @@ class Lookups:
     """One check's lookups on one host; `replicas`: what a filter or glob matched."""
 
     def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.host = f"host {runner.label}"
+        self.runner, self.host = runner, f"host {runner.label}"
         self._seen: dict[Argv, list[Replica]] = {}
         self._pids: dict[str, int] = {}
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
@@ -127,10 +131,9 @@ class Lookups:
                 return TaskTimeout(spec.value_s, source)
             case "docker" | "podman" | "systemd":
                 variable = lookups.checked_env_name(spec.variable)
-                target = spec.unit if spec.source == "systemd" else spec.container
                 if spec.source != "systemd":  # the start's container command prints it too
                     self._variables[spec.source, spec.container] = variable
-                found, many = self._replicas(spec.source, target, variable)
+                found, many = self._replicas(spec, variable)
                 raw = [(r.name if many else None, env_value(r.entries, variable)) for r in found]
             case "command":
                 if container_filter(spec.container) is not None:
@@ -169,15 +172,15 @@ class Lookups:
         """The start time; over several replicas the OLDEST (a newer claim may run there)."""
         match spec.source:
             case "docker" | "podman" | "systemd":
-                target = spec.unit if spec.source == "systemd" else spec.container
                 variable = self._variables.get((spec.source, spec.container))
-                found, _many = self._replicas(spec.source, target, variable)
+                found, _many = self._replicas(spec, variable)
                 return min(replica.started_at for replica in found)
             case "process":
                 assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
+                script = f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat"
                 what = f"start time of pid {pid} ({spec.pid_file})"
-                out = self._output(lookups.process_start_argv(pid), what) or ""
+                out = self._output(("sh", "-c", script), what) or ""
                 return lookups.parse_process_start(out, f"pid {pid} ({spec.pid_file})")
             case "fixed":
                 assert spec.started_at is not None
@@ -186,10 +189,10 @@ class Lookups:
                 return None
 
     def _replicas(
-        self, source: str, target: str | None, variable: str | None
+        self, spec: TaskTimeoutLookup | RuntimeLookup, variable: str | None
     ) -> tuple[list[Replica], bool]:
-        """The container or unit, or every running one a filter or glob matches (listed in the
-        verdict: the bool), each command run once."""
+        """The container or unit, or each running match of a filter or glob (True: listed)."""
+        source, target = spec.source, spec.unit if spec.source == "systemd" else spec.container
         assert target is not None
         if source == "systemd":
             many, what = lookups.is_unit_glob(target), f"systemd unit {target}"
@@ -266,9 +269,136 @@ def split_tty(result: CommandResult, nonce: str) -> CommandResult:
     text = result.stdout.replace("\r\n", "\n")
     out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
     start, stop = text.find(out), text.rfind(err)
-    if start < 0 or stop < start + len(out):
-        return CommandResult(result.exit_code or 1, "", text)
     status, newline, stderr = text[stop + len(err) :].partition("\n")
-    if not (newline and (code := status.strip()).isascii() and code.isdigit()):
+    code = status.strip()
+    if start < 0 or stop < start + len(out) or not (newline and code.isascii() and code.isdigit()):
         return CommandResult(result.exit_code or 1, "", text)
     return CommandResult(int(code), text[start + len(out) : stop], stderr)
+
+
+def look_up_host(
+    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+) -> tuple[RuntimeFacts, ClockOffset | None]:
+    """The facts not given and the host's clock minus ours (None: no start time to compare)."""
+    clock = None
+    if one_exec and not getattr(runner, "becomes", False):
+        timeout_given = given.get("task_timeout_s") is not None
+        start_given = given.get("runtime_started_at") is not None
+        ran: Answers = {}
+        for _round in range(2):  # a pid file's process is known once the file was read
+            if commands := planned_commands(contract, timeout_given, start_given, ran):
+                answers, read = run_together(runner, commands)
+                ran, clock = ran | answers, read or clock
+        runner = _Answered(runner, ran)
+    facts = resolve_runtime_facts(contract, runner, **given)
+    if clock is None and facts.runtime_started_at is not None:
+        clock = offset_from_here(runner)
+    return facts, clock
+
+
+class _Answered:
+    """`runner` answering commands already run; without one (planning), noting them in `asked`."""
+
+    def __init__(self, runner: Runner | None, ran: Answers) -> None:
+        self.runner, self.ran, self.asked = runner, ran, list[Argv]()
+        self.label = runner.label if runner is not None else "(planning)"
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        if (answer := self.ran.get(tuple(argv))) is not None:
+            return answer
+        if self.runner is not None:
+            return self.runner.run(argv)
+        self.asked.append(tuple(argv))
+        return CommandResult(0, "")
+
+
+def planned_commands(
+    contract: Contract, timeout_given: bool, start_given: bool, ran: Answers | None = None
+) -> list[Argv]:
+    """The commands the lookups will run that `ran` has no answer for, each once."""
+    planner = _Answered(None, ran or {})
+    lookup = Lookups(planner)
+    if not (timeout_given or contract.rows_carry_expiry):
+        with suppress(LookupFailed):
+            lookup.task_timeout(contract.task_timeout)
+    if not start_given:
+        with suppress(LookupFailed):
+            lookup.runtime_start(contract.runtime)
+    return list(dict.fromkeys(planner.asked))
+
+
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
+    mark = f"@@leaseguard {nonce}@@"
+    return (
+        "".join(
+            f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
+            f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
+            for i, argv in enumerate(commands)
+        )
+        + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
+    )
+
+
+def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
+    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
+    nonce = secrets.token_hex(8)
+    before = time.time()
+    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
+    after = time.time()
+
+    def parts(text: str) -> dict[str, str]:
+        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
+        return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
+
+    out, err = parts(result.stdout), parts(result.stderr)
+    ran = {}
+    for i, argv in enumerate(commands):
+        status = out.get(f"{i} rc", "").strip()
+        if str(i) in out and status.isascii() and status.isdigit():
+            ran[argv] = CommandResult(int(status), out[str(i)], err.get(str(i), ""))
+        else:  # never finished (the exec timed out): the exec's status, as alone
+            ran[argv] = CommandResult(result.exit_code or 1, "", err.get(str(i), ""))
+    return ran, host_clock(out.get("clock", ""), before, after)
+
+
+def restart_runtime(
+    runner: Runner,
+    spec: RestartSpec,
+    contract: Contract,
+    lookup: dict[str, Any] | None,
+    *,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """runtime_restart's result: restart, then read the start time every POLL_S until it moves."""
+    restart.checked_restart(spec, lookup)
+    if check_mode:
+        return restart.would_restart(spec)
+    argv = restart.restart_argv(spec)
+    reader = runner
+    if spec.verifies and not getattr(runner, "becomes", False):
+        ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
+        reader = _Answered(runner, ran)
+    done = reader.run(list(argv))
+    result = restart.restart_result(spec, argv, done.exit_code)
+    if done.exit_code != 0:
+        return {**result, "failed": True, "msg": restart.restart_failed_message(spec, done)}
+    before = restart.start_of(lookup)
+    if not spec.verifies:
+        return {**result, "before": before, "msg": restart.restarted_message(spec, before, None)}
+    ends_at = time.monotonic() + spec.verify_timeout_s
+    while True:
+        try:
+            started, error = Lookups(reader).runtime_start(contract.runtime), None
+        except LookupFailed as exc:  # e.g. still starting: read again until the deadline
+            started, error = None, exc
+        moved = restart.start_moved(before["runtime_started_epoch_s"], started)
+        if moved or (left := ends_at - time.monotonic()) <= 0:
+            break
+        time.sleep(min(POLL_S, left))
+        reader = runner
+    result.update(before=before, after=restart.start_of(started))
+    if moved:
+        return {**result, "msg": restart.restarted_message(spec, before, result["after"])}
+    message = restart.not_moved_message(spec, before, started, error)
+    return {**result, "failed": True, "msg": message}

@@ -93,10 +93,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
     return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
 
 
-def process_start_argv(pid: int) -> Argv:
-    return ("sh", "-c", f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat")
-
-
 def checked_env_name(variable: str) -> str:
     if not ENV_NAME.fullmatch(variable):
         raise LookupFailed(f"variable name {variable!r} is not a valid environment variable name")
@@ -260,9 +256,8 @@ def is_unit_glob(unit: str) -> bool:
 
 
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
-    """The one command reading `container` (a name or a filter) and its `variable`: a JSON
-    line per container with name, state, start, compose labels and only that variable's
-    entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
+    """The one command reading `container` (a name or a filter): a JSON line per container, its
+    name, state, start, compose labels and only `variable`'s entries (Go compares `NAME=`)."""
     env = ""
     if variable is not None:
         prefix, n = f"{variable}=", len(variable) + 1
