@@ -123,18 +123,19 @@ class Lookups:
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         """The timeout; over several replicas the LONGEST (any of them may run a claim)."""
-        source = lookups.task_timeout_source(spec)
+        source, name = lookups.task_timeout_source(spec), spec.variable
         raw: list[tuple[str | None, str | None]]  # (replica: None for a single one, value)
+        if spec.source not in ("fixed", "command") and not lookups.ENV_NAME.fullmatch(name):
+            raise LookupFailed(f"variable name {name!r} is not a valid environment variable name")
         match spec.source:
             case "fixed":
                 assert spec.value_s is not None
                 return TaskTimeout(spec.value_s, source)
             case "docker" | "podman" | "systemd":
-                variable = lookups.checked_env_name(spec.variable)
                 if spec.source != "systemd":  # the start's container command prints it too
-                    self._variables[spec.source, spec.container] = variable
-                found, many = self._replicas(spec, variable)
-                raw = [(r.name if many else None, env_value(r.entries, variable)) for r in found]
+                    self._variables[spec.source, spec.container] = name
+                found, many = self._replicas(spec, name)
+                raw = [(r.name if many else None, env_value(r.entries, name)) for r in found]
             case "command":
                 if container_filter(spec.container) is not None:
                     raise LookupFailed(
@@ -145,15 +146,13 @@ class Lookups:
                 what = f"command in {spec.engine} container {spec.container}"
                 raw = [(None, self._output(argv, what))]
             case "process":  # the environment is filtered on the host: the rest of it stays there
-                assert spec.pid_file is not None
-                pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
+                pid = self._pid(spec.pid_file)
                 argv = ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
                 what = f"environment of pid {pid} ({spec.pid_file})"
                 out = self._output(argv, what, absent_ok=True)
                 raw = [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
             case _:  # every line is grepped: the last assignment wins
                 assert spec.path is not None
-                name = lookups.checked_env_name(spec.variable)
                 argv = ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", spec.path)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
                 raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
@@ -161,7 +160,7 @@ class Lookups:
         for replica, value in raw:
             where = f"{what} ({replica})" if replica else what
             if value is None:
-                raise LookupFailed(f"{where}: variable {spec.variable} is not set")
+                raise LookupFailed(f"{where}: variable {name} is not set")
             try:
                 seconds.append(lookups.parse_timeout_s(value, what=where))
             except TimeoutValueError as exc:
@@ -176,7 +175,6 @@ class Lookups:
                 found, _many = self._replicas(spec, variable)
                 return min(replica.started_at for replica in found)
             case "process":
-                assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
                 script = f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat"
                 what = f"start time of pid {pid} ({spec.pid_file})"
@@ -226,8 +224,9 @@ class Lookups:
         self._seen[argv] = found
         return found, many
 
-    def _pid(self, pid_file: str) -> int:
+    def _pid(self, pid_file: str | None) -> int:
         """The pid the file holds, read once per check (the timeout and start share it)."""
+        assert pid_file is not None
         if pid_file not in self._pids:
             text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
             if not text.isdigit() or int(text) <= 0:
@@ -330,14 +329,12 @@ def planned_commands(
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
     """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
     mark = f"@@leaseguard {nonce}@@"
-    return (
-        "".join(
-            f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
-            f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
-            for i, argv in enumerate(commands)
-        )
-        + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
-    )
+    each = [
+        f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
+        f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
+        for i, argv in enumerate(commands)
+    ]
+    return "".join(each) + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
 
 
 def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
@@ -374,8 +371,7 @@ def restart_runtime(
     restart.checked_restart(spec, lookup)
     if check_mode:
         return restart.would_restart(spec)
-    argv = restart.restart_argv(spec)
-    reader = runner
+    argv, reader = restart.restart_argv(spec), runner
     if spec.verifies and not getattr(runner, "becomes", False):
         ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
         reader = _Answered(runner, ran)

@@ -93,12 +93,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
     return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
 
 
-def checked_env_name(variable: str) -> str:
-    if not ENV_NAME.fullmatch(variable):
-        raise LookupFailed(f"variable name {variable!r} is not a valid environment variable name")
-    return variable
-
-
 def exit_meaning(code: int) -> str:
     return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
 
