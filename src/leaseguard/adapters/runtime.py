@@ -1,5 +1,4 @@
-"""A host's task timeout, start time and clock, in ONE exec where it can (each pays a login
-shell), and a restart checked by its start: commands a Runner runs; failures name the host."""
+"""A host's timeout, start, clock: ONE exec where it can (each pays a login shell); a restart."""
 
 from __future__ import annotations
 
@@ -107,7 +106,8 @@ def resolve_runtime_facts(
                 raise
             warnings.append(f"{exc}; no runtime start known, so no claim is classed orphaned")
     matched = {*lookup.replicas, *(given.get("replicas") or ())}
-    return RuntimeFacts(timeout, started, (*lookup.warnings, *warnings), tuple(sorted(matched)))
+    said = (*dict.fromkeys(lookup.warnings), *warnings)  # a container read twice warns once
+    return RuntimeFacts(timeout, started, said, tuple(sorted(matched)))
 
 
 class Lookups:
@@ -115,8 +115,7 @@ class Lookups:
 
     def __init__(self, runner: Runner) -> None:
         self.runner, self.host = runner, f"host {runner.label}"
-        self._seen: dict[Argv, list[Replica]] = {}
-        self._pids: dict[str, int] = {}
+        self._ran: dict[Argv, CommandResult] = {}  # each command runs once per check
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
         self.replicas: list[str] = []
         self.warnings: list[str] = []
@@ -199,8 +198,6 @@ class Lookups:
             many, what = container_filter(target) is not None, f"{source} container {target}"
             argv = lookups.container_argv(source, target, variable)
             shown = f"{source} ps --filter {target}" if many else f"{source} inspect"
-        if argv in self._seen:
-            return self._seen[argv], many
         out = self._output(argv, what, shown=shown) or ""
         if source != "systemd":
             found, siblings = lookups.read_containers(out, target, f"{self.host}: {what}")
@@ -221,25 +218,23 @@ class Lookups:
                 raise LookupFailed(f"{self.host}: {exc}") from None
         if many:
             self.replicas += [replica.name for replica in found]
-        self._seen[argv] = found
         return found, many
 
     def _pid(self, pid_file: str | None) -> int:
-        """The pid the file holds, read once per check (the timeout and start share it)."""
+        """The pid the file holds (read once: the timeout and start share it)."""
         assert pid_file is not None
-        if pid_file not in self._pids:
-            text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
-            if not text.isdigit() or int(text) <= 0:
-                raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
-            self._pids[pid_file] = int(text)
-        return self._pids[pid_file]
+        text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
+        return int(text)
 
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
         """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
-        result = self.runner.run(list(argv))
-        if result.exit_code == 0:
+        if argv not in self._ran:
+            self._ran[argv] = self.runner.run(list(argv))
+        if (result := self._ran[argv]).exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
             return None

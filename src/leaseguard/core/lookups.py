@@ -51,9 +51,8 @@ COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.com
 # A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
 # asked, and its inspect says Running false, Paused true (docker's: Running true).
 _LIVE = "--filter status=running --filter status=paused"
-# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
-# compose labels every running compose container's (its siblings among them); a failed `ps`
-# fails the lookup: the warning would be missing.
+# $1 engine, $2 the container's name, $3 the template: its line, then with compose labels every
+# running compose container's (its siblings); a failed `ps` fails: the warning would be missing.
 _NAMED_SCRIPT = f"""\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
@@ -112,9 +111,7 @@ def env_value(env: Sequence[str], variable: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class Replica:
-    """A container or unit a lookup read: its start and only the variable's entries."""
-
+class Replica:  # a container or unit a lookup read
     name: str
     started_at: datetime
     entries: tuple[str, ...]  # KEY=VALUE
