@@ -105,9 +105,8 @@ def resolve_runtime_facts(
             if spec.default_s is None:
                 raise
             warnings.append(f"{exc}; no runtime start known, so no claim is classed orphaned")
-    matched = {*lookup.replicas, *(given.get("replicas") or ())}
-    said = (*dict.fromkeys(lookup.warnings), *warnings)  # a container read twice warns once
-    return RuntimeFacts(timeout, started, said, tuple(sorted(matched)))
+    replicas = tuple(sorted({*lookup.replicas, *(given.get("replicas") or ())}))
+    return RuntimeFacts(timeout, started, (*dict.fromkeys(lookup.warnings), *warnings), replicas)
 
 
 class Lookups:
@@ -117,7 +116,7 @@ class Lookups:
         self.runner, self.host = runner, f"host {runner.label}"
         self._ran: dict[Argv, CommandResult] = {}  # each command runs once per check
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
-        self.replicas: list[str] = []
+        self.replicas: list[str] = []  # these two may repeat: a container read for both facts
         self.warnings: list[str] = []
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
@@ -318,7 +317,7 @@ def planned_commands(
     if not start_given:
         with suppress(LookupFailed):
             lookup.runtime_start(contract.runtime)
-    return list(dict.fromkeys(planner.asked))
+    return planner.asked
 
 
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
