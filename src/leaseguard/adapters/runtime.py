@@ -79,10 +79,10 @@ class Given(TypedDict, total=False):
 
 
 def resolve_runtime_facts(
-    contract: Contract, runner: Runner, **given: Unpack[Given]
+    contract: Contract, runner: Runner, ran: Answers | None = None, **given: Unpack[Given]
 ) -> RuntimeFacts:
     """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
-    lookup, warnings, spec = Lookups(runner), [], contract.task_timeout
+    lookup, warnings, spec = Lookups(runner, ran), [], contract.task_timeout
     seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
     if seconds is not None:
@@ -112,9 +112,10 @@ def resolve_runtime_facts(
 class Lookups:
     """One check's lookups on one host; `replicas`: what a filter or glob matched."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner, self.host = runner, f"host {runner.label}"
-        self._ran: dict[Argv, CommandResult] = {}  # each command runs once per check
+    def __init__(self, runner: Runner | None, ran: Answers | None = None) -> None:
+        self.runner, self.host = runner, f"host {runner.label if runner else '(planning)'}"
+        self._ran = dict(ran or {})  # each command runs once per check; `ran`: answers known
+        self.asked: list[Argv] = []  # without a runner (planning): the commands it would run
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
         self.replicas: list[str] = []  # these two may repeat: a container read for both facts
         self.warnings: list[str] = []
@@ -232,7 +233,11 @@ class Lookups:
     ) -> str | None:
         """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
         if argv not in self._ran:
-            self._ran[argv] = self.runner.run(list(argv))
+            if self.runner is not None:
+                self._ran[argv] = self.runner.run(list(argv))
+            else:  # planning: the command is noted and answered empty
+                self.asked.append(argv)
+                self._ran[argv] = CommandResult(0, "")
         if (result := self._ran[argv]).exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
@@ -273,51 +278,32 @@ def look_up_host(
     contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
 ) -> tuple[RuntimeFacts, ClockOffset | None]:
     """The facts not given and the host's clock minus ours (None: no start time to compare)."""
-    clock = None
+    clock, ran = None, Answers()
     if one_exec and not getattr(runner, "becomes", False):
         timeout_given = given.get("task_timeout_s") is not None
         start_given = given.get("runtime_started_at") is not None
-        ran: Answers = {}
         for _round in range(2):  # a pid file's process is known once the file was read
             if commands := planned_commands(contract, timeout_given, start_given, ran):
                 answers, read = run_together(runner, commands)
                 ran, clock = ran | answers, read or clock
-        runner = _Answered(runner, ran)
-    facts = resolve_runtime_facts(contract, runner, **given)
+    facts = resolve_runtime_facts(contract, runner, ran, **given)
     if clock is None and facts.runtime_started_at is not None:
         clock = offset_from_here(runner)
     return facts, clock
-
-
-class _Answered:
-    """`runner` answering commands already run; without one (planning), noting them in `asked`."""
-
-    def __init__(self, runner: Runner | None, ran: Answers) -> None:
-        self.runner, self.ran, self.asked = runner, ran, list[Argv]()
-        self.label = runner.label if runner is not None else "(planning)"
-
-    def run(self, argv: Sequence[str]) -> CommandResult:
-        if (answer := self.ran.get(tuple(argv))) is not None:
-            return answer
-        if self.runner is not None:
-            return self.runner.run(argv)
-        self.asked.append(tuple(argv))
-        return CommandResult(0, "")
 
 
 def planned_commands(
     contract: Contract, timeout_given: bool, start_given: bool, ran: Answers | None = None
 ) -> list[Argv]:
     """The commands the lookups will run that `ran` has no answer for, each once."""
-    planner = _Answered(None, ran or {})
-    lookup = Lookups(planner)
+    lookup = Lookups(None, ran)
     if not (timeout_given or contract.rows_carry_expiry):
         with suppress(LookupFailed):
             lookup.task_timeout(contract.task_timeout)
     if not start_given:
         with suppress(LookupFailed):
             lookup.runtime_start(contract.runtime)
-    return planner.asked
+    return lookup.asked
 
 
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
@@ -365,11 +351,10 @@ def restart_runtime(
     restart.checked_restart(spec, lookup)
     if check_mode:
         return restart.would_restart(spec)
-    argv, reader = restart.restart_argv(spec), runner
+    argv, ran = restart.restart_argv(spec), Answers()
     if spec.verifies and not getattr(runner, "becomes", False):
         ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
-        reader = _Answered(runner, ran)
-    done = reader.run(list(argv))
+    done = ran[argv] if argv in ran else runner.run(list(argv))
     result = restart.restart_result(spec, argv, done.exit_code)
     if done.exit_code != 0:
         return {**result, "failed": True, "msg": restart.restart_failed_message(spec, done)}
@@ -379,14 +364,14 @@ def restart_runtime(
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
-            started, error = Lookups(reader).runtime_start(contract.runtime), None
+            started, error = Lookups(runner, ran).runtime_start(contract.runtime), None
         except LookupFailed as exc:  # e.g. still starting: read again until the deadline
             started, error = None, exc
         moved = restart.start_moved(before["runtime_started_epoch_s"], started)
         if moved or (left := ends_at - time.monotonic()) <= 0:
             break
         time.sleep(min(POLL_S, left))
-        reader = runner
+        ran = {}
     result.update(before=before, after=restart.start_of(started))
     if moved:
         return {**result, "msg": restart.restarted_message(spec, before, result["after"])}
