@@ -114,8 +114,7 @@ class Lookups:
 
     def __init__(self, runner: Runner | None, ran: Answers | None = None) -> None:
         self.runner, self.host = runner, f"host {runner.label if runner else '(planning)'}"
-        self._ran = dict(ran or {})  # each command runs once per check; `ran`: answers known
-        self.asked: list[Argv] = []  # without a runner (planning): the commands it would run
+        self.ran = dict(ran or {})  # each command runs once per check; `ran`: answers known
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
         self.replicas: list[str] = []  # these two may repeat: a container read for both facts
         self.warnings: list[str] = []
@@ -232,13 +231,9 @@ class Lookups:
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
         """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
-        if argv not in self._ran:
-            if self.runner is not None:
-                self._ran[argv] = self.runner.run(list(argv))
-            else:  # planning: the command is noted and answered empty
-                self.asked.append(argv)
-                self._ran[argv] = CommandResult(0, "")
-        if (result := self._ran[argv]).exit_code == 0:
+        if argv not in self.ran:  # without a runner (planning): answered empty
+            self.ran[argv] = self.runner.run(list(argv)) if self.runner else CommandResult(0, "")
+        if (result := self.ran[argv]).exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
             return None
@@ -303,7 +298,7 @@ def planned_commands(
     if not start_given:
         with suppress(LookupFailed):
             lookup.runtime_start(contract.runtime)
-    return lookup.asked
+    return [argv for argv in lookup.ran if argv not in (ran or {})]
 
 
 def batch_script(commands: Sequence[Argv], nonce: str) -> str:
