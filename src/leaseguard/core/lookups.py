@@ -1,4 +1,4 @@
-"""The pure half of a host lookup: the command each source runs, its output read strictly.
+"""The pure half of a host lookup: the container and unit commands, outputs read strictly.
 Only the one configured variable leaves the host (the rest of an environment holds secrets)."""
 
 from __future__ import annotations
