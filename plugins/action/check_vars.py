@@ -1,8 +1,7 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.check_vars."""
 
 import math
+from contextlib import suppress
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action, _core
 
@@ -24,11 +23,9 @@ def cut_off_refused(restart):
     """Why the restart's cut-off is no epoch (or None): Jinja's float reads any other text as
     0, before which every runtime started, so every host would be skipped as restarted."""
     text = str(restart["if_started_before"] or "").strip()
-    try:
+    with suppress(ValueError):
         if not text or (text.isascii() and math.isfinite(float(text))):
             return None
-    except ValueError:
-        pass
     return (
         f"leaseguard: leaseguard_restart_if_started_before must be epoch seconds (such as "
         f"1765000000) or empty, not {text[:40]!r} (read as 0, every host would count as "

@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.cron_budget: the options to `converge_jobs` or
 `resume_pauses`, their plans to Ansible's return values."""
 
@@ -44,43 +42,36 @@ class ActionModule(_action.LeaseguardAction):
             on_drift=args["on_drift"],
             **common,
         )
-        if plan is not None and plan.refusals:
-            return _refused(plan, host)
         return _result(plan, switched, check_mode, host)
 
 
-def _plan_fields(plan):
-    fields = plan.as_dict()
-    return {key: fields[key] for key in ("environment", "on_drift", "jobs", "drift")}
-
-
-def _refused(plan, host):
-    guidance = (
-        "declare the live budget as an override for this environment (overrides, "
-        "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
-        "with on_drift=apply"
-        if any(not d["applied"] for d in plan.drift)
-        else "fix or remove the job by hand; leaseguard never rewrites a command it does not "
-        "fully understand"
-    )
-    msg = (
-        f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
-        f"everything untouched: {'; '.join(plan.refusals)}. To go on: {guidance}."
-    )
-    return dict(
-        failed=True, changed=False, host=host, msg=msg, **_plan_fields(plan), applied=plan.applied
-    )
-
-
 def _result(plan, switched, check_mode, host):
+    """The converge's result: refused (nothing written, what to do), or what changed, diffed."""
     result = {"changed": False, "host": host, "applied": not check_mode, "warnings": []}
     diff, parts = {"before": {}, "after": {}}, []
     if plan is not None:
+        fields = plan.as_dict()
+        planned = {key: fields[key] for key in ("environment", "on_drift", "jobs", "drift")}
+        if plan.refusals:
+            guidance = (
+                "declare the live budget as an override for this environment (overrides, "
+                "leaseguard_cron_budget_overrides) if it is deliberate, or converge deliberately "
+                "with on_drift=apply"
+                if any(not d["applied"] for d in plan.drift)
+                else "fix or remove the job by hand; leaseguard never rewrites a command it does "
+                "not fully understand"
+            )
+            msg = (
+                f"leaseguard: cron_budget on {host} ({plan.environment or 'no environment'}) left "
+                f"everything untouched: {'; '.join(plan.refusals)}. To go on: {guidance}."
+            )
+            refused = {"failed": True, "changed": False, "host": host, "msg": msg}
+            return {**refused, **planned, "applied": plan.applied}
         diff = plan.diff()
         counts = Counter(str(job.action) for job in plan.jobs)
         said = {s: f"to {s}" if check_mode else f"{s}d" for s in ("create", "update")}
         parts.append(", ".join(f"{n} {said.get(state, state)}" for state, n in counts.items()))
-        result.update(_plan_fields(plan), changed=plan.changed, warnings=list(plan.warnings))
+        result.update(planned, changed=plan.changed, warnings=list(plan.warnings))
     if switched is not None:
         for job in (job for job in switched.jobs if job.exists):
             diff["before"].setdefault(job.job, {})["active"] = job.before

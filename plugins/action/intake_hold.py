@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.intake_hold: `intake_hold` over the task's connection."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action

@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
 (fail_on_defer is the shortcut for callers that only stop)."""
 
@@ -20,21 +18,46 @@ class ActionModule(_action.LeaseguardAction):
     def act(self, args, host, task_vars):
         """The verdict of this host, the fleet or each host; with wait, drained first."""
         each, fleet = args["each_host"], args["fleet_lookups"] is not None
-        if each:
-            _each_host_allowed(self, args)
+        if each:  # each_host needs fleet_lookups, one shared database and each host's intake held
+            if args["fleet_lookups"] is None:
+                raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
+            if _action.tunnels(self, args):
+                conninfo = _action.conninfo_from(args)
+                far_end = api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]
+                if api.each_hosts_own(far_end):
+                    raise api.ConfigError(
+                        "each_host judges every host over this host's tunnel, but the database "
+                        "address is each host's own loopback (db_host), where each host may have a "
+                        "database of its own: set leaseguard_db_host to the shared database's "
+                        "address as the hosts see it"
+                    )
+            if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
+                raise api.ConfigError(
+                    "each_host drains hold no intake of their own: hold each host's with "
+                    "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
+                )
         held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
         if each or held is not None:  # the caller holds intake: the drain pauses nothing
             drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
-        if fleet and not each:
-            _whole_fleet(task_vars)
+        if fleet and not each and (limit := task_vars.get("ansible_limit")):
+            # The roles and drain.yml refuse it first; this holds a run started past them.
+            hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
+            raise api.ConfigError(
+                f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
+                f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
+                "another host would count as orphaned). Nothing was judged or paused. Run without "
+                "--limit"
+            )
         waits = args["wait"] and not self._task.check_mode
         front = f"ansible-playbook lease_guard ({'fleet' if fleet else host})"
         # A drain of this task holds intake as its own (no leftover); else cron.job is only read.
         intake = options.intake(front) if waits and not each else None
-        # The caller's own holds, taken a moment ago: not leftovers to give back by hand.
-        crons = [((hold or {}).get("cron") or {}) for hold in _holds(args)]
+        # The caller's intake_hold results, taken a moment ago: not leftovers to give back by hand.
+        registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
+        holds = [(r or {}).get("hold") for r in registered]
+        crons = [((hold or {}).get("cron") or {}) for hold in holds]
         tokens = tuple(str(cron["token"]) for cron in crons if cron.get("token"))
         intake = replace(intake or api.IntakeAccess(options.cron_database), own_holds=tokens)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
@@ -60,7 +83,15 @@ class ActionModule(_action.LeaseguardAction):
                 verdicts = session.judge_each() if each else {host: session.judge()}
                 judged = {name: _report(v.as_dict(), args) for name, v in verdicts.items()}
                 proceeds = any(result["decision"] == "proceed" for result in judged.values())
-            unread = _verify_holds(session, options, args) if proceeds else []
+            unread = []
+            try:  # a proceed stands only while the caller's holds do (IntakeLost fails it)
+                if proceeds:
+                    api.verify_holds(lambda: session.connect_writable(options.intake()), holds)
+            except api.IntakeLost:
+                raise
+            except api.LeaseguardError as exc:  # a hold another role took: a warning
+                said = f"the intake hold could not be read back before proceeding ({exc.kind})"
+                unread = [f"{said}: {exc}"]
         if waits:
             if not each and drained[host].error is not None:
                 raise drained[host].error
@@ -98,39 +129,6 @@ def _drain(session, options, host, front, each):
     return (drained if each else {host: drained}), events
 
 
-def _each_host_allowed(action, args):
-    """each_host needs fleet_lookups, one shared database and each host's intake held."""
-    if args["fleet_lookups"] is None:
-        raise api.ConfigError("each_host judges the hosts of fleet_lookups; pass them")
-    if _action.tunnels(action, args):
-        conninfo = _action.conninfo_from(args)
-        if api.each_hosts_own(api.tunnel_far_end(conninfo, args["db_host"], args["db_port"])[0]):
-            raise api.ConfigError(
-                "each_host judges every host over this host's tunnel, but the database address "
-                "is each host's own loopback (db_host), where each host may have a database of "
-                "its own: set leaseguard_db_host to the shared database's address as the hosts "
-                "see it"
-            )
-    if args["held_intakes"] is None and (args["pause_cron_jobs"] or args["pause_command"]):
-        raise api.ConfigError(
-            "each_host drains hold no intake of their own: hold each host's with "
-            "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
-        )
-
-
-def _whole_fleet(task_vars):
-    """A fleet judgment is of every host of the play, which --limit cuts short: the roles and
-    drain.yml refuse it first, and this holds when a run starts past them (--start-at-task)."""
-    if limit := task_vars.get("ansible_limit"):
-        hosts = ", ".join(task_vars.get("ansible_play_hosts_all", ()))
-        raise api.ConfigError(
-            f"a fleet judgment (fleet_lookups) is judged once for every host of the fleet, and "
-            f"--limit {limit} leaves hosts out (only {hosts} would be judged; a live claim on "
-            "another host would count as orphaned). Nothing was judged or paused. Run without "
-            "--limit"
-        )
-
-
 def _drained(host, drained, args, events):
     """One host's drain as its task result would be (a failure: failed, named)."""
     if drained.error is not None:
@@ -162,24 +160,6 @@ def _each_result(judged, args, host):
         named = "; ".join(f"{word}: {', '.join(names)}" for word, names in unsafe.items() if names)
         task.update(failed=True, msg=f"{own['msg']}; {named}")
     return task
-
-
-def _verify_holds(session, options, args):
-    """A proceed stands only while the caller's holds do: fail if a held job is active again.
-    A hold this task cannot read back (another role took it) is a warning, not a failure."""
-    try:
-        api.verify_holds(lambda: session.connect_writable(options.intake()), _holds(args))
-    except api.IntakeLost:
-        raise
-    except api.LeaseguardError as exc:
-        return [f"the intake hold could not be read back before proceeding ({exc.kind}): {exc}"]
-    return []
-
-
-def _holds(args):
-    """The holds the caller's intake_hold tasks took (held_intake, held_intakes)."""
-    registered = [args["held_intake"], *(args["held_intakes"] or {}).values()]
-    return [(r or {}).get("hold") for r in registered]
 
 
 def _held(registered):

@@ -1,6 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
 DOCUMENTATION = r"""
 name: check_status
 type: aggregate

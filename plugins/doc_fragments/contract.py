@@ -1,7 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
-
 class ModuleDocFragment:
     # The claim contract. Each `default:` is the core's (tests/unit/test_doc_defaults.py); a
     # key a preset can set has none (it would override the preset): its description says it.
@@ -14,10 +10,9 @@ options:
     description: Schema of O(table). If not set, the O(preset)'s, else the connection's C(search_path) finds it.
     type: str
   relation_kind:
-    description:
-      - What O(table) names. V(table) refuses a view, a materialized view or a foreign table.
-      - V(view) judges through a view; every relation it reads must be a table whose row-level security hides no
-        row from the guard's role, nor from the owner of each view on the way that is not C(security_invoker).
+    description: What O(table) names. V(table) refuses a view, a materialized view or a foreign table; V(view) judges
+      through a view, every relation it reads being a table whose row-level security hides no row from the guard's
+      role, nor from the owner of each view on the way that is not C(security_invoker).
     type: str
     choices: [table, view]
     default: table
@@ -36,10 +31,9 @@ options:
     type: list
     elements: str
   finished_statuses:
-    description:
-      - Statuses of rows nobody will run again. If not set, the O(preset)'s, else V([done, failed]) minus any
-        claimed or queued status; only a list given here is checked against an enum's labels.
-      - A status in the table that is in none of the three lists fails the check; the lists must not overlap.
+    description: Statuses of rows nobody will run again. If not set, the O(preset)'s, else V([done, failed]) minus any
+      claimed or queued status; only a list given here is checked against an enum's labels. A status in the table
+      that is in none of the three lists fails the check; the lists must not overlap.
     type: list
     elements: str
   claimed_at_column:

@@ -1,7 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-
-
 class ModuleDocFragment:
     # Where a host's task timeout and runtime start time are read; the defaults are the core's.
     DOCUMENTATION = r"""
@@ -11,10 +7,9 @@ options:
     type: dict
     suboptions:
       source:
-        description:
-          - V(docker)/V(podman) C(inspect) the container; V(systemd) reads the unit's C(Environment=); V(process)
-            C(/proc/<pid>/environ); V(env_file) a file; V(command) runs O(task_timeout.command) in the container;
-            V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
+        description: V(docker)/V(podman) C(inspect) the container; V(systemd) reads the unit's C(Environment=);
+          V(process) C(/proc/<pid>/environ); V(env_file) a file; V(command) runs O(task_timeout.command) in the
+          container; V(fixed) is O(task_timeout.value_s). If not set, V(docker), or a C(preset)'s.
         type: str
         choices: [docker, podman, systemd, process, env_file, command, fixed]
       container: &container

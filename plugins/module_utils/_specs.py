@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: each module's argument spec, read from the DOCUMENTATION that
 ansible-doc shows, plus what it cannot say: secrets, environment fallbacks, option rules."""
 
@@ -99,7 +97,8 @@ def guard_role_options():
 
 
 def action_only(name):
-    """A docs-only module's run; validate-modules checks its docs against the spec built here."""
+    """The run of a module documented in modules/<name>.yml whose work is action/<name>.py's;
+    validate-modules checks its docs against the spec built here."""
     try:
         argument_spec, rules = module_spec(name)
     except ImportError:  # no PyYAML where the module itself runs: nothing to check it with

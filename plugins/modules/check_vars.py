@@ -1,7 +1,4 @@
 #!/usr/bin/python
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-# Documented in check_vars.yml beside this file; plugins/action/check_vars.py does the work.
 
 from ansible_collections.leaseguard.deploy.plugins.module_utils._specs import action_only
 

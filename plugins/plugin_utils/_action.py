@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: what the action plugins share: their one run(), the host's
 runner and database path, and a drain inside an Ansible worker (stopped by signals, shown live)."""
 
@@ -13,7 +11,6 @@ import shlex
 import threading
 from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
-from pathlib import Path
 
 from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -23,13 +20,6 @@ from ansible_collections.leaseguard.deploy.plugins.module_utils import _specs
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _core
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
 
-try:
-    from psycopg import ProgrammingError
-    from psycopg.conninfo import make_conninfo
-except ImportError:  # require_leaseguard() fails every task first, naming the install
-    pass
-
-COLLECTION_ROOT = Path(__file__).resolve().parents[2]
 RESUME_HINT = (
     "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
     "the same database options)"
@@ -108,15 +98,14 @@ def checked_variables(task_vars, allow=(), template=None):
     known = known_variables() | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
-    for name in checked:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
-            unknown[name] = close[0] if close else None
+    for name in (name for name in checked if name not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+        unknown[name] = close[0] if close else None
     result = {"changed": False, "checked": checked}
     if unknown:
         parts = [
             f"{name} (did you mean {near}?)" if near else f"{name} (no known name is close)"
-            for name, near in sorted(unknown.items())
+            for name, near in unknown.items()
         ]
         msg = (
             f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
@@ -173,10 +162,10 @@ _DEFINED = re.compile(
 def known_variables():
     """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
-    for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
+    for path in _core.COLLECTION_ROOT.glob("roles/*/*/*.yml"):
         text = path.read_text(encoding="utf-8")
         names.update(name for pair in _DEFINED.findall(text) for name in pair if name)
-    for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
+    for path in _core.COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
     return frozenset(names)
 
@@ -229,13 +218,15 @@ class AnsibleRunner:
 
 def conninfo_from(args):
     """dbname/user/password and the other libpq keywords of `dsn` as one conninfo."""
+    from psycopg import ProgrammingError, conninfo  # here: check_vars runs without psycopg
+
     given = {"dbname": args["db_name"], "user": args["db_user"], "password": args["db_password"]}
     try:
-        conninfo = make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
+        made = conninfo.make_conninfo(args["dsn"] or "", **{k: v for k, v in given.items() if v})
     except ProgrammingError:
         raise api.invalid_dsn(args["dsn"] or "") from None
-    api.reject_hostaddr(conninfo)
-    return conninfo
+    api.reject_hostaddr(made)
+    return made
 
 
 def ssh_target(connection, play_context):

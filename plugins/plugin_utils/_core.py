@@ -1,5 +1,3 @@
-# Copyright: (c) 2026, leaseguard contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """Private to leaseguard.deploy: the `leaseguard` package the plugins run over (the installed one,
 else the copy a Galaxy tarball carries in _vendor/), and a warning when the two differ."""
 
@@ -16,13 +14,12 @@ import yaml
 from ansible.errors import AnsibleActionFail
 from ansible.utils.display import Display
 
-VENDOR_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vendor")
+HERE = Path(os.path.abspath(__file__)).parent
+COLLECTION_ROOT = HERE.parents[1]
 # Appended, not inserted: the carried copy stands in for a missing package, shadowing nothing.
-CARRIED = importlib.util.find_spec("leaseguard") is None and os.path.isdir(
-    os.path.join(VENDOR_DIR, "leaseguard")
-)
+CARRIED = importlib.util.find_spec("leaseguard") is None and (HERE / "_vendor/leaseguard").is_dir()
 if CARRIED:
-    sys.path.append(VENDOR_DIR)
+    sys.path.append(str(HERE / "_vendor"))
 
 try:
     import leaseguard.api as api  # pylint: disable=consider-using-from-import
@@ -40,7 +37,6 @@ else:
     LEASEGUARD_IMPORT_ERROR = None
 
 __all__ = ["LeaseguardError", "api", "require_leaseguard"]
-COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 display = Display()
 
 
@@ -74,8 +70,7 @@ def collection_identity(root):
 
 
 def install_hint():
-    requirements = os.path.join(COLLECTION_ROOT, "requirements.txt")
-    if os.path.isfile(requirements):
+    if (requirements := COLLECTION_ROOT / "requirements.txt").is_file():
         return f"pip install -r {requirements}"
     version = collection_identity(COLLECTION_ROOT)[0]
     return f"pip install 'leaseguard[ansible]{f'=={version}' if version else ''}'"
@@ -95,9 +90,8 @@ def install_warning():
             f"different releases. Install matching versions ({install_hint()})."
         )
     shipped = os.path.realpath(str(dist.locate_file("ansible_collections/leaseguard/deploy")))
-    if files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT):
-        return None
-    if collection_identity(shipped)[1] in (None, files_hash):
+    same = files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT)
+    if same or collection_identity(shipped)[1] in (None, files_hash):
         return None
     return (
         f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "

@@ -1,58 +1,32 @@
-"""The one public API of the Ansible collection: plugins/ import nothing else of the package
-(tests/unit/test_layout.py), so its insides can change shape. Each name, a use case or a value
-type, loads on first use (PEP 562): a lease_guard task does not pay for the budgets' imports."""
+"""The one public API of the Ansible collection (plugins/ import nothing else of the package);
+each name loads on first use (PEP 562): a lease_guard task does not pay for the budgets'."""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-_HOME = {
-    # budgets (cron_budget)
-    "task_budgets": "leaseguard.core.budgets.config",
-    "converge_jobs": "leaseguard.adapters.budgets",
-    "resume_pauses": "leaseguard.orchestration.intake",
-    # intake holds (intake_hold)
-    "intake_hold": "leaseguard.orchestration.intake",
-    "verify_holds": "leaseguard.orchestration.intake",
-    # host lookups and restarts (runtime_restart, task_timeout, check_vars, lease_guard)
-    "restart_runtime": "leaseguard.adapters.runtime",
-    "CommandResult": "leaseguard.core.lookups",
-    "RestartSpec": "leaseguard.core.restart",
-    "missing_target": "leaseguard.core.restart",
-    # SSH paths to the database
-    "DatabaseAddress": "leaseguard.adapters.ssh",
-    "SshOptions": "leaseguard.adapters.ssh",
-    "make_connection": "leaseguard.adapters.ssh",
-    "direct_conninfo": "leaseguard.core.config_values",
-    "each_hosts_own": "leaseguard.core.config_values",
-    "invalid_dsn": "leaseguard.core.config_values",
-    "reject_hostaddr": "leaseguard.core.config_values",
-    "tunnel_far_end": "leaseguard.core.config_values",
-    "split_tty": "leaseguard.adapters.runtime",
-    "tty_argv": "leaseguard.adapters.runtime",
-    "parse_openssh_args": "leaseguard.core.config_values",
-    "task_session": "leaseguard.orchestration.ssh_session",
-    "lookup_report": "leaseguard.orchestration.ssh_session",
-    "tunnelled": "leaseguard.adapters.ssh",
-    # judgment and drains (lease_guard)
-    "refuse_non_ascii_numbers": "leaseguard.core.config_values",
-    "CONFIG_KEYS": "leaseguard.core.contract",
-    "load_contract": "leaseguard.core.contract",
-    "ConfigError": "leaseguard.core.errors",
-    "LeaseguardError": "leaseguard.core.errors",
-    "IntakeLost": "leaseguard.core.errors",
-    "TunnelError": "leaseguard.core.errors",
-    "host_report": "leaseguard.core.fleet",
-    "failure_result": "leaseguard.core.verdict",
-    "intake_line": "leaseguard.orchestration.intake",
-    "drain_options": "leaseguard.orchestration.drain_run",
-    "drain_every_host": "leaseguard.orchestration.ssh_session",
-    "decisions_summary": "leaseguard.orchestration.ssh_session",
-    "drain_host": "leaseguard.orchestration.drain_run",
-    "signals_set": "leaseguard.orchestration.drain_run",
-    "IntakeAccess": "leaseguard.orchestration.session",
+# Each home module and the names the plugins take from it.
+_NAMES = {
+    "leaseguard.core.budgets.config": "task_budgets",
+    "leaseguard.core.config_values": "direct_conninfo each_hosts_own invalid_dsn "
+    "parse_openssh_args refuse_non_ascii_numbers reject_hostaddr tunnel_far_end",
+    "leaseguard.core.contract": "CONFIG_KEYS load_contract",
+    "leaseguard.core.errors": "ConfigError IntakeLost LeaseguardError TunnelError",
+    "leaseguard.core.fleet": "host_report",
+    "leaseguard.core.lookups": "CommandResult",
+    "leaseguard.core.restart": "RestartSpec missing_target",
+    "leaseguard.core.verdict": "failure_result",
+    "leaseguard.adapters.budgets": "converge_jobs",
+    "leaseguard.adapters.runtime": "restart_runtime split_tty tty_argv",
+    "leaseguard.adapters.ssh": "DatabaseAddress SshOptions make_connection tunnelled",
+    "leaseguard.orchestration.drain_run": "drain_host drain_options signals_set",
+    "leaseguard.orchestration.intake": "intake_hold intake_line resume_pauses verify_holds",
+    "leaseguard.orchestration.session": "IntakeAccess",
+    "leaseguard.orchestration.ssh_session": "decisions_summary drain_every_host lookup_report "
+    "task_session",
 }
+_HOME = {name: module for module, names in _NAMES.items() for name in names.split()}
 __all__ = sorted(_HOME)
 
 

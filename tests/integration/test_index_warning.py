@@ -11,9 +11,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from psycopg import sql
 
+from leaseguard.adapters.guard import Subject
 from leaseguard.adapters.indexing import LARGE_TABLE_ROWS, index_name
 from leaseguard.core.contract import contract_from_mapping
-from leaseguard.core.predicate import counts_query, predicate_params
+from leaseguard.core.predicate import counts_query, subjects_params
 from leaseguard.orchestration.session import local_session
 from sandbox.pgcluster import PgClusterError
 from sandbox.runs_table import create_runs_table
@@ -69,7 +70,7 @@ def judge_twice(db, **keys):
 def plan_of_guard_query(db, **keys):
     """The guard query's plan as (node type, relation, index) for each scan node."""
     contract = contract_from_mapping(keys)
-    params = predicate_params(contract, lease_s=7200.0, runtime_started_at=STARTED)
+    params = subjects_params(contract, [Subject(None, None, 7200.0, STARTED).bound(contract)])
     query = sql.SQL("EXPLAIN (FORMAT JSON) ") + counts_query(contract)
     with db.connect() as conn:
         [plan] = conn.execute(query, params).fetchone()

@@ -243,8 +243,9 @@ def test_a_leftover_hold_names_its_holder_and_action_and_resume_gives_it_back(db
             "still paused: paused at" in w and "by fab drain pid 42 on ctl" in w for w in warnings
         )
         assert any("(for: restart app1)" in w for w in warnings)
-        records, plan, kept = resume_recorded(conn, [intake])
-        assert len(records) == 2 and plan is not None and plan.resumed == [intake] and not kept
+        outcome = resume_recorded(conn, [intake])
+        assert len(outcome["records"]) == 2 and outcome["resumed"] == [intake]
+        assert not outcome["kept"]
         assert [w for w in leftover_warnings(conn) if intake in w] == []
     assert active(db, intake)
 

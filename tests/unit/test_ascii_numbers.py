@@ -5,7 +5,7 @@ value (a misnamed variable could point at a secret)."""
 
 import pytest
 
-from leaseguard.cli.contract import number_arg
+from leaseguard.cli.main import number_arg
 from leaseguard.core.config_values import NOT_ASCII, refuse_non_ascii_numbers
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import ConfigError, TimeoutValueError

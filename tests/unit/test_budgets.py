@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from leaseguard.core.budgets import LiveJob
 from leaseguard.core.budgets.config import (
     MAX_BUDGET_MS,
     BudgetConfig,
@@ -20,7 +19,7 @@ from leaseguard.core.budgets.config import (
     parse_live_command,
     render_command,
 )
-from leaseguard.core.budgets.planning import HIDDEN_COMMAND, Action, plan_budgets
+from leaseguard.core.budgets.planning import HIDDEN_COMMAND, Action, LiveJob, plan_budgets
 from leaseguard.core.errors import ConfigError
 
 WHERE = "cron_budgets.jobs.claim.budget"
@@ -410,11 +409,11 @@ class TestDeclare:
     def test_the_environment_s_override_wins_over_the_default(self, config):
         publish = config.declare("production").jobs[2]
         assert (publish.budget_ms, publish.default_budget_ms) == (6000, 3000)
-        assert (publish.source, publish.source_label) == ("override", "override:production")
+        assert publish.source_label == "override:production"
 
     def test_an_environment_without_overrides_keeps_the_defaults(self, config):
-        assert {j.source for j in config.declare("staging").jobs} == {"default"}
-        assert {j.source for j in config.declare("qa").jobs} == {"default"}
+        assert {j.source_label for j in config.declare("staging").jobs} == {"default"}
+        assert {j.source_label for j in config.declare("qa").jobs} == {"default"}
 
     def test_a_list_of_named_jobs_is_the_same_as_a_mapping(self):
         listed = budget_config_from_mapping(
@@ -487,7 +486,7 @@ class TestPlan:
         assert set(states(plan).values()) == {Action.CREATE}
         assert plan.changed and not plan.converged
         claim = job_in(plan, "claim")
-        assert claim.new_command == (
+        assert claim.after()["command"] == (
             'set statement_timeout = \'3s\'; select "public"."claim_stats_projection_job_v1"();'
         )
         assert claim.before() is None
@@ -519,7 +518,7 @@ class TestPlan:
         publish = job_in(plan, "publish")
         assert publish.action is Action.UPDATE
         assert publish.changes == ("budget",)
-        assert "'6s'" in publish.new_command
+        assert "'6s'" in publish.after()["command"]
         assert (plan.drift, plan.warnings) == ((), ())  # raising, declared: nothing to warn
 
     def test_a_live_6s_without_a_declared_override_is_drift_and_left_alone(self, config):
@@ -586,14 +585,14 @@ class TestPlan:
         plan = plan_budgets(config.declare(None), [moved, *converged_live()[1:]])
         claim = job_in(plan, "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("schedule",))
-        assert (claim.new_schedule, claim.new_command) == ("* * * * *", None)
+        assert claim.after()["schedule"] == "* * * * *"
         assert claim.after()["command"] == moved.command
 
     def test_a_new_function_rewrites_the_command(self, config):
         old = live("claim", function=FunctionName("public", "claim_v0"))
         claim = job_in(plan_budgets(config.declare(None), [old]), "claim")
         assert (claim.action, claim.changes) == (Action.UPDATE, ("function",))
-        assert "claim_stats_projection_job_v1" in claim.new_command
+        assert "claim_stats_projection_job_v1" in claim.after()["command"]
 
     def test_drift_holds_back_the_other_changes_of_that_job(self, config):
         old = live("publish", "6s", schedule="*/2 * * * *")
@@ -635,7 +634,7 @@ class TestPlan:
         declared = config.declare(None)
         moved = type(declared)(declared.jobs, None, "other")
         claim = job_in(plan_budgets(moved, converged_live()), "claim")
-        assert (claim.action, claim.changes, claim.new_database) == (
+        assert (claim.action, claim.changes, claim.after()["database"]) == (
             Action.UPDATE,
             ("database",),
             "other",

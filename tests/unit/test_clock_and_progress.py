@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from leaseguard.adapters.runtime import offset_from_here
-from leaseguard.core.fleet import ClockOffset, controller_offset, controller_warning
+from leaseguard.core.fleet import ClockOffset, controller_offset
 from leaseguard.core.lookups import CommandResult
 from leaseguard.core.verdict import Counts
 from leaseguard.orchestration.drain import TerminalProgress
@@ -33,11 +33,11 @@ def test_only_what_the_measurement_cannot_tell_widens_the_orphan_tolerance():
 def test_a_controller_clock_off_by_more_than_5_s_is_warned_about():
     behind = controller_offset(db_reading_s=1600.0, before_s=999.9, after_s=1000.1)
     assert behind.offset_s == -600.0 and behind.uncertainty_s == pytest.approx(0.1)
-    [warning] = controller_warning(behind)
+    [warning] = behind.controller_warning()
     assert warning.startswith("this machine's clock is 600.0s behind the database clock")
-    assert controller_warning(controller_offset(1004.0, 999.9, 1000.1)) == ()
+    assert controller_offset(1004.0, 999.9, 1000.1).controller_warning() == ()
     # Within the bound only because the round trip cannot tell: not warned.
-    assert controller_warning(controller_offset(1005.5, 999.0, 1001.0)) == ()
+    assert controller_offset(1005.5, 999.0, 1001.0).controller_warning() == ()
 
 
 def test_a_skew_beyond_tolerance_is_reported():

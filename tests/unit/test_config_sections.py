@@ -7,8 +7,7 @@ still reject any other unknown key.
 import pytest
 import yaml
 
-from leaseguard.cli.contract import contract_from_args
-from leaseguard.cli.main import build_parser
+from leaseguard.cli.main import build_parser, contract_from_args
 from leaseguard.core.budgets.config import load_budget_config
 from leaseguard.core.errors import ConfigError
 from leaseguard.fabric.tasks import settings_from_config

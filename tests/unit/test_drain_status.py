@@ -266,15 +266,17 @@ def test_idle_polls_stay_silent_at_info_with_the_files_written(tmp_path, caplog)
 
 
 def test_a_directory_that_cannot_take_the_file_fails_before_the_drain(tmp_path):
-    board = StatusBoard(tmp_path / "missing" / "drain.json", None)
     with pytest.raises(ConfigError, match=r"cannot write .*FileNotFoundError"):
-        board.check_writable()
+        StatusBoard(tmp_path / "missing" / "drain.json", None)
 
 
 def test_a_write_failing_mid_drain_is_logged_once_and_the_drain_goes_on(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="leaseguard")
     target = tmp_path / "gone" / "drain.json"
+    target.parent.mkdir()
     board = StatusBoard(target, None)
+    target.unlink()
+    target.parent.rmdir()
     loop, _ = drainer([verdict("1")] * 4 + [verdict()], observer=board.observer("app1"))
     assert loop.run().exit_status == 0
     failed = [r for r in caplog.records if "status_write_failed" in r.getMessage()]

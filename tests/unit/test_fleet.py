@@ -11,12 +11,9 @@ import pytest
 from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.fleet import (
     ClockOffset,
-    chained,
     combine_facts,
     fleet_facts,
     host_report,
-    in_database_clock,
-    in_database_clocks,
 )
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
@@ -101,8 +98,8 @@ def test_invalid_fleets_fail_closed(per_host, message):
 
 def test_start_times_move_into_the_database_clock():
     # a host 5 s ahead of the database reported its start 5 s later than the database saw it
-    assert in_database_clock(NOW, 5.0) == NOW - timedelta(seconds=5)
-    assert in_database_clock(None, 5.0) is None
+    assert ClockOffset(5.0, 0.0).in_database_clock(NOW) == NOW - timedelta(seconds=5)
+    assert ClockOffset(5.0, 0.0).in_database_clock(None) is None
 
 
 # --- reports: the registered task_timeout results (or a facts file) of every host ----------
@@ -214,7 +211,7 @@ def test_bad_values_are_usage_errors_naming_host_and_key(report, message):
 
 
 def test_a_host_offset_is_chained_through_this_machines_clock():
-    assert chained(ClockOffset(2.0, 0.01), ClockOffset(-0.5, 0.02)) == ClockOffset(1.5, 0.03)
+    assert ClockOffset(2.0, 0.01).chained(ClockOffset(-0.5, 0.02)) == ClockOffset(1.5, 0.03)
 
 
 def test_start_times_move_into_the_database_clock_before_the_oldest_is_chosen():
@@ -226,9 +223,9 @@ def test_start_times_move_into_the_database_clock_before_the_oldest_is_chosen():
     }
     offsets = {"app1": ClockOffset(100.0, 0.01), "app2": ClockOffset(-0.5, 0.01)}
     for order in itertools.permutations(per_host.items()):
-        moved = in_database_clocks(dict(order), offsets, clock_skew_s=1.0)
-        combined = combine_facts(moved)
+        combined = combine_facts(dict(order), offsets, clock_skew_s=1.0)
         assert combined.cutoff_from == "app1"
         assert combined.facts.runtime_started_at == NOW - timedelta(seconds=1850)
-        assert moved["app2"].runtime_started_at == NOW - timedelta(seconds=1799.5)
         assert [w.split(" clock is")[0] for w in combined.facts.warnings] == ["host app1"]
+    app2 = combine_facts({"app2": per_host["app2"]}, offsets, clock_skew_s=1.0).facts
+    assert app2.runtime_started_at == NOW - timedelta(seconds=1799.5)

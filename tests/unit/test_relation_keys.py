@@ -6,8 +6,7 @@ import sys
 
 import pytest
 
-from leaseguard.cli.contract import contract_from_args
-from leaseguard.cli.main import build_parser
+from leaseguard.cli.main import build_parser, contract_from_args
 from leaseguard.core.contract import Contract, contract_from_mapping
 from leaseguard.core.errors import ConfigError
 from leaseguard.core.predicate import table_identifier

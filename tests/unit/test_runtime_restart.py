@@ -13,13 +13,7 @@ import pytest
 from leaseguard.core import restart as front
 from leaseguard.core.errors import ConfigError, LookupFailed
 from leaseguard.core.lookups import CommandResult
-from leaseguard.core.restart import (
-    RestartSpec,
-    missing_target,
-    restart_argv,
-    restart_target,
-    start_moved,
-)
+from leaseguard.core.restart import RestartSpec, missing_target, start_moved
 
 DOCKER = RestartSpec("docker", container="backend")
 PODMAN = RestartSpec("podman", container="api")
@@ -36,11 +30,11 @@ COMMAND = RestartSpec("command", command=("systemctl", "kill", "my app"))
     ],
 )
 def test_the_argv_gives_the_stop_budget_as_the_role_did(spec, argv):
-    assert restart_argv(dataclasses.replace(spec, stop_timeout_s=7200)) == argv
+    assert dataclasses.replace(spec, stop_timeout_s=7200).argv == argv
 
 
 def test_the_systemd_argv_passes_unit_and_budget_as_arguments_not_as_script_text():
-    argv = restart_argv(RestartSpec("systemd", unit="a'b.service", stop_timeout_s=7))
+    argv = RestartSpec("systemd", unit="a'b.service", stop_timeout_s=7).argv
     assert argv[:2] == ("sh", "-c") and argv[3:] == ("sh", "a'b.service", "7")
     assert "a'b" not in argv[2]
     done = subprocess.run(["sh", "-n", "-c", argv[2]], capture_output=True, text=True, check=False)
@@ -57,7 +51,7 @@ def test_the_systemd_argv_passes_unit_and_budget_as_arguments_not_as_script_text
     ],
 )
 def test_the_target_is_named_as_the_role_named_it(spec, target):
-    assert restart_target(spec) == target
+    assert spec.target == target
 
 
 @pytest.mark.parametrize(
@@ -105,7 +99,7 @@ def restart(spec=COMMAND, source="docker"):
 
 def test_the_not_moved_message_is_the_roles_text_with_both_start_times():
     same = datetime.fromisoformat(BEFORE_AT)
-    assert front.not_moved_message(restart(), BEFORE, same, None) == (
+    assert restart().not_moved_message(BEFORE, same, None) == (
         "leaseguard: restarted app1 with method command (command systemctl kill 'my app'), but "
         "the runtime start time read from docker did not move forward within 3 s "
         "(leaseguard_restart_verify_timeout_s): before 2026-12-01T10:00:00.123456+00:00, "
@@ -116,7 +110,7 @@ def test_the_not_moved_message_is_the_roles_text_with_both_start_times():
 
 def test_a_lookup_failing_until_the_deadline_is_unknown_and_its_words_follow():
     error = LookupFailed("host app1: docker container x: gone")
-    msg = front.not_moved_message(restart(), BEFORE, None, error)
+    msg = restart().not_moved_message(BEFORE, None, error)
     assert "after unknown. Check that" in msg
     assert msg.endswith(
         "leaseguard_runtime reads. The last lookup failed: host app1: docker container x: gone"
@@ -125,7 +119,7 @@ def test_a_lookup_failing_until_the_deadline_is_unknown_and_its_words_follow():
 
 def test_the_report_is_the_roles_text():
     after = front.start_of(AFTER)
-    assert front.restarted_message(restart(), BEFORE, after) == (
+    assert restart().restarted_message(BEFORE, after) == (
         "leaseguard: restarted app1 (runtime started 2026-12-01T10:00:00.123456+00:00 -> "
         "2026-12-01T10:05:01.500000+00:00, stop budget 10 s)"
     )
@@ -151,14 +145,14 @@ def test_the_report_is_the_roles_text():
     ],
 )
 def test_a_failed_restart_names_method_target_and_rc_never_a_secret(spec, ran, said):
-    msg = front.restart_failed_message(restart(spec), ran)
+    msg = restart(spec).failed_message(ran)
     assert msg.startswith("leaseguard: restarting app1 with method ")
     assert said in msg, msg
     assert "hunter2" not in msg
 
 
 def test_check_mode_reports_and_runs_nothing():
-    result = front.would_restart(restart(DOCKER))
+    result = restart(DOCKER).would_restart()
     assert result["changed"] is True
     assert result["restarted"]["cmd"] is None and result["restarted"]["rc"] is None
     assert result["msg"] == (
@@ -171,16 +165,14 @@ def test_check_mode_reports_and_runs_nothing():
     ("source", "needs_lookup"), [("docker", True), ("none", False), ("fixed", False)]
 )
 def test_a_checked_restart_needs_the_lookup_from_before(source, needs_lookup):
-    front.checked_restart(
-        restart(DOCKER, source), {"runtime_started_at": None}
-    )  # not running: fine
+    restart(DOCKER, source).check({"runtime_started_at": None})  # not running: fine
     if needs_lookup:
         with pytest.raises(ConfigError, match="`lookup`"):
-            front.checked_restart(restart(DOCKER, source), None)
+            restart(DOCKER, source).check(None)
     else:
-        front.checked_restart(restart(DOCKER, source), None)
+        restart(DOCKER, source).check(None)
     with pytest.raises(ConfigError, match="needs `unit`"):
-        front.checked_restart(restart(RestartSpec("systemd"), source), BEFORE)
+        restart(RestartSpec("systemd"), source).check(BEFORE)
 
 
 @pytest.mark.parametrize(
@@ -196,7 +188,7 @@ def test_a_restart_named_by_a_replica_filter_or_glob_is_refused(spec, needs):
     # `docker restart label=...` restarts nothing; one `systemctl restart` of a glob
     # restarts every replica at once with its stop budget written where systemd never looks.
     with pytest.raises(ConfigError, match=f"needs `{needs}` naming one container or unit"):
-        front.checked_restart(restart(spec, "docker"), BEFORE)
+        restart(spec, "docker").check(BEFORE)
 
 
 @pytest.mark.parametrize(
@@ -204,4 +196,4 @@ def test_a_restart_named_by_a_replica_filter_or_glob_is_refused(spec, needs):
     [RestartSpec("docker", container="worker-1"), RestartSpec("systemd", unit="worker@1.service")],
 )
 def test_one_named_replica_is_restarted(spec):
-    front.checked_restart(restart(spec, "docker"), BEFORE)
+    restart(spec, "docker").check(BEFORE)

@@ -9,7 +9,7 @@ from leaseguard.core.verdict import (
     LiveClaim,
     TaskTimeout,
     failure_result,
-    failure_timeline,
+    timeline_line,
 )
 from tests.support import verdicts
 
@@ -89,7 +89,7 @@ def test_an_assumed_timeout_is_said_so_in_the_timeline():
 
 
 def test_a_failed_check_has_its_own_timeline_line_and_never_says_proceed():
-    line = failure_timeline(CHECKED, "app1", DatabaseUnavailable("x"))
+    line = timeline_line(CHECKED, "app1", Decision.FAILED, "error=DatabaseUnavailable")
     assert line == (
         "2026-09-09T14:48:57Z leaseguard host=app1 decision=failed error=DatabaseUnavailable"
     )
@@ -103,4 +103,4 @@ def test_a_failure_result_says_failed_and_names_the_error_class():
         "error": {"type": "DatabaseUnavailable", "message": "database unreachable"},
     }
     assert failure_result(error, None, CHECKED)["checked_at"] == CHECKED.isoformat()
-    assert Decision.FAILED.value in failure_timeline(CHECKED, "app1", error)
+    assert failure_result(error, "app1")["decision"] == Decision.FAILED.value

@@ -13,14 +13,16 @@ from leaseguard.adapters import cron
 from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import HOLDS_LOCK, RESUME_HINT, read_records
 from leaseguard.core.budgets.config import BudgetConfig
-from leaseguard.core.budgets.planning import Action, BudgetPlan, JobPlan, plan_budgets
+from leaseguard.core.budgets.planning import Action, BudgetPlan, LiveJob, plan_budgets
 from leaseguard.core.errors import ConfigError, DatabaseUnavailable
 
 _HOLDS_HINT = "connect as the role that owns the jobs (pg_cron shows each role only its own)"
 # Serialises concurrent runs between reading cron.job and writing it ("lgcronbg").
 _ADVISORY_LOCK_KEY = 0x6C67_6372_6F6E_6267
-_SEES_ALL_JOBS = (
-    "SELECT rolsuper OR rolbypassrls, rolname FROM pg_catalog.pg_roles WHERE rolname = current_user"
+# Whether cron.job's row security hides other roles' jobs from us, and where we are.
+_WHO_WHERE = (
+    "SELECT rolsuper OR rolbypassrls, rolname, current_database() "
+    "FROM pg_catalog.pg_roles WHERE rolname = current_user"
 )
 
 
@@ -42,15 +44,12 @@ def converge_jobs(
             raise ConfigError("active: job names must be non-empty strings")
         if not isinstance(value, bool):
             raise ConfigError(f"active.{name} must be true or false")
-    wanted = dict(active or {})
-    plan = None
+    wanted, plan = dict(active or {}), None
     with path as conninfo:
         connect_to = partial(connect, conninfo, connect_timeout_s, writable=True)
         if declared is not None:
             plan = _converge(connect_to, declared, cron_database, on_drift, check_mode)
-            if plan.refusals:
-                return plan, None
-        if not wanted:
+        if not wanted or (plan is not None and plan.refusals):
             return plan, None
         # The flags, but a held job stays paused (it would claim beside a restart or migration);
         # under the holds' lock: a hold taken in between would be switched on.
@@ -103,31 +102,37 @@ def _converge(
             step.doing = "waiting for another leaseguard run on cron.job"
             conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_ADVISORY_LOCK_KEY,))
             step.doing = "reading cron.job"
-        row = conn.execute("SELECT current_database()").fetchone()
-        here = str(row[0]) if row else conn.info.dbname
+        row = conn.execute(_WHO_WHERE).fetchone()
+        here = str(row[2]) if row else conn.info.dbname
         target = replace(declared, database=declared.database or here)
-        live = cron.read_live_jobs(conn, [job.name for job in declared.jobs])
-        plan = plan_budgets(target, live, on_drift=on_drift)
-        row = conn.execute(_SEES_ALL_JOBS).fetchone()  # else cron.job's RLS hides others' jobs
+        rows = conn.execute(
+            "SELECT jobid, jobname, schedule, command, active, database "
+            "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
+            ([job.name for job in declared.jobs],),
+        )
+        plan = plan_budgets(target, [LiveJob(*live) for live in rows], on_drift=on_drift)
         plan = replace(plan, own_jobs_only=None if row is None or row[0] else str(row[1]))
         writing = not check and not plan.refusals
         for job in plan.jobs if writing else ():
             step.doing = f"writing pg_cron job {job.job.name}"
-            _write(conn, job, here)
+            new = (job.job.name, job.job.schedule, job.job.command)
+            if job.action is Action.CREATE and job.database in (None, here):
+                conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
+            elif job.action is Action.CREATE:
+                conn.execute(
+                    "SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database)
+                )
+            elif job.action is Action.UPDATE and job.live is not None:
+                # NULL leaves a field as it is: an unchanged command keeps its live spelling.
+                changed = set(job.changes)
+                conn.execute(
+                    "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
+                    "database := %s::text)",
+                    (
+                        job.live.jobid,
+                        job.job.schedule if "schedule" in changed else None,
+                        job.job.command if {"function", "budget"} & changed else None,
+                        job.database if "database" in changed else None,
+                    ),
+                )
     return replace(plan, applied=writing)
-
-
-def _write(conn: Connection, job: JobPlan, here: str) -> None:
-    """One job's write; every value a bind parameter."""
-    new = (job.job.name, job.job.schedule, job.job.command)
-    if job.action is Action.CREATE and job.database in (None, here):
-        conn.execute("SELECT cron.schedule(%s, %s, %s)", new)
-    elif job.action is Action.CREATE:
-        conn.execute("SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database))
-    elif job.action is Action.UPDATE and job.live is not None:
-        # NULL leaves a field as it is: an unchanged command keeps its live spelling.
-        conn.execute(
-            "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
-            "database := %s::text)",
-            (job.live.jobid, job.new_schedule, job.new_command, job.new_database),
-        )

@@ -12,8 +12,8 @@ from psycopg import sql
 from leaseguard.adapters.db import Connection
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
-from leaseguard.core.predicate import columns_query, owners_table, table_identifier
-from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS, Owners
+from leaseguard.core.predicate import table_identifier
+from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS
 
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
@@ -50,8 +50,10 @@ _LINEAGE = sql.SQL("""
     ),
 )
 # Always one row (oid NULL when no relation has the name): the server, the relation, whether
-# pg_locks is readable, row-level security (row_security_active(): PostgreSQL's answer), and
-# the schemas of tables (not parts of one) named like it elsewhere.
+# pg_locks is readable, row-level security (row_security_active(): PostgreSQL's answer), the
+# schemas of tables (not parts of one) named like it elsewhere, its columns and their types; the
+# status column's enum labels, NOT NULL, and a plain btree leading with the column ('column',
+# preferred) or `status::text` ('text') in the comparison's collation.
 _RELATION = sql.SQL("""
     SELECT r.oid, c.relkind::text, pg_catalog.pg_is_in_recovery(),
       (SELECT s.reset_val FROM pg_catalog.pg_settings AS s WHERE s.name = 'TimeZone'),
@@ -64,10 +66,31 @@ _RELATION = sql.SQL("""
        JOIN pg_catalog.pg_namespace AS n ON n.oid = o.relnamespace
        WHERE o.relname = c.relname AND o.oid <> c.oid AND o.relkind IN ('r', 'p', 'f')
          AND o.relpersistence <> 't'
-         AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = o.oid))
+         AND NOT EXISTS (SELECT FROM pg_catalog.pg_inherits AS i WHERE i.inhrelid = o.oid)),
+      ARRAY(SELECT ARRAY[f.attname::text, format_type(f.atttypid, f.atttypmod)]
+            FROM pg_attribute AS f
+            WHERE f.attrelid = c.oid AND f.attnum > 0 AND NOT f.attisdropped),
+      t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
+                             WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
+      a.attnotnull,
+      (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END FROM pg_index i
+       JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+       JOIN pg_opclass oc ON oc.oid = i.indclass[0]
+       WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
+         AND i.indisvalid AND i.indisready AND i.indpred IS NULL
+         AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
+              OR (i.indkey[0] = 0
+                  AND pg_get_indexdef(i.indexrelid, 1, false) = format('(%%I)::text', a.attname)
+                  AND i.indcollation[0] = CASE a.attcollation WHEN 0
+                      THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
+       ORDER BY i.indkey[0] = a.attnum DESC LIMIT 1),
+      t.oid
     FROM (SELECT to_regclass(%(relation)s)::oid AS oid) AS r
     LEFT JOIN pg_catalog.pg_class AS c ON c.oid = r.oid
-    LEFT JOIN pg_catalog.pg_namespace AS cn ON cn.oid = c.relnamespace""").format(
+    LEFT JOIN pg_catalog.pg_namespace AS cn ON cn.oid = c.relnamespace
+    LEFT JOIN pg_attribute AS a
+      ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
+    LEFT JOIN pg_type AS t ON t.oid = a.atttypid""").format(
     shows=_SHOWS_ALL.format(role=sql.SQL("current_user")), lineage=_LINEAGE
 )
 # The relation (and the owners' table, when named) and every relation each reads, through the
@@ -118,28 +141,6 @@ _VIEW_FUNCTIONS = sql.SQL("""
       ON p.oid = CASE WHEN d.refclassid = 'pg_catalog.pg_proc'::regclass THEN d.refobjid
                       ELSE o.oprcode::oid END
     ORDER BY 1""").format(rel=READ_RELATIONS)
-# The status column's enum labels, NOT NULL, type, and a plain btree leading with the column
-# ('column', preferred) or `status::text` ('text') in the comparison's collation.
-_STATUS_COLUMN = sql.SQL("""
-    SELECT t.typtype = 'e', ARRAY(SELECT e.enumlabel::text FROM pg_enum e
-                                  WHERE e.enumtypid = t.oid ORDER BY e.enumsortorder),
-      a.attnotnull,
-      (SELECT CASE WHEN i.indkey[0] = a.attnum THEN 'column' ELSE 'text' END FROM pg_index i
-       JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
-       JOIN pg_opclass oc ON oc.oid = i.indclass[0]
-       WHERE i.indrelid = c.oid AND am.amname = 'btree' AND oc.opcdefault
-         AND i.indisvalid AND i.indisready AND i.indpred IS NULL
-         AND ((i.indkey[0] = a.attnum AND i.indcollation[0] = a.attcollation)
-              OR (i.indkey[0] = 0
-                  AND pg_get_indexdef(i.indexrelid, 1, false) = format('(%%I)::text', a.attname)
-                  AND i.indcollation[0] = CASE a.attcollation WHEN 0
-                      THEN 'pg_catalog.default'::regcollation ELSE a.attcollation END))
-       ORDER BY i.indkey[0] = a.attnum DESC LIMIT 1),
-      t.oid
-    FROM pg_class c
-    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = %(column)s AND NOT a.attisdropped
-    JOIN pg_type t ON t.oid = a.atttypid
-    WHERE c.oid = to_regclass(%(relation)s)""")
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def standby_message(where: str) -> str:
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
     table, label = table_identifier(contract).as_string(conn), contract.table_label
-    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
+    params = {"relation": table, "column": contract.status_column}
+    relation = conn.execute(_RELATION, params).fetchone()
     assert relation is not None
     oid, kind, standby, zone, database, address, port, locks_readable = relation[:8]
     if standby:
@@ -195,9 +197,64 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     _check_lineage(relation[11:15], f"table {label}")
     _check_rows_visible(relation, label)
     if contract.relation_kind == "view":
-        _check_view(conn, table, label)
+        # Each relation the view reads is a table showing every row; it calls no function (which
+        # may read anything: a materialized view, another server).
+        reads = {"relation": table, "owners": None}
+        bases = conn.execute(_VIEW_BASES, reads).fetchall()
+        for base, base_kind, reader, limited, shows_all, *lineage, has_children, says_only in bases:
+            _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
+            if has_children and says_only:
+                raise SchemaMismatch(
+                    f"view {label} reads {base}, which has partitions or inheritance children, "
+                    "and says ONLY: the rows in them would be missed; read the table whole, "
+                    f"or name table {base} itself"
+                )
+            if base_kind not in TABLE_KINDS:
+                raise SchemaMismatch(
+                    f"view {label} reads {base}, {_kind_name(base_kind)}, whose rows may not be "
+                    "the live ones; judge a view only over tables"
+                )
+            if limited and not shows_all:
+                raise SchemaMismatch(
+                    f"view {label} reads table {base}, whose row-level security applies to "
+                    f"role {reader} (the view's owner or the guard's role), so the view could "
+                    "show only some of its rows and miss live work; let that role bypass it "
+                    f"or add a policy that shows it every row, or name table {base} itself"
+                )
+        if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, reads)]:
+            raise SchemaMismatch(
+                f"view {label} calls {', '.join(functions)}, which may read rows that are not "
+                "the live ones; judge a view only over tables, or name the table itself"
+            )
     if owners := OWNERS.get(contract.claim_rule):
-        _check_owners(conn, contract, owners, relation)
+        # The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead).
+        owned = table_identifier(contract, owners.table).as_string(conn)
+        owners_label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
+        row = conn.execute(_RELATION, {"relation": owned, "column": None}).fetchone()
+        what = f"table {owners_label} (the owners of the claims in {label})"
+        if row is None or row[0] is None:
+            raise SchemaMismatch(f"{what} does not exist (or is not visible)")
+        if row[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
+            raise SchemaMismatch(
+                f"{what} is {_kind_name(row[1])}, not the table the owners' heartbeats are "
+                "written to: a live owner could look gone and its claims dead; name that table"
+            )
+        if row[16] != relation[16]:  # no `schema`: the search_path found another schema's
+            raise SchemaMismatch(
+                f"{what} is found in schema {row[16]}, not in {relation[16]} beside the claims: "
+                f"another application's owners may be read; set schema: {relation[16]}"
+            )
+        _check_lineage(row[11:15], what)
+        _check_rows_visible(row, owners_label)
+        owner_types, beat = dict(row[19]), owners.heartbeat_column
+        needed = [c for c in ("id", owners.lock_type_column) if c]
+        beat_type = owner_types.get(beat, "")
+        if any(c not in owner_types for c in needed) or not _TIME_TYPE.fullmatch(beat_type):
+            raise SchemaMismatch(
+                f"table {owners_label} lacks {', '.join(needed)} or a timestamp column {beat}, "
+                f"which decide whether the owner of a claim in {label} is alive"
+            )
+        _check_instant(contract, beat, "the owners' heartbeat", owners_label, beat_type, str(zone))
     if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
@@ -205,7 +262,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             f"{label} are (advisory locks); GRANT SELECT ON pg_catalog.pg_locks TO "
             "<guard role> (and EXECUTE ON FUNCTION pg_catalog.pg_lock_status())"
         )
-    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
+    types = dict(relation[19])
     for key, column in contract.columns().items():
         if column not in types:
             raise SchemaMismatch(f"column {column} ({key}) does not exist in table {label}")
@@ -215,24 +272,15 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
             _check_instant(contract, instant, key, label, types[instant], str(zone))
     status_column = StatusColumn(enum_labels=None, not_null=True, index_key=None)
     if contract.has_status_column:
-        params = {"relation": table, "column": contract.status_column}
-        if (row := conn.execute(_STATUS_COLUMN, params).fetchone()) is None:  # gone since read
-            raise SchemaMismatch(
-                f"column {contract.status_column} (status_column) does not exist in table {label}"
-            )
-        is_enum, labels, not_null, index_key, type_oid = row
+        is_enum, labels, not_null, index_key, type_oid = relation[20:]
         for key in ("claimed_statuses", "queued_statuses", "finished_statuses") if is_enum else ():
             if missing := [s for s in getattr(contract, key) or () if s not in labels]:
                 raise ConfigError(  # a configured status its enum cannot hold: a usage error
                     f"{key} names {_shown(missing)}, not a label of the enum type of column "
                     f"{contract.status_column} in table {label} (its labels: {_shown(labels)})"
                 )
-        status_column = StatusColumn(
-            tuple(str(label) for label in labels) if is_enum else None,
-            bool(not_null),
-            index_key if isinstance(index_key, str) else None,
-            int(str(type_oid)) if is_enum else None,
-        )
+        enum = tuple(labels) if is_enum else None
+        status_column = StatusColumn(enum, not_null, index_key, type_oid if is_enum else None)
     # No `schema`: the application's search_path (another role's, "$user") may find a namesake.
     if contract.schema is None and relation[18] is not None:
         raise SchemaMismatch(
@@ -290,39 +338,6 @@ def _check_lineage(lineage: tuple[Any, ...], what: str) -> None:
         )
 
 
-def _check_view(conn: Connection, relation: str, label: str) -> None:
-    """Each relation the view reads is a table showing every row; it calls no function (which may
-    read anything: a materialized view, another server)."""
-    params = {"relation": relation, "owners": None}
-    for base, kind, reader, limited, shows_all, *lineage, has_children, says_only in conn.execute(
-        _VIEW_BASES, params
-    ).fetchall():
-        _check_lineage(tuple(lineage), f"view {label} reads {base}, which")
-        if has_children and says_only:
-            raise SchemaMismatch(
-                f"view {label} reads {base}, which has partitions or inheritance children, "
-                "and says ONLY: the rows in them would be missed; read the table whole, "
-                f"or name table {base} itself"
-            )
-        if kind not in TABLE_KINDS:
-            raise SchemaMismatch(
-                f"view {label} reads {base}, {_kind_name(kind)}, whose rows may not be the live "
-                "ones; judge a view only over tables"
-            )
-        if limited and not shows_all:
-            raise SchemaMismatch(
-                f"view {label} reads table {base}, whose row-level security applies to "
-                f"role {reader} (the view's owner or the guard's role), so the view could "
-                "show only some of its rows and miss live work; let that role bypass it "
-                f"or add a policy that shows it every row, or name table {base} itself"
-            )
-    if functions := [str(f) for (f,) in conn.execute(_VIEW_FUNCTIONS, params)]:
-        raise SchemaMismatch(
-            f"view {label} calls {', '.join(functions)}, which may read rows that are not the "
-            "live ones; judge a view only over tables, or name the table itself"
-        )
-
-
 def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
     """Fail when row-level security would hide rows (live work) from the guard's role."""
     active, owns, shows_all = relation[8:11]
@@ -335,37 +350,6 @@ def _check_rows_visible(relation: tuple[Any, ...], label: str) -> None:
         "a policy that shows it every row (CREATE POLICY leaseguard_read ON "
         f"{label} FOR SELECT TO <guard role> USING (true))"
     )
-
-
-def _check_owners(conn: Connection, contract: Contract, owners: Owners, claims: Any) -> None:
-    """The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead)."""
-    table = owners_table(contract, owners).as_string(conn)
-    label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-    relation = conn.execute(_RELATION, {"relation": table}).fetchone()
-    what = f"table {label} (the owners of the claims in {contract.table_label})"
-    if relation is None or relation[0] is None:
-        raise SchemaMismatch(f"{what} does not exist (or is not visible)")
-    if relation[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
-        raise SchemaMismatch(
-            f"{what} is {_kind_name(relation[1])}, not the table the owners' heartbeats are "
-            "written to: a live owner could look gone and its claims dead; name that table"
-        )
-    if relation[16] != claims[16]:  # no `schema`: the search_path found another schema's
-        raise SchemaMismatch(
-            f"{what} is found in schema {relation[16]}, not in {claims[16]} beside the claims: "
-            f"another application's owners may be read; set schema: {claims[16]}"
-        )
-    _check_lineage(relation[11:15], what)
-    _check_rows_visible(relation, label)
-    types = {str(n): str(t) for n, t in conn.execute(columns_query(), {"relation": table})}
-    beat = owners.heartbeat_column
-    needed = [c for c in ("id", owners.lock_type_column) if c]
-    if any(c not in types for c in needed) or not _TIME_TYPE.fullmatch(types.get(beat, "")):
-        raise SchemaMismatch(
-            f"table {label} lacks {', '.join(needed)} or a timestamp column {beat}, which "
-            f"decide whether the owner of a claim in {contract.table_label} is alive"
-        )
-    _check_instant(contract, beat, "the owners' heartbeat", label, types[beat], str(claims[3]))
 
 
 def quoted_status(value: object) -> str:

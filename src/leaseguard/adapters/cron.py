@@ -1,4 +1,4 @@
-"""pg_cron's cron.job: rows, the one time-boxed transaction, active flags."""
+"""pg_cron's cron.job: the one time-boxed transaction, and switching active flags."""
 
 from __future__ import annotations
 
@@ -10,24 +10,11 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from leaseguard.adapters.db import Connection, set_local_limits
-from leaseguard.core.budgets import LiveJob
 from leaseguard.core.errors import DatabaseError, DatabaseUnavailable, SchemaMismatch
 
 # Our own session's limits while reading and writing cron.job.
 STATEMENT_TIMEOUT_MS = 5000
 LOCK_TIMEOUT_MS = 2000
-
-
-def read_live_jobs(conn: Connection, names: Sequence[str]) -> list[LiveJob]:
-    """The cron.job rows named `names` (raw psycopg errors: run it in `cron_transaction`)."""
-    rows = conn.execute(
-        "SELECT jobid, jobname, schedule, command, active, database "
-        "FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
-        (list(names),),
-    )
-    return [
-        LiveJob(int(j), str(n), str(s), str(c), bool(a), d and str(d)) for j, n, s, c, a, d in rows
-    ]
 
 
 @dataclass
@@ -49,43 +36,36 @@ def cron_transaction(
                 conn, statement_timeout=STATEMENT_TIMEOUT_MS, lock_timeout=LOCK_TIMEOUT_MS
             )
             yield step
-    except pg_errors.QueryCanceled:
-        raise DatabaseError(
-            f"{step.doing} in database {db} exceeded statement_timeout="
-            f"{STATEMENT_TIMEOUT_MS}ms (QueryCanceled, SQLSTATE 57014); nothing was changed"
-        ) from None
-    except pg_errors.LockNotAvailable:
-        raise DatabaseError(
-            f"{step.doing} in database {db}: lock not available within {LOCK_TIMEOUT_MS}ms "
-            "(LockNotAvailable, SQLSTATE 55P03); nothing was changed"
-        ) from None
-    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
-        raise SchemaMismatch(
-            f"pg_cron's cron.job is not usable in database {db}: connect to the database "
-            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-        ) from None
-    except pg_errors.InsufficientPrivilege:
-        raise DatabaseError(
-            f"{step.doing} in database {db}: permission denied (InsufficientPrivilege, "
-            f"SQLSTATE 42501); {privilege_hint}; nothing was changed"
-        ) from None
-    except pg_errors.InvalidParameterValue:
-        raise DatabaseError(
-            f"pg_cron refused {step.doing} in database {db} (InvalidParameterValue, SQLSTATE "
-            "22023), most likely a schedule this pg_cron version does not accept; "
-            "nothing was changed"
-        ) from None
-    except psycopg.OperationalError as exc:
-        raise DatabaseUnavailable(
-            f"connection lost while {step.doing} in database {db} ({type(exc).__name__}); "
-            "the transaction was not committed"
-        ) from None
     except psycopg.Error as exc:
-        state = getattr(exc, "sqlstate", None) or "none"
-        raise DatabaseError(
-            f"{step.doing} in database {db} failed ({type(exc).__name__}, SQLSTATE {state}); "
-            "nothing was changed"
-        ) from None
+        at = f"{step.doing} in database {db}"
+        named = f"({type(exc).__name__}, SQLSTATE {exc.sqlstate or 'none'})"
+        if isinstance(exc, pg_errors.QueryCanceled):  # an OperationalError too: first
+            why = f"{at} exceeded statement_timeout={STATEMENT_TIMEOUT_MS}ms {named}"
+        elif isinstance(exc, pg_errors.LockNotAvailable):
+            why = f"{at}: lock not available within {LOCK_TIMEOUT_MS}ms {named}"
+        elif isinstance(
+            exc,
+            pg_errors.UndefinedTable | pg_errors.InvalidSchemaName | pg_errors.UndefinedFunction,
+        ):
+            raise SchemaMismatch(
+                f"pg_cron's cron.job is not usable in database {db}: connect to the database "
+                "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
+            ) from None
+        elif isinstance(exc, pg_errors.InsufficientPrivilege):
+            why = f"{at}: permission denied {named}; {privilege_hint}"
+        elif isinstance(exc, pg_errors.InvalidParameterValue):
+            why = (
+                f"pg_cron refused {at} {named}, most likely a schedule this pg_cron version "
+                "does not accept"
+            )
+        elif isinstance(exc, psycopg.OperationalError):
+            raise DatabaseUnavailable(
+                f"connection lost while {at} ({type(exc).__name__}); "
+                "the transaction was not committed"
+            ) from None
+        else:
+            why = f"{at} failed {named}"
+        raise DatabaseError(f"{why}; nothing was changed") from None
 
 
 @dataclass(frozen=True)
@@ -140,17 +120,20 @@ class ActivePlan:
 
 def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveChange]:
     """Each wanted job's change; a name several jobs share is refused (which one to switch?)."""
-    live = read_live_jobs(conn, list(wanted))
+    live = conn.execute(
+        "SELECT jobid, jobname, active FROM cron.job WHERE jobname = ANY(%s) ORDER BY jobid",
+        (list(wanted),),
+    ).fetchall()
     changes = []
     for name, active in wanted.items():
-        rows = [row for row in live if row.name == name]
+        rows = [(jobid, on) for jobid, job, on in live if job == name]
         if len(rows) > 1:
-            ids = ", ".join(str(row.jobid) for row in rows)
+            ids = ", ".join(str(jobid) for jobid, _ in rows)
             raise DatabaseError(
                 f"{len(rows)} pg_cron jobs share the name {name} (jobids {ids}); "
                 "refusing to guess which to switch; nothing was changed"
             )
-        jobid, before = (rows[0].jobid, rows[0].active) if rows else (None, None)
+        jobid, before = rows[0] if rows else (None, None)
         changes.append(ActiveChange(name, active, jobid, before))
     return changes
 

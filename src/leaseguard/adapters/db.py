@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
@@ -21,7 +20,6 @@ from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, GuardQueryFailed, SchemaMismatch
 from leaseguard.core.fleet import ClockOffset, controller_offset
 
-log = logging.getLogger("leaseguard.db")
 Connection = psycopg.Connection[tuple[Any, ...]]  # psycopg's TupleRow
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 APPLICATION_NAME = "leaseguard"
@@ -138,20 +136,6 @@ def here_minus_database(conn: Connection, contract: Contract) -> ClockOffset:
             "SELECT extract(epoch FROM pg_catalog.clock_timestamp())::float8"
         ).fetchone()
     return controller_offset(float(row[0]), before, time.time())
-
-
-def end_left_behind(conn: psycopg.Connection[Any], pid: int) -> None:
-    """End the lost connection's idle backend `pid` (a partition leaves it for hours); advisory."""
-    try:
-        with read_transaction(conn):
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s "
-                "AND pid <> pg_backend_pid() AND application_name = %s AND usename = current_user "
-                "AND state IN ('idle', 'idle in transaction')",
-                (pid, APPLICATION_NAME),
-            )
-    except psycopg.Error as exc:
-        log.debug("left-behind backend %d not ended (%s)", pid, type(exc).__name__)
 
 
 @contextmanager

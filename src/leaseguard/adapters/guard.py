@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from psycopg import sql
@@ -65,16 +65,20 @@ class Subject:
     warnings: tuple[str, ...] = ()
 
     def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
-        """(lease seconds, orphan cut-off in the database clock), as the query binds them."""
-        started, tolerance_s = self.runtime_started_at, None
+        """(lease seconds, orphan cut-off in the database clock: claims before it are orphans;
+        None: start unknown), as the query binds them."""
+        started, tolerance = self.runtime_started_at, contract.clock_skew_s
         if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
-            started = fleet.in_database_clock(started, self.clock_offset.offset_s)
-            tolerance_s = self.clock_offset.tolerance_s(contract.clock_skew_s)
-        return self.lease_s, predicate.orphan_cutoff(contract, started, tolerance_s)
-
-
-class _Rewritten(errors.GuardQueryFailed):
-    """A table read was rewritten after the snapshot: its rows read as none (not MVCC-safe)."""
+            started = self.clock_offset.in_database_clock(started)
+            tolerance = self.clock_offset.tolerance_s(contract.clock_skew_s)
+        if started is None:
+            return self.lease_s, None
+        try:
+            return self.lease_s, started - timedelta(seconds=tolerance)
+        except OverflowError:
+            raise errors.ConfigError(
+                f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
+            ) from None
 
 
 def judge_subjects(
@@ -87,83 +91,73 @@ def judge_subjects(
 ) -> tuple[list[Verdict], catalog.StatusColumn]:
     """Every subject's verdict from one snapshot, and the status column (given: no pre-flight);
     judged again, once, in a new snapshot (pre-flight too) when a table was rewritten under it."""
-    for column in (status_column, None):
-        try:
-            return _judge_once(conn, contract, subjects, as_of, column)
-        except _Rewritten as exc:
-            rewritten = exc
-    raise errors.GuardQueryFailed(str(rewritten)) from None  # the class every front names
-
-
-def _judge_once(
-    conn: Connection,
-    contract: Contract,
-    subjects: Sequence[Subject],
-    as_of: datetime | None,
-    status_column: catalog.StatusColumn | None,
-) -> tuple[list[Verdict], catalog.StatusColumn]:
     bounds = [s.bound(contract) for s in subjects]
     params = predicate.subjects_params(contract, bounds, as_of=as_of)
-    sent_at = time.time()
-    try:
-        with guard_transaction(conn, contract) as cur:
-            if status_column is None:
-                status_column = catalog.verify_schema(conn, contract)
-            # The counts first: they say whether the server is a standby, named before all.
-            rows = cur.execute(predicate.counts_query(contract), params).fetchall()
-            assert rows and cur.description is not None
-            checked_at = rows[0][0]
-            if rows[0][1]:
-                raise errors.NotPrimary(catalog.standby_message("the guard's connection"))
-            now = as_of or checked_at
-            for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
-                if cutoff is not None and cutoff > now:  # every claim would look orphaned
-                    raise errors.LookupFailed(
-                        f"host {subject.host or '-'}: the runtime's start time "
-                        f"({subject.runtime_started_at}) is after the database's clock now "
-                        f"({now:%Y-%m-%d %H:%M:%S%z}): every claim would look orphaned by a "
-                        "restart that has not happened, so nothing is judged; fix that host's "
-                        "clock (NTP) or the start time given (runtime.started_at, "
-                        "--runtime-started-at, --host-facts)"
-                    )
-            names = [column.name for column in cur.description[3:]]
-            counts = [
-                Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)}) for r in rows
-            ]
-            here: tuple[str, ...] = ()
-            if as_of is None:  # now() ran between these two instants of this machine's clock
-                taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
-                here = fleet.controller_warning(taken)
-            check_statuses(cur, contract, status_column)
-            # Only when something is live: a backlog can hold far more rows than workers.
-            live: dict[int, list[LiveClaim]] = {}
-            if any(c.live for c in counts):
-                listed: Any = cur.execute(predicate.live_claims_query(contract), params).fetchall()
-                for n, row_id, claimed, expires, left, never, null in listed:
-                    left_s = None if left is None else float(left)
-                    claim = LiveClaim(
-                        str(row_id), claimed, expires, left_s, bool(never), bool(null)
-                    )
-                    live.setdefault(int(str(n)), []).append(claim)
-            # The locks of the reads held: was a table read rewritten since the snapshot?
-            owners = OWNERS.get(contract.claim_rule)
-            table = predicate.table_identifier(contract).as_string(cur)
-            owned = predicate.owners_table(contract, owners).as_string(cur) if owners else None
-            row = cur.execute(_REWRITTEN, {"relation": table, "owners": owned}).fetchone()
-            if row is not None and row[0] is not None:
-                raise _Rewritten(
-                    f"table {row[0]} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed "
-                    "copy) while the guard read it, twice in a row: a read begun before a rewrite "
-                    "sees the table empty, so nothing is judged; run the guard again once the "
-                    "migration is over"
-                )
-    except errors.SchemaMismatch:
-        if status_column is None:
+    for column in (status_column, None):
+        sent_at = time.time()
+        try:
+            with guard_transaction(conn, contract) as cur:
+                if column is None:
+                    column = catalog.verify_schema(conn, contract)
+                # The counts first: they say whether the server is a standby, named before all.
+                rows = cur.execute(predicate.counts_query(contract), params).fetchall()
+                assert rows and cur.description is not None
+                checked_at = rows[0][0]
+                if rows[0][1]:
+                    raise errors.NotPrimary(catalog.standby_message("the guard's connection"))
+                now = as_of or checked_at
+                for subject, (_, cutoff) in zip(subjects, bounds, strict=True):
+                    if cutoff is not None and cutoff > now:  # every claim would look orphaned
+                        raise errors.LookupFailed(
+                            f"host {subject.host or '-'}: the runtime's start time "
+                            f"({subject.runtime_started_at}) is after the database's clock now "
+                            f"({now:%Y-%m-%d %H:%M:%S%z}): every claim would look orphaned by a "
+                            "restart that has not happened, so nothing is judged; fix that host's "
+                            "clock (NTP) or the start time given (runtime.started_at, "
+                            "--runtime-started-at, --host-facts)"
+                        )
+                names = [d.name for d in cur.description[3:]]
+                counts = [
+                    Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)})
+                    for r in rows
+                ]
+                here: tuple[str, ...] = ()
+                if as_of is None:  # now() ran between these two instants of this machine's clock
+                    taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
+                    here = taken.controller_warning()
+                check_statuses(cur, contract, column)
+                # Only when something is live: a backlog can hold far more rows than workers.
+                live: dict[int, list[LiveClaim]] = {}
+                if any(c.live for c in counts):
+                    listed: Any = cur.execute(predicate.live_claims_query(contract), params)
+                    for n, row_id, claimed, expires, left, never, null in listed.fetchall():
+                        left_s = None if left is None else float(left)
+                        claim = LiveClaim(
+                            str(row_id), claimed, expires, left_s, bool(never), bool(null)
+                        )
+                        live.setdefault(int(str(n)), []).append(claim)
+                # The locks of the reads held: was a table read rewritten since the snapshot?
+                owners = OWNERS.get(contract.claim_rule)
+                table = predicate.table_identifier(contract).as_string(cur)
+                owned = owners and predicate.table_identifier(contract, owners.table).as_string(cur)
+                row = cur.execute(_REWRITTEN, {"relation": table, "owners": owned}).fetchone()
+                rewritten = None if row is None else row[0]
+        except errors.SchemaMismatch:
+            if column is None:
+                raise
+            # The pre-flight was skipped: let it name the table or column that vanished.
+            with guard_transaction(conn, contract):
+                catalog.verify_schema(conn, contract)
             raise
-        # The pre-flight was skipped: let it name the table or column that vanished.
-        with guard_transaction(conn, contract):
-            catalog.verify_schema(conn, contract)
-        raise
+        if rewritten is None:
+            break
+    else:  # the table rewritten under both snapshots: the class every front names
+        raise errors.GuardQueryFailed(
+            f"table {rewritten} was rewritten or replaced (ALTER TABLE, TRUNCATE, a renamed "
+            "copy) while the guard read it, twice in a row: a read begun before a rewrite "
+            "sees the table empty, so nothing is judged; run the guard again once the "
+            "migration is over"
+        )
     verdicts = []
     for n, subject in enumerate(subjects):
         claims, offset = tuple(live.get(n + 1, ())), subject.clock_offset
@@ -207,7 +201,7 @@ def _judge_once(
                 wait_upper_bound_known=not never and (lease_s is not None or not unbounded),
             )
         )
-    return verdicts, status_column
+    return verdicts, column
 
 
 def _ids(ids: list[str]) -> str:

@@ -11,6 +11,7 @@ from psycopg import sql
 
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.db import Connection, read_transaction, set_local_limits
+from leaseguard.adapters.guard import Subject
 from leaseguard.core import predicate, presets
 from leaseguard.core.config_values import MAX_IDENTIFIER_BYTES
 from leaseguard.core.contract import Contract
@@ -141,7 +142,7 @@ def index_advice(conn: Connection, contract: Contract) -> list[str]:
         return [INDEX_COMMENT, recommended_index_sql(contract)]
     parent = index_name(contract.table)
     only = sql.SQL("ONLY {}").format(predicate.table_identifier(contract))
-    parent_name = sql.Identifier(*filter(None, [contract.schema, parent]))
+    parent_name = predicate.table_identifier(contract, parent)
     attach = sql.SQL("ALTER INDEX {} ATTACH PARTITION {};")
     steps = [
         "-- leaseguard: partitioned table; CREATE INDEX CONCURRENTLY is refused on the parent, "
@@ -175,9 +176,8 @@ def advisory_plan_warning(
                 rows = float(on_disk // 100)  # ~100 bytes a row: for the message only
             else:
                 return None
-            params = predicate.predicate_params(
-                contract, lease_s=verdict.lease_s, runtime_started_at=verdict.runtime_started_at
-            )
+            judged = Subject(None, None, verdict.lease_s, verdict.runtime_started_at)
+            params = predicate.subjects_params(contract, [judged.bound(contract)])
             explain = sql.SQL("EXPLAIN (FORMAT JSON) ") + predicate.counts_query(contract)
             row = conn.execute(explain, params).fetchone()
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:

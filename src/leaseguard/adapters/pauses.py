@@ -43,6 +43,9 @@ SELECT count(*) FROM cron.job_run_details d WHERE d.jobid = ANY(%s)
   AND ((d.status IN ('starting', 'running') AND coalesce(d.job_pid, 0) = 0)
        OR EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a WHERE a.pid = d.job_pid
                   AND a.backend_start <= coalesce(d.start_time, now()) + interval '1 minute'))"""
+# Nothing recorded: nothing held, unless this role cannot see the jobs (pg_cron's rule).
+_SEES_JOBS = """SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
+       OR EXISTS (SELECT 1 FROM cron.job)"""
 RESUME_HINT = (
     "`leaseguard resume --cron-database <db>` (same connection options as the drain), "
     "`fab -H <host> resume`, or `ansible-playbook leaseguard.deploy.resume`"
@@ -76,13 +79,11 @@ class PauseRecord:
 
     def holder_alive(self) -> str | None:
         """Why this hold must be kept (its holder runs, or cannot be checked); None: gone."""
-        if not self.pid:
-            return None  # recorded without a holder: nothing to check
-        if self.host != socket.gethostname():
+        if self.pid and self.host != socket.gethostname():
             return f"its holder runs on {self.host or 'another machine'}, which cannot be checked"
-        if not process_alive(self.pid, self.started or None):
-            return None  # gone, or its pid reused
-        return f"its holder (pid {self.pid}) is still running"
+        if self.pid and process_alive(self.pid, self.started or None):  # not a reused pid
+            return f"its holder (pid {self.pid}) is still running"
+        return None  # recorded without a holder, or gone
 
 
 @dataclass(frozen=True)
@@ -191,26 +192,44 @@ def release_hold(conn: Connection, hold: Hold) -> Release:
 
 def resume_recorded(
     conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
-) -> tuple[list[PauseRecord], cron.ActivePlan | None, list[tuple[PauseRecord, str]]]:
-    """Give back the holds (on `jobs`) whose holder is gone (all if `force`), and name the kept."""
+) -> dict[str, Any]:
+    """Give back the holds (on `jobs`) whose holder is gone (all if `force`): what `resume` did."""
+    changes: list[cron.ActiveChange] = []
     with _holds_transaction(conn) as step:
         records, kept = resumable(read_records(conn), jobs, force=force)
+        if not records and not kept and conn.execute(_SEES_JOBS).fetchone() != (True,):
+            raise DatabaseError(
+                f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+                "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+                "intake is still held: run resume as the jobs' owner (--cron-user, "
+                "drain.cron_user, leaseguard_cron_user)"
+            )
         for record in records if force else ():
             if why := record.holder_alive():
                 log.warning(
                     "resume --force: giving back %s's hold on %s (%s)", record.by, record.job, why
                 )
-        if not records:
-            return [], None, kept
-        step.doing = "deleting the hold records"
-        _forget(conn, [_record_name(r.job, r.token) for r in records])
-        free = sorted({r.job for r in records} - {r.job for r, _ in kept})
-        # A job deleted and re-created under the held name since is not the one held: untouched.
-        ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
-        changes = cron.plan_changes(conn, dict.fromkeys(free, True))
-        changes = [c for c in changes if not c.exists or not ids[c.job] or c.jobid in ids[c.job]]
-        cron.apply_changes(conn, step, changes)
-    return records, cron.ActivePlan(tuple(changes)), kept
+        free = {r.job for r in records} - {r.job for r, _ in kept}
+        if records:
+            step.doing = "deleting the hold records"
+            _forget(conn, [_record_name(r.job, r.token) for r in records])
+            # A job deleted and re-created under the held name since is not the one held: untouched.
+            ids = {r.job: {x.jobid for x in records if x.job == r.job} - {0} for r in records}
+            changes = cron.plan_changes(conn, dict.fromkeys(sorted(free), True))
+            changes = [
+                c for c in changes if not c.exists or not ids[c.job] or c.jobid in ids[c.job]
+            ]
+            cron.apply_changes(conn, step, changes)
+    return {
+        "records": [record.as_dict() for record in records],
+        "resumed": [c.job for c in changes if c.changed],
+        "already_active": [c.job for c in changes if c.exists and not c.changed],
+        "missing": [c.job for c in changes if not c.exists],
+        "kept": [{**record.as_dict(), "reason": why} for record, why in kept],
+        "role": conn.info.user,  # what it could see
+        "database": conn.info.dbname,
+        "replaced": sorted(free - {c.job for c in changes}),  # deleted and re-created since
+    }
 
 
 def resumable(

@@ -343,19 +343,19 @@ def restart_runtime(
     check_mode: bool = False,
 ) -> dict[str, Any]:
     """runtime_restart's result: restart, then read the start time every POLL_S until it moves."""
-    restart.checked_restart(spec, lookup)
+    spec.check(lookup)
     if check_mode:
-        return restart.would_restart(spec)
-    argv, ran = restart.restart_argv(spec), Answers()
+        return spec.would_restart()
+    argv, ran = spec.argv, Answers()
     if spec.verifies and not getattr(runner, "becomes", False):
         ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
     done = ran[argv] if argv in ran else runner.run(list(argv))
-    result = restart.restart_result(spec, argv, done.exit_code)
+    result = spec.result(argv, done.exit_code)
     if done.exit_code != 0:
-        return {**result, "failed": True, "msg": restart.restart_failed_message(spec, done)}
+        return {**result, "failed": True, "msg": spec.failed_message(done)}
     before = restart.start_of(lookup)
     if not spec.verifies:
-        return {**result, "before": before, "msg": restart.restarted_message(spec, before, None)}
+        return {**result, "before": before, "msg": spec.restarted_message(before, None)}
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
@@ -369,6 +369,5 @@ def restart_runtime(
         ran = {}
     result.update(before=before, after=restart.start_of(started))
     if moved:
-        return {**result, "msg": restart.restarted_message(spec, before, result["after"])}
-    message = restart.not_moved_message(spec, before, started, error)
-    return {**result, "failed": True, "msg": message}
+        return {**result, "msg": spec.restarted_message(before, result["after"])}
+    return {**result, "failed": True, "msg": spec.not_moved_message(before, started, error)}

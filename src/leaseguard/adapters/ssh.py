@@ -230,7 +230,8 @@ class DatabaseTunnel:
 
     def close(self) -> None:
         """Stop accepting, cut() and wait for the threads."""
-        _shutdown(self._listener)  # wakes the accept() in flight (close alone would not)
+        with suppress(OSError):  # wakes the accept() in flight (close alone would not)
+            self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()
         self.cut()
         with self._lock:
@@ -241,8 +242,9 @@ class DatabaseTunnel:
     def cut(self) -> None:
         """End every forwarded connection and the SSH connection; ensure() reconnects."""
         with self._lock:
-            for sock in self._open:
-                _shutdown(sock)
+            for sock in self._open:  # wakes the thread blocked on it
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
         transport = self.connection.client.get_transport()
         if transport is not None:
             transport.close()
@@ -330,8 +332,3 @@ class DatabaseTunnel:
                 f"host {self.host}: the SSH connection did not open a channel to "
                 f"{self.target} ({type(exc).__name__})"
             ) from None
-
-
-def _shutdown(sock: socket.socket) -> None:  # wakes a thread blocked on it
-    with suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)

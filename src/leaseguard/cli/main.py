@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import json
 import os
@@ -25,8 +26,7 @@ Judge whether work is in flight by the protected system's own claim lease
 guessed activity window. Exit status: 0 proceed, 75 defer, 1 check failed, 2 usage.
 """
 
-# Every subcommand's help, in --help order; MODULES: the leaseguard.cli module (else this one) of
-# its add_<command>_command, imported only when the command is named (`--help` loads no psycopg).
+# Each subcommand's help, in --help order; its add_/run_ functions: here, else in cli.commands.
 COMMANDS = {
     "check": "judge the table once and exit 0 (proceed), 75 (defer) or 1 (failed)",
     "drain": "pause intake, wait until no live lease remains (bounded by the lease), resume",
@@ -36,8 +36,8 @@ COMMANDS = {
     "index-sql": "print the index that keeps the guard's checks flat (no database needed)",
     "status": "print a drain's status file (written with drain --status-file)",
 }
-MODULES = {"drain": "drain", "resume": "drain", "status": "drain", "budgets": "budgets"}
-MODULES |= {"index-sql": "contract"}
+CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
+DSN_HELP = "libpq connection string; default $LEASEGUARD_DSN, else the PG* variables and ~/.pgpass"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -89,8 +89,6 @@ class Parser(argparse.ArgumentParser):
 
 
 def _did_you_mean(word: str, known: Sequence[str]) -> str:
-    import difflib
-
     close = difflib.get_close_matches(str(word), known, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -103,8 +101,11 @@ def build_parser(in_full: Container[str] | None = None) -> argparse.ArgumentPars
     for name, help_line in COMMANDS.items():
         command = commands.add_parser(name, help=help_line)
         if in_full is None or name in in_full:
-            module = importlib.import_module(f"leaseguard.cli.{MODULES.get(name, 'main')}")
-            getattr(module, f"add_{name.replace('-', '_')}_command")(command)
+            home = "main" if name in ("check", "status") else "commands"
+            module = importlib.import_module(f"leaseguard.cli.{home}")
+            snake = name.replace("-", "_")
+            getattr(module, f"add_{snake}_command")(command)
+            command.set_defaults(handler=getattr(module, f"run_{snake}"))
     return parser
 
 
@@ -112,10 +113,6 @@ def add_check_command(parser: argparse.ArgumentParser) -> None:
     parser.description = "Judge every claimed or queued row once. " + DESCRIPTION
     add_contract_options(parser)
     add_cron_database_option(parser)
-    parser.set_defaults(handler=run_check)
-
-
-CRON_DATABASE_HELP = "database holding pg_cron's cron.job (default: the DSN's)"
 
 
 def add_cron_database_option(parser: Any) -> None:
@@ -131,8 +128,6 @@ def add_cron_database_option(parser: Any) -> None:
 
 def add_contract_options(parser: argparse.ArgumentParser) -> None:
     """The options of a command judging the table: the contract, the DSN, the host's facts."""
-    from leaseguard.cli.contract import add_config_option, add_table_options
-
     add_config_option(parser.add_argument_group("connection"))
     add_table_options(parser)
     facts = parser.add_argument_group("facts about the host (instead of looking them up)")
@@ -167,6 +162,122 @@ def add_contract_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def number_arg(text: str) -> float:
+    """A flag's number in ASCII digits; the error never repeats the value (argparse's would)."""
+    from leaseguard.core.config_values import NOT_ASCII
+    from leaseguard.core.lookups import is_decimal_text
+
+    if not is_decimal_text(text):
+        raise argparse.ArgumentTypeError(NOT_ASCII)
+    return float(text)
+
+
+SECONDS: dict[str, Any] = {"type": number_arg, "metavar": "N"}  # a number of seconds
+
+
+def add_config_option(container: Any, dsn_help: str = DSN_HELP, config_help: str = "") -> None:
+    """--config and --dsn, on a parser or an argument group."""
+    config_help = config_help or (
+        "YAML file with the contract keys (top level or under 'leaseguard:'); flags override it"
+    )
+    container.add_argument("--config", metavar="FILE", help=config_help)
+    container.add_argument("--dsn", help=dsn_help)
+
+
+def add_table_options(parser: argparse.ArgumentParser) -> None:
+    """Where the work is and what a lease is; each flag's dest is its contract key."""
+    from leaseguard.core.contract import RELATION_KINDS
+    from leaseguard.core.presets import PRESETS
+
+    table = parser.add_argument_group("contract (where the work is and what a lease is)")
+    table.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="a job queue's stock schema and liveness rule (docs/queues.md); "
+        "every other option overrides it",
+    )
+    table.add_argument("--table", help="table holding the work rows (default execution_runs)")
+    table.add_argument(
+        "--schema",
+        help="schema of --table: the table is named schema.table, never looked up through "
+        "search_path (default: search_path finds it)",
+    )
+    table.add_argument(
+        "--relation-kind",
+        choices=RELATION_KINDS,
+        help="what --table is: a table (default) or, on purpose, a view over the tables that "
+        "hold the rows (materialized views are never accepted)",
+    )
+    table.add_argument("--id-column", help="column identifying a row in reports (default id)")
+    table.add_argument("--status-column", help="column holding the row's status (default status)")
+    statuses = {  # each list's nargs (the queued and finished lists may be given empty), help
+        "claimed": ("+", "status(es) meaning a worker holds the row (default running)"),
+        "queued": (
+            "*",
+            "status(es) meaning nobody holds it yet, never protected "
+            "(default open; give the flag alone for none)",
+        ),
+        "finished": (
+            "*",
+            "status(es) of rows nobody will run again (default done failed; give the flag "
+            "alone for none). A status in none of the three lists fails the check",
+        ),
+    }
+    listing: dict[str, Any] = {"action": "extend", "metavar": "S"}
+    for kind, (nargs, what) in statuses.items():
+        table.add_argument(
+            f"--{kind}-status", dest=f"{kind}_statuses", nargs=nargs, help=what, **listing
+        )
+    table.add_argument(
+        "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
+    )
+    table.add_argument(
+        "--lease-multiplier",
+        dest="lease.multiplier",
+        type=number_arg,
+        metavar="X",
+        help="lease = X times the task timeout (default 2.0)",
+    )
+    table.add_argument(
+        "--lease-expires-column",
+        dest="lease.expires_at_column",
+        metavar="C",
+        help="per-row lease expiry column; replaces the multiplier rule",
+    )
+    table.add_argument(
+        "--clock-skew-s",
+        **SECONDS,
+        help="tolerance when comparing the runtime start with claimed_at",
+    )
+    table.add_argument(
+        "--timestamp-zone",
+        metavar="ZONE",
+        help="zone in which naive (timestamp without time zone) columns were written; "
+        "required when the claimed-at or expiry column is naive (never the session's TimeZone)",
+    )
+    table.add_argument(
+        "--statement-timeout-ms",
+        type=int,
+        metavar="N",
+        help="the guard query's own time budget (default 5000)",
+    )
+
+
+def contract_from_args(args: argparse.Namespace) -> Contract:
+    """Layers: defaults < --config file (but `budgets`' and `drain`'s own sections) < flags."""
+    from leaseguard.core import contract
+
+    file_layer = contract.load_config_file(args.config) if args.config else {}
+    file_layer.pop(contract.CRON_BUDGETS_SECTION, None)
+    file_layer.pop("drain", None)
+    flags: dict[str, Any] = {}
+    for key in contract.CONFIG_KEYS:
+        section, _, name = key.rpartition(".")
+        if getattr(args, key, None) is not None:
+            (flags.setdefault(section, {}) if section else flags)[name] = getattr(args, key)
+    return contract.load_contract(file_layer, flags)
+
+
 def given_facts(args: argparse.Namespace) -> dict[str, Any]:
     """This host's facts given as flags (they win over lookups); a bad value is a usage error."""
     from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
@@ -197,12 +308,21 @@ def open_session(
     intake: IntakeAccess | None = None,
 ) -> AbstractContextManager[GuardSession]:
     """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
+    from leaseguard.core.contract import read_yaml
+    from leaseguard.core.fleet import fleet_facts
     from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
 
     password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
     intake = intake or IntakeAccess(args.cron_database, args.cron_user, password)
-
-    reports = _read_facts_file(args.facts_file) if args.facts_file else {}
+    path, reports = args.facts_file, {}
+    if path:
+        data = read_yaml(path, what="facts file", kind="YAML/JSON")
+        if not isinstance(data, dict) or not data:
+            raise ConfigError(f"facts file {path} must map each host to its facts")
+        for host, report in data.items():
+            if not isinstance(report, dict):
+                raise ConfigError(f"facts file {path}: host {host} must map to its facts")
+            reports[str(host)] = report
     for text in args.host_facts or ():
         host, sep, values = text.partition("=")
         host, (timeout, _, started) = host.strip(), values.partition(",")
@@ -210,10 +330,8 @@ def open_session(
             raise ConfigError("--host-facts needs HOST=TIMEOUT_S[,STARTED_AT], e.g. app1=3600")
         if host in reports:
             raise ConfigError(f"host {host} is given more than once (--host-facts/--facts-file)")
-        reports[host] = {
-            "task_timeout_s": timeout.strip() or None,
-            "runtime_started_at": started.strip() or None,
-        }
+        timeout, started = timeout.strip() or None, started.strip() or None
+        reports[host] = {"task_timeout_s": timeout, "runtime_started_at": started}
     if not reports:
         return local_session(contract, resolve_dsn(args), intake=intake, **facts)
     if args.task_timeout_s is not None or args.runtime_started_at is not None:
@@ -221,27 +339,11 @@ def open_session(
             "--task-timeout-s/--runtime-started-at describe one host; with --host-facts or "
             "--facts-file give every host's facts there instead"
         )
-    from leaseguard.core.fleet import fleet_facts
-
     per_host = fleet_facts(reports, with_clocks=False)[0]
     return fleet_session(contract, resolve_dsn(args), per_host, intake=intake)
 
 
-def _read_facts_file(path: str) -> dict[str, Any]:
-    from leaseguard.core.contract import read_yaml
-
-    data = read_yaml(path, what="facts file", kind="YAML/JSON")
-    if not isinstance(data, dict) or not data:
-        raise ConfigError(f"facts file {path} must map each host to its facts")
-    for host, report in data.items():
-        if not isinstance(report, dict):
-            raise ConfigError(f"facts file {path}: host {host} must map to its facts")
-    return {str(host): report for host, report in data.items()}
-
-
 def run_check(args: argparse.Namespace) -> int:
-    from leaseguard.cli.contract import contract_from_args
-
     contract = contract_from_args(args)
     with open_session(args, contract, given_facts(args)) as session:
         verdict = session.judge()
@@ -249,6 +351,26 @@ def run_check(args: argparse.Namespace) -> int:
     for warning in verdict.warnings:
         say(f"warning: {warning}")
     return verdict.exit_status
+
+
+def add_status_command(parser: argparse.ArgumentParser) -> None:
+    parser.description = """\
+    Print the snapshot a drain started with --status-file PATH keeps up to date: state,
+    host(s), decision so far, live/stale/orphaned/queued counts, the longest remaining lease,
+    elapsed vs deadline, the intake it paused and its counters. Exit status: 0 the snapshot is
+    available (the drain runs, or finished: see state and exit_status), 1 it is not (no file,
+    unreadable, or stale: its writer is gone and the drain did not finish).
+    """
+    parser.add_argument("path", metavar="PATH", help="the drain's --status-file")
+    parser.add_argument("--json", action="store_true", help="print the snapshot as JSON")
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from leaseguard.orchestration.drain_status import read_status, status_line
+
+    status = read_status(args.path)
+    print(json.dumps(status) if args.json else status_line(status))
+    return 0 if status["available"] else EXIT_FAILED
 
 
 def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:

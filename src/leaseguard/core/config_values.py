@@ -1,6 +1,5 @@
-"""Config values read and checked, a key named on error with its section (`lease.x`): a misspelt
-or mistyped key never becomes a traceback or a default. One DSN is one database in every front
-(db_host/db_port fill in what it lacks); a message shows no more of a DSN than host and port."""
+"""Config values checked, naming the key (`lease.x`): a typo never becomes a traceback or a default.
+One DSN is one database (db_host/db_port fill its gaps); a message shows only its host and port."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
 Data = Mapping[str, Any]
-# PostgreSQL truncates identifiers to NAMEDATALEN - 1 bytes: a longer name would silently
-# address another column, so it is refused.
+# PostgreSQL truncates a longer identifier (NAMEDATALEN - 1), so it would address another name.
 MAX_IDENTIFIER_BYTES = 63
 # int() and float() read any script's digits (Arabic-Indic, full-width): a number in a config
 # is written in ASCII digits, and a message never repeats the value it refuses.
@@ -70,20 +68,6 @@ def choice(data: Data, key: str, default: Any, *, choices: Sequence[str], prefix
     return value
 
 
-def status_list(data: Data, key: str, default: Any, *, allow_empty: bool) -> tuple[str, ...] | None:
-    """A list of statuses, once each; None when it is missing and so is `default`."""
-    value = data.get(key, default)
-    if value is None and default is None:
-        return None
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(f"{key} must be a list of non-empty strings")
-    if not value and not allow_empty:
-        raise ConfigError(f"{key} must name at least one status")
-    return tuple(dict.fromkeys(value))
-
-
 def _convert(data: Data, key: str, default: Any, prefix: str, convert: Callable[[Any], T]) -> T:
     what = "a number" if convert is float else "a whole number"
     value = default if data.get(key) is None else data[key]
@@ -119,7 +103,7 @@ def whole_number(data: Data, key: str, default: Any, *, prefix: str = "", maximu
     return number
 
 
-def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
+def zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     """An IANA zone name (UTC, Europe/Berlin): PostgreSQL knows the same database of zones."""
     name = text_value(data, key, default)
     try:
@@ -129,17 +113,14 @@ def _zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     return name
 
 
-def _optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
+def optional(read: Callable[..., T], **options: Any) -> Callable[..., T | None]:
     return lambda data, key, default=None, *, prefix="": (
         None if data.get(key) is None else read(data, key, None, prefix=prefix, **options)
     )
 
 
-optional_text = _optional(text_value)
-optional_identifier = _optional(identifier)
-optional_number = _optional(number_value, positive=True)
-optional_port = _optional(whole_number, maximum=65535)
-optional_zone = _optional(_zone)
+optional_text = optional(text_value)
+optional_port = optional(whole_number, maximum=65535)
 
 
 def flag(data: Data, key: str, default: bool, *, prefix: str = "") -> bool:
@@ -163,8 +144,7 @@ def parse_command(data: Data, key: str, _: Any = None, *, prefix: str = "") -> t
 
 
 def refuse_non_ascii_numbers(args: Data, spec: Data, *, prefix: str = "") -> None:
-    """ConfigError naming the first int/float option of `spec` given as non-ASCII text: for
-    fronts whose own conversion (Ansible's float()) would read any script's digits first."""
+    """ConfigError naming an int/float option of `spec` in non-ASCII digits (float() reads them)."""
     for name, option in spec.items():
         value = args.get(name) if isinstance(args, Mapping) else None
         kind = option.get("type")

@@ -14,14 +14,15 @@ from leaseguard.core import presets
 from leaseguard.core.errors import ConfigError
 
 T = TypeVar("T")
-# A config file's pg_cron budgets (leaseguard.core.budgets): one file serves every command.
-CRON_BUDGETS_SECTION = "cron_budgets"
+CRON_BUDGETS_SECTION = "cron_budgets"  # pg_cron budgets (core.budgets): one file for every command
 # A view is judged only when the contract says so; a materialized view (stale by design) never.
 RELATION_KINDS = ("table", "view")
 
 
 def _key(default: Any, reader: Callable[..., Any], **options: Any) -> Any:
-    return field(default=default, metadata={"read": partial(reader, **options)})
+    """A key read by `reader`; one whose default is None may be left out (it stays None)."""
+    read_it = read.optional(reader, **options) if default is None else partial(reader, **options)
+    return field(default=default, metadata={"read": read_it})
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class LeaseRule:
     """How long a claim stays valid: multiplier x task timeout, or a per-row expiry column."""
 
     multiplier: float = _key(2.0, read.number_value, minimum=1.0)
-    expires_at_column: str | None = _key(None, read.optional_identifier)
+    expires_at_column: str | None = _key(None, read.identifier)
 
 
 @dataclass(frozen=True)
@@ -42,11 +43,11 @@ class TaskTimeoutLookup:
     source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS))
     container: str = _key("backend", read.text_value)
     variable: str = _key("APP_TASK_TIMEOUT_S", read.text_value)
-    default_s: float | None = _key(None, read.optional_number)
-    value_s: float | None = _key(None, read.optional_number)
-    unit: str | None = _key(None, read.optional_text)
-    pid_file: str | None = _key(None, read.optional_text)
-    path: str | None = _key(None, read.optional_text)
+    default_s: float | None = _key(None, read.number_value, positive=True)
+    value_s: float | None = _key(None, read.number_value, positive=True)
+    unit: str | None = _key(None, read.text_value)
+    pid_file: str | None = _key(None, read.text_value)
+    path: str | None = _key(None, read.text_value)
     command: tuple[str, ...] = _key((), read.parse_command)
     engine: str = _key("docker", read.choice, choices=("docker", "podman"))  # the CLI of `command`
 
@@ -58,9 +59,9 @@ class RuntimeLookup:
     NEEDS: ClassVar = dict(systemd="unit", process="pid_file", fixed="started_at")
     source: str = _key("docker", read.choice, choices=("docker", "podman", *NEEDS, "none"))
     container: str = _key("backend", read.text_value)
-    unit: str | None = _key(None, read.optional_text)
-    pid_file: str | None = _key(None, read.optional_text)
-    started_at: str | None = _key(None, read.optional_text)
+    unit: str | None = _key(None, read.text_value)
+    pid_file: str | None = _key(None, read.text_value)
+    started_at: str | None = _key(None, read.text_value)
 
 
 @dataclass(frozen=True)
@@ -68,14 +69,13 @@ class Contract:
     """The protected system's work table; fields are read in this order, after the statuses."""
 
     table: str = _key("execution_runs", read.identifier)
-    schema: str | None = _key(None, read.optional_identifier)
+    schema: str | None = _key(None, read.identifier)
     relation_kind: str = _key("table", read.choice, choices=RELATION_KINDS)
     id_column: str = _key("id", read.identifier)
     status_column: str = _key("status", read.identifier)
     claimed_statuses: tuple[str, ...] = ("running",)
     queued_statuses: tuple[str, ...] = ("open",)
-    # None: ("done", "failed") minus any claimed or queued; only a list someone wrote is
-    # checked against an enum's labels.
+    # None: Contract.finished derives it; only a list someone wrote is checked against an enum.
     finished_statuses: tuple[str, ...] | None = None
     claimed_at_column: str = _key("claimed_at", read.identifier)
     lease: LeaseRule = field(default_factory=LeaseRule)
@@ -85,9 +85,8 @@ class Contract:
     statement_timeout_ms: int = _key(5000, read.whole_number)
     lock_timeout_ms: int = _key(2000, read.whole_number)
     connect_timeout_s: int = _key(10, read.whole_number)
-    # The zone a naive timestamp column was written in. None: a naive column fails the check,
-    # since a wrong zone shifts every claim by hours.
-    timestamp_zone: str | None = _key(None, read.optional_zone)
+    # The zone naive timestamp columns were written in; None fails them (a wrong zone: hours off).
+    timestamp_zone: str | None = _key(None, read.zone)
     preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
     kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
@@ -179,10 +178,17 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     for key in _SECTIONS:
         read.section(data, key)
     keys = ("claimed_statuses", "queued_statuses", "finished_statuses")
-    statuses = {
-        key: read.status_list(data, key, getattr(Contract, key), allow_empty=key != keys[0])
-        for key in keys
-    }
+    statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
+    for key in keys:  # each a list of statuses, once each; finished's missing: Contract.finished
+        value = data.get(key, getattr(Contract, key))
+        if value is None and key == "finished_statuses":
+            continue
+        value = [value] if isinstance(value, str) else value
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"{key} must be a list of non-empty strings")
+        if not value and key == "claimed_statuses":
+            raise ConfigError(f"{key} must name at least one status")
+        statuses[key] = tuple(dict.fromkeys(value))
     seen: dict[str, str] = {}
     for key in keys:
         for status in statuses[key] or ():

@@ -1,6 +1,5 @@
-"""The fleet rule, hosts' reports turned into facts, and clock offsets. Anything global (a
-migration, budgets, shared intake) acts on work that may run on any host, judged once: the orphan
-cut-off is the OLDEST runtime start (one unknown: unknown), the lease the LONGEST; ties by name."""
+"""The fleet rule, hosts' reports as facts, clock offsets. Work that may run on any host is judged
+once: the orphan cut-off is the OLDEST start (one unknown: unknown), the lease the LONGEST."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.core.restart import start_of
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
-# Beyond this, this machine's clock is reported: given start times and status files use it.
-CONTROLLER_SKEW_BOUND_S = 5.0
+CONTROLLER_SKEW_BOUND_S = 5.0  # beyond it, this clock is warned about (given starts are read in it)
 # A host's report (`host_report`, task_timeout's result as registered; a --facts-file entry).
 REPORT_KEYS = frozenset(
     {"task_timeout_s", "runtime_started_at", "source", "assumed", "warnings", "replicas"}
@@ -39,6 +37,13 @@ class ClockOffset:
         """The clocks certainly differ by more than `configured_s`."""
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
+    def chained(self, here: ClockOffset) -> ClockOffset:
+        """Host minus database from host minus here and here minus database; uncertainties add."""
+        return ClockOffset(self.offset_s + here.offset_s, self.uncertainty_s + here.uncertainty_s)
+
+    def in_database_clock(self, started_at: datetime | None) -> datetime | None:
+        return None if started_at is None else started_at - timedelta(seconds=self.offset_s)
+
     @property
     def direction(self) -> str:
         return "ahead of" if self.offset_s > 0 else "behind"
@@ -51,26 +56,21 @@ class ClockOffset:
             f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
         )
 
+    def controller_warning(self) -> tuple[str, ...]:
+        """This machine's clock minus the database's, warned beyond CONTROLLER_SKEW_BOUND_S."""
+        if not self.exceeds(CONTROLLER_SKEW_BOUND_S):
+            return ()
+        return (
+            f"this machine's clock is {abs(self.offset_s):.1f}s {self.direction} "
+            f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment "
+            "compares times in the database clock, but start times given here are read in this "
+            "one; fix the clocks (NTP)",
+        )
+
 
 def controller_offset(db_reading_s: float, before_s: float, after_s: float) -> ClockOffset:
     """This machine's clock minus the database's, read between two readings of this one."""
     return ClockOffset((before_s + after_s) / 2 - db_reading_s, (after_s - before_s) / 2)
-
-
-def controller_warning(here_minus_db: ClockOffset) -> tuple[str, ...]:
-    if not (offset := here_minus_db).exceeds(CONTROLLER_SKEW_BOUND_S):
-        return ()
-    return (
-        f"this machine's clock is {abs(offset.offset_s):.1f}s {offset.direction} "
-        f"the database clock (more than {CONTROLLER_SKEW_BOUND_S:g}s): every judgment compares "
-        "times in the database clock, but start times given here are read in this one; fix "
-        "the clocks (NTP)",
-    )
-
-
-def chained(host: ClockOffset, here: ClockOffset) -> ClockOffset:
-    """Host minus database from host minus here and here minus database; uncertainties add up."""
-    return ClockOffset(host.offset_s + here.offset_s, host.uncertainty_s + here.uncertainty_s)
 
 
 @dataclass(frozen=True)
@@ -89,15 +89,25 @@ class FleetFacts:
         }
 
 
-def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
+def combine_facts(
+    per_host: Mapping[str, RuntimeFacts],
+    offsets: Mapping[str, ClockOffset] | None = None,
+    clock_skew_s: float = 0.0,
+) -> FleetFacts:
+    """The fleet rule; `offsets` (host minus database) move starts first, warned beyond the skew."""
     if not per_host:
         raise ConfigError("a fleet judgment needs the facts of at least one host")
-    hosts = tuple(sorted(per_host))
-    timeouts = {h: t for h in hosts if (t := per_host[h].task_timeout) is not None}
+    hosts, moved = tuple(sorted(per_host)), dict(per_host)
+    for host, its in per_host.items():
+        if its.runtime_started_at is not None and (offset := (offsets or {}).get(host)):
+            warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
+            at = offset.in_database_clock(its.runtime_started_at)
+            moved[host] = replace(its, runtime_started_at=at, warnings=its.warnings + warned)
+    timeouts = {h: t for h in hosts if (t := moved[h].task_timeout) is not None}
     if timeouts and len(timeouts) != len(hosts):
         missing = ", ".join(h for h in hosts if h not in timeouts)
         raise ConfigError(f"no task timeout is known for host(s) {missing}")
-    starts = {h: per_host[h].runtime_started_at for h in hosts}
+    starts = {h: moved[h].runtime_started_at for h in hosts}
     # max() and min() keep the first of equal values: hosts are sorted, so names break ties.
     lease_from = max(timeouts, key=lambda h: timeouts[h].seconds) if timeouts else None
     known = None not in starts.values()  # one unknown start: the cut-off is unknown
@@ -107,29 +117,12 @@ def combine_facts(per_host: Mapping[str, RuntimeFacts]) -> FleetFacts:
     warnings = tuple(
         warning if warning.startswith(f"host {host}") else f"host {host}: {warning}"
         for host in hosts
-        for warning in per_host[host].warnings
+        for warning in moved[host].warnings
     )
-    replicas = tuple(f"{host}:{name}" for host in hosts for name in per_host[host].replicas)
+    replicas = tuple(f"{host}:{name}" for host in hosts for name in moved[host].replicas)
     started = starts[cutoff_from] if cutoff_from is not None else None
     facts = RuntimeFacts(timeout, started, warnings, replicas)
     return FleetFacts(facts, hosts, lease_from, cutoff_from, dict(per_host))
-
-
-def in_database_clock(started_at: datetime | None, host_minus_db_s: float) -> datetime | None:
-    return None if started_at is None else started_at - timedelta(seconds=host_minus_db_s)
-
-
-def in_database_clocks(
-    per_host: Mapping[str, RuntimeFacts], offsets: Mapping[str, ClockOffset], clock_skew_s: float
-) -> dict[str, RuntimeFacts]:
-    """Every host's start time in the database clock, a host off by more than the skew warned."""
-    moved = dict(per_host)
-    for host, facts in per_host.items():
-        if facts.runtime_started_at is not None and (offset := offsets.get(host)) is not None:
-            warned = (offset.warning(host, clock_skew_s),) if offset.exceeds(clock_skew_s) else ()
-            at = in_database_clock(facts.runtime_started_at, offset.offset_s)
-            moved[host] = replace(facts, runtime_started_at=at, warnings=facts.warnings + warned)
-    return moved
 
 
 def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:
@@ -155,13 +148,22 @@ def fleet_facts(
     given_source: str = "given",
     with_clocks: bool = True,
 ) -> tuple[dict[str, RuntimeFacts], dict[str, ClockOffset] | None]:
-    """Every host's facts and clock minus this machine's (None without `with_clocks`); fails
-    closed, naming every host of `hosts` and `reports` without a usable report."""
-    if problems := [
-        f"host {host}: {problem}"
-        for host in sorted({*hosts, *reports})
-        if (problem := _report_problem(reports.get(host)))
-    ]:
+    """Hosts' facts and clocks minus here; fails closed naming each host without a usable report."""
+    problems = []
+    for host in sorted({*hosts, *reports}):
+        report, said = reports.get(host), None
+        if not isinstance(report, Mapping) or not report:
+            said = "no lookup result (it did not run: failed or unreachable earlier?)"
+        elif report.get("unreachable"):
+            said = "unreachable during its lookup"
+        elif report.get("skipped"):
+            said = "its lookup was skipped"
+        elif report.get("failed"):
+            error = report.get("error")
+            detail = error.get("message") if isinstance(error, Mapping) else None
+            said = f"its lookup failed ({detail})" if detail else "its lookup failed"
+        problems += [f"host {host}: {said}"] if said else []
+    if problems:
         raise LookupFailed("the fleet judgment needs every host's lookup: " + "; ".join(problems))
     per_host: dict[str, RuntimeFacts] = {}
     offsets: dict[str, ClockOffset] = {}
@@ -198,17 +200,3 @@ def fleet_facts(
                 "result of leaseguard.deploy.task_timeout as it is)"
             ) from None
     return per_host, offsets if with_clocks else None
-
-
-def _report_problem(report: Any) -> str | None:
-    if not isinstance(report, Mapping) or not report:
-        return "no lookup result (it did not run: failed or unreachable earlier?)"
-    if report.get("unreachable"):
-        return "unreachable during its lookup"
-    if report.get("skipped"):
-        return "its lookup was skipped"
-    if report.get("failed"):
-        error = report.get("error")
-        detail = error.get("message") if isinstance(error, Mapping) else None
-        return f"its lookup failed ({detail})" if detail else "its lookup failed"
-    return None

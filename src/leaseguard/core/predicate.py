@@ -11,7 +11,6 @@ from psycopg import sql
 
 from leaseguard.core import presets
 from leaseguard.core.contract import Contract
-from leaseguard.core.errors import ConfigError
 
 # The database clock, or the instant a test pins.
 _NOW = sql.SQL("coalesce(%(as_of)s::timestamptz, now())")
@@ -37,21 +36,9 @@ def table_identifier(contract: Contract, table: str | None = None) -> sql.Identi
     return sql.Identifier(*filter(None, (contract.schema, table or contract.table)))
 
 
-def owners_table(contract: Contract, owners: presets.Owners) -> sql.Identifier:
-    return table_identifier(contract, owners.table)
-
-
 def own_column(contract: Contract, column: str) -> sql.Composable:
     """A column of the judged table, qualified: it is read inside subqueries over others."""
     return sql.SQL("{}.{}").format(table_identifier(contract), sql.Identifier(column))
-
-
-def columns_query() -> sql.SQL:
-    """A relation's columns and their types; a relation gone yields no row, not an error."""
-    return sql.SQL(
-        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
-        "WHERE a.attrelid = to_regclass(%(relation)s) AND a.attnum > 0 AND NOT a.attisdropped"
-    )
 
 
 def _judged_rows(contract: Contract) -> sql.Composed:
@@ -115,15 +102,31 @@ def expiry(contract: Contract) -> sql.Composable:
             "least({}::timestamptz + {} * interval '1 second', "
             "{}::timestamptz + {} * interval '1 second')"
         ).format(claimed_at, *map(sql.Identifier, presets.RULE_COLUMNS[rule]))
-    if rule in (presets.OWNER_HEARTBEAT_RULE, presets.WORKER_HEARTBEAT_RULE):
-        return _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
     if rule == presets.ADVISORY_LOCK_RULE:
         # Que: no time lease; the lock is held until the work ends or the session dies.
         return sql.SQL("NULL::timestamptz")
-    if rule == presets.PROCESS_LOCK_RULE:
-        return sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
-            held_condition(contract), _owner_heartbeat_expiry(contract, presets.OWNERS[rule])
+    if owners := presets.OWNERS.get(rule):
+        # The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
+        # lock_type but not its lock, is one the queue itself fails or unlocks: stale.
+        beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
+        if owners.lock_type_column:
+            beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
+                sql.Identifier(owners.lock_type_column), beat
+            )
+        ends = sql.SQL(
+            "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
+            "'-infinity'::timestamptz) + {lease}"
+        ).format(
+            lease=LEASE,
+            beat=beat,
+            owners=table_identifier(contract, owners.table),
+            owner=own_column(contract, owners.column),
         )
+        if rule == presets.PROCESS_LOCK_RULE:  # good_job: no end while a session holds its lock
+            ends = sql.SQL("CASE WHEN {} THEN NULL ELSE {} END").format(
+                held_condition(contract), ends
+            )
+        return ends
     if contract.kind_timeouts:
         # River (internal/maintenance/job_rescuer.go): a job whose cancel was attempted ends at
         # the lease; else a kind whose Timeout() is -1 is never rescued, one with its own once
@@ -139,25 +142,6 @@ def expiry(contract: Contract) -> sql.Composable:
             "AS k(job_kind, kind_timeout) WHERE k.job_kind = {kind}), {lease}) END"
         ).format(kind=kind, metadata=metadata, claimed_at=claimed_at, lease=LEASE)
     return sql.SQL("{}::timestamptz + {}").format(claimed_at, LEASE)
-
-
-def _owner_heartbeat_expiry(contract: Contract, owners: presets.Owners) -> sql.Composable:
-    """The owner's last heartbeat + the lease. An owner row gone (or unnamed), or holding a
-    lock_type but not its lock, is one the queue itself fails or unlocks: stale."""
-    beat = sql.SQL("o.{}::timestamptz").format(sql.Identifier(owners.heartbeat_column))
-    if owners.lock_type_column:
-        beat = sql.SQL("CASE WHEN o.{} IS NULL THEN {} END").format(
-            sql.Identifier(owners.lock_type_column), beat
-        )
-    return sql.SQL(
-        "coalesce((SELECT {beat} FROM {owners} AS o WHERE o.id = {owner}), "
-        "'-infinity'::timestamptz) + {lease}"
-    ).format(
-        lease=LEASE,
-        beat=beat,
-        owners=owners_table(contract, owners),
-        owner=own_column(contract, owners.column),
-    )
 
 
 def _good_job_key(table: str, id_column: sql.Composable) -> sql.Composable:
@@ -182,7 +166,7 @@ def held_condition(contract: Contract) -> sql.Composable:
     ).format(
         job=_good_job_key(contract.table, own_id),
         held=_HELD_KEYS,
-        owners=owners_table(contract, owners),
+        owners=table_identifier(contract, owners.table),
         owner=own_column(contract, owners.column),
         lock_type=sql.Identifier(str(owners.lock_type_column)),
         owner_key=_good_job_key(owners.table, sql.SQL("o.id")),
@@ -208,14 +192,12 @@ def claim_conditions(contract: Contract) -> tuple[sql.Composable, sql.Composable
         finished, other = map(sql.Identifier, presets.RULE_COLUMNS[rule])
         if rule == presets.ADVISORY_LOCK_RULE:
             not_done = sql.SQL("{} IS NULL AND {} IS NULL").format(finished, other)
-            return (
-                sql.SQL("({} AND {})").format(not_done, held),
-                sql.SQL("({} AND NOT {})").format(not_done, held),
-            )
-        not_done = sql.SQL("{} IS NULL").format(finished)
+        else:
+            not_done = sql.SQL("{} IS NULL").format(finished)
+            held = sql.SQL("({} IS NOT NULL OR {})").format(other, held)
         return (
-            sql.SQL("({} AND ({} IS NOT NULL OR {}))").format(not_done, other, held),
-            sql.SQL("({} AND {} IS NULL AND NOT {})").format(not_done, other, held),
+            sql.SQL("({} AND {})").format(not_done, held),
+            sql.SQL("({} AND NOT {})").format(not_done, held),
         )
     if rule == presets.VISIBILITY_RULE:
         # pgmq: read() counts every read in read_ct; a message never read is queued.
@@ -276,27 +258,6 @@ def live_claims_query(contract: Contract) -> sql.Composed:
         ORDER BY j.lg_n, j.lg_rank
         """
     ).format(now=_NOW, judged=_judged_rows(contract))
-
-
-def orphan_cutoff(
-    contract: Contract, runtime_started_at: datetime | None, tolerance_s: float | None = None
-) -> datetime | None:
-    """Claims before this are orphans (None: start unknown); tolerance: clock_skew_s by default."""
-    if runtime_started_at is None:
-        return None
-    tolerance = contract.clock_skew_s if tolerance_s is None else tolerance_s
-    try:
-        return runtime_started_at - timedelta(seconds=tolerance)
-    except OverflowError:
-        raise ConfigError(
-            f"clock_skew_s ({tolerance:g} s) reaches past year 1 from the runtime's start"
-        ) from None
-
-
-def predicate_params(
-    contract: Contract, *, lease_s: float | None, runtime_started_at: datetime | None
-) -> dict[str, Any]:
-    return subjects_params(contract, [(lease_s, orphan_cutoff(contract, runtime_started_at))])
 
 
 def _interval(seconds: float) -> timedelta:

@@ -1,5 +1,4 @@
-"""Restarting a runtime with a stop budget: the argv per runtime, whether its start time moved,
-runtime_restart's results and messages (the restart role's texts, word for word)."""
+"""A restart with a stop budget: its argv, whether the start moved, runtime_restart's messages."""
 
 from __future__ import annotations
 
@@ -49,22 +48,80 @@ class RestartSpec:
         """Sources `none` and `fixed` read no start time: nothing to check after a restart."""
         return self.source not in ("none", "fixed")
 
+    @property
+    def argv(self) -> Argv:
+        budget = str(int(self.stop_timeout_s))
+        if self.method in ("docker", "podman"):
+            return (self.method, "restart", "--time", budget, self.container)
+        if self.method == "systemd":
+            return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", self.unit, budget)
+        return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *self.command)
 
-def restart_argv(spec: RestartSpec) -> Argv:
-    budget = str(int(spec.stop_timeout_s))
-    if spec.method in ("docker", "podman"):
-        return (spec.method, "restart", "--time", budget, spec.container)
-    if spec.method == "systemd":
-        return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", spec.unit, budget)
-    return ("env", f"LEASEGUARD_STOP_TIMEOUT_S={budget}", *spec.command)
+    @property
+    def target(self) -> str:
+        if self.method == "command":
+            return f"command {shlex.join(self.command)}"
+        if self.method == "systemd":
+            return f"unit {self.unit}"
+        return f"{self.method} container {self.container}"
 
+    def check(self, lookup: dict[str, Any] | None) -> None:
+        """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
+        if (missing := missing_target(self)) is not None:
+            raise ConfigError(
+                f"restart method {self.method} needs `{missing}` naming one container "
+                "or unit (a filter or a glob names replicas, not what to restart)"
+            )
+        if self.verifies and "runtime_started_at" not in (lookup or {}):
+            raise ConfigError(
+                "`lookup` (the registered lookup from before the restart) is needed to check "
+                "that the restart moved the runtime's start time"
+            )
 
-def restart_target(spec: RestartSpec) -> str:
-    if spec.method == "command":
-        return f"command {shlex.join(spec.command)}"
-    if spec.method == "systemd":
-        return f"unit {spec.unit}"
-    return f"{spec.method} container {spec.container}"
+    def result(self, argv: Argv | None, rc: int | None) -> dict[str, Any]:
+        restarted = {"method": self.method, "target": self.target, "cmd": argv, "rc": rc}
+        return {"changed": True, "restarted": restarted, "stop_timeout_s": self.stop_timeout_s}
+
+    def would_restart(self) -> dict[str, Any]:
+        return {
+            **self.result(None, None),
+            "msg": f"leaseguard (check mode): would restart {self.host}: "
+            f"{self.target} with a stop budget of {self.stop_timeout_s} s",
+        }
+
+    def restarted_message(self, before: dict[str, Any], after: dict[str, Any] | None) -> str:
+        budget = f"stop budget {self.stop_timeout_s} s"
+        if after is None:  # not checked: the runtime source reads no start time
+            return f"leaseguard: restarted {self.host} ({budget})"
+        moved = f"{before['runtime_started_at']} -> {after['runtime_started_at']}"
+        return f"leaseguard: restarted {self.host} (runtime started {moved}, {budget})"
+
+    def not_moved_message(
+        self, before: dict[str, Any], after: datetime | None, error: Exception | None
+    ) -> str:
+        """The start time did not move in time; a lookup failing until then says its words."""
+        shown, said = (after.isoformat() if after else None), ""
+        if error is not None:
+            shown, said = "unknown", f" The last lookup failed: {error}"
+        return (
+            f"leaseguard: restarted {self.host} with method {self.method} "
+            f"({self.target}), but the runtime start time read from "
+            f"{self.source} did not move forward within {self.verify_timeout_s} s "
+            f"(leaseguard_restart_verify_timeout_s): before {before['runtime_started_at']}, "
+            f"after {shown}. Check that the restart restarts the runtime that "
+            f"leaseguard_runtime reads.{said}"
+        )
+
+    def failed_message(self, ran: CommandResult) -> str:
+        """An engine's or systemctl's first line of complaint (masked), never a user command's."""
+        said = "" if self.method == "command" else lookups.first_stderr_line(ran.stderr)
+        meaning = lookups.exit_meaning(ran.exit_code)
+        status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")
+        return (
+            f"leaseguard: restarting {self.host} with method {self.method} "
+            f"({self.target}) failed ({status}){f': {said}' if said else ''}. "
+            "The runtime may be stopped; its start time was not checked."
+        )
 
 
 def missing_target(spec: RestartSpec) -> str | None:
@@ -75,20 +132,6 @@ def missing_target(spec: RestartSpec) -> str | None:
     if name == "container":
         return name if not target or target.startswith(("label=", "name=")) else None
     return name if not target or (name == "unit" and lookups.is_unit_glob(target)) else None
-
-
-def checked_restart(spec: RestartSpec, lookup: dict[str, Any] | None) -> None:
-    """Refuse a restart that would restart nothing, or could never be checked (fail closed)."""
-    if (missing := missing_target(spec)) is not None:
-        raise ConfigError(
-            f"restart method {spec.method} needs `{missing}` naming one container "
-            "or unit (a filter or a glob names replicas, not what to restart)"
-        )
-    if spec.verifies and "runtime_started_at" not in (lookup or {}):
-        raise ConfigError(
-            "`lookup` (the registered lookup from before the restart) is needed to check "
-            "that the restart moved the runtime's start time"
-        )
 
 
 def start_moved(before_epoch_s: float | None, after: datetime | None) -> bool:
@@ -104,58 +147,3 @@ def start_of(source: datetime | dict[str, Any] | None) -> dict[str, Any]:
         at, epoch = (source.isoformat(), source.timestamp()) if source else (None, None)
     epoch = None if epoch is None else float(epoch)
     return {"runtime_started_at": at, "runtime_started_epoch_s": epoch}
-
-
-def restart_result(spec: RestartSpec, argv: Argv | None, rc: int | None) -> dict[str, Any]:
-    return {
-        "changed": True,
-        "restarted": {"method": spec.method, "target": restart_target(spec), "cmd": argv, "rc": rc},
-        "stop_timeout_s": spec.stop_timeout_s,
-    }
-
-
-def would_restart(spec: RestartSpec) -> dict[str, Any]:
-    return {
-        **restart_result(spec, None, None),
-        "msg": f"leaseguard (check mode): would restart {spec.host}: "
-        f"{restart_target(spec)} with a stop budget of {spec.stop_timeout_s} s",
-    }
-
-
-def restarted_message(
-    spec: RestartSpec, before: dict[str, Any], after: dict[str, Any] | None
-) -> str:
-    budget = f"stop budget {spec.stop_timeout_s} s"
-    if after is None:  # not checked: the runtime source reads no start time
-        return f"leaseguard: restarted {spec.host} ({budget})"
-    moved = f"{before['runtime_started_at']} -> {after['runtime_started_at']}"
-    return f"leaseguard: restarted {spec.host} (runtime started {moved}, {budget})"
-
-
-def not_moved_message(
-    spec: RestartSpec, before: dict[str, Any], after: datetime | None, error: Exception | None
-) -> str:
-    """The start time did not move in time; a lookup failing until then says its words."""
-    shown, said = (after.isoformat() if after else None), ""
-    if error is not None:
-        shown, said = "unknown", f" The last lookup failed: {error}"
-    return (
-        f"leaseguard: restarted {spec.host} with method {spec.method} "
-        f"({restart_target(spec)}), but the runtime start time read from "
-        f"{spec.source} did not move forward within {spec.verify_timeout_s} s "
-        f"(leaseguard_restart_verify_timeout_s): before {before['runtime_started_at']}, "
-        f"after {shown}. Check that the restart restarts the runtime that "
-        f"leaseguard_runtime reads.{said}"
-    )
-
-
-def restart_failed_message(spec: RestartSpec, ran: CommandResult) -> str:
-    """An engine's or systemctl's first line of complaint (masked), never a user command's."""
-    said = "" if spec.method == "command" else lookups.first_stderr_line(ran.stderr)
-    meaning = lookups.exit_meaning(ran.exit_code)
-    status = f"rc {ran.exit_code}" + ("" if meaning.startswith("exited") else f", {meaning}")
-    return (
-        f"leaseguard: restarting {spec.host} with method {spec.method} "
-        f"({restart_target(spec)}) failed ({status}){f': {said}' if said else ''}. "
-        "The runtime may be stopped; its start time was not checked."
-    )

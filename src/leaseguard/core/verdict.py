@@ -108,11 +108,8 @@ class Verdict:
         }
 
     def timeline(self) -> str:
-        """One log line per decision: the first thing read after an incident."""
         timeout = self.task_timeout
         fields = [
-            f"host={self.host or '-'}",
-            f"decision={self.decision.value}",
             *(f"{name}={n}" for name, n in self.counts.as_dict().items()),
             f"lease_s={_compact(self.lease_s)}",
             f"source={timeout.source if timeout else '-'}",
@@ -131,12 +128,7 @@ class Verdict:
                 bound = "never" if any(c.never_expires for c in self.live) else "unknown"
             fields.append(f"wait_upper_bound_s={bound}")
             fields += [f"longest={self.live[0].id}"] if self.live else []
-        return timeline_line(self.checked_at, fields)
-
-
-def failure_timeline(at: datetime, host: str | None, error: Exception) -> str:
-    fields = [f"host={host or '-'}", f"decision={Decision.FAILED}", f"error={type(error).__name__}"]
-    return timeline_line(at, fields)
+        return timeline_line(self.checked_at, self.host, self.decision, *fields)
 
 
 def failure_result(exc: Exception, host: str | None, at: datetime | None = None) -> dict[str, Any]:
@@ -146,8 +138,10 @@ def failure_result(exc: Exception, host: str | None, at: datetime | None = None)
     return {"decision": Decision.FAILED.value, "host": host, **checked, "error": failed}
 
 
-def timeline_line(at: datetime, fields: list[str]) -> str:
-    return " ".join([at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "leaseguard", *fields])
+def timeline_line(at: datetime, host: str | None, decision: Decision, *fields: str) -> str:
+    """One log line per decision (a failure's: error=<its class>): read first after an incident."""
+    stamp = at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return " ".join([stamp, "leaseguard", f"host={host or '-'}", f"decision={decision}", *fields])
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -1,5 +1,4 @@
-"""What the Fabric tasks run: the -H hosts opened in parallel, judged by one query per poll per
-database (through the first host's tunnel, falling over to the next's)."""
+"""What the Fabric tasks run: the -H hosts opened in parallel, one query per poll per database."""
 
 from __future__ import annotations
 
@@ -15,17 +14,10 @@ from invoke.context import Context
 from invoke.exceptions import Exit
 
 from leaseguard.adapters.ssh import tunnelled
+from leaseguard.core import errors
 from leaseguard.core.config_values import each_hosts_own
-from leaseguard.core.errors import (
-    EXIT_DEFER,
-    EXIT_FAILED,
-    EXIT_PROCEED,
-    EXIT_USAGE,
-    ConfigError,
-    IntakeNotResumed,
-    LeaseguardError,
-)
-from leaseguard.core.fleet import combine_facts, fleet_facts, host_report
+from leaseguard.core.errors import ConfigError, IntakeNotResumed, LeaseguardError
+from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
 from leaseguard.orchestration import drain_run
@@ -38,15 +30,23 @@ from leaseguard.orchestration.drain import (
     failure_output,
     progress_for,
 )
-from leaseguard.orchestration.drain_run import map_waking
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
-from leaseguard.orchestration.session import GuardSession, IntakeAccess
+from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
 from leaseguard.orchestration.ssh_session import ssh_session
 
 T = TypeVar("T")
 Sessions = dict[str, GuardSession]
 Failed = dict[str, LeaseguardError]
 Opened = tuple[Sessions, Failed]  # the hosts that opened, and those that failed with why
+Work = Callable[[GuardSession], Mapping[str, T]]  # one database's hosts judged: each one's outcome
+Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
+_OUTPUT = threading.Lock()  # one host's lines together
+RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
+MIXED_DATABASES = (
+    "the hosts reach different databases at their own loopback ({}): a drain pausing pg_cron "
+    "jobs judges and holds one database; run fab drain once per database, or set db_host to "
+    "the shared database's address; nothing was paused"
+)
 
 
 def say(message: str) -> None:
@@ -56,19 +56,19 @@ def say(message: str) -> None:
 def exit_with_worst(statuses: list[int]) -> None:
     """Usage, else failed, else a --run command's own failing status (a command that ran and
     failed is never reported as "defer: nothing done"), else defer, else proceed."""
-    worst = next((s for s in (EXIT_USAGE, EXIT_FAILED) if s in statuses), None)
-    worst = worst or next((s for s in statuses if s not in (EXIT_PROCEED, EXIT_DEFER)), None)
-    worst = worst or (EXIT_DEFER if EXIT_DEFER in statuses else EXIT_PROCEED)
-    if worst != EXIT_PROCEED:
+    ok = (errors.EXIT_PROCEED, errors.EXIT_DEFER)
+    worst = next((s for s in (errors.EXIT_USAGE, errors.EXIT_FAILED) if s in statuses), None)
+    worst = worst or next((s for s in statuses if s not in ok), None)
+    worst = worst or (errors.EXIT_DEFER if errors.EXIT_DEFER in statuses else errors.EXIT_PROCEED)
+    if worst != errors.EXIT_PROCEED:
         raise Exit(code=worst)
 
 
 def guard_hosts(c: Context, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
-    settings = settings_or_exit(c)
-    hosts = fleet_hosts(c)
+    settings, hosts = settings_or_exit(c), fleet_hosts(c)
     with opened_hosts(hosts, c, settings) as opened:
-        judged = per_database(opened, settings, lambda session: session.judge_each())
+        judged = per_database(opened, settings, GuardSession.judge_each, settings.drain.intake())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
         dicts = [
@@ -87,8 +87,7 @@ def guard_hosts(c: Context, json_: bool) -> None:
 
 def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
     """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    settings = settings_or_exit(c)
-    host = fleet_hosts(c)[0]
+    settings, host = settings_or_exit(c), fleet_hosts(c)[0]
     connection = connection_to(host, c, settings)
     try:
         with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
@@ -103,10 +102,10 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force:
             )
     except LeaseguardError as exc:
         print(failure_output(exc, host, as_json=json_, fab=True))
-        raise Exit(code=EXIT_FAILED) from None
+        raise Exit(code=errors.EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
     if outcome["kept"]:
-        raise Exit(code=EXIT_DEFER)
+        raise Exit(code=errors.EXIT_DEFER)
 
 
 @contextlib.contextmanager
@@ -116,17 +115,16 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
     path = (settings.contract, settings.conninfo, settings.address)
 
     def open_one(host: str) -> tuple[GuardSession, contextlib.ExitStack] | LeaseguardError:
-        with contextlib.ExitStack() as stack:
-            try:
-                connection = connection_to(host, c, settings)
-                opened = ssh_session(connection, *path, connect=len(hosts) == 1)
-                return stack.enter_context(opened), stack.pop_all()
-            except LeaseguardError as exc:
-                return exc
+        try:
+            opened = ssh_session(connection_to(host, c, settings), *path, connect=len(hosts) == 1)
+            stack = contextlib.ExitStack()  # its close, handed to the caller's stack
+            return stack.enter_context(opened), stack
+        except LeaseguardError as exc:
+            return exc
 
     sessions, failed = Sessions(), Failed()
     with contextlib.ExitStack() as stack:
-        for host, result in zip(hosts, map_waking(open_one, hosts), strict=True):
+        for host, result in zip(hosts, drain_run.map_waking(open_one, hosts), strict=True):
             if isinstance(result, LeaseguardError):
                 failed[host] = result
             else:
@@ -136,24 +134,21 @@ def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iter
 
 
 def per_database(
-    opened: Opened,
-    settings: FabricSettings,
-    work: Callable[[GuardSession], Mapping[str, T]],
-    intake: IntakeAccess | None = None,
+    opened: Opened, settings: FabricSettings, work: Work[T], intake: IntakeAccess
 ) -> dict[str, T | LeaseguardError]:
-    """`work(session, hosts)` for each database's hosts, in parallel: each host's outcome."""
+    """`work(session)` for each database's hosts, in parallel: each host's outcome."""
     sessions, failed = opened
     groups = _by_database(sessions, failed, settings) if sessions else []
     outcomes: dict[str, T | LeaseguardError] = dict(failed)
 
     def judge(hosts: list[str]) -> Mapping[str, T | LeaseguardError]:
         try:
-            with judging_session(sessions, settings, hosts, intake=intake) as session:
+            with judging_session({h: sessions[h] for h in hosts}, settings, intake) as session:
                 return work(session)
         except LeaseguardError as exc:
             return not_judged(hosts, exc)
 
-    for done in map_waking(judge, groups) if groups else []:
+    for done in drain_run.map_waking(judge, groups):
         outcomes.update(done)
     return outcomes
 
@@ -172,7 +167,7 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
             return exc
 
     groups: dict[object, list[str]] = {}
-    for host, found in zip(hosts, map_waking(identity, hosts), strict=True):
+    for host, found in zip(hosts, drain_run.map_waking(identity, hosts), strict=True):
         if isinstance(found, LeaseguardError):
             failed[host] = found
             del sessions[host]
@@ -183,34 +178,27 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
 
 @contextlib.contextmanager
 def judging_session(
-    sessions: Sessions,
-    settings: FabricSettings,
-    hosts: list[str] | None = None,
-    *,
-    fleet_rule: bool = False,
-    intake: IntakeAccess | None = None,
+    sessions: Sessions, settings: FabricSettings, intake: IntakeAccess, *, fleet_rule: bool = False
 ) -> Iterator[GuardSession]:
-    """One session judging `hosts` (default: all), each by its own facts or as one fleet."""
-    chosen = {host: sessions[host] for host in sorted(hosts or sessions)}
+    """One session judging these hosts, each by its own facts or as one fleet."""
+    chosen = dict(sorted(sessions.items()))
     through, *others = chosen.values()
     per_host, offsets = fleet_facts(
         {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
     )
-    session = GuardSession(
+    with fleet_session(
         settings.contract,
         through.conninfo,
-        combine_facts(per_host) if fleet_rule else per_host,
-        through.runner,
-        through.link,
-        label="fleet",
+        per_host,
+        each=not fleet_rule,
+        runner=through.runner,
+        link=through.link,
         host_offsets=offsets,
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
-        intake=intake or settings.drain.intake(),
-    )
-    with contextlib.closing(session):
-        # The connection one host alone opened already, if any.
-        if (early := through.handover()) is not None:
+        intake=intake,
+    ) as session:
+        if (early := through.handover()) is not None:  # one host alone connected already
             session.adopt(early)
         yield session
 
@@ -229,16 +217,6 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
     }
 
 
-_OUTPUT = threading.Lock()  # one host's lines together
-RESUME_HINT = "`fab -H <any host of the drain> resume` (same fabric.yaml)"
-MIXED_DATABASES = (
-    "the hosts reach different databases at their own loopback ({}): a drain pausing pg_cron "
-    "jobs judges and holds one database; run fab drain once per database, or set db_host to "
-    "the shared database's address; nothing was paused"
-)
-Outcome = tuple[str, DrainResult | LeaseguardError]  # reported once every drain ended
-
-
 def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
     """`fab drain`: each host on its own or, with pg_cron jobs to pause, the fleet as one."""
     settings = settings_or_exit(c, given)
@@ -247,39 +225,30 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     try:
         board = drain_run.status_board(options)  # one snapshot over every host
     except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+        raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
-    common: dict[str, Any] = {"progress": progress, "resume_hint": RESUME_HINT}
     stop = threading.Event()
+    common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
+    common["resume_hint"] = RESUME_HINT
 
-    def each(opened: Opened) -> list[Outcome]:
+    def each(shared: GuardSession) -> dict[str, DrainResult]:
         """Every host's own drain (its facts, its intake), all on ONE query per poll."""
+        drained = drain_run.drain_each(
+            shared,
+            options,
+            own=opened[0],
+            act=lambda own: _command_on({own.host: own.runner}, run),
+            front="fab drain",
+            **common,
+        )
+        for cause, named in drain_run.shared_failures(drained).items():
+            for host, error in not_judged(named, cause).items():
+                drained[host] = replace(drained[host], error=error)
+        return drained
 
-        def drain(shared: GuardSession) -> dict[str, DrainResult]:
-            drained = drain_run.drain_each(
-                shared,
-                options,
-                board,
-                stop=stop,
-                own=opened[0],
-                act=lambda own: _command_on({own.host: own.runner}, run),
-                front="fab drain",
-                **common,
-            )
-            for named in drain_run.shared_failures(drained).values():
-                cause = drained[named[0]].error
-                assert cause is not None
-                for host, error in not_judged(named, cause).items():
-                    drained[host] = replace(drained[host], error=error)
-            return drained
-
-        results = per_database(opened, settings, drain, options.intake("fab drain"))
-        return [(host, results[host]) for host in hosts]
-
-    def as_one(opened: Opened) -> list[Outcome]:
+    def as_one(sessions: Sessions, failed: Failed) -> list[Outcome]:
         """Every host's facts looked up, then one drain judged by the fleet rule."""
-        sessions, failed = opened
-        databases = _by_database(sessions, failed, settings) if sessions and not failed else []
+        databases = _by_database(sessions, failed, settings) if not failed else []
         if failed:
             say("no intake was paused: every host's facts are needed to judge the fleet")
             return sorted(failed.items())
@@ -290,13 +259,11 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         try:
             front = f"fab drain ({','.join(hosts)})"
             intake = options.intake(front)
-            with judging_session(sessions, settings, fleet_rule=True, intake=intake) as session:
+            with judging_session(sessions, settings, intake, fleet_rule=True) as session:
                 result: DrainResult | LeaseguardError = drain_run.drain_host(
                     session,
                     options,
-                    board=board,
                     front=front,
-                    stop=stop,
                     runners=list(runners.values()),
                     connect=drain_run.first_that_connects(
                         [sessions[h].connect_writable for h in sorted(sessions)]
@@ -310,13 +277,17 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         return [("fleet", result)]
 
     with drain_run.signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
-        outcomes = as_one(opened) if options.pause_cron_jobs else each(opened)
+        if options.pause_cron_jobs:
+            outcomes = as_one(*opened)
+        else:
+            drained = per_database(opened, settings, each, options.intake("fab drain"))
+            outcomes = [(host, drained[host]) for host in hosts]
     statuses = []
     for host, result in outcomes:
         if isinstance(result, LeaseguardError):  # never drained: failed on the board too
             board.not_drained(host, result, stopped=stop.is_set())
             if json_:
-                statuses.append(EXIT_FAILED)
+                statuses.append(errors.EXIT_FAILED)
                 print(failure_output(result, host, as_json=True, fab=True))
                 continue
             result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
@@ -327,12 +298,12 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             else:
                 say(line)
     if stop.is_set():
-        errors = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
-        if any(isinstance(error, IntakeNotResumed) for error in errors):
+        causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
+        if any(isinstance(cause, IntakeNotResumed) for cause in causes):
             say("drain interrupted; INTAKE STILL PAUSED (see above)")
         else:
             say("drain interrupted; intake was resumed")
-        raise Exit(code=EXIT_FAILED)
+        raise Exit(code=errors.EXIT_FAILED)
     exit_with_worst(statuses)
 
 
@@ -346,7 +317,7 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
             ran = runner.connection.run(command, hide=True, warn=True, in_stream=False)
         except Exception as exc:  # paramiko's and the socket's own errors: the class only
             say(f"{runner.label}: the command could not run over SSH ({type(exc).__name__})")
-            return EXIT_FAILED
+            return errors.EXIT_FAILED
         with _OUTPUT:
             for line in (str(ran.stdout) + str(ran.stderr)).splitlines():
                 print(f"[{runner.label}] {line}", file=sys.stderr)
@@ -356,16 +327,16 @@ def _command_on(runners: dict[str, Any], command: str | None) -> Action | None:
         hosts = sorted(runners)
         held = "intake held" if result.intake is not None else "intake NOT held"
         say(f"{held}: running the command on {', '.join(hosts)}")
-        ran = map_waking(run, [runners[h] for h in hosts])
+        ran = drain_run.map_waking(run, [runners[h] for h in hosts])
         failed = {host: status for host, status in zip(hosts, ran, strict=True) if status != 0}
         if not failed:
-            return ActionOutcome(EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
+            return ActionOutcome(errors.EXIT_PROCEED, f"command exited 0 on {', '.join(hosts)}")
         # No exit status (-1: the command was killed by a signal, or its channel closed): failed.
         named = ", ".join(
             f"{host} exited {status}" if status >= 0 else f"{host} ended without an exit status"
             for host, status in failed.items()
         )
         first = next(iter(failed.values()))
-        return ActionOutcome(first if first > 0 else EXIT_FAILED, f"command failed: {named}")
+        return ActionOutcome(first if first > 0 else errors.EXIT_FAILED, f"command failed: {named}")
 
     return act

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import fabric.main
 from fabric import Config, Connection, Executor, task
 from invoke.collection import Collection
 from invoke.config import AmbiguousMergeError
@@ -30,22 +31,28 @@ CONNECTION_KEYS = frozenset(
 ACCEPT_VARIABLE = "FABRIC_LEASEGUARD_CONNECTION_ACCEPT_UNKNOWN_HOST_KEYS"
 # DrainOptions' fields, named here so that loading the collection imports no psycopg.
 DRAIN_KEYS = frozenset(
-    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "pause_command"}
-    | {"resume_command", "status_file", "metrics_file", "resume_retry_s"}
-    | {"cron_user", "cron_password"}
+    {"poll_s", "deadline_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"}
+    | {"pause_command", "resume_command", "status_file", "metrics_file", "resume_retry_s"}
 )
+FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
+CONFIG_UNMERGED = (
+    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
+    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
+    "variable set over a list; fix fabric.yaml or the variable"
+)
+# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
+# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
+_CONFIG_CLONING = threading.Lock()
 
 
 def env_defaults() -> dict[str, Any]:
     """Every `leaseguard:` key, unset: invoke reads a `FABRIC_<KEY_PATH>` variable only for a
     key its config holds (`FABRIC_LEASEGUARD_CONNECTION_DSN=...`)."""
-    tree = {"connection": dict.fromkeys(CONNECTION_KEYS), "drain": dict.fromkeys(DRAIN_KEYS)}
+    tree: dict[str, Any] = {"connection": dict.fromkeys(CONNECTION_KEYS)}
+    tree["drain"] = dict.fromkeys(DRAIN_KEYS)
     for key in CONFIG_KEYS:
-        *parents, leaf = key.split(".")
-        node: dict[str, Any] = tree
-        for parent in parents:
-            node = node.setdefault(parent, {})
-        node[leaf] = None
+        section, _, leaf = key.rpartition(".")  # one level at most, as `lease.multiplier`
+        (tree.setdefault(section, {}) if section else tree)[leaf] = None
     return {"leaseguard": tree}
 
 
@@ -59,9 +66,7 @@ class FabricSettings:
 
 
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
-    """Contract keys at the top of `leaseguard:`; `connection:` and `drain:` beside them (a
-    task's `drain_flags` given win over `drain:`)."""
-    from leaseguard.core.config_values import tunnel_far_end
+    """`leaseguard:`: the contract keys, `connection:` and `drain:` (`drain_flags` given win)."""
     from leaseguard.orchestration.drain_run import drain_options
 
     section = _plain(config.get("leaseguard", {}) or {})
@@ -75,7 +80,18 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     drain = section.pop("drain", {}) or {}
     section.pop(CRON_BUDGETS_SECTION, None)  # read by `leaseguard budgets`
     contract = load_contract(section)
-    contract = replace(contract, connect_timeout_s=_connect_timeout_s(config, section))
+    # One connect budget for the whole path (each SSH hop, the database): `fab -t N`, else
+    # `leaseguard.connect_timeout_s`, else `timeouts.connect`, else the contract's 10 s.
+    given = [
+        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
+        ("connect_timeout_s", section.get("connect_timeout_s")),
+        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
+    ]
+    for key, value in given:
+        if value is not None:
+            timeout_s = values.whole_number({key: value}, key, Contract.connect_timeout_s)
+            contract = replace(contract, connect_timeout_s=timeout_s)
+            break
     # A FABRIC_LEASEGUARD_* variable is a string here: "true"/"false" read as booleans.
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
@@ -90,37 +106,20 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     def text(key: str) -> str | None:
         return values.optional_text(connection, key, prefix="connection.")
 
+    accepts = values.flag(connection, "accept_unknown_host_keys", False, prefix="connection.")
     ssh = SshOptions(
         known_hosts=text("known_hosts"),
-        accept_unknown_host_keys=values.flag(
-            connection, "accept_unknown_host_keys", False, prefix="connection."
-        ),
+        accept_unknown_host_keys=accepts,
         gateway=text("gateway"),
-        # One connect budget for the whole path: the SSH hop and the database behind it.
         connect_timeout_s=contract.connect_timeout_s,
     )
-    # An empty dsn means "from LEASEGUARD_DSN", as unset.
-    dsn = (text("dsn") if connection.get("dsn") != "" else None) or os.environ.get(
-        "LEASEGUARD_DSN", ""
-    )
+    dsn = text("dsn") if connection.get("dsn") != "" else None  # "": from LEASEGUARD_DSN too
+    dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
     port = values.optional_port(connection, "db_port", prefix="connection.")
-    address = DatabaseAddress(*tunnel_far_end(dsn, text("db_host"), port))
+    address = DatabaseAddress(*values.tunnel_far_end(dsn, text("db_host"), port))
     drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
-    given = {key: value for key, value in (drain_flags or {}).items() if value is not None}
-    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given}))
-
-
-def _connect_timeout_s(config: Any, section: dict[str, Any]) -> int:
-    """`fab -t N`, then `leaseguard.connect_timeout_s`, then `timeouts.connect`, then 10 s."""
-    given = [
-        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
-        ("connect_timeout_s", section.get("connect_timeout_s")),
-        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
-    ]
-    for key, value in given:
-        if value is not None:
-            return values.whole_number({key: value}, key, Contract.connect_timeout_s)
-    return Contract.connect_timeout_s
+    given_flags = {key: value for key, value in (drain_flags or {}).items() if value is not None}
+    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given_flags}))
 
 
 def _plain(value: Any) -> Any:
@@ -131,11 +130,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
-
-
-# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
-# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
-_CONFIG_CLONING = threading.Lock()
 
 
 def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
@@ -152,14 +146,6 @@ def settings_or_exit(c: Context, drain_flags: dict[str, Any] | None = None) -> F
         return settings_from_config(c.config, drain_flags)
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
-
-
-FLEET_HOSTS_KEY = "leaseguard_fleet_hosts"
-CONFIG_UNMERGED = (
-    "leaseguard: Fabric could not merge its config: a section under leaseguard: (such as "
-    "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
-    "variable set over a list; fix fabric.yaml or the variable"
-)
 
 
 class FleetExecutor(Executor):  # type: ignore[misc]
@@ -276,37 +262,29 @@ def resume(
 
 
 def collection() -> Collection:
-    """The fabfile's tasks; also hands the running `fab` the fleet executor and exit 2 for a
-    flag or task invoke cannot parse (not invoke's 1, "the check failed")."""
-    import fabric.main
-
+    """The tasks; gives `fab` the fleet executor, and exit 2 (not 1) for a bad flag or task."""
     program = getattr(fabric.main, "program", None)
     if program is not None and program.executor_class is Executor:  # a collection's comes late
         program.executor_class = FleetExecutor
         parse_tasks = program.parse_tasks
 
         def parse_tasks_or_usage() -> None:
+            """A near miss of a task or flag invoke could not parse, and where to look."""
             try:
                 parse_tasks()
             except ParseError as exc:
-                raise Exit(f"{exc}{_usage_hint(str(exc), program)}", code=EXIT_USAGE) from None
+                hint, see = "", " (see fab --list, or fab --help TASK)"
+                unknown = re.match(r"No idea what '([^']+)' is!", str(exc))
+                if unknown and (tasks := getattr(program, "collection", None)) is not None:
+                    known = list(tasks.task_names)
+                    for name in tasks.task_names:
+                        for argument in tasks[name].get_arguments():
+                            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
+                    close = difflib.get_close_matches(unknown[1].partition("=")[0], known, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise Exit(f"{exc}{hint}{see}", code=EXIT_USAGE) from None
 
         program.parse_tasks = parse_tasks_or_usage
     ns = Collection(guard, drain, resume)
     ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
     return ns
-
-
-def _usage_hint(message: str, program: Any) -> str:
-    """A near miss of a task or flag invoke could not parse, and where to look."""
-    unknown = re.match(r"No idea what '([^']+)' is!", message)
-    collection = getattr(program, "collection", None)
-    see = " (see fab --list, or fab --help TASK)"
-    if unknown is None or collection is None:
-        return see
-    known = list(collection.task_names)
-    for name in collection.task_names:
-        for argument in collection[name].get_arguments():
-            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
-    close = difflib.get_close_matches(unknown.group(1).partition("=")[0], known, n=1)
-    return f"; did you mean {close[0]!r}?{see}" if close else see

@@ -15,14 +15,10 @@ from typing import Any, TextIO
 
 from leaseguard.core import errors
 from leaseguard.core.errors import DrainInterrupted, LeaseguardError, PollFailed
-from leaseguard.core.verdict import Decision, Verdict, failure_result, failure_timeline
+from leaseguard.core.verdict import Decision, Verdict, failure_result, timeline_line
 from leaseguard.orchestration.intake import Intakes, intake_line
 
 log = logging.getLogger("leaseguard.drain")
-
-# A drain ends once its polls fail for a share of its deadline (3 polls at least), not on a blip.
-ERROR_BUDGET_FRACTION = 0.1
-ERROR_BUDGET_MIN_POLLS = 3
 
 
 @dataclass
@@ -95,11 +91,6 @@ class ActionOutcome:
 Action = Callable[[DrainResult], ActionOutcome]
 
 
-def _clock(seconds: float) -> str:  # H:MM:SS
-    seconds = max(int(seconds), 0)
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
 class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
@@ -107,12 +98,16 @@ class TerminalProgress:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
+        def hms(seconds: float) -> str:  # H:MM:SS
+            seconds = max(int(seconds), 0)
+            return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
         filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
         longest = verdict.live[0].remaining_s if verdict.live else 0.0
         self.stream.write(
             f"\r[{'#' * filled}{'.' * (24 - filled)}] host={verdict.host or '-'} "
-            f"live={verdict.counts.live} longest_lease={_clock(longest or 0)} "
-            f"elapsed={_clock(elapsed_s)}/{_clock(deadline_s)}"
+            f"live={verdict.counts.live} longest_lease={hms(longest or 0)} "
+            f"elapsed={hms(elapsed_s)}/{hms(deadline_s)}"
         )
         self.stream.flush()
         self.drawn = True
@@ -159,22 +154,68 @@ class Drainer:
         if self.stop.is_set():  # stopped before anything was paused
             return DrainResult(None, self.counters, 0.0, 0.0, self._interrupted())
         started, held = self.clock() if self.started is None else self.started, None
+
+        def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
+            elapsed = self.clock() - started
+            return DrainResult(verdict, self.counters, elapsed, deadline, error, held)
+
+        def observed(verdict: Verdict | None, deadline: float) -> None:
+            if self.observer is not None:
+                self.observer.after_poll(state(verdict, deadline))
+
         try:
             if intake is not None:
                 intake.pause()
                 held = tuple(intake.paused_intake())
                 if self.stop.is_set():  # a signal while waiting for intake to be quiet
                     raise self._interrupted()
-            result = replace(self._wait(started, held), intake=held)
-            if self.stop.is_set() and result.error is None:  # a signal during the last poll
+            try:
+                verdict = self._poll()
+            except LeaseguardError:
+                observed(None, 0.0)
+                raise
+            late_s = 0.0 if self.started is None else self.clock() - started
+            ends = verdict.wait_upper_bound_s + late_s
+            deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)
+            observed(verdict, deadline)
+            log.info(
+                f"drain host={verdict.host or '-'} start live={verdict.counts.live} "
+                f"deadline_s={deadline:.0f} {intake_line(held)}"
+            )
+            # Polls failing for a tenth of the deadline (3 polls at least) end it, not a blip.
+            budget, failing_since = max(2 * self.poll_s, 0.1 * deadline), None
+            while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
+                if self.progress is not None:
+                    self.progress.update(verdict, elapsed, deadline)
+                wait = min(self.poll_s, deadline - elapsed)
+                (self.stop.wait if self.sleep is None else self.sleep)(wait)
+                if self.stop.is_set():
+                    return state(verdict, deadline, self._interrupted())
+                try:
+                    verdict = self._next(verdict)
+                    failing_since = None
+                except LeaseguardError as exc:
+                    now = self.clock()
+                    failing_since = now if failing_since is None else failing_since
+                    if now - failing_since >= budget:
+                        return state(verdict, deadline, exc)
+                finally:
+                    observed(verdict, deadline)
+            result = state(verdict, deadline)
+            log.info(
+                f"drain host={verdict.host or '-'} "
+                f"{'drained' if result.drained else 'deadline reached'} "
+                f"live={verdict.counts.live} elapsed_s={result.elapsed_s:.1f}"
+            )
+            if self.stop.is_set():  # a signal during the last poll
                 return replace(result, error=self._interrupted())
             if act is not None and result.drained:
                 if intake is not None:  # held all along, up to now: else the action waits
                     intake.verify()
                 result = replace(result, action=act(result))
             return result
-        except LeaseguardError as exc:  # the pause or the action failed, or a signal came
-            return DrainResult(None, self.counters, self.clock() - started, 0.0, exc, held)
+        except LeaseguardError as exc:  # the pause, the first poll or the action failed; a signal
+            return state(None, 0.0, exc)
         finally:
             if intake is not None:
                 intake.resume()
@@ -182,54 +223,6 @@ class Drainer:
                 self.progress.close()
             counters = self.counters.snapshot().items()
             log.info("drain counters %s", " ".join(f"{k}={v}" for k, v in counters))
-
-    def _wait(self, started: float, held: tuple[str, ...] | None) -> DrainResult:
-        def state(verdict: Verdict | None, deadline: float, error: Any = None) -> DrainResult:
-            return DrainResult(verdict, self.counters, self.clock() - started, deadline, error)
-
-        def observed(verdict: Verdict | None, deadline: float) -> None:
-            if self.observer is not None:
-                self.observer.after_poll(state(verdict, deadline))
-
-        try:
-            verdict = self._poll()
-        except LeaseguardError as exc:
-            observed(None, 0.0)
-            return state(None, 0.0, exc)
-        late_s = 0.0 if self.started is None else self.clock() - started
-        ends = verdict.wait_upper_bound_s + late_s
-        deadline = ends if self.deadline_s is None else min(ends, self.deadline_s)
-        observed(verdict, deadline)
-        log.info(
-            f"drain host={verdict.host or '-'} start live={verdict.counts.live} "
-            f"deadline_s={deadline:.0f} {intake_line(held)}"
-        )
-        failing_since: float | None = None
-        budget = max((ERROR_BUDGET_MIN_POLLS - 1) * self.poll_s, ERROR_BUDGET_FRACTION * deadline)
-        while verdict.counts.live and (elapsed := self.clock() - started) < deadline:
-            if self.progress is not None:
-                self.progress.update(verdict, elapsed, deadline)
-            wait = min(self.poll_s, max(deadline - elapsed, 0.0))
-            (self.stop.wait if self.sleep is None else self.sleep)(wait)
-            if self.stop.is_set():
-                return state(verdict, deadline, self._interrupted())
-            try:
-                verdict = self._next(verdict)
-                failing_since = None
-            except LeaseguardError as exc:
-                now = self.clock()
-                failing_since = now if failing_since is None else failing_since
-                if now - failing_since >= budget:
-                    return state(verdict, deadline, exc)
-            finally:
-                observed(verdict, deadline)
-        result = state(verdict, deadline)
-        log.info(
-            f"drain host={verdict.host or '-'} "
-            f"{'drained' if result.drained else 'deadline reached'} "
-            f"live={verdict.counts.live} elapsed_s={result.elapsed_s:.1f}"
-        )
-        return result
 
     def _interrupted(self) -> DrainInterrupted:
         return DrainInterrupted(f"{self.label}: drain interrupted by a signal")
@@ -276,7 +269,7 @@ def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> 
     now = datetime.now(UTC)
     if as_json:
         return json.dumps(failure_result(error, host, None if fab else now))
-    line = failure_timeline(now, host, error)
+    line = timeline_line(now, host, Decision.FAILED, f"error={type(error).__name__}")
     return f"{line} reason={json.dumps(str(error))}" if fab else line
 
 

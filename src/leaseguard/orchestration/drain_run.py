@@ -113,33 +113,18 @@ def drain_host(
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
         reach, access = connect or session.connect_writable, options.intake()
-        parts.append(
-            CronJobsPause(
-                lambda: reach(access),
-                options.pause_cron_jobs,
-                by=drain_identity(front),
-                action=action,
-                retry_s=options.resume_retry_s,
-                resume_hint=resume_hint,
-                stop=stop,
-            )
-        )
+        held: dict[str, Any] = dict(by=drain_identity(front), action=action, stop=stop)
+        held.update(retry_s=options.resume_retry_s, resume_hint=resume_hint)
+        parts.append(CronJobsPause(lambda: reach(access), options.pause_cron_jobs, **held))
     if options.pause_command:
         pause, resume = options.pause_command, options.resume_command
         parts += [CommandPause(r, pause, resume) for r in runners or [session.runner]]
     intake = Intakes(parts) if parts else None
     label = label or session.host
     observer = (board or status_board(options)).observer(label, intake)
-    return Drainer(
-        judge or session.judge,
-        options.poll_s,
-        options.deadline_s,
-        progress,
-        observer=observer,
-        stop=stop,
-        label=label,
-        started=started,
-    ).run(intake, act)
+    given: dict[str, Any] = dict(observer=observer, stop=stop, label=label, started=started)
+    loop = Drainer(judge or session.judge, options.poll_s, options.deadline_s, progress, **given)
+    return loop.run(intake, act)
 
 
 def drain_each(
@@ -161,25 +146,16 @@ def drain_each(
         options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
     hosts = sorted(session.judged.each)
     mine = {host: session if own is None else own[host] for host in hosts}
-    labels = {
-        h: session.judged.host_labels.get(h, h) if own is None else mine[h].host for h in hosts
-    }
+    named = session.judged.host_labels
+    labels = {h: named.get(h, h) if own is None else mine[h].host for h in hosts}
     for label in labels.values():  # every host on the status board from the start, pending
         board.observer(label, database=session)
-    started = time.monotonic()  # hosts past map_waking's bound begin late: one fleet deadline
+    # Hosts past map_waking's bound begin late: one fleet deadline, from now.
+    shared: dict[str, Any] = dict(board=board, stop=stop, started=time.monotonic(), **kwargs)
 
     def drain(host: str) -> DrainResult:
-        return drain_host(
-            mine[host],
-            options,
-            board=board,
-            stop=stop,
-            judge=judge_for(host),
-            act=act(mine[host]),
-            label=labels[host],
-            started=started,
-            **kwargs,
-        )
+        one, judge = mine[host], judge_for(host)
+        return drain_host(one, options, judge=judge, act=act(one), label=labels[host], **shared)
 
     return dict(zip(hosts, map_waking(drain, hosts), strict=True))
 
@@ -201,28 +177,25 @@ def shared_poll(
     previous answer and within `fresh_s`, else the next (the drains fall into step); with
     `first_fresh`, a host's first answer from a poll begun after its pause."""
     lock = threading.Lock()
-    started, served = 0.0, dict[str, float]()  # the last poll's start, when each took it
-    answered: set[str] = set()  # hosts given a verdict already
+    started, served = 0.0, dict[str, float]()  # the last poll's start, when each last took one
     outcome: dict[str, Verdict] | LeaseguardError | None = None
 
     def verdict(host: str) -> Verdict:
-        nonlocal started, served, outcome
+        nonlocal started, outcome
         asked = time.monotonic()
         with lock:
             now = time.monotonic()
-            since = asked if first_fresh and host not in answered else served.get(host, -1.0)
+            since = asked if first_fresh and host not in served else served.get(host, -1.0)
             if outcome is None or now - started > fresh_s or started <= since:
                 try:
                     outcome = session.judge_each()
                 except LeaseguardError as exc:  # every host that asks now gets this failure
                     outcome = exc
-                started, served = now, {}
+                started = now
             served[host] = time.monotonic()  # after the poll it took
-            answered.add(host)
-            taken = outcome
-        if isinstance(taken, LeaseguardError):
-            raise taken
-        return taken[host]
+            if isinstance(outcome, LeaseguardError):
+                raise outcome
+            return outcome[host]
 
     return lambda host: lambda: verdict(host)
 
@@ -238,9 +211,7 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError,
 
 def status_board(options: DrainOptions) -> StatusBoard:
     """The status/metrics files, written once before any pause."""
-    board = StatusBoard(options.status_file, options.metrics_file)
-    board.check_writable()
-    return board
+    return StatusBoard(options.status_file, options.metrics_file)
 
 
 def first_that_connects(connects: Sequence[Connect]) -> Connect:

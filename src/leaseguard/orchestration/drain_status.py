@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 from leaseguard.adapters.pauses import process_alive, process_start_ticks
 from leaseguard.core.errors import ConfigError, LeaseguardError
@@ -63,7 +63,8 @@ class HostObserver:
 
 
 class StatusBoard:
-    """One drain process's snapshot over its hosts, every write under the lock (threads)."""
+    """One drain process's snapshot over its hosts, every write under the lock (threads); its
+    first snapshot written at once: a path that cannot take it fails before any pause."""
 
     def __init__(self, status_file: str | Path | None, metrics_file: str | Path | None) -> None:
         self.status_path = Path(status_file) if status_file else None
@@ -71,27 +72,26 @@ class StatusBoard:
         self.lock = threading.RLock()
         self.rows: dict[str, dict[str, Any]] = {}
         self.started_at = datetime.now(UTC)
-        self.pid = os.getpid()
-        self.pid_started = process_start_ticks(self.pid)
+        self.pid_started = process_start_ticks(os.getpid())
         self._failing: set[Path] = set()
         self._databases: dict[str, object] = {}  # host -> its database, when shared with others
+        for path, text in self._texts(self.snapshot()):
+            try:
+                atomic_write(path, text)
+            except OSError as exc:
+                raise ConfigError(
+                    f"cannot write {path} ({type(exc).__name__}): the drain needs its directory "
+                    "to exist and be writable"
+                ) from None
 
     def observer(
         self, host: str, intake: Intakes | None = None, *, database: object = None
     ) -> HostObserver:
         """`database`: hosts judged against one database (it names them) see the same claims."""
-        new: dict[str, Any] = {
-            "host": host,
-            "state": RUNNING,
-            "decision": "pending",
-            "exit_status": None,
-            "counts": dict.fromkeys(COUNT_CLASSES, 0),
-            "wait_upper_bound_s": 0.0,
-            "elapsed_s": 0.0,
-            "deadline_s": 0.0,
-            "paused_intake": [],
-            "counters": {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}},
-        }
+        new: dict[str, Any] = {"host": host, "state": RUNNING, "decision": "pending"}
+        new |= {"exit_status": None, "counts": dict.fromkeys(COUNT_CLASSES, 0)}
+        new |= {**dict.fromkeys(_LONGEST, 0.0), "paused_intake": []}  # the row's keys in order
+        new["counters"] = {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}}
         with self.lock:
             row = self.rows.setdefault(host, new)
             if database is not None:
@@ -104,28 +104,15 @@ class StatusBoard:
             result = None if error is None else DrainResult(None, DrainCounters(), 0.0, 0.0, error)
             self.observer(host).finished(result, stopped=stopped)
 
-    def check_writable(self) -> None:
-        """Write the first snapshot now: a path that cannot take it fails before any pause."""
-        for path, text in self._texts(self.snapshot()):
-            try:
-                atomic_write(path, text)
-            except OSError as exc:
-                raise ConfigError(
-                    f"cannot write {path} ({type(exc).__name__}): the drain needs its directory "
-                    "to exist and be writable"
-                ) from None
-
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             rows = copy.deepcopy(list(self.rows.values()))
             databases = [self._databases.get(row["host"], row["host"]) for row in rows]
         # Hosts sharing a database see its claims each: a database counts as the most any of its
         # hosts sees (50 hosts seeing one live claim: live=1), then the databases are summed.
-        most: dict[object, dict[str, int]] = {}
-        for row, database in zip(rows, databases, strict=True):
-            seen = most.setdefault(database, dict.fromkeys(COUNT_CLASSES, 0))
-            for name in COUNT_CLASSES:
-                seen[name] = max(seen[name], row["counts"][name])
+        most: dict[object, Counter[str]] = {}
+        for row, database in zip(rows, databases, strict=True):  # `|`: each class's greater
+            most[database] = Counter[str](row["counts"]) | most.get(database, Counter())
         updated_at = datetime.now(UTC)
         errors = sum((Counter(row["counters"]["errors"]) for row in rows), Counter[str]())
         states, exits = {r["state"] for r in rows}, {r["exit_status"] for r in rows} - {None}
@@ -136,7 +123,7 @@ class StatusBoard:
             "available": True,
             "scope": SCOPE,
             "state": state,
-            "pid": self.pid,
+            "pid": os.getpid(),
             "pid_started": self.pid_started,
             "hosts": [row["host"] for row in rows],
             "decision": next((d for d in _WORST_FIRST if d in decisions), "pending"),
@@ -285,35 +272,26 @@ def read_status(path: str | Path) -> dict[str, Any]:
         return unavailable(f"status file unreadable ({type(exc).__name__})")
     except ValueError:
         return unavailable("status file is not valid JSON")
-    if problem := _shape_problem(snapshot):
-        return unavailable(f"status file is not a leaseguard drain status ({problem})")
-    pid, started = snapshot["pid"], snapshot.get("pid_started")
+    shape = "status file is not a leaseguard drain status ({})"
+    if not isinstance(snapshot, dict):
+        return unavailable(shape.format("not an object"))
+    if snapshot.get("available") is not True or snapshot.get("scope") != SCOPE:
+        return unavailable(shape.format("no available/scope"))
+    if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
+        return unavailable(shape.format("unknown state"))
+    if type(pid := snapshot.get("pid")) is not int or pid <= 0:  # a bool is no pid
+        return unavailable(shape.format("no writer pid"))
+    if not isinstance(counters := snapshot.get("counters"), dict) or not all(
+        type(n := counters.get(name)) is int and n >= 0 for name in COUNTER_NAMES
+    ):
+        return unavailable(shape.format("counters missing or negative"))
+    started = snapshot.get("pid_started")
     if snapshot["state"] == RUNNING and not process_alive(  # the same process, not a reused pid
         pid, started if isinstance(started, int) else None
     ):
         stale = f"stale: writer pid {pid} is gone and the drain did not finish"
         return {**unavailable(stale), "last_snapshot": {**snapshot, "available": False}}
     return {**snapshot, "path": str(path)}
-
-
-def _shape_problem(snapshot: Any) -> str | None:
-    def whole(value: Any) -> TypeGuard[int]:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if not isinstance(snapshot, dict):
-        return "not an object"
-    if snapshot.get("available") is not True or snapshot.get("scope") != SCOPE:
-        return "no available/scope"
-    if snapshot.get("state") not in (RUNNING, FINISHED, INTERRUPTED):
-        return "unknown state"
-    if not whole(pid := snapshot.get("pid")) or pid <= 0:
-        return "no writer pid"
-    counters = snapshot.get("counters")
-    if not isinstance(counters, dict) or not all(
-        whole(n := counters.get(name)) and n >= 0 for name in COUNTER_NAMES
-    ):
-        return "counters missing or negative"
-    return None
 
 
 def status_line(status: Mapping[str, Any]) -> str:
@@ -323,8 +301,7 @@ def status_line(status: Mapping[str, Any]) -> str:
     counters = status["counters"]
     errors = ",".join(f"{kind}:{n}" for kind, n in counters["errors"].items()) or "-"
     fields = [
-        f"state={status['state']}",
-        f"hosts={','.join(status['hosts']) or '-'}",
+        f"state={status['state']} hosts={','.join(status['hosts']) or '-'}",
         f"decision={status['decision']}",
         *([f"exit_status={status['exit_status']}"] if status["exit_status"] is not None else []),
         " ".join(f"{name}={n}" for name, n in status["counts"].items()),
@@ -332,8 +309,6 @@ def status_line(status: Mapping[str, Any]) -> str:
         f"elapsed_s={status['elapsed_s']:g}/{status['deadline_s']:g}",
         f"paused_intake={','.join(status['paused_intake']) or '-'}",
         *(f"{name}={counters[name]}" for name in COUNTER_NAMES),
-        f"errors={errors}",
-        f"pid={status['pid']}",
-        f"updated_at={status['updated_at']}",
+        f"errors={errors} pid={status['pid']} updated_at={status['updated_at']}",
     ]
     return " ".join(fields)

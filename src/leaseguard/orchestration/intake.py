@@ -18,12 +18,10 @@ from typing import Any
 import psycopg
 
 from leaseguard.adapters import pauses
-from leaseguard.adapters.cron import cron_transaction
-from leaseguard.adapters.db import connect
+from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import DEFAULT_QUIET_TIMEOUT_S, RESUME_HINT, Hold
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import (
-    DatabaseError,
     IntakeLost,
     IntakeNotResumed,
     LeaseguardError,
@@ -32,6 +30,25 @@ from leaseguard.core.errors import (
 
 log = logging.getLogger("leaseguard.drain")
 CronConnect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]  # pg_cron's database
+
+
+@dataclass(frozen=True)
+class IntakeAccess:
+    """Where and as whom pg_cron jobs are held; `owner`, `own_holds`: this run's, no leftovers."""
+
+    database: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    owner: str | None = None
+    own_holds: tuple[str, ...] = ()
+
+    def leftovers(self, conn: Connection, connect: Callable[[], Connection]) -> tuple[str, ...]:
+        """Warnings for holds left recorded, read on `conn` unless in another database or role."""
+        if self.database is None and self.user is None:
+            found = pauses.leftover_warnings(conn, exclude_by=self.owner, own=self.own_holds)
+        else:  # the jobs in another database, or seen by their owner alone
+            found = pauses.scan_leftovers(connect, exclude_by=self.owner, own=self.own_holds)
+        return tuple(found)
 
 
 @dataclass(eq=False)
@@ -266,12 +283,6 @@ def intake_hold(
     }
 
 
-_SEES_JOBS = """
-SELECT (SELECT rolsuper FROM pg_catalog.pg_roles WHERE rolname = current_user)
-       OR EXISTS (SELECT 1 FROM cron.job)
-"""
-
-
 def resume_pauses(
     conninfo: str,
     *,
@@ -290,32 +301,7 @@ def resume_pauses(
             found, keeps = pauses.resumable(pauses.read_records(conn), jobs, force=force)
             would_keep = [{**record.as_dict(), "reason": why} for record, why in keeps]
             return {"records": [r.as_dict() for r in found], "resumed": [], "kept": would_keep}
-        records, plan, kept = pauses.resume_recorded(conn, jobs, force=force)
-        where = {"role": conn.info.user, "database": conn.info.dbname}  # what it could see
-        if not records and not kept:
-            with cron_transaction(
-                conn, read_only=True, privilege_hint="connect as the jobs' owner"
-            ):
-                row = conn.execute(_SEES_JOBS).fetchone()
-            if not (row and row[0]):
-                raise DatabaseError(
-                    f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
-                    "(pg_cron shows each role only its own jobs), so it cannot tell whether "
-                    "intake is still held: run resume as the jobs' owner (--cron-user, "
-                    "drain.cron_user, leaseguard_cron_user)"
-                )
-    seen = plan.jobs if plan else ()
-    return {
-        "records": [record.as_dict() for record in records],
-        "resumed": plan.resumed if plan else [],
-        "already_active": [job.job for job in seen if job.exists and not job.changed],
-        "missing": plan.missing if plan else [],
-        "kept": [{**record.as_dict(), "reason": why} for record, why in kept],
-        **where,
-        "replaced": sorted(  # deleted and re-created since the hold: left as it is
-            {r.job for r in records} - {j.job for j in seen} - {r.job for r, _ in kept}
-        ),
-    }
+        return pauses.resume_recorded(conn, jobs, force=force)
 
 
 def resume_lines(outcome: dict[str, Any]) -> str:

@@ -9,8 +9,8 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, Unpack
+from dataclasses import replace
+from typing import Protocol, TypedDict, Unpack
 
 import psycopg
 
@@ -18,33 +18,27 @@ from leaseguard.adapters import db
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
 from leaseguard.adapters.indexing import advisory_plan_warning
-from leaseguard.adapters.pauses import leftover_warnings, scan_leftovers
 from leaseguard.adapters.runtime import Given, LocalRunner, Runner, look_up_host, offset_from_here
 from leaseguard.core import errors, fleet
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
 from leaseguard.core.fleet import ClockOffset, FleetFacts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
+from leaseguard.orchestration.intake import IntakeAccess as IntakeAccess  # the fronts' name here
 
 POLL_MARGIN_S = 2.0  # round trips, the transaction's small statements, a thread waking up
 Conn = psycopg.Connection[tuple[object, ...]]
+_END_LEFT_BEHIND = (  # a lost connection's idle backend: a partition leaves it for hours
+    "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE pid = %s AND pid <> "
+    "pg_backend_pid() AND application_name = %s AND usename = current_user AND state IN ('idle', "
+    "'idle in transaction')"
+)
 
 
 class Link(Protocol):  # the path to the database when it is not direct (an SSH tunnel)
     def ensure(self, *, within_s: float = ...) -> None: ...
     def failure(self) -> TunnelError | None: ...
     def cut(self) -> None: ...
-
-
-@dataclass(frozen=True)
-class IntakeAccess:
-    """Where and as whom pg_cron jobs are held; `owner`, `own_holds`: this run's, no leftovers."""
-
-    database: str | None = None
-    user: str | None = None
-    password: str | None = field(default=None, repr=False)
-    owner: str | None = None
-    own_holds: tuple[str, ...] = ()
 
 
 class Judged:
@@ -67,14 +61,14 @@ class Judged:
         if isinstance(facts, Mapping):
             if not facts:
                 raise errors.ConfigError("a fleet judgment needs the facts of at least one host")
-            self.each = {}
-            for host, its in facts.items():
+            self.each = {}  # sorted by host, as its verdicts are
+            for host, its in sorted(facts.items()):
                 try:
                     self.each[host] = (its, lease_seconds(contract, its.task_timeout))
                 except errors.ConfigError as exc:
                     raise errors.ConfigError(f"host {host}: {exc}") from None
-        one = RuntimeFacts(None, None) if isinstance(facts, Mapping) else facts
-        self.facts = one.facts if isinstance(one, FleetFacts) else one
+            facts = RuntimeFacts(None, None)
+        self.facts = facts.facts if isinstance(facts, FleetFacts) else facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
         self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
         self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
@@ -85,20 +79,17 @@ class Judged:
         every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
         if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
             self.clock_offset = self._measure_clock(conn, runner)
-        if self.each is None:
-            judged = [(host, self.facts, self.lease_s, self.clock_offset)]
-        else:
-            judged = [
-                (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
-                for name, (facts, lease_s) in sorted(self.each.items())
-            ]
+        judged = [
+            (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
+            for name, (facts, lease_s) in (self.each or {}).items()
+        ] or [(host, self.facts, self.lease_s, self.clock_offset)]
         return [
             Subject(label, f.task_timeout, lease_s, f.runtime_started_at, offset, f.warnings)
             for label, f, lease_s, offset in judged
         ]
 
     def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
-        facts = [f for _, (f, _) in sorted(self.each.items())] if self.each else [self.facts]
+        facts = [f for f, _ in self.each.values()] if self.each else [self.facts]
         whole = self.fleet.as_dict() if self.fleet is not None else None
         if whole is not None and self.host_offsets is not None and self.minus_database:
             offsets = self.minus_database.items()
@@ -111,7 +102,7 @@ class Judged:
     def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
         if self.fleet is None and self.each is None:
             host_minus_here = self.host_minus_here or offset_from_here(runner)
-            return fleet.chained(host_minus_here, db.here_minus_database(conn, self.contract))
+            return host_minus_here.chained(db.here_minus_database(conn, self.contract))
         each = {host: facts for host, (facts, _) in (self.each or {}).items()}
         per_host = self.fleet.per_host if self.fleet is not None else each
         here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
@@ -121,13 +112,23 @@ class Judged:
                     f"host {host}: no clock reading (its start cannot be compared)"
                 )
             from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
-            self.minus_database[host] = fleet.chained(from_here, here_minus_db)
+            self.minus_database[host] = from_here.chained(here_minus_db)
         if self.fleet is None:
             return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
-        moved = fleet.in_database_clocks(per_host, self.minus_database, self.contract.clock_skew_s)
-        self.fleet = fleet.combine_facts(moved)
+        self.fleet = fleet.combine_facts(per_host, self.minus_database, self.contract.clock_skew_s)
         self.facts = self.fleet.facts
         return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
+
+
+class FleetOptions(TypedDict, total=False):
+    """A fleet session's paths and whom it judges by, besides its facts (GuardSession's)."""
+
+    runner: Runner | None
+    link: Link | None
+    host_offsets: Mapping[str, ClockOffset] | None
+    fallbacks: Sequence[tuple[str, Link]]
+    host_labels: Mapping[str, str] | None
+    intake: IntakeAccess | None
 
 
 class GuardSession:
@@ -138,7 +139,7 @@ class GuardSession:
         contract: Contract,
         conninfo: str,
         facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
-        runner: Runner | None,  # None: this machine's
+        runner: Runner | None = None,  # None: this machine's
         link: Link | None = None,
         *,
         label: str | None = None,
@@ -253,8 +254,9 @@ class GuardSession:
             except NotPrimary:
                 self.close()
                 raise
-        if self._left_behind:  # each reconnect ends what it replaces
-            db.end_left_behind(self._conn, self._left_behind)
+        if self._left_behind:  # each reconnect ends what it replaces (advisory)
+            with suppress(psycopg.Error), db.read_transaction(self._conn):
+                self._conn.execute(_END_LEFT_BEHIND, (self._left_behind, db.APPLICATION_NAME))
             self._left_behind = 0
         return self._conn
 
@@ -353,12 +355,7 @@ class GuardSession:
         if self._leftovers is None:  # once per session: the seq-scan advice, intake left paused
             plan = advisory_plan_warning(conn, self.contract, verdicts[0], self._status_column)
             advice = (plan,) if plan else ()
-            owner, own = self.intake.owner, self.intake.own_holds
-            if self.intake.database is None and self.intake.user is None:
-                found = leftover_warnings(conn, exclude_by=owner, own=own)
-            else:  # the jobs in another database, or seen by their owner alone
-                found = scan_leftovers(self.connect_writable, exclude_by=owner, own=own)
-            self._leftovers = tuple(found)
+            self._leftovers = self.intake.leftovers(conn, self.connect_writable)
         return self.judged.finish(verdicts, (*advice, *self._leftovers))
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
@@ -376,8 +373,7 @@ def local_session(
     contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
     """A session on the DSN as given, looked up here one exec each (no `sh:` in a message)."""
-    runner = LocalRunner()
-    facts, clock = look_up_host(contract, runner, one_exec=False, **given)
+    facts, clock = look_up_host(contract, runner := LocalRunner(), one_exec=False, **given)
     return closing(
         GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
     )
@@ -389,9 +385,8 @@ def fleet_session(
     per_host: Mapping[str, RuntimeFacts],
     *,
     each: bool = False,
-    runner: Runner | None = None,
-    **options: Any,  # link, host_offsets, intake: GuardSession's
+    **options: Unpack[FleetOptions],
 ) -> closing[GuardSession]:
     """One session judging every host by the fleet rule (`each`: each by its own facts)."""
     facts = per_host if each else fleet.combine_facts(per_host)
-    return closing(GuardSession(contract, conninfo, facts, runner, label="fleet", **options))
+    return closing(GuardSession(contract, conninfo, facts, label="fleet", **options))

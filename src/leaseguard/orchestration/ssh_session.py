@@ -18,7 +18,7 @@ from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.orchestration.drain import DrainResult
 from leaseguard.orchestration.drain_run import DrainOptions, drain_each, shared_failures
-from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
+from leaseguard.orchestration.session import FleetOptions, GuardSession, IntakeAccess, fleet_session
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -116,9 +116,9 @@ def task_session(
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
     per_host, offsets = fleet_facts(reports, hosts, given_source="lookup")
     with path as (conninfo, tunnel):
-        options: dict[str, Any] = {"link": tunnel, "host_offsets": offsets, "intake": intake}
-        with fleet_session(contract, conninfo, per_host, each=each, runner=runner, **options) as s:
-            yield s
+        options = FleetOptions(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
+        with fleet_session(contract, conninfo, per_host, each=each, **options) as session:
+            yield session
 
 
 def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:

@@ -4,11 +4,11 @@ job runs, read back by a small parser: anything else is refused, reported, never
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 from psycopg import sql
 
@@ -135,28 +135,26 @@ _GRAMMAR = "only [SET statement_timeout = <budget>;] SELECT <function>(); is und
 def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     """``[SET [SESSION] statement_timeout =|TO value;] SELECT f()[;]``: (budget_ms or None, f)."""
 
-    def _refuse(reason: str) -> NoReturn:
+    def refuse(reason: str) -> NoReturn:
         raise UnparseableCommand(f"{reason}: {_GRAMMAR}")
 
     found = [(m.lastgroup or "", m.group(), m.start()) for m in _TOKEN.finditer(command)]
     if bad := next((token for token in found if token[0] == "bad"), None):
-        _refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
-    tokens = [token for token in reversed(found) if token[0] != "ws"]  # (kind, text, offset)
+        refuse(f"unexpected character {bad[1]!r} at offset {bad[2]}")
+    # (kind, text, offset), the next one last; "end" where the command ends.
+    tokens = [("end", "", len(command)), *(t for t in reversed(found) if t[0] != "ws")]
 
     def take(what: str, *accept: str, kinds: tuple[str, ...] = ()) -> tuple[str, str, int]:
-        if not tokens:
-            _refuse(f"the command ends where {what} was expected")
-        token = tokens.pop()
-        if (accept and token[1].lower() not in accept) or (kinds and token[0] not in kinds):
-            unexpected(token, what)
+        kind, text, offset = token = tokens.pop()
+        if (accept and text.lower() not in accept) or (kinds and kind not in kinds):
+            if kind == "end":
+                refuse(f"the command ends where {what} was expected")
+            seen = "a string literal" if kind == "string" else shown(text)  # a secret?
+            refuse(f"expected {what} at offset {offset}, found {seen}")
         return token
 
-    def unexpected(token: tuple[str, str, int], what: str) -> NoReturn:
-        found = "a string literal" if token[0] == "string" else shown(token[1])  # a secret?
-        _refuse(f"expected {what} at offset {token[2]}, found {found}")
-
     def optional(word: str) -> bool:  # only a word's text is `word`: quoted ones keep quotes
-        return bool(tokens and tokens[-1][1].lower() == word and tokens.pop())
+        return bool(tokens[-1][1].lower() == word and tokens.pop())
 
     def identifier() -> str:
         kind, text, _ = take("a function name", kinds=("word", "qident"))
@@ -165,11 +163,11 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     budget_ms = None
     if optional("set"):
         if optional("local"):
-            _refuse("SET LOCAL is not understood")
+            refuse("SET LOCAL is not understood")
         optional("session")
         text = take("statement_timeout", kinds=("word", "qident"))[1]
         if text.lower() != "statement_timeout":
-            _refuse(f"the command sets {shown(text)}, not statement_timeout")
+            refuse(f"the command sets {shown(text)}, not statement_timeout")
         take("'=' or TO", "=", "to")
         kind, text, _ = take("a statement_timeout value", kinds=("string", "number"))
         value = text[1:-1].replace("''", "'") if kind == "string" else text
@@ -178,7 +176,7 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
         except ConfigError as exc:
             number = _BUDGET.fullmatch(value)
             if number is None or number[3] not in ("", *_UNITS_MS):  # an unknown unit: a secret?
-                _refuse(
+                refuse(
                     f"statement_timeout is set to a string literal that is not a budget {_EXAMPLES}"
                 )
             raise UnparseableCommand(str(exc)) from None
@@ -190,8 +188,7 @@ def parse_live_command(command: str) -> tuple[int | None, FunctionName]:
     take("'(' (a call without arguments)", "(")
     take("')' (a call without arguments)", ")")
     optional(";")
-    if tokens:
-        unexpected(tokens[-1], "the end of the command")
+    take("the end of the command", kinds=("end",))
     return budget_ms, function
 
 
@@ -206,12 +203,7 @@ class DeclaredJob:
     function: FunctionName
     budget_ms: int  # the one a run writes
     default_budget_ms: int
-    source: Literal["default", "override"] = "default"
-    environment: str | None = None
-
-    @property
-    def source_label(self) -> str:
-        return f"override:{self.environment}" if self.source == "override" else "default"
+    source_label: str = "default"  # or override:<environment>
 
     @property
     def command(self) -> str:
@@ -231,7 +223,7 @@ class BudgetConfig:
             raise ConfigError("environment must be a non-empty string")
         chosen = self.overrides.get(environment, {}) if environment else {}
         jobs = tuple(
-            replace(job, budget_ms=chosen[job.name], source="override", environment=environment)
+            replace(job, budget_ms=chosen[job.name], source_label=f"override:{environment}")
             if job.name in chosen
             else job
             for job in self.jobs
@@ -246,53 +238,24 @@ def budget_config_from_mapping(data: Mapping[str, Any] | None) -> BudgetConfig:
     if not isinstance(data, Mapping):
         raise ConfigError(f"{prefix} must be a mapping")
     reject_unknown(data, SECTION_KEYS, prefix=f"{prefix}.")
-    jobs = tuple(_jobs(data.get("jobs"), f"{prefix}.jobs"))
-    if not jobs:
-        raise ConfigError(f"{prefix}.jobs must declare at least one job")
-    names = {job.name for job in jobs}
-    overrides: dict[str, dict[str, int]] = {}
-    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
-        raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
-    for env, budgets in raw_overrides.items():
-        where = f"{prefix}.overrides.{env}"
-        if not isinstance(env, str) or not env:
-            raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
-        if budgets is not None and not isinstance(budgets, Mapping):
-            raise ConfigError(f"{where} must map a job name to a budget")
-        overrides[env] = {}
-        for job, budget in (budgets or {}).items():
-            if job not in names:
-                raise ConfigError(
-                    f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
-                )
-            overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
-    database = data.get("database")
-    named = isinstance(database, str) and "\x00" not in database
-    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
-        raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
-    return BudgetConfig(jobs, overrides, database)
-
-
-def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
-    if isinstance(jobs, list | tuple):
-        if not all(isinstance(entry, Mapping) and "name" in entry for entry in jobs):
-            raise ConfigError(f"{prefix}: every list entry needs a name")
-        items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in jobs]
-    elif isinstance(jobs, Mapping | None):
-        items = list((jobs or {}).items())
+    if isinstance(raw_jobs := data.get("jobs"), list | tuple):
+        if not all(isinstance(entry, Mapping) and "name" in entry for entry in raw_jobs):
+            raise ConfigError(f"{prefix}.jobs: every list entry needs a name")
+        items = [(e["name"], {k: v for k, v in e.items() if k != "name"}) for e in raw_jobs]
+    elif isinstance(raw_jobs, Mapping | None):
+        items = list((raw_jobs or {}).items())
     else:
-        raise ConfigError(f"{prefix} must map a job name to {{schedule, function, budget}}")
-    seen: set[str] = set()
+        raise ConfigError(f"{prefix}.jobs must map a job name to {{schedule, function, budget}}")
+    jobs: dict[str, DeclaredJob] = {}
     for name, spec in items:
         if not isinstance(name, str) or not _JOB_NAME.fullmatch(name):
             raise ConfigError(
-                f"{prefix}: job name {shown(name)} must be 1-63 characters of letters, digits "
-                "and _ . : - (not starting with . : -)"
+                f"{prefix}.jobs: job name {shown(name)} must be 1-63 characters of letters, "
+                "digits and _ . : - (not starting with . : -)"
             )
-        where = f"{prefix}.{name}"
-        if name in seen:
+        where = f"{prefix}.jobs.{name}"
+        if name in jobs:
             raise ConfigError(f"{where} is declared twice")
-        seen.add(name)
         if not isinstance(spec, Mapping):
             raise ConfigError(f"{where} must be a mapping with schedule, function and budget")
         reject_unknown(spec, JOB_KEYS, prefix=f"{where}.")
@@ -307,7 +270,31 @@ def _jobs(jobs: object, prefix: str) -> Iterable[DeclaredJob]:
         function = parse_function_name(spec["function"], where=f"{where}.function")
         budget_ms = parse_budget_ms(spec["budget"], where=f"{where}.budget")
         # Whitespace-normalised; pg_cron itself judges the syntax on write.
-        yield DeclaredJob(name, " ".join(schedule.split()), function, budget_ms, budget_ms)
+        schedule = " ".join(schedule.split())
+        jobs[name] = DeclaredJob(name, schedule, function, budget_ms, budget_ms)
+    if not jobs:
+        raise ConfigError(f"{prefix}.jobs must declare at least one job")
+    overrides: dict[str, dict[str, int]] = {}
+    if not isinstance(raw_overrides := data.get("overrides") or {}, Mapping):
+        raise ConfigError(f"{prefix}.overrides must map an environment to {{job: budget}}")
+    for env, budgets in raw_overrides.items():
+        where = f"{prefix}.overrides.{env}"
+        if not isinstance(env, str) or not env:
+            raise ConfigError(f"{prefix}.overrides: environment names must be non-empty strings")
+        if budgets is not None and not isinstance(budgets, Mapping):
+            raise ConfigError(f"{where} must map a job name to a budget")
+        overrides[env] = {}
+        for job, budget in (budgets or {}).items():
+            if job not in jobs:
+                raise ConfigError(
+                    f"{where}.{job} overrides a job that is not declared in {prefix}.jobs"
+                )
+            overrides[env][job] = parse_budget_ms(budget, where=f"{where}.{job}")
+    database = data.get("database")
+    named = isinstance(database, str) and "\x00" not in database
+    if database is not None and not (named and 0 < len(database.encode()) <= MAX_IDENTIFIER_BYTES):
+        raise ConfigError(f"{prefix}.database must be a database name (1-63 bytes)")
+    return BudgetConfig(tuple(jobs.values()), overrides, database)
 
 
 def load_budget_config(path: str | Path) -> BudgetConfig:

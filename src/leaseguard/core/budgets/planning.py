@@ -9,13 +9,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from leaseguard.core.budgets import LiveJob, config
+from leaseguard.core.budgets import config
 from leaseguard.core.budgets.config import format_budget, format_optional
 from leaseguard.core.errors import ConfigError
 
 ON_DRIFT_CHOICES = ("report", "apply")
 # A live command outside the grammar may pass a token or password as an argument.
 HIDDEN_COMMAND = "(not shown: leaseguard does not understand this command)"
+
+
+@dataclass(frozen=True)
+class LiveJob:
+    """A row of pg_cron's cron.job."""
+
+    jobid: int
+    name: str
+    schedule: str
+    command: str
+    active: bool = True
+    database: str | None = None
 
 
 class Action(enum.StrEnum):
@@ -45,21 +57,6 @@ class JobPlan:
     def refused(self) -> bool:
         return self.action in (Action.UNPARSEABLE, Action.AMBIGUOUS)
 
-    # What to write; None leaves the live value (and its spelling) as it is.
-    @property
-    def new_schedule(self) -> str | None:
-        new = self.action is Action.CREATE or "schedule" in self.changes
-        return self.job.schedule if new else None
-
-    @property
-    def new_command(self) -> str | None:
-        new = self.action is Action.CREATE or {"function", "budget"} & set(self.changes)
-        return self.job.command if new else None
-
-    @property
-    def new_database(self) -> str | None:
-        return self.database if "database" in self.changes else None
-
     def before(self) -> dict[str, Any] | None:
         if (live := self.live) is None:
             return None
@@ -75,10 +72,13 @@ class JobPlan:
         if not self.writes:
             return before
         after = dict(before or {"jobid": None, "active": True, "database": self.database})
-        after["schedule"] = self.new_schedule or after["schedule"]
-        if self.new_command is not None:
-            after.update(command=self.new_command, budget=format_budget(self.job.budget_ms))
-        after["database"] = self.new_database or after["database"]
+        create = self.action is Action.CREATE
+        if create or "schedule" in self.changes:
+            after["schedule"] = self.job.schedule
+        if create or {"function", "budget"} & set(self.changes):
+            after.update(command=self.job.command, budget=format_budget(self.job.budget_ms))
+        if "database" in self.changes:
+            after["database"] = self.database
         return after
 
     def as_dict(self) -> dict[str, Any]:
@@ -120,7 +120,7 @@ class BudgetPlan:
                 applied=j.writes,
             )
             for j in self.jobs
-            if "budget" in j.changes and j.job.source == "default"
+            if "budget" in j.changes and j.job.source_label == "default"
         )
 
     @property
@@ -189,17 +189,14 @@ def plan_budgets(
     """Decide per declared job; live rows of undeclared names are ignored."""
     if on_drift not in ON_DRIFT_CHOICES:
         raise ConfigError(f"on_drift must be one of {', '.join(ON_DRIFT_CHOICES)}")
-    jobs = tuple(
-        _plan_job(job, [row for row in live if row.name == job.name], declared.database, on_drift)
-        for job in declared.jobs
-    )
+    jobs = tuple(_plan_job(job, live, declared.database, on_drift) for job in declared.jobs)
     return BudgetPlan(jobs, declared.environment, on_drift)
 
 
 def _plan_job(
-    job: config.DeclaredJob, matches: list[LiveJob], database: str | None, on_drift: str
+    job: config.DeclaredJob, live_jobs: Sequence[LiveJob], database: str | None, on_drift: str
 ) -> JobPlan:
-    if not matches:
+    if not (matches := [row for row in live_jobs if row.name == job.name]):
         return JobPlan(job, Action.CREATE, database=database, reason="no live job of this name")
     live = matches[0]
     if len(matches) > 1:
@@ -220,7 +217,7 @@ def _plan_job(
     target = database if database is not None else live.database
     if not changes:
         return JobPlan(job, Action.UNCHANGED, live, budget_ms, database=target)
-    if differs["budget"] and job.source == "default" and on_drift == "report":
+    if differs["budget"] and job.source_label == "default" and on_drift == "report":
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
         reason = (
