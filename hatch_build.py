@@ -5,7 +5,7 @@ collection build` of a staged copy carrying the leaseguard core), extracted: the
 (galaxy.yml's build_ignore applies) plus the MANIFEST.json and FILES.json that
 `ansible-galaxy collection verify --offline` checks. A pip-installed and a Galaxy-installed
 copy of one release are therefore byte-identical, and the plugins can tell when two copies on
-the collections path differ (plugins/plugin_utils/_core.py).
+the collections path differ (plugins/plugin_utils/_action.py).
 """
 
 import importlib.util

@@ -7,7 +7,7 @@ Galaxy user installs the tarball and `pip install -r requirements.txt`, which na
 public packages (psycopg, PyYAML, Fabric), so the tarball carries the core itself, as
 community collections carry their shared code: the layers the plugins import (core,
 adapters, orchestration; never the CLI or Fabric fronts) are copied to
-plugins/plugin_utils/_vendor/leaseguard/. plugins/plugin_utils/_core.py imports the installed
+plugins/plugin_utils/_vendor/leaseguard/. plugins/plugin_utils/_action.py imports the installed
 leaseguard package when the controller has one and this copy otherwise.
 
 The copy is made in a staging tree, never in the work tree: the files git knows about

@@ -3,7 +3,7 @@
 import math
 from contextlib import suppress
 
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action, _core
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 
 
 class ActionModule(_action.LeaseguardAction):
@@ -35,11 +35,11 @@ def cut_off_refused(restart):
 
 def restart_missing(restart):
     """The restart's missing setting, said as the restart role's variable (or None)."""
-    _core.require_leaseguard()
-    spec = _core.api.RestartSpec(
+    _action.require_leaseguard()
+    spec = _action.api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = _core.api.missing_target(spec)
+    missing = _action.api.missing_target(spec)
     if missing is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"

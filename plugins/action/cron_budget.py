@@ -1,10 +1,9 @@
-"""Action plugin for leaseguard.deploy.cron_budget: the options to `converge_jobs` or
-`resume_pauses`, their plans to Ansible's return values."""
+"""Action plugin for leaseguard.deploy.cron_budget: `converge_jobs` or `resume_pauses`."""
 
 from collections import Counter
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 
 class ActionModule(_action.LeaseguardAction):

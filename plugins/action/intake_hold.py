@@ -1,7 +1,7 @@
 """Action plugin for leaseguard.deploy.intake_hold: `intake_hold` over the task's connection."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 HOLD_KEYS = (
     *("pause_cron_jobs", "pause_command", "resume_command", "cron_database"),

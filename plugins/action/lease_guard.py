@@ -1,10 +1,12 @@
-"""Action plugin for leaseguard.deploy.lease_guard. The guard reports; the playbook decides
-(fail_on_defer is the shortcut for callers that only stop)."""
+"""Action plugin for leaseguard.deploy.lease_guard: the guard reports, the playbook decides."""
 
+import os
+import threading
+from contextlib import suppress
 from dataclasses import replace
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 DRAIN_KEYS = (
     *("deadline_s", "poll_s", "pause_cron_jobs", "cron_database", "cron_user", "cron_password"),
@@ -107,25 +109,54 @@ class ActionModule(_action.LeaseguardAction):
 
 
 def _drain(session, options, host, front, each):
-    """Each host's drain by name (this host's alone without each) and the drain's log lines."""
+    """Each host's drain by name (this host's alone without each) and the drain's log lines.
+    SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
+    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
+    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
     label = "fleet" if each else session.host
-    with _action.drain_events(host) as events, _action.stop_on_signals(label) as (stop, say):
-        drained = None
-        try:
+    stop, done, drained = threading.Event(), threading.Event(), None
+    try:
+        out = open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")  # noqa: SIM115
+    except OSError:
+        out = None
+
+    def say(message):
+        line = f"leaseguard [{label}]: {message}"
+        with suppress(Exception):  # the controller may be gone: the resume matters, not this
+            if out is None:
+                _action.display.display(line, stderr=True)
+            else:
+                print(line, file=out, flush=True)
+
+    def stop_when_orphaned(parent):
+        while not done.wait(0.5):
+            if os.getppid() != parent:
+                say("ansible-playbook is gone: stopping the drain and resuming intake")
+                stop.set()
+                return
+
+    watcher = threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True)
+    watcher.start()
+    try:
+        with _action.drain_events(host) as events, api.signals_set(stop, say):
             if each:
                 drained = api.drain_every_host(session, options, stop)
             else:
                 drained = api.drain_host(
                     session, options, front=front, resume_hint=_action.RESUME_HINT, stop=stop
                 )
-        finally:
-            if stop.is_set():  # intake named only when this task paused it and gave it back
-                said = "drain interrupted by a signal"
-                paused = options.pause_cron_jobs or options.pause_command
-                if drained is not None and not each and paused:
-                    jobs = ", ".join(options.pause_cron_jobs) or "none"
-                    said += f"; intake was resumed (pg_cron jobs: {jobs})"
-                say(said)
+    finally:
+        if stop.is_set():  # intake named only when this task paused it and gave it back
+            said = "drain interrupted by a signal"
+            paused = options.pause_cron_jobs or options.pause_command
+            if drained is not None and not each and paused:
+                jobs = ", ".join(options.pause_cron_jobs) or "none"
+                said += f"; intake was resumed (pg_cron jobs: {jobs})"
+            say(said)
+        done.set()
+        watcher.join()
+        if out is not None:
+            out.close()
     return (drained if each else {host: drained}), events
 
 

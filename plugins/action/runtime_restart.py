@@ -2,7 +2,7 @@
 connection, then the runtime's start time read until it moved."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 
 class ActionModule(_action.LeaseguardAction):

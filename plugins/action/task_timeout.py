@@ -1,7 +1,7 @@
 """Action plugin for leaseguard.deploy.task_timeout: the lookups and a clock reading in one exec."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 
 class ActionModule(_action.LeaseguardAction):

@@ -47,10 +47,13 @@ class CallbackModule(CallbackBase):
         self._reasons, self._judged, self._unjudged = set(), {}, False
 
     def v2_runner_on_ok(self, result):
-        self._note_judged(result._result)
+        # Each host's failed verdict of a judgment made for several (each_host's `hosts`).
+        for host, verdict in (result._result.get("hosts") or {}).items():
+            if isinstance(verdict, dict) and verdict.get("failed"):
+                self._judged[host] = reason("", verdict)
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
-        self._note_judged(result._result)
+        self.v2_runner_on_ok(result)  # a failed judgment's `hosts` count as well
         if ignore_errors:
             return
         name = result._task.get_name().rpartition(" : ")[2]
@@ -60,12 +63,6 @@ class CallbackModule(CallbackBase):
             self._reasons.add(why)
         else:  # the one judgment failed: its own task counted why (else: failed, below)
             self._unjudged = True
-
-    def _note_judged(self, result):
-        """Each host's failed verdict of a judgment made for several (each_host's `hosts`)."""
-        for host, verdict in (result.get("hosts") or {}).items():
-            if isinstance(verdict, dict) and verdict.get("failed"):
-                self._judged[host] = reason("", verdict)
 
     def v2_runner_on_unreachable(self, result):
         self._reasons.add("unreachable")

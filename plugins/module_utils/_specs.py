@@ -1,5 +1,5 @@
-"""Private to leaseguard.deploy: each module's argument spec, read from the DOCUMENTATION that
-ansible-doc shows, plus what it cannot say: secrets, environment fallbacks, option rules."""
+"""Private to leaseguard.deploy: each module's argument spec from its DOCUMENTATION, plus what that
+cannot say (secrets, environment fallbacks, option rules), and the guard role's variables."""
 
 import copy
 import importlib
@@ -77,13 +77,11 @@ def role_variables(module):
     if "from_role_vars" not in options:
         return {}
     declared = guard_role_options()
-    variables = {}
-    for option in set(options) - _PER_TASK:
-        for name in (f"leaseguard_drain_{option}", f"leaseguard_{option}"):
-            if name in declared:
-                variables[option] = name
-                break
-    return variables
+    found = {
+        option: [n for n in (f"leaseguard_drain_{option}", f"leaseguard_{option}") if n in declared]
+        for option in set(options) - _PER_TASK
+    }
+    return {option: names[0] for option, names in found.items() if names}
 
 
 @lru_cache(maxsize=1)
@@ -97,8 +95,7 @@ def guard_role_options():
 
 
 def action_only(name):
-    """The run of a module documented in modules/<name>.yml whose work is action/<name>.py's;
-    validate-modules checks its docs against the spec built here."""
+    """Fails a module whose work is action/<name>.py's; validate-modules checks this spec."""
     try:
         argument_spec, rules = module_spec(name)
     except ImportError:  # no PyYAML where the module itself runs: nothing to check it with

@@ -1,24 +1,116 @@
-"""Private to leaseguard.deploy: what the action plugins share: their one run(), the host's
-runner and database path, and a drain inside an Ansible worker (stopped by signals, shown live)."""
+"""Private to leaseguard.deploy: what the action plugins share: the `leaseguard` package (installed,
+else the copy a Galaxy tarball carries in _vendor/), one run(), the host's runner and database."""
 
 import dataclasses
 import difflib
+import hashlib
+import importlib.util
+import json
 import logging
 import os
 import re
 import secrets
 import shlex
-import threading
+import sys
 from contextlib import contextmanager, nullcontext, suppress
-from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
 
-from ansible.errors import AnsibleConnectionFailure, AnsibleError
+import yaml
+from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible_collections.leaseguard.deploy.plugins.module_utils import _specs
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _core
-from ansible_collections.leaseguard.deploy.plugins.plugin_utils._core import api
+
+HERE = Path(os.path.abspath(__file__)).parent
+COLLECTION_ROOT = HERE.parents[1]
+# Appended, not inserted: the carried copy stands in for a missing package, shadowing nothing.
+CARRIED = importlib.util.find_spec("leaseguard") is None and (HERE / "_vendor/leaseguard").is_dir()
+if CARRIED:
+    sys.path.append(str(HERE / "_vendor"))
+
+LEASEGUARD_IMPORT_ERROR = None
+try:
+    import leaseguard.api as api  # pylint: disable=consider-using-from-import
+    from leaseguard.api import LeaseguardError
+
+    # Loaded now, so a missing requirement (psycopg, Fabric) is named before any task runs.
+    _LOADED = (api.task_session, api.drain_host, api.lookup_report)
+except ImportError as exc:  # the controller's Python lacks the leaseguard package
+    LEASEGUARD_IMPORT_ERROR = exc
+    api = None
+
+    class LeaseguardError(Exception):  # type: ignore[no-redef]
+        """Stand-in so the plugins import; require_leaseguard() fails every task first."""
+
+
+display = Display()
+
+
+def require_leaseguard():
+    """Fail the task, saying what to install, without the package; warn on a mismatch."""
+    exc = LEASEGUARD_IMPORT_ERROR
+    if exc is not None:
+        missing = "the leaseguard Python package is"
+        if CARRIED:  # the Galaxy tarball carries the core: only its requirements can be missing
+            missing = "the Python requirements of leaseguard.deploy are"
+        raise AnsibleActionFail(
+            f"{missing} required on the controller ({type(exc).__name__}: {exc}): install "
+            f"them into the Python that runs ansible ({sys.executable}) with: {install_hint()}",
+            orig_exc=exc,
+        )
+    if INSTALL_WARNING:
+        display.warning(f"leaseguard: {INSTALL_WARNING}")
+
+
+def collection_identity(root):
+    """(version, sha256 of FILES.json) of a collection; no hash in a source checkout."""
+    with suppress(FileNotFoundError):
+        manifest = json.loads(Path(root, "MANIFEST.json").read_bytes())
+        files = Path(root, "FILES.json").read_bytes()
+        return manifest["collection_info"]["version"], hashlib.sha256(files).hexdigest()
+    try:
+        galaxy = Path(root, "galaxy.yml").read_text(encoding="utf-8")
+        return str(yaml.safe_load(galaxy)["version"]), None
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None, None
+
+
+def install_hint():
+    if (requirements := COLLECTION_ROOT / "requirements.txt").is_file():
+        return f"pip install -r {requirements}"
+    version = collection_identity(COLLECTION_ROOT)[0]
+    return f"pip install 'leaseguard[ansible]{f'=={version}' if version else ''}'"
+
+
+def install_warning():
+    """A mismatch between the running collection and the leaseguard package (None if none)."""
+    try:
+        dist = metadata.distribution("leaseguard")
+    except metadata.PackageNotFoundError:
+        return None
+    version, files_hash = collection_identity(COLLECTION_ROOT)
+    if version != dist.version:
+        return (
+            f"leaseguard.deploy {version} runs from {COLLECTION_ROOT}, but the leaseguard "
+            f"Python package is {dist.version}: the plugins and the core they call come from "
+            f"different releases. Install matching versions ({install_hint()})."
+        )
+    shipped = os.path.realpath(str(dist.locate_file("ansible_collections/leaseguard/deploy")))
+    same = files_hash is None or shipped == os.path.realpath(COLLECTION_ROOT)
+    if same or collection_identity(shipped)[1] in (None, files_hash):
+        return None
+    return (
+        f"two different copies of leaseguard.deploy {version}: ansible runs {COLLECTION_ROOT} "
+        f"(first on the collections path), the leaseguard package ships {shipped}. "
+        "Remove one (ansible-galaxy collection verify --offline shows which was changed)."
+    )
+
+
+# Found once in ansible-playbook's process, inherited by every forked worker (~90 ms a task).
+INSTALL_WARNING = install_warning()
 
 RESUME_HINT = (
     "`ansible-playbook leaseguard.deploy.resume -i <inventory>` (or `leaseguard resume` with "
@@ -41,7 +133,7 @@ class LeaseguardAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         if self.needs_leaseguard:
-            _core.require_leaseguard()
+            require_leaseguard()
         task_vars = task_vars or {}
         host = task_vars.get("inventory_hostname", self._play_context.remote_addr)
         given = self._task.args
@@ -65,7 +157,7 @@ class LeaseguardAction(ActionBase):
                     refused = {"decision": "failed"} if self.failure_what == "check" else {}
                     return {**result, **checked, **refused}
             result.update(self.act(args, host, task_vars))
-        except _core.LeaseguardError as exc:
+        except LeaseguardError as exc:
             result.update(failure(exc, host, what=self.failure_what))
         return result
 
@@ -93,9 +185,9 @@ def _without_none(value):
 
 def checked_variables(task_vars, allow=(), template=None):
     """The task's leaseguard_* variables, failed on one unknown to the collection (Ansible drops
-    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type (the
-    roles that import the guard skip its validation, and would hold intake before refusing it)."""
-    known = known_variables() | set(allow)
+    a mistyped one silently) or, with `template`, on a guard role variable of the wrong type, said
+    without its value (a password?): the roles that import the guard skip its validation."""
+    known = KNOWN_VARIABLES | set(allow)
     checked = sorted(name for name in task_vars if name.startswith("leaseguard_"))
     unknown = {}
     for name in (name for name in checked if name not in known):
@@ -111,26 +203,13 @@ def checked_variables(task_vars, allow=(), template=None):
             f"leaseguard: unknown variable(s): {'; '.join(parts)}. Nothing was run. The known "
             "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
         )
-        result.update(failed=True, unknown=unknown, msg=msg)
-    elif template is not None and (wrong := wrongly_typed(task_vars, checked, template)):
-        said = "; ".join(f"{name} (wants {wanted})" for name, wanted in wrong.items())
-        msg = (
-            f"leaseguard: variable(s) of the wrong type: {said}. Nothing was run. Every "
-            "variable's type: ansible-doc -t role leaseguard.deploy.guard"
-        )
-        result.update(failed=True, wrong_type=wrong, msg=msg)
-    return result
-
-
-def wrongly_typed(task_vars, names, template):
-    """The guard role's variables among `names` whose value its spec refuses, each with what it
-    wants (never the value: it may be a password)."""
+        return {**result, "failed": True, "unknown": unknown, "msg": msg}
     specs = {
         name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
         for name, option in _specs.guard_role_options().items()
     }
     wrong = {}
-    for name in (n for n in names if n in specs or n.endswith("_command")):
+    for name in (n for n in checked if template and (n in specs or n.endswith("_command"))):
         try:
             value = template(task_vars[name])
         except AnsibleError:  # an undefined template: the task that reads it says so
@@ -147,7 +226,14 @@ def wrongly_typed(task_vars, names, template):
             if "choices" in spec:
                 wanted = f"one of {', '.join(map(str, spec['choices']))}"
             wrong[name] = wanted
-    return wrong
+    if wrong:
+        said = "; ".join(f"{name} (wants {wanted})" for name, wanted in wrong.items())
+        msg = (
+            f"leaseguard: variable(s) of the wrong type: {said}. Nothing was run. Every "
+            "variable's type: ansible-doc -t role leaseguard.deploy.guard"
+        )
+        result.update(failed=True, wrong_type=wrong, msg=msg)
+    return result
 
 
 # A name the roles define: a key (argument_specs, defaults, vars, set_fact) or a register,
@@ -158,20 +244,21 @@ _DEFINED = re.compile(
 )
 
 
-@lru_cache(maxsize=1)
 def known_variables():
     """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
-    for path in _core.COLLECTION_ROOT.glob("roles/*/*/*.yml"):
+    for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
         text = path.read_text(encoding="utf-8")
         names.update(name for pair in _DEFINED.findall(text) for name in pair if name)
-    for path in _core.COLLECTION_ROOT.glob("playbooks/*.yml"):
+    for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
     return frozenset(names)
 
 
-# OpenSSH's (and paramiko's) words for a refused host key, and what to do; the raw text is
-# never repeated (it may quote the command).
+KNOWN_VARIABLES = known_variables()  # read once in ansible-playbook's process, before it forks
+
+
+# OpenSSH's (and paramiko's) words for a refused host key, and what to do (never the raw text).
 _REPLACE_KEY = (
     "if the change is expected, verify the new key and replace the old one "
     "(ssh-keygen -R {host}, then ssh-keyscan)"
@@ -293,45 +380,6 @@ def database_conninfo(action, args):
 
 
 @contextmanager
-def stop_on_signals(label):
-    """SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
-    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
-    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
-    stop, done = threading.Event(), threading.Event()
-    try:
-        out = open(f"/proc/{os.getppid()}/fd/2", "a", encoding="utf-8")  # noqa: SIM115
-    except OSError:
-        out = None
-
-    def say(message):
-        line = f"leaseguard [{label}]: {message}"
-        with suppress(Exception):  # the controller may be gone: the resume matters, not this
-            if out is None:
-                _core.display.display(line, stderr=True)
-            else:
-                print(line, file=out, flush=True)
-
-    def stop_when_orphaned(parent):
-        while not done.wait(0.5):
-            if os.getppid() != parent:
-                say("ansible-playbook is gone: stopping the drain and resuming intake")
-                stop.set()
-                return
-
-    watcher = threading.Thread(target=stop_when_orphaned, args=(os.getppid(),), daemon=True)
-    try:
-        watcher.start()
-        with api.signals_set(stop, say):
-            yield stop, say
-    finally:
-        done.set()
-        if watcher.is_alive():
-            watcher.join()
-        if out is not None:
-            out.close()
-
-
-@contextmanager
 def drain_events(label):
     """The drain's log lines (INFO and up: idle polls never), shown live and yielded as a list."""
     lines, logger = [], logging.getLogger("leaseguard.drain")
@@ -339,7 +387,7 @@ def drain_events(label):
     class Shown(logging.Handler):
         def emit(self, record):
             lines.append(record.getMessage())
-            _core.display.display(f"leaseguard [{label}]: {lines[-1]}")
+            display.display(f"leaseguard [{label}]: {lines[-1]}")
 
     handler, previous = Shown(logging.INFO), logger.level
     logger.addHandler(handler)
@@ -349,6 +397,3 @@ def drain_events(label):
     finally:
         logger.removeHandler(handler)
         logger.setLevel(previous)
-
-
-known_variables()  # read once, in ansible-playbook's process: every forked worker inherits it
