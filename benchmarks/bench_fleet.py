@@ -33,7 +33,7 @@ from benchmarks.infra import (
     fab_env,
     fleet_fab_config,
 )
-from leaseguard.adapters.host_lookup import batch_script, planned_commands
+from leaseguard.adapters.runtime import batch_script, planned_commands
 from leaseguard.core.contract import contract_from_mapping
 from sandbox.ansible_env import ansible_env
 from sandbox.fleet import Fleet

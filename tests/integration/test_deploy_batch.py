@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from leaseguard.adapters.pauses import hold_jobs
-from leaseguard.core.lookups import parse_process_start, process_start_argv
+from leaseguard.core.lookups import parse_process_start
 from sandbox.runs_table import create_runs_table
 from tests.support.ansible_run import (
     REPO,
@@ -121,9 +121,8 @@ def test_a_batch_waits_as_one_judgment_over_one_connection_then_every_host_resta
 
 def started(pid_file):
     pid = pid_file.read_text().strip()
-    return parse_process_start(
-        subprocess.check_output(["sh", "-c", process_start_argv(int(pid))[2]], text=True), "pid"
-    )
+    script = f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat"
+    return parse_process_start(subprocess.check_output(["sh", "-c", script], text=True), "pid")
 
 
 def test_a_batch_defers_each_host_by_its_own_facts(db, batch, tmp_path):

@@ -220,7 +220,7 @@ def systemd_lookup(tmp_path, env_files):
     argv = systemd_argv("app.service", "APP_TASK_TIMEOUT_S")
     env = {"PATH": f"{stub.parent}:/usr/bin:/bin"}
     out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True).stdout
-    return env_value(parse_systemctl_show(out, "app.service").environment, "APP_TASK_TIMEOUT_S")
+    return env_value(parse_systemctl_show(out, "app.service").entries, "APP_TASK_TIMEOUT_S")
 
 
 @pytest.mark.parametrize("line", ["APP_TASK_TIMEOUT_S=14400", "APP_TASK_TIMEOUT_S = 14400"])

@@ -13,6 +13,7 @@ from leaseguard.core.lookups import (
     CommandResult,
     container_argv,
     container_filter,
+    env_value,
     parse_systemctl_glob,
     read_containers,
 )
@@ -131,8 +132,8 @@ def test_a_named_container_with_running_compose_siblings_warns_naming_them():
 
 
 def test_a_named_container_outside_compose_has_no_siblings():
-    found = read_containers(line("backend", "2026-09-09T10:00:00Z"), "backend", "x")
-    assert found.siblings == ()
+    _found, siblings = read_containers(line("backend", "2026-09-09T10:00:00Z"), "backend", "x")
+    assert siblings == []
 
 
 def test_only_the_named_variable_is_asked_for_and_only_its_entries_are_read():
@@ -150,7 +151,8 @@ def test_only_the_named_variable_is_asked_for_and_only_its_entries_are_read():
             "env": ["APP_TASK_TIMEOUT_S=60", None],
         }
     )
-    assert read_containers(out, "backend", "x").matches[0].value("APP_TASK_TIMEOUT_S") == "60"
+    [backend], _siblings = read_containers(out, "backend", "x")
+    assert env_value(backend.entries, "APP_TASK_TIMEOUT_S") == "60"
 
 
 def test_timeout_and_start_from_the_same_container_are_one_command():
@@ -225,7 +227,7 @@ def test_a_unit_glob_keeps_a_unit_still_stopping_or_starting_and_its_older_start
     )
     units = parse_systemctl_glob(out, "worker@*.service")
     assert [u.name for u in units] == ["worker@1.service", "worker@2.service"]
-    assert min(u.active_since for u in units) == datetime(2026, 11, 29, 6, tzinfo=UTC)
+    assert min(u.started_at for u in units) == datetime(2026, 11, 29, 6, tzinfo=UTC)
     # Only a stopping, reloading or starting unit: still a match, not "no active unit".
     [alone] = parse_systemctl_glob(out.split("\n\n", 1)[1], "worker@*.service")
     assert alone.name == "worker@2.service"

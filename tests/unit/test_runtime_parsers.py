@@ -108,9 +108,9 @@ LoadState=loaded
 
 def test_systemctl_show_gives_environment_and_active_since():
     unit = parse_systemctl_show(SYSTEMCTL, "app.service")
-    assert env_value(unit.environment, "APP_TASK_TIMEOUT_S") == "1800"
-    assert env_value(unit.environment, "B") == "two words"
-    assert unit.active_since == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
+    assert env_value(unit.entries, "APP_TASK_TIMEOUT_S") == "1800"
+    assert env_value(unit.entries, "B") == "two words"
+    assert unit.started_at == datetime(2026, 11, 29, 8, 38, 8, 250000, tzinfo=UTC)
 
 
 def test_an_inactive_or_missing_unit_fails_closed():
@@ -187,7 +187,7 @@ def test_given_facts_skip_the_lookups():
 
 
 def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():
-    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import look_up_host
 
     runner = ScriptedRunner({("sh", "-c"): CommandResult(124, "\n@@leaseguard partial")})
     with pytest.raises(LookupFailed, match="docker container backend: `docker inspect` timed out"):
@@ -196,8 +196,7 @@ def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():
 
 
 def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
-    from leaseguard.adapters.host_lookup import look_up_host
-    from leaseguard.adapters.runtime import LocalRunner
+    from leaseguard.adapters.runtime import LocalRunner, look_up_host
 
     contract = contract_from_mapping(
         {"task_timeout": {"source": "env_file", "path": "/nonexistent/lg.env"}}
@@ -228,7 +227,7 @@ def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
     import os
     import subprocess
 
-    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import look_up_host
 
     env = {**os.environ, "APP_TASK_TIMEOUT_S": "42"}
     with subprocess.Popen(["sleep", "60"], env=env) as app:
@@ -236,33 +235,33 @@ def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
             (tmp_path / "app.pid").write_text(f"{app.pid}\n")
             contract = _process_contract(tmp_path / "app.pid")
             together, alone = _Counting(), _Counting()
-            looked_up = look_up_host(contract, together)
+            facts, clock = look_up_host(contract, together)
             separate = resolve_runtime_facts(contract, alone)
         finally:
             app.kill()
     assert together.calls == 2 < alone.calls  # the pid file, then both /proc reads at once
-    assert looked_up.facts == separate
-    assert looked_up.facts.task_timeout.seconds == 42.0
-    assert looked_up.clock is not None
+    assert facts == separate
+    assert facts.task_timeout.seconds == 42.0
+    assert clock is not None
 
 
 def test_through_become_each_lookup_is_its_own_exec_and_the_clock_is_read_after_them(tmp_path):
-    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import look_up_host
 
     class Becoming(ScriptedRunner):
         becomes = True
 
     runner = Becoming({CONTAINER: CommandResult(0, INSPECT), ("date",): CommandResult(0, "5.5\n")})
-    looked_up = look_up_host(contract_from_mapping({}), runner)
+    facts, clock = look_up_host(contract_from_mapping({}), runner)
     assert [argv[0] for argv in runner.calls] == ["sh", "date"]
     assert "@@leaseguard" not in runner.calls[0][2]  # the container command, not the one exec
-    assert looked_up.facts.task_timeout.seconds == 3600.0
-    assert looked_up.clock is not None and looked_up.clock.offset_s < 0
+    assert facts.task_timeout.seconds == 3600.0
+    assert clock is not None and clock.offset_s < 0
 
 
 @pytest.mark.parametrize("content", ["", "abc\n", " 12 x\n"])
 def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_path, content):
-    from leaseguard.adapters.host_lookup import look_up_host
+    from leaseguard.adapters.runtime import look_up_host
 
     (tmp_path / "app.pid").write_text(content)
     runner = _Counting()
@@ -330,6 +329,6 @@ def test_a_units_environment_file_lines_win_and_an_unreadable_one_fails_closed()
         show + "Environment= APP_T=600\nEnvFile=APP_T=900\nEnvFile=export APP_T='7200'\r\n",
         "a.service",
     )
-    assert env_value(unit.environment, "APP_T") == "7200"
+    assert env_value(unit.entries, "APP_T") == "7200"
     with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env cannot be read"):
         parse_systemctl_show(show + "EnvFileUnreadable=/etc/app.env\n", "a.service")

@@ -1,24 +1,29 @@
-"""A host's task timeout, start time, clock: commands a Runner runs; failures name the host."""
+"""A host's timeout, start, clock: ONE exec where it can (each pays a login shell); a restart."""
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
-from typing import Protocol, TypedDict, Unpack
+from typing import Any, Protocol, TypedDict, Unpack
 
-from leaseguard.core import lookups
+from leaseguard.core import lookups, restart
 from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
-from leaseguard.core.lookups import Argv, CommandResult, Containers, Replica, container_filter
+from leaseguard.core.lookups import Argv, CommandResult, Replica, container_filter, env_value
+from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
+POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
+Answers = dict[Argv, CommandResult]
 
 
 class Runner(Protocol):
@@ -74,11 +79,10 @@ class Given(TypedDict, total=False):
 
 
 def resolve_runtime_facts(
-    contract: Contract, runner: Runner, **given: Unpack[Given]
+    contract: Contract, runner: Runner, ran: Answers | None = None, **given: Unpack[Given]
 ) -> RuntimeFacts:
     """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
-    lookup, warnings = Lookups(runner), []
-    spec = contract.task_timeout
+    lookup, warnings, spec = Lookups(runner, ran), [], contract.task_timeout
     seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
     if seconds is not None:
@@ -95,50 +99,41 @@ def resolve_runtime_facts(
             timeout = TaskTimeout(spec.default_s, source, assumed=True)
     started = given.get("runtime_started_at")
     if started is None:
-        looked_up = seconds is None and not contract.rows_carry_expiry
-        variable = lookups.shared_variable(contract, timeout_looked_up=looked_up)
         try:
-            started = lookup.runtime_start(contract.runtime, variable)
+            started = lookup.runtime_start(contract.runtime)
         except LookupFailed as exc:  # no start known: no claim is classed orphaned (safe)
             if spec.default_s is None:
                 raise
             warnings.append(f"{exc}; no runtime start known, so no claim is classed orphaned")
-    matched = {*lookup.replicas, *(given.get("replicas") or ())}
-    return RuntimeFacts(timeout, started, (*lookup.warnings, *warnings), tuple(sorted(matched)))
+    replicas = tuple(sorted({*lookup.replicas, *(given.get("replicas") or ())}))
+    return RuntimeFacts(timeout, started, (*dict.fromkeys(lookup.warnings), *warnings), replicas)
 
 
 class Lookups:
     """One check's lookups on one host; `replicas`: what a filter or glob matched."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner = runner
-        self.host = f"host {runner.label}"
-        self._containers_seen: dict[Argv, Containers] = {}
-        self._pids: dict[str, int] = {}
-        self.replicas: list[str] = []
+    def __init__(self, runner: Runner | None, ran: Answers | None = None) -> None:
+        self.runner, self.host = runner, f"host {runner.label if runner else '(planning)'}"
+        self.ran = dict(ran or {})  # each command runs once per check; `ran`: answers known
+        self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
+        self.replicas: list[str] = []  # these two may repeat: a container read for both facts
         self.warnings: list[str] = []
 
     def task_timeout(self, spec: TaskTimeoutLookup) -> TaskTimeout:
         """The timeout; over several replicas the LONGEST (any of them may run a claim)."""
-        source = lookups.task_timeout_source(spec)
+        source, name = lookups.task_timeout_source(spec), spec.variable
         raw: list[tuple[str | None, str | None]]  # (replica: None for a single one, value)
+        if spec.source not in ("fixed", "command") and not lookups.ENV_NAME.fullmatch(name):
+            raise LookupFailed(f"variable name {name!r} is not a valid environment variable name")
         match spec.source:
             case "fixed":
                 assert spec.value_s is not None
                 return TaskTimeout(spec.value_s, source)
-            case "docker" | "podman":
-                variable = lookups.checked_env_name(spec.variable)
-                named = container_filter(spec.container) is not None
-                found = self._containers(spec.source, spec.container, variable)
-                raw = [(r.name if named else None, r.value(variable)) for r in found]
-            case "systemd":
-                assert spec.unit is not None
-                named = lookups.is_unit_glob(spec.unit)
-                units = self._systemd(spec.unit, lookups.checked_env_name(spec.variable))
-                raw = [
-                    (u.name if named else None, lookups.env_value(u.environment, spec.variable))
-                    for u in units
-                ]
+            case "docker" | "podman" | "systemd":
+                if spec.source != "systemd":  # the start's container command prints it too
+                    self._variables[spec.source, spec.container] = name
+                found, many = self._replicas(spec, name)
+                raw = [(r.name if many else None, env_value(r.entries, name)) for r in found]
             case "command":
                 if container_filter(spec.container) is not None:
                     raise LookupFailed(
@@ -148,43 +143,40 @@ class Lookups:
                 argv = (spec.engine, "exec", spec.container, *spec.command)
                 what = f"command in {spec.engine} container {spec.container}"
                 raw = [(None, self._output(argv, what))]
-            case "process":
-                assert spec.pid_file is not None
-                pid, name = self._pid(spec.pid_file), lookups.checked_env_name(spec.variable)
+            case "process":  # the environment is filtered on the host: the rest of it stays there
+                pid = self._pid(spec.pid_file)
+                argv = ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
                 what = f"environment of pid {pid} ({spec.pid_file})"
-                out = self._output(lookups.process_env_argv(pid, name), what, absent_ok=True)
+                out = self._output(argv, what, absent_ok=True)
                 raw = [(None, None if out is None else out.rstrip("\x00\n").partition("=")[2])]
-            case _:
+            case _:  # every line is grepped: the last assignment wins
                 assert spec.path is not None
-                name = lookups.checked_env_name(spec.variable)
-                argv = lookups.env_file_argv(spec.path, name)
+                argv = ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", spec.path)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
                 raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
         what, seconds = f"{self.host}: {source}", []
         for replica, value in raw:
             where = f"{what} ({replica})" if replica else what
             if value is None:
-                raise LookupFailed(f"{where}: variable {spec.variable} is not set")
+                raise LookupFailed(f"{where}: variable {name} is not set")
             try:
                 seconds.append(lookups.parse_timeout_s(value, what=where))
             except TimeoutValueError as exc:
                 raise LookupFailed(str(exc)) from None
         return TaskTimeout(max(seconds), source)
 
-    def runtime_start(self, spec: RuntimeLookup, variable: str | None = None) -> datetime | None:
+    def runtime_start(self, spec: RuntimeLookup) -> datetime | None:
         """The start time; over several replicas the OLDEST (a newer claim may run there)."""
         match spec.source:
-            case "docker" | "podman":
-                found = self._containers(spec.source, spec.container, variable)
+            case "docker" | "podman" | "systemd":
+                variable = self._variables.get((spec.source, spec.container))
+                found, _many = self._replicas(spec, variable)
                 return min(replica.started_at for replica in found)
-            case "systemd":
-                assert spec.unit is not None
-                return min(unit.active_since for unit in self._systemd(spec.unit))
             case "process":
-                assert spec.pid_file is not None
                 pid = self._pid(spec.pid_file)
+                script = f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat"
                 what = f"start time of pid {pid} ({spec.pid_file})"
-                out = self._output(lookups.process_start_argv(pid), what) or ""
+                out = self._output(("sh", "-c", script), what) or ""
                 return lookups.parse_process_start(out, f"pid {pid} ({spec.pid_file})")
             case "fixed":
                 assert spec.started_at is not None
@@ -192,48 +184,56 @@ class Lookups:
             case _:
                 return None
 
-    def _containers(self, engine: str, container: str, variable: str | None) -> list[Replica]:
-        """The container, or a filter's running matches (listed in the verdict), read once."""
-        argv = lookups.container_argv(engine, container, variable)
-        if argv not in self._containers_seen:
-            what = f"{engine} container {container}"
-            out = self._output(argv, what, shown=lookups.shown_command(argv)) or ""
-            found = lookups.read_containers(out, container, f"{self.host}: {what}")
-            if found.siblings:
-                self.warnings.append(lookups.sibling_warning(self.host, found))
-            if container_filter(container) is not None:
-                self.replicas += [replica.name for replica in found.matches]
-            self._containers_seen[argv] = found
-        return list(self._containers_seen[argv].matches)
+    def _replicas(
+        self, spec: TaskTimeoutLookup | RuntimeLookup, variable: str | None
+    ) -> tuple[list[Replica], bool]:
+        """The container or unit, or each running match of a filter or glob (True: listed)."""
+        source, target = spec.source, spec.unit if spec.source == "systemd" else spec.container
+        assert target is not None
+        if source == "systemd":
+            many, what = lookups.is_unit_glob(target), f"systemd unit {target}"
+            argv, shown = lookups.systemd_argv(target, variable), "systemctl show"
+        else:
+            many, what = container_filter(target) is not None, f"{source} container {target}"
+            argv = lookups.container_argv(source, target, variable)
+            shown = f"{source} ps --filter {target}" if many else f"{source} inspect"
+        out = self._output(argv, what, shown=shown) or ""
+        if source != "systemd":
+            found, siblings = lookups.read_containers(out, target, f"{self.host}: {what}")
+            if siblings:
+                (project, service), name = found[0].compose, found[0].name
+                self.warnings.append(
+                    f"{self.host}: container {name} has running compose siblings "
+                    f"({', '.join(siblings)}) of service {service!r} (project {project!r}) that "
+                    "may hold claims this judgment does not see; to judge them all, name them "
+                    f"with a filter: container: label={lookups.COMPOSE_SERVICE}={service}"
+                )
+        elif not many:
+            found = [lookups.parse_systemctl_show(out, target)]
+        else:
+            try:
+                found = lookups.parse_systemctl_glob(out, target)
+            except LookupFailed as exc:
+                raise LookupFailed(f"{self.host}: {exc}") from None
+        if many:
+            self.replicas += [replica.name for replica in found]
+        return found, many
 
-    def _systemd(self, unit: str, variable: str | None = None) -> list[lookups.SystemdUnit]:
-        """The unit, or every running unit a glob matches (listed in the verdict)."""
-        argv = lookups.systemd_argv(unit, variable)
-        out = self._output(argv, f"systemd unit {unit}", shown="systemctl show") or ""
-        if not lookups.is_unit_glob(unit):
-            return [lookups.parse_systemctl_show(out, unit)]
-        try:
-            units = lookups.parse_systemctl_glob(out, unit)
-        except LookupFailed as exc:
-            raise LookupFailed(f"{self.host}: {exc}") from None
-        self.replicas += [u.name for u in units]
-        return units
-
-    def _pid(self, pid_file: str) -> int:
-        """The pid the file holds, read once per check (the timeout and start share it)."""
-        if pid_file not in self._pids:
-            text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
-            if not text.isdigit() or int(text) <= 0:
-                raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
-            self._pids[pid_file] = int(text)
-        return self._pids[pid_file]
+    def _pid(self, pid_file: str | None) -> int:
+        """The pid the file holds (read once: the timeout and start share it)."""
+        assert pid_file is not None
+        text = (self._output(("cat", pid_file), f"pid file {pid_file}") or "").strip()
+        if not text.isdigit() or int(text) <= 0:
+            raise LookupFailed(f"{self.host}: pid file {pid_file} holds no pid")
+        return int(text)
 
     def _output(
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
         """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
-        result = self.runner.run(list(argv))
-        if result.exit_code == 0:
+        if argv not in self.ran:  # without a runner (planning): answered empty
+            self.ran[argv] = self.runner.run(list(argv)) if self.runner else CommandResult(0, "")
+        if (result := self.ran[argv]).exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
             return None
@@ -262,9 +262,112 @@ def split_tty(result: CommandResult, nonce: str) -> CommandResult:
     text = result.stdout.replace("\r\n", "\n")
     out, err = f"@@leaseguard {nonce} out@@\n", f"\n@@leaseguard {nonce} err@@ "
     start, stop = text.find(out), text.rfind(err)
-    if start < 0 or stop < start + len(out):
-        return CommandResult(result.exit_code or 1, "", text)
     status, newline, stderr = text[stop + len(err) :].partition("\n")
-    if not (newline and (code := status.strip()).isascii() and code.isdigit()):
+    code = status.strip()
+    if start < 0 or stop < start + len(out) or not (newline and code.isascii() and code.isdigit()):
         return CommandResult(result.exit_code or 1, "", text)
     return CommandResult(int(code), text[start + len(out) : stop], stderr)
+
+
+def look_up_host(
+    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+) -> tuple[RuntimeFacts, ClockOffset | None]:
+    """The facts not given and the host's clock minus ours (None: no start time to compare)."""
+    clock, ran = None, Answers()
+    if one_exec and not getattr(runner, "becomes", False):
+        timeout_given = given.get("task_timeout_s") is not None
+        start_given = given.get("runtime_started_at") is not None
+        for _round in range(2):  # a pid file's process is known once the file was read
+            if commands := planned_commands(contract, timeout_given, start_given, ran):
+                answers, read = run_together(runner, commands)
+                ran, clock = ran | answers, read or clock
+    facts = resolve_runtime_facts(contract, runner, ran, **given)
+    if clock is None and facts.runtime_started_at is not None:
+        clock = offset_from_here(runner)
+    return facts, clock
+
+
+def planned_commands(
+    contract: Contract, timeout_given: bool, start_given: bool, ran: Answers | None = None
+) -> list[Argv]:
+    """The commands the lookups will run that `ran` has no answer for, each once."""
+    lookup = Lookups(None, ran)
+    if not (timeout_given or contract.rows_carry_expiry):
+        with suppress(LookupFailed):
+            lookup.task_timeout(contract.task_timeout)
+    if not start_given:
+        with suppress(LookupFailed):
+            lookup.runtime_start(contract.runtime)
+    return [argv for argv in lookup.ran if argv not in (ran or {})]
+
+
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
+    mark = f"@@leaseguard {nonce}@@"
+    each = [
+        f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
+        f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
+        for i, argv in enumerate(commands)
+    ]
+    return "".join(each) + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
+
+
+def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
+    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
+    nonce = secrets.token_hex(8)
+    before = time.time()
+    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
+    after = time.time()
+
+    def parts(text: str) -> dict[str, str]:
+        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
+        return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
+
+    out, err = parts(result.stdout), parts(result.stderr)
+    ran = {}
+    for i, argv in enumerate(commands):
+        status = out.get(f"{i} rc", "").strip()
+        if str(i) in out and status.isascii() and status.isdigit():
+            ran[argv] = CommandResult(int(status), out[str(i)], err.get(str(i), ""))
+        else:  # never finished (the exec timed out): the exec's status, as alone
+            ran[argv] = CommandResult(result.exit_code or 1, "", err.get(str(i), ""))
+    return ran, host_clock(out.get("clock", ""), before, after)
+
+
+def restart_runtime(
+    runner: Runner,
+    spec: RestartSpec,
+    contract: Contract,
+    lookup: dict[str, Any] | None,
+    *,
+    check_mode: bool = False,
+) -> dict[str, Any]:
+    """runtime_restart's result: restart, then read the start time every POLL_S until it moves."""
+    spec.check(lookup)
+    if check_mode:
+        return spec.would_restart()
+    argv, ran = spec.argv, Answers()
+    if spec.verifies and not getattr(runner, "becomes", False):
+        ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
+    done = ran[argv] if argv in ran else runner.run(list(argv))
+    result = spec.result(argv, done.exit_code)
+    if done.exit_code != 0:
+        return {**result, "failed": True, "msg": spec.failed_message(done)}
+    before = restart.start_of(lookup)
+    if not spec.verifies:
+        return {**result, "before": before, "msg": spec.restarted_message(before, None)}
+    ends_at = time.monotonic() + spec.verify_timeout_s
+    while True:
+        try:
+            started, error = Lookups(runner, ran).runtime_start(contract.runtime), None
+        except LookupFailed as exc:  # e.g. still starting: read again until the deadline
+            started, error = None, exc
+        moved = restart.start_moved(before["runtime_started_epoch_s"], started)
+        if moved or (left := ends_at - time.monotonic()) <= 0:
+            break
+        time.sleep(min(POLL_S, left))
+        ran = {}
+    result.update(before=before, after=restart.start_of(started))
+    if moved:
+        return {**result, "msg": spec.restarted_message(before, result["after"])}
+    return {**result, "failed": True, "msg": spec.not_moved_message(before, started, error)}

@@ -1,4 +1,4 @@
-"""The pure half of a host lookup: the command each source runs, its output read strictly.
+"""The pure half of a host lookup: the container and unit commands, outputs read strictly.
 Only the one configured variable leaves the host (the rest of an environment holds secrets)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from leaseguard.core.contract import Contract, TaskTimeoutLookup
+from leaseguard.core.contract import TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -51,9 +51,8 @@ COMPOSE_PROJECT, COMPOSE_SERVICE = "com.docker.compose.project", "com.docker.com
 # A paused container holds its claims (frozen, not gone): podman's `ps` leaves it out unless
 # asked, and its inspect says Running false, Paused true (docker's: Running true).
 _LIVE = "--filter status=running --filter status=paused"
-# $1 engine, $2 the container's name, $3 the template. The named container's line, then with
-# compose labels every running compose container's (its siblings among them); a failed `ps`
-# fails the lookup: the warning would be missing.
+# $1 engine, $2 the container's name, $3 the template: its line, then with compose labels every
+# running compose container's (its siblings); a failed `ps` fails: the warning would be missing.
 _NAMED_SCRIPT = f"""\
 out=$("$1" inspect --type container --format "$3" "$2") || exit
 printf '%s\\n' "$out"
@@ -93,25 +92,6 @@ def systemd_argv(unit: str, variable: str | None = None) -> Argv:
     return ("sh", "-c", _SYSTEMD_SCRIPT, "sh", unit, props, variable, _SYSTEMD_AWK)
 
 
-def env_file_argv(path: str, name: str) -> Argv:
-    return ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", path)
-
-
-def process_env_argv(pid: int, name: str) -> Argv:
-    """Filtered on the host: the rest of the environment stays there."""
-    return ("grep", "-z", "-m1", "-e", f"^{name}=", f"/proc/{pid}/environ")
-
-
-def process_start_argv(pid: int) -> Argv:
-    return ("sh", "-c", f"getconf CLK_TCK; grep '^btime ' /proc/stat; cat /proc/{pid}/stat")
-
-
-def checked_env_name(variable: str) -> str:
-    if not ENV_NAME.fullmatch(variable):
-        raise LookupFailed(f"variable name {variable!r} is not a valid environment variable name")
-    return variable
-
-
 def exit_meaning(code: int) -> str:
     return {127: "command not found", 124: "timed out"}.get(code, f"exited {code}")
 
@@ -131,13 +111,15 @@ def env_value(env: Sequence[str], variable: str) -> str | None:
 
 
 @dataclass(frozen=True)
-class SystemdUnit:
-    environment: tuple[str, ...]
-    active_since: datetime
+class Replica:  # a container or unit a lookup read
     name: str
+    started_at: datetime
+    entries: tuple[str, ...]  # KEY=VALUE
+    compose: tuple[str, str] = ("", "")  # (project, service) of a compose container
+    running: bool = True
 
 
-def parse_systemctl_glob(text: str, pattern: str) -> list[SystemdUnit]:
+def parse_systemctl_glob(text: str, pattern: str) -> list[Replica]:
     """The running units of the blocks (RUNNING_UNIT_STATES); none fails, naming the glob."""
     blocks = [(block, _properties(block)) for block in text.split("\n\n")]
     running = [(b, p) for b, p in blocks if p.get("ActiveState") in RUNNING_UNIT_STATES]
@@ -154,7 +136,7 @@ def _properties(text: str) -> dict[str, str]:
     return props
 
 
-def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> SystemdUnit:
+def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> Replica:
     """One unit's `systemctl show` block: active, or for a glob in RUNNING_UNIT_STATES."""
     props = _properties(text)
     if props.get("LoadState") == "not-found":
@@ -185,7 +167,7 @@ def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> Systemd
         active = datetime.strptime(stamp.partition(" ")[2], "%Y-%m-%d %H:%M:%S.%f UTC")
     except ValueError:
         raise LookupFailed(f"systemd unit {unit}: ActiveEnterTimestamp is not parsable") from None
-    return SystemdUnit(environment, active.replace(tzinfo=UTC), props.get("Id") or unit)
+    return Replica(props.get("Id") or unit, active.replace(tzinfo=UTC), environment)
 
 
 def parse_process_start(text: str, what: str) -> datetime:
@@ -201,8 +183,7 @@ def parse_process_start(text: str, what: str) -> datetime:
 
 
 def parse_env_file_line(line: str, name: str) -> str:
-    """The value of the LAST `[export ]NAME=value` line (optional quotes): sh, systemd, docker
-    read an env file so, a later assignment winning; every line of it is grepped (env_file_argv)."""
+    """The LAST `[export ]NAME=value` line's value (optional quotes), as sh and systemd read."""
     line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").partition("=")[2].strip()  # systemd: `N = v`
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
@@ -265,18 +246,9 @@ def is_unit_glob(unit: str) -> bool:
     return not frozenset("*?[").isdisjoint(unit)
 
 
-def shared_variable(contract: Contract, *, timeout_looked_up: bool) -> str | None:
-    """The timeout's variable when the runtime's container command can print it too."""
-    timeout, runtime = contract.task_timeout, contract.runtime
-    same = (timeout.source, timeout.container) == (runtime.source, runtime.container)
-    shared = timeout_looked_up and same and ENV_NAME.fullmatch(timeout.variable)
-    return timeout.variable if shared else None
-
-
 def container_argv(engine: str, container: str, variable: str | None) -> Argv:
-    """The one command reading `container` (a name or a filter) and its `variable`: a JSON
-    line per container with name, state, start, compose labels and only that variable's
-    entries (Go's `len`/`slice`/`eq` compare their `NAME=` prefix)."""
+    """The one command reading `container` (a name or a filter): a JSON line per container, its
+    name, state, start, compose labels and only `variable`'s entries (Go compares `NAME=`)."""
     env = ""
     if variable is not None:
         prefix, n = f"{variable}=", len(variable) + 1
@@ -299,31 +271,7 @@ def container_argv(engine: str, container: str, variable: str | None) -> Argv:
     return ("sh", "-c", script, "sh", engine, container, template)
 
 
-def shown_command(argv: Sequence[str]) -> str:
-    """How a failed container command is named: `docker inspect`, `docker ps --filter ...`."""
-    engine, target = argv[4], argv[5]
-    return f"{engine} ps --filter {target}" if container_filter(target) else f"{engine} inspect"
-
-
-@dataclass(frozen=True)
-class Replica:
-    name: str
-    running: bool
-    started_at: datetime
-    compose: tuple[str, str]  # (project, service); empty strings when not compose's
-    entries: tuple[str, ...]  # the variable's KEY=VALUE entries, nothing else
-
-    def value(self, variable: str) -> str | None:
-        return env_value(self.entries, variable)
-
-
-@dataclass(frozen=True)
-class Containers:
-    matches: tuple[Replica, ...]
-    siblings: tuple[str, ...] = ()
-
-
-def read_containers(text: str, container: str, what: str) -> Containers:
+def read_containers(text: str, container: str, what: str) -> tuple[list[Replica], list[str]]:
     """A filter's running matches, or the named container and its running compose siblings."""
     replicas = []
     for line in filter(str.strip, text.splitlines()):
@@ -336,24 +284,13 @@ def read_containers(text: str, container: str, what: str) -> Containers:
         except (ValueError, KeyError, TypeError):
             raise LookupFailed(f"{what}: inspect output is not a container description") from None
         started = parse_timestamp(raw, what=f"{what} {name} StartedAt")
-        replicas.append(Replica(name, running, started, compose, entries))
+        replicas.append(Replica(name, started, entries, compose, running))
     if container_filter(container) is not None:
-        if not (live := tuple(r for r in replicas if r.running)):
+        if not (live := [r for r in replicas if r.running]):
             raise LookupFailed(f"{what}: no running container matches the filter {container}")
-        return Containers(live)
+        return live, []
     if not replicas:
         raise LookupFailed(f"{what}: inspect output is not a container description")
     named, others = replicas[0], replicas[1:]
     same_service = [r.name for r in others if r.running and r.compose == named.compose]
-    siblings = sorted(set(same_service) - {named.name}) if named.compose[0] else []
-    return Containers((named,), tuple(siblings))
-
-
-def sibling_warning(what: str, found: Containers) -> str:
-    named = found.matches[0]
-    return (
-        f"{what}: container {named.name} has running compose siblings "
-        f"({', '.join(found.siblings)}) of service {named.compose[1]!r} (project "
-        f"{named.compose[0]!r}) that may hold claims this judgment does not see; to judge "
-        f"them all, name them with a filter: container: label={COMPOSE_SERVICE}={named.compose[1]}"
-    )
+    return [named], sorted(set(same_service) - {named.name}) if named.compose[0] else []

@@ -11,8 +11,7 @@ from contextlib import AbstractContextManager, closing, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from leaseguard.adapters import db, ssh
-from leaseguard.adapters.host_lookup import look_up_host
-from leaseguard.adapters.runtime import Runner
+from leaseguard.adapters.runtime import Runner, look_up_host
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError
 from leaseguard.core.fleet import fleet_facts, host_report
@@ -51,12 +50,11 @@ def host_session(
                     exc = tunnel.failure() or exc  # named by the tunnel's cause, if it has one
                 raise exc from None
             try:
-                looked_up = lookup.result()
+                facts, clock = lookup.result()
             except BaseException:
                 if early is not None:
                     early.close()
                 raise
-            facts, clock = looked_up.facts, looked_up.clock
             session = GuardSession(
                 contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
             )
@@ -125,8 +123,7 @@ def task_session(
 
 def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
     """A host looked up in one exec, as task_timeout returns it."""
-    looked_up = look_up_host(contract, runner)
-    return {"changed": False, **host_report(looked_up.facts, looked_up.clock)}
+    return {"changed": False, **host_report(*look_up_host(contract, runner))}
 
 
 def drain_every_host(
