@@ -11,6 +11,7 @@ from leaseguard.core.verdict import (
     failure_result,
     timeline_line,
 )
+from leaseguard.orchestration.drain import failure_output
 from tests.support import verdicts
 
 CHECKED = datetime(2026, 9, 9, 14, 48, 57, tzinfo=UTC)
@@ -93,6 +94,11 @@ def test_a_failed_check_has_its_own_timeline_line_and_never_says_proceed():
     assert line == (
         "2026-09-09T14:48:57Z leaseguard host=app1 decision=failed error=DatabaseUnavailable"
     )
+    # What every front prints for a failure: the error's class, never a proceed.
+    for fab in (False, True):
+        out = failure_output(DatabaseUnavailable("x"), "app1", as_json=False, fab=fab)
+        assert " leaseguard host=app1 decision=failed error=DatabaseUnavailable" in out
+        assert "proceed" not in out
 
 
 def test_a_failure_result_says_failed_and_names_the_error_class():
@@ -103,4 +109,8 @@ def test_a_failure_result_says_failed_and_names_the_error_class():
         "error": {"type": "DatabaseUnavailable", "message": "database unreachable"},
     }
     assert failure_result(error, None, CHECKED)["checked_at"] == CHECKED.isoformat()
-    assert failure_result(error, "app1")["decision"] == Decision.FAILED.value
+    assert json.loads(failure_output(error, "app1", as_json=True, fab=True)) == {
+        "decision": "failed",
+        "host": "app1",
+        "error": {"type": "DatabaseUnavailable", "message": "database unreachable"},
+    }
