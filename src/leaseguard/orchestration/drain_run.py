@@ -139,7 +139,7 @@ def drain_each(
 ) -> dict[str, DrainResult]:
     """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.judged.each is not None
-    board = board or status_board(options)
+    board, stop = board or status_board(options), stop or threading.Event()  # one for all hosts
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
     if own is None:  # the caller holds every intake: no host's thread pauses any (one session)

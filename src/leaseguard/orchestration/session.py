@@ -4,6 +4,7 @@ would spend the budget twice). A watchdog bounds every poll: TCP waits ~15 min o
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ from leaseguard.core.fleet import ClockOffset, FleetFacts
 from leaseguard.core.verdict import RuntimeFacts, Verdict
 from leaseguard.orchestration.intake import IntakeAccess as IntakeAccess  # the fronts' name here
 
+log = logging.getLogger("leaseguard.session")
 POLL_MARGIN_S = 2.0  # round trips, the transaction's small statements, a thread waking up
 Conn = psycopg.Connection[tuple[object, ...]]
 _END_LEFT_BEHIND = (  # a lost connection's idle backend: a partition leaves it for hours
@@ -255,8 +257,13 @@ class GuardSession:
                 self.close()
                 raise
         if self._left_behind:  # each reconnect ends what it replaces (advisory)
-            with suppress(psycopg.Error), db.read_transaction(self._conn):
-                self._conn.execute(_END_LEFT_BEHIND, (self._left_behind, db.APPLICATION_NAME))
+            try:
+                with db.read_transaction(self._conn):
+                    self._conn.execute(_END_LEFT_BEHIND, (self._left_behind, db.APPLICATION_NAME))
+            except psycopg.Error as exc:  # its class only: a driver's text may name the host
+                log.debug(
+                    "left-behind backend %d not ended (%s)", self._left_behind, type(exc).__name__
+                )
             self._left_behind = 0
         return self._conn
 
