@@ -29,6 +29,7 @@ from leaseguard.adapters.pauses import (
     wait_quiet,
 )
 from leaseguard.core.errors import DatabaseError
+from leaseguard.orchestration.intake import resume_pauses
 from sandbox.subprocess_env import clean_env
 from tests.support.busy_intake import BusyIntake, active, claims_between, cron_conn, intake_job
 from tests.support.process_lines import Lines
@@ -501,6 +502,13 @@ def test_a_leftover_hold_is_named_and_resumed_only_as_the_jobs_owner(db, intake)
         "role guard_ro sees no pg_cron job in database postgres" in refused.stdout + refused.stderr
     )
     assert not active(db, intake)
+    # Check mode (the resume playbook's --check) refuses as the run does, and as the owner lists.
+    with pytest.raises(DatabaseError, match="role guard_ro sees no pg_cron job in database"):
+        resume_pauses(db.dsn_as("guard_ro"), cron_database="postgres", check_mode=True)
+    preview = resume_pauses(
+        db.dsn_as("guard_ro"), cron_database="postgres", user="postgres", check_mode=True
+    )
+    assert [record["job"] for record in preview["records"]] == [intake]
     resumed = leaseguard(db, "resume", *as_owner)
     assert resumed.returncode == 0, resumed.stderr
     assert f"job={intake} state=resumed" in resumed.stdout

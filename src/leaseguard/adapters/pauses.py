@@ -190,6 +190,17 @@ def release_hold(conn: Connection, hold: Hold) -> Release:
     )
 
 
+def refuse_blind(conn: Connection) -> None:
+    """No hold found: fail unless this role can see the jobs (else "nothing held" is unknown)."""
+    if conn.execute(_SEES_JOBS).fetchone() != (True,):
+        raise DatabaseError(
+            f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+            "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+            "intake is still held: run resume as the jobs' owner (--cron-user, "
+            "drain.cron_user, leaseguard_cron_user)"
+        )
+
+
 def resume_recorded(
     conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> dict[str, Any]:
@@ -197,13 +208,8 @@ def resume_recorded(
     changes: list[cron.ActiveChange] = []
     with _holds_transaction(conn) as step:
         records, kept = resumable(read_records(conn), jobs, force=force)
-        if not records and not kept and conn.execute(_SEES_JOBS).fetchone() != (True,):
-            raise DatabaseError(
-                f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
-                "(pg_cron shows each role only its own jobs), so it cannot tell whether "
-                "intake is still held: run resume as the jobs' owner (--cron-user, "
-                "drain.cron_user, leaseguard_cron_user)"
-            )
+        if not records and not kept:
+            refuse_blind(conn)
         for record in records if force else ():
             if why := record.holder_alive():
                 log.warning(
