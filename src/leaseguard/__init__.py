@@ -1,7 +1,5 @@
 """leaseguard: judge in-flight work by the protected system's own claim lease."""
 
-from __future__ import annotations
-
 import importlib
 from typing import TYPE_CHECKING, Any
 

@@ -1,8 +1,6 @@
 """The one public API of the Ansible collection (plugins/ import nothing else of the package);
 each name loads on first use (PEP 562): a lease_guard task does not pay for the budgets'."""
 
-from __future__ import annotations
-
 import importlib
 from typing import Any
 

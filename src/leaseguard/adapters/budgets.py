@@ -1,7 +1,5 @@
 """`leaseguard budgets`, cron_budget: converge cron.job on a declaration, set active flags."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace

@@ -1,7 +1,5 @@
 """The schema pre-flight: a standby, a relation not the table, rows RLS hides: refused by name."""
 
-from __future__ import annotations
-
 import json
 import re
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """pg_cron's cron.job: the one time-boxed transaction, and switching active flags."""
 
-from __future__ import annotations
-
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass

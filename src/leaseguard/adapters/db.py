@@ -1,7 +1,5 @@
 """The database connection: time-boxed, named; no driver text (it may quote a DSN) leaves here."""
 
-from __future__ import annotations
-
 import math
 import os
 import re

@@ -1,7 +1,5 @@
 """The lease predicate judged in one snapshot: counts, every status classified, live claims."""
 
-from __future__ import annotations
-
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass

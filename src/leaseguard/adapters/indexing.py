@@ -1,7 +1,5 @@
 """The index keeping the guard's checks flat (`leaseguard index-sql`), and the seq-scan warning."""
 
-from __future__ import annotations
-
 import hashlib
 import logging
 from typing import Any

@@ -1,7 +1,5 @@
 """Intake holds, one record (an inactive cron.job row) per holder: the LAST to let go gives back."""
 
-from __future__ import annotations
-
 import json
 import logging
 import os
@@ -102,7 +100,7 @@ class Hold:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Hold:
+    def from_dict(cls, data: dict[str, Any]) -> "Hold":
         try:
             jobs, jobids = tuple(map(str, data["jobs"])), tuple(map(int, data.get("jobids", ())))
             by, action = str(data.get("by", "")), str(data.get("action", ""))

@@ -1,7 +1,5 @@
 """A host's timeout, start, clock: ONE exec where it can (each pays a login shell); a restart."""
 
-from __future__ import annotations
-
 import secrets
 import shlex
 import shutil

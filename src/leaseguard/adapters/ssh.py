@@ -1,7 +1,5 @@
 """SSH: a host's Fabric connection (host keys checked), the lookups over it, the database tunnel."""
 
-from __future__ import annotations
-
 import logging
 import select
 import shlex
@@ -196,7 +194,7 @@ class FabricRunner:
 @contextmanager
 def tunnelled(
     connection: Connection, conninfo: str, address: DatabaseAddress, *, probe: bool = True
-) -> Iterator[tuple[str, DatabaseTunnel]]:
+) -> Iterator[tuple[str, "DatabaseTunnel"]]:
     """`conninfo` through a tunnel to `address`, and the tunnel; both closed on every path."""
     from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
 

@@ -1,7 +1,5 @@
 """`drain`, `resume`, `budgets`, `index-sql`: loaded only when named, `check` never imports them."""
 
-from __future__ import annotations
-
 import argparse
 import contextlib
 import json

@@ -1,7 +1,5 @@
 """`leaseguard` command line: flags become one contract, results exit statuses."""
 
-from __future__ import annotations
-
 import argparse
 import difflib
 import importlib
@@ -263,7 +261,7 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def contract_from_args(args: argparse.Namespace) -> Contract:
+def contract_from_args(args: argparse.Namespace) -> "Contract":
     """Layers: defaults < --config file (but `budgets`' and `drain`'s own sections) < flags."""
     from leaseguard.core import contract
 
@@ -303,10 +301,10 @@ def resolve_dsn(args: argparse.Namespace) -> str:
 
 def open_session(
     args: argparse.Namespace,
-    contract: Contract,
+    contract: "Contract",
     facts: dict[str, Any],
-    intake: IntakeAccess | None = None,
-) -> AbstractContextManager[GuardSession]:
+    intake: "IntakeAccess | None" = None,
+) -> AbstractContextManager["GuardSession"]:
     """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
     from leaseguard.core.contract import read_yaml
     from leaseguard.core.fleet import fleet_facts

@@ -1,8 +1,6 @@
 """Config values checked, naming the key (`lease.x`): a typo never becomes a traceback or a default.
 One DSN is one database (db_host/db_port fill its gaps); a message shows only its host and port."""
 
-from __future__ import annotations
-
 import difflib
 import math
 import re

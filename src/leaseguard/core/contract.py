@@ -1,8 +1,6 @@
 """The contract: which table holds the work, and how the protected system defines a lease. The
 same keys in every front (a YAML file, Fabric's `leaseguard:`, Ansible's `leaseguard_*`)."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import partial

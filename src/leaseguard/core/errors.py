@@ -1,8 +1,6 @@
 """The errors leaseguard raises on purpose, and their exit statuses. A message names what failed,
 never a DSN, a password or raw driver text: these messages reach CI logs and chat."""
 
-from __future__ import annotations
-
 EXIT_PROCEED, EXIT_FAILED, EXIT_USAGE, EXIT_DRIFT = 0, 1, 2, 3
 EXIT_DEFER = 75  # EX_TEMPFAIL: try again later
 

@@ -1,8 +1,6 @@
 """The fleet rule, hosts' reports as facts, clock offsets. Work that may run on any host is judged
 once: the orphan cut-off is the OLDEST start (one unknown: unknown), the lease the LONGEST."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -37,7 +35,7 @@ class ClockOffset:
         """The clocks certainly differ by more than `configured_s`."""
         return abs(self.offset_s) - self.uncertainty_s > configured_s
 
-    def chained(self, here: ClockOffset) -> ClockOffset:
+    def chained(self, here: "ClockOffset") -> "ClockOffset":
         """Host minus database from host minus here and here minus database; uncertainties add."""
         return ClockOffset(self.offset_s + here.offset_s, self.uncertainty_s + here.uncertainty_s)
 

@@ -1,8 +1,6 @@
 """The pure half of a host lookup: the container and unit commands, outputs read strictly.
 Only the one configured variable leaves the host (the rest of an environment holds secrets)."""
 
-from __future__ import annotations
-
 import json
 import math
 import re

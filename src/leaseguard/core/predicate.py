@@ -1,8 +1,6 @@
 """The lease predicate and the guard's other SQL: identifiers quoted, every value bound. Time
 arithmetic is in the database clock, which wrote claimed_at (the guard's would add its skew)."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any

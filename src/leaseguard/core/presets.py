@@ -1,8 +1,6 @@
 """Presets: the stock schema and own liveness rule of off-the-shelf PostgreSQL job queues, a layer
 of contract keys just above the defaults. Each claim rule and its source file: docs/queues.md."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass

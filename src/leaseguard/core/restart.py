@@ -1,7 +1,5 @@
 """A restart with a stop budget: its argv, whether the start moved, runtime_restart's messages."""
 
-from __future__ import annotations
-
 import shlex
 from dataclasses import dataclass
 from datetime import datetime

@@ -1,7 +1,5 @@
 """The verdict of one check: decision, counts, live claims, and how it is reported."""
 
-from __future__ import annotations
-
 import enum
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime

@@ -1,7 +1,5 @@
 """What the Fabric tasks run: the -H hosts opened in parallel, one query per poll per database."""
 
-from __future__ import annotations
-
 import contextlib
 import json
 import sys

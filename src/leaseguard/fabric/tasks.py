@@ -1,8 +1,6 @@
 """Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config;
 what a task runs is imported when it runs: loading the collection imports no psycopg."""
 
-from __future__ import annotations
-
 import difflib
 import os
 import re
@@ -62,7 +60,7 @@ class FabricSettings:
     conninfo: str
     address: DatabaseAddress
     ssh: SshOptions
-    drain: DrainOptions
+    drain: "DrainOptions"
 
 
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:

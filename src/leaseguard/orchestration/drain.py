@@ -1,8 +1,6 @@
 """Drain: hold intake, wait until no live lease remains, give intake back on every exit path.
 The deadline is at most the longest lease seen at the start: past it, rows are the reaper's."""
 
-from __future__ import annotations
-
 import json
 import logging
 import threading
@@ -47,7 +45,7 @@ class DrainResult:
     deadline_s: float
     error: LeaseguardError | None = None
     intake: tuple[str, ...] | None = None
-    action: ActionOutcome | None = None
+    action: "ActionOutcome | None" = None
 
     @property
     def drained(self) -> bool:

@@ -1,7 +1,5 @@
 """What every front runs around a session: the `drain:` options, a drain, signals, logging."""
 
-from __future__ import annotations
-
 import logging
 import math
 import os

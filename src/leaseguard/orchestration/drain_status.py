@@ -1,8 +1,6 @@
 """A drain's `--status-file` (JSON, read by `leaseguard status`) and `--metrics-file`
 (Prometheus text), rewritten atomically after every poll; errors as class names only."""
 
-from __future__ import annotations
-
 import contextlib
 import copy
 import json
@@ -37,7 +35,7 @@ def _seconds(value: float | None) -> float:
 class HostObserver:
     """One host's row of the board, updated after every poll, then the files rewritten."""
 
-    def __init__(self, board: StatusBoard, row: dict[str, Any], intake: Intakes | None) -> None:
+    def __init__(self, board: "StatusBoard", row: dict[str, Any], intake: Intakes | None) -> None:
         self.board, self.row, self.intake = board, row, intake
 
     def finished(self, result: DrainResult | None, *, stopped: bool = False) -> None:

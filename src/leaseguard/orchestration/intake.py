@@ -1,8 +1,6 @@
 """Intake: what stops new claims while a drain or an action waits, given back on every exit;
 resume() undoes exactly what pause() did, nothing an operator paused by hand."""
 
-from __future__ import annotations
-
 import itertools
 import json
 import logging

@@ -2,8 +2,6 @@
 is replaced once (along the next path if its own died); any other failure is the answer (a retry
 would spend the budget twice). A watchdog bounds every poll: TCP waits ~15 min on a partition."""
 
-from __future__ import annotations
-
 import logging
 import socket
 import threading

@@ -1,8 +1,6 @@
 """One host's guard session: its lookups, and the database through a tunnel to the host
 (apart from orchestration.session, so that `leaseguard check` never imports Fabric)."""
 
-from __future__ import annotations
-
 import threading
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -66,7 +64,7 @@ def host_session(
 
 @contextmanager
 def ssh_session(
-    connection: Connection,
+    connection: "Connection",
     contract: Contract,
     conninfo: str,
     address: ssh.DatabaseAddress,

@@ -1,8 +1,6 @@
 """The ``cron_budgets`` declaration (jobs, per-environment overrides) and the one command every
 job runs, read back by a small parser: anything else is refused, reported, never rewritten."""
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -217,7 +215,7 @@ class BudgetConfig:
     database: str | None = None  # where the jobs run (None: cron's)
     environment: str | None = None
 
-    def declare(self, environment: str | None = None) -> BudgetConfig:
+    def declare(self, environment: str | None = None) -> "BudgetConfig":
         """The jobs with `environment`'s overrides applied; without any, the defaults."""
         if environment is not None and (not isinstance(environment, str) or not environment):
             raise ConfigError("environment must be a non-empty string")

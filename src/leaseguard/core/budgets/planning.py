@@ -2,8 +2,6 @@
 budget differing from a *default* is drift, left unless ``on_drift="apply"`` (it may be a
 production fix nobody declared yet); while anything drifts or is refused, nothing is written."""
 
-from __future__ import annotations
-
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
