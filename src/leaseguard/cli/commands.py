@@ -152,9 +152,8 @@ def run_drain(args: argparse.Namespace) -> int:
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
     board = drain_run.status_board(options)
-    started: list[str] = []  # the command's name once it runs: a signal before interrupted none
     stop = threading.Event()
-    act = partial(run_command, args.command, started, stop) if args.command else None
+    act = partial(run_command, args.command, stop) if args.command else None
     action = f"command {args.command[0]}" if args.command else "drain"
     result = None
     try:
@@ -174,28 +173,23 @@ def run_drain(args: argparse.Namespace) -> int:
     if stop.is_set():
         if not board.rows:
             board.not_drained(socket.gethostname(), None, stopped=True)
-        ran = f" (command {args.command[0]} interrupted)" if started else ""
+        # A signal before the command ran interrupted the drain only.
+        ran = f" (command {args.command[0]} interrupted)" if result and result.action else ""
         say(f"drain interrupted{ran}; intake was resumed")
         return errors.EXIT_FAILED
     assert result is not None
     for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
-        if to_stdout:
-            print(line)
-        else:
-            say(line)
+        (print if to_stdout else say)(line)
     return result.exit_status
 
 
-def run_command(
-    argv: list[str], started: list[str], stop: threading.Event, result: DrainResult
-) -> ActionOutcome:
+def run_command(argv: list[str], stop: threading.Event, result: DrainResult) -> ActionOutcome:
     """Run `argv` here with the verdict in $LEASEGUARD_VERDICT_FILE; its exit status is ours."""
     with tempfile.TemporaryDirectory(prefix="leaseguard-") as folder:
         verdict_file = os.path.join(folder, "verdict.json")
         with open(verdict_file, "w", encoding="utf-8") as out:
             json.dump(result.as_dict(), out)
         env = {**os.environ, "LEASEGUARD_VERDICT_FILE": verdict_file}
-        started.append(argv[0])
         log.info("intake held: running command %s", argv[0])
         try:
             # A session of its own: a signal ends the command's children with it (`sh -c
@@ -215,8 +209,7 @@ def run_command(
 
 
 def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
-    """SIGTERM to the command's process group, a quarter second, then SIGKILL to all of it;
-    intake is given back only once none of it is left (at most 5 s more)."""
+    """SIGTERM to the command's process group, 0.25 s later SIGKILL; intake back once it is gone."""
     for sig, wait_s in ((signal.SIGTERM, 0.25), (signal.SIGKILL, None)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.pid, sig)

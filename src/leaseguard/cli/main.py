@@ -221,11 +221,9 @@ def add_table_options(parser: argparse.ArgumentParser) -> None:
             "alone for none). A status in none of the three lists fails the check",
         ),
     }
-    listing: dict[str, Any] = {"action": "extend", "metavar": "S"}
     for kind, (nargs, what) in statuses.items():
-        table.add_argument(
-            f"--{kind}-status", dest=f"{kind}_statuses", nargs=nargs, help=what, **listing
-        )
+        flag, dest = f"--{kind}-status", f"{kind}_statuses"
+        table.add_argument(flag, dest=dest, nargs=nargs, action="extend", metavar="S", help=what)
     table.add_argument(
         "--claimed-at-column", help="column the worker sets when it takes (or renews) the claim"
     )
