@@ -215,10 +215,9 @@ def test_intake_comes_back_only_when_the_last_holder_lets_go(db, intake):
         second = hold_jobs(conn, [intake], "second pid 2 on here", "migration")
         assert (first.switched, second.switched) == ((intake,), ())
         assert second.jobs == (intake,)
-        released = release_hold(conn, first)
-        assert released.resumed == () and released.still_held == {intake: ("second pid 2 on here",)}
+        assert release_hold(conn, first) == ((), {intake: ("second pid 2 on here",)})
         assert not active(db, intake)
-        assert release_hold(conn, second).resumed == (intake,)
+        assert release_hold(conn, second) == ((intake,), {})
     assert active(db, intake)
 
 
@@ -587,7 +586,7 @@ def test_resume_keeps_the_job_paused_while_one_of_two_holders_still_runs(db, int
     assert not active(db, intake)
     with cron_conn(db) as conn:
         assert [r.by for r in leftover_warnings_records(conn, intake)] == ["this test"]
-        assert release_hold(conn, live).resumed == (intake,)
+        assert release_hold(conn, live) == ((intake,), {})
     assert active(db, intake)
 
 
@@ -689,7 +688,7 @@ def test_a_release_never_switches_on_a_job_re_created_under_the_held_name(db, in
             " active := false)",
             (intake, db.name),
         )
-        assert release_hold(conn, hold).resumed == ()
+        assert release_hold(conn, hold) == ((), {})
     assert not active(db, intake)
 
 

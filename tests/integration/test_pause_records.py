@@ -112,8 +112,7 @@ def test_a_record_left_on_a_job_switched_back_on_by_hand_does_not_keep_the_next_
         )
         hold = hold_jobs(conn, [cron_job], "next pid 2 on here")
         assert not _active(conn, cron_job)
-        released = release_hold(conn, hold)
-        assert released.resumed == (cron_job,) and released.still_held == {}
+        assert release_hold(conn, hold) == ((cron_job,), {})
         assert _active(conn, cron_job)
         assert leftover_warnings(conn) == []
     assert any("stale intake hold" in m and "killed pid 1" in m for m in caplog.messages)
@@ -123,12 +122,9 @@ def test_a_live_holders_record_on_an_inactive_job_still_keeps_it_paused(pg_clust
     with pg_cluster.connect("postgres") as conn:
         first = hold_jobs(conn, [cron_job], "first pid 1 on here")
         second = hold_jobs(conn, [cron_job], "second pid 2 on here")
-        released = release_hold(conn, second)
-        assert released.resumed == () and released.still_held == {
-            cron_job: ("first pid 1 on here",)
-        }
+        assert release_hold(conn, second) == ((), {cron_job: ("first pid 1 on here",)})
         assert not _active(conn, cron_job)
-        assert release_hold(conn, first).resumed == (cron_job,)
+        assert release_hold(conn, first) == ((cron_job,), {})
         assert _active(conn, cron_job)
 
 

@@ -120,17 +120,13 @@ def _converge(
                 conn.execute(
                     "SELECT cron.schedule_in_database(%s, %s, %s, %s)", (*new, job.database)
                 )
-            elif job.action is Action.UPDATE and job.live is not None:
-                # NULL leaves a field as it is: an unchanged command keeps its live spelling.
-                changed = set(job.changes)
+            elif job.action is Action.UPDATE and (before := job.before()) is not None:
+                # The plan's row after, but NULL where that is the live value: NULL leaves a field
+                # as it is, so an unchanged command keeps its live spelling.
+                after = {k: None if v == before[k] else v for k, v in (job.after() or {}).items()}
                 conn.execute(
                     "SELECT cron.alter_job(%s::bigint, schedule := %s::text, command := %s::text, "
                     "database := %s::text)",
-                    (
-                        job.live.jobid,
-                        job.job.schedule if "schedule" in changed else None,
-                        job.job.command if {"function", "budget"} & changed else None,
-                        job.database if "database" in changed else None,
-                    ),
+                    (before["jobid"], after["schedule"], after["command"], after["database"]),
                 )
     return replace(plan, applied=writing)

@@ -34,6 +34,11 @@ def cron_transaction(
                 conn, statement_timeout=STATEMENT_TIMEOUT_MS, lock_timeout=LOCK_TIMEOUT_MS
             )
             yield step
+    except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName, pg_errors.UndefinedFunction):
+        raise SchemaMismatch(
+            f"pg_cron's cron.job is not usable in database {db}: connect to the database "
+            "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
+        ) from None
     except psycopg.Error as exc:
         at = f"{step.doing} in database {db}"
         named = f"({type(exc).__name__}, SQLSTATE {exc.sqlstate or 'none'})"
@@ -41,14 +46,6 @@ def cron_transaction(
             why = f"{at} exceeded statement_timeout={STATEMENT_TIMEOUT_MS}ms {named}"
         elif isinstance(exc, pg_errors.LockNotAvailable):
             why = f"{at}: lock not available within {LOCK_TIMEOUT_MS}ms {named}"
-        elif isinstance(
-            exc,
-            pg_errors.UndefinedTable | pg_errors.InvalidSchemaName | pg_errors.UndefinedFunction,
-        ):
-            raise SchemaMismatch(
-                f"pg_cron's cron.job is not usable in database {db}: connect to the database "
-                "named by cron.database_name (where CREATE EXTENSION pg_cron ran)"
-            ) from None
         elif isinstance(exc, pg_errors.InsufficientPrivilege):
             why = f"{at}: permission denied {named}; {privilege_hint}"
         elif isinstance(exc, pg_errors.InvalidParameterValue):

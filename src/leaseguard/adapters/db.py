@@ -67,8 +67,7 @@ def connect(
     user: str | None = None,
     password: str | None = None,
 ) -> Connection:
-    """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit); never
-    prepared on the server: a pooler in transaction mode may run the next one on another session."""
+    """A connection named leaseguard: read-only repeatable-read, or `writable` (autocommit)."""
     try:
         given = conninfo_to_dict(conninfo)
         if dbname:
@@ -90,7 +89,7 @@ def connect(
             application_name=APPLICATION_NAME,
             connect_timeout=connect_timeout_s,
             autocommit=writable,
-            prepare_threshold=None,
+            prepare_threshold=None,  # never prepared: a transaction-mode pooler may switch sessions
         )
     except psycopg.Error as exc:
         text = str(exc).lower()

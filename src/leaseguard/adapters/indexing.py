@@ -181,16 +181,13 @@ def advisory_plan_warning(
     except (psycopg.Error, LookupError, TypeError, ValueError) as exc:
         log.debug("plan check on table %s skipped (%s)", contract.table_label, type(exc).__name__)
         return None
+    reads = f"reads table {contract.table_label} (~{rows:.0f} rows) with a sequential scan"
     if row is not None and _seq_scans(row[0], frozenset(names)):
-        where = (
-            f"the guard query reads table {contract.table_label} (~{rows:.0f} rows) "
-            "with a sequential scan"
-        )
+        where = f"the guard query {reads}"
     elif column and column.reads_rows(contract) and column.index_key is None:
         where = (
-            f"the status check (every status classified) reads table {contract.table_label} "
-            f"(~{rows:.0f} rows) with a sequential scan: no btree index leads with its "
-            f"status column {contract.status_column}"
+            f"the status check (every status classified) {reads}: no btree index leads with "
+            f"its status column {contract.status_column}"
         )
     else:
         return None

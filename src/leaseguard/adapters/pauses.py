@@ -11,7 +11,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from threading import Event
-from typing import Any, NamedTuple
+from typing import Any
 
 import psycopg
 
@@ -112,13 +112,6 @@ class Hold:
             ) from None
 
 
-class Release(NamedTuple):
-    """What letting go did: jobs given back, and jobs other holders still hold (by whom)."""
-
-    resumed: tuple[str, ...]
-    still_held: dict[str, tuple[str, ...]]
-
-
 def drain_identity(front: str, pid: int | None = None) -> str:
     """Who holds: the front, this process (or `pid`) and this machine (no secret)."""
     return f"{front} pid {pid or os.getpid()} on {socket.gethostname()}"
@@ -133,10 +126,9 @@ def hold_jobs(
     with _holds_transaction(conn) as step:
         changes = cron.plan_changes(conn, dict.fromkeys(jobs, False))
         if missing := [c.job for c in changes if not c.exists]:
-            user = conn.info.user
             raise DatabaseError(
-                f"pg_cron job(s) not found: {', '.join(missing)} (as role {user}; pg_cron shows "
-                f"each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
+                f"pg_cron job(s) not found: {', '.join(missing)} (as role {conn.info.user}; "
+                f"pg_cron shows each role only its own jobs: {_PRIVILEGE_HINT}); nothing was paused"
             )
         # A live holder keeps its job inactive: records on an ACTIVE job are stale (a killed
         # run's, the job switched back on by hand); counted, they would keep it paused.
@@ -169,8 +161,11 @@ def hold_jobs(
     return Hold(token, tuple(c.job for c in held), jobids, by, action, switched, not_held)
 
 
-def release_hold(conn: Connection, hold: Hold) -> Release:
-    """Let go of `hold`: delete its records; give back each job no other holder holds."""
+def release_hold(
+    conn: Connection, hold: Hold
+) -> tuple[tuple[str, ...], dict[str, tuple[str, ...]]]:
+    """Let go of `hold`: its records deleted, each job no other holder holds given back; returns
+    the jobs given back, and the jobs other holders still hold (by whom)."""
     with _holds_transaction(conn) as step:
         others: dict[str, list[str]] = {}
         for record in read_records(conn):
@@ -182,10 +177,8 @@ def release_hold(conn: Connection, hold: Hold) -> Release:
         if hold.jobids:  # a job re-created under a held name since is not the one held
             changes = [c for c in changes if not c.exists or c.jobid in hold.jobids]
         cron.apply_changes(conn, step, changes)
-    return Release(
-        resumed=tuple(c.job for c in changes if c.changed),
-        still_held={job: tuple(others[job]) for job in hold.jobs if job in others},
-    )
+    still_held = {job: tuple(others[job]) for job in hold.jobs if job in others}
+    return tuple(c.job for c in changes if c.changed), still_held
 
 
 def refuse_blind(conn: Connection) -> None:
@@ -287,8 +280,7 @@ def read_records(conn: Connection) -> list[PauseRecord]:
     records = []
     for name, command in conn.execute(_RECORDS, (RECORD_PREFIX,)):
         job, _, token = str(name).removeprefix(RECORD_PREFIX).rpartition("@")
-        if not job:
-            job, token = token, ""
+        job, token = (job, token) if job else (token, "")
         try:
             data = json.loads(str(command).partition(_MARKER)[2])
             job, at, by = str(data["job"]), str(data["paused_at"]), str(data["by"])

@@ -106,7 +106,7 @@ class CronJobsPause:
         for attempt in itertools.count(1):
             try:
                 with self.connect() as conn:
-                    released = pauses.release_hold(conn, self.hold)
+                    resumed, still_held = pauses.release_hold(conn, self.hold)
                 break
             except LeaseguardError as exc:
                 if time.monotonic() + delay > give_up_at:
@@ -124,10 +124,10 @@ class CronJobsPause:
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
-        self.resumed = released.resumed
-        for name in released.resumed:
+        self.resumed = resumed
+        for name in resumed:
             log.info("intake resumed pg_cron job=%s", name)
-        for name, holders in released.still_held.items():
+        for name, holders in still_held.items():
             why = "(given back by its last holder)"
             log.info("intake still held pg_cron job=%s by=%s %s", name, "; ".join(holders), why)
         self.hold = None
