@@ -89,6 +89,11 @@ class ActionOutcome:
 Action = Callable[[DrainResult], ActionOutcome]
 
 
+def hms(seconds: float) -> str:  # H:MM:SS
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
 class TerminalProgress:
     """One self-overwriting line: bar of the deadline used, live count, longest lease."""
 
@@ -96,10 +101,6 @@ class TerminalProgress:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
-        def hms(seconds: float) -> str:  # H:MM:SS
-            seconds = max(int(seconds), 0)
-            return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
         filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
         longest = verdict.live[0].remaining_s if verdict.live else 0.0
         self.stream.write(
@@ -252,10 +253,8 @@ class Drainer:
         self.counters.leases_ended += len(ended)
         self.counters.claims_appeared += len(appeared)
         change = f"live {before.counts.live} -> {after.counts.live}"
-        ended_ids, appeared_ids = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
-        log.info(
-            f"drain host={after.host or '-'} {change} ended={ended_ids} appeared={appeared_ids}"
-        )
+        gone, new = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
+        log.info(f"drain host={after.host or '-'} {change} ended={gone} appeared={new}")
         return after
 
 
