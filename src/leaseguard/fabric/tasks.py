@@ -269,9 +269,8 @@ def collection() -> Collection:
                 unknown = re.match(r"No idea what '([^']+)' is!", str(exc))
                 if unknown and (tasks := getattr(program, "collection", None)) is not None:
                     known = list(tasks.task_names)
-                    for name in tasks.task_names:
-                        for argument in tasks[name].get_arguments():
-                            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
+                    for argument in (a for t in tasks.task_names for a in tasks[t].get_arguments()):
+                        known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
                     close = difflib.get_close_matches(unknown[1].partition("=")[0], known, n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise Exit(f"{exc}{hint}{see}", code=EXIT_USAGE) from None
