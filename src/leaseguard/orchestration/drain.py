@@ -85,8 +85,7 @@ class ActionOutcome:
     description: str
 
 
-# Runs once the drain proceeds, with intake still held; intake is given back after it.
-Action = Callable[[DrainResult], ActionOutcome]
+Action = Callable[[DrainResult], ActionOutcome]  # run once drained, before intake is given back
 
 
 def hms(seconds: float) -> str:  # H:MM:SS
@@ -130,14 +129,12 @@ class Drainer:
     deadline_s: float | None = None
     progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic
-    # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
-    sleep: Callable[[float], None] | None = None
+    sleep: Callable[[float], None] | None = None  # None: wait on `stop`, which a signal ends
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: Any = None  # the status board's: after every poll, and at the end
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
-    # A fleet's start (`clock` time): a host begun late (threads' bound) keeps the fleet's deadline.
-    started: float | None = None
+    started: float | None = None  # a fleet's start: a host begun late keeps the fleet's deadline
 
     def run(self, intake: Intakes | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
