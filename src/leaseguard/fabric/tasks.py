@@ -6,6 +6,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import fabric.main
@@ -44,8 +45,7 @@ _CONFIG_CLONING = threading.Lock()
 
 
 def env_defaults() -> dict[str, Any]:
-    """Every `leaseguard:` key, unset: invoke reads a `FABRIC_<KEY_PATH>` variable only for a
-    key its config holds (`FABRIC_LEASEGUARD_CONNECTION_DSN=...`)."""
+    """Every `leaseguard:` key, unset: invoke reads `FABRIC_<KEY_PATH>` only for a key it holds."""
     tree: dict[str, Any] = {"connection": dict.fromkeys(CONNECTION_KEYS)}
     tree["drain"] = dict.fromkeys(DRAIN_KEYS)
     for key in CONFIG_KEYS:
@@ -80,16 +80,13 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     contract = load_contract(section)
     # One connect budget for the whole path (each SSH hop, the database): `fab -t N`, else
     # `leaseguard.connect_timeout_s`, else `timeouts.connect`, else the contract's 10 s.
-    given = [
-        ("fab -t", (config.get("connect_kwargs") or {}).get("timeout")),
-        ("connect_timeout_s", section.get("connect_timeout_s")),
-        ("timeouts.connect", (config.get("timeouts") or {}).get("connect")),
-    ]
-    for key, value in given:
-        if value is not None:
-            timeout_s = values.whole_number({key: value}, key, Contract.connect_timeout_s)
-            contract = replace(contract, connect_timeout_s=timeout_s)
-            break
+    given = {
+        "fab -t": (config.get("connect_kwargs") or {}).get("timeout"),
+        "connect_timeout_s": section.get("connect_timeout_s"),
+        "timeouts.connect": (config.get("timeouts") or {}).get("connect"),
+    }
+    if set_by := [key for key, value in given.items() if value is not None]:
+        contract = replace(contract, connect_timeout_s=values.whole_number(given, set_by[0], None))
     # A FABRIC_LEASEGUARD_* variable is a string here: "true"/"false" read as booleans.
     accept = connection.get("accept_unknown_host_keys")
     if isinstance(accept, str) and accept.lower() in ("true", "false"):
@@ -100,10 +97,7 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
         if raw != "false":
             raise ConfigError(f"{ACCEPT_VARIABLE} must be true or false")
         connection["accept_unknown_host_keys"] = False
-
-    def text(key: str) -> str | None:
-        return values.optional_text(connection, key, prefix="connection.")
-
+    text = partial(values.optional_text, connection, prefix="connection.")
     accepts = values.flag(connection, "accept_unknown_host_keys", False, prefix="connection.")
     ssh = SshOptions(
         known_hosts=text("known_hosts"),
@@ -275,9 +269,8 @@ def collection() -> Collection:
                 unknown = re.match(r"No idea what '([^']+)' is!", str(exc))
                 if unknown and (tasks := getattr(program, "collection", None)) is not None:
                     known = list(tasks.task_names)
-                    for name in tasks.task_names:
-                        for argument in tasks[name].get_arguments():
-                            known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
+                    for argument in (a for t in tasks.task_names for a in tasks[t].get_arguments()):
+                        known += [f"--{n}" if len(n) > 1 else f"-{n}" for n in argument.names]
                     close = difflib.get_close_matches(unknown[1].partition("=")[0], known, n=1)
                     hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise Exit(f"{exc}{hint}{see}", code=EXIT_USAGE) from None

@@ -85,8 +85,12 @@ class ActionOutcome:
     description: str
 
 
-# Runs once the drain proceeds, with intake still held; intake is given back after it.
-Action = Callable[[DrainResult], ActionOutcome]
+Action = Callable[[DrainResult], ActionOutcome]  # run once drained, before intake is given back
+
+
+def hms(seconds: float) -> str:  # H:MM:SS
+    seconds = max(int(seconds), 0)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 class TerminalProgress:
@@ -96,10 +100,6 @@ class TerminalProgress:
         self.stream, self.drawn = stream, False
 
     def update(self, verdict: Verdict, elapsed_s: float, deadline_s: float) -> None:
-        def hms(seconds: float) -> str:  # H:MM:SS
-            seconds = max(int(seconds), 0)
-            return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
         filled = int((min(elapsed_s / deadline_s, 1.0) if deadline_s > 0 else 1.0) * 24)
         longest = verdict.live[0].remaining_s if verdict.live else 0.0
         self.stream.write(
@@ -129,14 +129,12 @@ class Drainer:
     deadline_s: float | None = None
     progress: TerminalProgress | None = None
     clock: Callable[[], float] = time.monotonic
-    # None: wait on `stop`, so a signal handler (or another thread) ends the wait at once.
-    sleep: Callable[[float], None] | None = None
+    sleep: Callable[[float], None] | None = None  # None: wait on `stop`, which a signal ends
     counters: DrainCounters = field(default_factory=DrainCounters)
     observer: Any = None  # the status board's: after every poll, and at the end
     stop: threading.Event = field(default_factory=threading.Event)
     label: str = "-"  # the host (or the fleet) in lines logged before any verdict
-    # A fleet's start (`clock` time): a host begun late (threads' bound) keeps the fleet's deadline.
-    started: float | None = None
+    started: float | None = None  # a fleet's start: a host begun late keeps the fleet's deadline
 
     def run(self, intake: Intakes | None = None, act: Action | None = None) -> DrainResult:
         """Hold intake from before the first verdict until `act` (run if drained) returned."""
@@ -252,10 +250,8 @@ class Drainer:
         self.counters.leases_ended += len(ended)
         self.counters.claims_appeared += len(appeared)
         change = f"live {before.counts.live} -> {after.counts.live}"
-        ended_ids, appeared_ids = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
-        log.info(
-            f"drain host={after.host or '-'} {change} ended={ended_ids} appeared={appeared_ids}"
-        )
+        gone, new = (",".join(sorted(ids)[:10]) or "-" for ids in (ended, appeared))
+        log.info(f"drain host={after.host or '-'} {change} ended={gone} appeared={new}")
         return after
 
 

@@ -27,8 +27,7 @@ from leaseguard.orchestration.intake import CommandPause, CronJobsPause, Intakes
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 DEFAULT_POLL_S = 5.0
-# A failed resume is retried this long (PostgreSQL restarting, a tunnel re-opened): long
-# enough for a restart or a failover, short enough to be noticed.
+# A failed resume is retried this long: enough for a restart or a failover, short enough to notice.
 DEFAULT_RESUME_RETRY_S = 60.0
 Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
@@ -159,8 +158,7 @@ def drain_each(
 
 
 def map_waking(work: Callable[[Any], T], items: Sequence[Any]) -> list[T]:
-    """`work` over `items` on threads, the caller waking every 0.2 s: Python runs signal handlers
-    on the main thread only, so a SIGTERM would wait, unheard, for a drain only it ends."""
+    """`work` on threads, the caller waking every 0.2 s (signal handlers run on the main thread)."""
     with ThreadPoolExecutor(max_workers=max(min(len(items), 64), 1)) as pool:
         futures = [pool.submit(work, item) for item in items]
         while wait(futures, timeout=0.2).not_done:

@@ -89,7 +89,7 @@ class StatusBoard:
         new: dict[str, Any] = {"host": host, "state": RUNNING, "decision": "pending"}
         new |= {"exit_status": None, "counts": dict.fromkeys(COUNT_CLASSES, 0)}
         new |= {**dict.fromkeys(_LONGEST, 0.0), "paused_intake": []}  # the row's keys in order
-        new["counters"] = {**dict.fromkeys(COUNTER_NAMES, 0), "errors": {}}
+        new["counters"] = DrainCounters().snapshot()
         with self.lock:
             row = self.rows.setdefault(host, new)
             if database is not None:
@@ -160,9 +160,7 @@ class StatusBoard:
             in_place = final and path.exists()  # a file saying `running` must not outlive us
             if in_place:
                 try:  # the final snapshot over the old file's own space, emptied first
-                    with path.open("r+", encoding="utf-8") as handle:
-                        handle.truncate(0)
-                        handle.write(text)
+                    path.write_text(text, encoding="utf-8")
                 except OSError as last:  # then no file rather than one saying `running`
                     with contextlib.suppress(OSError):
                         path.unlink()

@@ -19,12 +19,7 @@ from leaseguard.adapters import pauses
 from leaseguard.adapters.db import Connection, connect
 from leaseguard.adapters.pauses import DEFAULT_QUIET_TIMEOUT_S, RESUME_HINT, Hold
 from leaseguard.adapters.runtime import Runner
-from leaseguard.core.errors import (
-    IntakeLost,
-    IntakeNotResumed,
-    LeaseguardError,
-    LookupFailed,
-)
+from leaseguard.core.errors import IntakeLost, IntakeNotResumed, LeaseguardError, LookupFailed
 
 log = logging.getLogger("leaseguard.drain")
 CronConnect = Callable[[], AbstractContextManager[psycopg.Connection[Any]]]  # pg_cron's database
@@ -70,9 +65,7 @@ class CronJobsPause:
 
     def pause(self) -> None:
         with self.connect() as conn:
-            self.hold = pauses.hold_jobs(
-                conn, list(self.job_names), self.by, self.action, self.holder
-            )
+            self.hold = pauses.hold_jobs(conn, self.job_names, self.by, self.action, self.holder)
         for name in self.hold.switched:
             log.info("intake paused pg_cron job=%s by=%s", name, self.by)
         for name in set(self.hold.jobs) - set(self.hold.switched):
