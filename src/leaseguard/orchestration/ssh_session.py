@@ -49,16 +49,21 @@ def host_session(
                 raise exc from None
             try:
                 facts, clock = lookup.result()
+                session = GuardSession(
+                    contract,
+                    conninfo,
+                    facts,
+                    runner,
+                    tunnel,
+                    host_minus_here=clock,
+                    intake=intake,
+                    conn=early,
+                )
             except BaseException:
                 if early is not None:
                     early.close()
                 raise
-            session = GuardSession(
-                contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
-            )
             with closing(session):
-                if early is not None:
-                    session.adopt(early)
                 yield session
 
 
