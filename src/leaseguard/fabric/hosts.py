@@ -28,7 +28,7 @@ from leaseguard.orchestration.drain import (
     progress_for,
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
-from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 
 T = TypeVar("T")
@@ -179,19 +179,20 @@ def judging_session(
     """One session judging these hosts, each by its own facts or as one fleet."""
     chosen = dict(sorted(sessions.items()))
     through, *others = chosen.values()
-    return fleet_session(
+    session = GuardSession(
         settings.contract,
         through.conninfo,
         {host: s.facts for host, s in chosen.items()},
+        through.runner,
+        through.link,
         each=not fleet_rule,
-        runner=through.runner,
-        link=through.link,
         host_offsets={h: s.host_minus_here for h, s in chosen.items() if s.host_minus_here},
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
         intake=intake,
         conn=through.handover(),  # one host alone connected already
     )
+    return contextlib.closing(session)
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import replace
-from typing import Protocol, TypedDict, Unpack
+from typing import Protocol, Unpack
 
 import psycopg
 
@@ -41,33 +41,23 @@ class Link(Protocol):  # the path to the database when it is not direct (an SSH 
     def cut(self) -> None: ...
 
 
-class FleetOptions(TypedDict, total=False):
-    """A fleet session's paths and whom it judges by, besides its facts (GuardSession's)."""
-
-    runner: Runner | None
-    link: Link | None
-    host_offsets: Mapping[str, ClockOffset] | None
-    fallbacks: Sequence[tuple[str, Link]]
-    host_labels: Mapping[str, str] | None
-    intake: IntakeAccess | None
-    conn: Conn | None
-
-
 class GuardSession:
-    """Judges one host, a fleet (`fleet`) or each host (`each`); `fallbacks`: other paths to the
-    database; `conn`: one already open along the first; `host_offsets`: the hosts' clocks minus
-    this machine's (None: read here). A start is read on its host's clock, claimed_at on the
-    database's: skewed, a claim just after a restart could look orphaned. So starts move into
-    the database clock at the first poll; its uncertainty widens the tolerance."""
+    """Judges one host, or several ("fleet", `facts` by host) by the fleet rule (`fleet`) or
+    `each` by its own facts; `fallbacks`: other paths to the database; `conn`: one already open
+    along the first; `host_offsets`: the hosts' clocks minus this machine's (None: read here).
+    A start is read on its host's clock, claimed_at on the database's: skewed, a claim just
+    after a restart could look orphaned. So starts move into the database clock at the first
+    poll; its uncertainty widens the tolerance."""
 
     def __init__(
         self,
         contract: Contract,
         conninfo: str,
-        facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
+        facts: RuntimeFacts | Mapping[str, RuntimeFacts],
         runner: Runner | None = None,  # None: this machine's
         link: Link | None = None,
         *,
+        each: bool = False,
         label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
@@ -77,11 +67,14 @@ class GuardSession:
         conn: Conn | None = None,
     ) -> None:
         self.contract, self.runner = contract, runner or LocalRunner()
-        self.host = label or self.runner.label
+        self.host = label or ("fleet" if isinstance(facts, Mapping) else self.runner.label)
         self.intake = intake or IntakeAccess()
-        self.fleet = facts if isinstance(facts, FleetFacts) else None
+        self.fleet: FleetFacts | None = None
         self.each: dict[str, tuple[RuntimeFacts, float | None]] | None = None
-        if isinstance(facts, Mapping):
+        if isinstance(facts, Mapping) and not each:
+            self.fleet = fleet.combine_facts(facts)
+            facts = self.fleet.facts
+        elif isinstance(facts, Mapping):
             if not facts:
                 raise errors.ConfigError("a fleet judgment needs the facts of at least one host")
             self.each = {}  # sorted by host, as its verdicts are
@@ -91,7 +84,7 @@ class GuardSession:
                 except errors.ConfigError as exc:
                     raise errors.ConfigError(f"host {host}: {exc}") from None
             facts = RuntimeFacts(None, None)
-        self.facts = facts.facts if isinstance(facts, FleetFacts) else facts
+        self.facts = facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
         self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
         self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
@@ -304,17 +297,13 @@ class GuardSession:
             plan = advisory_plan_warning(conn, self.contract, verdicts[0], self._status_column)
             advice = (plan,) if plan else ()
             self._leftovers = self.intake.leftovers(conn, self.connect_writable)
+        advice += self._leftovers
         whole = self.fleet.as_dict() if self.fleet is not None else None
         if whole is not None and self.host_offsets is not None and self.minus_database:
             offsets = self.minus_database.items()
             whole["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
         return [
-            replace(
-                v,
-                warnings=(*v.warnings, *advice, *self._leftovers),
-                fleet=whole,
-                replicas=f.replicas,
-            )
+            replace(v, warnings=(*v.warnings, *advice), fleet=whole, replicas=f.replicas)
             for v, (_, f, _, _) in zip(verdicts, judged, strict=True)
         ]
 
@@ -357,16 +346,3 @@ def local_session(
     return closing(
         GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
     )
-
-
-def fleet_session(
-    contract: Contract,
-    conninfo: str,
-    per_host: Mapping[str, RuntimeFacts],
-    *,
-    each: bool = False,
-    **options: Unpack[FleetOptions],
-) -> closing[GuardSession]:
-    """One session judging every host by the fleet rule (`each`: each by its own facts)."""
-    facts = per_host if each else fleet.combine_facts(per_host)
-    return closing(GuardSession(contract, conninfo, facts, label="fleet", **options))
