@@ -285,10 +285,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
         statuses.append(result.exit_status)
         for to_stdout, line in drain_lines(result, host, as_json=json_, fab=True):
-            if to_stdout:
-                print(line)
-            else:
-                say(line)
+            (print if to_stdout else say)(line)
     if stop.is_set():
         causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
         if any(isinstance(cause, IntakeNotResumed) for cause in causes):
