@@ -69,6 +69,7 @@ class GuardSession:
         self.contract, self.runner = contract, runner or LocalRunner()
         self.host = label or ("fleet" if isinstance(facts, Mapping) else self.runner.label)
         self.intake = intake or IntakeAccess()
+        self.per_host = dict(facts) if isinstance(facts, Mapping) else {}  # several hosts' facts
         self.fleet: FleetFacts | None = None
         self.each: dict[str, tuple[RuntimeFacts, float | None]] | None = None
         if isinstance(facts, Mapping) and not each:
@@ -311,9 +312,8 @@ class GuardSession:
         if self.fleet is None and self.each is None:
             host_minus_here = self.host_minus_here or offset_from_here(self.runner)
             return host_minus_here.chained(db.here_minus_database(conn, self.contract))
-        each = {host: facts for host, (facts, _) in (self.each or {}).items()}
-        per_host = self.fleet.per_host if self.fleet is not None else each
-        here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
+        per_host, offsets = self.per_host, self.host_offsets
+        here_minus_db = db.here_minus_database(conn, self.contract)
         for host in sorted(h for h, f in per_host.items() if f.runtime_started_at is not None):
             if offsets is not None and host not in offsets:
                 raise errors.LookupFailed(
