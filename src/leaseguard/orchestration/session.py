@@ -100,7 +100,7 @@ class GuardSession:
         self._status_column: StatusColumn | None = None  # the pre-flight's, once per connection
         self._leftovers: tuple[str, ...] | None = None
         self._backend_pid = conn.info.backend_pid if conn else 0  # the server side of _conn
-        self._left_behind = 0  # ... and of a lost one
+        self._left_behind = 0  # the server side of a lost connection
         # The cluster reached first, the database judged first, the connection last checked.
         self._cluster: object | None = None
         self._database: object | None = None
