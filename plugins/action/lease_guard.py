@@ -76,7 +76,7 @@ class ActionModule(_action.LeaseguardAction):
         ) as session:
             looked_up = {}
             if not fleet:  # this host's facts and clock reading, as task_timeout returns them
-                report = api.host_report(session.facts, session.judged.host_minus_here)
+                report = api.host_report(session.facts, session.host_minus_here)
                 looked_up = {"lookup": {"changed": False, **report}}
             if waits:
                 drained, events = _drain(session, options, host, front, each)

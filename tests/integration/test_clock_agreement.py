@@ -7,6 +7,7 @@ shared intake, the migrate role) both move that start into the database clock: a
 made after the true restart is live for both, one made before it is an orphan for both.
 """
 
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from leaseguard.adapters.db import connect
 from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
-from leaseguard.orchestration.session import fleet_session
+from leaseguard.orchestration.session import GuardSession
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.judging import evaluate
 
@@ -62,7 +63,7 @@ def single_host(db, host_start, offset=BEHIND):
 def fleet(db, host_start, offset=BEHIND):
     contract = contract_from_mapping({})
     facts = {"app1": RuntimeFacts(TIMEOUT, host_start)}
-    with fleet_session(contract, db.dsn, facts, host_offsets={"app1": offset}) as session:
+    with closing(GuardSession(contract, db.dsn, facts, host_offsets={"app1": offset})) as session:
         return session.judge()
 
 

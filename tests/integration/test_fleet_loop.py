@@ -138,7 +138,7 @@ def test_each_host_judged_in_one_query_agrees_with_it_judged_alone_and_the_oracl
 
 
 def session_of(db, per_host, **kw):
-    return GuardSession(contract_from_mapping({}), db.dsn, per_host, None, label="fleet", **kw)
+    return GuardSession(contract_from_mapping({}), db.dsn, per_host, each=True, **kw)
 
 
 def facts(started=None, timeout_s=HOUR):

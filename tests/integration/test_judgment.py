@@ -4,6 +4,7 @@ Every rule is checked as "alive but left unprotected" AND "dead or queued but pr
 Boundary cases pin the database clock with `as_of` so they hold to the microsecond.
 """
 
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,7 +17,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed, UnclassifiedStatus
 from leaseguard.core.fleet import ClockOffset, combine_facts
 from leaseguard.core.verdict import Decision, RuntimeFacts, TaskTimeout
-from leaseguard.orchestration.session import fleet_session
+from leaseguard.orchestration.session import GuardSession
 from sandbox.runs_table import create_runs_table, insert_runs
 from tests.support.judging import evaluate
 from tests.support.oracle import Host, Row, classify, classify_for_fleet, unclassified
@@ -496,7 +497,9 @@ def judge_fleet_with_offsets(db, claimed_ago_s, starts_ago_s, offsets_s):
             (claimed_ago_s,),
         )
     offsets = {name: ClockOffset(offset, 0.0) for name, offset in offsets_s.items()}
-    with fleet_session(contract_from_mapping({}), db.dsn, per_host, host_offsets=offsets) as s:
+    with closing(
+        GuardSession(contract_from_mapping({}), db.dsn, per_host, host_offsets=offsets)
+    ) as s:
         return s.judge()
 
 

@@ -8,7 +8,7 @@ import os
 import socket
 import sys
 from collections.abc import Container, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, closing
 from typing import TYPE_CHECKING, Any
 
 from leaseguard import __version__
@@ -306,7 +306,7 @@ def open_session(
     """This host's session, or with --host-facts/--facts-file the fleet's (by the fleet rule)."""
     from leaseguard.core.contract import read_yaml
     from leaseguard.core.fleet import fleet_facts
-    from leaseguard.orchestration.session import IntakeAccess, fleet_session, local_session
+    from leaseguard.orchestration.session import GuardSession, IntakeAccess, local_session
 
     password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
     intake = intake or IntakeAccess(args.cron_database, args.cron_user, password)
@@ -336,7 +336,7 @@ def open_session(
             "--facts-file give every host's facts there instead"
         )
     per_host = fleet_facts(reports, with_clocks=False)[0]
-    return fleet_session(contract, resolve_dsn(args), per_host, intake=intake)
+    return closing(GuardSession(contract, resolve_dsn(args), per_host, intake=intake))
 
 
 def run_check(args: argparse.Namespace) -> int:

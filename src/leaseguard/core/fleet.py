@@ -2,7 +2,7 @@
 once: the orphan cut-off is the OLDEST start (one unknown: unknown), the lease the LONGEST."""
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -77,7 +77,6 @@ class FleetFacts:
     hosts: tuple[str, ...]
     lease_from: str | None  # host whose task timeout is the longest (None: no timeout needed)
     cutoff_from: str | None  # host whose runtime started first (None: cut-off unknown)
-    per_host: Mapping[str, RuntimeFacts] = field(default_factory=dict, compare=False, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -120,7 +119,7 @@ def combine_facts(
     replicas = tuple(f"{host}:{name}" for host in hosts for name in moved[host].replicas)
     started = starts[cutoff_from] if cutoff_from is not None else None
     facts = RuntimeFacts(timeout, started, warnings, replicas)
-    return FleetFacts(facts, hosts, lease_from, cutoff_from, dict(per_host))
+    return FleetFacts(facts, hosts, lease_from, cutoff_from)
 
 
 def host_report(facts: RuntimeFacts, clock: ClockOffset | None = None) -> dict[str, Any]:

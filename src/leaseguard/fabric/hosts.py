@@ -15,7 +15,6 @@ from leaseguard.adapters.ssh import tunnelled
 from leaseguard.core import errors
 from leaseguard.core.config_values import each_hosts_own
 from leaseguard.core.errors import ConfigError, IntakeNotResumed, LeaseguardError
-from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.verdict import Verdict, failure_result
 from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
 from leaseguard.orchestration import drain_run
@@ -29,7 +28,7 @@ from leaseguard.orchestration.drain import (
     progress_for,
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
-from leaseguard.orchestration.session import GuardSession, IntakeAccess, fleet_session
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 from leaseguard.orchestration.ssh_session import ssh_session
 
 T = TypeVar("T")
@@ -174,31 +173,26 @@ def _by_database(sessions: Sessions, failed: Failed, settings: FabricSettings) -
     return list(groups.values())
 
 
-@contextlib.contextmanager
 def judging_session(
     sessions: Sessions, settings: FabricSettings, intake: IntakeAccess, *, fleet_rule: bool = False
-) -> Iterator[GuardSession]:
+) -> contextlib.closing[GuardSession]:
     """One session judging these hosts, each by its own facts or as one fleet."""
     chosen = dict(sorted(sessions.items()))
     through, *others = chosen.values()
-    per_host, offsets = fleet_facts(
-        {host: host_report(s.facts, s.judged.host_minus_here) for host, s in chosen.items()}
-    )
-    with fleet_session(
+    session = GuardSession(
         settings.contract,
         through.conninfo,
-        per_host,
+        {host: s.facts for host, s in chosen.items()},
+        through.runner,
+        through.link,
         each=not fleet_rule,
-        runner=through.runner,
-        link=through.link,
-        host_offsets=offsets,
+        host_offsets={h: s.host_minus_here for h, s in chosen.items() if s.host_minus_here},
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
         intake=intake,
-    ) as session:
-        if (early := through.handover()) is not None:  # one host alone connected already
-            session.adopt(early)
-        yield session
+        conn=through.handover(),  # one host alone connected already
+    )
+    return contextlib.closing(session)
 
 
 def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, LeaseguardError]:
@@ -291,10 +285,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
         statuses.append(result.exit_status)
         for to_stdout, line in drain_lines(result, host, as_json=json_, fab=True):
-            if to_stdout:
-                print(line)
-            else:
-                say(line)
+            (print if to_stdout else say)(line)
     if stop.is_set():
         causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
         if any(isinstance(cause, IntakeNotResumed) for cause in causes):

@@ -135,15 +135,15 @@ def drain_each(
     **kwargs: Any,
 ) -> dict[str, DrainResult]:
     """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
-    assert session.judged.each is not None
+    assert session.each is not None
     board, stop = board or status_board(options), stop or threading.Event()  # one for all hosts
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
     if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
         options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
-    hosts = sorted(session.judged.each)
+    hosts = sorted(session.each)
     mine = {host: session if own is None else own[host] for host in hosts}
-    named = session.judged.host_labels
+    named = session.host_labels
     labels = {h: named.get(h, h) if own is None else mine[h].host for h in hosts}
     for label in labels.values():  # every host on the status board from the start, pending
         board.observer(label, database=session)

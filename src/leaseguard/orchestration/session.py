@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager, suppress
 from dataclasses import replace
-from typing import Protocol, TypedDict, Unpack
+from typing import Protocol, Unpack
 
 import psycopg
 
@@ -41,24 +41,41 @@ class Link(Protocol):  # the path to the database when it is not direct (an SSH 
     def cut(self) -> None: ...
 
 
-class Judged:
-    """Whom a session judges: one host, a fleet (`fleet`) or each host (`each`); `host_offsets`:
-    the hosts' clocks minus this machine's (None: read here). A start is read on its host's clock,
-    claimed_at on the database's: skewed, a claim just after a restart could look orphaned. So
-    starts move into the database clock at the first poll; its uncertainty widens the tolerance."""
+class GuardSession:
+    """Judges one host, or several ("fleet", `facts` by host) by the fleet rule (`fleet`) or
+    `each` by its own facts; `fallbacks`: other paths to the database; `conn`: one already open
+    along the first; `host_offsets`: the hosts' clocks minus this machine's (None: read here).
+    A start is read on its host's clock, claimed_at on the database's: skewed, a claim just
+    after a restart could look orphaned. So starts move into the database clock at the first
+    poll; its uncertainty widens the tolerance."""
 
     def __init__(
         self,
         contract: Contract,
-        facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
+        conninfo: str,
+        facts: RuntimeFacts | Mapping[str, RuntimeFacts],
+        runner: Runner | None = None,  # None: this machine's
+        link: Link | None = None,
+        *,
+        each: bool = False,
+        label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
+        fallbacks: Sequence[tuple[str, Link]] = (),
         host_labels: Mapping[str, str] | None = None,
+        intake: IntakeAccess | None = None,
+        conn: Conn | None = None,
     ) -> None:
-        self.contract = contract
-        self.fleet = facts if isinstance(facts, FleetFacts) else None
+        self.contract, self.runner = contract, runner or LocalRunner()
+        self.host = label or ("fleet" if isinstance(facts, Mapping) else self.runner.label)
+        self.intake = intake or IntakeAccess()
+        self.per_host = dict(facts) if isinstance(facts, Mapping) else {}  # several hosts' facts
+        self.fleet: FleetFacts | None = None
         self.each: dict[str, tuple[RuntimeFacts, float | None]] | None = None
-        if isinstance(facts, Mapping):
+        if isinstance(facts, Mapping) and not each:
+            self.fleet = fleet.combine_facts(facts)
+            facts = self.fleet.facts
+        elif isinstance(facts, Mapping):
             if not facts:
                 raise errors.ConfigError("a fleet judgment needs the facts of at least one host")
             self.each = {}  # sorted by host, as its verdicts are
@@ -68,119 +85,37 @@ class Judged:
                 except errors.ConfigError as exc:
                     raise errors.ConfigError(f"host {host}: {exc}") from None
             facts = RuntimeFacts(None, None)
-        self.facts = facts.facts if isinstance(facts, FleetFacts) else facts
+        self.facts = facts
         self.lease_s = None if self.each else lease_seconds(contract, self.facts.task_timeout)
         self.host_offsets, self.host_minus_here = host_offsets, host_minus_here
         self.host_labels = dict(host_labels or {})  # how each host is named in its verdict
         self.clock_offset: ClockOffset | None = None  # measured once, on the first poll
         self.minus_database: dict[str, ClockOffset] = {}  # each host's clock minus the database's
-
-    def subjects(self, conn: Conn, runner: Runner, host: str) -> list[Subject]:
-        every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
-        if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
-            self.clock_offset = self._measure_clock(conn, runner)
-        judged = [
-            (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
-            for name, (facts, lease_s) in (self.each or {}).items()
-        ] or [(host, self.facts, self.lease_s, self.clock_offset)]
-        return [
-            Subject(label, f.task_timeout, lease_s, f.runtime_started_at, offset, f.warnings)
-            for label, f, lease_s, offset in judged
-        ]
-
-    def finish(self, verdicts: list[Verdict], advice: tuple[str, ...]) -> list[Verdict]:
-        facts = [f for f, _ in self.each.values()] if self.each else [self.facts]
-        whole = self.fleet.as_dict() if self.fleet is not None else None
-        if whole is not None and self.host_offsets is not None and self.minus_database:
-            offsets = self.minus_database.items()
-            whole["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
-        return [
-            replace(v, warnings=(*v.warnings, *advice), fleet=whole, replicas=f.replicas)
-            for v, f in zip(verdicts, facts, strict=True)
-        ]
-
-    def _measure_clock(self, conn: Conn, runner: Runner) -> ClockOffset:
-        if self.fleet is None and self.each is None:
-            host_minus_here = self.host_minus_here or offset_from_here(runner)
-            return host_minus_here.chained(db.here_minus_database(conn, self.contract))
-        each = {host: facts for host, (facts, _) in (self.each or {}).items()}
-        per_host = self.fleet.per_host if self.fleet is not None else each
-        here_minus_db, offsets = db.here_minus_database(conn, self.contract), self.host_offsets
-        for host in sorted(h for h, f in per_host.items() if f.runtime_started_at is not None):
-            if offsets is not None and host not in offsets:
-                raise errors.LookupFailed(
-                    f"host {host}: no clock reading (its start cannot be compared)"
-                )
-            from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
-            self.minus_database[host] = from_here.chained(here_minus_db)
-        if self.fleet is None:
-            return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
-        self.fleet = fleet.combine_facts(per_host, self.minus_database, self.contract.clock_skew_s)
-        self.facts = self.fleet.facts
-        return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
-
-
-class FleetOptions(TypedDict, total=False):
-    """A fleet session's paths and whom it judges by, besides its facts (GuardSession's)."""
-
-    runner: Runner | None
-    link: Link | None
-    host_offsets: Mapping[str, ClockOffset] | None
-    fallbacks: Sequence[tuple[str, Link]]
-    host_labels: Mapping[str, str] | None
-    intake: IntakeAccess | None
-
-
-class GuardSession:
-    """Judges one host, a fleet or each host; `fallbacks`: other paths to the database."""
-
-    def __init__(
-        self,
-        contract: Contract,
-        conninfo: str,
-        facts: RuntimeFacts | FleetFacts | Mapping[str, RuntimeFacts],
-        runner: Runner | None = None,  # None: this machine's
-        link: Link | None = None,
-        *,
-        label: str | None = None,
-        host_offsets: Mapping[str, ClockOffset] | None = None,
-        host_minus_here: ClockOffset | None = None,
-        fallbacks: Sequence[tuple[str, Link]] = (),
-        host_labels: Mapping[str, str] | None = None,
-        intake: IntakeAccess | None = None,
-    ) -> None:
-        self.contract, self.runner = contract, runner or LocalRunner()
-        self.host = label or self.runner.label
-        self.intake = intake or IntakeAccess()
-        self.judged = Judged(contract, facts, host_offsets, host_minus_here, host_labels)
         self.conninfo, self.link = conninfo, link  # the path in use, first of `_paths`
         self._paths: list[tuple[str, Link | None]] = [(conninfo, link), *fallbacks]
         timeouts_s = contract.connect_timeout_s + contract.statement_timeout_ms / 1000
         self.budget_s = timeouts_s + POLL_MARGIN_S  # the longest one poll may take
         self._expired, self._ends_at = False, 0.0  # the watchdog of the poll in flight
-        self._conn: Conn | None = None
+        self._conn = conn  # one opened while the lookups ran, or None
         self._status_column: StatusColumn | None = None  # the pre-flight's, once per connection
         self._leftovers: tuple[str, ...] | None = None
-        self._backend_pid = self._left_behind = 0  # the server side of _conn, of a lost one
+        self._backend_pid = conn.info.backend_pid if conn else 0  # the server side of _conn
+        self._left_behind = 0  # the server side of a lost connection
         # The cluster reached first, the database judged first, the connection last checked.
         self._cluster: object | None = None
         self._database: object | None = None
         self._identified: Conn | None = None
         self._server_started: object | None = None
 
-    @property
-    def facts(self) -> RuntimeFacts:
-        return self.judged.facts
-
     def judge(self) -> Verdict:
-        if self.judged.each is not None:  # never the first host's verdict for a fleet's
+        if self.each is not None:  # never the first host's verdict for a fleet's
             raise TypeError("a session of several hosts judges with judge_each()")
         return self._poll()[0]
 
     def judge_each(self) -> dict[str, Verdict]:
         """Every host's verdict, each by its own facts, from ONE query."""
-        assert self.judged.each is not None
-        return dict(zip(sorted(self.judged.each), self._poll(), strict=True))
+        assert self.each is not None
+        return dict(zip(self.each, self._poll(), strict=True))
 
     def _poll(self) -> list[Verdict]:
         with self._bounded():
@@ -190,7 +125,7 @@ class GuardSession:
             except LeaseguardError:
                 self._status_column = None  # the error may come from a schema change
                 # Replaced once: a shared one that broke meanwhile, or one whose path died.
-                broke = self._conn is None or self._conn.closed or self._conn.broken
+                broke = self._conn is None or self._conn.closed
                 if not (broke and (reused or len(self._paths) > 1)):
                     raise
             self.close()
@@ -198,11 +133,8 @@ class GuardSession:
 
     def database_identity(self) -> tuple[object, ...]:
         """Which database this session reaches: (cluster, server start, name)."""
-        with self._bounded():
-            try:
-                self._connection()
-            finally:
-                self.close()
+        with self._bounded(), closing(self):
+            self._connection()
         return self._cluster, self._server_started, self._database
 
     @contextmanager
@@ -229,21 +161,16 @@ class GuardSession:
         conn, self._conn = self._conn, None
         return conn
 
-    def adopt(self, conn: Conn) -> None:
-        """Judge on `conn`, opened along this session's path while the lookups ran."""
-        self.close()
-        self._conn, self._backend_pid = conn, conn.info.backend_pid
-
     def close(self) -> None:
         if self._conn is not None:
             # Lost rather than ended here: its server side may still be open, for the next.
-            if self._conn.broken or self._conn.closed:
+            if self._conn.closed:  # psycopg: a broken connection is closed too
                 self._left_behind = self._backend_pid
             self._conn.close()
             self._conn = self._status_column = None
 
     def _connection(self) -> Conn:
-        if self._conn is not None and (self._conn.closed or self._conn.broken):
+        if self._conn is not None and self._conn.closed:
             self.close()
         if self._conn is None:
             self._conn = self._open()
@@ -352,7 +279,17 @@ class GuardSession:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def _judge_on(self, conn: Conn) -> list[Verdict]:
-        subjects = self.judged.subjects(conn, self.runner, self.host)
+        every = [f for f, _ in self.each.values()] if self.each is not None else [self.facts]
+        if self.clock_offset is None and any(f.runtime_started_at is not None for f in every):
+            self.clock_offset = self._measure_clock(conn)
+        judged = [
+            (self.host_labels.get(name, name), facts, lease_s, self.minus_database.get(name))
+            for name, (facts, lease_s) in (self.each or {}).items()
+        ] or [(self.host, self.facts, self.lease_s, self.clock_offset)]
+        subjects = [
+            Subject(label, f.task_timeout, lease_s, f.runtime_started_at, offset, f.warnings)
+            for label, f, lease_s, offset in judged
+        ]
         verdicts, self._status_column = judge_subjects(
             conn, self.contract, subjects, status_column=self._status_column
         )
@@ -361,7 +298,34 @@ class GuardSession:
             plan = advisory_plan_warning(conn, self.contract, verdicts[0], self._status_column)
             advice = (plan,) if plan else ()
             self._leftovers = self.intake.leftovers(conn, self.connect_writable)
-        return self.judged.finish(verdicts, (*advice, *self._leftovers))
+        advice += self._leftovers
+        whole = self.fleet.as_dict() if self.fleet is not None else None
+        if whole is not None and self.host_offsets is not None and self.minus_database:
+            offsets = self.minus_database.items()
+            whole["clock_offsets_s"] = {host: round(o.offset_s, 3) for host, o in offsets}
+        return [
+            replace(v, warnings=(*v.warnings, *advice), fleet=whole, replicas=f.replicas)
+            for v, (_, f, _, _) in zip(verdicts, judged, strict=True)
+        ]
+
+    def _measure_clock(self, conn: Conn) -> ClockOffset:
+        if self.fleet is None and self.each is None:
+            host_minus_here = self.host_minus_here or offset_from_here(self.runner)
+            return host_minus_here.chained(db.here_minus_database(conn, self.contract))
+        per_host, offsets = self.per_host, self.host_offsets
+        here_minus_db = db.here_minus_database(conn, self.contract)
+        for host in sorted(h for h, f in per_host.items() if f.runtime_started_at is not None):
+            if offsets is not None and host not in offsets:
+                raise errors.LookupFailed(
+                    f"host {host}: no clock reading (its start cannot be compared)"
+                )
+            from_here = ClockOffset(0.0, 0.0) if offsets is None else offsets[host]
+            self.minus_database[host] = from_here.chained(here_minus_db)
+        if self.fleet is None:
+            return ClockOffset(0.0, 0.0)  # each host's own offset is in minus_database
+        self.fleet = fleet.combine_facts(per_host, self.minus_database, self.contract.clock_skew_s)
+        self.facts = self.fleet.facts
+        return ClockOffset(0.0, max(o.uncertainty_s for o in self.minus_database.values()))
 
     def connect_writable(self, intake: IntakeAccess | None = None) -> Conn:
         """A writable connection for intake holds, as `intake` (default: the session's)."""
@@ -382,16 +346,3 @@ def local_session(
     return closing(
         GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
     )
-
-
-def fleet_session(
-    contract: Contract,
-    conninfo: str,
-    per_host: Mapping[str, RuntimeFacts],
-    *,
-    each: bool = False,
-    **options: Unpack[FleetOptions],
-) -> closing[GuardSession]:
-    """One session judging every host by the fleet rule (`each`: each by its own facts)."""
-    facts = per_host if each else fleet.combine_facts(per_host)
-    return closing(GuardSession(contract, conninfo, facts, label="fleet", **options))

@@ -16,7 +16,7 @@ from leaseguard.core.fleet import fleet_facts, host_report
 from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.orchestration.drain import DrainResult
 from leaseguard.orchestration.drain_run import DrainOptions, drain_each, shared_failures
-from leaseguard.orchestration.session import FleetOptions, GuardSession, IntakeAccess, fleet_session
+from leaseguard.orchestration.session import GuardSession, IntakeAccess
 
 if TYPE_CHECKING:
     from fabric import Connection
@@ -49,16 +49,21 @@ def host_session(
                 raise exc from None
             try:
                 facts, clock = lookup.result()
+                session = GuardSession(
+                    contract,
+                    conninfo,
+                    facts,
+                    runner,
+                    tunnel,
+                    host_minus_here=clock,
+                    intake=intake,
+                    conn=early,
+                )
             except BaseException:
                 if early is not None:
                     early.close()
                 raise
-            session = GuardSession(
-                contract, conninfo, facts, runner, tunnel, host_minus_here=clock, intake=intake
-            )
             with closing(session):
-                if early is not None:
-                    session.adopt(early)
                 yield session
 
 
@@ -112,10 +117,12 @@ def task_session(
         return
     # A host of `hosts` whose registered lookup is missing, failed or skipped fails, named.
     reports = {h: lookups.get(h) for h in hosts} if each else lookups
-    per_host, offsets = fleet_facts(reports, hosts, given_source="lookup")
-    with path as (conninfo, tunnel):
-        options = FleetOptions(runner=runner, link=tunnel, host_offsets=offsets, intake=intake)
-        with fleet_session(contract, conninfo, per_host, each=each, **options) as session:
+    by_host, clocks = fleet_facts(reports, hosts, given_source="lookup")
+    with path as (conninfo, link):
+        session = GuardSession(
+            contract, conninfo, by_host, runner, link, each=each, host_offsets=clocks, intake=intake
+        )
+        with closing(session):
             yield session
 
 
