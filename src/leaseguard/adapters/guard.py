@@ -4,7 +4,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from psycopg import sql
 
@@ -122,8 +121,8 @@ def judge_subjects(
                 # Only when something is live: a backlog can hold far more rows than workers.
                 live: dict[int, list[LiveClaim]] = {}
                 if any(c.live for c in counts):
-                    listed: Any = cur.execute(predicate.live_claims_query(contract), params)
-                    for n, row_id, claimed, expires, left, *flags in listed.fetchall():
+                    query = predicate.live_claims_query(contract)
+                    for n, row_id, claimed, expires, left, *flags in cur.execute(query, params):
                         left_s = None if left is None else float(left)  # flags: never, null
                         claim = LiveClaim(str(row_id), claimed, expires, left_s, *map(bool, flags))
                         live.setdefault(int(str(n)), []).append(claim)
@@ -254,8 +253,7 @@ def check_statuses(cur: Cursor, contract: Contract, column: catalog.StatusColumn
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)
-        for (walked,) in cur.fetchall():  # each counted only when the check fails anyway
-            value = None if walked is None else str(walked)
+        for (value,) in cur.fetchall():  # text or NULL; each counted only when the check fails
             query = status_rows_query(contract, column.index_key, value)
             counted = cur.execute(query, params | {"status": value}).fetchone()
             found.append((value, int(str(counted[0])) if counted else 0))
