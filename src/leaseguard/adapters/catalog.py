@@ -168,9 +168,7 @@ def standby_message(where: str) -> str:
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
     table, label = table_identifier(contract).as_string(conn), contract.table_label
-    params = {"relation": table, "column": contract.status_column}
-    relation = conn.execute(_RELATION, params).fetchone()
-    assert relation is not None
+    [relation] = conn.execute(_RELATION, {"relation": table, "column": contract.status_column})
     oid, kind, standby, zone, database, address, port, locks_readable = relation[:8]
     if standby:
         server = f"{address}:{port}" if address else "a local socket"
@@ -228,9 +226,9 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
         # The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead).
         owned = table_identifier(contract, owners.table).as_string(conn)
         owners_label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
-        row = conn.execute(_RELATION, {"relation": owned, "column": None}).fetchone()
+        [row] = conn.execute(_RELATION, {"relation": owned, "column": None})
         what = f"table {owners_label} (the owners of the claims in {label})"
-        if row is None or row[0] is None:
+        if row[0] is None:
             raise SchemaMismatch(f"{what} does not exist (or is not visible)")
         if row[1] not in TABLE_KINDS:  # a view may filter them, a snapshot freezes them
             raise SchemaMismatch(

@@ -4,7 +4,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from psycopg import sql
 
@@ -63,8 +62,7 @@ class Subject:
     warnings: tuple[str, ...] = ()
 
     def bound(self, contract: Contract) -> tuple[float | None, datetime | None]:
-        """(lease seconds, orphan cut-off in the database clock: claims before it are orphans;
-        None: start unknown), as the query binds them."""
+        """(lease seconds, orphan cut-off in the database clock, None if the start is unknown)."""
         started, tolerance = self.runtime_started_at, contract.clock_skew_s
         if self.clock_offset is not None:  # host minus database; its uncertainty widens tolerance
             started = self.clock_offset.in_database_clock(started)
@@ -115,31 +113,24 @@ def judge_subjects(
                             "--runtime-started-at, --host-facts)"
                         )
                 names = [d.name for d in cur.description[3:]]
-                counts = [
-                    Counts(**{k: int(str(n)) for k, n in zip(names, r[3:], strict=True)})
-                    for r in rows
-                ]
-                here: tuple[str, ...] = ()
-                if as_of is None:  # now() ran between these two instants of this machine's clock
-                    taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
-                    here = taken.controller_warning()
+                counts = [Counts(**dict(zip(names, map(int, r[3:]), strict=True))) for r in rows]
+                # now() ran between these two instants of this machine's clock
+                taken = fleet.controller_offset(checked_at.timestamp(), sent_at, time.time())
+                here = taken.controller_warning() if as_of is None else ()
                 check_statuses(cur, contract, column)
                 # Only when something is live: a backlog can hold far more rows than workers.
                 live: dict[int, list[LiveClaim]] = {}
                 if any(c.live for c in counts):
-                    listed: Any = cur.execute(predicate.live_claims_query(contract), params)
-                    for n, row_id, claimed, expires, left, never, null in listed.fetchall():
-                        left_s = None if left is None else float(left)
-                        claim = LiveClaim(
-                            str(row_id), claimed, expires, left_s, bool(never), bool(null)
-                        )
+                    query = predicate.live_claims_query(contract)
+                    for n, row_id, claimed, expires, left, *flags in cur.execute(query, params):
+                        left_s = None if left is None else float(left)  # flags: never, null
+                        claim = LiveClaim(str(row_id), claimed, expires, left_s, *map(bool, flags))
                         live.setdefault(int(str(n)), []).append(claim)
                 # The locks of the reads held: was a table read rewritten since the snapshot?
                 owners = OWNERS.get(contract.claim_rule)
                 table = predicate.table_identifier(contract).as_string(cur)
                 owned = owners and predicate.table_identifier(contract, owners.table).as_string(cur)
-                row = cur.execute(_REWRITTEN, {"relation": table, "owners": owned}).fetchone()
-                rewritten = None if row is None else row[0]
+                [(rewritten,)] = cur.execute(_REWRITTEN, {"relation": table, "owners": owned})
         except errors.SchemaMismatch:
             if column is None:
                 raise
@@ -158,8 +149,7 @@ def judge_subjects(
         )
     verdicts = []
     for n, subject in enumerate(subjects):
-        claims, offset = tuple(live.get(n + 1, ())), subject.clock_offset
-        lease_s = subject.lease_s
+        claims, offset, lease_s = tuple(live.get(n + 1, ())), subject.clock_offset, subject.lease_s
         warnings = list(subject.warnings)
         if offset is not None and offset.exceeds(contract.clock_skew_s):
             warnings.append(offset.warning(subject.host or "-", contract.clock_skew_s))
@@ -177,9 +167,8 @@ def judge_subjects(
                 "expires (expiry 'infinity'): the wait bound is unknown (never)"
             )
         # The wait: the longest remaining lease, a full one for a live row without a known end.
-        unbounded = bool(counts[n].live and not claims) or any(
-            c.remaining_s is None and not c.never_expires for c in claims
-        )
+        unknown = any(c.remaining_s is None and not c.never_expires for c in claims)
+        unbounded = unknown or bool(counts[n].live and not claims)
         bound = max([c.remaining_s for c in claims if c.remaining_s is not None], default=0.0)
         if unbounded and lease_s is not None:
             bound = max(bound, lease_s)
@@ -245,12 +234,8 @@ def check_statuses(cur: Cursor, contract: Contract, column: catalog.StatusColumn
     if column.enum_labels is not None:
         # Compared natively, a status that is no label of the enum is no value of its type.
         classified = [s for s in classified if s in column.enum_labels]
-    params: dict[str, object] = {"classified": classified, "max_named": MAX_NAMED}
-    params |= {
-        "count_cap": COUNT_CAP + 1,
-        "not_null": column.not_null,
-        "type_oid": column.type_oid,
-    }
+    params = dict(classified=classified, max_named=MAX_NAMED, count_cap=COUNT_CAP + 1)
+    params |= dict(not_null=column.not_null, type_oid=column.type_oid)
     if not column.reads_rows(contract):
         row = cur.execute(_UNLISTED_LABELS, params).fetchone()
         if row is not None and row[0] is False:
@@ -268,8 +253,7 @@ def check_statuses(cur: Cursor, contract: Contract, column: catalog.StatusColumn
         found = [(value, int(str(n))) for value, n in cur.fetchall()]
     else:
         cur.execute(unclassified_walk_query(contract, column.index_key), params)
-        for (walked,) in cur.fetchall():  # each counted only when the check fails anyway
-            value = None if walked is None else str(walked)
+        for (value,) in cur.fetchall():  # text or NULL; each counted only when the check fails
             query = status_rows_query(contract, column.index_key, value)
             counted = cur.execute(query, params | {"status": value}).fetchone()
             found.append((value, int(str(counted[0])) if counted else 0))

@@ -81,9 +81,8 @@ def resolve_runtime_facts(
 ) -> RuntimeFacts:
     """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
     lookup, warnings, spec = Lookups(runner, ran), [], contract.task_timeout
-    seconds = given.get("task_timeout_s")
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
-    if seconds is not None:
+    if (seconds := given.get("task_timeout_s")) is not None:
         source = given.get("task_timeout_source") or "given:task_timeout_s"
         timeout = TaskTimeout(seconds, source, assumed=source.startswith("default:"))
     elif not contract.rows_carry_expiry:

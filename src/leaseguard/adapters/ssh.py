@@ -203,14 +203,11 @@ def tunnelled(
     with closing(connection):
         reject_hostaddr(conninfo)
         open_connection(connection)
-        tunnel = DatabaseTunnel(connection, address)
-        try:
+        with closing(DatabaseTunnel(connection, address)) as tunnel:
             if probe:  # a refused address named in one round trip, not after a connect timeout
                 tunnel._open_channel().close()
             tunnel._thread(tunnel._accept_loop)
             yield make_conninfo(conninfo, host="127.0.0.1", port=str(tunnel.port)), tunnel
-        finally:
-            tunnel.close()
 
 
 class DatabaseTunnel:
@@ -299,10 +296,9 @@ class DatabaseTunnel:
                 self._failure = exc
             log.debug("tunnel host=%s channel refused reason=%s", self.host, exc)
         else:  # bytes copied both ways until either side closes (or the tunnel aborts the client)
-            ends: list[Any] = [client, channel]
             with suppress(OSError, EOFError), closing(channel):  # paramiko: EOFError once closed
                 while True:
-                    for end in select.select(ends, [], [])[0]:
+                    for end in select.select([client, channel], [], [])[0]:
                         if not (data := end.recv(32768)):
                             return
                         (channel if end is client else client).sendall(data)
