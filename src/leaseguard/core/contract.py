@@ -87,7 +87,7 @@ class Contract:
     timestamp_zone: str | None = _key(None, read.zone)
     preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
-    kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
+    kind_timeouts: dict[str, float | None] = field(default_factory=dict, hash=False)
 
     @property
     def effective_lock_timeout_ms(self) -> int:
