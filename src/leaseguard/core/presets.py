@@ -3,8 +3,7 @@ of contract keys just above the defaults. Each claim rule and its source file: d
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from leaseguard.core.errors import ConfigError
 
@@ -19,8 +18,7 @@ WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
 VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
 
 
-@dataclass(frozen=True)
-class Owners:
+class Owners(NamedTuple):
     """The processes owning claims (their table beside the claims table), alive while they beat."""
 
     column: str
