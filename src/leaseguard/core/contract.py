@@ -87,7 +87,7 @@ class Contract:
     timestamp_zone: str | None = _key(None, read.zone)
     preset: str | None = None  # the job queue whose stock schema and rule the keys came from
     # River: the kinds whose workers set their own timeout, in seconds (None: no timeout).
-    kind_timeouts: presets.KindTimeouts = field(default_factory=presets.KindTimeouts)
+    kind_timeouts: dict[str, float | None] = field(default_factory=dict, hash=False)
 
     @property
     def effective_lock_timeout_ms(self) -> int:
@@ -111,8 +111,7 @@ class Contract:
 
     @property
     def claim_rule(self) -> str:
-        rule = self.preset or presets.STATUS_RULE
-        return rule if rule in presets.RULE_COLUMNS else presets.STATUS_RULE
+        return self.preset if self.preset in presets.RULE_COLUMNS else presets.STATUS_RULE
 
     @property
     def rows_carry_expiry(self) -> bool:
@@ -170,8 +169,7 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
 def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     """Validate a mapping of contract keys; every key set explicitly overrides the preset's."""
     read.reject_unknown(data, _keys(Contract), prefix="")
-    preset = read.optional_text(data, "preset")
-    if preset is not None:
+    if (preset := read.optional_text(data, "preset")) is not None:
         data = merge_layers(presets.preset_layer(preset, data), data)
     for key in _SECTIONS:
         read.section(data, key)
@@ -251,8 +249,7 @@ def read_yaml(path: str | Path, *, what: str = "config file", kind: str = "valid
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """A YAML contract file's keys; a top-level `leaseguard:` section is unwrapped."""
-    data = read_yaml(path)
-    if data is None:
+    if (data := read_yaml(path)) is None:
         return {}
     if not isinstance(data, Mapping):
         raise ConfigError(f"config file {path} must hold a mapping of contract keys")

@@ -6,8 +6,8 @@ import math
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from leaseguard.core.contract import TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
@@ -66,8 +66,7 @@ ids=$("$1" ps -q --no-trunc --filter "$2" {_LIVE}) || exit
 """
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     exit_code: int
     stdout: str
     stderr: str = ""
@@ -108,8 +107,7 @@ def env_value(env: Sequence[str], variable: str) -> str | None:
     return values[-1] if values else None
 
 
-@dataclass(frozen=True)
-class Replica:  # a container or unit a lookup read
+class Replica(NamedTuple):  # a container or unit a lookup read
     name: str
     started_at: datetime
     entries: tuple[str, ...]  # KEY=VALUE

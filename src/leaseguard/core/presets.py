@@ -3,8 +3,7 @@ of contract keys just above the defaults. Each claim rule and its source file: d
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from leaseguard.core.errors import ConfigError
 
@@ -19,8 +18,7 @@ WORKER_HEARTBEAT_RULE = "procrastinate"  # status + its worker's heartbeat
 VISIBILITY_RULE = "pgmq"  # a read message is hidden until its vt
 
 
-@dataclass(frozen=True)
-class Owners:
+class Owners(NamedTuple):
     """The processes owning claims (their table beside the claims table), alive while they beat."""
 
     column: str
@@ -145,24 +143,17 @@ def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
     return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
 
 
-class KindTimeouts(dict[str, float | None]):
-    """{kind: seconds, or None for unlimited}; hashable, as a frozen Contract's part."""
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return hash(tuple(sorted(self.items())))
-
-
-def kind_timeouts(value: object, preset: str | None) -> KindTimeouts:
+def kind_timeouts(value: object, preset: str | None) -> dict[str, float | None]:
     """River's Worker.Timeout() per kind: seconds > 0, or `unlimited` (or -1) for none."""
     if value is None or value == {}:
-        return KindTimeouts()
+        return {}
     if preset not in KIND_COLUMNS:
         raise ConfigError(
             f"kind_timeouts needs a preset whose jobs have a kind: {', '.join(KIND_COLUMNS)}"
         )
     if not isinstance(value, Mapping):
         raise ConfigError("kind_timeouts must be a mapping of job kind to seconds or unlimited")
-    timeouts = KindTimeouts()
+    timeouts: dict[str, float | None] = {}
     for kind, seconds in sorted(value.items(), key=lambda pair: str(pair[0])):
         if isinstance(seconds, str) and seconds.isascii() and seconds.isdigit():
             seconds = int(seconds)
