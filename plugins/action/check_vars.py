@@ -7,7 +7,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "check_vars"
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
     def act(self, args, host, task_vars):

@@ -7,7 +7,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import a
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "cron_budget"
     failure_what = "cron_budget"
 
     def act(self, args, host, task_vars):

@@ -15,8 +15,6 @@ DRAIN_KEYS = (
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "lease_guard"
-
     def act(self, args, host, task_vars):
         """The verdict of this host, the fleet or each host; with wait, drained first."""
         each, fleet = args["each_host"], args["fleet_lookups"] is not None
@@ -63,13 +61,12 @@ class ActionModule(_action.LeaseguardAction):
         tokens = tuple(str(cron["token"]) for cron in crons if cron.get("token"))
         intake = replace(intake or api.IntakeAccess(options.cron_database), own_holds=tokens)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
-        given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
         with api.task_session(
             _action.contract_from(args),
             _action.AnsibleRunner(self, host),
             _action.database_path(self, args, probe=fleet),
             intake,
-            given,
+            given={key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")},
             lookups=args["fleet_lookups"],
             hosts=tuple(fleet_hosts),
             each=each,

@@ -6,7 +6,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import a
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "runtime_restart"
     failure_what = "restart"
 
     def act(self, args, host, task_vars):

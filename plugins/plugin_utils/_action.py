@@ -51,8 +51,7 @@ display = Display()
 
 def require_leaseguard():
     """Fail the task, saying what to install, without the package; warn on a mismatch."""
-    exc = LEASEGUARD_IMPORT_ERROR
-    if exc is not None:
+    if (exc := LEASEGUARD_IMPORT_ERROR) is not None:
         missing = "the leaseguard Python package is"
         if CARRIED:  # the Galaxy tarball carries the core: only its requirements can be missing
             missing = "the Python requirements of leaseguard.deploy are"
@@ -123,12 +122,11 @@ class LeaseguardAction(ActionBase):
 
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
-    module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _specs.module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
-        cls.role_variables = _specs.role_variables(cls.module)
+        cls.module = cls.__module__.rpartition(".")[2]  # its spec: plugins/modules/<module>.yml
+        cls.role_variables = _specs.role_variables(cls.module)  # the spec parsed before forks
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -204,10 +202,7 @@ def checked_variables(task_vars, allow=(), template=None):
             "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
         )
         return {**result, "failed": True, "unknown": unknown, "msg": msg}
-    specs = {
-        name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
-        for name, option in _specs.guard_role_options().items()
-    }
+    specs = _specs.spec_of(_specs.guard_role_options())
     wrong = {}
     for name in (n for n in checked if template and (n in specs or n.endswith("_command"))):
         try:
@@ -220,9 +215,7 @@ def checked_variables(task_vars, allow=(), template=None):
             # that fails only when run, after intake was held (a resume: never given back).
             wrong[name] = "list of str (an argv, not one string)"
         elif spec and ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
-            wanted = spec["type"]
-            if "elements" in spec:
-                wanted = f"{wanted} of {spec['elements']}"
+            wanted = f"{spec['type']} of {spec['elements']}" if "elements" in spec else spec["type"]
             if "choices" in spec:
                 wanted = f"one of {', '.join(map(str, spec['choices']))}"
             wrong[name] = wanted
@@ -278,10 +271,8 @@ class AnsibleRunner:
 
     def __init__(self, action, label):
         self._action, self.label = action, label
-
-    @property
-    def becomes(self):  # the host lookups read it: through become, each lookup is its own exec
-        return getattr(self._action._connection, "become", None) is not None
+        # The host lookups read it: through become, each lookup is its own exec.
+        self.becomes = getattr(action._connection, "become", None) is not None
 
     def run(self, argv):
         # sudoable only with become: it also makes ansible's ssh allocate a tty, which
