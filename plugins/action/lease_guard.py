@@ -36,9 +36,8 @@ class ActionModule(_action.LeaseguardAction):
                     "each_host drains hold no intake of their own: hold each host's with "
                     "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
                 )
-        held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
-        if each or held is not None:  # the caller holds intake: the drain pauses nothing
+        if each or args["held_intake"]:  # the caller holds intake: the drain pauses nothing
             drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
         if fleet and not each and (limit := task_vars.get("ansible_limit")):
@@ -98,8 +97,8 @@ class ActionModule(_action.LeaseguardAction):
         if each:
             result = _each_result(judged, args, host)
         else:
-            held = drained[host].intake if held is None and waits else held
-            result = {**judged[host], **looked_up, "intake": _intake(held)}
+            own = drained[host].intake if waits else None
+            result = {**judged[host], **looked_up, "intake": _intake(args["held_intake"], own)}
         if unread:
             result["warnings"] = [*result.get("warnings", []), *unread]
         return result
@@ -166,10 +165,9 @@ def _drained(host, drained, args, events):
 
 
 def _each_result(judged, args, host):
-    """The task's own host's result, with every host's under `hosts` and `summary` counting
-    them; every host's FORCED warning shows, and fail_on_defer fails on any host's defer."""
+    """The task host's result, every host's under `hosts` and counted in `summary` (FORCED too)."""
     for name, result in judged.items():
-        result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
+        result["intake"] = _intake((args["held_intakes"] or {}).get(name))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
     outside = {"changed": False, "decision": worst, "msg": summary, "failed": worst == "failed"}
@@ -190,14 +188,9 @@ def _each_result(judged, args, host):
     return task
 
 
-def _held(registered):
-    """What the caller's intake_hold task holds (None: the caller holds nothing)."""
-    return tuple((registered.get("hold") or {}).get("what") or ()) if registered else None
-
-
-def _intake(held):
-    """Whether anything stopped new claims between this verdict and the caller's action."""
-    held = tuple(held or ())
+def _intake(registered, own=None):
+    """Whether anything stops new claims until the caller's action: its hold, else the drain's."""
+    held = tuple(((registered.get("hold") or {}).get("what") if registered else own) or ())
     return {"held": bool(held), "what": list(held), "msg": api.intake_line(held or None)}
 
 

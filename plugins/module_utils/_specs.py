@@ -1,5 +1,4 @@
-"""Private to leaseguard.deploy: each module's argument spec from its DOCUMENTATION, plus what that
-cannot say (secrets, environment fallbacks, option rules), and the guard role's variables."""
+"""Private to leaseguard.deploy: module argument specs from their DOCUMENTATION; guard variables."""
 
 import copy
 import importlib

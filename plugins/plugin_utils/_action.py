@@ -1,5 +1,4 @@
-"""Private to leaseguard.deploy: what the action plugins share: the `leaseguard` package (installed,
-else the copy a Galaxy tarball carries in _vendor/), one run(), the host's runner and database."""
+"""Private to leaseguard.deploy: what action plugins share: leaseguard, run(), runner, database."""
 
 import dataclasses
 import difflib
