@@ -106,9 +106,8 @@ class ActionModule(_action.LeaseguardAction):
 
 def _drain(session, options, host, front, each):
     """Each host's drain by name (this host's alone without each) and the drain's log lines.
-    SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
-    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
-    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
+    SIGINT/SIGTERM/SIGHUP (a worker's own handler would kill it: no `finally`) or the controller
+    gone (SIGKILL orphans it) set `stop`: intake comes back. Said to its stderr, not /dev/null."""
     label = "fleet" if each else session.host
     stop, done, drained = threading.Event(), threading.Event(), None
     try:
@@ -144,8 +143,7 @@ def _drain(session, options, host, front, each):
     finally:
         if stop.is_set():  # intake named only when this task paused it and gave it back
             said = "drain interrupted by a signal"
-            paused = options.pause_cron_jobs or options.pause_command
-            if drained is not None and not each and paused:
+            if drained is not None and (options.pause_cron_jobs or options.pause_command):
                 jobs = ", ".join(options.pause_cron_jobs) or "none"
                 said += f"; intake was resumed (pg_cron jobs: {jobs})"
             say(said)

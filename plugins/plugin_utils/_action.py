@@ -16,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -274,15 +274,14 @@ class AnsibleRunner:
         self.becomes = getattr(action._connection, "become", None) is not None
 
     def run(self, argv):
-        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
-        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        # sudoable only with become, as its tty merges stderr into stdout (CRLF): tty_argv splits.
         nonce = secrets.token_hex(8) if self.becomes else None
         command = api.tty_argv(tuple(argv), nonce) if nonce else argv
         try:
             result = self._action._low_level_execute_command(
-                shlex.join(command), sudoable=nonce is not None
+                shlex.join(command), sudoable=self.becomes
             )
-        except (AnsibleConnectionFailure, AnsibleError) as exc:
+        except AnsibleError as exc:  # AnsibleConnectionFailure too
             text = str(exc).lower()
             causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
             cause = next(causes, _COMMAND_FAILED).format(host=self.label)
@@ -322,17 +321,15 @@ def ssh_target(connection, play_context):
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
             "use ProxyJump (-J) instead"
         )
-    strict = parsed.get("stricthostkeychecking", "").lower()
     port = option("port") or parsed.get("port")
     options = api.SshOptions(
         user=option("remote_user") or parsed.get("user"),
         port=int(port) if port else None,
         key_filename=option("private_key_file") or parsed.get("identityfile"),
         known_hosts=parsed.get("userknownhostsfile"),
-        # Only the host's own Ansible settings opt out of refusing unknown keys, as for
-        # ansible's ssh itself; a changed key is refused either way.
+        # An unknown key passes only if the host's own Ansible settings say so; a changed key never.
         accept_unknown_host_keys=option("host_key_checking") is False
-        or strict in ("no", "off", "accept-new"),
+        or parsed.get("stricthostkeychecking", "").lower() in ("no", "off", "accept-new"),
         gateway=parsed.get("proxyjump"),
         connect_timeout_s=int(option("timeout") or 10),
     )
