@@ -7,7 +7,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "check_vars"
     needs_leaseguard = False  # it names variables: it runs before anything else is needed
 
     def act(self, args, host, task_vars):
@@ -20,8 +19,7 @@ class ActionModule(_action.LeaseguardAction):
 
 
 def cut_off_refused(restart):
-    """Why the restart's cut-off is no epoch (or None): Jinja's float reads any other text as
-    0, before which every runtime started, so every host would be skipped as restarted."""
+    """Why the restart's cut-off is no epoch (or None): Jinja's float reads other text as 0."""
     text = str(restart["if_started_before"] or "").strip()
     with suppress(ValueError):
         if not text or (text.isascii() and math.isfinite(float(text))):

@@ -7,7 +7,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import a
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "cron_budget"
     failure_what = "cron_budget"
 
     def act(self, args, host, task_vars):
@@ -76,9 +75,8 @@ def _result(plan, switched, check_mode, host):
             diff["before"].setdefault(job.job, {})["active"] = job.before
             diff["after"].setdefault(job.job, {})["active"] = job.wanted
         verbs = ("would pause", "would resume") if check_mode else ("paused", "resumed")
-        for verb, jobs in zip(verbs, (switched.paused, switched.resumed), strict=True):
-            if jobs:
-                parts.append(f"{verb} {', '.join(jobs)}")
+        switches = zip(verbs, (switched.paused, switched.resumed), strict=True)
+        parts += [f"{verb} {', '.join(jobs)}" for verb, jobs in switches if jobs]
         if not switched.changed:
             parts.append("active flags unchanged")
         result.update(paused=switched.paused, resumed=switched.resumed, missing=switched.missing)

@@ -4,13 +4,12 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 HOLD_KEYS = (
-    *("pause_cron_jobs", "pause_command", "resume_command", "cron_database"),
+    *("pause_cron_jobs", "pause_command", "resume_command", "cron_database", "hold"),
     *("connect_timeout_s", "resume_retry_s", "quiet_timeout_s"),
 )
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "intake_hold"
     failure_what = "intake hold"
 
     def act(self, args, host, task_vars):
@@ -26,7 +25,6 @@ class ActionModule(_action.LeaseguardAction):
                 args["state"],
                 cron_path=lambda: _action.database_conninfo(self, cron_args),
                 runner=_action.AnsibleRunner(self, host),
-                hold=args["hold"],
                 action=f"{args['action']} ({host})",
                 resume_hint=_action.RESUME_HINT,
                 **{key: args[key] for key in HOLD_KEYS},

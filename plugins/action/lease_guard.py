@@ -15,8 +15,6 @@ DRAIN_KEYS = (
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "lease_guard"
-
     def act(self, args, host, task_vars):
         """The verdict of this host, the fleet or each host; with wait, drained first."""
         each, fleet = args["each_host"], args["fleet_lookups"] is not None
@@ -38,9 +36,8 @@ class ActionModule(_action.LeaseguardAction):
                     "each_host drains hold no intake of their own: hold each host's with "
                     "leaseguard.deploy.intake_hold first and pass the results as held_intakes"
                 )
-        held = None if each else _held(args["held_intake"])
         drain_args = {key: args[key] for key in DRAIN_KEYS}
-        if each or held is not None:  # the caller holds intake: the drain pauses nothing
+        if each or args["held_intake"]:  # the caller holds intake: the drain pauses nothing
             drain_args.update(pause_cron_jobs=[], pause_command=[], resume_command=[])
         options = api.drain_options(drain_args)
         if fleet and not each and (limit := task_vars.get("ansible_limit")):
@@ -63,13 +60,12 @@ class ActionModule(_action.LeaseguardAction):
         tokens = tuple(str(cron["token"]) for cron in crons if cron.get("token"))
         intake = replace(intake or api.IntakeAccess(options.cron_database), own_holds=tokens)
         fleet_hosts = task_vars.get("ansible_play_batch" if each else "ansible_play_hosts_all", ())
-        given = {key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")}
         with api.task_session(
             _action.contract_from(args),
             _action.AnsibleRunner(self, host),
             _action.database_path(self, args, probe=fleet),
             intake,
-            given,
+            given={key: args[key] for key in ("lookup", "task_timeout_s", "runtime_started_at")},
             lookups=args["fleet_lookups"],
             hosts=tuple(fleet_hosts),
             each=each,
@@ -101,8 +97,8 @@ class ActionModule(_action.LeaseguardAction):
         if each:
             result = _each_result(judged, args, host)
         else:
-            held = drained[host].intake if held is None and waits else held
-            result = {**judged[host], **looked_up, "intake": _intake(held)}
+            own = drained[host].intake if waits else None
+            result = {**judged[host], **looked_up, "intake": _intake(args["held_intake"], own)}
         if unread:
             result["warnings"] = [*result.get("warnings", []), *unread]
         return result
@@ -110,9 +106,8 @@ class ActionModule(_action.LeaseguardAction):
 
 def _drain(session, options, host, front, each):
     """Each host's drain by name (this host's alone without each) and the drain's log lines.
-    SIGINT/SIGTERM/SIGHUP, or the controller's exit, set `stop`: the drain gives intake back.
-    A worker's own handler would kill it at once (no `finally`); a controller gone unannounced
-    (SIGKILL) orphans it. Messages go to the controller's stderr (a worker's is /dev/null)."""
+    SIGINT/SIGTERM/SIGHUP (a worker's own handler would kill it: no `finally`) or the controller
+    gone (SIGKILL orphans it) set `stop`: intake comes back. Said to its stderr, not /dev/null."""
     label = "fleet" if each else session.host
     stop, done, drained = threading.Event(), threading.Event(), None
     try:
@@ -148,8 +143,7 @@ def _drain(session, options, host, front, each):
     finally:
         if stop.is_set():  # intake named only when this task paused it and gave it back
             said = "drain interrupted by a signal"
-            paused = options.pause_cron_jobs or options.pause_command
-            if drained is not None and not each and paused:
+            if drained is not None and (options.pause_cron_jobs or options.pause_command):
                 jobs = ", ".join(options.pause_cron_jobs) or "none"
                 said += f"; intake was resumed (pg_cron jobs: {jobs})"
             say(said)
@@ -169,10 +163,9 @@ def _drained(host, drained, args, events):
 
 
 def _each_result(judged, args, host):
-    """The task's own host's result, with every host's under `hosts` and `summary` counting
-    them; every host's FORCED warning shows, and fail_on_defer fails on any host's defer."""
+    """The task host's result, every host's under `hosts` and counted in `summary` (FORCED too)."""
     for name, result in judged.items():
-        result["intake"] = _intake(_held((args["held_intakes"] or {}).get(name)))
+        result["intake"] = _intake((args["held_intakes"] or {}).get(name))
     summary, worst = api.decisions_summary(result["decision"] for result in judged.values())
     # A task host outside the batch reports the worst decision, never a bare proceed.
     outside = {"changed": False, "decision": worst, "msg": summary, "failed": worst == "failed"}
@@ -193,14 +186,9 @@ def _each_result(judged, args, host):
     return task
 
 
-def _held(registered):
-    """What the caller's intake_hold task holds (None: the caller holds nothing)."""
-    return tuple((registered.get("hold") or {}).get("what") or ()) if registered else None
-
-
-def _intake(held):
-    """Whether anything stopped new claims between this verdict and the caller's action."""
-    held = tuple(held or ())
+def _intake(registered, own=None):
+    """Whether anything stops new claims until the caller's action: its hold, else the drain's."""
+    held = tuple(((registered.get("hold") or {}).get("what") if registered else own) or ())
     return {"held": bool(held), "what": list(held), "msg": api.intake_line(held or None)}
 
 

@@ -1,12 +1,10 @@
-"""Action plugin for leaseguard.deploy.runtime_restart: the restart through the task's
-connection, then the runtime's start time read until it moved."""
+"""Action plugin for leaseguard.deploy.runtime_restart: restart, then await a new start time."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "runtime_restart"
     failure_what = "restart"
 
     def act(self, args, host, task_vars):

@@ -5,7 +5,6 @@ from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import a
 
 
 class ActionModule(_action.LeaseguardAction):
-    module = "task_timeout"
     failure_what = "lookup"  # read-only, so check mode runs it as it is
 
     def act(self, args, host, task_vars):

@@ -1,5 +1,4 @@
-"""Private to leaseguard.deploy: each module's argument spec from its DOCUMENTATION, plus what that
-cannot say (secrets, environment fallbacks, option rules), and the guard role's variables."""
+"""Private to leaseguard.deploy: module argument specs from their DOCUMENTATION; guard variables."""
 
 import copy
 import importlib
@@ -49,11 +48,11 @@ def documented_options(module):
     return options
 
 
-def _spec(options):
+def spec_of(options):
     return {
         name: {
             **{key: option[key] for key in _SPEC_KEYS if key in option},
-            **({"options": _spec(option["suboptions"])} if "suboptions" in option else {}),
+            **({"options": spec_of(option["suboptions"])} if "suboptions" in option else {}),
             **_SECRETS_AND_FALLBACKS.get(name, {}),
         }
         for name, option in options.items()
@@ -62,7 +61,7 @@ def _spec(options):
 
 def module_spec(module):
     """The module's argument spec and validate_argument_spec's other options (fresh copies)."""
-    return _spec(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
+    return spec_of(copy.deepcopy(documented_options(module))), copy.deepcopy(RULES.get(module, {}))
 
 
 # What each task's caller decides (or one host's facts): never filled from a role variable,

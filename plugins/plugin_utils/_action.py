@@ -1,5 +1,4 @@
-"""Private to leaseguard.deploy: what the action plugins share: the `leaseguard` package (installed,
-else the copy a Galaxy tarball carries in _vendor/), one run(), the host's runner and database."""
+"""Private to leaseguard.deploy: what action plugins share: leaseguard, run(), runner, database."""
 
 import dataclasses
 import difflib
@@ -17,7 +16,7 @@ from importlib import metadata
 from pathlib import Path
 
 import yaml
-from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure, AnsibleError
+from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -51,8 +50,7 @@ display = Display()
 
 def require_leaseguard():
     """Fail the task, saying what to install, without the package; warn on a mismatch."""
-    exc = LEASEGUARD_IMPORT_ERROR
-    if exc is not None:
+    if (exc := LEASEGUARD_IMPORT_ERROR) is not None:
         missing = "the leaseguard Python package is"
         if CARRIED:  # the Galaxy tarball carries the core: only its requirements can be missing
             missing = "the Python requirements of leaseguard.deploy are"
@@ -123,12 +121,11 @@ class LeaseguardAction(ActionBase):
 
     failure_what = "check"  # only a check's failure carries `decision: failed`
     needs_leaseguard = True  # False: runs without the leaseguard package (check_vars)
-    module = ""  # plugins/modules/<module>.yml, whose DOCUMENTATION gives the spec
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        _specs.module_spec(cls.module)  # parsed once in ansible-playbook's process, before it forks
-        cls.role_variables = _specs.role_variables(cls.module)
+        cls.module = cls.__module__.rpartition(".")[2]  # its spec: plugins/modules/<module>.yml
+        cls.role_variables = _specs.role_variables(cls.module)  # the spec parsed before forks
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -204,10 +201,7 @@ def checked_variables(task_vars, allow=(), template=None):
             "ones: ansible-doc -t role leaseguard.deploy.restart (or .guard, .migrate)"
         )
         return {**result, "failed": True, "unknown": unknown, "msg": msg}
-    specs = {
-        name: {key: option[key] for key in ("type", "elements", "choices") if key in option}
-        for name, option in _specs.guard_role_options().items()
-    }
+    specs = _specs.spec_of(_specs.guard_role_options())
     wrong = {}
     for name in (n for n in checked if template and (n in specs or n.endswith("_command"))):
         try:
@@ -220,9 +214,7 @@ def checked_variables(task_vars, allow=(), template=None):
             # that fails only when run, after intake was held (a resume: never given back).
             wrong[name] = "list of str (an argv, not one string)"
         elif spec and ArgumentSpecValidator({name: spec}).validate({name: value}).error_messages:
-            wanted = spec["type"]
-            if "elements" in spec:
-                wanted = f"{wanted} of {spec['elements']}"
+            wanted = f"{spec['type']} of {spec['elements']}" if "elements" in spec else spec["type"]
             if "choices" in spec:
                 wanted = f"one of {', '.join(map(str, spec['choices']))}"
             wrong[name] = wanted
@@ -278,21 +270,18 @@ class AnsibleRunner:
 
     def __init__(self, action, label):
         self._action, self.label = action, label
-
-    @property
-    def becomes(self):  # the host lookups read it: through become, each lookup is its own exec
-        return getattr(self._action._connection, "become", None) is not None
+        # The host lookups read it: through become, each lookup is its own exec.
+        self.becomes = getattr(action._connection, "become", None) is not None
 
     def run(self, argv):
-        # sudoable only with become: it also makes ansible's ssh allocate a tty, which
-        # merges stderr into stdout and ends lines with CRLF; tty_argv keeps them apart.
+        # sudoable only with become, as its tty merges stderr into stdout (CRLF): tty_argv splits.
         nonce = secrets.token_hex(8) if self.becomes else None
         command = api.tty_argv(tuple(argv), nonce) if nonce else argv
         try:
             result = self._action._low_level_execute_command(
-                shlex.join(command), sudoable=nonce is not None
+                shlex.join(command), sudoable=self.becomes
             )
-        except (AnsibleConnectionFailure, AnsibleError) as exc:
+        except AnsibleError as exc:  # AnsibleConnectionFailure too
             text = str(exc).lower()
             causes = (cause for needle, cause in _HOST_KEY_CAUSES.items() if needle in text)
             cause = next(causes, _COMMAND_FAILED).format(host=self.label)
@@ -332,17 +321,15 @@ def ssh_target(connection, play_context):
             "ProxyCommand in the host's ssh arguments cannot carry the database tunnel; "
             "use ProxyJump (-J) instead"
         )
-    strict = parsed.get("stricthostkeychecking", "").lower()
     port = option("port") or parsed.get("port")
     options = api.SshOptions(
         user=option("remote_user") or parsed.get("user"),
         port=int(port) if port else None,
         key_filename=option("private_key_file") or parsed.get("identityfile"),
         known_hosts=parsed.get("userknownhostsfile"),
-        # Only the host's own Ansible settings opt out of refusing unknown keys, as for
-        # ansible's ssh itself; a changed key is refused either way.
+        # An unknown key passes only if the host's own Ansible settings say so; a changed key never.
         accept_unknown_host_keys=option("host_key_checking") is False
-        or strict in ("no", "off", "accept-new"),
+        or parsed.get("stricthostkeychecking", "").lower() in ("no", "off", "accept-new"),
         gateway=parsed.get("proxyjump"),
         connect_timeout_s=int(option("timeout") or 10),
     )
