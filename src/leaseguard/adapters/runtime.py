@@ -16,7 +16,6 @@ from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import Argv, CommandResult, Replica, container_filter, env_value
-from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
@@ -150,7 +149,7 @@ class Lookups:
                 assert spec.path is not None
                 argv = ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", spec.path)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
-                raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
+                raw = [(None, None if out is None else lookups.parse_env_file_line(out))]
         what, seconds = f"{self.host}: {source}", []
         for replica, value in raw:
             where = f"{what} ({replica})" if replica else what
@@ -298,26 +297,21 @@ def planned_commands(
     return [argv for argv in lookup.ran if argv not in (ran or {})]
 
 
-def batch_script(commands: Sequence[Argv], nonce: str) -> str:
-    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
-    mark = f"@@leaseguard {nonce}@@"
-    each = [
+def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
+    """Each command's result and the host's clock offset, from one exec: each command's output
+    after a `MARK I` line, `MARK I rc` its status, then `MARK clock` and date (MARK: a nonce's)."""
+    mark = f"@@leaseguard {secrets.token_hex(8)}@@"
+    script = "".join(
         f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
         f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
         for i, argv in enumerate(commands)
-    ]
-    return "".join(each) + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
-
-
-def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
-    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
-    nonce = secrets.token_hex(8)
+    )
     before = time.time()
-    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
+    result = runner.run(["sh", "-c", f"{script}printf '\\n%s\\n' '{mark} clock'; date +%s.%N"])
     after = time.time()
 
     def parts(text: str) -> dict[str, str]:
-        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
+        pieces = ("\n" + text).split(f"\n{mark} ")[1:]
         return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
 
     out, err = parts(result.stdout), parts(result.stderr)
@@ -333,7 +327,7 @@ def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, Clo
 
 def restart_runtime(
     runner: Runner,
-    spec: RestartSpec,
+    spec: restart.RestartSpec,
     contract: Contract,
     lookup: dict[str, Any] | None,
     *,
