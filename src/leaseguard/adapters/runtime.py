@@ -297,21 +297,26 @@ def planned_commands(
     return [argv for argv in lookup.ran if argv not in (ran or {})]
 
 
-def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
-    """Each command's result and the host's clock offset, from one exec: each command's output
-    after a `MARK I` line, `MARK I rc` its status, then `MARK clock` and date (MARK: a nonce's)."""
-    mark = f"@@leaseguard {secrets.token_hex(8)}@@"
-    script = "".join(
+def batch_script(commands: Sequence[Argv], nonce: str) -> str:
+    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
+    mark = f"@@leaseguard {nonce}@@"
+    each = [
         f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
         f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
         for i, argv in enumerate(commands)
-    )
+    ]
+    return "".join(each) + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
+
+
+def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
+    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
+    nonce = secrets.token_hex(8)
     before = time.time()
-    result = runner.run(["sh", "-c", f"{script}printf '\\n%s\\n' '{mark} clock'; date +%s.%N"])
+    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
     after = time.time()
 
     def parts(text: str) -> dict[str, str]:
-        pieces = ("\n" + text).split(f"\n{mark} ")[1:]
+        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
         return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
 
     out, err = parts(result.stdout), parts(result.stderr)
