@@ -138,7 +138,7 @@ def test_process_start_is_boot_time_plus_start_ticks():
     ],
 )
 def test_env_file_lines_in_the_usual_spellings(line, value):
-    assert parse_env_file_line(line, "APP_TASK_TIMEOUT_S") == value
+    assert parse_env_file_line(line) == value
 
 
 def test_a_missing_container_fails_closed_naming_host_and_container():

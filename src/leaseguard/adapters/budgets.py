@@ -82,13 +82,12 @@ def _converge(
     if cron_db and declared.database is None:  # the jobs run in conninfo's database
         with connect_to() as conn:
             try:
-                row = conn.execute("SELECT current_database()").fetchone()
+                [(name,)] = conn.execute("SELECT current_database()")
             except psycopg.Error as exc:
                 raise DatabaseUnavailable(
                     f"cannot read the name of the application database ({type(exc).__name__})"
                 ) from None
-            if row is not None:
-                declared = replace(declared, database=str(row[0]))
+            declared = replace(declared, database=str(name))
     privilege = "grant the role EXECUTE on cron.schedule/alter_job" + (
         "/schedule_in_database" if declared.database else ""
     )

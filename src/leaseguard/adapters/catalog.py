@@ -8,10 +8,9 @@ from typing import Any
 from psycopg import sql
 
 from leaseguard.adapters.db import Connection
+from leaseguard.core import predicate, presets
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import ConfigError, NotPrimary, SchemaMismatch
-from leaseguard.core.predicate import table_identifier
-from leaseguard.core.presets import ADVISORY_LOCK_RULES, OWNERS
 
 TABLE_KINDS = ("r", "p")  # pg_class.relkind: the kinds that hold rows themselves
 _KIND_NAMES = dict(
@@ -167,7 +166,7 @@ def standby_message(where: str) -> str:
 
 def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
     """Fail naming the server, relation or column (a standby first, then what the relation is)."""
-    table, label = table_identifier(contract).as_string(conn), contract.table_label
+    table, label = predicate.table_identifier(contract).as_string(conn), contract.table_label
     [relation] = conn.execute(_RELATION, {"relation": table, "column": contract.status_column})
     oid, kind, standby, zone, database, address, port, locks_readable = relation[:8]
     if standby:
@@ -222,9 +221,9 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
                 f"view {label} calls {', '.join(functions)}, which may read rows that are not "
                 "the live ones; judge a view only over tables, or name the table itself"
             )
-    if owners := OWNERS.get(contract.claim_rule):
+    if owners := presets.OWNERS.get(contract.claim_rule):
         # The owners' table exists, says who is alive, shows every row (hidden: a claim looks dead).
-        owned = table_identifier(contract, owners.table).as_string(conn)
+        owned = predicate.table_identifier(contract, owners.table).as_string(conn)
         owners_label = f"{contract.schema}.{owners.table}" if contract.schema else owners.table
         [row] = conn.execute(_RELATION, {"relation": owned, "column": None})
         what = f"table {owners_label} (the owners of the claims in {label})"
@@ -251,7 +250,7 @@ def verify_schema(conn: Connection, contract: Contract) -> StatusColumn:
                 f"which decide whether the owner of a claim in {label} is alive"
             )
         _check_instant(contract, beat, "the owners' heartbeat", owners_label, beat_type, str(zone))
-    if contract.claim_rule in ADVISORY_LOCK_RULES and not locks_readable:
+    if contract.claim_rule in presets.ADVISORY_LOCK_RULES and not locks_readable:
         # Que, good_job: claims are advisory locks, which only pg_locks shows: name the grant.
         raise SchemaMismatch(
             f"the guard's role cannot read pg_catalog.pg_locks, where the claims of "

@@ -129,10 +129,8 @@ def here_minus_database(conn: Connection, contract: Contract) -> ClockOffset:
     """This machine's clock minus the database's (clock_timestamp, not the transaction's now())."""
     before = time.time()
     with translate_errors(contract), read_transaction(conn):
-        row: Any = conn.execute(
-            "SELECT extract(epoch FROM pg_catalog.clock_timestamp())::float8"
-        ).fetchone()
-    return controller_offset(float(row[0]), before, time.time())
+        [(now,)] = conn.execute("SELECT extract(epoch FROM pg_catalog.clock_timestamp())::float8")
+    return controller_offset(float(now), before, time.time())
 
 
 @contextmanager

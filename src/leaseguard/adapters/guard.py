@@ -9,9 +9,8 @@ from psycopg import sql
 
 from leaseguard.adapters import catalog
 from leaseguard.adapters.db import Connection, Cursor, guard_transaction
-from leaseguard.core import errors, fleet, predicate
+from leaseguard.core import errors, fleet, predicate, presets
 from leaseguard.core.contract import Contract
-from leaseguard.core.presets import OWNERS
 from leaseguard.core.verdict import Counts, LiveClaim, TaskTimeout, Verdict
 
 MAX_NAMED = 10  # statuses named in one message; more are "and more"
@@ -127,7 +126,7 @@ def judge_subjects(
                         claim = LiveClaim(str(row_id), claimed, expires, left_s, *map(bool, flags))
                         live.setdefault(int(str(n)), []).append(claim)
                 # The locks of the reads held: was a table read rewritten since the snapshot?
-                owners = OWNERS.get(contract.claim_rule)
+                owners = presets.OWNERS.get(contract.claim_rule)
                 table = predicate.table_identifier(contract).as_string(cur)
                 owned = owners and predicate.table_identifier(contract, owners.table).as_string(cur)
                 [(rewritten,)] = cur.execute(_REWRITTEN, {"relation": table, "owners": owned})

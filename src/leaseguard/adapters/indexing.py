@@ -166,8 +166,7 @@ def advisory_plan_warning(
             lock_ms = min(_PLAN_CHECK_TIMEOUT_MS, contract.effective_lock_timeout_ms)
             set_local_limits(conn, statement_timeout=_PLAN_CHECK_TIMEOUT_MS, lock_timeout=lock_ms)
             table = predicate.table_identifier(contract).as_string(conn)
-            size: Any = conn.execute(_SIZE, {"table": table}).fetchone()
-            reltuples, unanalysed, on_disk, names = size
+            [(reltuples, unanalysed, on_disk, names)] = conn.execute(_SIZE, {"table": table})
             if reltuples >= LARGE_TABLE_ROWS:
                 rows = float(reltuples)
             elif unanalysed and on_disk >= LARGE_TABLE_BYTES:

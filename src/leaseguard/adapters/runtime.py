@@ -16,7 +16,6 @@ from leaseguard.core.contract import Contract, RuntimeLookup, TaskTimeoutLookup
 from leaseguard.core.errors import LookupFailed, TimeoutValueError
 from leaseguard.core.fleet import ClockOffset
 from leaseguard.core.lookups import Argv, CommandResult, Replica, container_filter, env_value
-from leaseguard.core.restart import RestartSpec
 from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
@@ -150,7 +149,7 @@ class Lookups:
                 assert spec.path is not None
                 argv = ("grep", "-E", "-e", f"^[[:space:]]*(export[[:space:]]+)?{name}=", spec.path)
                 out = self._output(argv, f"env file {spec.path}", absent_ok=True)
-                raw = [(None, None if out is None else lookups.parse_env_file_line(out, name))]
+                raw = [(None, None if out is None else lookups.parse_env_file_line(out))]
         what, seconds = f"{self.host}: {source}", []
         for replica, value in raw:
             where = f"{what} ({replica})" if replica else what
@@ -333,7 +332,7 @@ def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, Clo
 
 def restart_runtime(
     runner: Runner,
-    spec: RestartSpec,
+    spec: restart.RestartSpec,
     contract: Contract,
     lookup: dict[str, Any] | None,
     *,

@@ -23,6 +23,7 @@ except ModuleNotFoundError as exc:  # an extra, not in the base install (pyproje
     ) from exc
 
 from leaseguard.adapters.runtime import LOOKUP_TIMEOUT_S
+from leaseguard.core.config_values import reject_hostaddr
 from leaseguard.core.errors import TunnelError
 from leaseguard.core.lookups import CommandResult
 
@@ -197,8 +198,6 @@ def tunnelled(
 ) -> Iterator[tuple[str, "DatabaseTunnel"]]:
     """`conninfo` through a tunnel to `address`, and the tunnel; both closed on every path."""
     from psycopg.conninfo import make_conninfo  # not loaded by `fab --list` (this module is)
-
-    from leaseguard.core.config_values import reject_hostaddr
 
     with closing(connection):
         reject_hostaddr(conninfo)

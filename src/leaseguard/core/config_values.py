@@ -103,11 +103,11 @@ def whole_number(data: Data, key: str, default: Any, *, prefix: str = "", maximu
 
 def zone(data: Data, key: str, default: Any, *, prefix: str = "") -> str:
     """An IANA zone name (UTC, Europe/Berlin): PostgreSQL knows the same database of zones."""
-    name = text_value(data, key, default)
+    name = text_value(data, key, default, prefix=prefix)
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"{key} must be an IANA time zone name such as UTC") from None
+        raise ConfigError(f"{prefix}{key} must be an IANA time zone name such as UTC") from None
     return name
 
 

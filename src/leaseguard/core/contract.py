@@ -170,7 +170,14 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
     """Validate a mapping of contract keys; every key set explicitly overrides the preset's."""
     read.reject_unknown(data, _keys(Contract), prefix="")
     if (preset := read.optional_text(data, "preset")) is not None:
-        data = merge_layers(presets.preset_layer(preset, data), data)
+        if (layer := presets.PRESETS.get(preset)) is None:
+            raise ConfigError(f"preset must be one of {', '.join(sorted(presets.PRESETS))}")
+        if "table" not in layer and not data.get("table"):  # pgmq: one table per queue
+            raise ConfigError(
+                f"preset {preset} needs table: the queue's own table, q_<queue> "
+                "(one check per queue)"
+            )
+        data = merge_layers(layer, data)
     for key in _SECTIONS:
         read.section(data, key)
     keys = ("claimed_statuses", "queued_statuses", "finished_statuses")

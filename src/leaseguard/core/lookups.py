@@ -152,7 +152,7 @@ def parse_systemctl_show(text: str, unit: str, *, glob: bool = False) -> Replica
         raise LookupFailed(f"systemd unit {unit}: Environment= is not parsable") from None
     for line in filter(None, props.get("EnvFile", "").splitlines()):  # after: these win
         name = line.strip().removeprefix("export").partition("=")[0].strip()
-        environment += (f"{name}={parse_env_file_line(line, name)}",)
+        environment += (f"{name}={parse_env_file_line(line)}",)
     stamp = props.get("ActiveEnterTimestamp", "").strip()  # "Sun 2026-11-29 08:38:08.123456 UTC"
     if not stamp and props.get("ActiveState") == "activating":
         raise LookupFailed(
@@ -178,7 +178,7 @@ def parse_process_start(text: str, what: str) -> datetime:
     return datetime.fromtimestamp(boot, UTC) + timedelta(seconds=start_ticks / ticks_per_s)
 
 
-def parse_env_file_line(line: str, name: str) -> str:
+def parse_env_file_line(line: str) -> str:
     """The LAST `[export ]NAME=value` line's value (optional quotes), as sh and systemd read."""
     line = line.strip().splitlines()[-1] if line.strip() else ""
     value = line.strip().removeprefix("export").partition("=")[2].strip()  # systemd: `N = v`

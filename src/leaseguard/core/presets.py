@@ -132,17 +132,6 @@ OWNERS: dict[str, Owners] = {
 }
 
 
-def preset_layer(name: str, keys: Mapping[str, Any]) -> dict[str, Any]:
-    """The preset's contract keys as a fresh layer; `keys`: those set explicitly."""
-    if name not in PRESETS:
-        raise ConfigError(f"preset must be one of {', '.join(sorted(PRESETS))}")
-    if "table" not in PRESETS[name] and not keys.get("table"):  # pgmq: one table per queue
-        raise ConfigError(
-            f"preset {name} needs table: the queue's own table, q_<queue> (one check per queue)"
-        )
-    return {k: dict(v) if isinstance(v, dict) else v for k, v in PRESETS[name].items()}
-
-
 def kind_timeouts(value: object, preset: str | None) -> dict[str, float | None]:
     """River's Worker.Timeout() per kind: seconds > 0, or `unlimited` (or -1) for none."""
     if value is None or value == {}:

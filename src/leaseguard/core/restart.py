@@ -7,7 +7,6 @@ from typing import Any
 
 from leaseguard.core import lookups
 from leaseguard.core.errors import ConfigError
-from leaseguard.core.lookups import Argv, CommandResult
 
 # `systemctl restart` takes no TimeoutStopSec: a runtime drop-in (under /run) carries this
 # restart's stop budget. The EXIT trap removes it whatever happens (left, it would change every
@@ -47,7 +46,7 @@ class RestartSpec:
         return self.source not in ("none", "fixed")
 
     @property
-    def argv(self) -> Argv:
+    def argv(self) -> lookups.Argv:
         budget = str(int(self.stop_timeout_s))
         if self.method in ("docker", "podman"):
             return (self.method, "restart", "--time", budget, self.container)
@@ -76,7 +75,7 @@ class RestartSpec:
                 "that the restart moved the runtime's start time"
             )
 
-    def result(self, argv: Argv | None, rc: int | None) -> dict[str, Any]:
+    def result(self, argv: lookups.Argv | None, rc: int | None) -> dict[str, Any]:
         restarted = {"method": self.method, "target": self.target, "cmd": argv, "rc": rc}
         return {"changed": True, "restarted": restarted, "stop_timeout_s": self.stop_timeout_s}
 
@@ -110,7 +109,7 @@ class RestartSpec:
             f"leaseguard_runtime reads.{said}"
         )
 
-    def failed_message(self, ran: CommandResult) -> str:
+    def failed_message(self, ran: lookups.CommandResult) -> str:
         """An engine's or systemctl's first line of complaint (masked), never a user command's."""
         said = "" if self.method == "command" else lookups.first_stderr_line(ran.stderr)
         meaning = lookups.exit_meaning(ran.exit_code)
