@@ -14,8 +14,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-import psycopg
-
 from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.config_values import parse_command, reject_unknown
@@ -29,7 +27,6 @@ from leaseguard.orchestration.session import GuardSession, IntakeAccess
 DEFAULT_POLL_S = 5.0
 # A failed resume is retried this long: enough for a restart or a failover, short enough to notice.
 DEFAULT_RESUME_RETRY_S = 60.0
-Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
 
 
@@ -98,18 +95,17 @@ def drain_host(
     resume_hint: str = RESUME_HINT,
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
-    connect: Connect | None = None,
     act: Action | None = None,
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
     label: str | None = None,
     started: float | None = None,
 ) -> DrainResult:
-    """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
+    """Drain one host, or a fleet (`runners`: every host's)."""
     parts: list[Part] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
-        reach, access = connect or session.connect_writable, options.intake()
+        reach, access = session.connect_writable, options.intake()
         held: dict[str, Any] = dict(by=drain_identity(front), action=action, stop=stop)
         held.update(retry_s=options.resume_retry_s, resume_hint=resume_hint)
         parts.append(CronJobsPause(lambda: reach(access), options.pause_cron_jobs, **held))
@@ -208,18 +204,6 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError,
 def status_board(options: DrainOptions) -> StatusBoard:
     """The status/metrics files, written once before any pause."""
     return StatusBoard(options.status_file, options.metrics_file)
-
-
-def first_that_connects(connects: Sequence[Connect]) -> Connect:
-    """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
-
-    def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
-        for attempt in connects[:-1]:
-            with suppress(LeaseguardError):
-                return attempt(intake)
-        return connects[-1](intake)  # the last one's failure is the one raised
-
-    return connect
 
 
 @contextmanager
