@@ -139,8 +139,7 @@ def drain_each(
         options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
     hosts = sorted(session.each)
     mine = {host: session if own is None else own[host] for host in hosts}
-    named = session.host_labels
-    labels = {h: named.get(h, h) if own is None else mine[h].host for h in hosts}
+    labels = {h: session.host_labels.get(h, h) for h in hosts}  # as its verdicts name them
     for label in labels.values():  # every host on the status board from the start, pending
         board.observer(label, database=session)
     # Hosts past map_waking's bound begin late: one fleet deadline, from now.
