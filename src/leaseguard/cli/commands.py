@@ -151,7 +151,7 @@ def run_drain(args: argparse.Namespace) -> int:
         raise errors.ConfigError(f"config file {args.config}: 'drain' must be a mapping")
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
-    board = drain_run.status_board(options)
+    board = options.board()
     stop = threading.Event()
     act = partial(run_command, args.command, stop) if args.command else None
     action = f"command {args.command[0]}" if args.command else "drain"

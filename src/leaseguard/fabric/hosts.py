@@ -216,7 +216,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     options, hosts = settings.drain, fleet_hosts(c)
     drain_run.configure_logging()
     try:
-        board = drain_run.status_board(options)  # one snapshot over every host
+        board = options.board()  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None

@@ -49,6 +49,10 @@ class DrainOptions:
         owner = drain_identity(front) if front else None
         return IntakeAccess(self.cron_database, self.cron_user, self.cron_password, owner)
 
+    def board(self) -> StatusBoard:
+        """The status/metrics files, written once before any pause."""
+        return StatusBoard(self.status_file, self.metrics_file)
+
 
 def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
     """Validate the `drain:` section; messages name the key."""
@@ -114,7 +118,7 @@ def drain_host(
         parts += [CommandPause(r, pause, resume) for r in runners or [session.runner]]
     intake = Intakes(parts) if parts else None
     label = label or session.host
-    observer = (board or status_board(options)).observer(label, intake)
+    observer = (board or options.board()).observer(label, intake)
     given: dict[str, Any] = dict(observer=observer, stop=stop, label=label, started=started)
     loop = Drainer(judge or session.judge, options.poll_s, options.deadline_s, progress, **given)
     return loop.run(intake, act)
@@ -132,7 +136,7 @@ def drain_each(
 ) -> dict[str, DrainResult]:
     """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.each is not None
-    board, stop = board or status_board(options), stop or threading.Event()  # one for all hosts
+    board, stop = board or options.board(), stop or threading.Event()  # one for all hosts
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
     if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
@@ -198,11 +202,6 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError,
         if result.error is not None:
             by_cause.setdefault(result.error, []).append(host)
     return {cause: hosts for cause, hosts in by_cause.items() if len(hosts) > 1}
-
-
-def status_board(options: DrainOptions) -> StatusBoard:
-    """The status/metrics files, written once before any pause."""
-    return StatusBoard(options.status_file, options.metrics_file)
 
 
 @contextmanager
