@@ -15,8 +15,8 @@ from paramiko import SSHConfig
 from leaseguard.core.errors import ConfigError
 from leaseguard.fabric.tasks import (
     DRAIN_KEYS,
+    collection,
     connection_to,
-    env_defaults,
     settings_from_config,
 )
 from leaseguard.orchestration.drain_run import DrainOptions
@@ -24,7 +24,7 @@ from leaseguard.orchestration.drain_run import DrainOptions
 
 def config_with(ssh_config: str = "", **data):
     config = Config(ssh_config=SSHConfig.from_text(ssh_config), overrides=data)
-    config.load_collection(env_defaults())
+    config.load_collection(collection().configuration())  # the fabfile's own defaults
     return config
 
 

@@ -38,7 +38,7 @@ from leaseguard.core.budgets.config import format_budget, format_optional, load_
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
 from leaseguard.core.contract import Contract, load_config_file
 from leaseguard.orchestration import drain_run
-from leaseguard.orchestration.drain import ActionOutcome, DrainResult, drain_lines, progress_for
+from leaseguard.orchestration.drain import ActionOutcome, DrainResult, print_drain, progress_for
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
 log = logging.getLogger("leaseguard.drain")
@@ -151,7 +151,7 @@ def run_drain(args: argparse.Namespace) -> int:
         raise errors.ConfigError(f"config file {args.config}: 'drain' must be a mapping")
     options = drain_run.drain_options(section | given)
     drain_run.configure_logging(verbose=args.verbose)
-    board = drain_run.status_board(options)
+    board = options.board()
     stop = threading.Event()
     act = partial(run_command, args.command, stop) if args.command else None
     action = f"command {args.command[0]}" if args.command else "drain"
@@ -178,8 +178,7 @@ def run_drain(args: argparse.Namespace) -> int:
         say(f"drain interrupted{ran}; intake was resumed")
         return errors.EXIT_FAILED
     assert result is not None
-    for to_stdout, line in drain_lines(result, socket.gethostname(), as_json=args.json, fab=False):
-        (print if to_stdout else say)(line)
+    print_drain(result, socket.gethostname(), say, as_json=args.json, fab=False)
     return result.exit_status
 
 

@@ -23,8 +23,8 @@ from leaseguard.orchestration.drain import (
     ActionOutcome,
     DrainCounters,
     DrainResult,
-    drain_lines,
     failure_output,
+    print_drain,
     progress_for,
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
@@ -54,9 +54,8 @@ def exit_with_worst(statuses: list[int]) -> None:
     """Usage, else failed, else a --run command's own failing status (a command that ran and
     failed is never reported as "defer: nothing done"), else defer, else proceed."""
     ok = (errors.EXIT_PROCEED, errors.EXIT_DEFER)
-    worst = next((s for s in (errors.EXIT_USAGE, errors.EXIT_FAILED) if s in statuses), None)
-    worst = worst or next((s for s in statuses if s not in ok), None)
-    worst = worst or (errors.EXIT_DEFER if errors.EXIT_DEFER in statuses else errors.EXIT_PROCEED)
+    order = [errors.EXIT_USAGE, errors.EXIT_FAILED, *(s for s in statuses if s not in ok)]
+    worst = next((s for s in [*order, errors.EXIT_DEFER] if s in statuses), errors.EXIT_PROCEED)
     if worst != errors.EXIT_PROCEED:
         raise Exit(code=worst)
 
@@ -187,6 +186,8 @@ def judging_session(
         through.link,
         each=not fleet_rule,
         host_offsets={h: s.host_minus_here for h, s in chosen.items() if s.host_minus_here},
+        # Every other host's tunnel, tried in turn by polls and intake holds alike: one host's
+        # dead tunnel must not strand intake.
         fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
         host_labels={host: s.host for host, s in chosen.items()},
         intake=intake,
@@ -215,7 +216,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
     options, hosts = settings.drain, fleet_hosts(c)
     drain_run.configure_logging()
     try:
-        board = drain_run.status_board(options)  # one snapshot over every host
+        board = options.board()  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
     progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
@@ -257,9 +258,6 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                     options,
                     front=front,
                     runners=list(runners.values()),
-                    connect=drain_run.first_that_connects(
-                        [sessions[h].connect_writable for h in sorted(sessions)]
-                    ),
                     act=_command_on(runners, run),
                     action=f"command on {','.join(hosts)}" if run else "drain",
                     **common,
@@ -284,8 +282,7 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
                 continue
             result = DrainResult(None, DrainCounters(), 0.0, 0.0, result)
         statuses.append(result.exit_status)
-        for to_stdout, line in drain_lines(result, host, as_json=json_, fab=True):
-            (print if to_stdout else say)(line)
+        print_drain(result, host, say, as_json=json_, fab=True)
     if stop.is_set():
         causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
         if any(isinstance(cause, IntakeNotResumed) for cause in causes):

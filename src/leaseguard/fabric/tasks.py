@@ -44,16 +44,6 @@ CONFIG_UNMERGED = (
 _CONFIG_CLONING = threading.Lock()
 
 
-def env_defaults() -> dict[str, Any]:
-    """Every `leaseguard:` key, unset: invoke reads `FABRIC_<KEY_PATH>` only for a key it holds."""
-    tree: dict[str, Any] = {"connection": dict.fromkeys(CONNECTION_KEYS)}
-    tree["drain"] = dict.fromkeys(DRAIN_KEYS)
-    for key in CONFIG_KEYS:
-        section, _, leaf = key.rpartition(".")  # one level at most, as `lease.multiplier`
-        (tree.setdefault(section, {}) if section else tree)[leaf] = None
-    return {"leaseguard": tree}
-
-
 @dataclass(frozen=True)
 class FabricSettings:
     contract: Contract
@@ -276,6 +266,13 @@ def collection() -> Collection:
                 raise Exit(f"{exc}{hint}{see}", code=EXIT_USAGE) from None
 
         program.parse_tasks = parse_tasks_or_usage
+    # Every `leaseguard:` key, unset: invoke reads `FABRIC_<KEY_PATH>` (a FABRIC_LEASEGUARD_*
+    # variable) only for a key it holds.
+    tree: dict[str, Any] = {"connection": dict.fromkeys(CONNECTION_KEYS)}
+    tree["drain"] = dict.fromkeys(DRAIN_KEYS)
+    for key in CONFIG_KEYS:
+        section, _, leaf = key.rpartition(".")  # one level at most, as `lease.multiplier`
+        (tree.setdefault(section, {}) if section else tree)[leaf] = None
     ns = Collection(guard, drain, resume)
-    ns.configure(env_defaults())  # so that FABRIC_LEASEGUARD_* variables reach the keys
+    ns.configure({"leaseguard": tree})
     return ns

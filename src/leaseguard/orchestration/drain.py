@@ -255,9 +255,6 @@ class Drainer:
         return after
 
 
-Lines = list[tuple[bool, str]]  # True: to stdout; stderr lines go out as "leaseguard: <line>"
-
-
 def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> str:
     """Fail closed: the failure's line (Fabric's with its reason) or JSON (the CLI's dated)."""
     now = datetime.now(UTC)
@@ -267,21 +264,24 @@ def failure_output(error: Exception, host: str, *, as_json: bool, fab: bool) -> 
     return f"{line} reason={json.dumps(str(error))}" if fab else line
 
 
-def drain_lines(result: DrainResult, host: str, *, as_json: bool, fab: bool) -> Lines:
-    """A failed drain reports its failure, never the last (stale) verdict before it."""
+def print_drain(
+    result: DrainResult, host: str, say: Callable[[str], None], *, as_json: bool, fab: bool
+) -> None:
+    """Line or JSON on stdout, the rest said; a failed drain: its failure, never a stale verdict."""
     verdict, error, done = result.verdict, result.error, result.action
-    failed: Lines = [(False, f"drain failed: {error}")] if error is not None and not fab else []
+    said = [f"drain failed: {error}"] if error is not None and not fab else []
     if as_json:
         out = result.as_dict()
         if verdict is not None and error is None:  # the keys `check --json` prints, at the top
             out = {**verdict.as_dict(), **out}
-        out = {"host": host} | out | {"host": host} if fab else out  # fab's -H name wins
-        return [(True, json.dumps(out)), *failed]
-    lines: Lines = []
-    if error is not None:
-        lines.append((True, failure_output(error, host, as_json=False, fab=fab)))
-    elif verdict is not None:
-        lines.append((True, verdict.timeline()))
-    action: Lines = [(False, f"{done.description}; {intake_line(result.intake)}")] if done else []
-    warned = [(False, f"warning: {w}") for w in (verdict.warnings if verdict else ())]
-    return lines + (warned + action if fab else action + failed + warned)
+        print(json.dumps({"host": host} | out | {"host": host} if fab else out))  # -H name wins
+    else:
+        if error is not None:
+            print(failure_output(error, host, as_json=False, fab=fab))
+        elif verdict is not None:
+            print(verdict.timeline())
+        action = [f"{done.description}; {intake_line(result.intake)}"] if done else []
+        warned = [f"warning: {w}" for w in (verdict.warnings if verdict else ())]
+        said = warned + action if fab else action + said + warned
+    for line in said:
+        say(line)

@@ -14,8 +14,6 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-import psycopg
-
 from leaseguard.adapters.pauses import RESUME_HINT, drain_identity
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.config_values import parse_command, reject_unknown
@@ -29,7 +27,6 @@ from leaseguard.orchestration.session import GuardSession, IntakeAccess
 DEFAULT_POLL_S = 5.0
 # A failed resume is retried this long: enough for a restart or a failover, short enough to notice.
 DEFAULT_RESUME_RETRY_S = 60.0
-Connect = Callable[[IntakeAccess], psycopg.Connection[Any]]
 T = TypeVar("T")
 
 
@@ -51,6 +48,10 @@ class DrainOptions:
         """Where and as whom intake is held; `front` names this process's own drain."""
         owner = drain_identity(front) if front else None
         return IntakeAccess(self.cron_database, self.cron_user, self.cron_password, owner)
+
+    def board(self) -> StatusBoard:
+        """The status/metrics files, written once before any pause."""
+        return StatusBoard(self.status_file, self.metrics_file)
 
 
 def drain_options(data: Mapping[str, Any] | None) -> DrainOptions:
@@ -98,18 +99,17 @@ def drain_host(
     resume_hint: str = RESUME_HINT,
     stop: threading.Event | None = None,
     runners: Sequence[Runner] | None = None,
-    connect: Connect | None = None,
     act: Action | None = None,
     action: str = "drain",
     judge: Callable[[], Verdict] | None = None,
     label: str | None = None,
     started: float | None = None,
 ) -> DrainResult:
-    """Drain one host, or a fleet: `runners` every host's, `connect` through any that can."""
+    """Drain one host, or a fleet (`runners`: every host's)."""
     parts: list[Part] = []
     stop = stop or threading.Event()
     if options.pause_cron_jobs:
-        reach, access = connect or session.connect_writable, options.intake()
+        reach, access = session.connect_writable, options.intake()
         held: dict[str, Any] = dict(by=drain_identity(front), action=action, stop=stop)
         held.update(retry_s=options.resume_retry_s, resume_hint=resume_hint)
         parts.append(CronJobsPause(lambda: reach(access), options.pause_cron_jobs, **held))
@@ -118,7 +118,7 @@ def drain_host(
         parts += [CommandPause(r, pause, resume) for r in runners or [session.runner]]
     intake = Intakes(parts) if parts else None
     label = label or session.host
-    observer = (board or status_board(options)).observer(label, intake)
+    observer = (board or options.board()).observer(label, intake)
     given: dict[str, Any] = dict(observer=observer, stop=stop, label=label, started=started)
     loop = Drainer(judge or session.judge, options.poll_s, options.deadline_s, progress, **given)
     return loop.run(intake, act)
@@ -136,15 +136,14 @@ def drain_each(
 ) -> dict[str, DrainResult]:
     """Each host of a judge_each session drained on one query per poll; `own`: its own intake."""
     assert session.each is not None
-    board, stop = board or status_board(options), stop or threading.Event()  # one for all hosts
+    board, stop = board or options.board(), stop or threading.Event()  # one for all hosts
     first_fresh = own is not None and bool(options.pause_command)
     judge_for = shared_poll(session, options.poll_s / 2, first_fresh=first_fresh)
     if own is None:  # the caller holds every intake: no host's thread pauses any (one session)
         options = replace(options, pause_cron_jobs=(), pause_command=(), resume_command=())
     hosts = sorted(session.each)
     mine = {host: session if own is None else own[host] for host in hosts}
-    named = session.host_labels
-    labels = {h: named.get(h, h) if own is None else mine[h].host for h in hosts}
+    labels = {h: session.host_labels.get(h, h) for h in hosts}  # as its verdicts name them
     for label in labels.values():  # every host on the status board from the start, pending
         board.observer(label, database=session)
     # Hosts past map_waking's bound begin late: one fleet deadline, from now.
@@ -203,23 +202,6 @@ def shared_failures(results: Mapping[str, DrainResult]) -> dict[LeaseguardError,
         if result.error is not None:
             by_cause.setdefault(result.error, []).append(host)
     return {cause: hosts for cause, hosts in by_cause.items() if len(hosts) > 1}
-
-
-def status_board(options: DrainOptions) -> StatusBoard:
-    """The status/metrics files, written once before any pause."""
-    return StatusBoard(options.status_file, options.metrics_file)
-
-
-def first_that_connects(connects: Sequence[Connect]) -> Connect:
-    """A connect trying each path in turn: one host's dead tunnel must not strand intake."""
-
-    def connect(intake: IntakeAccess) -> psycopg.Connection[Any]:
-        for attempt in connects[:-1]:
-            with suppress(LeaseguardError):
-                return attempt(intake)
-        return connects[-1](intake)  # the last one's failure is the one raised
-
-    return connect
 
 
 @contextmanager

@@ -46,8 +46,8 @@ class HostObserver:
             self.after_poll(result, state=FINISHED, **ended)
 
     def after_poll(self, result: DrainResult | None, /, **ended: Any) -> None:
-        with self.board.lock:
-            row = self.row
+        board, row = self.board, self.row
+        with board.lock:
             if result is not None and (verdict := result.verdict) is not None:
                 row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
@@ -57,7 +57,11 @@ class HostObserver:
                 row["elapsed_s"] = _seconds(result.elapsed_s)
                 row["deadline_s"] = _seconds(result.deadline_s)
             row.update(ended, paused_intake=self.intake.paused_intake() if self.intake else [])
-        self.board.publish()
+            if board.status_path is None and board.metrics_path is None:  # no snapshot per poll
+                return
+            snapshot = board.snapshot()
+            for path, text in board._texts(snapshot, indent=1):
+                board._write(path, text, final=snapshot["state"] != RUNNING)
 
 
 class StatusBoard:
@@ -139,21 +143,13 @@ class StatusBoard:
             "drains": rows,
         }
 
-    def publish(self) -> None:
-        """Rewrite both files; a failed write never stops the drain: it is logged once."""
-        if self.status_path is None and self.metrics_path is None:  # no snapshot per poll
-            return
-        with self.lock:
-            snapshot = self.snapshot()
-            for path, text in self._texts(snapshot, indent=1):
-                self._write(path, text, final=snapshot["state"] != RUNNING)
-
     def _texts(self, snapshot: dict[str, Any], indent: int | None = None) -> list[tuple[Path, str]]:
         status = json.dumps(snapshot, indent=indent) + ("\n" if indent else "")
         texts = [(self.status_path, status), (self.metrics_path, render_metrics(snapshot))]
         return [(path, text) for path, text in texts if path is not None]
 
     def _write(self, path: Path, text: str, final: bool) -> None:
+        """A failed write never stops the drain: it is logged once."""
         try:
             atomic_write(path, text)
         except OSError as exc:

@@ -58,7 +58,6 @@ class GuardSession:
         link: Link | None = None,
         *,
         each: bool = False,
-        label: str | None = None,
         host_offsets: Mapping[str, ClockOffset] | None = None,
         host_minus_here: ClockOffset | None = None,
         fallbacks: Sequence[tuple[str, Link]] = (),
@@ -67,7 +66,7 @@ class GuardSession:
         conn: Conn | None = None,
     ) -> None:
         self.contract, self.runner = contract, runner or LocalRunner()
-        self.host = label or ("fleet" if isinstance(facts, Mapping) else self.runner.label)
+        self.host = "fleet" if isinstance(facts, Mapping) else self.runner.label
         self.intake = intake or IntakeAccess()
         self.per_host = dict(facts) if isinstance(facts, Mapping) else {}  # several hosts' facts
         self.fleet: FleetFacts | None = None
