@@ -178,21 +178,27 @@ def judging_session(
     """One session judging these hosts, each by its own facts or as one fleet."""
     chosen = dict(sorted(sessions.items()))
     through, *others = chosen.values()
-    session = GuardSession(
-        settings.contract,
-        through.conninfo,
-        {host: s.facts for host, s in chosen.items()},
-        through.runner,
-        through.link,
-        each=not fleet_rule,
-        host_offsets={h: s.host_minus_here for h, s in chosen.items() if s.host_minus_here},
-        # Every other host's tunnel, tried in turn by polls and intake holds alike: one host's
-        # dead tunnel must not strand intake.
-        fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
-        host_labels={host: s.host for host, s in chosen.items()},
-        intake=intake,
-        conn=through.handover(),  # one host alone connected already
-    )
+    early = through.handover()  # one host alone connected already
+    try:
+        session = GuardSession(
+            settings.contract,
+            through.conninfo,
+            {host: s.facts for host, s in chosen.items()},
+            through.runner,
+            through.link,
+            each=not fleet_rule,
+            host_offsets={h: s.host_minus_here for h, s in chosen.items() if s.host_minus_here},
+            # Every other host's tunnel, tried in turn by polls and intake holds alike: one host's
+            # dead tunnel must not strand intake.
+            fallbacks=[(s.conninfo, s.link) for s in others if s.link is not None],
+            host_labels={host: s.host for host, s in chosen.items()},
+            intake=intake,
+            conn=early,
+        )
+    except BaseException:  # the connection it would own is closed, not left to the GC
+        if early is not None:
+            early.close()
+        raise
     return contextlib.closing(session)
 
 
