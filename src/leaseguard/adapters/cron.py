@@ -135,8 +135,7 @@ def plan_changes(conn: Connection, wanted: Mapping[str, bool]) -> list[ActiveCha
 
 def apply_changes(conn: Connection, step: CronStep, changes: Sequence[ActiveChange]) -> None:
     """Switch the flags that change (in the caller's cron.job transaction)."""
-    for change in changes:
-        if change.changed:
-            step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
-            alter = "SELECT cron.alter_job(%s::bigint, active := %s::boolean)"
-            conn.execute(alter, (change.jobid, change.wanted))
+    alter = "SELECT cron.alter_job(%s::bigint, active := %s::boolean)"
+    for change in (c for c in changes if c.changed):
+        step.doing = f"{'resuming' if change.wanted else 'pausing'} pg_cron job {change.job}"
+        conn.execute(alter, (change.jobid, change.wanted))

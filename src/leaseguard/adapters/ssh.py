@@ -170,8 +170,6 @@ def given_name(connection: Connection) -> str:
 
 
 class FabricRunner:
-    """Runs lookup commands on a host over its Fabric Connection."""
-
     def __init__(self, connection: Connection) -> None:
         self.connection, self.label = connection, given_name(connection)
 
@@ -223,7 +221,6 @@ class DatabaseTunnel:
         self._failure: TunnelError | None = None
 
     def close(self) -> None:
-        """Stop accepting, cut() and wait for the threads."""
         with suppress(OSError):  # wakes the accept() in flight (close alone would not)
             self._listener.shutdown(socket.SHUT_RDWR)
         self._listener.close()

@@ -180,9 +180,10 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         data = merge_layers(layer, data)
     for key in _SECTIONS:
         read.section(data, key)
-    keys = ("claimed_statuses", "queued_statuses", "finished_statuses")
+    # Each a list of statuses, once each, in one list only; finished's missing: Contract.finished.
     statuses: dict[str, tuple[str, ...] | None] = {"finished_statuses": None}
-    for key in keys:  # each a list of statuses, once each; finished's missing: Contract.finished
+    seen: dict[str, str] = {}
+    for key in ("claimed_statuses", "queued_statuses", "finished_statuses"):
         value = data.get(key, getattr(Contract, key))
         if value is None and key == "finished_statuses":
             continue
@@ -192,8 +193,6 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         if not value and key == "claimed_statuses":
             raise ConfigError(f"{key} must name at least one status")
         statuses[key] = tuple(dict.fromkeys(value))
-    seen: dict[str, str] = {}
-    for key in keys:
         for status in statuses[key] or ():
             if status in seen:
                 raise ConfigError(
