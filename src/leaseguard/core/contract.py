@@ -161,8 +161,9 @@ def merge_layers(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for layer in layers:
         for key, value in (layer or {}).items():
-            both = isinstance(value, Mapping) and isinstance(merged.get(key), Mapping)
-            merged[key] = merge_layers(merged[key], value) if both else value
+            below = merged.get(key) if isinstance(merged.get(key), Mapping) else None
+            # Mappings always rebuilt: a preset's own dicts are never shared with a contract's data.
+            merged[key] = merge_layers(below, value) if isinstance(value, Mapping) else value
     return merged
 
 
