@@ -291,10 +291,9 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         print_drain(result, host, say, as_json=json_, fab=True)
     if stop.is_set():
         causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
-        if any(isinstance(cause, IntakeNotResumed) for cause in causes):
-            say("drain interrupted; INTAKE STILL PAUSED (see above)")
-        else:
-            say("drain interrupted; intake was resumed")
+        paused = any(isinstance(cause, IntakeNotResumed) for cause in causes)
+        said = "INTAKE STILL PAUSED (see above)" if paused else "intake was resumed"
+        say(f"drain interrupted; {said}")
         raise Exit(code=errors.EXIT_FAILED)
     exit_with_worst(statuses)
 
