@@ -1,5 +1,3 @@
-"""Action plugin for leaseguard.deploy.check_vars."""
-
 import math
 from contextlib import suppress
 
