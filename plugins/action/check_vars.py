@@ -1,5 +1,3 @@
-"""Action plugin for leaseguard.deploy.check_vars."""
-
 import math
 from contextlib import suppress
 
@@ -37,8 +35,7 @@ def restart_missing(restart):
     spec = _action.api.RestartSpec(
         restart["method"], restart["container"], restart["unit"], tuple(restart["command"])
     )
-    missing = _action.api.missing_target(spec)
-    if missing is None:
+    if (missing := _action.api.missing_target(spec)) is None:
         return None
     said = f"leaseguard: restart method {spec.method} needs leaseguard_restart_{missing}"
     if not getattr(spec, missing):

@@ -309,10 +309,9 @@ def ssh_target(connection, play_context):
     """Host and SSH options for the tunnel, from the host's own Ansible connection settings."""
 
     def option(name):
-        try:
+        with suppress(KeyError):
             return connection.get_option(name)
-        except KeyError:
-            return None
+        return None
 
     names = ("ssh_common_args", "ssh_extra_args", "ssh_args")
     parsed = api.parse_openssh_args(" ".join(str(option(name) or "") for name in names))

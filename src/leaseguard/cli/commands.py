@@ -38,7 +38,7 @@ from leaseguard.core.budgets.config import format_budget, format_optional, load_
 from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
 from leaseguard.core.contract import Contract, load_config_file
 from leaseguard.orchestration import drain_run
-from leaseguard.orchestration.drain import ActionOutcome, DrainResult, print_drain, progress_for
+from leaseguard.orchestration.drain import ActionOutcome, DrainResult, TerminalProgress, print_drain
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
 
 log = logging.getLogger("leaseguard.drain")
@@ -111,26 +111,15 @@ def add_drain_command(parser: argparse.ArgumentParser) -> None:
         f"{drain_run.DEFAULT_RESUME_RETRY_S:g}); then name the paused jobs and the command "
         "that resumes them",
     )
-    drain.add_argument(
-        "--pause-command", metavar="CMD", help="shell command that stops intake before waiting"
-    )
-    drain.add_argument(
-        "--resume-command",
-        metavar="CMD",
-        help="shell command that restarts intake afterwards (always run)",
-    )
-    drain.add_argument(
-        "--status-file",
-        metavar="PATH",
-        help="rewrite a JSON snapshot of the drain here after every poll "
+    for flag, what in {  # the commands' metavar is CMD, the files' PATH
+        "--pause-command": "shell command that stops intake before waiting",
+        "--resume-command": "shell command that restarts intake afterwards (always run)",
+        "--status-file": "rewrite a JSON snapshot of the drain here after every poll "
         "(read it with `leaseguard status PATH`)",
-    )
-    drain.add_argument(
-        "--metrics-file",
-        metavar="PATH",
-        help="rewrite Prometheus text metrics here after every poll "
+        "--metrics-file": "rewrite Prometheus text metrics here after every poll "
         "(node_exporter textfile collector: name it *.prom)",
-    )
+    }.items():
+        drain.add_argument(flag, metavar="PATH" if flag.endswith("-file") else "CMD", help=what)
     drain.add_argument("-v", "--verbose", action="store_true", help="also log idle polls (DEBUG)")
     drain.add_argument(
         "command",
@@ -155,6 +144,7 @@ def run_drain(args: argparse.Namespace) -> int:
     stop = threading.Event()
     act = partial(run_command, args.command, stop) if args.command else None
     action = f"command {args.command[0]}" if args.command else "drain"
+    progress = TerminalProgress(sys.stderr) if sys.stderr.isatty() else None
     result = None
     try:
         with (
@@ -162,7 +152,7 @@ def run_drain(args: argparse.Namespace) -> int:
             drain_run.signals_set(stop, say),
         ):
             result = drain_run.drain_host(
-                session, options, progress_for(sys.stderr), board, stop=stop, act=act, action=action
+                session, options, progress, board, stop=stop, act=act, action=action
             )
     except KeyboardInterrupt:  # Ctrl-C before the drain began: nothing was paused
         stop.set()

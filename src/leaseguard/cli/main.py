@@ -340,8 +340,7 @@ def open_session(
 
 
 def run_check(args: argparse.Namespace) -> int:
-    contract = contract_from_args(args)
-    with open_session(args, contract, given_facts(args)) as session:
+    with open_session(args, contract_from_args(args), given_facts(args)) as session:
         verdict = session.judge()
     print(json.dumps(verdict.as_dict()) if args.json else verdict.timeline())
     for warning in verdict.warnings:

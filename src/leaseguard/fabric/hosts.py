@@ -23,9 +23,9 @@ from leaseguard.orchestration.drain import (
     ActionOutcome,
     DrainCounters,
     DrainResult,
+    TerminalProgress,
     failure_output,
     print_drain,
-    progress_for,
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
@@ -225,7 +225,8 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         board = options.board()  # one snapshot over every host
     except ConfigError as exc:
         raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
-    progress = progress_for(sys.stderr) if len(hosts) == 1 or options.pause_cron_jobs else None
+    shown = sys.stderr.isatty() and (len(hosts) == 1 or bool(options.pause_cron_jobs))
+    progress = TerminalProgress(sys.stderr) if shown else None
     stop = threading.Event()
     common: dict[str, Any] = {"board": board, "stop": stop, "progress": progress}
     common["resume_hint"] = RESUME_HINT
@@ -291,10 +292,9 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
         print_drain(result, host, say, as_json=json_, fab=True)
     if stop.is_set():
         causes = [r.error if isinstance(r, DrainResult) else r for _, r in outcomes]
-        if any(isinstance(cause, IntakeNotResumed) for cause in causes):
-            say("drain interrupted; INTAKE STILL PAUSED (see above)")
-        else:
-            say("drain interrupted; intake was resumed")
+        paused = any(isinstance(cause, IntakeNotResumed) for cause in causes)
+        said = "INTAKE STILL PAUSED (see above)" if paused else "intake was resumed"
+        say(f"drain interrupted; {said}")
         raise Exit(code=errors.EXIT_FAILED)
     exit_with_worst(statuses)
 

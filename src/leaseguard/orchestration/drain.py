@@ -116,10 +116,6 @@ class TerminalProgress:
             self.stream.flush()
 
 
-def progress_for(stream: TextIO) -> TerminalProgress | None:
-    return TerminalProgress(stream) if stream.isatty() else None
-
-
 @dataclass
 class Drainer:
     """The drain loop over any `judge` (a session's, or a fake in unit tests)."""
