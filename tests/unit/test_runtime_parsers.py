@@ -186,16 +186,16 @@ def test_given_facts_skip_the_lookups():
     assert runner.calls == []
 
 
-def test_a_one_exec_cut_short_fails_closed_as_its_commands_would_alone():
+def test_a_lookup_cut_short_with_the_clock_fails_closed_as_it_would_alone():
     from leaseguard.adapters.runtime import look_up_host
 
-    runner = ScriptedRunner({("sh", "-c"): CommandResult(124, "\n@@leaseguard partial")})
+    runner = ScriptedRunner({("sh", "-c"): CommandResult(124, "17.5\npartial")})
     with pytest.raises(LookupFailed, match="docker container backend: `docker inspect` timed out"):
         look_up_host(contract_from_mapping({}), runner)
     assert len(runner.calls) == 1
 
 
-def test_a_failed_lookup_in_the_one_exec_names_it_as_when_run_alone():
+def test_a_failed_lookup_read_with_the_clock_names_it_as_when_run_alone():
     from leaseguard.adapters.runtime import LocalRunner, look_up_host
 
     contract = contract_from_mapping(
@@ -211,10 +211,10 @@ class _Counting:
     def __init__(self):
         from leaseguard.adapters.runtime import LocalRunner
 
-        self.inner, self.label, self.calls = LocalRunner(), "here", 0
+        self.inner, self.label, self.calls = LocalRunner(), "here", []
 
     def run(self, argv):
-        self.calls += 1
+        self.calls.append(list(argv))
         return self.inner.run(argv)
 
 
@@ -223,7 +223,9 @@ def _process_contract(pid_file):
     return contract_from_mapping({"task_timeout": source, "runtime": source})
 
 
-def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
+def test_the_clock_is_read_in_the_first_lookups_exec_and_the_facts_agree_with_lookups_alone(
+    tmp_path,
+):
     import os
     import subprocess
 
@@ -234,40 +236,62 @@ def test_process_lookups_take_two_execs_and_agree_with_separate_execs(tmp_path):
         try:
             (tmp_path / "app.pid").write_text(f"{app.pid}\n")
             contract = _process_contract(tmp_path / "app.pid")
-            together, alone = _Counting(), _Counting()
-            facts, clock = look_up_host(contract, together)
+            clocked, alone = _Counting(), _Counting()
+            facts, clock = look_up_host(contract, clocked)
             separate = resolve_runtime_facts(contract, alone)
         finally:
             app.kill()
-    assert together.calls == 2 < alone.calls  # the pid file, then both /proc reads at once
+    # The pid file (read once for both facts), its environment, its start: no exec of its own
+    # for the clock, which wraps the first of them only.
+    assert len(clocked.calls) == len(alone.calls) == 3
+    assert clocked.calls[0][:2] == ["sh", "-c"] and clocked.calls[0][-2:] == alone.calls[0]
+    assert clocked.calls[1:] == alone.calls[1:]
     assert facts == separate
     assert facts.task_timeout.seconds == 42.0
-    assert clock is not None
+    # This machine's own clock: within the reading's uncertainty of zero.
+    assert clock is not None and abs(clock.offset_s) <= clock.uncertainty_s + 0.001
 
 
-def test_through_become_each_lookup_is_its_own_exec_and_the_clock_is_read_after_them(tmp_path):
+def test_a_clock_that_cannot_be_read_with_the_lookup_is_read_alone_and_fails_closed_if_unread():
     from leaseguard.adapters.runtime import look_up_host
 
-    class Becoming(ScriptedRunner):
-        becomes = True
-
-    runner = Becoming({CONTAINER: CommandResult(0, INSPECT), ("date",): CommandResult(0, "5.5\n")})
-    facts, clock = look_up_host(contract_from_mapping({}), runner)
+    # `date` printed nothing in the first exec (an empty line): the lookup's output is intact,
+    # and the clock is read on its own, once.
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, "\n" + INSPECT)})
+    with pytest.raises(LookupFailed, match="host app1: cannot read its clock"):
+        look_up_host(contract_from_mapping({}), runner)
     assert [argv[0] for argv in runner.calls] == ["sh", "date"]
-    assert "@@leaseguard" not in runner.calls[0][2]  # the container command, not the one exec
+    runner.answers[("date",)] = CommandResult(0, "5.5\n")
+    runner.calls.clear()
+    facts, clock = look_up_host(contract_from_mapping({}), runner)
     assert facts.task_timeout.seconds == 3600.0
     assert clock is not None and clock.offset_s < 0
+    assert [argv[0] for argv in runner.calls] == ["sh", "date"]
+
+
+def test_the_clock_read_with_the_lookup_is_the_hosts_minus_ours():
+    import time
+
+    from leaseguard.adapters.runtime import look_up_host
+
+    ahead = f"{time.time() + 600:.6f}\n"  # a host ten minutes ahead
+    runner = ScriptedRunner({CONTAINER: CommandResult(0, ahead + INSPECT)})
+    facts, clock = look_up_host(contract_from_mapping({}), runner)
+    assert len(runner.calls) == 1
+    assert facts.task_timeout.seconds == 3600.0
+    assert facts.runtime_started_at == parse_timestamp("2026-09-09T04:00:00.123456Z", what="t")
+    assert clock is not None and 599 < clock.offset_s < 601
 
 
 @pytest.mark.parametrize("content", ["", "abc\n", " 12 x\n"])
-def test_a_pid_file_without_a_pid_fails_in_the_one_exec_as_when_run_alone(tmp_path, content):
+def test_a_pid_file_without_a_pid_fails_closed_before_any_other_lookup(tmp_path, content):
     from leaseguard.adapters.runtime import look_up_host
 
     (tmp_path / "app.pid").write_text(content)
     runner = _Counting()
     with pytest.raises(LookupFailed, match="holds no pid"):
         look_up_host(_process_contract(tmp_path / "app.pid"), runner)
-    assert runner.calls == 1
+    assert len(runner.calls) == 1
 
 
 def on_a_tty(argv):

@@ -1,13 +1,11 @@
-"""A host's timeout, start, clock: ONE exec where it can (each pays a login shell); a restart."""
+"""A host's timeout, start and clock (the clock in the first lookup's exec); a checked restart."""
 
-import secrets
 import shlex
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Sequence
-from contextlib import suppress
 from datetime import datetime
 from typing import Any, Protocol, TypedDict, Unpack
 
@@ -20,7 +18,6 @@ from leaseguard.core.verdict import RuntimeFacts, TaskTimeout
 
 LOOKUP_TIMEOUT_S = 30.0
 POLL_S = 2.0  # how often a restart's new start time is read (the restart role's delay: 2)
-Answers = dict[Argv, CommandResult]
 
 
 class Runner(Protocol):
@@ -76,10 +73,10 @@ class Given(TypedDict, total=False):
 
 
 def resolve_runtime_facts(
-    contract: Contract, runner: Runner, ran: Answers | None = None, **given: Unpack[Given]
+    contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> RuntimeFacts:
     """The facts given, the rest looked up (a failure raises unless task_timeout.default_s)."""
-    lookup, warnings, spec = Lookups(runner, ran), [], contract.task_timeout
+    lookup, warnings, spec = Lookups(runner), [], contract.task_timeout
     timeout: TaskTimeout | None = None  # None: the rows carry their own expiry
     if (seconds := given.get("task_timeout_s")) is not None:
         source = given.get("task_timeout_source") or "given:task_timeout_s"
@@ -108,9 +105,9 @@ def resolve_runtime_facts(
 class Lookups:
     """One check's lookups on one host; `replicas`: what a filter or glob matched."""
 
-    def __init__(self, runner: Runner | None, ran: Answers | None = None) -> None:
-        self.runner, self.host = runner, f"host {runner.label if runner else '(planning)'}"
-        self.ran = dict(ran or {})  # each command runs once per check; `ran`: answers known
+    def __init__(self, runner: Runner) -> None:
+        self.runner, self.host = runner, f"host {runner.label}"
+        self.ran: dict[Argv, CommandResult] = {}  # each command runs once per check
         self._variables: dict[tuple[str, str], str] = {}  # the timeout's, by engine and container
         self.replicas: list[str] = []  # these two may repeat: a container read for both facts
         self.warnings: list[str] = []
@@ -227,8 +224,8 @@ class Lookups:
         self, argv: Argv, what: str, *, shown: str = "", absent_ok: bool = False
     ) -> str | None:
         """stdout (None only for status 1 if `absent_ok`: grep found nothing), else LookupFailed."""
-        if argv not in self.ran:  # without a runner (planning): answered empty
-            self.ran[argv] = self.runner.run(list(argv)) if self.runner else CommandResult(0, "")
+        if argv not in self.ran:
+            self.ran[argv] = self.runner.run(list(argv))
         if (result := self.ran[argv]).exit_code == 0:
             return result.stdout
         if absent_ok and result.exit_code == 1:
@@ -265,69 +262,37 @@ def split_tty(result: CommandResult, nonce: str) -> CommandResult:
     return CommandResult(int(code), text[start + len(out) : stop], stderr)
 
 
+# The host's clock, read in the exec of the first lookup: one line ahead of its output.
+_CLOCK_FIRST = 'printf "%s\\n" "$(date +%s.%N)"; exec "$@"'
+
+
+class ClockReading:
+    """A runner reading the host's clock in the first command's exec (each exec is a login)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner, self.label = runner, runner.label
+        self.clock: ClockOffset | None = None
+        self.read = False
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        if self.read:
+            return self.runner.run(argv)
+        before, self.read = time.time(), True
+        result = self.runner.run(["sh", "-c", _CLOCK_FIRST, "sh", *argv])
+        reading, _, stdout = result.stdout.partition("\n")
+        self.clock = host_clock(reading, before, time.time())
+        return result._replace(stdout=stdout)
+
+
 def look_up_host(
-    contract: Contract, runner: Runner, *, one_exec: bool = True, **given: Unpack[Given]
+    contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> tuple[RuntimeFacts, ClockOffset | None]:
     """The facts not given and the host's clock minus ours (None: no start time to compare)."""
-    clock, ran = None, Answers()
-    if one_exec and not getattr(runner, "becomes", False):
-        timeout_given = given.get("task_timeout_s") is not None
-        start_given = given.get("runtime_started_at") is not None
-        for _round in range(2):  # a pid file's process is known once the file was read
-            if commands := planned_commands(contract, timeout_given, start_given, ran):
-                answers, read = run_together(runner, commands)
-                ran, clock = ran | answers, read or clock
-    facts = resolve_runtime_facts(contract, runner, ran, **given)
-    if clock is None and facts.runtime_started_at is not None:
-        clock = offset_from_here(runner)
-    return facts, clock
-
-
-def planned_commands(
-    contract: Contract, timeout_given: bool, start_given: bool, ran: Answers | None = None
-) -> list[Argv]:
-    """The commands the lookups will run that `ran` has no answer for, each once."""
-    lookup = Lookups(None, ran)
-    if not (timeout_given or contract.rows_carry_expiry):
-        with suppress(LookupFailed):
-            lookup.task_timeout(contract.task_timeout)
-    if not start_given:
-        with suppress(LookupFailed):
-            lookup.runtime_start(contract.runtime)
-    return [argv for argv in lookup.ran if argv not in (ran or {})]
-
-
-def batch_script(commands: Sequence[Argv], nonce: str) -> str:
-    """Each command's output after a `@@leaseguard NONCE@@ I` line, `I rc` its status, then date."""
-    mark = f"@@leaseguard {nonce}@@"
-    each = [
-        f"printf '\\n%s\\n' '{mark} {i}'; printf '\\n%s\\n' '{mark} {i}' >&2; "
-        f"{shlex.join(argv)} </dev/null; printf '\\n%s\\n%d\\n' '{mark} {i} rc' \"$?\"\n"
-        for i, argv in enumerate(commands)
-    ]
-    return "".join(each) + f"printf '\\n%s\\n' '{mark} clock'; date +%s.%N"
-
-
-def run_together(runner: Runner, commands: Sequence[Argv]) -> tuple[Answers, ClockOffset | None]:
-    """Each command's result and the host's clock offset, from one exec (a random nonce marks)."""
-    nonce = secrets.token_hex(8)
-    before = time.time()
-    result = runner.run(["sh", "-c", batch_script(commands, nonce)])
-    after = time.time()
-
-    def parts(text: str) -> dict[str, str]:
-        pieces = ("\n" + text).split(f"\n@@leaseguard {nonce}@@ ")[1:]
-        return {key: body for key, _, body in (piece.partition("\n") for piece in pieces)}
-
-    out, err = parts(result.stdout), parts(result.stderr)
-    ran = {}
-    for i, argv in enumerate(commands):
-        status = out.get(f"{i} rc", "").strip()
-        if str(i) in out and status.isascii() and status.isdigit():
-            ran[argv] = CommandResult(int(status), out[str(i)], err.get(str(i), ""))
-        else:  # never finished (the exec timed out): the exec's status, as alone
-            ran[argv] = CommandResult(result.exit_code or 1, "", err.get(str(i), ""))
-    return ran, host_clock(out.get("clock", ""), before, after)
+    clocked = ClockReading(runner)
+    facts = resolve_runtime_facts(contract, clocked, **given)
+    if clocked.clock is None and facts.runtime_started_at is not None:
+        return facts, offset_from_here(runner)
+    return facts, clocked.clock
 
 
 def restart_runtime(
@@ -342,10 +307,8 @@ def restart_runtime(
     spec.check(lookup)
     if check_mode:
         return spec.would_restart()
-    argv, ran = spec.argv, Answers()
-    if spec.verifies and not getattr(runner, "becomes", False):
-        ran, _clock = run_together(runner, [argv, *planned_commands(contract, True, False)])
-    done = ran[argv] if argv in ran else runner.run(list(argv))
+    argv = spec.argv
+    done = runner.run(list(argv))
     result = spec.result(argv, done.exit_code)
     if done.exit_code != 0:
         return {**result, "failed": True, "msg": spec.failed_message(done)}
@@ -355,14 +318,13 @@ def restart_runtime(
     ends_at = time.monotonic() + spec.verify_timeout_s
     while True:
         try:
-            started, error = Lookups(runner, ran).runtime_start(contract.runtime), None
+            started, error = Lookups(runner).runtime_start(contract.runtime), None
         except LookupFailed as exc:  # e.g. still starting: read again until the deadline
             started, error = None, exc
         moved = restart.start_moved(before["runtime_started_epoch_s"], started)
         if moved or (left := ends_at - time.monotonic()) <= 0:
             break
         time.sleep(min(POLL_S, left))
-        ran = {}
     result.update(before=before, after=restart.start_of(started))
     if moved:
         return {**result, "msg": spec.restarted_message(before, result["after"])}

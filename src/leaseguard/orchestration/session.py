@@ -17,7 +17,13 @@ from leaseguard.adapters import db
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
 from leaseguard.adapters.indexing import advisory_plan_warning
-from leaseguard.adapters.runtime import Given, LocalRunner, Runner, look_up_host, offset_from_here
+from leaseguard.adapters.runtime import (
+    Given,
+    LocalRunner,
+    Runner,
+    offset_from_here,
+    resolve_runtime_facts,
+)
 from leaseguard.core import errors, fleet
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
@@ -340,8 +346,6 @@ class GuardSession:
 def local_session(
     contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
-    """A session on the DSN as given, looked up here one exec each (no `sh:` in a message)."""
-    facts, clock = look_up_host(contract, runner := LocalRunner(), one_exec=False, **given)
-    return closing(
-        GuardSession(contract, conninfo, facts, runner, host_minus_here=clock, intake=intake)
-    )
+    """A session on the DSN as given, looked up on this machine (its clock read when judged)."""
+    facts = resolve_runtime_facts(contract, runner := LocalRunner(), **given)
+    return closing(GuardSession(contract, conninfo, facts, runner, intake=intake))
