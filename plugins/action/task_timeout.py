@@ -1,4 +1,4 @@
-"""Action plugin for leaseguard.deploy.task_timeout: the lookups and a clock reading in one exec."""
+"""Action plugin for leaseguard.deploy.task_timeout: the host's lookups and its clock reading."""
 
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils import _action
 from ansible_collections.leaseguard.deploy.plugins.plugin_utils._action import api

@@ -270,7 +270,7 @@ class AnsibleRunner:
 
     def __init__(self, action, label):
         self._action, self.label = action, label
-        # The host lookups read it: through become, each lookup is its own exec.
+        # Through become, commands run on a tty: tty_argv keeps their streams apart.
         self.becomes = getattr(action._connection, "become", None) is not None
 
     def run(self, argv):

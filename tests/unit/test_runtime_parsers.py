@@ -283,6 +283,44 @@ def test_the_clock_read_with_the_lookup_is_the_hosts_minus_ours():
     assert clock is not None and 599 < clock.offset_s < 601
 
 
+@pytest.mark.parametrize("first", ["1765040000", "17", "", "hello\n", "42\n1765040000.5\n"])
+def test_a_clock_line_cut_short_or_not_a_clock_is_never_taken_for_one(first):
+    from leaseguard.adapters.runtime import _CLOCK_FIRST, look_up_host
+
+    # A timed-out exec's partial output, a login shell's own line: the lookup fails or the
+    # clock is read on its own; a wrong reading (years off) would class live claims orphaned.
+    contract = contract_from_mapping(
+        {"task_timeout": {"source": "env_file", "path": "/app.env", "default_s": 60}}
+    )
+    runner = ScriptedRunner(
+        {
+            ("sh", "-c", _CLOCK_FIRST, "sh", "grep"): CommandResult(124, first),
+            CONTAINER: CommandResult(0, INSPECT),
+            ("date",): CommandResult(0, "5.5\n"),
+        }
+    )
+    facts, clock = look_up_host(contract, runner)
+    assert facts.task_timeout.assumed and facts.task_timeout.seconds == 60
+    assert [argv[0] for argv in runner.calls] == ["sh", "sh", "date"]
+    assert clock is not None and clock.offset_s < -1e9  # the `date` exec's reading: 5.5
+
+
+def test_through_become_the_clock_and_the_lookups_output_come_apart_on_a_tty():
+    from leaseguard.adapters.runtime import ClockReading, split_tty, tty_argv
+
+    class OnATty:
+        label = "app1"
+
+        def run(self, argv):
+            return split_tty(on_a_tty(list(tty_argv(tuple(argv), "0123abcd"))), "0123abcd")
+
+    runner = ClockReading(OnATty())
+    ran = runner.run(["sh", "-c", "echo warm >&2; printf '3600\\n'; exit 3"])
+    assert ran == CommandResult(3, "3600\n", "warm")
+    assert runner.clock is not None and abs(runner.clock.offset_s) <= runner.clock.uncertainty_s
+    assert runner.run(["echo", "again"]).stdout == "again\n"  # the clock is read once
+
+
 @pytest.mark.parametrize("content", ["", "abc\n", " 12 x\n"])
 def test_a_pid_file_without_a_pid_fails_closed_before_any_other_lookup(tmp_path, content):
     from leaseguard.adapters.runtime import look_up_host

@@ -1,5 +1,6 @@
 """A host's timeout, start and clock (the clock in the first lookup's exec); a checked restart."""
 
+import re
 import shlex
 import shutil
 import socket
@@ -279,8 +280,9 @@ class ClockReading:
             return self.runner.run(argv)
         before, self.read = time.time(), True
         result = self.runner.run(["sh", "-c", _CLOCK_FIRST, "sh", *argv])
-        reading, _, stdout = result.stdout.partition("\n")
-        self.clock = host_clock(reading, before, time.time())
+        reading, newline, stdout = result.stdout.partition("\n")
+        if newline and re.fullmatch(r"\d+\.\d+", reading.strip()):  # a whole line, never a cut one
+            self.clock = host_clock(reading, before, time.time())
         return result._replace(stdout=stdout)
 
 

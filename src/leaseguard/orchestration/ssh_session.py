@@ -127,7 +127,7 @@ def task_session(
 
 
 def lookup_report(contract: Contract, runner: Runner) -> dict[str, Any]:
-    """A host looked up in one exec, as task_timeout returns it."""
+    """A host looked up (its clock read with the first lookup), as task_timeout returns it."""
     return {"changed": False, **host_report(*look_up_host(contract, runner))}
 
 
