@@ -8,6 +8,7 @@ from leaseguard.core.contract import contract_from_mapping
 from leaseguard.core.errors import LookupFailed
 from leaseguard.core.lookups import (
     CommandResult,
+    container_argv,
     env_value,
     parse_env_file_line,
     parse_process_start,
@@ -285,7 +286,7 @@ def test_the_clock_read_with_the_lookup_is_the_hosts_minus_ours():
 
 @pytest.mark.parametrize("first", ["1765040000", "17", "", "hello\n", "42\n1765040000.5\n"])
 def test_a_clock_line_cut_short_or_not_a_clock_is_never_taken_for_one(first):
-    from leaseguard.adapters.runtime import _CLOCK_FIRST, look_up_host
+    from leaseguard.adapters.runtime import CLOCK_FIRST, look_up_host
 
     # A timed-out exec's partial output, a login shell's own line: the lookup fails or the
     # clock is read on its own; a wrong reading (years off) would class live claims orphaned.
@@ -294,7 +295,7 @@ def test_a_clock_line_cut_short_or_not_a_clock_is_never_taken_for_one(first):
     )
     runner = ScriptedRunner(
         {
-            ("sh", "-c", _CLOCK_FIRST, "sh", "grep"): CommandResult(124, first),
+            ("sh", "-c", f'{CLOCK_FIRST}; exec "$@"', "sh", "grep"): CommandResult(124, first),
             CONTAINER: CommandResult(0, INSPECT),
             ("date",): CommandResult(0, "5.5\n"),
         }
@@ -306,7 +307,7 @@ def test_a_clock_line_cut_short_or_not_a_clock_is_never_taken_for_one(first):
 
 
 def test_through_become_the_clock_and_the_lookups_output_come_apart_on_a_tty():
-    from leaseguard.adapters.runtime import ClockReading, split_tty, tty_argv
+    from leaseguard.adapters.runtime import CLOCK_FIRST, FirstLine, host_clock, split_tty, tty_argv
 
     class OnATty:
         label = "app1"
@@ -314,10 +315,11 @@ def test_through_become_the_clock_and_the_lookups_output_come_apart_on_a_tty():
         def run(self, argv):
             return split_tty(on_a_tty(list(tty_argv(tuple(argv), "0123abcd"))), "0123abcd")
 
-    runner = ClockReading(OnATty())
+    runner = FirstLine(OnATty(), CLOCK_FIRST)
     ran = runner.run(["sh", "-c", "echo warm >&2; printf '3600\\n'; exit 3"])
     assert ran == CommandResult(3, "3600\n", "warm")
-    assert runner.clock is not None and abs(runner.clock.offset_s) <= runner.clock.uncertainty_s
+    clock = host_clock(runner.line, *runner.span)
+    assert clock is not None and abs(clock.offset_s) <= clock.uncertainty_s
     assert runner.run(["echo", "again"]).stdout == "again\n"  # the clock is read once
 
 
@@ -394,3 +396,73 @@ def test_a_units_environment_file_lines_win_and_an_unreadable_one_fails_closed()
     assert env_value(unit.entries, "APP_T") == "7200"
     with pytest.raises(LookupFailed, match=r"EnvironmentFile /etc/app\.env cannot be read"):
         parse_systemctl_show(show + "EnvFileUnreadable=/etc/app.env\n", "a.service")
+
+
+class _RestartHost(ScriptedRunner):
+    """Its first exec (the restart, then the first read of the start) answers `first`; each
+    later read of the start answers `later`."""
+
+    def __init__(self, first, later):
+        super().__init__({CONTAINER: later})
+        self.first = first
+
+    def run(self, argv):
+        if not self.calls:
+            self.calls.append(list(argv))
+            return self.first
+        return super().run(argv)
+
+
+STARTING = CommandResult(1, "", "starting")
+CONTAINER_SCRIPT = container_argv("docker", "backend", None)[2]
+
+
+def _restart(first, later=STARTING, verify_timeout_s=0):
+    from leaseguard.adapters.runtime import restart_runtime
+    from leaseguard.core.restart import RestartSpec
+
+    host = _RestartHost(first, later)
+    spec = RestartSpec(
+        "docker", container="backend", host="app1", verify_timeout_s=verify_timeout_s
+    )
+    before = {"runtime_started_at": "2026-09-09T03:00:00+00:00", "runtime_started_epoch_s": 0.0}
+    return restart_runtime(host, spec, contract_from_mapping({}), before), host.calls
+
+
+def test_a_restart_and_the_first_read_of_its_new_start_are_one_exec():
+    result, calls = _restart(CommandResult(0, "0\n" + INSPECT))
+    assert len(calls) == 1
+    assert calls[0][4] == "docker restart --time 10 backend"  # then the read: sh -c ...
+    assert calls[0][5:7] == ["sh", "-c"] and calls[0][7] == CONTAINER_SCRIPT
+    assert not result.get("failed") and result["restarted"]["rc"] == 0
+    assert result["after"]["runtime_started_at"].startswith("2026-09-09T04:00:00")
+
+
+def test_a_restart_that_failed_is_reported_failed_and_its_start_never_read():
+    result, calls = _restart(CommandResult(3, "3\n", "Error: no such container: backend"))
+    assert len(calls) == 1
+    assert result["failed"] and result["restarted"]["rc"] == 3
+    assert "failed (rc 3): Error: no such container: backend" in result["msg"]
+
+
+@pytest.mark.parametrize("cut", [CommandResult(255, "", ""), CommandResult(124, "0", "")])
+def test_a_restart_whose_status_line_was_lost_is_failed_never_moved(cut):
+    # The exec cut before the status line was whole: whatever a read after it would say.
+    result, _calls = _restart(cut, later=CommandResult(0, INSPECT), verify_timeout_s=5)
+    assert result["failed"] and result["restarted"]["rc"] == cut.exit_code
+    assert "its start time was not checked" in result["msg"]
+
+
+def test_a_restart_whose_first_read_fails_reads_again_until_the_start_moved(monkeypatch):
+    from leaseguard.adapters import runtime
+
+    monkeypatch.setattr(runtime, "POLL_S", 0.01)
+    # Restarted (status 0), the container still starting: read again, alone.
+    first = CommandResult(1, "0\n", "starting")
+    result, calls = _restart(first, later=CommandResult(0, INSPECT), verify_timeout_s=5)
+    assert not result.get("failed"), result["msg"]
+    assert len(calls) == 2 and calls[1][:2] == ["sh", "-c"] and "eval" not in calls[1][2]
+    # Never started within the deadline: failed, naming the last read's failure.
+    result, calls = _restart(first, verify_timeout_s=0)
+    assert result["failed"] and "did not move forward" in result["msg"]
+    assert "`docker inspect` exited 1: starting" in result["msg"]

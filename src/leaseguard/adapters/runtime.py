@@ -57,11 +57,11 @@ def offset_from_here(runner: Runner) -> ClockOffset:
 
 
 def host_clock(reading: str, before: float, after: float) -> ClockOffset | None:
-    """The host's clock (`reading`: `date +%s.%N`, between `before` and `after`) minus ours."""
-    try:
-        return ClockOffset(float(reading) - (before + after) / 2, (after - before) / 2)
-    except ValueError:
+    """The host's clock (a whole `date +%s.%N` line, read between `before` and `after`) minus
+    ours; None for anything else (a cut line, a login shell's own output)."""
+    if not re.fullmatch(r"\d+\.\d+", reading.strip()):
         return None
+    return ClockOffset(float(reading) - (before + after) / 2, (after - before) / 2)
 
 
 class Given(TypedDict, total=False):
@@ -263,38 +263,42 @@ def split_tty(result: CommandResult, nonce: str) -> CommandResult:
     return CommandResult(int(code), text[start + len(out) : stop], stderr)
 
 
-# The host's clock, read in the exec of the first lookup: one line ahead of its output.
-_CLOCK_FIRST = 'printf "%s\\n" "$(date +%s.%N)"; exec "$@"'
+# Each exec is a login (about 90 ms through Ansible's ssh): these run in the next command's.
+CLOCK_FIRST = 'printf "%s\\n" "$(date +%s.%N)"'
+# The restart ($1), its status the first line; the next command only once it succeeded.
+_RESTART_FIRST = 'eval "$1" >/dev/null; s=$?; echo "$s"; [ "$s" = 0 ] || exit "$s"; shift'
 
 
-class ClockReading:
-    """A runner reading the host's clock in the first command's exec (each exec is a login)."""
+class FirstLine:
+    """A runner running `script` (one line of output) in the exec of the first command it runs."""
 
-    def __init__(self, runner: Runner) -> None:
-        self.runner, self.label = runner, runner.label
-        self.clock: ClockOffset | None = None
-        self.read = False
+    def __init__(self, runner: Runner, script: str, *args: str) -> None:
+        self.runner, self.label, self.script, self.args = runner, runner.label, script, args
+        self.ran: CommandResult | None = None  # the first exec's whole result
+        self.line: str | None = None  # the script's line, if whole (a cut one is never taken)
+        self.span = (0.0, 0.0)  # when that exec was sent and when it answered
 
     def run(self, argv: Sequence[str]) -> CommandResult:
-        if self.read:
+        if self.ran is not None:
             return self.runner.run(argv)
-        before, self.read = time.time(), True
-        result = self.runner.run(["sh", "-c", _CLOCK_FIRST, "sh", *argv])
-        reading, newline, stdout = result.stdout.partition("\n")
-        if newline and re.fullmatch(r"\d+\.\d+", reading.strip()):  # a whole line, never a cut one
-            self.clock = host_clock(reading, before, time.time())
-        return result._replace(stdout=stdout)
+        before = time.time()
+        script = ["sh", "-c", f'{self.script}; exec "$@"', "sh", *self.args, *argv]
+        self.ran, self.span = self.runner.run(script), (before, time.time())
+        line, newline, stdout = self.ran.stdout.partition("\n")
+        self.line = line.strip() if newline else None
+        return self.ran._replace(stdout=stdout)
 
 
 def look_up_host(
     contract: Contract, runner: Runner, **given: Unpack[Given]
 ) -> tuple[RuntimeFacts, ClockOffset | None]:
     """The facts not given and the host's clock minus ours (None: no start time to compare)."""
-    clocked = ClockReading(runner)
-    facts = resolve_runtime_facts(contract, clocked, **given)
-    if clocked.clock is None and facts.runtime_started_at is not None:
-        return facts, offset_from_here(runner)
-    return facts, clocked.clock
+    first = FirstLine(runner, CLOCK_FIRST)
+    facts = resolve_runtime_facts(contract, first, **given)
+    clock = host_clock(first.line or "", *first.span)
+    if clock is None and facts.runtime_started_at is not None:
+        clock = offset_from_here(runner)
+    return facts, clock
 
 
 def restart_runtime(
@@ -309,8 +313,14 @@ def restart_runtime(
     spec.check(lookup)
     if check_mode:
         return spec.would_restart()
-    argv = spec.argv
-    done = runner.run(list(argv))
+    argv, first = spec.argv, FirstLine(runner, _RESTART_FIRST, shlex.join(spec.argv))
+    # Checked: the restart runs in the exec of the first read of the new start.
+    started, error = _read_start(first, contract) if spec.verifies else (None, None)
+    if first.ran is None:
+        done = runner.run(list(argv))
+    else:  # a status line lost (a cut exec) is a failed restart: its start is never read as moved
+        code = 0 if first.line == "0" else first.ran.exit_code or 1
+        done = CommandResult(code, "", first.ran.stderr)
     result = spec.result(argv, done.exit_code)
     if done.exit_code != 0:
         return {**result, "failed": True, "msg": spec.failed_message(done)}
@@ -318,16 +328,19 @@ def restart_runtime(
     if not spec.verifies:
         return {**result, "before": before, "msg": spec.restarted_message(before, None)}
     ends_at = time.monotonic() + spec.verify_timeout_s
-    while True:
-        try:
-            started, error = Lookups(runner).runtime_start(contract.runtime), None
-        except LookupFailed as exc:  # e.g. still starting: read again until the deadline
-            started, error = None, exc
-        moved = restart.start_moved(before["runtime_started_epoch_s"], started)
-        if moved or (left := ends_at - time.monotonic()) <= 0:
+    while not (moved := restart.start_moved(before["runtime_started_epoch_s"], started)):
+        if (left := ends_at - time.monotonic()) <= 0:
             break
         time.sleep(min(POLL_S, left))
+        started, error = _read_start(runner, contract)  # e.g. still starting: until the deadline
     result.update(before=before, after=restart.start_of(started))
     if moved:
         return {**result, "msg": spec.restarted_message(before, result["after"])}
     return {**result, "failed": True, "msg": spec.not_moved_message(before, started, error)}
+
+
+def _read_start(runner: Runner, contract: Contract) -> tuple[datetime | None, LookupFailed | None]:
+    try:
+        return Lookups(runner).runtime_start(contract.runtime), None
+    except LookupFailed as exc:
+        return None, exc
