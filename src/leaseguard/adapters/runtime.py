@@ -2,7 +2,6 @@
 
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import time
@@ -35,14 +34,14 @@ class LocalRunner:
     label = socket.gethostname()
 
     def run(self, argv: Sequence[str]) -> CommandResult:
-        if shutil.which(argv[0]) is None:
-            return CommandResult(127, "")
         try:  # errors= reads text: bytes that are not UTF-8 fail the parse, not the check
             done = subprocess.run(
                 list(argv), capture_output=True, errors="replace", timeout=LOOKUP_TIMEOUT_S
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
+        except OSError:  # not found or not executable: 127, as a shell says it
+            return CommandResult(127, "")
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
 
@@ -57,8 +56,7 @@ def offset_from_here(runner: Runner) -> ClockOffset:
 
 
 def host_clock(reading: str, before: float, after: float) -> ClockOffset | None:
-    """The host's clock (a whole `date +%s.%N` line, read between `before` and `after`) minus
-    ours; None for anything else (a cut line, a login shell's own output)."""
+    """The host's clock minus ours from a whole `date +%s.%N` line read between the two times."""
     if not re.fullmatch(r"\d+\.\d+", reading.strip()):
         return None
     return ClockOffset(float(reading) - (before + after) / 2, (after - before) / 2)

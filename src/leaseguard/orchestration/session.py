@@ -13,17 +13,11 @@ from typing import Protocol, Unpack
 
 import psycopg
 
-from leaseguard.adapters import db
+from leaseguard.adapters import db, runtime
 from leaseguard.adapters.catalog import StatusColumn
 from leaseguard.adapters.guard import Subject, judge_subjects, lease_seconds
 from leaseguard.adapters.indexing import advisory_plan_warning
-from leaseguard.adapters.runtime import (
-    Given,
-    LocalRunner,
-    Runner,
-    offset_from_here,
-    resolve_runtime_facts,
-)
+from leaseguard.adapters.runtime import Given, LocalRunner, Runner, offset_from_here
 from leaseguard.core import errors, fleet
 from leaseguard.core.contract import Contract
 from leaseguard.core.errors import DatabaseUnavailable, LeaseguardError, NotPrimary, TunnelError
@@ -347,5 +341,5 @@ def local_session(
     contract: Contract, conninfo: str, *, intake: IntakeAccess | None = None, **given: Unpack[Given]
 ) -> closing[GuardSession]:
     """A session on the DSN as given, looked up on this machine (its clock read when judged)."""
-    facts = resolve_runtime_facts(contract, runner := LocalRunner(), **given)
+    facts = runtime.resolve_runtime_facts(contract, runner := LocalRunner(), **given)
     return closing(GuardSession(contract, conninfo, facts, runner, intake=intake))
