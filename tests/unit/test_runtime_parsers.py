@@ -1,4 +1,5 @@
 import json
+import os
 from datetime import UTC, datetime
 
 import pytest
@@ -445,11 +446,15 @@ def test_a_restart_that_failed_is_reported_failed_and_its_start_never_read():
     assert "failed (rc 3): Error: no such container: backend" in result["msg"]
 
 
-@pytest.mark.parametrize("cut", [CommandResult(255, "", ""), CommandResult(124, "0", "")])
+@pytest.mark.parametrize(
+    "cut",
+    [CommandResult(255, "", ""), CommandResult(124, "0", ""), CommandResult(0, "banner\n0\n")],
+)
 def test_a_restart_whose_status_line_was_lost_is_failed_never_moved(cut):
-    # The exec cut before the status line was whole: whatever a read after it would say.
+    # The exec cut before the status line was whole, or a line not the status in its place:
+    # failed, whatever a read after it would say.
     result, _calls = _restart(cut, later=CommandResult(0, INSPECT), verify_timeout_s=5)
-    assert result["failed"] and result["restarted"]["rc"] == cut.exit_code
+    assert result["failed"] and result["restarted"]["rc"] == (cut.exit_code or 1)
     assert "its start time was not checked" in result["msg"]
 
 
@@ -466,3 +471,88 @@ def test_a_restart_whose_first_read_fails_reads_again_until_the_start_moved(monk
     result, calls = _restart(first, verify_timeout_s=0)
     assert result["failed"] and "did not move forward" in result["msg"]
     assert "`docker inspect` exited 1: starting" in result["msg"]
+
+
+FAKE_DOCKER = """#!/bin/sh
+echo "$1" >> "$LG_CALLS"
+case "$1" in
+  restart) echo restarting; echo "$LG_RESTART_SAYS" >&2; exit "$LG_RESTART_RC" ;;
+  inspect) [ -z "$LG_INSPECT_SAYS" ] || { echo "$LG_INSPECT_SAYS" >&2; exit 1; }
+           printf '%s' "$LG_INSPECT" ;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_docker(tmp_path, monkeypatch):
+    """A `docker` on PATH that a real shell runs: `restart` says and exits as told, `inspect`
+    prints INSPECT (or fails saying so); every call's verb noted, in order."""
+    (tmp_path / "docker").write_text(FAKE_DOCKER)
+    (tmp_path / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setenv("LG_CALLS", str(tmp_path / "calls"))
+    monkeypatch.setenv("LG_INSPECT", INSPECT)
+    for name, value in {"LG_RESTART_SAYS": "", "LG_RESTART_RC": "0", "LG_INSPECT_SAYS": ""}.items():
+        monkeypatch.setenv(name, value)
+    return lambda: (tmp_path / "calls").read_text().split()
+
+
+def _restart_on(runner, verify_timeout_s=0):
+    from leaseguard.adapters.runtime import restart_runtime
+    from leaseguard.core.restart import RestartSpec
+
+    spec = RestartSpec(
+        "docker", container="backend", host="app1", verify_timeout_s=verify_timeout_s
+    )
+    before = {"runtime_started_at": "2026-09-09T03:00:00+00:00", "runtime_started_epoch_s": 0.0}
+    return restart_runtime(runner, spec, contract_from_mapping({}), before)
+
+
+class _Local:
+    label = "app1"
+
+    def __init__(self, tty=False):
+        from leaseguard.adapters.runtime import LocalRunner, split_tty, tty_argv
+
+        self.local, self.tty, self.execs = LocalRunner(), tty, 0
+        self.wrap, self.split = tty_argv, split_tty
+
+    def run(self, argv):
+        self.execs += 1
+        if not self.tty:
+            return self.local.run(argv)
+        return self.split(on_a_tty(list(self.wrap(tuple(argv), "0123abcd"))), "0123abcd")
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["login_shell", "become_tty"])
+def test_in_a_real_shell_the_restart_and_its_first_read_share_one_exec(fake_docker, tty):
+    runner = _Local(tty)
+    result = _restart_on(runner)
+    assert not result.get("failed"), result["msg"]
+    assert runner.execs == 1 and fake_docker() == ["restart", "inspect"]
+    assert result["after"]["runtime_started_at"].startswith("2026-09-09T04:00:00")
+
+
+@pytest.mark.parametrize("tty", [False, True], ids=["login_shell", "become_tty"])
+def test_in_a_real_shell_a_failed_restart_is_named_by_its_own_words_and_nothing_is_read(
+    fake_docker, monkeypatch, tty
+):
+    monkeypatch.setenv("LG_RESTART_RC", "3")
+    monkeypatch.setenv("LG_RESTART_SAYS", "Error: No such container: backend")
+    result = _restart_on(_Local(tty))
+    assert result["failed"] and result["restarted"]["rc"] == 3
+    assert "failed (rc 3): Error: No such container: backend" in result["msg"]
+    assert fake_docker() == ["restart"]
+
+
+def test_in_a_real_shell_a_first_read_that_fails_is_named_by_its_own_words(
+    fake_docker, monkeypatch
+):
+    # The restart said something on stderr and succeeded; the read after it failed: the
+    # message quotes the read, never the restart (a user command's words stay unshown).
+    monkeypatch.setenv("LG_RESTART_SAYS", "a restart's own chatter")
+    monkeypatch.setenv("LG_INSPECT_SAYS", "container is starting")
+    result = _restart_on(_Local())
+    assert result["failed"] and "did not move forward" in result["msg"]
+    assert "`docker inspect` exited 1: container is starting" in result["msg"]
+    assert "chatter" not in result["msg"]

@@ -40,7 +40,7 @@ class LocalRunner:
             )
         except subprocess.TimeoutExpired:
             return CommandResult(124, "")
-        except OSError:  # not found or not executable: 127, as a shell says it
+        except (FileNotFoundError, PermissionError):  # not found, or not executable
             return CommandResult(127, "")
         return CommandResult(done.returncode, done.stdout, done.stderr)
 
@@ -263,8 +263,11 @@ def split_tty(result: CommandResult, nonce: str) -> CommandResult:
 
 # Each exec is a login (about 90 ms through Ansible's ssh): these run in the next command's.
 CLOCK_FIRST = 'printf "%s\\n" "$(date +%s.%N)"'
-# The restart ($1), its status the first line; the next command only once it succeeded.
-_RESTART_FIRST = 'eval "$1" >/dev/null; s=$?; echo "$s"; [ "$s" = 0 ] || exit "$s"; shift'
+# The restart ($1) and its status line, then the next command if it succeeded (its stderr if not).
+_RESTART_FIRST = (
+    'e=$(eval "$1" 2>&1 >/dev/null); s=$?; echo "$s"; '
+    '[ "$s" = 0 ] || { printf "%s\\n" "$e" >&2; exit "$s"; }; shift'
+)
 
 
 class FirstLine:
