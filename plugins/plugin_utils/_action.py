@@ -240,8 +240,7 @@ def known_variables():
     """Every leaseguard_* name the collection's roles define or register, or its playbooks use."""
     names = set()
     for path in COLLECTION_ROOT.glob("roles/*/*/*.yml"):
-        text = path.read_text(encoding="utf-8")
-        names.update(name for pair in _DEFINED.findall(text) for name in pair if name)
+        names.update(m[1] or m[2] for m in _DEFINED.finditer(path.read_text(encoding="utf-8")))
     for path in COLLECTION_ROOT.glob("playbooks/*.yml"):
         names.update(re.findall(r"\bleaseguard_[a-z0-9_]+\b", path.read_text(encoding="utf-8")))
     return frozenset(names)
@@ -270,7 +269,6 @@ class AnsibleRunner:
 
     def __init__(self, action, label):
         self._action, self.label = action, label
-        # Through become, commands run on a tty: tty_argv keeps their streams apart.
         self.becomes = getattr(action._connection, "become", None) is not None
 
     def run(self, argv):
