@@ -197,9 +197,8 @@ def contract_from_mapping(data: Mapping[str, Any]) -> Contract:
         for status in statuses[key] or ():
             if status in seen:
                 raise ConfigError(
-                    f"status {status!r} is in both {seen[status]} and {key}: a status is "
-                    "claimed (someone holds it), queued (nobody does yet) or finished, "
-                    "never two of these"
+                    f"status {status!r} is in both {seen[status]} and {key}: a status is claimed "
+                    "(someone holds it), queued (nobody does yet) or finished, never two of these"
                 )
             seen[status] = key
     kinds = presets.kind_timeouts(data.get("kind_timeouts"), preset)

@@ -48,10 +48,9 @@ class ClockOffset:
 
     def warning(self, host: str, configured_s: float) -> str:
         return (
-            f"host {host} clock is {abs(self.offset_s):.3f}s {self.direction} the database "
-            f"clock (clock_skew_s={configured_s:g}); its runtime start was moved into the "
-            "database clock for the orphan cut-off "
-            f"(tolerance {self.tolerance_s(configured_s):.3f}s)"
+            f"host {host} clock is {abs(self.offset_s):.3f}s {self.direction} the database clock "
+            f"(clock_skew_s={configured_s:g}); its runtime start was moved into the database clock "
+            f"for the orphan cut-off (tolerance {self.tolerance_s(configured_s):.3f}s)"
         )
 
     def controller_warning(self) -> tuple[str, ...]:

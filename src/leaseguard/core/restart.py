@@ -101,12 +101,11 @@ class RestartSpec:
         if error is not None:
             shown, said = "unknown", f" The last lookup failed: {error}"
         return (
-            f"leaseguard: restarted {self.host} with method {self.method} "
-            f"({self.target}), but the runtime start time read from "
-            f"{self.source} did not move forward within {self.verify_timeout_s} s "
-            f"(leaseguard_restart_verify_timeout_s): before {before['runtime_started_at']}, "
-            f"after {shown}. Check that the restart restarts the runtime that "
-            f"leaseguard_runtime reads.{said}"
+            f"leaseguard: restarted {self.host} with method {self.method} ({self.target}), but "
+            f"the runtime start time read from {self.source} did not move forward within "
+            f"{self.verify_timeout_s} s (leaseguard_restart_verify_timeout_s): before "
+            f"{before['runtime_started_at']}, after {shown}. Check that the restart restarts the "
+            f"runtime that leaseguard_runtime reads.{said}"
         )
 
     def failed_message(self, ran: lookups.CommandResult) -> str:

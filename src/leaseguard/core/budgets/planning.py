@@ -219,9 +219,8 @@ def _plan_job(
         others = [c for c in changes if c != "budget"]
         pending = f"; also pending: {', '.join(others)}" if others else ""
         reason = (
-            f"live budget {format_optional(budget_ms) or 'none'} differs from the "
-            f"default {format_budget(job.budget_ms)} and no override declares it; "
-            f"left untouched{pending}"
+            f"live budget {format_optional(budget_ms) or 'none'} differs from the default "
+            f"{format_budget(job.budget_ms)} and no override declares it; left untouched{pending}"
         )
         return JobPlan(job, Action.DRIFT, live, budget_ms, changes, reason, live.database)
     reason = f"{', '.join(changes)} differ(s)"
