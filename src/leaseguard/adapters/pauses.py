@@ -181,26 +181,13 @@ def release_hold(
     return tuple(c.job for c in changes if c.changed), still_held
 
 
-def refuse_blind(conn: Connection) -> None:
-    """No hold found: fail unless this role can see the jobs (else "nothing held" is unknown)."""
-    if conn.execute(_SEES_JOBS).fetchone() != (True,):
-        raise DatabaseError(
-            f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
-            "(pg_cron shows each role only its own jobs), so it cannot tell whether "
-            "intake is still held: run resume as the jobs' owner (--cron-user, "
-            "drain.cron_user, leaseguard_cron_user)"
-        )
-
-
 def resume_recorded(
     conn: Connection, jobs: Sequence[str] | None = None, *, force: bool = False
 ) -> dict[str, Any]:
     """Give back the holds (on `jobs`) whose holder is gone (all if `force`): what `resume` did."""
     changes: list[cron.ActiveChange] = []
     with _holds_transaction(conn) as step:
-        records, kept = resumable(read_records(conn), jobs, force=force)
-        if not records and not kept:
-            refuse_blind(conn)
+        records, kept = resumable(conn, jobs, force=force)
         for record in records if force else ():
             if why := record.holder_alive():
                 log.warning(
@@ -230,12 +217,19 @@ def resume_recorded(
 
 
 def resumable(
-    records: Sequence[PauseRecord], jobs: Sequence[str] | None, *, force: bool
+    conn: Connection, jobs: Sequence[str] | None, *, force: bool
 ) -> tuple[list[PauseRecord], list[tuple[PauseRecord, str]]]:
-    """What a resume gives back (of `jobs`), and what it keeps (unless `force`) and why."""
-    checked = [
-        (r, None if force else r.holder_alive()) for r in records if jobs is None or r.job in jobs
-    ]
+    """What a resume gives back (of `jobs`), and what it keeps (unless `force`) and why; no hold
+    found fails unless this role can see the jobs (else "nothing held" is unknown)."""
+    records = [r for r in read_records(conn) if jobs is None or r.job in jobs]
+    if not records and conn.execute(_SEES_JOBS).fetchone() != (True,):
+        raise DatabaseError(
+            f"role {conn.info.user} sees no pg_cron job in database {conn.info.dbname} "
+            "(pg_cron shows each role only its own jobs), so it cannot tell whether "
+            "intake is still held: run resume as the jobs' owner (--cron-user, "
+            "drain.cron_user, leaseguard_cron_user)"
+        )
+    checked = [(r, None if force else r.holder_alive()) for r in records]
     return [r for r, why in checked if not why], [(r, why) for r, why in checked if why]
 
 

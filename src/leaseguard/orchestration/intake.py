@@ -288,10 +288,8 @@ def resume_pauses(
     """What was recorded, resumed, vanished, kept (a live holder's, unless `force`)."""
     who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
-        if check_mode:  # what the run would give back, and keep
-            found, keeps = pauses.resumable(pauses.read_records(conn), jobs, force=force)
-            if not found and not keeps:  # as the real run: a role blind to the jobs fails
-                pauses.refuse_blind(conn)
+        if check_mode:  # what the run would give back, and keep (or fail, as the run would)
+            found, keeps = pauses.resumable(conn, jobs, force=force)
             would_keep = [{**record.as_dict(), "reason": why} for record, why in keeps]
             return {"records": [r.as_dict() for r in found], "resumed": [], "kept": would_keep}
         return pauses.resume_recorded(conn, jobs, force=force)
