@@ -52,10 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return report_failure(exc, as_json=getattr(args, "json", False))
     except KeyboardInterrupt:  # Ctrl-C: failed (never proceed), without a traceback
         if args.command == "check" and args.json:
-            from leaseguard.orchestration.drain import failure_output
-
             error = LeaseguardError("interrupted by a signal before the check completed")
-            print(failure_output(error, socket.gethostname(), as_json=True, fab=False))
+            return report_failure(error, as_json=True, said="interrupted")
         say("interrupted")
         return EXIT_FAILED
 
@@ -368,10 +366,10 @@ def run_status(args: argparse.Namespace) -> int:
     return 0 if status["available"] else EXIT_FAILED
 
 
-def report_failure(exc: LeaseguardError, *, as_json: bool) -> int:
+def report_failure(exc: LeaseguardError, *, as_json: bool, said: str = "") -> int:
     """Fail closed, loudly: the decision is 'failed', never 'proceed'; the exit status."""
     from leaseguard.orchestration.drain import failure_output
 
     print(failure_output(exc, socket.gethostname(), as_json=as_json, fab=False))
-    say(f"check failed: {exc}")
+    say(said or f"check failed: {exc}")
     return EXIT_FAILED
