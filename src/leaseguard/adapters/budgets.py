@@ -88,9 +88,8 @@ def _converge(
                     f"cannot read the name of the application database ({type(exc).__name__})"
                 ) from None
             declared = replace(declared, database=str(name))
-    privilege = "grant the role EXECUTE on cron.schedule/alter_job" + (
-        "/schedule_in_database" if declared.database else ""
-    )
+    in_database = "/schedule_in_database" if declared.database else ""
+    privilege = f"grant the role EXECUTE on cron.schedule/alter_job{in_database}"
     with (
         connect_to(dbname=cron_db) as conn,
         cron.cron_transaction(conn, read_only=check, privilege_hint=privilege) as step,
