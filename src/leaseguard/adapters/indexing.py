@@ -88,8 +88,7 @@ def _create_index(contract: Contract, how: sql.Composable, name: str, table: sql
         how, sql.Identifier(name), table, sql.SQL(", ").join(map(sql.Identifier, columns))
     )
     if not contract.has_status_column:
-        claimed, queued = predicate.claim_conditions(contract)
-        statement += sql.SQL(" WHERE {} OR {}").format(claimed, queued)
+        statement += sql.SQL(" WHERE {} OR {}").format(*predicate.claim_conditions(contract))
     return statement.as_string(None) + ";"
 
 

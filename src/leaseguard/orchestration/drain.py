@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from leaseguard.core import errors
-from leaseguard.core.errors import DrainInterrupted, LeaseguardError, PollFailed
 from leaseguard.core.verdict import Decision, Verdict, failure_result, timeline_line
 from leaseguard.orchestration.intake import Intakes, intake_line
 
@@ -43,7 +42,7 @@ class DrainResult:
     counters: DrainCounters
     elapsed_s: float
     deadline_s: float
-    error: LeaseguardError | None = None
+    error: errors.LeaseguardError | None = None
     intake: tuple[str, ...] | None = None
     action: "ActionOutcome | None" = None
 
@@ -163,7 +162,7 @@ class Drainer:
                     raise self._interrupted()
             try:
                 verdict = self._poll()
-            except LeaseguardError:
+            except errors.LeaseguardError:
                 observed(None, 0.0)
                 raise
             late_s = 0.0 if self.started is None else self.clock() - started
@@ -186,7 +185,7 @@ class Drainer:
                 try:
                     verdict = self._next(verdict)
                     failing_since = None
-                except LeaseguardError as exc:
+                except errors.LeaseguardError as exc:
                     now = self.clock()
                     failing_since = now if failing_since is None else failing_since
                     if now - failing_since >= budget:
@@ -206,7 +205,7 @@ class Drainer:
                     intake.verify()
                 result = replace(result, action=act(result))
             return result
-        except LeaseguardError as exc:  # the pause, the first poll or the action failed; a signal
+        except errors.LeaseguardError as exc:  # the pause, first poll or action failed; a signal
             return state(None, 0.0, exc)
         finally:
             if intake is not None:
@@ -216,14 +215,14 @@ class Drainer:
             counters = self.counters.snapshot().items()
             log.info("drain counters %s", " ".join(f"{k}={v}" for k, v in counters))
 
-    def _interrupted(self) -> DrainInterrupted:
-        return DrainInterrupted(f"{self.label}: drain interrupted by a signal")
+    def _interrupted(self) -> errors.DrainInterrupted:
+        return errors.DrainInterrupted(f"{self.label}: drain interrupted by a signal")
 
     def _poll(self) -> Verdict:
         self.counters.polls += 1
         try:
             return self.judge()
-        except LeaseguardError as exc:
+        except errors.LeaseguardError as exc:
             self.counters.errors[exc.kind] += 1
             log.warning("drain poll failed host=%s error=%s reason=%s", self.label, exc.kind, exc)
             raise
@@ -232,7 +231,7 @@ class Drainer:
             kind = type(exc).__name__
             self.counters.errors[kind] += 1
             log.warning("drain poll failed reason=drain_poll_failed exc_type=%s", kind)
-            raise PollFailed(f"drain poll failed unexpectedly ({kind})") from None
+            raise errors.PollFailed(f"drain poll failed unexpectedly ({kind})") from None
 
     def _next(self, before: Verdict) -> Verdict:
         after = self._poll()
