@@ -17,7 +17,6 @@ import psycopg
 
 from leaseguard.adapters import pauses
 from leaseguard.adapters.db import Connection, connect
-from leaseguard.adapters.pauses import DEFAULT_QUIET_TIMEOUT_S, RESUME_HINT, Hold
 from leaseguard.adapters.runtime import Runner
 from leaseguard.core.errors import IntakeLost, IntakeNotResumed, LeaseguardError, LookupFailed
 
@@ -53,11 +52,11 @@ class CronJobsPause:
     retry_s: float
     by: str = "a leaseguard drain"
     action: str = "drain"
-    resume_hint: str = RESUME_HINT
-    quiet_timeout_s: float = DEFAULT_QUIET_TIMEOUT_S
+    resume_hint: str = pauses.RESUME_HINT
+    quiet_timeout_s: float = pauses.DEFAULT_QUIET_TIMEOUT_S
     stop: threading.Event | None = None  # a drain's: a signal ends the wait for quiet
     holder: int = field(default_factory=os.getpid)  # the process the hold lasts for
-    hold: Hold | None = None
+    hold: pauses.Hold | None = None
     resumed: tuple[str, ...] = field(default=(), init=False)  # what the last release gave back
 
     def paused_intake(self) -> list[str]:
@@ -196,9 +195,8 @@ class Intakes:
 
 def verify_holds(connect: CronConnect, holds: Sequence[Mapping[str, Any] | None]) -> None:
     """Fail if a pg_cron job of a caller's hold (intake_hold's `hold`) is active again."""
-    for hold in holds:
-        if hold and hold.get("cron"):
-            CronJobsPause(connect, (), retry_s=0, hold=Hold.from_dict(hold["cron"])).verify()
+    for cron_hold in (hold["cron"] for hold in holds if hold and hold.get("cron")):
+        CronJobsPause(connect, (), retry_s=0, hold=pauses.Hold.from_dict(cron_hold)).verify()
 
 
 def intake_line(held: tuple[str, ...] | None) -> str:
@@ -245,7 +243,7 @@ def intake_hold(
     command = CommandPause(runner, pause_command, resume_command)
     if state != "held":
         hold = hold or {}
-        cron.hold = Hold.from_dict(hold["cron"]) if hold.get("cron") else None
+        cron.hold = pauses.Hold.from_dict(hold["cron"]) if hold.get("cron") else None
         command.paused = bool(hold.get("command") and resume_command)
         intake = Intakes([cron, command], held=True)
         given_back = intake.paused_intake()
