@@ -349,8 +349,7 @@ def process_alive(pid: int, started: int | None = None) -> bool:
         return False
     except PermissionError:  # alive, another user's
         pass
-    now = process_start_ticks(pid) if started else None
-    return now is None or now == started
+    return not started or process_start_ticks(pid) in (None, started)
 
 
 def _record_name(job: str, token: str) -> str:
