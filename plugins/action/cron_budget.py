@@ -17,8 +17,9 @@ class ActionModule(_action.LeaseguardAction):
             connect_timeout_s=args["connect_timeout_s"],
         )
         if args["resume_recorded"]:
+            access = api.IntakeAccess(common.pop("cron_database"))
             with _action.database_conninfo(self, args) as conninfo:
-                outcome = api.resume_pauses(conninfo, **common)
+                outcome = api.resume_pauses(conninfo, access, **common)
             result = {"changed": bool(outcome["records"]), "host": host, **outcome}
             jobs = sorted({r["job"] for r in outcome["records"]}) if check_mode else []
             resumed = ", ".join(jobs or outcome["resumed"])

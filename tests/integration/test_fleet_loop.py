@@ -134,7 +134,7 @@ def test_each_host_judged_in_one_query_agrees_with_it_judged_alone_and_the_oracl
                 )
                 if cls:
                     expected[cls] += 1
-            assert verdict.counts.as_dict() == expected
+            assert vars(verdict.counts) == expected
 
 
 def session_of(db, per_host, **kw):

@@ -29,7 +29,7 @@ from leaseguard.adapters.pauses import (
     wait_quiet,
 )
 from leaseguard.core.errors import DatabaseError
-from leaseguard.orchestration.intake import resume_pauses
+from leaseguard.orchestration.intake import IntakeAccess, resume_pauses
 from sandbox.subprocess_env import clean_env
 from tests.support.busy_intake import BusyIntake, active, claims_between, cron_conn, intake_job
 from tests.support.process_lines import Lines
@@ -503,9 +503,9 @@ def test_a_leftover_hold_is_named_and_resumed_only_as_the_jobs_owner(db, intake)
     assert not active(db, intake)
     # Check mode (the resume playbook's --check) refuses as the run does, and as the owner lists.
     with pytest.raises(DatabaseError, match="role guard_ro sees no pg_cron job in database"):
-        resume_pauses(db.dsn_as("guard_ro"), cron_database="postgres", check_mode=True)
+        resume_pauses(db.dsn_as("guard_ro"), IntakeAccess("postgres"), check_mode=True)
     preview = resume_pauses(
-        db.dsn_as("guard_ro"), cron_database="postgres", user="postgres", check_mode=True
+        db.dsn_as("guard_ro"), IntakeAccess("postgres", "postgres"), check_mode=True
     )
     assert [record["job"] for record in preview["records"]] == [intake]
     resumed = leaseguard(db, "resume", *as_owner)

@@ -126,7 +126,7 @@ def test_an_open_row_never_blocks_even_when_freshly_touched(runs):
 
 def test_finished_rows_are_not_looked_at(runs):
     verdict = judge(runs, [(1, "done", ago(seconds=1), ago(seconds=1))])
-    assert verdict.counts.as_dict() == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+    assert vars(verdict.counts) == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
 
 
 def test_a_status_in_no_list_is_not_skipped_but_fails_the_check(runs):
@@ -153,7 +153,7 @@ def test_a_mixed_table_gives_exact_counts_and_the_longest_remaining_lease(runs):
         (8, "done", ago(minutes=1), ago(minutes=1)),  # ignored
     ]
     verdict = judge(runs, rows)
-    assert verdict.counts.as_dict() == {"live": 2, "stale": 1, "orphaned": 1, "queued": 3}
+    assert vars(verdict.counts) == {"live": 2, "stale": 1, "orphaned": 1, "queued": 3}
     assert [c.id for c in verdict.live] == ["2", "1"]
     assert verdict.wait_upper_bound_s == pytest.approx(115 * 60)
 
@@ -180,7 +180,7 @@ def test_a_claimed_row_without_claimed_at_is_protected_because_it_cannot_be_prov
 )
 def test_lease_boundary(runs, age, expected):
     verdict = judge(runs, [(1, "running", T0 - age, None)])
-    assert verdict.counts.as_dict()[expected] == 1
+    assert vars(verdict.counts)[expected] == 1
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,7 @@ def test_orphan_boundary_with_clock_skew_tolerance(runs, offset, skew_s, expecte
     verdict = judge(
         runs, [(1, "running", started + offset, None)], contract=contract, started=started
     )
-    assert verdict.counts.as_dict()[expected] == 1
+    assert vars(verdict.counts)[expected] == 1
 
 
 def test_the_real_database_clock_is_used_when_not_pinned(runs):
@@ -327,7 +327,7 @@ def test_sql_classification_matches_the_python_oracle(
             expected[cls] += 1
         if cls == "live":
             expected_live.add(str(row.id))
-    assert verdict.counts.as_dict() == expected
+    assert vars(verdict.counts) == expected
     assert {c.id for c in verdict.live} == expected_live
 
 
@@ -475,7 +475,7 @@ def test_a_random_fleet_judged_once_agrees_with_the_oracle(
             for h in hosts
         }
         assert "live" not in per_host or cls == "live"
-    assert verdict.counts.as_dict() == expected
+    assert vars(verdict.counts) == expected
     assert {c.id for c in verdict.live} == expected_live
 
 

@@ -80,7 +80,7 @@ def test_finished_rows_never_block(runs, indexed):
     fill(runs, [(i, "done" if i % 2 else "failed", NOW, NOW) for i in range(1, 50)])
     verdict = judge(runs)
     assert verdict.decision is Decision.PROCEED
-    assert verdict.counts.as_dict() == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
+    assert vars(verdict.counts) == {"live": 0, "stale": 0, "orphaned": 0, "queued": 0}
 
 
 @pytest.mark.parametrize("indexed", [False, True], ids=["scan", "index-walk"])

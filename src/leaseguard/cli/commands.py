@@ -39,7 +39,7 @@ from leaseguard.core.budgets.planning import ON_DRIFT_CHOICES, Action
 from leaseguard.core.contract import Contract, load_config_file
 from leaseguard.orchestration import drain_run
 from leaseguard.orchestration.drain import ActionOutcome, DrainResult, TerminalProgress, print_drain
-from leaseguard.orchestration.intake import resume_lines, resume_pauses
+from leaseguard.orchestration.intake import IntakeAccess, resume_lines, resume_pauses
 
 log = logging.getLogger("leaseguard.drain")
 # What a person reads for a job to write: before --apply, and after.
@@ -215,14 +215,9 @@ def _end_group(child: subprocess.Popen[bytes], name: str) -> None:
 
 
 def run_resume(args: argparse.Namespace) -> int:
-    outcome = resume_pauses(
-        resolve_dsn(args),
-        cron_database=args.cron_database,
-        jobs=args.job,
-        user=args.cron_user,
-        password=os.environ.get("LEASEGUARD_CRON_PASSWORD"),
-        force=args.force,
-    )
+    password = os.environ.get("LEASEGUARD_CRON_PASSWORD")
+    access = IntakeAccess(args.cron_database, args.cron_user, password)
+    outcome = resume_pauses(resolve_dsn(args), access, jobs=args.job, force=args.force)
     print(json.dumps(outcome) if args.json else resume_lines(outcome))
     return errors.EXIT_DEFER if outcome["kept"] else errors.EXIT_PROCEED
 

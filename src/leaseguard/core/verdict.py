@@ -36,9 +36,6 @@ class Counts:
     orphaned: int = 0
     queued: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class LiveClaim:
@@ -95,7 +92,7 @@ class Verdict:
             "runtime_started_at": _iso(self.runtime_started_at),
             "checked_at": _iso(self.checked_at),
             "clock_offset_s": _round(self.clock_offset_s),
-            "counts": self.counts.as_dict(),
+            "counts": asdict(self.counts),
             "live": [claim.as_dict() for claim in self.live],
             "live_listed": len(self.live),
             "wait_upper_bound_s": _round(self.wait_upper_bound_s),
@@ -108,7 +105,7 @@ class Verdict:
     def timeline(self) -> str:
         timeout = self.task_timeout
         fields = [
-            *(f"{name}={n}" for name, n in self.counts.as_dict().items()),
+            *(f"{name}={n}" for name, n in asdict(self.counts).items()),
             f"lease_s={_compact(self.lease_s)}",
             f"source={timeout.source if timeout else '-'}",
         ]

@@ -87,14 +87,9 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force:
     connection = connection_to(host, c, settings)
     try:
         with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
+            bound_s, access = settings.contract.connect_timeout_s, settings.drain.intake()
             outcome = resume_pauses(
-                conninfo,
-                cron_database=settings.drain.cron_database,
-                user=settings.drain.cron_user,
-                password=settings.drain.cron_password,
-                jobs=jobs or None,
-                connect_timeout_s=settings.contract.connect_timeout_s,
-                force=force,
+                conninfo, access, jobs=jobs or None, connect_timeout_s=bound_s, force=force
             )
     except LeaseguardError as exc:
         print(failure_output(exc, host, as_json=json_, fab=True))

@@ -49,7 +49,7 @@ class HostObserver:
         board, row = self.board, self.row
         with board.lock:
             if result is not None and (verdict := result.verdict) is not None:
-                row["counts"] = {k: max(int(n), 0) for k, n in verdict.counts.as_dict().items()}
+                row["counts"] = {k: max(int(n), 0) for k, n in vars(verdict.counts).items()}
                 row["wait_upper_bound_s"] = _seconds(verdict.wait_upper_bound_s)
                 row["decision"] = verdict.decision.value
             if result is not None:

@@ -274,17 +274,15 @@ def intake_hold(
 
 def resume_pauses(
     conninfo: str,
+    access: IntakeAccess,
     *,
-    cron_database: str | None = None,
     jobs: Sequence[str] | None = None,
     connect_timeout_s: int = 10,
-    user: str | None = None,
-    password: str | None = None,
     check_mode: bool = False,
     force: bool = False,
 ) -> dict[str, Any]:
     """What was recorded, resumed, vanished, kept (a live holder's, unless `force`)."""
-    who: dict[str, Any] = dict(dbname=cron_database, user=user, password=password)
+    who: dict[str, Any] = dict(dbname=access.database, user=access.user, password=access.password)
     with connect(conninfo, connect_timeout_s, writable=True, **who) as conn:
         if check_mode:  # what the run would give back, and keep (or fail, as the run would)
             found, keeps = pauses.resumable(conn, jobs, force=force)
