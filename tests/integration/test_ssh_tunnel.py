@@ -53,19 +53,21 @@ def test_an_unreachable_address_is_named_at_once(app_host_pg):
     import time
     from datetime import UTC, datetime
 
+    from leaseguard.adapters.ssh import FabricRunner, open_connection
     from leaseguard.core.contract import Contract
-    from leaseguard.orchestration.ssh_session import ssh_session
+    from leaseguard.orchestration.ssh_session import host_session
 
     connection = connect_to(app_host_pg)
     began = time.monotonic()
+    open_connection(connection)  # as `fab` opens it, before the lookups and the tunnel share it
     try:
         with (
             pytest.raises(TunnelError, match=r"could not connect to 127\.0\.0\.1:5999"),
-            ssh_session(
-                connection,
+            host_session(
                 Contract(),
-                DSN,
-                DatabaseAddress(port=5999),
+                FabricRunner(connection),
+                tunnelled(connection, DSN, DatabaseAddress(port=5999), probe=False),
+                connect=False,  # the first poll connects, as with several hosts
                 task_timeout_s=60.0,
                 runtime_started_at=datetime.now(UTC),
             ) as session,

@@ -121,5 +121,6 @@ def test_what_a_host_needs_is_refused_before_any_host_starts(leaseguard):
     ],
 )
 def test_the_dsn_and_the_drain_section_are_refused_naming_the_key(leaseguard, message):
+    settings = settings_from_config({"leaseguard": leaseguard})  # parsed once the hosts start
     with pytest.raises(ConfigError, match=message):
-        settings_from_config({"leaseguard": leaseguard})
+        settings.parsed()

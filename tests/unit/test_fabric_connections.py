@@ -16,6 +16,9 @@ import pytest
 from fabric import Config
 from invoke.context import Context
 
+from leaseguard.adapters import ssh
+from leaseguard.core.errors import TunnelError
+from leaseguard.fabric import tasks
 from leaseguard.fabric.tasks import connection_to, settings_from_config
 
 SETTINGS = settings_from_config({"leaseguard": {"connection": {}}})
@@ -69,3 +72,45 @@ def test_the_task_config_stays_readable_while_other_hosts_connect(fast_thread_sw
         building.clear()
         reader.join()
     assert misses == []
+
+
+def test_the_settings_show_neither_the_dsn_nor_the_cron_password():
+    section = {"connection": {"dsn": "dbname=app password=s3cret"}}
+    section["drain"] = {"cron_password": "hunter2"}
+    settings = settings_from_config({"leaseguard": section})
+    assert "s3cret" not in repr(settings)
+    assert "hunter2" not in repr(settings)
+    assert settings.parsed().drain.cron_password == "hunter2"
+
+
+class FakeConnection:
+    def __init__(self, host: str) -> None:
+        self.host, self.closed = host, threading.Event()
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+def test_a_failed_connection_closes_at_once_and_one_still_opening_once_it_opens(monkeypatch):
+    """The task never waits for a host still connecting: that one is closed once it opens."""
+    release, made = threading.Event(), dict[str, FakeConnection]()
+
+    def open_connection(connection: FakeConnection) -> None:
+        if connection.host == "bad":
+            raise TunnelError("host bad unreachable")
+        assert release.wait(30)
+
+    def connection_to(host: str, c: object, settings: object) -> FakeConnection:
+        return made.setdefault(host, FakeConnection(host))
+
+    monkeypatch.setattr(tasks, "connection_to", connection_to)
+    monkeypatch.setattr(ssh, "open_connection", open_connection)
+    with tasks.connecting(["slow", "bad"], task_context(), SETTINGS) as connections:
+        with pytest.raises(TunnelError, match="host bad unreachable"):
+            connections["bad"].result(timeout=30)
+        assert made["bad"].closed.is_set()
+        assert not connections["slow"].done()
+    assert not made["slow"].closed.is_set()  # the task's end did not wait for it
+    release.set()
+    assert connections["slow"].result(timeout=30) is made["slow"]
+    assert made["slow"].closed.wait(30)

@@ -5,9 +5,11 @@ run loaded (sys.modules at exit).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +69,73 @@ def test_a_guard_that_runs_loads_the_database_code_and_names_a_refused_host(refu
     assert f"127.0.0.1:{refused_port}) unreachable: cannot connect over SSH" in done.stdout
     assert loaded(modules, "psycopg")
     assert loaded(modules, "leaseguard.orchestration.ssh_session")
+
+
+# `fab ARGS`, printing in order: the first SSH thread started and the first import of psycopg.
+FAB_AND_ORDER = """
+import atexit, runpy, sys, threading
+seen = []
+def note(event, args):
+    if event == "import" and args[0] == "psycopg" and "psycopg" not in seen:
+        seen.append("psycopg")
+sys.addaudithook(note)
+start = threading.Thread.start
+def noted(thread):
+    if thread.name == "leaseguard-ssh" and "thread" not in seen:
+        seen.append("thread")
+    start(thread)
+threading.Thread.start = noted
+atexit.register(lambda: print("ORDER", *seen, file=sys.stderr))
+sys.argv = ["fab", *sys.argv[1:]]
+runpy.run_module("fabric", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_guard_starts_connecting_to_its_hosts_before_it_loads_psycopg(refused_port) -> None:
+    """The SSH handshake runs while psycopg and the judging code load, not after them."""
+    done = subprocess.run(
+        [sys.executable, "-c", FAB_AND_ORDER, "-H", f"root@127.0.0.1:{refused_port}", "guard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "ORDER thread psycopg" in done.stderr
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A local port that accepts the connection and never says a word (no SSH banner)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        yield sock.getsockname()[1]
+
+
+def test_a_refused_dsn_exits_2_without_waiting_for_a_host_still_connecting(silent_port) -> None:
+    """The DSN is checked while the hosts connect; refused, the run ends at once (exit 2),
+    never after the host's connect budget (-t 60) has run out."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fabric",
+            "-t",
+            "60",
+            "-H",
+            f"root@127.0.0.1:{silent_port}",
+            "guard",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "LEASEGUARD_DSN": "host=/run/postgresql dbname=app"},
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "socket directory" in done.stderr
+    assert time.monotonic() - began < 30

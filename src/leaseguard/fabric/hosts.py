@@ -8,15 +8,16 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
+from fabric import Connection
 from invoke.context import Context
 from invoke.exceptions import Exit
 
-from leaseguard.adapters.ssh import tunnelled
+from leaseguard.adapters.ssh import FabricRunner, tunnelled
 from leaseguard.core import errors
 from leaseguard.core.config_values import each_hosts_own
 from leaseguard.core.errors import ConfigError, IntakeNotResumed, LeaseguardError
 from leaseguard.core.verdict import Verdict, failure_result
-from leaseguard.fabric.tasks import FabricSettings, connection_to, fleet_hosts, settings_or_exit
+from leaseguard.fabric.tasks import FabricSettings, Opening, as_usage_error, connecting, fleet_hosts
 from leaseguard.orchestration import drain_run
 from leaseguard.orchestration.drain import (
     Action,
@@ -29,7 +30,7 @@ from leaseguard.orchestration.drain import (
 )
 from leaseguard.orchestration.intake import resume_lines, resume_pauses
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
-from leaseguard.orchestration.ssh_session import ssh_session
+from leaseguard.orchestration.ssh_session import host_session
 
 T = TypeVar("T")
 Sessions = dict[str, GuardSession]
@@ -60,10 +61,9 @@ def exit_with_worst(statuses: list[int]) -> None:
         raise Exit(code=worst)
 
 
-def guard_hosts(c: Context, json_: bool) -> None:
+def guard_hosts(settings: FabricSettings, hosts: list[str], opening: Opening, json_: bool) -> None:
     """`fab guard`: every host's verdict (or failure), in -H order, and the worst status."""
-    settings, hosts = settings_or_exit(c), fleet_hosts(c)
-    with opened_hosts(hosts, c, settings) as opened:
+    with opened_hosts(opening, settings) as opened:
         judged = per_database(opened, settings, GuardSession.judge_each, settings.drain.intake())
     outcomes = [(host, judged[host]) for host in hosts]  # a host named twice: twice
     if json_:
@@ -81,18 +81,16 @@ def guard_hosts(c: Context, json_: bool) -> None:
     exit_with_worst([result.exit_status for _, result in outcomes])
 
 
-def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force: bool) -> None:
-    """`fab resume`: the pauses a drain recorded, given back through the first host."""
-    settings, host = settings_or_exit(c), fleet_hosts(c)[0]
-    connection = connection_to(host, c, settings)
+def resume_through(
+    connection: Connection, settings: FabricSettings, json_: bool, **given: Any
+) -> None:
+    """`fab resume`: the recorded pauses (`given`: jobs, force) given back through the host."""
     try:
         with tunnelled(connection, settings.conninfo, settings.address) as (conninfo, _):
             bound_s, access = settings.contract.connect_timeout_s, settings.drain.intake()
-            outcome = resume_pauses(
-                conninfo, access, jobs=jobs or None, connect_timeout_s=bound_s, force=force
-            )
+            outcome = resume_pauses(conninfo, access, connect_timeout_s=bound_s, **given)
     except LeaseguardError as exc:
-        print(failure_output(exc, host, as_json=json_, fab=True))
+        print(failure_output(exc, connection.original_host, as_json=json_, fab=True))
         raise Exit(code=errors.EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
     if outcome["kept"]:
@@ -100,14 +98,15 @@ def resume_through_first(c: Context, json_: bool, jobs: list[str] | None, force:
 
 
 @contextlib.contextmanager
-def opened_hosts(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[Opened]:
-    """Every host opened in parallel, closed at the end; one alone connects during its lookups."""
-    hosts = list(dict.fromkeys(hosts))
-    path = (settings.contract, settings.conninfo, settings.address)
+def opened_hosts(connections: Opening, settings: FabricSettings) -> Iterator[Opened]:
+    """Each host's session, in parallel, closed at the end; one alone connects at its lookups."""
+    hosts, alone = list(connections), len(connections) == 1
 
     def open_one(host: str) -> tuple[GuardSession, contextlib.ExitStack] | LeaseguardError:
-        try:
-            opened = ssh_session(connection_to(host, c, settings), *path, connect=len(hosts) == 1)
+        try:  # the lookups and the tunnel share the host's connection (`connecting` closes it)
+            connection = connections[host].result()
+            path = tunnelled(connection, settings.conninfo, settings.address, probe=False)
+            opened = host_session(settings.contract, FabricRunner(connection), path, connect=alone)
             stack = contextlib.ExitStack()  # its close, handed to the caller's stack
             return stack.enter_context(opened), stack
         except LeaseguardError as exc:
@@ -211,15 +210,12 @@ def not_judged(hosts: list[str], cause: LeaseguardError) -> dict[str, Leaseguard
     }
 
 
-def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None) -> None:
+def drain_hosts(c: Context, settings: FabricSettings, json_: bool, run: str | None) -> None:
     """`fab drain`: each host on its own or, with pg_cron jobs to pause, the fleet as one."""
-    settings = settings_or_exit(c, given)
     options, hosts = settings.drain, fleet_hosts(c)
     drain_run.configure_logging()
-    try:
+    with as_usage_error():
         board = options.board()  # one snapshot over every host
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=errors.EXIT_USAGE) from None
     shown = sys.stderr.isatty() and (len(hosts) == 1 or bool(options.pause_cron_jobs))
     progress = TerminalProgress(sys.stderr) if shown else None
     stop = threading.Event()
@@ -268,7 +264,11 @@ def drain_hosts(c: Context, given: dict[str, Any], json_: bool, run: str | None)
             result = exc
         return [("fleet", result)]
 
-    with drain_run.signals_set(stop, say), opened_hosts(hosts, c, settings) as opened:
+    with (
+        drain_run.signals_set(stop, say),
+        connecting(hosts, c, settings) as connections,
+        opened_hosts(connections, settings) as opened,
+    ):
         if options.pause_cron_jobs:
             outcomes = as_one(*opened)
         else:

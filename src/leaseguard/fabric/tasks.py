@@ -1,12 +1,16 @@
 """Fabric tasks `guard`, `drain`, `resume` (fabfile.py: `ns = collection()`) and their config;
-what a task runs is imported when it runs: loading the collection imports no psycopg."""
+what a task runs is imported when it runs: loading the collection imports no psycopg, and the
+hosts' SSH connections open while the judging code loads."""
 
+import contextlib
 import difflib
 import os
 import re
 import threading
-from dataclasses import dataclass, replace
-from functools import partial
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any
 
 import fabric.main
@@ -16,7 +20,8 @@ from invoke.config import AmbiguousMergeError
 from invoke.context import Context
 from invoke.exceptions import Exit, ParseError, UncastableEnvVar
 
-from leaseguard.adapters.ssh import DatabaseAddress, SshOptions, make_connection
+from leaseguard.adapters import ssh
+from leaseguard.adapters.ssh import DatabaseAddress, SshOptions
 from leaseguard.core import config_values as values
 from leaseguard.core.contract import CONFIG_KEYS, CRON_BUDGETS_SECTION, Contract, load_contract
 from leaseguard.core.errors import EXIT_USAGE, ConfigError
@@ -39,24 +44,38 @@ CONFIG_UNMERGED = (
     "connection: or drain:) given a single value where a mapping goes, or a FABRIC_* "
     "variable set over a list; fix fabric.yaml or the variable"
 )
-# Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile), so
-# each host gets its own clone; invoke's Config is not thread-safe, hence the lock.
-_CONFIG_CLONING = threading.Lock()
+Opening = dict[str, Future[Connection]]  # each host's SSH connection, once opened
 
 
 @dataclass(frozen=True)
 class FabricSettings:
+    """A task's settings; the DSN's address and `drain:` (they load psycopg) parsed at first use."""
+
     contract: Contract
-    conninfo: str
-    address: DatabaseAddress
+    conninfo: str = field(repr=False)
     ssh: SshOptions
-    drain: "DrainOptions"
+    db_given: tuple[str | None, int | None]  # connection.db_host, db_port
+    drain_given: tuple[dict[str, Any], dict[str, Any]] = field(repr=False, compare=False)
+
+    @cached_property
+    def address(self) -> DatabaseAddress:
+        return DatabaseAddress(*values.tunnel_far_end(self.conninfo, *self.db_given))
+
+    @cached_property
+    def drain(self) -> "DrainOptions":
+        from leaseguard.orchestration.drain_run import drain_options
+
+        section, flags = self.drain_given
+        drain_options(section)  # fabric.yaml's own section is refused when wrong, flags or not
+        return drain_options({**section, **flags})
+
+    def parsed(self) -> "FabricSettings":
+        _ = self.address, self.drain
+        return self
 
 
 def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
     """`leaseguard:`: the contract keys, `connection:` and `drain:` (`drain_flags` given win)."""
-    from leaseguard.orchestration.drain_run import drain_options
-
     section = _plain(config.get("leaseguard", {}) or {})
     beside = {"connection", "drain", CRON_BUDGETS_SECTION}  # so a near miss names these too
     keys = {key.partition(".")[0] for key in CONFIG_KEYS} | beside
@@ -89,7 +108,7 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
         connection["accept_unknown_host_keys"] = False
     text = partial(values.optional_text, connection, prefix="connection.")
     accepts = values.flag(connection, "accept_unknown_host_keys", False, prefix="connection.")
-    ssh = SshOptions(
+    ssh_options = SshOptions(
         known_hosts=text("known_hosts"),
         accept_unknown_host_keys=accepts,
         gateway=text("gateway"),
@@ -98,10 +117,8 @@ def settings_from_config(config: Any, drain_flags: dict[str, Any] | None = None)
     dsn = text("dsn") if connection.get("dsn") != "" else None  # "": from LEASEGUARD_DSN too
     dsn = dsn or os.environ.get("LEASEGUARD_DSN", "")
     port = values.optional_port(connection, "db_port", prefix="connection.")
-    address = DatabaseAddress(*values.tunnel_far_end(dsn, text("db_host"), port))
-    drain_options(drain)  # fabric.yaml's own section is refused when wrong, flags or not
     given_flags = {key: value for key, value in (drain_flags or {}).items() if value is not None}
-    return FabricSettings(contract, dsn, address, ssh, drain_options({**drain, **given_flags}))
+    return FabricSettings(contract, dsn, ssh_options, (text("db_host"), port), (drain, given_flags))
 
 
 def _plain(value: Any) -> Any:
@@ -115,19 +132,50 @@ def _plain(value: Any) -> Any:
 
 
 def connection_to(host: str, c: Context, settings: FabricSettings) -> Connection:
-    config = None
-    if isinstance(c.config, Config):
-        with _CONFIG_CLONING:
-            config = c.config.clone()
-    return make_connection(host, settings.ssh, config)
+    # Fabric's Connection writes to the config it is given (re-merging it, empty meanwhile) while
+    # other hosts' threads may run: each host gets its own clone, made here on the task's thread.
+    config = c.config.clone() if isinstance(c.config, Config) else None
+    return ssh.make_connection(host, settings.ssh, config)
+
+
+@contextlib.contextmanager
+def connecting(hosts: list[str], c: Context, settings: FabricSettings) -> Iterator[Opening]:
+    """Each host's SSH connection opening on a daemon thread from now (at most 64 at once; a run
+    that ends early never waits for a host still connecting); closed at the end, or once open."""
+    slots = threading.Semaphore(64)
+
+    def open_one(connection: Connection, opened: Future[Connection]) -> None:
+        with slots:
+            try:
+                ssh.open_connection(connection)
+                opened.set_result(connection)
+            except BaseException as exc:  # raised again to whoever takes the host over
+                connection.close()
+                opened.set_exception(exc)
+
+    connections: Opening = {host: Future() for host in dict.fromkeys(hosts)}
+    try:
+        for host, opened in connections.items():
+            args = (connection_to(host, c, settings), opened)
+            threading.Thread(target=open_one, args=args, name="leaseguard-ssh", daemon=True).start()
+        yield connections
+    finally:  # each one closed now, or once it has opened (a host nobody took over)
+        for opened in connections.values():
+            opened.add_done_callback(lambda done: done.exception() or done.result().close())
+
+
+@contextlib.contextmanager
+def as_usage_error() -> Iterator[None]:
+    """A config refused ends the task as a usage error (exit 2)."""
+    try:
+        yield
+    except ConfigError as exc:
+        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
 
 
 def settings_or_exit(c: Context, drain_flags: dict[str, Any] | None = None) -> FabricSettings:
-    """The task's settings; a config they refuse ends the task as a usage error (exit 2)."""
-    try:
-        return settings_from_config(c.config, drain_flags)
-    except ConfigError as exc:
-        raise Exit(f"leaseguard: {exc}", code=EXIT_USAGE) from None
+    with as_usage_error():
+        return settings_from_config(c.config, drain_flags).parsed()
 
 
 class FleetExecutor(Executor):  # type: ignore[misc]
@@ -171,9 +219,14 @@ def guard(c: Context, json_: bool = False) -> None:
     The hosts are looked up in parallel, then judged together: one query over one database
     connection (through the first host's tunnel), each host by its own facts.
     """
-    from leaseguard.fabric.hosts import guard_hosts
+    with as_usage_error():
+        settings = settings_from_config(c.config)
+    hosts = fleet_hosts(c)
+    with connecting(hosts, c, settings) as connections, as_usage_error():
+        settings.parsed()  # the DSN and `drain:` (psycopg loads) while the hosts connect
+        from leaseguard.fabric.hosts import guard_hosts
 
-    guard_hosts(c, json_)
+        guard_hosts(settings, hosts, connections, json_)
 
 
 @task(
@@ -219,7 +272,8 @@ def drain(
         raise Exit("leaseguard: --run was given no command; nothing was paused", code=EXIT_USAGE)
     given = {"deadline_s": deadline_s, "poll_s": poll_s, "resume_retry_s": resume_retry_s}
     files = {"status_file": status_file or None, "metrics_file": metrics_file or None}
-    drain_hosts(c, {**given, **files, "pause_cron_jobs": pause_cron_job or None}, json_, run)
+    flags = {**given, **files, "pause_cron_jobs": pause_cron_job or None}
+    drain_hosts(c, settings_or_exit(c, flags), json_, run)
 
 
 @task(
@@ -238,9 +292,10 @@ def resume(
     Jobs an operator disabled without a drain have no record and are never touched; a hold
     whose holder still runs here, or ran on another machine, is kept (exit 75) unless --force.
     """
-    from leaseguard.fabric.hosts import resume_through_first
+    from leaseguard.fabric.hosts import resume_through
 
-    resume_through_first(c, json_, job, force)
+    settings, host = settings_or_exit(c), fleet_hosts(c)[0]
+    resume_through(connection_to(host, c, settings), settings, json_, jobs=job or None, force=force)
 
 
 def collection() -> Collection:

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, closing, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from leaseguard.adapters import db, ssh
 from leaseguard.adapters.runtime import Runner, look_up_host
@@ -17,9 +17,6 @@ from leaseguard.core.lookups import parse_timeout_s, parse_timestamp
 from leaseguard.orchestration.drain import DrainResult
 from leaseguard.orchestration.drain_run import DrainOptions, drain_each, shared_failures
 from leaseguard.orchestration.session import GuardSession, IntakeAccess
-
-if TYPE_CHECKING:
-    from fabric import Connection
 
 # A database path: the conninfo to connect with, and the tunnel it goes through (or None).
 Path = AbstractContextManager[tuple[str, ssh.DatabaseTunnel | None]]
@@ -65,25 +62,6 @@ def host_session(
                 raise
             with closing(session):
                 yield session
-
-
-@contextmanager
-def ssh_session(
-    connection: "Connection",
-    contract: Contract,
-    conninfo: str,
-    address: ssh.DatabaseAddress,
-    *,
-    connect: bool = False,
-    **given: Any,
-) -> Iterator[GuardSession]:
-    """A host's session over one Fabric connection, opened first: lookups and tunnel share it."""
-    with closing(connection):
-        ssh.open_connection(connection)
-        path = ssh.tunnelled(connection, conninfo, address, probe=False)
-        runner = ssh.FabricRunner(connection)
-        with host_session(contract, runner, path, connect=connect, **given) as session:
-            yield session
 
 
 @contextmanager
