@@ -26,16 +26,23 @@ runpy.run_module("fabric", run_name="__main__", alter_sys=True)
 """
 
 
-def fab_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """`fab ARGS`'s run, and the modules it had loaded when it exited."""
-    done = subprocess.run(
-        [sys.executable, "-c", FAB_AND_LIST_MODULES, *args],
+def run_fab(*args: str, script: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """`fab ARGS` from the repository (its fabfile.py), through `script` if given."""
+    python = [sys.executable, "-c", script] if script else [sys.executable, "-m", "fabric"]
+    return subprocess.run(
+        [*python, *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
         check=False,
+        env={**os.environ, **env},
     )
+
+
+def fab_modules(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """`fab ARGS`'s run, and the modules it had loaded when it exited."""
+    done = run_fab(*args, script=FAB_AND_LIST_MODULES)
     (line,) = [x for x in done.stderr.splitlines() if x.startswith("MODULES ")]
     return done, set(line.split()[1:])
 
@@ -93,14 +100,7 @@ runpy.run_module("fabric", run_name="__main__", alter_sys=True)
 
 def test_a_guard_starts_connecting_to_its_hosts_before_it_loads_psycopg(refused_port) -> None:
     """The SSH handshake runs while psycopg and the judging code load, not after them."""
-    done = subprocess.run(
-        [sys.executable, "-c", FAB_AND_ORDER, "-H", f"root@127.0.0.1:{refused_port}", "guard"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_fab("-H", f"root@127.0.0.1:{refused_port}", "guard", script=FAB_AND_ORDER)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "ORDER thread psycopg" in done.stderr
 
@@ -118,24 +118,8 @@ def test_a_refused_dsn_exits_2_without_waiting_for_a_host_still_connecting(silen
     """The DSN is checked while the hosts connect; refused, the run ends at once (exit 2),
     never after the host's connect budget (-t 60) has run out."""
     began = time.monotonic()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "fabric",
-            "-t",
-            "60",
-            "-H",
-            f"root@127.0.0.1:{silent_port}",
-            "guard",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "LEASEGUARD_DSN": "host=/run/postgresql dbname=app"},
-    )
+    host, dsn = f"root@127.0.0.1:{silent_port}", "host=/run/postgresql dbname=app"
+    done = run_fab("-t", "60", "-H", host, "guard", LEASEGUARD_DSN=dsn)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "socket directory" in done.stderr
     assert time.monotonic() - began < 30
