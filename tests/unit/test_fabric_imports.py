@@ -5,6 +5,7 @@ run loaded (sys.modules at exit).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -123,3 +124,10 @@ def test_a_refused_dsn_exits_2_without_waiting_for_a_host_still_connecting(silen
     assert done.returncode == 2, done.stderr[-2000:]
     assert "socket directory" in done.stderr
     assert time.monotonic() - began < 30
+
+
+def test_a_resume_that_cannot_reach_its_host_names_it_as_given(refused_port) -> None:
+    host = f"root@127.0.0.1:{refused_port}"
+    done = run_fab("-H", host, "resume", "--json")
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert json.loads(done.stdout)["host"] == host

@@ -82,7 +82,7 @@ def guard_hosts(settings: FabricSettings, hosts: list[str], opening: Opening, js
 
 
 def resume_through(
-    connection: Connection, settings: FabricSettings, json_: bool, **given: Any
+    host: str, connection: Connection, settings: FabricSettings, json_: bool, **given: Any
 ) -> None:
     """`fab resume`: the recorded pauses (`given`: jobs, force) given back through the host."""
     try:
@@ -90,7 +90,7 @@ def resume_through(
             bound_s, access = settings.contract.connect_timeout_s, settings.drain.intake()
             outcome = resume_pauses(conninfo, access, connect_timeout_s=bound_s, **given)
     except LeaseguardError as exc:
-        print(failure_output(exc, connection.original_host, as_json=json_, fab=True))
+        print(failure_output(exc, host, as_json=json_, fab=True))
         raise Exit(code=errors.EXIT_FAILED) from None
     print(json.dumps(outcome) if json_ else resume_lines(outcome))
     if outcome["kept"]:

@@ -55,7 +55,7 @@ class FabricSettings:
     conninfo: str = field(repr=False)
     ssh: SshOptions
     db_given: tuple[str | None, int | None]  # connection.db_host, db_port
-    drain_given: tuple[dict[str, Any], dict[str, Any]] = field(repr=False, compare=False)
+    drain_given: tuple[dict[str, Any], dict[str, Any]] = field(repr=False, hash=False)
 
     @cached_property
     def address(self) -> DatabaseAddress:
@@ -150,8 +150,8 @@ def connecting(hosts: list[str], c: Context, settings: FabricSettings) -> Iterat
                 ssh.open_connection(connection)
                 opened.set_result(connection)
             except BaseException as exc:  # raised again to whoever takes the host over
-                connection.close()
                 opened.set_exception(exc)
+                connection.close()
 
     connections: Opening = {host: Future() for host in dict.fromkeys(hosts)}
     try:
@@ -295,7 +295,8 @@ def resume(
     from leaseguard.fabric.hosts import resume_through
 
     settings, host = settings_or_exit(c), fleet_hosts(c)[0]
-    resume_through(connection_to(host, c, settings), settings, json_, jobs=job or None, force=force)
+    connection = connection_to(host, c, settings)
+    resume_through(host, connection, settings, json_, jobs=job or None, force=force)
 
 
 def collection() -> Collection:
